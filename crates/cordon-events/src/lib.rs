@@ -1,0 +1,135 @@
+//! cordon-events: the audit event stream. One JSON-lines file per session that every layer
+//! writes to, hash-chained so that edits, removed lines and truncation are detected.
+//!
+//! Runs on the host side only, inside the supervisor: the log lives outside the sandbox's
+//! filesystem view and the sandbox never writes to it. Layers running in the sandbox report
+//! to the supervisor, which emits the events.
+//!
+//! # The file
+//!
+//! One session, one file: `<dir>/<session>.jsonl` (see [`default_log_path`]), created `0600`
+//! in directories created `0700`. Each line is one [`Event`], a JSON object with exactly these
+//! fields (new information goes in `detail`, never in new top-level fields; a line with an
+//! unknown top-level field is malformed):
+//!
+//! ```json
+//! {"time":"2026-11-29T08:30:12.345Z","session":"20261129T083012Z-1a2b3c4d","seq":3,
+//!  "layer":"filesystem","action":"deny","reason":"masked by built-in deny","rule":"built-in",
+//!  "detail":{"path":"/home/u/.ssh"},"prev":"<64 hex>","hash":"<64 hex>"}
+//! ```
+//!
+//! - `time`: RFC 3339, UTC, milliseconds. Non-decreasing within a file unless the clock jumps.
+//! - `session`: the session id ([`new_session_id`]), the same on every line.
+//! - `seq`: 0 on the first line, then +1 per line.
+//! - `layer`, `action`: see the table below.
+//! - `reason`: one human sentence fragment saying why.
+//! - `rule`: the policy rule that decided (`built-in`, or `FILE:LINE`), when one did; every
+//!   denial names its rule. Absent when none.
+//! - `detail`: layer-specific facts (path, host, pid, code, ...). Absent when empty. Secrets
+//!   never go here: name a credential, never its value.
+//! - `prev`, `hash`: the chain, below.
+//!
+//! Writes are serialised and each event is one `write(2)` of a whole line to a file opened
+//! `O_APPEND`, so a reader sees whole lines, except possibly a partially written last one.
+//!
+//! # The hash chain
+//!
+//! ```text
+//! hash = lowercase_hex(SHA-256(prev + "\n" + C))
+//! ```
+//!
+//! where `prev` is the previous line's `hash` (64 `0`s, [`GENESIS_PREV`], on the first line) and
+//! `C` is the canonical JSON of the event without its `hash` field:
+//!
+//! - a JSON object of the remaining fields (`rule` left out when absent, `detail` left out when
+//!   empty);
+//! - object keys sorted by their UTF-8 bytes, at every level (including inside `detail`);
+//! - no whitespace between tokens;
+//! - strings escaped the way `serde_json` writes them: `\"`, `\\`, `\n`, `\r`, `\t`, `\b`, `\f`,
+//!   other control characters as `\u00XX`, everything else (non-ASCII included) literally;
+//! - numbers as `serde_json` prints them (floats shortest round-trip, always with `.` or `e`).
+//!
+//! [`verify`] parses each line and recomputes `C` from the parsed values, so it checks content,
+//! not bytes: re-indenting a line, reordering its keys or re-escaping its strings is not
+//! reported, while changing, adding or removing any value is. Removing, inserting or reordering
+//! lines breaks `prev`/`seq`; cutting the end off loses the final `session`/`stop` event.
+//!
+//! The chain has no key: it detects accidents, naive edits and truncation, not a writer who
+//! recomputes every hash after the edit. That writer would need the user's own access to the
+//! file, which the sandbox does not have.
+//!
+//! # Event types
+//!
+//! Any layer may also emit `log` (an informational note that decides nothing), `error` (the
+//! layer failed; `reason` says how) and `degraded` (the layer is running with less protection
+//! than the policy asked for; `reason` says what is missing). The specific meanings:
+//!
+//! | layer | action | meaning |
+//! |---|---|---|
+//! | `session` | `start` | First event of every log: the session began. detail: `command`, `cwd`, `project`, `version`. |
+//! | `session` | `exit` | The agent's top-level process ended. detail: `code` (exit status) or `signal`. |
+//! | `session` | `stop` | Last event of every complete log: the supervisor finished and closed the log. |
+//! | `session` | `error` | The supervisor failed; the session ends. |
+//! | `filesystem` | `apply` | The filesystem view was built. detail: counts of readable/writable/denied paths. |
+//! | `filesystem` | `allow` | A path was made visible (read-only or writable). detail: `path`, `mode`. |
+//! | `filesystem` | `deny` | A path was masked: no content visible inside the sandbox. detail: `path`. |
+//! | `filesystem` | `degraded` | A requested bind or mask could not be set up (e.g. path missing). detail: `path`. |
+//! | `process` | `start` | A process started inside the sandbox. detail: `pid`, `command`. |
+//! | `process` | `exit` | A process inside the sandbox ended. detail: `pid`, `code` or `signal`. |
+//! | `process` | `apply` | Namespaces and the sandbox's init were set up. detail: which namespaces. |
+//! | `landlock` | `apply` | The Landlock ruleset is enforced. detail: `abi`. |
+//! | `landlock` | `degraded` | The kernel lacks (part of) Landlock; enforced partially or not at all (mode `best-effort`). |
+//! | `landlock` | `deny` | The kernel reported a Landlock denial (kernels with Landlock logging). detail: `path` or `port`. |
+//! | `env` | `apply` | The sandbox's environment was built. detail: counts passed, set, dropped. |
+//! | `env` | `allow` | A host variable was passed through. detail: `var` (never the value). |
+//! | `env` | `deny` | A host variable was dropped. detail: `var`. |
+//! | `limits` | `apply` | Resource limits are in force. detail: `memory`, `pids`, `cpu`, `nofile`, `via` (cgroup or rlimit). |
+//! | `limits` | `degraded` | A limit could not be set (e.g. no delegated cgroup, cpu limit without cgroup). |
+//! | `limits` | `deny` | A limit was hit: a fork refused, a process OOM-killed. detail: `limit`, `pid`. |
+//! | `terminal` | `apply` | The agent's pseudo-terminal was set up. |
+//! | `terminal` | `deny` | Terminal input injection or another terminal escape was blocked. detail: `what`. |
+//! | `network` | `apply` | The network namespace and gateway are up. detail: mode. |
+//! | `network` | `allow` | An outbound connection was allowed. detail: `host`, `ip`, `port`, `proto`. |
+//! | `network` | `deny` | An outbound connection was refused. detail: `host`, `ip`, `port`, `proto`. |
+//! | `network` | `ask` | A connection waits for the user's approval (a later `allow`/`deny` settles it). |
+//! | `dns` | `allow` | A name lookup was answered. detail: `name`, `type`. |
+//! | `dns` | `deny` | A name lookup was refused. detail: `name`, `type`. |
+//! | `http` | `allow` | An HTTP request through the proxy was forwarded. detail: `method`, `url`, `status`. |
+//! | `http` | `deny` | An HTTP request was blocked (rule, judge or secret scan). detail: `method`, `url`. |
+//! | `http` | `ask` | An HTTP request waits for the user's approval. |
+//! | `syscall` | `apply` | The seccomp filter is loaded. detail: counts of denied/notified syscalls. |
+//! | `syscall` | `deny` | A system call was refused. detail: `syscall`, `pid`. |
+//! | `exec` | `allow` | A program execution was allowed by the exec supervisor. detail: `program`, `argv`, `pid`. |
+//! | `exec` | `deny` | A program execution was refused. detail: `program`, `argv`, `pid`. |
+//! | `exec` | `ask` | An execution waits for the user's approval. |
+//! | `credentials` | `allow` | A credential was injected into a request. detail: `name`, `host` (never the secret). |
+//! | `credentials` | `deny` | A credential use was refused (wrong host, not allowed by policy). detail: `name`, `host`. |
+//! | `credentials` | `ask` | A credential use waits for the user's approval. |
+//! | `state` | `apply` | Copy-on-write state was set up (overlay upper dirs) or a snapshot taken. detail: `path`. |
+//! | `state` | `allow` | Changes made in the sandbox were accepted into the real files. detail: `path`, counts. |
+//! | `state` | `deny` | Changes made in the sandbox were discarded. detail: `path`, counts. |
+//! | `state` | `ask` | Changes wait for the user's review. |
+//!
+//! Every `deny` carries `rule`. An `ask` is always followed, for the same request, by an `allow`
+//! or `deny` whose `detail.approval` says who decided (`user`, `timeout`).
+//!
+//! # Human-readable detail keys
+//!
+//! [`format_human`] shows the first of [`SUBJECT_KEYS`] present in `detail` as the event's
+//! subject, so layers should put the main object of an event under one of those keys.
+
+mod chain;
+mod event;
+mod follow;
+mod human;
+mod paths;
+mod read;
+mod sink;
+
+pub use chain::{GENESIS_PREV, hash_event};
+pub use event::{Action, Event, EventError, Layer, NewEvent};
+pub use follow::Follower;
+pub use human::{SUBJECT_KEYS, format_human};
+pub use paths::{default_log_dir, default_log_path, is_valid_session_id, new_session_id};
+pub use read::{SessionSummary, VerifyProblem, VerifyReport, list_sessions, read_log, verify};
+pub use sink::AuditLog;

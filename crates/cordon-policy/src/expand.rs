@@ -1,0 +1,187 @@
+//! Path expansion (`~`, `$HOME`, `${HOME}`, `${PROJECT}`) and lexical normalisation.
+
+use std::ffi::OsString;
+use std::ops::Range;
+use std::path::{Component, Path, PathBuf};
+
+/// Why a policy path could not be expanded. Ranges are byte offsets into the raw string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ExpandError {
+    /// `$NAME` or `${NAME}` other than HOME and PROJECT.
+    UnknownVariable { name: String, at: Range<usize> },
+    /// A `$` that does not start a variable, or an unclosed `${`.
+    BadDollar { at: Range<usize> },
+    /// `~user`.
+    TildeUser,
+    /// Not absolute after expansion.
+    Relative,
+    /// An empty string.
+    Empty,
+    /// A NUL byte, which no path can contain.
+    Nul,
+}
+
+/// The values variables expand to.
+#[derive(Debug, Clone)]
+pub(crate) struct Vars<'a> {
+    pub home: &'a Path,
+    pub project: &'a Path,
+}
+
+/// Whether the raw path refers to the home directory (so deny rules apply to both homes).
+pub(crate) fn uses_home(raw: &str) -> bool {
+    raw == "~" || raw.starts_with("~/") || raw.contains("$HOME") || raw.contains("${HOME}")
+}
+
+fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+/// Expands `raw` and normalises the result lexically. The result is absolute.
+pub(crate) fn expand(raw: &str, vars: &Vars<'_>) -> Result<PathBuf, ExpandError> {
+    if raw.is_empty() {
+        return Err(ExpandError::Empty);
+    }
+    if raw.contains('\0') {
+        return Err(ExpandError::Nul);
+    }
+    let mut out = OsString::new();
+    let mut rest_start = 0;
+    if raw == "~" || raw.starts_with("~/") {
+        out.push(vars.home.as_os_str());
+        rest_start = 1;
+    } else if raw.starts_with('~') {
+        return Err(ExpandError::TildeUser);
+    }
+    let bytes = raw.as_bytes();
+    let mut i = rest_start;
+    let mut literal_start = i;
+    while i < bytes.len() {
+        if bytes[i] != b'$' {
+            i += 1;
+            continue;
+        }
+        out.push(&raw[literal_start..i]);
+        let dollar = i;
+        let (name, end) = if bytes.get(i + 1) == Some(&b'{') {
+            match raw[i + 2..].find('}') {
+                Some(close) => (&raw[i + 2..i + 2 + close], i + 2 + close + 1),
+                None => return Err(ExpandError::BadDollar { at: dollar..raw.len() }),
+            }
+        } else {
+            let len = bytes[i + 1..].iter().take_while(|b| is_name_byte(**b)).count();
+            (&raw[i + 1..i + 1 + len], i + 1 + len)
+        };
+        match name {
+            "HOME" => out.push(vars.home.as_os_str()),
+            "PROJECT" => out.push(vars.project.as_os_str()),
+            "" => return Err(ExpandError::BadDollar { at: dollar..end.max(dollar + 1) }),
+            other => {
+                return Err(ExpandError::UnknownVariable {
+                    name: other.to_string(),
+                    at: dollar..end,
+                });
+            }
+        }
+        i = end;
+        literal_start = end;
+    }
+    out.push(&raw[literal_start..]);
+    let path = PathBuf::from(out);
+    if !path.is_absolute() {
+        return Err(ExpandError::Relative);
+    }
+    Ok(normalize(&path))
+}
+
+/// Removes `.`, resolves `..` lexically (never above `/`) and collapses repeated slashes.
+pub(crate) fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::RootDir => out.push("/"),
+            Component::CurDir | Component::Prefix(_) => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) => out.push(n),
+        }
+    }
+    if out.as_os_str().is_empty() {
+        out.push(".");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ex(raw: &str) -> Result<PathBuf, ExpandError> {
+        expand(raw, &Vars { home: Path::new("/home/u"), project: Path::new("/work/p") })
+    }
+
+    #[test]
+    fn expands_home_and_project() {
+        assert_eq!(ex("~").unwrap(), PathBuf::from("/home/u"));
+        assert_eq!(ex("~/").unwrap(), PathBuf::from("/home/u"));
+        assert_eq!(ex("~/.ssh").unwrap(), PathBuf::from("/home/u/.ssh"));
+        assert_eq!(ex("$HOME/.x").unwrap(), PathBuf::from("/home/u/.x"));
+        assert_eq!(ex("${HOME}/.x").unwrap(), PathBuf::from("/home/u/.x"));
+        assert_eq!(ex("${PROJECT}/.git/hooks").unwrap(), PathBuf::from("/work/p/.git/hooks"));
+        assert_eq!(ex("$PROJECT").unwrap(), PathBuf::from("/work/p"));
+        assert_eq!(ex("/mnt/${PROJECT}").unwrap(), PathBuf::from("/mnt/work/p"));
+        assert_eq!(ex("/a/b~c").unwrap(), PathBuf::from("/a/b~c"));
+    }
+
+    #[test]
+    fn normalises() {
+        assert_eq!(ex("//a//b/./c/").unwrap(), PathBuf::from("/a/b/c"));
+        assert_eq!(ex("/a/b/../c").unwrap(), PathBuf::from("/a/c"));
+        assert_eq!(ex("/../../etc").unwrap(), PathBuf::from("/etc"));
+        assert_eq!(ex("~/../v/.ssh").unwrap(), PathBuf::from("/home/v/.ssh"));
+        assert_eq!(ex("/").unwrap(), PathBuf::from("/"));
+        assert_eq!(normalize(Path::new("a/..")), PathBuf::from("."));
+    }
+
+    #[test]
+    fn rejects() {
+        assert_eq!(ex("relative/x"), Err(ExpandError::Relative));
+        assert_eq!(ex("./x"), Err(ExpandError::Relative));
+        assert_eq!(ex(""), Err(ExpandError::Empty));
+        assert_eq!(ex("/a\0b"), Err(ExpandError::Nul));
+        assert_eq!(ex("~root/x"), Err(ExpandError::TildeUser));
+        assert_eq!(
+            ex("/x/${FOO}/y"),
+            Err(ExpandError::UnknownVariable { name: "FOO".into(), at: 3..9 })
+        );
+        assert_eq!(
+            ex("$HOMEDIR/x"),
+            Err(ExpandError::UnknownVariable { name: "HOMEDIR".into(), at: 0..8 })
+        );
+        assert_eq!(
+            ex("${home}"),
+            Err(ExpandError::UnknownVariable { name: "home".into(), at: 0..7 })
+        );
+        assert_eq!(ex("/x/$"), Err(ExpandError::BadDollar { at: 3..4 }));
+        assert_eq!(ex("/x/${HOME"), Err(ExpandError::BadDollar { at: 3..9 }));
+        assert_eq!(ex("/x/${}"), Err(ExpandError::BadDollar { at: 3..6 }));
+        assert_eq!(ex("/x/$-"), Err(ExpandError::BadDollar { at: 3..4 }));
+    }
+
+    #[test]
+    fn home_use() {
+        assert!(uses_home("~"));
+        assert!(uses_home("~/.ssh"));
+        assert!(uses_home("$HOME/.ssh"));
+        assert!(uses_home("/x/${HOME}"));
+        assert!(!uses_home("/etc/shadow"));
+        assert!(!uses_home("${PROJECT}/x"));
+    }
+
+    #[test]
+    fn multibyte_text_is_safe() {
+        assert_eq!(ex("/é/$é"), Err(ExpandError::BadDollar { at: 4..5 }));
+        assert_eq!(ex("/é/ü").unwrap(), PathBuf::from("/é/ü"));
+    }
+}

@@ -1,0 +1,453 @@
+//! One parsed, validated and expanded policy file (a layer of the merge).
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_spanned::Spanned;
+use toml::de::DeTable;
+
+use crate::env::{glob_error, name_error, only_never_passable};
+use crate::error::{Diagnostic, PolicyError, did_you_mean};
+use crate::expand::{ExpandError, Vars, expand, uses_home};
+use crate::plan::LandlockMode;
+use crate::schema::{
+    Checker, EnvSection, FilesystemSection, LimitsSection, PolicyFile, Size, toml_string,
+};
+
+/// Where a rule or value came from.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Origin {
+    /// Index of the layer in the merge (0 is the built-in policy).
+    pub layer: usize,
+    /// `built-in`, `project` or `FILE:LINE`.
+    pub label: String,
+    /// 1-based line in the layer's source (0 when there is none).
+    pub line: usize,
+    /// Byte span in the layer's source, if the value was written in a file.
+    pub span: Option<Range<usize>>,
+    /// Merge order: (base section = 0 / profile = 1, layer, offset).
+    pub order: (u8, usize, usize),
+}
+
+/// A path rule with its origin.
+#[derive(Debug, Clone)]
+pub(crate) struct Rule {
+    pub path: PathBuf,
+    pub origin: Origin,
+}
+
+/// The three sections of a file (or of one of its profiles), expanded and validated.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Sections {
+    pub readable: Vec<Rule>,
+    pub writable: Vec<Rule>,
+    pub deny: Vec<Rule>,
+    pub read_only: Vec<Rule>,
+    pub landlock: Option<(LandlockMode, Origin)>,
+    pub pass: Vec<(String, Origin)>,
+    pub set: Vec<(String, String, Origin)>,
+    pub memory: Option<(u64, Origin)>,
+    pub pids: Option<(u64, Origin)>,
+    pub cpu: Option<(f64, Origin)>,
+    pub nofile: Option<(u64, Origin)>,
+}
+
+/// One policy file.
+#[derive(Debug, Clone)]
+pub(crate) struct Layer {
+    /// `None` for the built-in policy.
+    pub file: Option<PathBuf>,
+    pub src: String,
+    pub base: Sections,
+    pub profiles: BTreeMap<String, Sections>,
+    /// Inside the project and not trusted: what it loosens is reported.
+    pub untrusted: bool,
+}
+
+/// What expansion needs to know.
+#[derive(Debug, Clone)]
+pub(crate) struct Context<'a> {
+    pub home: &'a Path,
+    pub passwd_home: Option<&'a Path>,
+    pub project: &'a Path,
+}
+
+/// Limits on limits.
+const MIN_MEMORY: u64 = 1 << 20;
+const MAX_PIDS: i64 = 1 << 22;
+const MAX_NOFILE: i64 = 1 << 30;
+const MIN_CPU: f64 = 0.01;
+const MAX_CPU: f64 = 65536.0;
+
+/// Parses a memory size: bytes, or a number with a K/M/G/T suffix (1024-based), optionally
+/// followed by `B` or `iB` (`"4G"`, `"512MiB"`, `"1t"`).
+pub(crate) fn parse_size(text: &str) -> Result<u64, &'static str> {
+    let t = text.trim();
+    let digits = t.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 {
+        return Err("does not start with a number");
+    }
+    let (num, unit) = t.split_at(digits);
+    let shift = match unit.to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
+        _ => return Err("has an unknown unit"),
+    };
+    let n: u64 = num.parse().map_err(|_| "is too large")?;
+    n.checked_mul(1u64 << shift).ok_or("is too large")
+}
+
+/// Parses, checks and expands one policy file.
+pub(crate) fn parse_layer(
+    src: &str,
+    file: Option<&Path>,
+    layer: usize,
+    ctx: &Context<'_>,
+) -> Result<Layer, PolicyError> {
+    let table = DeTable::parse(src).map_err(|e| toml_error(&e, src, file))?;
+    Checker { src, file }.check(table.get_ref())?;
+    let parsed = PolicyFile::deserialize(toml::de::Deserializer::from(table))
+        .map_err(|e| toml_error(&e, src, file))?;
+    let conv = Converter { src, file, layer, ctx };
+    let base = conv.sections(0, parsed.filesystem, parsed.env, parsed.limits)?;
+    let mut profiles = BTreeMap::new();
+    for (name, p) in parsed.profile {
+        let s = conv.sections(1, p.filesystem, p.env, p.limits)?;
+        profiles.insert(name.into_inner(), s);
+    }
+    Ok(Layer { file: file.map(Path::to_path_buf), src: src.to_string(), base, profiles, untrusted: false })
+}
+
+fn toml_error(e: &toml::de::Error, src: &str, file: Option<&Path>) -> PolicyError {
+    let message = e.message().trim().replace('\n', "; ");
+    let mut d = Diagnostic::new(format!("invalid TOML: {message}"))
+        .in_file(file)
+        .with_help("fix the TOML syntax (https://toml.io); strings need quotes, arrays brackets");
+    if let Some(span) = e.span() {
+        d = d.at(src, span);
+    }
+    d.into()
+}
+
+struct Converter<'a> {
+    src: &'a str,
+    file: Option<&'a Path>,
+    layer: usize,
+    ctx: &'a Context<'a>,
+}
+
+impl Converter<'_> {
+    fn origin(&self, phase: u8, span: Range<usize>) -> Origin {
+        let line = self.src[..span.start.min(self.src.len())].matches('\n').count() + 1;
+        let label = match self.file {
+            Some(f) => format!("{}:{line}", f.display()),
+            None => "built-in".to_string(),
+        };
+        Origin { layer: self.layer, label, line, order: (phase, self.layer, span.start), span: Some(span) }
+    }
+
+    fn diag(&self, message: String, span: Range<usize>, help: impl Into<String>) -> PolicyError {
+        Diagnostic::new(message).in_file(self.file).at(self.src, span).with_help(help).into()
+    }
+
+    /// Maps a byte range inside a string's value to its place in the source, when the literal
+    /// has no escapes (so offsets line up); otherwise the whole literal.
+    fn inner_span(&self, s: &Spanned<String>, at: Range<usize>) -> Range<usize> {
+        let span = s.span();
+        let lit = self.src.get(span.clone()).unwrap_or("");
+        if lit.len() == s.get_ref().len() + 2 && &lit[1..lit.len() - 1] == s.get_ref().as_str() {
+            span.start + 1 + at.start..span.start + 1 + at.end
+        } else {
+            span
+        }
+    }
+
+    fn sections(
+        &self,
+        phase: u8,
+        fs: Option<FilesystemSection>,
+        env: Option<EnvSection>,
+        limits: Option<LimitsSection>,
+    ) -> Result<Sections, PolicyError> {
+        let mut out = Sections::default();
+        if let Some(fs) = fs {
+            out.readable = self.paths(phase, &fs.readable, "readable", false)?;
+            out.writable = self.paths(phase, &fs.writable, "writable", false)?;
+            out.deny = self.paths(phase, &fs.deny, "deny", true)?;
+            out.read_only = self.paths(phase, &fs.read_only, "read_only", false)?;
+            if let Some(l) = fs.landlock {
+                let mode = match l.get_ref().as_str() {
+                    "required" => LandlockMode::Required,
+                    "best-effort" => LandlockMode::BestEffort,
+                    other => {
+                        let mut help = "expected \"required\" or \"best-effort\"".to_string();
+                        if let Some(s) = did_you_mean(other, &["required", "best-effort"]) {
+                            help.push_str(&format!("; did you mean \"{s}\"?"));
+                        }
+                        return Err(self.diag(
+                            format!("invalid value {} for `landlock`", toml_string(other)),
+                            l.span(),
+                            help,
+                        ));
+                    }
+                };
+                out.landlock = Some((mode, self.origin(phase, l.span())));
+            }
+        }
+        if let Some(env) = env {
+            for p in &env.pass {
+                let pat = p.get_ref();
+                if let Some(why) = glob_error(pat) {
+                    return Err(self.diag(
+                        format!("invalid variable name or glob {} in env.pass: it {why}", toml_string(pat)),
+                        p.span(),
+                        "use a variable name, or a glob where `*` matches any run of characters, e.g. \"LC_*\"",
+                    ));
+                }
+                if only_never_passable(pat) {
+                    return Err(self.never_passable(pat, "pass", p.span()));
+                }
+                out.pass.push((pat.clone(), self.origin(phase, p.span())));
+            }
+            // BTreeMap order is by name; report in file order.
+            let mut set: Vec<_> = env.set.iter().collect();
+            set.sort_by_key(|(k, _)| k.span().start);
+            for (k, v) in set {
+                let name = k.get_ref();
+                if let Some(why) = name_error(name) {
+                    return Err(self.diag(
+                        format!("invalid variable name {} in env.set: it {why}", toml_string(name)),
+                        k.span(),
+                        "variable names are letters, digits and `_`, not starting with a digit",
+                    ));
+                }
+                if only_never_passable(name) {
+                    return Err(self.never_passable(name, "set", k.span()));
+                }
+                if v.get_ref().contains('\0') {
+                    return Err(self.diag(
+                        format!("the value of `{name}` contains a NUL character"),
+                        v.span(),
+                        "environment values cannot contain NUL; remove it",
+                    ));
+                }
+                out.set.push((name.clone(), v.get_ref().clone(), self.origin(phase, k.span())));
+            }
+        }
+        if let Some(l) = limits {
+            if let Some(m) = l.memory {
+                let bytes = match m.get_ref() {
+                    Size::Bytes(n) => u64::try_from(*n).unwrap_or(0),
+                    Size::Text(t) => parse_size(t).map_err(|why| {
+                        self.diag(
+                            format!("invalid memory size {}: it {why}", toml_string(t)),
+                            m.span(),
+                            "write bytes, or a number with K, M, G or T (1024-based), e.g. memory = \"4G\"",
+                        )
+                    })?,
+                };
+                if bytes < MIN_MEMORY {
+                    return Err(self.out_of_range(
+                        "memory",
+                        m.span(),
+                        "must be at least 1M (1048576 bytes); leave `memory` out for no limit",
+                    ));
+                }
+                out.memory = Some((bytes, self.origin(phase, m.span())));
+            }
+            if let Some(p) = l.pids {
+                out.pids = Some((self.int_limit("pids", &p, MAX_PIDS)?, self.origin(phase, p.span())));
+            }
+            if let Some(n) = l.nofile {
+                out.nofile =
+                    Some((self.int_limit("nofile", &n, MAX_NOFILE)?, self.origin(phase, n.span())));
+            }
+            if let Some(c) = l.cpu {
+                let v = *c.get_ref();
+                if !(MIN_CPU..=MAX_CPU).contains(&v) {
+                    return Err(self.out_of_range(
+                        "cpu",
+                        c.span(),
+                        &format!("must be a number of cores from {MIN_CPU} to {MAX_CPU}, e.g. cpu = 1.5; leave `cpu` out for no limit"),
+                    ));
+                }
+                out.cpu = Some((v, self.origin(phase, c.span())));
+            }
+        }
+        Ok(out)
+    }
+
+    fn int_limit(&self, key: &str, v: &Spanned<i64>, max: i64) -> Result<u64, PolicyError> {
+        let n = *v.get_ref();
+        if !(1..=max).contains(&n) {
+            return Err(self.out_of_range(
+                key,
+                v.span(),
+                &format!("must be from 1 to {max}; leave `{key}` out for no limit"),
+            ));
+        }
+        Ok(n.unsigned_abs())
+    }
+
+    fn out_of_range(&self, key: &str, span: Range<usize>, help: &str) -> PolicyError {
+        let written = self.src.get(span.clone()).unwrap_or("").to_string();
+        self.diag(format!("`{key}` is out of range: {written}"), span, format!("`{key}` {help}"))
+    }
+
+    fn never_passable(&self, name: &str, list: &str, span: Range<usize>) -> PolicyError {
+        self.diag(
+            format!("env.{list} names `{name}`, which is never passed to the sandbox"),
+            span,
+            "LD_*, BASH_ENV, ENV and GCONV_PATH change how programs start: these are always dropped; remove the entry",
+        )
+    }
+
+    fn paths(
+        &self,
+        phase: u8,
+        raws: &[Spanned<String>],
+        key: &str,
+        both_homes: bool,
+    ) -> Result<Vec<Rule>, PolicyError> {
+        let mut out = Vec::new();
+        for raw in raws {
+            let mut homes = vec![self.ctx.home];
+            if both_homes && uses_home(raw.get_ref()) {
+                homes.extend(self.ctx.passwd_home.filter(|h| *h != self.ctx.home));
+            }
+            for home in homes {
+                let vars = Vars { home, project: self.ctx.project };
+                let path = expand(raw.get_ref(), &vars).map_err(|e| self.expand_error(raw, key, e))?;
+                if !out.iter().any(|r: &Rule| r.path == path) {
+                    out.push(Rule { path, origin: self.origin(phase, raw.span()) });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn expand_error(&self, raw: &Spanned<String>, key: &str, e: ExpandError) -> PolicyError {
+        let shown = toml_string(raw.get_ref());
+        const ABSOLUTE: &str = "paths must be absolute or start with ~, $HOME or ${PROJECT}";
+        match e {
+            ExpandError::UnknownVariable { name, at } => self.diag(
+                format!("unknown variable `{name}` in {key} path {shown}"),
+                self.inner_span(raw, at),
+                "only $HOME (or ${HOME}, ~) and ${PROJECT} expand in paths; write the value out",
+            ),
+            ExpandError::BadDollar { at } => self.diag(
+                format!("stray `$` in {key} path {shown}"),
+                self.inner_span(raw, at),
+                "only $HOME, ${HOME} and ${PROJECT} expand; a path cannot contain a literal `$`",
+            ),
+            ExpandError::TildeUser => self.diag(
+                format!("`~user` is not supported in {key} path {shown}"),
+                raw.span(),
+                format!("write the other user's home in full; {ABSOLUTE}"),
+            ),
+            ExpandError::Relative => self.diag(
+                format!("relative path {shown} in {key}"),
+                raw.span(),
+                format!("{ABSOLUTE}, e.g. \"${{PROJECT}}/{}\"", raw.get_ref().trim_start_matches("./")),
+            ),
+            ExpandError::Empty => self.diag(
+                format!("empty path in {key}"),
+                raw.span(),
+                format!("remove it; {ABSOLUTE}"),
+            ),
+            ExpandError::Nul => self.diag(
+                format!("{key} path {shown} contains a NUL character"),
+                raw.span(),
+                "paths cannot contain NUL; remove it",
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4G"), Ok(4 << 30));
+        assert_eq!(parse_size("4g"), Ok(4 << 30));
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("1K"), Ok(1024));
+        assert_eq!(parse_size("2T"), Ok(2 << 40));
+        assert_eq!(parse_size("1048576"), Ok(1 << 20));
+        assert_eq!(parse_size(" 1G "), Ok(1 << 30));
+        assert!(parse_size("4 gigs").is_err());
+        assert!(parse_size("G").is_err());
+        assert!(parse_size("").is_err());
+        assert!(parse_size("-1G").is_err());
+        assert!(parse_size("1.5G").is_err());
+        assert!(parse_size("99999999999999999999").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
+
+    fn ctx() -> (PathBuf, PathBuf, PathBuf) {
+        ("/home/u".into(), "/home/v".into(), "/work/p".into())
+    }
+
+    #[test]
+    fn deny_under_home_uses_both_homes_other_lists_do_not() {
+        let (h, ph, p) = ctx();
+        let c = Context { home: &h, passwd_home: Some(&ph), project: &p };
+        let src = "[filesystem]\ndeny = [\"~/.ssh\", \"/etc/x\"]\nwritable = [\"~/.cache\"]\n";
+        let l = parse_layer(src, Some(Path::new("/f.toml")), 1, &c).unwrap();
+        let deny: Vec<_> = l.base.deny.iter().map(|r| r.path.clone()).collect();
+        assert_eq!(deny, [PathBuf::from("/home/u/.ssh"), "/home/v/.ssh".into(), "/etc/x".into()]);
+        assert_eq!(l.base.deny[1].origin.label, "/f.toml:2");
+        assert_eq!(l.base.writable.len(), 1);
+        assert_eq!(l.base.writable[0].origin.label, "/f.toml:3");
+    }
+
+    #[test]
+    fn same_home_is_not_doubled() {
+        let (h, _, p) = ctx();
+        let c = Context { home: &h, passwd_home: Some(&h), project: &p };
+        let l = parse_layer("[filesystem]\ndeny = [\"~/.ssh\"]", None, 0, &c).unwrap();
+        assert_eq!(l.base.deny.len(), 1);
+        assert_eq!(l.base.deny[0].origin.label, "built-in");
+    }
+
+    #[test]
+    fn variable_caret_points_at_the_variable() {
+        let (h, _, p) = ctx();
+        let c = Context { home: &h, passwd_home: None, project: &p };
+        let src = "[filesystem]\nreadable = [\"/a/${FOO}/b\"]\n";
+        let err = parse_layer(src, Some(Path::new("/f")), 1, &c).unwrap_err();
+        let loc = err.diagnostic().unwrap().location.clone().unwrap();
+        assert_eq!((loc.line, loc.column, loc.width), (2, 17, 6));
+    }
+
+    #[test]
+    fn escaped_string_falls_back_to_the_whole_literal() {
+        let (h, _, p) = ctx();
+        let c = Context { home: &h, passwd_home: None, project: &p };
+        let src = "[filesystem]\nreadable = [\"/a\\u0041/${FOO}\"]\n";
+        let err = parse_layer(src, Some(Path::new("/f")), 1, &c).unwrap_err();
+        let loc = err.diagnostic().unwrap().location.clone().unwrap();
+        assert_eq!((loc.line, loc.column), (2, 13));
+        assert!(err.to_string().contains("unknown variable `FOO`"));
+    }
+
+    #[test]
+    fn profiles_are_parsed() {
+        let (h, _, p) = ctx();
+        let c = Context { home: &h, passwd_home: None, project: &p };
+        let src = "[profile.x.env]\npass = [\"A\"]\n[profile.x.limits]\npids = 5\n";
+        let l = parse_layer(src, None, 0, &c).unwrap();
+        let x = &l.profiles["x"];
+        assert_eq!(x.pass[0].0, "A");
+        assert_eq!(x.pids.as_ref().unwrap().0, 5);
+        assert_eq!(x.pids.as_ref().unwrap().1.order.0, 1);
+    }
+}

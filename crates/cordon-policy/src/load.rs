@@ -1,0 +1,508 @@
+//! Loading: read the policy layers, merge them, check the result and find what an untrusted
+//! project file loosens.
+//!
+//! Merge order: built-in ← user config ← policy file (`--policy`, else `PROJECT/cordon.toml`)
+//! ← the selected profile, looked up in every layer in the same order. Lists append (first
+//! origin kept on duplicates); scalars override; `deny` and `read_only` can only grow.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::env::{glob_matches, looks_secret};
+use crate::error::{Diagnostic, PolicyError, backticked, did_you_mean};
+use crate::expand::normalize;
+use crate::layer::{Context, Layer, Origin, Rule, Sections, parse_layer};
+use crate::plan::{EnvPlan, FilesystemPlan, LandlockMode, LimitsPlan, PathRule, Plan};
+use crate::trust::{TrustStore, trust_key};
+
+/// The built-in policy, always the first layer.
+pub const DEFAULT_POLICY: &str = include_str!("default.toml");
+
+/// Where to find the policy layers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// The project directory: absolute and canonical (the caller canonicalises it).
+    pub project_dir: PathBuf,
+    /// `$HOME`.
+    pub home: PathBuf,
+    /// The passwd entry's home when it differs from `$HOME`: deny rules under `~` or `$HOME`
+    /// are applied to both.
+    pub passwd_home: Option<PathBuf>,
+    /// `--policy FILE`; when `None`, `PROJECT/cordon.toml` is used if it exists.
+    pub policy_file: Option<PathBuf>,
+    /// The user's config (usually `~/.config/cordon/cordon.toml`); skipped when missing.
+    pub user_config: Option<PathBuf>,
+    /// `--profile NAME`.
+    pub profile: Option<String>,
+    /// The trust store (e.g. `$XDG_DATA_HOME/cordon/trusted.json`).
+    pub trust_store: PathBuf,
+}
+
+impl LoadOptions {
+    /// Options with no policy file, user config or profile.
+    pub fn new(
+        project_dir: impl Into<PathBuf>,
+        home: impl Into<PathBuf>,
+        trust_store: impl Into<PathBuf>,
+    ) -> Self {
+        LoadOptions {
+            project_dir: project_dir.into(),
+            home: home.into(),
+            passwd_home: None,
+            policy_file: None,
+            user_config: None,
+            profile: None,
+            trust_store: trust_store.into(),
+        }
+    }
+}
+
+/// The outcome of [`load`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    /// The effective policy, including whatever untrusted files loosen (see
+    /// [`untrusted_loosening`](Self::untrusted_loosening)).
+    pub plan: Plan,
+    /// The files that were read, in merge order (the built-in policy is not included).
+    pub sources: Vec<PathBuf>,
+    /// What untrusted project files loosen. Non-empty: the caller must refuse to run (exit
+    /// 125) and print them, pointing at `cordon trust`.
+    pub untrusted_loosening: Vec<Loosening>,
+    /// Things worth telling the user that do not stop the run.
+    pub warnings: Vec<String>,
+}
+
+/// One way an untrusted policy file makes the policy more permissive.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Loosening {
+    /// The untrusted file.
+    pub file: PathBuf,
+    /// What it does, e.g. `adds writable path /home/u/.cache (line 3)`.
+    pub what: String,
+}
+
+impl fmt::Display for Loosening {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.file.display(), self.what)
+    }
+}
+
+/// Loads, merges and checks the policy.
+pub fn load(opts: &LoadOptions) -> Result<Loaded, PolicyError> {
+    let ctx = Context {
+        home: &opts.home,
+        passwd_home: opts.passwd_home.as_deref(),
+        project: &opts.project_dir,
+    };
+    let store = TrustStore::new(&opts.trust_store);
+    let mut layers = vec![parse_layer(DEFAULT_POLICY, None, 0, &ctx)?];
+    let mut sources = Vec::new();
+    let mut warnings = Vec::new();
+
+    let mut files: Vec<(PathBuf, bool)> = Vec::new();
+    if let Some(uc) = &opts.user_config {
+        files.push((uc.clone(), false));
+    }
+    match &opts.policy_file {
+        Some(p) => files.push((p.clone(), true)),
+        None => files.push((opts.project_dir.join("cordon.toml"), false)),
+    }
+    for (path, required) in files {
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == ErrorKind::NotFound && !required => continue,
+            Err(e) => return Err(PolicyError::io("read", &path, e)),
+        };
+        let src = String::from_utf8(bytes).map_err(|e| {
+            // Everything before `valid` is UTF-8, so it is unchanged in the lossy text.
+            let valid = e.utf8_error().valid_up_to();
+            let text = String::from_utf8_lossy(e.as_bytes()).into_owned();
+            PolicyError::from(
+                Diagnostic::new("the policy file is not valid UTF-8")
+                    .in_file(Some(&path))
+                    .at(&text, valid..valid + 1)
+                    .with_help("save it as UTF-8"),
+            )
+        })?;
+        let mut layer = parse_layer(&src, Some(&path), layers.len(), &ctx)?;
+        let key = trust_key(&path)?;
+        let inside_project = key.starts_with(&opts.project_dir)
+            || (path.is_absolute() && normalize(&path).starts_with(&opts.project_dir));
+        layer.untrusted = inside_project && !store.is_trusted_content(&key, src.as_bytes())?;
+        sources.push(path);
+        layers.push(layer);
+    }
+
+    let profile = opts.profile.as_deref();
+    if let Some(name) = profile {
+        if !layers.iter().any(|l| l.profiles.contains_key(name)) {
+            return Err(unknown_profile(name, &layers).into());
+        }
+    }
+
+    let all: Vec<&Layer> = layers.iter().collect();
+    let full = Merged::new(&all, &opts.project_dir, profile);
+    full.check_contradictions(&layers)?;
+
+    let mut untrusted_loosening = Vec::new();
+    if layers.iter().any(|l| l.untrusted) {
+        let trusted: Vec<&Layer> = layers.iter().filter(|l| !l.untrusted).collect();
+        let base = Merged::new(&trusted, &opts.project_dir, profile);
+        untrusted_loosening = loosenings(&full, &base, &layers);
+    }
+
+    let mut plan = full.into_plan(opts);
+    protect_own_files(&mut plan, opts, &mut warnings);
+    Ok(Loaded { plan, sources, untrusted_loosening, warnings })
+}
+
+fn unknown_profile(name: &str, layers: &[Layer]) -> Diagnostic {
+    let mut names: Vec<&str> =
+        layers.iter().flat_map(|l| l.profiles.keys().map(String::as_str)).collect();
+    names.sort_unstable();
+    names.dedup();
+    let mut help = if names.is_empty() {
+        "no profiles are defined".to_string()
+    } else {
+        format!("available profiles: {}", backticked(&names))
+    };
+    if let Some(s) = did_you_mean(name, &names) {
+        help.push_str(&format!("; did you mean `{s}`?"));
+    }
+    help.push_str("; define one with a [profile.NAME] section");
+    Diagnostic::new(format!("unknown profile `{name}`")).with_help(help)
+}
+
+/// The policy after merging some layers.
+#[derive(Debug, Clone)]
+struct Merged {
+    readable: Vec<Rule>,
+    writable: Vec<Rule>,
+    deny: Vec<Rule>,
+    read_only: Vec<Rule>,
+    landlock: (LandlockMode, Option<Origin>),
+    pass: Vec<(String, Origin)>,
+    set: BTreeMap<String, (String, Origin)>,
+    memory: Option<(u64, Origin)>,
+    pids: Option<(u64, Origin)>,
+    cpu: Option<(f64, Origin)>,
+    nofile: Option<(u64, Origin)>,
+}
+
+fn push_rules(into: &mut Vec<Rule>, from: &[Rule]) {
+    for r in from {
+        if !into.iter().any(|x| x.path == r.path) {
+            into.push(r.clone());
+        }
+    }
+}
+
+fn project_origin() -> Origin {
+    Origin { layer: 0, label: "project".into(), line: 0, span: None, order: (0, 0, 0) }
+}
+
+impl Merged {
+    fn new(layers: &[&Layer], project: &Path, profile: Option<&str>) -> Self {
+        let mut m = Merged {
+            readable: Vec::new(),
+            writable: vec![Rule { path: project.to_path_buf(), origin: project_origin() }],
+            deny: Vec::new(),
+            read_only: Vec::new(),
+            landlock: (LandlockMode::Required, None),
+            pass: Vec::new(),
+            set: BTreeMap::new(),
+            memory: None,
+            pids: None,
+            cpu: None,
+            nofile: None,
+        };
+        for l in layers {
+            m.apply(&l.base);
+        }
+        if let Some(name) = profile {
+            for l in layers {
+                if let Some(p) = l.profiles.get(name) {
+                    m.apply(p);
+                }
+            }
+        }
+        m
+    }
+
+    fn apply(&mut self, s: &Sections) {
+        push_rules(&mut self.readable, &s.readable);
+        push_rules(&mut self.writable, &s.writable);
+        push_rules(&mut self.deny, &s.deny);
+        push_rules(&mut self.read_only, &s.read_only);
+        if let Some((mode, o)) = &s.landlock {
+            self.landlock = (*mode, Some(o.clone()));
+        }
+        for (p, o) in &s.pass {
+            if !self.pass.iter().any(|(x, _)| x == p) {
+                self.pass.push((p.clone(), o.clone()));
+            }
+        }
+        for (k, v, o) in &s.set {
+            self.set.insert(k.clone(), (v.clone(), o.clone()));
+        }
+        if s.memory.is_some() {
+            self.memory.clone_from(&s.memory);
+        }
+        if s.pids.is_some() {
+            self.pids.clone_from(&s.pids);
+        }
+        if s.cpu.is_some() {
+            self.cpu.clone_from(&s.cpu);
+        }
+        if s.nofile.is_some() {
+            self.nofile.clone_from(&s.nofile);
+        }
+    }
+
+    /// A readable or writable path equal to or inside a denied one is a contradiction: deny
+    /// wins, so the user's intent cannot be what happens.
+    fn check_contradictions(&self, layers: &[Layer]) -> Result<(), PolicyError> {
+        let allowed = self.writable.iter().map(|r| ("writable", r));
+        let allowed = allowed.chain(self.readable.iter().map(|r| ("readable", r)));
+        for (kind, r) in allowed {
+            for d in &self.deny {
+                if r.path.starts_with(&d.path) {
+                    return Err(contradiction(kind, r, d, layers).into());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn into_plan(self, opts: &LoadOptions) -> Plan {
+        let rules = |v: Vec<Rule>| -> Vec<PathRule> {
+            v.into_iter().map(|r| PathRule::new(r.path, r.origin.label)).collect()
+        };
+        Plan {
+            project: opts.project_dir.clone(),
+            home: opts.home.clone(),
+            filesystem: FilesystemPlan {
+                readable: rules(self.readable),
+                writable: rules(self.writable),
+                deny: rules(self.deny),
+                read_only: rules(self.read_only),
+                landlock: self.landlock.0,
+            },
+            env: EnvPlan {
+                pass: self.pass.into_iter().map(|(p, _)| p).collect(),
+                set: self.set.into_iter().map(|(k, (v, _))| (k, v)).collect(),
+            },
+            limits: LimitsPlan {
+                memory: self.memory.map(|x| x.0),
+                pids: self.pids.map(|x| x.0),
+                cpu: self.cpu.map(|x| x.0),
+                nofile: self.nofile.map(|x| x.0),
+            },
+        }
+    }
+}
+
+/// A diagnostic located at `origin`, when it was written in a file.
+fn diag_at(message: String, origin: &Origin, layers: &[Layer]) -> Diagnostic {
+    let d = Diagnostic::new(message);
+    match (&origin.span, layers.get(origin.layer)) {
+        (Some(span), Some(l)) if l.file.is_some() => {
+            d.in_file(l.file.as_deref()).at(&l.src, span.clone())
+        }
+        _ => d,
+    }
+}
+
+fn contradiction(kind: &str, r: &Rule, d: &Rule, layers: &[Layer]) -> Diagnostic {
+    let (rp, dp) = (r.path.display(), d.path.display());
+    let r_builtin = r.origin.span.is_none() || layers[r.origin.layer].file.is_none();
+    let d_builtin = d.origin.span.is_none() || layers[d.origin.layer].file.is_none();
+    if r.origin.span.is_none() {
+        // The project directory itself.
+        let msg = format!("the project directory {rp} is inside denied path {dp} ({})", d.origin.label);
+        let help = if d_builtin {
+            format!("run cordon in a project outside {dp}")
+        } else {
+            "the project directory is always writable; deny a narrower path".to_string()
+        };
+        return diag_at(msg, &d.origin, layers).with_help(help);
+    }
+    let blame_rule = !r_builtin && (d_builtin || r.origin.order >= d.origin.order);
+    if blame_rule {
+        let msg = if r.path == d.path {
+            format!("{rp} is both {kind} and denied ({})", d.origin.label)
+        } else {
+            format!("{kind} path {rp} is inside denied path {dp} ({})", d.origin.label)
+        };
+        diag_at(msg, &r.origin, layers)
+            .with_help(format!("deny always wins; remove it from `{kind}`, or deny narrower paths"))
+    } else {
+        let msg = format!("denied path {dp} contains {kind} path {rp} ({})", r.origin.label);
+        diag_at(msg, &d.origin, layers).with_help(format!(
+            "deny always wins; remove one of the two (the {kind} entry would have no effect)"
+        ))
+    }
+}
+
+fn as_f(x: &Option<(u64, Origin)>) -> Option<(f64, &Origin)> {
+    x.as_ref().map(|(v, o)| (*v as f64, o))
+}
+
+fn covered(path: &Path, rules: &[&Rule]) -> bool {
+    rules.iter().any(|r| path.starts_with(&r.path))
+}
+
+fn loosenings(full: &Merged, base: &Merged, layers: &[Layer]) -> Vec<Loosening> {
+    let mut out = Vec::new();
+    let fallback = layers.iter().find(|l| l.untrusted).and_then(|l| l.file.clone());
+    let mut add = |o: &Origin, what: String| {
+        let file = layers
+            .get(o.layer)
+            .filter(|l| l.untrusted)
+            .and_then(|l| l.file.clone())
+            .or_else(|| fallback.clone())
+            .unwrap_or_default();
+        let what = if o.line > 0 { format!("{what} (line {})", o.line) } else { what };
+        out.push(Loosening { file, what });
+    };
+
+    let base_visible: Vec<&Rule> = base.readable.iter().chain(&base.writable).collect();
+    for r in &full.readable {
+        if !covered(&r.path, &base_visible) {
+            add(&r.origin, format!("adds readable path {}", r.path.display()));
+        }
+    }
+    let base_writable: Vec<&Rule> = base.writable.iter().collect();
+    let base_ro: Vec<&Rule> = base.read_only.iter().collect();
+    for r in &full.writable {
+        if !covered(&r.path, &base_writable) || covered(&r.path, &base_ro) {
+            add(&r.origin, format!("adds writable path {}", r.path.display()));
+        }
+    }
+    for (p, o) in &full.pass {
+        let known = base.pass.iter().any(|(b, _)| {
+            b == p || (!p.contains('*') && !looks_secret(p) && b.contains('*') && glob_matches(b, p))
+        });
+        if !known {
+            let what = if p.contains('*') {
+                format!("passes host variables matching `{p}`")
+            } else {
+                format!("passes host variable `{p}`")
+            };
+            add(o, what);
+        }
+    }
+    for (k, (v, o)) in &full.set {
+        if base.set.get(k).map(|(b, _)| b) != Some(v) {
+            add(o, format!("sets environment variable `{k}`"));
+        }
+    }
+    if let (LandlockMode::BestEffort, LandlockMode::Required, Some(o)) =
+        (full.landlock.0, base.landlock.0, &full.landlock.1)
+    {
+        add(o, "makes Landlock best-effort".to_string());
+    }
+    let limit = |name: &str, b: Option<(f64, &Origin)>, f: Option<(f64, &Origin)>| match (b, f) {
+        (Some((b, _)), Some((f, o))) if f > b => Some((o.clone(), format!("raises the {name} limit"))),
+        (Some(_), None) => Some((project_origin(), format!("removes the {name} limit"))),
+        _ => None,
+    };
+    let changes = [
+        limit("memory", as_f(&base.memory), as_f(&full.memory)),
+        limit("pids", as_f(&base.pids), as_f(&full.pids)),
+        limit("cpu", base.cpu.as_ref().map(|(v, o)| (*v, o)), full.cpu.as_ref().map(|(v, o)| (*v, o))),
+        limit("nofile", as_f(&base.nofile), as_f(&full.nofile)),
+    ];
+    for (o, what) in changes.into_iter().flatten() {
+        add(&o, what);
+    }
+    out
+}
+
+/// cordon's own configuration must not be writable from inside the sandbox: a file the agent
+/// could edit would loosen the next run. Any such file under a writable path is made read-only.
+fn protect_own_files(plan: &mut Plan, opts: &LoadOptions, warnings: &mut Vec<String>) {
+    let mut own: Vec<PathBuf> = vec![opts.trust_store.clone()];
+    own.extend(opts.user_config.clone());
+    own.extend(opts.policy_file.clone());
+    for f in own {
+        if !f.is_absolute() {
+            continue;
+        }
+        let f = normalize(&f);
+        let fs = &mut plan.filesystem;
+        if !fs.writable.iter().any(|w| f.starts_with(&w.path)) {
+            continue;
+        }
+        if fs.read_only.iter().any(|r| f.starts_with(&r.path)) {
+            continue;
+        }
+        if !f.exists() {
+            warnings.push(format!(
+                "{} is inside a writable path and does not exist yet, so the sandboxed command could create it",
+                f.display()
+            ));
+        }
+        fs.read_only.push(PathRule::new(f, "built-in"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_built_in_policy_loads_and_is_safe_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = LoadOptions::new("/work/p", "/home/u", dir.path().join("t.json"));
+        let l = load(&opts).unwrap();
+        let fs = &l.plan.filesystem;
+        assert_eq!(fs.readable, [PathRule::new("/", "built-in")]);
+        assert_eq!(fs.writable, [PathRule::new("/work/p", "project")]);
+        assert_eq!(fs.landlock, LandlockMode::Required);
+        for d in ["/home/u/.ssh", "/home/u/.aws", "/etc/shadow", "/run", "/var/run", "/etc/ssh"] {
+            assert!(fs.deny.iter().any(|r| r.path == Path::new(d)), "{d} not denied");
+        }
+        assert_eq!(fs.deny.iter().filter(|r| r.path.starts_with("/home/u")).count(), 31);
+        assert!(fs.read_only.contains(&PathRule::new("/work/p/.git/hooks", "built-in")));
+        assert!(fs.read_only.contains(&PathRule::new("/work/p/cordon.toml", "built-in")));
+        assert_eq!(l.plan.env.set.get("CORDON_SANDBOX").map(String::as_str), Some("1"));
+        assert!(l.plan.env.pass.iter().any(|p| p == "LC_*"));
+        assert!(!l.plan.env.pass.iter().any(|p| p == "TMPDIR"));
+        assert_eq!(l.plan.limits, LimitsPlan::default());
+        assert!(l.sources.is_empty());
+        assert!(l.untrusted_loosening.is_empty());
+    }
+
+    #[test]
+    fn built_in_profiles() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, path) in [
+            ("claude", "/home/u/.claude.json"),
+            ("codex", "/home/u/.codex"),
+            ("gemini", "/home/u/.gemini"),
+            ("aider", "/home/u/.aider"),
+            ("opencode", "/home/u/.local/state/opencode"),
+        ] {
+            let mut opts = LoadOptions::new("/work/p", "/home/u", dir.path().join("t.json"));
+            opts.profile = Some(name.into());
+            let l = load(&opts).unwrap();
+            assert!(
+                l.plan.filesystem.writable.iter().any(|r| r.path == Path::new(path)),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn covered_is_component_wise() {
+        let r = Rule { path: "/a/b".into(), origin: project_origin() };
+        assert!(covered(Path::new("/a/b/c"), &[&r]));
+        assert!(covered(Path::new("/a/b"), &[&r]));
+        assert!(!covered(Path::new("/a/bc"), &[&r]));
+    }
+}

@@ -1,0 +1,159 @@
+//! Rendering a [`Plan`] back in the policy file schema, for `cordon check`.
+
+use std::fmt::Write;
+use std::path::Path;
+
+use crate::plan::{LandlockMode, PathRule, Plan};
+use crate::schema::{quote_key, toml_string};
+
+/// A TOML comment holding `text` on one line, whatever it contains.
+fn comment(text: &str) -> String {
+    text.chars().flat_map(|c| if c.is_control() { c.escape_default().collect() } else { vec![c] }).collect()
+}
+
+fn path_string(p: &Path) -> String {
+    toml_string(&p.to_string_lossy())
+}
+
+fn rules(out: &mut String, key: &str, rules: &[PathRule]) {
+    if rules.is_empty() {
+        let _ = writeln!(out, "{key} = []");
+        return;
+    }
+    let _ = writeln!(out, "{key} = [");
+    for r in rules {
+        let _ = writeln!(out, "    {}, # {}", path_string(&r.path), comment(&r.origin));
+    }
+    let _ = writeln!(out, "]");
+}
+
+/// `4294967296` → `"4G"`; sizes that are not a whole number of a unit stay in bytes.
+fn size(bytes: u64) -> String {
+    for (shift, unit) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
+        if bytes != 0 && bytes % (1u64 << shift) == 0 {
+            return toml_string(&format!("{}{unit}", bytes >> shift));
+        }
+    }
+    bytes.to_string()
+}
+
+impl Plan {
+    /// The effective policy in the policy file schema, each path followed by a `# origin`
+    /// comment. The project directory is listed as writable with origin `project`.
+    pub fn to_toml(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "# Effective cordon policy");
+        let _ = writeln!(out, "# project: {}", comment(&self.project.to_string_lossy()));
+        let _ = writeln!(out, "# home: {}", comment(&self.home.to_string_lossy()));
+        let fs = &self.filesystem;
+        let _ = writeln!(out, "\n[filesystem]");
+        rules(&mut out, "readable", &fs.readable);
+        rules(&mut out, "writable", &fs.writable);
+        rules(&mut out, "deny", &fs.deny);
+        rules(&mut out, "read_only", &fs.read_only);
+        let landlock = match fs.landlock {
+            LandlockMode::Required => "required",
+            LandlockMode::BestEffort => "best-effort",
+        };
+        let _ = writeln!(out, "landlock = \"{landlock}\"");
+
+        let _ = writeln!(out, "\n[env]");
+        if self.env.pass.is_empty() {
+            let _ = writeln!(out, "pass = []");
+        } else {
+            let _ = writeln!(out, "pass = [");
+            for p in &self.env.pass {
+                let _ = writeln!(out, "    {},", toml_string(p));
+            }
+            let _ = writeln!(out, "]");
+        }
+        let _ = writeln!(out, "\n[env.set]");
+        for (k, v) in &self.env.set {
+            let _ = writeln!(out, "{} = {}", quote_key(k), toml_string(v));
+        }
+
+        let _ = writeln!(out, "\n[limits]");
+        let l = &self.limits;
+        match l.memory {
+            Some(m) => writeln!(out, "memory = {}", size(m)),
+            None => writeln!(out, "# memory: no limit"),
+        }
+        .ok();
+        for (key, v) in [("pids", l.pids), ("nofile", l.nofile)] {
+            match v {
+                Some(n) => writeln!(out, "{key} = {n}"),
+                None => writeln!(out, "# {key}: no limit"),
+            }
+            .ok();
+        }
+        match l.cpu {
+            Some(c) if c.is_finite() => writeln!(out, "cpu = {c:?}"),
+            _ => writeln!(out, "# cpu: no limit"),
+        }
+        .ok();
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{EnvPlan, FilesystemPlan, LimitsPlan};
+
+    fn plan() -> Plan {
+        Plan {
+            project: "/work/p".into(),
+            home: "/home/u".into(),
+            filesystem: FilesystemPlan {
+                readable: vec![PathRule::new("/", "built-in")],
+                writable: vec![
+                    PathRule::new("/work/p", "project"),
+                    PathRule::new("/home/u/.cache/a \"q\"", "/home/u/.config/cordon/cordon.toml:3"),
+                ],
+                deny: vec![PathRule::new("/home/u/.ssh", "evil\norigin")],
+                read_only: vec![],
+                landlock: LandlockMode::BestEffort,
+            },
+            env: EnvPlan {
+                pass: vec!["TERM".into(), "LC_*".into()],
+                set: [("CORDON_SANDBOX".to_string(), "1".to_string())].into(),
+            },
+            limits: LimitsPlan { memory: Some(4 << 30), pids: Some(100), cpu: Some(1.5), nofile: None },
+        }
+    }
+
+    #[test]
+    fn renders_the_file_schema_with_origins() {
+        let text = plan().to_toml();
+        assert!(text.contains("    \"/work/p\", # project\n"), "{text}");
+        assert!(text.contains("# /home/u/.config/cordon/cordon.toml:3\n"), "{text}");
+        assert!(text.contains("# evil\\norigin\n"), "{text}");
+        assert!(text.contains("landlock = \"best-effort\""));
+        assert!(text.contains("memory = \"4G\""));
+        assert!(text.contains("cpu = 1.5"));
+        assert!(text.contains("# nofile: no limit"));
+        assert!(text.contains("read_only = []"));
+    }
+
+    #[test]
+    fn output_parses_back_to_the_same_values() {
+        let p = plan();
+        let v: toml::Table = toml::from_str(&p.to_toml()).unwrap();
+        let fs = v["filesystem"].as_table().unwrap();
+        let writable: Vec<_> =
+            fs["writable"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+        assert_eq!(writable, ["/work/p", "/home/u/.cache/a \"q\""]);
+        assert_eq!(v["env"]["set"]["CORDON_SANDBOX"].as_str(), Some("1"));
+        assert_eq!(v["limits"]["pids"].as_integer(), Some(100));
+        assert_eq!(v["limits"]["cpu"].as_float(), Some(1.5));
+        assert!(v["limits"].get("nofile").is_none());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(size(4 << 30), "\"4G\"");
+        assert_eq!(size(1536 << 20), "\"1536M\"");
+        assert_eq!(size(1000), "1000");
+        assert_eq!(size(0), "0");
+    }
+}

@@ -1,0 +1,429 @@
+//! The policy file schema (serde), and a structural check over the parsed TOML tree that
+//! reports unknown keys and wrong types with their exact location before serde sees them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
+use serde_spanned::Spanned;
+use toml::de::{DeTable, DeValue};
+
+use crate::error::{Diagnostic, backticked, did_you_mean};
+
+/// Top-level keys of a policy file.
+pub(crate) const ROOT_KEYS: &[&str] = &["filesystem", "env", "limits", "profile"];
+/// Keys of a `[profile.NAME]` table.
+pub(crate) const PROFILE_KEYS: &[&str] = &["filesystem", "env", "limits"];
+/// Keys of `[filesystem]`.
+pub(crate) const FILESYSTEM_KEYS: &[&str] =
+    &["readable", "writable", "deny", "read_only", "landlock"];
+/// Keys of `[env]`.
+pub(crate) const ENV_KEYS: &[&str] = &["pass", "set"];
+/// Keys of `[limits]`.
+pub(crate) const LIMITS_KEYS: &[&str] = &["memory", "pids", "cpu", "nofile"];
+
+/// A whole policy file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PolicyFile {
+    #[serde(default)]
+    pub filesystem: Option<FilesystemSection>,
+    #[serde(default)]
+    pub env: Option<EnvSection>,
+    #[serde(default)]
+    pub limits: Option<LimitsSection>,
+    #[serde(default)]
+    pub profile: BTreeMap<Spanned<String>, ProfileSection>,
+}
+
+/// `[profile.NAME]`: the same sections as the top level, applied when NAME is selected.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ProfileSection {
+    #[serde(default)]
+    pub filesystem: Option<FilesystemSection>,
+    #[serde(default)]
+    pub env: Option<EnvSection>,
+    #[serde(default)]
+    pub limits: Option<LimitsSection>,
+}
+
+/// `[filesystem]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FilesystemSection {
+    #[serde(default)]
+    pub readable: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub writable: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub deny: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub read_only: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub landlock: Option<Spanned<String>>,
+}
+
+/// `[env]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EnvSection {
+    #[serde(default)]
+    pub pass: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub set: BTreeMap<Spanned<String>, Spanned<String>>,
+}
+
+/// `[limits]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LimitsSection {
+    #[serde(default)]
+    pub memory: Option<Spanned<Size>>,
+    #[serde(default)]
+    pub pids: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub cpu: Option<Spanned<f64>>,
+    #[serde(default)]
+    pub nofile: Option<Spanned<i64>>,
+}
+
+/// A memory size as written: an integer of bytes or a string such as `"4G"`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Size {
+    Bytes(i64),
+    Text(String),
+}
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Size;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an integer of bytes or a string such as \"4G\"")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Size, E> {
+                Ok(Size::Bytes(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Size, E> {
+                Ok(Size::Bytes(i64::try_from(v).unwrap_or(i64::MAX)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Size, E> {
+                Ok(Size::Text(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// What a value must be, for type errors.
+#[derive(Clone, Copy)]
+enum Expect {
+    StringArray,
+    String,
+    StringTable,
+    Size,
+    Integer,
+    Number,
+}
+
+impl Expect {
+    fn describe(self) -> &'static str {
+        match self {
+            Expect::StringArray => "an array of strings",
+            Expect::String => "a string",
+            Expect::StringTable => "a table of strings",
+            Expect::Size => "an integer of bytes or a string such as \"4G\"",
+            Expect::Integer => "an integer",
+            Expect::Number => "a number",
+        }
+    }
+}
+
+fn a_type(v: &DeValue<'_>) -> &'static str {
+    match v {
+        DeValue::String(_) => "a string",
+        DeValue::Integer(_) => "an integer",
+        DeValue::Float(_) => "a float",
+        DeValue::Boolean(_) => "a boolean",
+        DeValue::Datetime(_) => "a date-time",
+        DeValue::Array(_) => "an array",
+        DeValue::Table(_) => "a table",
+    }
+}
+
+/// Walks the parsed tree of one policy file and reports the first unknown key or wrong type,
+/// in file order.
+pub(crate) struct Checker<'a> {
+    pub src: &'a str,
+    pub file: Option<&'a Path>,
+}
+
+type Entry<'t, 'i> = (&'t Spanned<toml::de::DeString<'i>>, &'t Spanned<DeValue<'i>>);
+
+fn sorted<'t, 'i>(t: &'t DeTable<'i>) -> Vec<Entry<'t, 'i>> {
+    let mut v: Vec<_> = t.iter().collect();
+    v.sort_by_key(|(k, _)| k.span().start);
+    v
+}
+
+impl Checker<'_> {
+    fn diag(&self, message: String, span: std::ops::Range<usize>, help: String) -> Diagnostic {
+        Diagnostic::new(message).in_file(self.file).at(self.src, span).with_help(help)
+    }
+
+    pub(crate) fn check(&self, root: &DeTable<'_>) -> Result<(), Diagnostic> {
+        for (k, v) in sorted(root) {
+            let key: &str = k.get_ref();
+            match key {
+                "filesystem" | "env" | "limits" => {
+                    let t = self.table(key, v, "the top level")?;
+                    self.section(key, t, &format!("[{key}]"))?;
+                }
+                "profile" => {
+                    let t = self.table(key, v, "the top level")?;
+                    for (name, pv) in sorted(t) {
+                        let name: &str = name.get_ref();
+                        let header = format!("[profile.{}]", quote_key(name));
+                        let pt = self.table(&header, pv, "[profile]")?;
+                        for (sk, sv) in sorted(pt) {
+                            let skey: &str = sk.get_ref();
+                            if !PROFILE_KEYS.contains(&skey) {
+                                return Err(self.unknown(skey, sk.span(), &header, PROFILE_KEYS));
+                            }
+                            let st = self.table(skey, sv, &header)?;
+                            let sub = format!("[profile.{}.{skey}]", quote_key(name));
+                            self.section(skey, st, &sub)?;
+                        }
+                    }
+                }
+                other => {
+                    let mut help = format!(
+                        "cordon has only the sections {}; a section exists only where something enforces it",
+                        "[filesystem], [env], [limits] and [profile.NAME]"
+                    );
+                    if let Some(s) = did_you_mean(other, ROOT_KEYS) {
+                        help.push_str(&format!("; did you mean `{s}`?"));
+                    }
+                    return Err(self.diag(
+                        format!("unknown section `{other}`"),
+                        k.span(),
+                        help,
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn unknown(
+        &self,
+        key: &str,
+        span: std::ops::Range<usize>,
+        section: &str,
+        expected: &[&str],
+    ) -> Diagnostic {
+        let mut help = format!("expected one of {}", backticked(expected));
+        if let Some(s) = did_you_mean(key, expected) {
+            help.push_str(&format!("; did you mean `{s}`?"));
+        }
+        self.diag(format!("unknown key `{key}` in {section}"), span, help)
+    }
+
+    fn table<'t, 'i>(
+        &self,
+        key: &str,
+        v: &'t Spanned<DeValue<'i>>,
+        within: &str,
+    ) -> Result<&'t DeTable<'i>, Diagnostic> {
+        match v.get_ref() {
+            DeValue::Table(t) => Ok(t),
+            other => Err(self.diag(
+                format!("`{key}` in {within} must be a table, found {}", a_type(other)),
+                v.span(),
+                format!("write it as a section header: [{}]", key.trim_matches(['[', ']'])),
+            )),
+        }
+    }
+
+    fn section(&self, name: &str, t: &DeTable<'_>, header: &str) -> Result<(), Diagnostic> {
+        let keys = match name {
+            "filesystem" => FILESYSTEM_KEYS,
+            "env" => ENV_KEYS,
+            _ => LIMITS_KEYS,
+        };
+        for (k, v) in sorted(t) {
+            let key: &str = k.get_ref();
+            if !keys.contains(&key) {
+                return Err(self.unknown(key, k.span(), header, keys));
+            }
+            let expect = match (name, key) {
+                ("filesystem", "landlock") => Expect::String,
+                ("filesystem", _) | ("env", "pass") => Expect::StringArray,
+                ("env", _) => Expect::StringTable,
+                (_, "memory") => Expect::Size,
+                (_, "cpu") => Expect::Number,
+                _ => Expect::Integer,
+            };
+            self.value(key, v, header, expect)?;
+        }
+        Ok(())
+    }
+
+    fn value(
+        &self,
+        key: &str,
+        v: &Spanned<DeValue<'_>>,
+        header: &str,
+        expect: Expect,
+    ) -> Result<(), Diagnostic> {
+        let ok = match (expect, v.get_ref()) {
+            (Expect::String, DeValue::String(_)) => true,
+            (Expect::Integer, DeValue::Integer(_)) => true,
+            (Expect::Number, DeValue::Integer(_) | DeValue::Float(_)) => true,
+            (Expect::Size, DeValue::Integer(_) | DeValue::String(_)) => true,
+            (Expect::StringArray, DeValue::Array(items)) => {
+                for item in items.iter() {
+                    if !matches!(item.get_ref(), DeValue::String(_)) {
+                        return Err(self.diag(
+                            format!(
+                                "elements of `{key}` in {header} must be strings, found {}",
+                                a_type(item.get_ref())
+                            ),
+                            item.span(),
+                            "quote it: \"...\"".to_string(),
+                        ));
+                    }
+                }
+                true
+            }
+            (Expect::StringTable, DeValue::Table(t)) => {
+                for (k, item) in sorted(t) {
+                    if !matches!(item.get_ref(), DeValue::String(_)) {
+                        let k: &str = k.get_ref();
+                        return Err(self.diag(
+                            format!(
+                                "`{k}` in {header} `{key}` must be a string, found {}",
+                                a_type(item.get_ref())
+                            ),
+                            item.span(),
+                            "quote the value: environment variables are strings".to_string(),
+                        ));
+                    }
+                }
+                true
+            }
+            _ => false,
+        };
+        if ok {
+            return Ok(());
+        }
+        let help = match (expect, v.get_ref()) {
+            (Expect::StringArray, DeValue::String(s)) => {
+                format!("write it as an array: {key} = [{}]", toml_string(s))
+            }
+            (Expect::StringArray, _) => format!("write it as an array: {key} = [\"...\"]"),
+            (Expect::StringTable, _) => format!("write it as a table: {key} = {{ NAME = \"value\" }}"),
+            (Expect::String, _) if key == "landlock" => {
+                "expected \"required\" or \"best-effort\"".to_string()
+            }
+            (Expect::Size, _) => "e.g. memory = \"4G\" or memory = 4294967296".to_string(),
+            (Expect::Integer, DeValue::String(s)) => format!("remove the quotes: {key} = {s}"),
+            (Expect::Integer, _) => format!("e.g. {key} = 1024"),
+            (Expect::Number, _) => format!("e.g. {key} = 1.5"),
+            _ => format!("`{key}` must be {}", expect.describe()),
+        };
+        Err(self.diag(
+            format!(
+                "`{key}` in {header} must be {}, found {}",
+                expect.describe(),
+                a_type(v.get_ref())
+            ),
+            v.span(),
+            help,
+        ))
+    }
+}
+
+/// A TOML basic string literal for `s`.
+pub(crate) fn toml_string(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+/// `name` as a TOML key: bare when possible, quoted otherwise.
+pub(crate) fn quote_key(name: &str) -> String {
+    if !name.is_empty()
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        name.to_string()
+    } else {
+        toml_string(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all_keys_doc() -> String {
+        let mut doc = String::from("[filesystem]\n");
+        for k in FILESYSTEM_KEYS {
+            doc.push_str(if *k == "landlock" {
+                "landlock = \"required\"\n"
+            } else {
+                "__K__ = [\"/x\"]\n"
+            });
+            doc = doc.replace("__K__", k);
+        }
+        doc.push_str("[env]\npass = [\"A\"]\nset = { B = \"c\" }\n");
+        doc.push_str("[limits]\nmemory = \"1G\"\npids = 10\ncpu = 1\nnofile = 64\n");
+        doc.push_str("[profile.p.filesystem]\nwritable = [\"/y\"]\n[profile.p.env]\n[profile.p.limits]\n");
+        doc
+    }
+
+    /// The key lists used for diagnostics and the serde schema agree.
+    #[test]
+    fn key_lists_match_the_serde_schema() {
+        let doc = all_keys_doc();
+        let table = DeTable::parse(&doc).unwrap();
+        Checker { src: &doc, file: None }.check(table.get_ref()).unwrap();
+        let parsed: PolicyFile = toml::from_str(&doc).unwrap();
+        let fs = parsed.filesystem.unwrap();
+        assert_eq!(fs.readable.len(), 1);
+        assert_eq!(fs.deny[0].get_ref(), "/x");
+        assert_eq!(parsed.limits.unwrap().memory.unwrap().into_inner(), Size::Text("1G".into()));
+        assert_eq!(parsed.profile.len(), 1);
+        for (section, keys) in
+            [("filesystem", FILESYSTEM_KEYS), ("env", ENV_KEYS), ("limits", LIMITS_KEYS)]
+        {
+            let bad = format!("[{section}]\nnot_a_key = 1\n");
+            assert!(toml::from_str::<PolicyFile>(&bad).is_err(), "serde accepts {section}");
+            assert!(!keys.is_empty());
+        }
+        assert!(toml::from_str::<PolicyFile>("x = 1").is_err());
+        assert!(toml::from_str::<PolicyFile>("[profile.p]\nx = 1").is_err());
+    }
+
+    #[test]
+    fn integer_cpu_and_memory_deserialize() {
+        let p: PolicyFile = toml::from_str("[limits]\ncpu = 2\nmemory = 1024").unwrap();
+        let l = p.limits.unwrap();
+        assert_eq!(*l.cpu.unwrap().get_ref(), 2.0);
+        assert_eq!(l.memory.unwrap().into_inner(), Size::Bytes(1024));
+    }
+
+    #[test]
+    fn quoting() {
+        assert_eq!(quote_key("claude"), "claude");
+        assert_eq!(quote_key("a b"), "\"a b\"");
+        for s in ["a\"b\\", "it's", "x\ny", "plain"] {
+            let doc = format!("k = {}", toml_string(s));
+            let t: toml::Table = toml::from_str(&doc).unwrap();
+            assert_eq!(t["k"].as_str(), Some(s));
+        }
+        assert_eq!(toml_string("maybe"), "\"maybe\"");
+    }
+}

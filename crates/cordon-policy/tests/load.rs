@@ -1,0 +1,631 @@
+//! Loading policies from files: merge order, profiles, homes, trust and broken policies.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use cordon_policy::{
+    LandlockMode, LoadOptions, Loaded, PathRule, PolicyError, TrustStore, load,
+};
+
+/// A temporary home, project and data directory.
+struct Env {
+    _dir: tempfile::TempDir,
+    home: PathBuf,
+    project: PathBuf,
+    user_config: PathBuf,
+    trust: PathBuf,
+}
+
+impl Env {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = fs::canonicalize(dir.path()).unwrap();
+        let home = root.join("home/u");
+        let project = root.join("work/proj");
+        fs::create_dir_all(&home).unwrap();
+        fs::create_dir_all(&project).unwrap();
+        Env {
+            user_config: home.join(".config/cordon/cordon.toml"),
+            trust: home.join(".local/share/cordon/trusted.json"),
+            home,
+            project,
+            _dir: dir,
+        }
+    }
+
+    fn opts(&self) -> LoadOptions {
+        let mut o = LoadOptions::new(&self.project, &self.home, &self.trust);
+        o.user_config = Some(self.user_config.clone());
+        o
+    }
+
+    fn user(&self, text: &str) -> &Self {
+        fs::create_dir_all(self.user_config.parent().unwrap()).unwrap();
+        fs::write(&self.user_config, text).unwrap();
+        self
+    }
+
+    fn project_file(&self) -> PathBuf {
+        self.project.join("cordon.toml")
+    }
+
+    fn project(&self, text: &str) -> &Self {
+        fs::write(self.project_file(), text).unwrap();
+        self
+    }
+
+    fn load(&self) -> Loaded {
+        load(&self.opts()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn load_err(&self) -> PolicyError {
+        match load(&self.opts()) {
+            Ok(l) => panic!("expected an error, got {:#?}", l.plan),
+            Err(e) => e,
+        }
+    }
+
+    fn trust_project(&self) {
+        TrustStore::new(&self.trust).trust(&self.project_file()).unwrap();
+    }
+}
+
+fn has(rules: &[PathRule], path: &Path) -> Option<String> {
+    rules.iter().find(|r| r.path == path).map(|r| r.origin.clone())
+}
+
+#[test]
+fn merge_order_lists_append_and_scalars_override() {
+    let env = Env::new();
+    env.user(
+        "[filesystem]\nwritable = [\"~/.cache/cargo\"]\n\
+         [env]\npass = [\"MY_VAR\"]\nset = { A = \"user\", B = \"user\" }\n\
+         [limits]\nmemory = \"4G\"\npids = 512\n",
+    );
+    env.project(
+        "[filesystem]\ndeny = [\"${PROJECT}/secrets\"]\nread_only = [\"${PROJECT}/Makefile\"]\n\
+         [limits]\nmemory = \"2G\"\n",
+    );
+    let l = env.load();
+    assert_eq!(l.sources, [env.user_config.clone(), env.project_file()]);
+    let fs = &l.plan.filesystem;
+    assert_eq!(fs.writable[0], PathRule::new(&env.project, "project"));
+    let uc = env.user_config.display().to_string();
+    assert_eq!(has(&fs.writable, &env.home.join(".cache/cargo")), Some(format!("{uc}:2")));
+    let pf = env.project_file().display().to_string();
+    assert_eq!(has(&fs.deny, &env.project.join("secrets")), Some(format!("{pf}:2")));
+    assert_eq!(has(&fs.read_only, &env.project.join("Makefile")), Some(format!("{pf}:3")));
+    // Built-in entries are still there, first.
+    assert_eq!(fs.deny[0].origin, "built-in");
+    assert!(l.plan.env.pass.contains(&"TERM".to_string()));
+    assert!(l.plan.env.pass.contains(&"MY_VAR".to_string()));
+    assert_eq!(l.plan.env.set["A"], "user");
+    assert_eq!(l.plan.env.set["CORDON_SANDBOX"], "1");
+    // The project lowers memory (tightening: fine untrusted) and keeps pids.
+    assert_eq!(l.plan.limits.memory, Some(2 << 30));
+    assert_eq!(l.plan.limits.pids, Some(512));
+    assert!(l.untrusted_loosening.is_empty(), "{:?}", l.untrusted_loosening);
+}
+
+#[test]
+fn duplicates_keep_the_first_origin() {
+    let env = Env::new();
+    env.user("[filesystem]\ndeny = [\"~/.ssh\", \"~/.x\"]\nwritable = [\"${PROJECT}\"]\n");
+    let l = env.load();
+    let fs = &l.plan.filesystem;
+    assert_eq!(has(&fs.deny, &env.home.join(".ssh")), Some("built-in".into()));
+    assert_eq!(fs.deny.iter().filter(|r| r.path == env.home.join(".ssh")).count(), 1);
+    assert_eq!(fs.writable.iter().filter(|r| r.path == env.project).count(), 1);
+    assert_eq!(has(&fs.writable, &env.project), Some("project".into()));
+}
+
+#[test]
+fn explicit_policy_file_replaces_the_project_file() {
+    let env = Env::new();
+    env.project("[env]\nset = { FROM = \"project\" }\n");
+    let other = env.home.join("strict.toml");
+    fs::write(&other, "[limits]\npids = 64\n").unwrap();
+    let mut o = env.opts();
+    o.policy_file = Some(other.clone());
+    let l = load(&o).unwrap();
+    assert_eq!(l.sources, [other]);
+    assert_eq!(l.plan.limits.pids, Some(64));
+    assert!(!l.plan.env.set.contains_key("FROM"));
+}
+
+#[test]
+fn missing_files() {
+    let env = Env::new();
+    // No user config, no project file: the built-in policy alone.
+    let l = env.load();
+    assert!(l.sources.is_empty());
+    // An explicit --policy that does not exist is an error naming it.
+    let mut o = env.opts();
+    o.policy_file = Some(env.home.join("nope.toml"));
+    let e = load(&o).unwrap_err();
+    assert!(matches!(e, PolicyError::Io { .. }));
+    assert!(e.to_string().contains("nope.toml"), "{e}");
+}
+
+#[test]
+fn profile_selection_extends_across_layers() {
+    let env = Env::new();
+    env.user("[profile.claude.filesystem]\nwritable = [\"~/.claude-extra\"]\n[profile.mine.limits]\npids = 99\n");
+    let mut o = env.opts();
+    o.profile = Some("claude".into());
+    let l = load(&o).unwrap();
+    let w = &l.plan.filesystem.writable;
+    assert_eq!(has(w, &env.home.join(".claude")), Some("built-in".into()));
+    assert!(has(w, &env.home.join(".claude-extra")).is_some());
+    assert_eq!(l.plan.limits.pids, None);
+
+    // Not selected: no profile paths.
+    let l = env.load();
+    assert!(has(&l.plan.filesystem.writable, &env.home.join(".claude")).is_none());
+
+    // A profile applies after every layer's base sections.
+    env.project("[limits]\npids = 10\n");
+    o.profile = Some("mine".into());
+    let l = load(&o).unwrap();
+    assert_eq!(l.plan.limits.pids, Some(99));
+}
+
+#[test]
+fn unknown_profile_names_the_available_ones() {
+    let env = Env::new();
+    env.user("[profile.mine]\n");
+    let mut o = env.opts();
+    o.profile = Some("claud".into());
+    let e = load(&o).unwrap_err();
+    let s = e.to_string();
+    assert!(s.starts_with("error: unknown profile `claud`"), "{s}");
+    assert!(s.contains("`aider`, `claude`, `codex`, `gemini`, `mine`, `opencode`"), "{s}");
+    assert!(s.contains("did you mean `claude`?"), "{s}");
+    assert!(s.contains("= help:"), "{s}");
+}
+
+#[test]
+fn deny_under_home_applies_to_both_homes() {
+    let env = Env::new();
+    let passwd_home = env.home.parent().unwrap().join("real");
+    env.user("[filesystem]\ndeny = [\"$HOME/.my-secrets\"]\nwritable = [\"~/.cache\"]\n");
+    let mut o = env.opts();
+    o.passwd_home = Some(passwd_home.clone());
+    let l = load(&o).unwrap();
+    let fs = &l.plan.filesystem;
+    for h in [&env.home, &passwd_home] {
+        assert_eq!(has(&fs.deny, &h.join(".ssh")), Some("built-in".into()), "{}", h.display());
+        assert!(has(&fs.deny, &h.join(".my-secrets")).is_some());
+    }
+    assert!(has(&fs.writable, &env.home.join(".cache")).is_some());
+    assert!(has(&fs.writable, &passwd_home.join(".cache")).is_none());
+    assert_eq!(l.plan.home, env.home);
+}
+
+#[test]
+fn untrusted_project_file_loosening_is_reported_until_trusted() {
+    let env = Env::new();
+    env.project(
+        "[filesystem]\n\
+         writable = [\"~/.cache\"]\n\
+         readable = [\"/opt/x\"]\n\
+         landlock = \"best-effort\"\n\
+         [env]\n\
+         pass = [\"GITHUB_TOKEN\", \"LC_ALL\"]\n\
+         set = { EXTRA = \"1\" }\n\
+         [profile.claude.filesystem]\n\
+         writable = [\"~/.more\"]\n",
+    );
+    let l = env.load();
+    let whats: Vec<&str> = l.untrusted_loosening.iter().map(|x| x.what.as_str()).collect();
+    let cache = env.home.join(".cache");
+    assert_eq!(
+        whats,
+        [
+            format!("adds writable path {} (line 2)", cache.display()).as_str(),
+            "passes host variable `GITHUB_TOKEN` (line 6)",
+            "sets environment variable `EXTRA` (line 7)",
+            "makes Landlock best-effort (line 4)",
+        ],
+        "readable /opt/x is under / already; LC_ALL is covered by LC_*"
+    );
+    assert!(l.untrusted_loosening.iter().all(|x| x.file == env.project_file()));
+    // The plan itself is the full one, so `cordon check` can show it.
+    assert_eq!(l.plan.filesystem.landlock, LandlockMode::BestEffort);
+    assert!(l.untrusted_loosening[0].to_string().starts_with(&env.project_file().display().to_string()));
+
+    // The profile section counts when it is selected.
+    let mut o = env.opts();
+    o.profile = Some("claude".into());
+    let l2 = load(&o).unwrap();
+    assert!(l2.untrusted_loosening.iter().any(|x| x.what.contains(".more")), "{:?}", l2.untrusted_loosening);
+
+    // Trusted: nothing to report.
+    env.trust_project();
+    let l = env.load();
+    assert!(l.untrusted_loosening.is_empty(), "{:?}", l.untrusted_loosening);
+    assert_eq!(l.plan.filesystem.landlock, LandlockMode::BestEffort);
+
+    // Edited after trusting (even a comment): untrusted again.
+    let text = fs::read_to_string(env.project_file()).unwrap();
+    env.project(&format!("{text}# edited\n"));
+    let l = env.load();
+    assert_eq!(l.untrusted_loosening.len(), 4);
+
+    // Revoked: untrusted.
+    env.trust_project();
+    assert!(env.load().untrusted_loosening.is_empty());
+    assert!(TrustStore::new(&env.trust).revoke(&env.project_file()).unwrap());
+    assert_eq!(env.load().untrusted_loosening.len(), 4);
+}
+
+#[test]
+fn untrusted_limits_may_lower_but_not_raise() {
+    let env = Env::new();
+    env.user("[limits]\nmemory = \"4G\"\npids = 100\ncpu = 2\nnofile = 1024\n");
+    env.project("[limits]\nmemory = \"8G\"\npids = 50\ncpu = 4\nnofile = 512\n");
+    let l = env.load();
+    let whats: Vec<&str> = l.untrusted_loosening.iter().map(|x| x.what.as_str()).collect();
+    assert_eq!(whats, ["raises the memory limit (line 2)", "raises the cpu limit (line 4)"]);
+    assert_eq!(l.plan.limits.memory, Some(8 << 30));
+    assert_eq!(l.plan.limits.pids, Some(50));
+}
+
+#[test]
+fn untrusted_tightening_is_fine() {
+    let env = Env::new();
+    env.project(
+        "[filesystem]\ndeny = [\"~/.config\"]\nread_only = [\"${PROJECT}/build.rs\"]\n\
+         writable = [\"${PROJECT}/target\"]\nlandlock = \"required\"\n\
+         [env]\npass = [\"TERM\"]\nset = { CORDON_SANDBOX = \"1\" }\n[limits]\npids = 10\n",
+    );
+    let l = env.load();
+    assert!(l.untrusted_loosening.is_empty(), "{:?}", l.untrusted_loosening);
+    assert!(has(&l.plan.filesystem.deny, &env.home.join(".config")).is_some());
+    assert_eq!(l.plan.limits.pids, Some(10));
+}
+
+#[test]
+fn writable_under_a_read_only_path_is_loosening() {
+    let env = Env::new();
+    env.project("[filesystem]\nwritable = [\"${PROJECT}/.git/hooks/pre-commit\"]\n");
+    let l = env.load();
+    assert_eq!(l.untrusted_loosening.len(), 1);
+    assert!(l.untrusted_loosening[0].what.contains(".git/hooks/pre-commit"));
+}
+
+#[test]
+fn explicit_policy_inside_the_project_is_untrusted() {
+    let env = Env::new();
+    let sub = env.project.join("cfg");
+    fs::create_dir_all(&sub).unwrap();
+    let p = sub.join("policy.toml");
+    fs::write(&p, "[env]\npass = [\"FOO_*\"]\n").unwrap();
+    let mut o = env.opts();
+    o.policy_file = Some(p.clone());
+    let l = load(&o).unwrap();
+    assert_eq!(l.untrusted_loosening.len(), 1);
+    assert_eq!(l.untrusted_loosening[0].what, "passes host variables matching `FOO_*` (line 2)");
+    assert_eq!(l.untrusted_loosening[0].file, p);
+    // Outside the project: trusted as the user's own file.
+    let q = env.home.join("policy.toml");
+    fs::write(&q, "[env]\npass = [\"FOO_*\"]\n").unwrap();
+    o.policy_file = Some(q);
+    assert!(load(&o).unwrap().untrusted_loosening.is_empty());
+}
+
+#[test]
+fn user_config_inside_the_project_is_untrusted_and_protected() {
+    let env = Env::new();
+    // The project is the home directory.
+    let mut o = LoadOptions::new(&env.home, &env.home, &env.trust);
+    o.user_config = Some(env.user_config.clone());
+    env.user("[filesystem]\nwritable = [\"/srv\"]\n");
+    let l = load(&o).unwrap();
+    assert_eq!(l.untrusted_loosening.len(), 1, "{:?}", l.untrusted_loosening);
+    let ro = &l.plan.filesystem.read_only;
+    assert!(has(ro, &env.user_config).is_some(), "user config must be read-only");
+    assert!(has(ro, &env.trust).is_some(), "trust store must be read-only");
+    assert!(l.warnings.iter().any(|w| w.contains("trusted.json")), "{:?}", l.warnings);
+}
+
+#[test]
+fn json_and_toml_output() {
+    let env = Env::new();
+    env.user("[limits]\nmemory = \"1G\"\n");
+    let l = env.load();
+    let json = serde_json::to_string_pretty(&l.plan).unwrap();
+    assert!(json.contains("\"landlock\": \"required\""), "{json}");
+    let text = l.plan.to_toml();
+    assert!(text.contains(&format!("\"{}\", # project", env.project.display())), "{text}");
+    assert!(text.contains("memory = \"1G\""));
+    // The rendered policy is itself a valid policy with the same effect.
+    let again = env.home.join("again.toml");
+    fs::write(&again, &text).unwrap();
+    let mut o = env.opts();
+    o.user_config = None;
+    o.policy_file = Some(again);
+    let l2 = load(&o).unwrap();
+    let paths = |l: &Loaded| -> Vec<PathBuf> {
+        l.plan.filesystem.deny.iter().map(|r| r.path.clone()).collect()
+    };
+    assert_eq!(paths(&l2), paths(&l));
+    assert_eq!(l2.plan.env, l.plan.env);
+    assert_eq!(l2.plan.limits, l.plan.limits);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Broken policies: each is located (file:line:col) and carries a help line.
+
+/// Loads `text` as the user config and returns the rendered error and its location.
+fn broken(text: &str) -> (String, usize, usize) {
+    let env = Env::new();
+    env.user(text);
+    let e = env.load_err();
+    let s = e.to_string();
+    let d = e.diagnostic().unwrap_or_else(|| panic!("not a diagnostic: {s}"));
+    assert_eq!(d.file.as_deref(), Some(env.user_config.as_path()), "{s}");
+    assert!(s.contains("\n   = help: "), "no help line: {s}");
+    let loc = d.location.clone().unwrap_or_else(|| panic!("not located: {s}"));
+    let arrow = format!("--> {}:{}:{}", env.user_config.display(), loc.line, loc.column);
+    assert!(s.contains(&arrow), "{s}");
+    (s, loc.line, loc.column)
+}
+
+#[test]
+fn broken_01_toml_syntax() {
+    let (s, line, col) = broken("[filesystem]\nreadable = [\"/\"\n");
+    assert_eq!((line, col), (3, 1), "{s}");
+    assert!(s.contains("invalid TOML"), "{s}");
+}
+
+#[test]
+fn broken_01b_unclosed_string() {
+    let (s, line, _) = broken("[env]\npass = [\"TERM]\n");
+    assert_eq!(line, 2, "{s}");
+    assert!(s.contains("invalid TOML"), "{s}");
+}
+
+#[test]
+fn broken_02_unknown_section() {
+    let (s, line, col) = broken("[filesystem]\n\n[network]\nallow = true\n");
+    assert_eq!((line, col), (3, 2), "{s}");
+    assert!(s.contains("unknown section `network`"), "{s}");
+    assert!(s.contains("a section exists only where something enforces it"), "{s}");
+}
+
+#[test]
+fn broken_03_unknown_key_with_suggestion() {
+    let (s, line, col) = broken("[filesystem]\nreadable = []\nwriteable = [\"/x\"]\n");
+    assert_eq!((line, col), (3, 1));
+    assert!(s.starts_with("error: unknown key `writeable` in [filesystem]\n"), "{s}");
+    assert!(s.contains("\n 3 | writeable = [\"/x\"]\n   | ^^^^^^^^^\n"), "{s}");
+    assert!(
+        s.ends_with(
+            "= help: expected one of `readable`, `writable`, `deny`, `read_only`, `landlock`; did you mean `writable`?"
+        ),
+        "{s}"
+    );
+}
+
+#[test]
+fn broken_03b_unknown_key_in_profile_section() {
+    let (s, line, col) = broken("[profile.x.limits]\nmemroy = \"1G\"\n");
+    assert_eq!((line, col), (2, 1));
+    assert!(s.contains("unknown key `memroy` in [profile.x.limits]"), "{s}");
+    assert!(s.contains("did you mean `memory`?"), "{s}");
+}
+
+#[test]
+fn broken_04_wrong_type() {
+    let (s, line, col) = broken("[filesystem]\nwritable = \"/x\"\n");
+    assert_eq!((line, col), (2, 12));
+    assert!(s.contains("`writable` in [filesystem] must be an array of strings, found a string"), "{s}");
+    assert!(s.contains("help: write it as an array: writable = [\"/x\"]"), "{s}");
+}
+
+#[test]
+fn broken_04b_wrong_element_type() {
+    let (s, line, col) = broken("[env]\npass = [\"TERM\", 3]\n");
+    assert_eq!((line, col), (2, 17));
+    assert!(s.contains("must be strings, found an integer"), "{s}");
+}
+
+#[test]
+fn broken_05_relative_path() {
+    let (s, line, col) = broken("[filesystem]\nwritable = [\n  \"/ok\",\n  \"build/out\",\n]\n");
+    assert_eq!((line, col), (4, 3));
+    assert!(s.contains("relative path \"build/out\" in writable"), "{s}");
+    assert!(s.contains("paths must be absolute or start with ~, $HOME or ${PROJECT}"), "{s}");
+}
+
+#[test]
+fn broken_06_unknown_variable() {
+    let (s, line, col) = broken("[filesystem]\ndeny = [\"${FOO}/x\"]\n");
+    assert_eq!((line, col), (2, 10));
+    assert!(s.contains("unknown variable `FOO`"), "{s}");
+    assert!(s.contains("only $HOME (or ${HOME}, ~) and ${PROJECT} expand"), "{s}");
+    assert!(s.contains("|          ^^^^^^\n"), "caret under ${{FOO}}: {s}");
+}
+
+#[test]
+fn broken_07_bad_globs() {
+    for (glob, why) in [
+        ("", "is empty"),
+        ("LC_**", "contains `**`"),
+        ("LC-ALL", "letters, digits"),
+        ("1ABC", "starts with a digit"),
+    ] {
+        let (s, line, col) = broken(&format!("[env]\npass = [\"TERM\", \"{glob}\"]\n"));
+        assert_eq!((line, col), (2, 17), "{s}");
+        assert!(s.contains("invalid variable name or glob"), "{s}");
+        assert!(s.contains(why), "{glob}: {s}");
+    }
+}
+
+#[test]
+fn broken_08_bad_memory_size() {
+    let (s, line, col) = broken("[limits]\npids = 10\nmemory = \"4 gigs\"\n");
+    assert_eq!((line, col), (3, 10));
+    assert!(s.contains("invalid memory size \"4 gigs\""), "{s}");
+    assert!(s.contains("K, M, G or T (1024-based)"), "{s}");
+}
+
+#[test]
+fn broken_09_writable_and_denied() {
+    let (s, line, col) = broken("[filesystem]\nwritable = [\"~/.ssh\"]\n");
+    assert_eq!((line, col), (2, 13));
+    assert!(s.contains("is both writable and denied (built-in)"), "{s}");
+    assert!(s.contains("deny always wins"), "{s}");
+}
+
+#[test]
+fn broken_09b_writable_inside_denied() {
+    let (s, line, col) = broken("[filesystem]\ndeny = [\"/data\"]\nwritable = [\"/data/cache\"]\n");
+    assert_eq!((line, col), (3, 13));
+    assert!(s.contains("writable path /data/cache is inside denied path /data"), "{s}");
+}
+
+#[test]
+fn broken_09c_deny_added_later_over_a_writable() {
+    // The user's profile denies a parent of the user's base writable path: the deny is blamed.
+    let env = Env::new();
+    env.user("[filesystem]\nwritable = [\"/data/cache\"]\n[profile.p.filesystem]\ndeny = [\"/data\"]\n");
+    let mut o = env.opts();
+    o.profile = Some("p".into());
+    let e = load(&o).unwrap_err();
+    let d = e.diagnostic().unwrap();
+    assert_eq!(d.location.as_ref().map(|l| (l.line, l.column)), Some((4, 9)), "{e}");
+    assert!(e.to_string().contains("denied path /data contains writable path /data/cache"), "{e}");
+}
+
+#[test]
+fn broken_09d_project_inside_denied() {
+    let env = Env::new();
+    env.user(&format!("[filesystem]\ndeny = [\"{}\"]\n", env.project.parent().unwrap().display()));
+    let e = env.load_err();
+    let s = e.to_string();
+    assert!(s.contains("the project directory"), "{s}");
+    assert_eq!(e.diagnostic().unwrap().location.as_ref().map(|l| (l.line, l.column)), Some((2, 9)));
+}
+
+#[test]
+fn broken_10_never_passable_variables() {
+    let (s, line, col) = broken("[env]\npass = [\"TERM\", \"LD_PRELOAD\"]\n");
+    assert_eq!((line, col), (2, 17));
+    assert!(s.contains("`LD_PRELOAD`, which is never passed"), "{s}");
+    assert!(s.contains("these are always dropped"), "{s}");
+
+    let (s, line, col) = broken("[env]\npass = [\"LD_*\"]\n");
+    assert_eq!((line, col), (2, 9));
+    assert!(s.contains("these are always dropped"), "{s}");
+
+    let (s, line, col) = broken("[env]\n[env.set]\nOK = \"1\"\nBASH_ENV = \"/x\"\n");
+    assert_eq!((line, col), (4, 1));
+    assert!(s.contains("env.set names `BASH_ENV`"), "{s}");
+    assert!(s.contains("these are always dropped"), "{s}");
+}
+
+#[test]
+fn broken_11_limits_out_of_range() {
+    for (text, (line, col), key) in [
+        ("[limits]\npids = 0\n", (2, 8), "pids"),
+        ("[limits]\ncpu = -1\n", (2, 7), "cpu"),
+        ("[limits]\nmemory = 0\n", (2, 10), "memory"),
+        ("[limits]\nmemory = \"0G\"\n", (2, 10), "memory"),
+        ("[limits]\nnofile = -5\n", (2, 10), "nofile"),
+        ("[limits]\npids = 99999999999\n", (2, 8), "pids"),
+    ] {
+        let (s, l, c) = broken(text);
+        assert_eq!((l, c), (line, col), "{s}");
+        assert!(s.contains(&format!("`{key}` is out of range")), "{s}");
+        assert!(s.contains("for no limit"), "{s}");
+    }
+}
+
+#[test]
+fn broken_12_bad_landlock_value() {
+    let (s, line, col) = broken("[filesystem]\nlandlock = \"maybe\"\n");
+    assert_eq!((line, col), (2, 12));
+    assert!(s.contains("invalid value \"maybe\" for `landlock`"), "{s}");
+    assert!(s.contains("expected \"required\" or \"best-effort\""), "{s}");
+
+    let (s, _, _) = broken("[filesystem]\nlandlock = \"best_effort\"\n");
+    assert!(s.contains("did you mean \"best-effort\"?"), "{s}");
+
+    let (s, line, col) = broken("[filesystem]\nlandlock = true\n");
+    assert_eq!((line, col), (2, 12));
+    assert!(s.contains("must be a string, found a boolean"), "{s}");
+}
+
+#[test]
+fn broken_13_profile_table_shapes() {
+    let (s, line, col) = broken("[profile]\nclaude = 1\n");
+    assert_eq!((line, col), (2, 10));
+    assert!(s.contains("must be a table, found an integer"), "{s}");
+
+    let (s, line, col) = broken("[profile.x]\nwritable = [\"/x\"]\n");
+    assert_eq!((line, col), (2, 1));
+    assert!(s.contains("unknown key `writable` in [profile.x]"), "{s}");
+}
+
+#[test]
+fn broken_not_utf8() {
+    let env = Env::new();
+    fs::create_dir_all(env.user_config.parent().unwrap()).unwrap();
+    fs::write(&env.user_config, b"[env]\npass = [\"\xff\"]\n").unwrap();
+    let e = env.load_err();
+    let d = e.diagnostic().unwrap();
+    assert!(d.message.contains("not valid UTF-8"));
+    assert_eq!(d.location.as_ref().map(|l| (l.line, l.column)), Some((2, 10)));
+}
+
+#[test]
+fn broken_project_file_is_located_in_the_project_file() {
+    let env = Env::new();
+    env.project("[limits]\ncpu = \"lots\"\n");
+    let e = env.load_err();
+    let d = e.diagnostic().unwrap();
+    assert_eq!(d.file.as_deref(), Some(env.project_file().as_path()));
+    assert_eq!(d.location.as_ref().map(|l| (l.line, l.column)), Some((2, 7)));
+    assert!(e.to_string().contains("must be a number, found a string"), "{e}");
+}
+
+#[test]
+fn no_panic_on_odd_inputs() {
+    for text in [
+        "",
+        "\n\n\n",
+        "[[filesystem]]\nreadable = []\n",
+        "filesystem = 3",
+        "[env]\nset = 3",
+        "[env]\nset = { A = 1 }",
+        "[env.set]\n\"\" = \"x\"",
+        "[env.set]\n\"A=B\" = \"x\"",
+        "[filesystem]\nreadable = [\"\"]",
+        "[filesystem]\nreadable = [\"/a\\u0000b\"]",
+        "[filesystem]\nreadable = [\"~root\"]",
+        "[filesystem]\nreadable = [\"/x$\"]",
+        "[limits]\ncpu = nan",
+        "[limits]\ncpu = inf",
+        "[limits]\nmemory = 99999999999999999999",
+        "[limits]\nmemory = \"99999999999999T\"",
+        "[limits]\nmemory = 1.5",
+        "[profile.\"\"]\n",
+        "[profile.\"a b\".env]\npass = [\"X\"]",
+        "a.b.c = 1",
+        "\u{feff}[filesystem]\n",
+        "[filesystem]\r\nreadable = [1]\r\n",
+    ] {
+        let env = Env::new();
+        env.user(text);
+        match load(&env.opts()) {
+            Ok(_) => {}
+            Err(e) => {
+                let s = e.to_string();
+                assert!(s.starts_with("error: "), "{s}");
+                assert!(s.contains("help:"), "{text:?}: {s}");
+            }
+        }
+    }
+}

@@ -1,0 +1,286 @@
+//! The sandbox's init: PID 1 of the new PID namespace (sandbox side).
+//!
+//! Started by the supervisor as `cordon __cordon_init` inside fresh user, mount, PID, IPC,
+//! UTS, network and cgroup namespaces, as root of that user namespace. It builds the view,
+//! starts the command in a further, nested user and mount namespace (so every mount made here
+//! is locked and cannot be undone from inside), forwards signals to it, reaps orphans, and
+//! exits with the command's status. It keeps its own capabilities in the outer namespace for
+//! later layers and is made non-dumpable, so the command cannot ptrace or read it.
+
+use std::ffi::{CString, OsStr};
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use cordon_policy::{LandlockMode, LimitsPlan};
+
+use crate::protocol::{self, FromInit, InitSpec};
+use crate::{fence, mounts, sys};
+
+/// The descriptor number the control channel arrives on.
+pub(crate) const CONTROL_FD: RawFd = 3;
+
+/// Signals init passes on to the command.
+pub(crate) const FORWARDED: [libc::c_int; 8] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGWINCH,
+    libc::SIGCONT,
+];
+
+static COMMAND_PID: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward(sig: libc::c_int) {
+    let pid = COMMAND_PID.load(Ordering::Relaxed);
+    if pid > 0 {
+        let _ = sys::kill(pid, sig);
+    }
+}
+
+fn fail(stage: &str, message: String) -> ! {
+    let _ = protocol::send(CONTROL_FD, &FromInit::Failed { stage: stage.into(), message: message.clone() }, None);
+    let _ = writeln!(io::stderr(), "cordon: sandbox setup failed at {stage}: {message}");
+    sys::exit_now(125)
+}
+
+/// Entry point of init. Never returns.
+pub fn main() -> ! {
+    let _ = sys::set_dumpable(false);
+    let spec: InitSpec = match protocol::recv(CONTROL_FD) {
+        Ok(Some((spec, _))) => spec,
+        Ok(None) => sys::exit_now(125),
+        Err(e) => fail("control channel", e.to_string()),
+    };
+    if let Err(e) = mounts::build(&spec.layout) {
+        fail("filesystem", e.to_string());
+    }
+    if let Err(e) = sys::sethostname(&spec.hostname) {
+        fail("hostname", e.to_string());
+    }
+    if let Err(e) = sys::loopback_up() {
+        fail("network", format!("bring up loopback: {e}"));
+    }
+    // The command's terminal is a pty of the sandbox's own devpts, so `tty` and ttyname work
+    // inside; the master goes to the supervisor, which relays it to the user's terminal.
+    let slave = match spec.tty {
+        Some(ws) => match sys::open_pty() {
+            Ok((master, slave)) => {
+                let _ = sys::set_winsize(slave.as_raw_fd(), ws);
+                if let Err(e) = protocol::send(CONTROL_FD, &FromInit::Pty, Some(master.as_raw_fd())) {
+                    fail("terminal", e.to_string());
+                }
+                Some(slave)
+            }
+            Err(e) => fail("terminal", format!("open pty: {e}")),
+        },
+        None => None,
+    };
+    for sig in FORWARDED {
+        let _ = sys::install_handler(sig, forward);
+    }
+    let (report_r, report_w) = match sys::pipe() {
+        Ok(p) => p,
+        Err(e) => fail("start", e.to_string()),
+    };
+    let pid = match sys::fork() {
+        Ok(0) => {
+            drop(report_r);
+            command_child(&spec, slave, report_w)
+        }
+        Ok(pid) => pid,
+        Err(e) => fail("start", format!("fork: {e}")),
+    };
+    COMMAND_PID.store(pid, Ordering::Relaxed);
+    drop(report_w);
+    drop(slave);
+    let mut report = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = sys::read_raw(report_r.as_raw_fd(), &mut buf);
+        if n <= 0 {
+            break;
+        }
+        report.extend_from_slice(&buf[..n as usize]);
+    }
+    let report = String::from_utf8_lossy(&report).into_owned();
+    let mut landlock = String::from("not applied");
+    let mut limits = Vec::new();
+    for line in report.lines() {
+        if let Some(v) = line.strip_prefix("landlock ") {
+            landlock = v.to_string();
+        } else if let Some(v) = line.strip_prefix("limit ") {
+            limits.push(v.to_string());
+        } else if let Some(v) = line.strip_prefix("fail ") {
+            let (stage, msg) = v.split_once(' ').unwrap_or((v, ""));
+            let _ = sys::waitpid(pid, false);
+            fail(stage, msg.to_string());
+        }
+    }
+    let _ = protocol::send(CONTROL_FD, &FromInit::Started { pid, landlock, limits }, None);
+    // The channel's work is done; nothing else of init's may stay open while it waits.
+    sys::close_fds_from(CONTROL_FD, &[]);
+    let status = loop {
+        match sys::wait_any_interruptible() {
+            Ok(Some((p, st))) if p == pid => break st,
+            Ok(_) => continue,
+            Err(e) => {
+                let _ = writeln!(io::stderr(), "cordon: init wait failed: {e}");
+                sys::exit_now(125);
+            }
+        }
+    };
+    // Leaving PID 1 kills every process still in the namespace: no orphans survive.
+    sys::exit_now(status.code())
+}
+
+/// Report a failure to init through the pipe and leave; nothing of the command has run.
+fn child_fail(report: RawFd, stage: &str, e: impl std::fmt::Display) -> ! {
+    sys::write_all_raw(report, format!("fail {stage} {e}\n").as_bytes());
+    sys::exit_now(125)
+}
+
+/// In the forked child: enter the locked namespace, drop privilege, fence, exec.
+fn command_child(spec: &InitSpec, slave: Option<OwnedFd>, report: OwnedFd) -> ! {
+    let r = report.as_raw_fd();
+    for sig in FORWARDED {
+        sys::default_handler(sig);
+    }
+    sys::unblock_all_signals();
+    // A new session: the command can never reach the user's terminal with TIOCSTI.
+    if let Err(e) = sys::setsid() {
+        child_fail(r, "terminal", e);
+    }
+    if let Some(slave) = &slave {
+        let fd = slave.as_raw_fd();
+        if let Err(e) = sys::set_controlling_tty(fd) {
+            child_fail(r, "terminal", format!("TIOCSCTTY: {e}"));
+        }
+        for target in 0..3 {
+            if let Err(e) = sys::dup2(fd, target) {
+                child_fail(r, "terminal", e);
+            }
+        }
+    }
+    drop(slave);
+    if let Err(e) = enter_locked_namespace(spec.uid, spec.gid) {
+        child_fail(r, "lock-mounts", e);
+    }
+    for line in apply_rlimits(&spec.limits) {
+        match line {
+            Ok(l) => sys::write_all_raw(r, format!("limit {l}\n").as_bytes()),
+            Err(e) => child_fail(r, "limits", e),
+        }
+    }
+    // The directory cordon was started from may not be in the view; the project always is.
+    if std::env::set_current_dir(&spec.cwd).is_err()
+        && let Err(e) = std::env::set_current_dir(&spec.project)
+    {
+        child_fail(r, "cwd", format!("{}: {e}", spec.project.display()));
+    }
+    if let Err(e) = sys::set_no_new_privs() {
+        child_fail(r, "no_new_privs", e);
+    }
+    match fence::apply(&spec.layout.landlock) {
+        Ok(status) => {
+            if status.state == "not enforced" && spec.landlock == LandlockMode::Required {
+                child_fail(
+                    r,
+                    "landlock",
+                    format!("{status}; policy requires it (set [filesystem] landlock = \"best-effort\" to run without)"),
+                );
+            }
+            sys::write_all_raw(r, format!("landlock {status}\n").as_bytes());
+        }
+        Err(e) if spec.landlock == LandlockMode::Required => child_fail(r, "landlock", e),
+        Err(e) => sys::write_all_raw(r, format!("landlock not enforced: {e}\n").as_bytes()),
+    }
+    if let Err(e) = sys::drop_all_capabilities() {
+        child_fail(r, "capabilities", e);
+    }
+    sys::close_fds_from(3, &[r]);
+    exec_command(spec, r)
+}
+
+/// Enter a nested user + mount namespace: the mounts made by init are copied into a namespace
+/// owned by a less privileged user namespace, which makes the kernel lock them (no umount, no
+/// clearing read-only) — the same device bubblewrap uses. The command gets its real uid/gid.
+fn enter_locked_namespace(uid: u32, gid: u32) -> io::Result<()> {
+    sys::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS)?;
+    std::fs::write("/proc/self/setgroups", "deny")?;
+    std::fs::write("/proc/self/uid_map", format!("{uid} 0 1\n"))?;
+    std::fs::write("/proc/self/gid_map", format!("{gid} 0 1\n"))?;
+    Ok(())
+}
+
+/// rlimits are per process and inherited, so they bound every process the command starts.
+fn apply_rlimits(l: &LimitsPlan) -> Vec<Result<String, String>> {
+    let mut out = Vec::new();
+    let mut set = |res, val: Option<u64>, name: &str| {
+        if let Some(v) = val {
+            out.push(
+                sys::setrlimit(res, v)
+                    .map(|_| format!("{name}={v} via rlimit"))
+                    .map_err(|e| format!("setrlimit {name}={v}: {e}")),
+            );
+        }
+    };
+    set(libc::RLIMIT_AS, l.memory, "memory");
+    set(libc::RLIMIT_NPROC, l.pids, "pids");
+    set(libc::RLIMIT_NOFILE, l.nofile, "nofile");
+    out
+}
+
+fn exec_command(spec: &InitSpec, report: RawFd) -> ! {
+    let to_c = |v: &Vec<u8>| CString::new(v.clone()).ok();
+    let argv: Option<Vec<CString>> = spec.argv.iter().map(to_c).collect();
+    let envp: Option<Vec<CString>> = spec.env.iter().map(to_c).collect();
+    let (Some(argv), Some(envp)) = (argv, envp) else {
+        child_fail(report, "exec", "argument or environment contains a NUL byte")
+    };
+    let Some(first) = spec.argv.first() else { child_fail(report, "exec", "empty command") };
+    let name = OsStr::from_bytes(first);
+    let path_var = spec
+        .env
+        .iter()
+        .find_map(|kv| kv.strip_prefix(b"PATH="))
+        .map(|p| OsStr::from_bytes(p).to_owned())
+        .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    let candidates: Vec<PathBuf> = if first.contains(&b'/') {
+        vec![PathBuf::from(name)]
+    } else {
+        std::env::split_paths(&path_var).filter(|d| !d.as_os_str().is_empty()).map(|d| d.join(name)).collect()
+    };
+    let mut last = io::Error::from_raw_os_error(libc::ENOENT);
+    let mut denied = false;
+    for c in candidates {
+        let Ok(cpath) = sys::cstr(&c) else { continue };
+        let e = sys::execve(&cpath, &argv, &envp);
+        match e.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::ENOTDIR) => {}
+            Some(libc::EACCES) => {
+                denied = true;
+                last = e;
+            }
+            _ => {
+                last = e;
+                denied = true;
+                break;
+            }
+        }
+    }
+    let shown = name.to_string_lossy();
+    let (code, msg) = if denied {
+        (126, format!("cordon: {shown}: {last}\n"))
+    } else {
+        (127, format!("cordon: {shown}: command not found\n"))
+    };
+    sys::write_all_raw(2, msg.as_bytes());
+    sys::exit_now(code)
+}
+

@@ -1,0 +1,372 @@
+//! Turns a policy [`Plan`] into a concrete [`Layout`]: the ordered mount operations and the
+//! Landlock rule sets that build the sandbox's filesystem view.
+//!
+//! Runs on the host side, before the sandbox exists, so it sees the host's real paths:
+//! symlinks are resolved here (a denied `~/.ssh` that links elsewhere masks its target too),
+//! missing paths are dropped with a note, and nested masks are folded together.
+
+use std::path::{Component, Path, PathBuf};
+
+use cordon_policy::{FilesystemPlan, PathRule};
+use serde::{Deserialize, Serialize};
+
+/// One step of building the filesystem view, in the order they must run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MountOp {
+    /// Bind the host path at the same place; read-only unless `writable`.
+    Bind { path: PathBuf, writable: bool },
+    /// A fresh private tmpfs (`/tmp`, `/dev/shm`).
+    Tmpfs { path: PathBuf },
+    /// A minimal `/dev`: null, zero, full, random, urandom, tty, a new devpts instance, shm.
+    Dev { path: PathBuf },
+    /// A fresh procfs for the sandbox's PID namespace, with kernel knobs read-only.
+    Proc { path: PathBuf },
+    /// Bind a path onto itself so it cannot be renamed or removed (the parent of a protected file).
+    Pin { path: PathBuf },
+    /// Make an already-visible path read-only, even inside a writable bind.
+    ReadOnly { path: PathBuf },
+    /// Hide a directory under an empty, unreadable, read-only tmpfs.
+    MaskDir { path: PathBuf, rule: String },
+    /// Hide a file (or socket) under an empty, unreadable file.
+    MaskFile { path: PathBuf, rule: String },
+}
+
+impl MountOp {
+    /// The sandbox path this step acts on.
+    pub fn path(&self) -> &Path {
+        match self {
+            MountOp::Bind { path, .. }
+            | MountOp::Tmpfs { path }
+            | MountOp::Dev { path }
+            | MountOp::Proc { path }
+            | MountOp::Pin { path }
+            | MountOp::ReadOnly { path }
+            | MountOp::MaskDir { path, .. }
+            | MountOp::MaskFile { path, .. } => path,
+        }
+    }
+}
+
+/// Paths Landlock grants, as a second fence built from the same plan.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LandlockRules {
+    /// Read, list and execute beneath each.
+    pub read: Vec<PathBuf>,
+    /// List only: ancestors of a denied path, whose other entries are granted one by one.
+    pub list_only: Vec<PathBuf>,
+    /// Full access beneath each (writable binds and the sandbox's own tmpfs).
+    pub write: Vec<PathBuf>,
+}
+
+/// The concrete, ordered filesystem plan one sandbox is built from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Layout {
+    pub mounts: Vec<MountOp>,
+    pub landlock: LandlockRules,
+    /// Rules that had nothing to act on (path missing), for the log.
+    pub skipped: Vec<String>,
+}
+
+impl Layout {
+    /// Masked paths with the rule that masked them.
+    pub fn masks(&self) -> impl Iterator<Item = (&Path, &str)> {
+        self.mounts.iter().filter_map(|m| match m {
+            MountOp::MaskDir { path, rule } | MountOp::MaskFile { path, rule } => Some((path.as_path(), rule.as_str())),
+            _ => None,
+        })
+    }
+}
+
+/// Lexically normalise an absolute path (no filesystem access).
+pub(crate) fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::Normal(s) => out.push(s),
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
+fn depth(p: &Path) -> usize {
+    p.components().filter(|c| matches!(c, Component::Normal(_))).count()
+}
+
+/// `p` equals `base` or lies beneath it.
+fn within(p: &Path, base: &Path) -> bool {
+    p.starts_with(base)
+}
+
+/// The path and, if it differs, its canonical form (symlinks resolved) when it exists.
+fn forms(p: &Path) -> Vec<PathBuf> {
+    let n = normalize(p);
+    let mut v = vec![n.clone()];
+    if let Ok(c) = std::fs::canonicalize(&n)
+        && c != n
+    {
+        v.push(c);
+    }
+    v
+}
+
+/// Build the layout for `fs`. `project` is always writable (the plan already lists it).
+pub fn prepare(fs: &FilesystemPlan) -> Layout {
+    let mut layout = Layout::default();
+
+    // Canonical deny paths: both the spelling in the policy and where it really points.
+    let mut deny: Vec<(PathBuf, String)> = Vec::new();
+    for r in &fs.deny {
+        for f in forms(&r.path) {
+            if !deny.iter().any(|(d, _)| *d == f) {
+                deny.push((f, r.origin.clone()));
+            }
+        }
+    }
+
+    // 1. Binds and the sandbox's own filesystems, parents before children.
+    let mut binds: Vec<MountOp> = vec![
+        MountOp::Dev { path: "/dev".into() },
+        MountOp::Proc { path: "/proc".into() },
+        MountOp::Tmpfs { path: "/tmp".into() },
+        MountOp::Tmpfs { path: "/dev/shm".into() },
+    ];
+    let mut add_binds = |rules: &[PathRule], writable: bool, layout: &mut Layout| {
+        for r in rules {
+            let p = normalize(&r.path);
+            let real = match std::fs::canonicalize(&p) {
+                Ok(c) => c,
+                Err(_) => {
+                    layout.skipped.push(format!(
+                        "{} path {} does not exist ({})",
+                        if writable { "writable" } else { "readable" },
+                        p.display(),
+                        r.origin
+                    ));
+                    continue;
+                }
+            };
+            if deny.iter().any(|(d, _)| within(&real, d)) {
+                layout.skipped.push(format!("{} is inside a denied path; deny wins", real.display()));
+                continue;
+            }
+            binds.retain(|b| !(matches!(b, MountOp::Bind { .. }) && b.path() == real));
+            binds.push(MountOp::Bind { path: real, writable });
+        }
+    };
+    add_binds(&fs.readable, false, &mut layout);
+    add_binds(&fs.writable, true, &mut layout);
+    // Stable: at equal depth the sandbox's own mounts (pushed first) come before user binds.
+    binds.sort_by_key(|b| depth(b.path()));
+    let writable_roots: Vec<PathBuf> = binds
+        .iter()
+        .filter_map(|b| match b {
+            MountOp::Bind { path, writable: true } => Some(path.clone()),
+            _ => None,
+        })
+        .collect();
+    layout.mounts.extend(binds);
+
+    // 2. Read-only carve-outs, with their parents pinned so they cannot be swapped out by a rename.
+    let mut pins: Vec<PathBuf> = Vec::new();
+    let mut read_only: Vec<PathBuf> = Vec::new();
+    for r in &fs.read_only {
+        let p = normalize(&r.path);
+        let Ok(meta) = std::fs::symlink_metadata(&p) else { continue };
+        if meta.file_type().is_symlink() {
+            // A symlink cannot be a mount point; the link itself lives in a writable dir and
+            // could be replaced, so protect where it points only if that is inside the project.
+            continue;
+        }
+        if deny.iter().any(|(d, _)| within(&p, d)) {
+            continue;
+        }
+        if let Some(root) = writable_roots.iter().filter(|w| within(&p, w)).max_by_key(|w| depth(w)) {
+            let mut a = p.parent();
+            while let Some(anc) = a {
+                if anc == root.as_path() || !within(anc, root) {
+                    break;
+                }
+                if !pins.iter().any(|x| x == anc) {
+                    pins.push(anc.to_path_buf());
+                }
+                a = anc.parent();
+            }
+        }
+        if !read_only.contains(&p) {
+            read_only.push(p);
+        }
+    }
+    pins.sort_by_key(|p| depth(p));
+    read_only.sort_by_key(|p| depth(p));
+    layout.mounts.extend(pins.into_iter().map(|path| MountOp::Pin { path }));
+    layout.mounts.extend(read_only.into_iter().map(|path| MountOp::ReadOnly { path }));
+
+    // 3. Masks last, so nothing can be bound over them. A mask inside another is redundant.
+    let mut masks: Vec<(PathBuf, String)> = deny.clone();
+    masks.sort_by_key(|(p, _)| depth(p));
+    let mut done: Vec<PathBuf> = Vec::new();
+    for (p, rule) in masks {
+        if done.iter().any(|d| within(&p, d)) {
+            continue;
+        }
+        let Ok(meta) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        if meta.file_type().is_symlink() {
+            // Its canonical target is in the list too; the link itself then leads nowhere.
+            continue;
+        }
+        done.push(p.clone());
+        if meta.is_dir() {
+            layout.mounts.push(MountOp::MaskDir { path: p, rule });
+        } else {
+            layout.mounts.push(MountOp::MaskFile { path: p, rule });
+        }
+    }
+
+    // 4. Landlock: read beneath each readable root except denied subtrees; write where writable.
+    let excluded: Vec<PathBuf> = deny.iter().map(|(p, _)| p.clone()).collect();
+    for b in &layout.mounts {
+        if let MountOp::Bind { path, writable: false } = b {
+            carve(path, &excluded, &mut layout.landlock);
+        }
+    }
+    for w in &writable_roots {
+        layout.landlock.write.push(w.clone());
+    }
+    for p in ["/tmp", "/dev", "/dev/shm"] {
+        layout.landlock.write.push(p.into());
+    }
+    layout
+}
+
+/// Grant read beneath `root` except for the `excluded` subtrees. Landlock rules only allow, so a
+/// hole is made by granting each sibling on the way down to it; the directories on that way get
+/// list-only access (entry names, no file contents).
+fn carve(root: &Path, excluded: &[PathBuf], rules: &mut LandlockRules) {
+    if excluded.iter().any(|e| within(root, e)) {
+        return;
+    }
+    if !excluded.iter().any(|e| within(e, root)) {
+        rules.read.push(root.to_path_buf());
+        return;
+    }
+    rules.list_only.push(root.to_path_buf());
+    let Ok(entries) = std::fs::read_dir(root) else { return };
+    let mut entries: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    entries.sort();
+    for p in entries {
+        if excluded.iter().any(|e| within(&p, e)) {
+            continue;
+        }
+        let Ok(meta) = std::fs::symlink_metadata(&p) else { continue };
+        if meta.file_type().is_symlink() {
+            // Landlock follows the link: grant it only if its target neither is nor holds a hole.
+            match std::fs::canonicalize(&p) {
+                Ok(t) if !excluded.iter().any(|e| within(&t, e) || within(e, &t)) => rules.read.push(p),
+                _ => {}
+            }
+            continue;
+        }
+        if meta.is_dir() && excluded.iter().any(|e| within(e, &p)) {
+            carve(&p, excluded, rules);
+        } else {
+            rules.read.push(p);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cordon_policy::LandlockMode;
+
+    fn plan(readable: &[&Path], writable: &[&Path], deny: &[&Path], ro: &[&Path]) -> FilesystemPlan {
+        let rules = |v: &[&Path]| v.iter().map(|p| PathRule::new(*p, "test")).collect();
+        FilesystemPlan {
+            readable: rules(readable),
+            writable: rules(writable),
+            deny: rules(deny),
+            read_only: rules(ro),
+            landlock: LandlockMode::Required,
+        }
+    }
+
+    #[test]
+    fn normalize_folds_dots() {
+        assert_eq!(normalize(Path::new("/a/./b/../c//d")), PathBuf::from("/a/c/d"));
+        assert_eq!(normalize(Path::new("/../x")), PathBuf::from("/x"));
+    }
+
+    #[test]
+    fn orders_parents_first_and_masks_last() {
+        let t = tempfile::tempdir().unwrap();
+        let home = t.path().canonicalize().unwrap();
+        let proj = home.join("proj");
+        std::fs::create_dir_all(proj.join(".git/hooks")).unwrap();
+        std::fs::write(proj.join(".git/config"), "").unwrap();
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        std::fs::write(home.join(".netrc"), "x").unwrap();
+        let l = prepare(&plan(
+            &[Path::new("/")],
+            &[&proj],
+            &[&home.join(".ssh"), &home.join(".netrc"), &home.join(".ssh/id_rsa"), &home.join(".aws")],
+            &[&proj.join(".git/hooks"), &proj.join(".git/config"), &proj.join(".envrc")],
+        ));
+        let pos = |f: &dyn Fn(&MountOp) -> bool| l.mounts.iter().position(f).unwrap();
+        let root = pos(&|m| matches!(m, MountOp::Bind { path, writable: false } if path == Path::new("/")));
+        let tmp = pos(&|m| matches!(m, MountOp::Tmpfs { path } if path == Path::new("/tmp")));
+        let pb = pos(&|m| matches!(m, MountOp::Bind { path, writable: true } if *path == proj));
+        let pin = pos(&|m| matches!(m, MountOp::Pin { path } if *path == proj.join(".git")));
+        let hooks = pos(&|m| matches!(m, MountOp::ReadOnly { path } if *path == proj.join(".git/hooks")));
+        let ssh = pos(&|m| matches!(m, MountOp::MaskDir { path, .. } if *path == home.join(".ssh")));
+        let netrc = pos(&|m| matches!(m, MountOp::MaskFile { path, .. } if *path == home.join(".netrc")));
+        assert!(root < tmp && tmp < pb && pb < pin && pin < hooks && hooks < ssh && hooks < netrc);
+        // Nested and missing denies produce no mount of their own; missing read-only is skipped.
+        assert!(!l.mounts.iter().any(|m| m.path() == home.join(".ssh/id_rsa")));
+        assert!(!l.mounts.iter().any(|m| m.path() == home.join(".aws")));
+        assert!(!l.mounts.iter().any(|m| m.path() == proj.join(".envrc")));
+    }
+
+    #[test]
+    fn symlinked_deny_masks_the_target() {
+        let t = tempfile::tempdir().unwrap();
+        let base = t.path().canonicalize().unwrap();
+        std::fs::create_dir_all(base.join("real-ssh")).unwrap();
+        std::os::unix::fs::symlink(base.join("real-ssh"), base.join(".ssh")).unwrap();
+        let l = prepare(&plan(&[Path::new("/")], &[], &[&base.join(".ssh")], &[]));
+        assert!(l.masks().any(|(p, _)| p == base.join("real-ssh")));
+    }
+
+    #[test]
+    fn landlock_carves_holes_for_denied_paths() {
+        let t = tempfile::tempdir().unwrap();
+        let base = t.path().canonicalize().unwrap();
+        for d in ["a", "secret", "b/c", "b/d"] {
+            std::fs::create_dir_all(base.join(d)).unwrap();
+        }
+        std::os::unix::fs::symlink(base.join("secret"), base.join("sneaky")).unwrap();
+        std::os::unix::fs::symlink(base.join("a"), base.join("fine")).unwrap();
+        let l = prepare(&plan(&[&base], &[], &[&base.join("secret"), &base.join("b/d")], &[]));
+        let r = &l.landlock;
+        assert!(r.list_only.contains(&base) && r.list_only.contains(&base.join("b")));
+        assert!(r.read.contains(&base.join("a")) && r.read.contains(&base.join("b/c")));
+        assert!(r.read.contains(&base.join("fine")));
+        assert!(!r.read.iter().any(|p| p.starts_with(base.join("secret")) || p.starts_with(base.join("b/d"))));
+        assert!(!r.read.contains(&base.join("sneaky")), "a symlink into a hole is not granted");
+    }
+
+    #[test]
+    fn writable_inside_deny_is_dropped() {
+        let t = tempfile::tempdir().unwrap();
+        let base = t.path().canonicalize().unwrap();
+        std::fs::create_dir_all(base.join("d/w")).unwrap();
+        let l = prepare(&plan(&[Path::new("/")], &[&base.join("d/w")], &[&base.join("d")], &[]));
+        assert!(!l.mounts.iter().any(|m| matches!(m, MountOp::Bind { writable: true, .. })));
+        assert!(l.skipped.iter().any(|s| s.contains("deny wins")));
+    }
+}

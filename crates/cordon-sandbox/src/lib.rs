@@ -1,0 +1,58 @@
+//! cordon-sandbox: filesystem and process isolation (layer 1) — namespaces, mounts, Landlock,
+//! the pty, init and reaper, resource limits.
+//!
+//! Both sides of the boundary live here, kept in separate modules:
+//! - host side (the supervisor, the user's uid): [`run`] turns a [`Plan`] into a [`Layout`],
+//!   clones the sandbox, relays the terminal and forwards signals;
+//! - sandbox side: [`init_main`], PID 1 inside the new namespaces, builds the view and starts
+//!   the command in a locked, capability-free, Landlock-fenced nested namespace.
+//!
+//! The crossings: the control channel (setup only), the pty master, forwarded signals.
+//! All `unsafe` of cordon lives in the private `sys` module.
+//!
+//! ```no_run
+//! # fn demo(plan: &cordon_policy::Plan) -> Result<(), cordon_sandbox::SandboxError> {
+//! use cordon_sandbox::{Command, TtyMode};
+//! let cmd = Command { argv: vec!["true".into()], cwd: plan.project.clone(), tty: TtyMode::Never };
+//! let outcome = cordon_sandbox::run(plan, &cmd, &|event| eprintln!("{event:?}"))?;
+//! assert_eq!(outcome.code(), 0);
+//! # Ok(()) }
+//! ```
+//! A binary using this crate must call [`init_main`] first thing when its first argument is
+//! [`INIT_ARG`]: the sandbox's init is the same executable, re-executed inside the namespaces.
+
+mod fence;
+mod init;
+pub mod layout;
+mod mounts;
+pub mod probe;
+mod protocol;
+mod supervisor;
+mod sys;
+
+pub use cordon_policy::Plan;
+pub use fence::FenceStatus;
+pub use layout::{Layout, MountOp, prepare};
+pub use supervisor::{Command, Outcome, TtyMode, run};
+pub use sys::{WaitStatus, ids, landlock_abi, passwd_home};
+
+/// The first argument that turns the cordon executable into the sandbox's init.
+pub const INIT_ARG: &str = "__cordon_init";
+
+/// Run the sandbox's init. Call only when `argv[1] == INIT_ARG`; never returns.
+pub fn init_main() -> ! {
+    init::main()
+}
+
+/// Why a sandbox could not be started. Any of these means the command did not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("{0}")]
+    Namespaces(String),
+    #[error("sandbox setup failed at {stage}: {message}")]
+    Setup { stage: String, message: String },
+    #[error("{what}: {source}")]
+    Io { what: String, source: std::io::Error },
+}

@@ -1,0 +1,188 @@
+//! Builds the sandbox's filesystem view from a [`Layout`] (sandbox side, run by init).
+//!
+//! Runs as root of the outer user namespace inside a fresh mount namespace, in the manner of
+//! bubblewrap: a private tmpfs becomes the root, the old root is reachable at `/oldroot` while
+//! the new one is assembled under `/newroot`, then the old root is detached and we pivot in.
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::layout::{Layout, MountOp};
+use crate::sys::{self, Attrs};
+
+const STAGE: &str = "/tmp";
+const NEW: &str = "/newroot";
+const OLD: &str = "/oldroot";
+const MASK_FILE: &str = "/.cordon-mask";
+
+/// An error while building the view, naming the step and path.
+#[derive(Debug)]
+pub(crate) struct MountError {
+    pub step: String,
+    pub source: io::Error,
+}
+
+impl std::fmt::Display for MountError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.step, self.source)
+    }
+}
+
+trait Ctx<T> {
+    fn ctx(self, step: impl FnOnce() -> String) -> Result<T, MountError>;
+}
+
+impl<T> Ctx<T> for io::Result<T> {
+    fn ctx(self, step: impl FnOnce() -> String) -> Result<T, MountError> {
+        self.map_err(|source| MountError { step: step(), source })
+    }
+}
+
+/// `base` + absolute `p`.
+fn under(base: &str, p: &Path) -> PathBuf {
+    Path::new(base).join(p.strip_prefix("/").unwrap_or(p))
+}
+
+fn cs(s: &str) -> CString {
+    CString::new(s).expect("static string without NUL")
+}
+
+fn ensure_mountpoint(dst: &Path, dir: bool) -> io::Result<()> {
+    if std::fs::symlink_metadata(dst).is_ok() {
+        return Ok(());
+    }
+    if let Some(parent) = dst.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    if dir {
+        std::fs::create_dir(dst)
+    } else {
+        std::fs::File::create(dst).map(drop)
+    }
+}
+
+fn tmpfs(dst: &Path, options: &str, flags: libc::c_ulong) -> io::Result<()> {
+    let data = cs(options);
+    sys::mount(Some(&cs("tmpfs")), dst, Some(&cs("tmpfs")), flags, Some(&data))
+}
+
+const RO: Attrs = Attrs { readonly: true, nosuid: true, nodev: true };
+
+/// Build the view and pivot into it. On return, `/` is the sandbox's root.
+pub(crate) fn build(layout: &Layout) -> Result<(), MountError> {
+    let root = Path::new("/");
+    // Nothing we mount may propagate back to the host.
+    sys::mount(None, root, None, libc::MS_REC | libc::MS_PRIVATE, None).ctx(|| "make / private".into())?;
+    let stage = Path::new(STAGE);
+    tmpfs(stage, "mode=0755", libc::MS_NOSUID | libc::MS_NODEV).ctx(|| "staging tmpfs".into())?;
+    for d in ["newroot", "oldroot"] {
+        std::fs::create_dir(stage.join(d)).ctx(|| format!("mkdir staging {d}"))?;
+    }
+    let mask = stage.join(MASK_FILE.trim_start_matches('/'));
+    std::fs::File::create(&mask).ctx(|| "create mask file".into())?;
+    std::fs::set_permissions(&mask, std::fs::Permissions::from_mode(0o000)).ctx(|| "chmod mask file".into())?;
+    sys::pivot_root(stage, &stage.join("oldroot")).ctx(|| "pivot into staging".into())?;
+    std::env::set_current_dir(root).ctx(|| "chdir /".into())?;
+    tmpfs(Path::new(NEW), "mode=0755", libc::MS_NOSUID | libc::MS_NODEV).ctx(|| "new root tmpfs".into())?;
+
+    for op in &layout.mounts {
+        apply(op).map_err(|e| MountError { step: format!("{op:?}: {}", e.step), source: e.source })?;
+    }
+
+    // Whatever is still the bare tmpfs root becomes read-only too.
+    sys::mount_setattr(Path::new(NEW), false, RO).ctx(|| "read-only new root".into())?;
+    sys::umount_detach(Path::new(OLD)).ctx(|| "detach old root".into())?;
+    std::env::set_current_dir(NEW).ctx(|| "chdir new root".into())?;
+    sys::pivot_root(Path::new("."), Path::new(".")).ctx(|| "pivot into new root".into())?;
+    sys::umount_detach(Path::new(".")).ctx(|| "detach staging".into())?;
+    std::env::set_current_dir(root).ctx(|| "chdir /".into())?;
+    Ok(())
+}
+
+fn apply(op: &MountOp) -> Result<(), MountError> {
+    let dst = under(NEW, op.path());
+    let d = dst.clone();
+    let at = move || d.display().to_string();
+    match op {
+        MountOp::Bind { path, writable } => {
+            let src = under(OLD, path);
+            let is_dir = std::fs::metadata(&src).ctx(|| format!("stat {}", path.display()))?.is_dir();
+            ensure_mountpoint(&dst, is_dir).ctx(at.clone())?;
+            sys::bind(&src, &dst, true).ctx(at.clone())?;
+            let attrs = Attrs { readonly: !writable, nosuid: true, nodev: true };
+            sys::mount_setattr(&dst, true, attrs).ctx(at)?;
+        }
+        MountOp::Tmpfs { .. } => {
+            ensure_mountpoint(&dst, true).ctx(at.clone())?;
+            tmpfs(&dst, "mode=1777", libc::MS_NOSUID | libc::MS_NODEV).ctx(at)?;
+        }
+        MountOp::Dev { .. } => build_dev(&dst)?,
+        MountOp::Proc { .. } => {
+            ensure_mountpoint(&dst, true).ctx(at.clone())?;
+            let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+            sys::mount(Some(&cs("proc")), &dst, Some(&cs("proc")), flags, None).ctx(at)?;
+            // Kernel knobs stay read-only even for root of the sandbox's user namespace.
+            for sub in ["sys", "sysrq-trigger", "irq", "bus", "fs", "latency_stats", "timer_list"] {
+                let p = dst.join(sub);
+                if std::fs::symlink_metadata(&p).is_ok() {
+                    sys::bind(&p, &p, true).ctx(|| p.display().to_string())?;
+                    sys::mount_setattr(&p, true, RO).ctx(|| p.display().to_string())?;
+                }
+            }
+        }
+        MountOp::Pin { .. } => {
+            sys::bind(&dst, &dst, true).ctx(at)?;
+        }
+        MountOp::ReadOnly { .. } => {
+            sys::bind(&dst, &dst, true).ctx(at.clone())?;
+            sys::mount_setattr(&dst, true, RO).ctx(at)?;
+        }
+        MountOp::MaskDir { .. } => {
+            tmpfs(&dst, "mode=000,size=4k,nr_inodes=2", libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC)
+                .ctx(at.clone())?;
+            sys::mount_setattr(&dst, false, RO).ctx(at)?;
+        }
+        MountOp::MaskFile { .. } => {
+            sys::bind(Path::new(MASK_FILE), &dst, false).ctx(at.clone())?;
+            sys::mount_setattr(&dst, false, RO).ctx(at)?;
+        }
+    }
+    Ok(())
+}
+
+/// A minimal `/dev`: the harmless character devices bound from the host, a private devpts
+/// (so the sandbox's ptys are its own), and the usual symlinks. No disks, no kvm, no mem.
+fn build_dev(dst: &Path) -> Result<(), MountError> {
+    let at = || dst.display().to_string();
+    ensure_mountpoint(dst, true).ctx(at)?;
+    tmpfs(dst, "mode=0755", libc::MS_NOSUID | libc::MS_NOEXEC).ctx(at)?;
+    for node in ["null", "zero", "full", "random", "urandom", "tty"] {
+        let target = dst.join(node);
+        std::fs::File::create(&target).ctx(|| target.display().to_string())?;
+        sys::bind(&Path::new(OLD).join("dev").join(node), &target, false).ctx(|| target.display().to_string())?;
+    }
+    for dir in ["pts", "shm"] {
+        std::fs::create_dir(dst.join(dir)).ctx(|| format!("mkdir /dev/{dir}"))?;
+    }
+    let pts = dst.join("pts");
+    sys::mount(
+        Some(&cs("devpts")),
+        &pts,
+        Some(&cs("devpts")),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some(&cs("newinstance,ptmxmode=0666,mode=620")),
+    )
+    .ctx(|| "devpts".into())?;
+    for (link, to) in [
+        ("ptmx", "pts/ptmx"),
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        std::os::unix::fs::symlink(to, dst.join(link)).ctx(|| format!("symlink /dev/{link}"))?;
+    }
+    sys::mount_setattr(dst, false, Attrs { readonly: true, nosuid: true, nodev: false }).ctx(|| "read-only /dev".into())
+}

@@ -1,0 +1,93 @@
+//! The control channel: the one crossing between supervisor and sandbox init at setup.
+//!
+//! A unix stream socket pair made before the clone. Frames are a 4-byte little-endian length
+//! and a JSON body; a descriptor (the pty master) may ride along with a frame via SCM_RIGHTS.
+//! The supervisor sends exactly one [`InitSpec`]; init answers with [`FromInit`] frames. The
+//! channel closes when the command starts, so the sandboxed program never holds it.
+
+use std::io;
+use std::os::fd::{OwnedFd, RawFd};
+use std::path::PathBuf;
+
+use cordon_policy::{LandlockMode, LimitsPlan};
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+
+use crate::layout::Layout;
+use crate::sys;
+
+/// Largest frame accepted, so a confused peer cannot make us allocate without bound.
+const MAX_FRAME: usize = 64 << 20;
+
+/// Everything init needs to build the sandbox and start the command.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct InitSpec {
+    pub layout: Layout,
+    pub argv: Vec<Vec<u8>>,
+    pub env: Vec<Vec<u8>>,
+    pub cwd: PathBuf,
+    pub project: PathBuf,
+    pub uid: u32,
+    pub gid: u32,
+    /// Window size of the user's terminal when the command gets a pty of its own.
+    pub tty: Option<[u16; 4]>,
+    pub limits: LimitsPlan,
+    pub landlock: LandlockMode,
+    pub hostname: String,
+}
+
+/// What init tells the supervisor.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum FromInit {
+    /// The pty master is attached to this frame.
+    Pty,
+    /// The command was started (or failed to exec with 126/127, which is its own result).
+    Started { pid: i32, landlock: String, limits: Vec<String> },
+    /// Setup failed; nothing of the command ran.
+    Failed { stage: String, message: String },
+}
+
+pub(crate) fn send<T: Serialize>(sock: RawFd, msg: &T, fd: Option<RawFd>) -> io::Result<()> {
+    let body = serde_json::to_vec(msg).map_err(io::Error::other)?;
+    let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    match fd {
+        Some(fd) => sys::send_with_fd(sock, &frame, fd),
+        None => {
+            sys::write_all_raw(sock, &frame);
+            Ok(())
+        }
+    }
+}
+
+/// Receive one frame; `Ok(None)` on a clean end of stream.
+pub(crate) fn recv<T: DeserializeOwned>(sock: RawFd) -> io::Result<Option<(T, Vec<OwnedFd>)>> {
+    let mut header = [0u8; 4];
+    let mut got = 0;
+    let mut fds = Vec::new();
+    while got < 4 {
+        let (n, mut f) = sys::recv_with_fds(sock, &mut header[got..])?;
+        fds.append(&mut f);
+        if n == 0 {
+            if got == 0 {
+                return Ok(None);
+            }
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "control channel closed mid-frame"));
+        }
+        got += n;
+    }
+    let len = u32::from_le_bytes(header) as usize;
+    if len > MAX_FRAME {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("control frame of {len} bytes refused")));
+    }
+    let mut body = vec![0u8; len];
+    let mut got = 0;
+    while got < len {
+        let n = sys::read_raw(sock, &mut body[got..]);
+        if n <= 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "control channel closed mid-frame"));
+        }
+        got += n as usize;
+    }
+    let msg = serde_json::from_slice(&body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    Ok(Some((msg, fds)))
+}

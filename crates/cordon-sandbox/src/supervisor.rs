@@ -1,0 +1,369 @@
+//! The supervisor's half of a sandbox (host side): create it, relay the terminal, forward
+//! signals, wait, and report.
+//!
+//! Crossings between the two sides are named here: the control channel (setup only, see
+//! [`crate::protocol`]), the pty master (the terminal relay), and the signals we forward.
+
+use std::ffi::{CString, OsString};
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStringExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+use cordon_events::{Action, Layer, NewEvent};
+use cordon_policy::Plan;
+
+use crate::init::{CONTROL_FD, FORWARDED};
+use crate::layout::{self, MountOp};
+use crate::protocol::{self, FromInit, InitSpec};
+use crate::sys::{self, WaitStatus};
+use crate::{INIT_ARG, SandboxError};
+
+/// How long a sandbox gets to exit after TERM/HUP before it is killed outright.
+const GRACE: Duration = Duration::from_secs(5);
+
+/// Whether the command gets a terminal of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TtyMode {
+    /// A pty when both stdin and stdout are terminals, else the descriptors as they are.
+    #[default]
+    Auto,
+    /// Never a pty: stdin/stdout/stderr are passed through (the command still gets a new session).
+    Never,
+}
+
+/// What to run and how.
+#[derive(Debug, Clone)]
+pub struct Command {
+    /// The program and its arguments; the program is looked up in the sandbox's `PATH`.
+    pub argv: Vec<OsString>,
+    /// The directory to start in; the project directory is used if it is not in the view.
+    pub cwd: PathBuf,
+    pub tty: TtyMode,
+}
+
+/// How the sandboxed command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    pub status: WaitStatus,
+}
+
+impl Outcome {
+    /// The exit code cordon itself should exit with: the command's own, or 128+N after signal N.
+    pub fn code(&self) -> i32 {
+        self.status.code()
+    }
+}
+
+static SIGNAL_PIPE: AtomicI32 = AtomicI32::new(-1);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    let fd = SIGNAL_PIPE.load(Ordering::Relaxed);
+    if fd >= 0 {
+        sys::write_all_raw(fd, &[sig as u8]);
+    }
+}
+
+/// Restores the user's terminal however the relay ends.
+struct RawGuard {
+    fd: RawFd,
+    saved: Option<sys::Termios>,
+}
+
+impl Drop for RawGuard {
+    fn drop(&mut self) {
+        if let Some(t) = &self.saved {
+            let _ = sys::set_termios(self.fd, t);
+        }
+    }
+}
+
+fn io_err(what: &str, e: io::Error) -> SandboxError {
+    SandboxError::Io { what: what.to_string(), source: e }
+}
+
+/// Run `cmd` inside a new sandbox built from `plan`, reporting to `emit`, and wait for it.
+pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcome, SandboxError> {
+    if cmd.argv.is_empty() {
+        return Err(SandboxError::Usage("no command given".into()));
+    }
+    let layout = layout::prepare(&plan.filesystem);
+    report_layout(&layout, emit);
+
+    let env = plan.env.apply(std::env::vars_os());
+    let passed: Vec<String> = env.iter().map(|(k, _)| k.to_string_lossy().into_owned()).collect();
+    let dropped: Vec<String> = std::env::vars_os()
+        .map(|(k, _)| k.to_string_lossy().into_owned())
+        .filter(|k| !passed.contains(k))
+        .collect();
+    emit(
+        NewEvent::new(Layer::Env, Action::Apply, format!("{} variables passed, {} dropped", passed.len(), dropped.len()))
+            .detail("passed", passed.clone())
+            .detail("dropped", dropped),
+    );
+
+    let tty = cmd.tty == TtyMode::Auto && sys::isatty(0) && sys::isatty(1);
+    let winsize = tty.then(|| sys::get_winsize(0).unwrap_or([24, 80, 0, 0]));
+    let (uid, gid) = (sys::getuid(), sys::getgid());
+    let spec = InitSpec {
+        layout,
+        argv: cmd.argv.iter().map(|a| a.clone().into_vec()).collect(),
+        env: env
+            .into_iter()
+            .map(|(k, v)| {
+                let mut kv = k.into_vec();
+                kv.push(b'=');
+                kv.extend(v.into_vec());
+                kv
+            })
+            .collect(),
+        cwd: cmd.cwd.clone(),
+        project: plan.project.clone(),
+        uid,
+        gid,
+        tty: winsize,
+        limits: plan.limits.clone(),
+        landlock: plan.filesystem.landlock,
+        hostname: "cordon".into(),
+    };
+    if plan.limits.cpu.is_some() {
+        emit(NewEvent::new(
+            Layer::Limits,
+            Action::Degraded,
+            "cpu limit needs cgroup v2 delegation, which cordon does not use yet: not enforced",
+        ));
+        let _ = writeln!(io::stderr(), "cordon: warning: [limits] cpu is not enforced (needs cgroup v2 delegation)");
+    }
+
+    let (sock, child_sock) = sys::socketpair().map_err(|e| io_err("control socketpair", e))?;
+    let exe = sys::PreparedExec::new(
+        CString::new("/proc/self/exe").expect("no NUL"),
+        vec![CString::new("cordon-init").expect("no NUL"), CString::new(INIT_ARG).expect("no NUL")],
+        Vec::new(),
+    );
+    // SAFETY: the child below runs only async-signal-safe code until execve.
+    let child = unsafe { sys::clone_into_namespaces(sys::SANDBOX_NAMESPACES) };
+    let child = match child {
+        Ok(Some(c)) => c,
+        Ok(None) => after_clone(sock.as_raw_fd(), child_sock.as_raw_fd(), &exe),
+        Err(e) => {
+            return Err(SandboxError::Namespaces(format!(
+                "cannot create user/mount/pid/net namespaces: {e} (is kernel.unprivileged_userns_clone or \
+                 user.max_user_namespaces disabled, or an AppArmor userns restriction active? run `cordon doctor`)"
+            )));
+        }
+    };
+    drop(child_sock);
+    let kill_child = |c: &sys::Child| {
+        let _ = sys::pidfd_send_signal(&c.pidfd, libc::SIGKILL);
+        let _ = sys::waitpid(c.pid, false);
+    };
+    if let Err(e) = write_id_maps(child.pid, uid, gid) {
+        kill_child(&child);
+        return Err(SandboxError::Namespaces(format!("cannot map uid/gid into the sandbox: {e}")));
+    }
+    sys::write_all_raw(sock.as_raw_fd(), b"g");
+    if let Err(e) = protocol::send(sock.as_raw_fd(), &spec, None) {
+        kill_child(&child);
+        return Err(io_err("send the plan to the sandbox", e));
+    }
+
+    let mut master: Option<OwnedFd> = None;
+    loop {
+        match protocol::recv::<FromInit>(sock.as_raw_fd()) {
+            Ok(Some((FromInit::Pty, mut fds))) => master = fds.pop(),
+            Ok(Some((FromInit::Started { pid, landlock, limits }, _))) => {
+                let degraded = landlock.starts_with("not enforced") || landlock.starts_with("partially");
+                emit(
+                    NewEvent::new(
+                        Layer::Landlock,
+                        if degraded { Action::Degraded } else { Action::Apply },
+                        format!("Landlock {landlock}"),
+                    )
+                    .detail("status", landlock.clone()),
+                );
+                if degraded {
+                    let _ = writeln!(io::stderr(), "cordon: warning: Landlock {landlock}");
+                }
+                for l in limits {
+                    emit(NewEvent::new(Layer::Limits, Action::Apply, l));
+                }
+                emit(
+                    NewEvent::new(Layer::Process, Action::Start, "command started")
+                        .detail("pid_in_sandbox", pid)
+                        .detail("command", cmd.argv.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>())
+                        .detail("terminal", if master.is_some() { "pty" } else { "inherited, new session" }),
+                );
+                break;
+            }
+            Ok(Some((FromInit::Failed { stage, message }, _))) => {
+                let _ = sys::waitpid(child.pid, false);
+                return Err(SandboxError::Setup { stage, message });
+            }
+            Ok(None) | Err(_) => {
+                let st = sys::waitpid(child.pid, false).ok().flatten().map(|(_, s)| s);
+                return Err(SandboxError::Setup {
+                    stage: "init".into(),
+                    message: format!("sandbox init ended before the command started ({st:?})"),
+                });
+            }
+        }
+    }
+    drop(sock);
+    let status = relay(&child, master).map_err(|e| io_err("supervise the sandbox", e))?;
+    Ok(Outcome { status })
+}
+
+/// The cloned child, before it becomes init: async-signal-safe calls only.
+fn after_clone(parent_sock: RawFd, sock: RawFd, exe: &sys::PreparedExec) -> ! {
+    let _ = sys::set_pdeathsig(libc::SIGKILL);
+    sys::close_raw(parent_sock);
+    // Wait until the supervisor has written our uid/gid maps; EOF means it died.
+    let mut go = [0u8; 1];
+    if sys::read_raw(sock, &mut go) != 1 {
+        sys::exit_now(125);
+    }
+    if sock != CONTROL_FD {
+        if sys::dup2(sock, CONTROL_FD).is_err() {
+            sys::exit_now(125);
+        }
+    } else if sys::clear_cloexec(sock).is_err() {
+        sys::exit_now(125);
+    }
+    let _ = exe.exec();
+    sys::write_all_raw(2, b"cordon: cannot start the sandbox init (/proc/self/exe)\n");
+    sys::exit_now(125)
+}
+
+/// uid/gid 0 inside the outer namespace is the caller: init needs root there to build the view.
+fn write_id_maps(pid: libc::pid_t, uid: u32, gid: u32) -> io::Result<()> {
+    let base = PathBuf::from(format!("/proc/{pid}"));
+    std::fs::write(base.join("setgroups"), "deny")?;
+    std::fs::write(base.join("uid_map"), format!("0 {uid} 1\n"))?;
+    std::fs::write(base.join("gid_map"), format!("0 {gid} 1\n"))?;
+    Ok(())
+}
+
+fn report_layout(layout: &layout::Layout, emit: &dyn Fn(NewEvent)) {
+    let mut writable = Vec::new();
+    let mut read_only = Vec::new();
+    for m in &layout.mounts {
+        match m {
+            MountOp::Bind { path, writable: true } => writable.push(path.display().to_string()),
+            MountOp::ReadOnly { path } => read_only.push(path.display().to_string()),
+            _ => {}
+        }
+    }
+    emit(
+        NewEvent::new(Layer::Filesystem, Action::Apply, "read-only root, private /tmp, minimal /dev, fresh /proc")
+            .detail("writable", writable)
+            .detail("read_only", read_only),
+    );
+    for (path, rule) in layout.masks() {
+        emit(
+            NewEvent::new(Layer::Filesystem, Action::Deny, "masked: reads fail, no content visible")
+                .rule(rule.to_string())
+                .detail("path", path.display().to_string()),
+        );
+    }
+    for s in &layout.skipped {
+        emit(NewEvent::new(Layer::Filesystem, Action::Log, s.clone()));
+    }
+}
+
+/// Relay the terminal and signals until init exits; returns its status.
+fn relay(child: &sys::Child, master: Option<OwnedFd>) -> io::Result<WaitStatus> {
+    let (sig_r, sig_w) = sys::pipe()?;
+    sys::set_nonblocking(sig_w.as_raw_fd(), true)?;
+    sys::set_nonblocking(sig_r.as_raw_fd(), true)?;
+    SIGNAL_PIPE.store(sig_w.as_raw_fd(), Ordering::Relaxed);
+    for sig in FORWARDED {
+        sys::install_handler(sig, on_signal)?;
+    }
+    let _guard = match &master {
+        Some(_) => RawGuard { fd: 0, saved: sys::make_raw(0).ok() },
+        None => RawGuard { fd: 0, saved: None },
+    };
+    let mut stdin_open = master.is_some();
+    let mut master_open = master.is_some();
+    let mut kill_at: Option<Instant> = None;
+    let mut buf = vec![0u8; 64 * 1024];
+    let status = loop {
+        let mut fds = vec![
+            libc::pollfd { fd: sig_r.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: child.pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        if let Some(m) = &master {
+            fds.push(libc::pollfd { fd: if stdin_open { 0 } else { -1 }, events: libc::POLLIN, revents: 0 });
+            fds.push(libc::pollfd { fd: if master_open { m.as_raw_fd() } else { -1 }, events: libc::POLLIN, revents: 0 });
+        }
+        let timeout = kill_at.map_or(-1, |t| t.saturating_duration_since(Instant::now()).as_millis() as i32);
+        sys::poll(&mut fds, timeout)?;
+        if let Some(t) = kill_at
+            && Instant::now() >= t
+        {
+            let _ = sys::pidfd_send_signal(&child.pidfd, libc::SIGKILL);
+            kill_at = None;
+        }
+        if fds[0].revents != 0 {
+            let mut sigs = [0u8; 64];
+            let n = sys::read_raw(sig_r.as_raw_fd(), &mut sigs);
+            for &s in &sigs[..n.max(0) as usize] {
+                let s = s as libc::c_int;
+                if s == libc::SIGWINCH
+                    && let Some(m) = &master
+                {
+                    if let Ok(ws) = sys::get_winsize(0) {
+                        let _ = sys::set_winsize(m.as_raw_fd(), ws);
+                    }
+                    continue;
+                }
+                let _ = sys::pidfd_send_signal(&child.pidfd, s);
+                if (s == libc::SIGTERM || s == libc::SIGHUP) && kill_at.is_none() {
+                    kill_at = Some(Instant::now() + GRACE);
+                }
+            }
+        }
+        if let Some(m) = &master {
+            if stdin_open && fds[2].revents != 0 {
+                let n = sys::read_raw(0, &mut buf);
+                if n <= 0 {
+                    stdin_open = false;
+                } else {
+                    sys::write_all_raw(m.as_raw_fd(), &buf[..n as usize]);
+                }
+            }
+            if master_open && fds[3].revents != 0 {
+                let n = sys::read_raw(m.as_raw_fd(), &mut buf);
+                if n <= 0 {
+                    master_open = false;
+                } else {
+                    sys::write_all_raw(1, &buf[..n as usize]);
+                }
+            }
+        }
+        if fds[1].revents != 0
+            && let Some((_, st)) = sys::waitpid(child.pid, false)?
+        {
+            break st;
+        }
+    };
+    // Whatever the command wrote last is still in the pty: drain it before restoring the terminal.
+    if let Some(m) = &master {
+        let _ = sys::set_nonblocking(m.as_raw_fd(), true);
+        loop {
+            let n = sys::read_raw(m.as_raw_fd(), &mut buf);
+            if n <= 0 {
+                break;
+            }
+            sys::write_all_raw(1, &buf[..n as usize]);
+        }
+    }
+    for sig in FORWARDED {
+        sys::default_handler(sig);
+    }
+    SIGNAL_PIPE.store(-1, Ordering::Relaxed);
+    Ok(status)
+}

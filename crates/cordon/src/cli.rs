@@ -1,0 +1,120 @@
+//! The command-line interface: definitions only, no behaviour.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+pub const EXIT_CODES: &str = "\
+Exit status of `cordon run`:
+  N        the command's own exit status
+  128+N    the command was killed by signal N
+  125      cordon failed before the command started (bad policy, untrusted project policy,
+           kernel feature missing, audit log not writable)
+  126      the command was found but could not be executed
+  127      the command was not found in the sandbox's PATH
+Other subcommands: 0 success, 1 failure, 2 bad usage or invalid policy.";
+
+/// Fence AI coding agents in: run a command in a sandbox with a policy.
+#[derive(Debug, Parser)]
+#[command(name = "cordon", version, about, after_help = EXIT_CODES, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Run COMMAND inside the sandbox, with the project directory writable.
+    #[command(after_help = EXIT_CODES)]
+    Run(RunArgs),
+    /// Validate a policy and print the effective merged policy.
+    Check(CheckArgs),
+    /// Report, layer by layer, what this kernel supports and what cordon does about it.
+    Doctor,
+    /// Trust a project policy file that loosens your own policy (by content hash, like direnv).
+    Trust(TrustArgs),
+    /// Print, follow or verify a session's audit log.
+    Log(LogArgs),
+    /// Print a shell completion script.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff).
+    Man,
+}
+
+/// Where the policy comes from.
+#[derive(Debug, Args, Clone)]
+pub struct PolicyArgs {
+    /// The project directory (writable inside the sandbox). Default: the current directory.
+    #[arg(long, value_name = "DIR")]
+    pub project: Option<PathBuf>,
+    /// Use this built-in or policy-defined profile (claude, codex, gemini, aider, opencode, …).
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Policy file to use instead of PROJECT/cordon.toml (merged over your ~/.config/cordon/cordon.toml).
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    #[command(flatten)]
+    pub policy_args: PolicyArgs,
+    /// Write the audit log here instead of $XDG_STATE_HOME/cordon/sessions/SESSION.jsonl.
+    #[arg(long, value_name = "FILE")]
+    pub audit: Option<PathBuf>,
+    /// Print each event to stderr as it happens.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Never allocate a pty, even when stdin and stdout are terminals.
+    #[arg(long)]
+    pub no_tty: bool,
+    /// The command and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The policy file to check (default: PROJECT/cordon.toml if present).
+    pub file: Option<PathBuf>,
+    #[command(flatten)]
+    pub policy_args: PolicyArgs,
+    /// Print the effective policy as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TrustArgs {
+    /// The policy file (default: ./cordon.toml).
+    pub file: Option<PathBuf>,
+    /// Remove the file from the trust store instead.
+    #[arg(long)]
+    pub revoke: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// The session to show (default: the newest).
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    /// Read this log file instead of a session from the state directory.
+    #[arg(long, value_name = "FILE", conflicts_with = "session")]
+    pub file: Option<PathBuf>,
+    /// Keep printing new events until the session stops.
+    #[arg(short, long)]
+    pub follow: bool,
+    /// Print events as JSON lines.
+    #[arg(long)]
+    pub json: bool,
+    /// Check the hash chain: exit 1 if the log was edited, reordered or truncated.
+    #[arg(long, conflicts_with = "follow")]
+    pub verify: bool,
+    /// List the recorded sessions.
+    #[arg(long, conflicts_with_all = ["follow", "verify", "session", "file"])]
+    pub list: bool,
+}

@@ -1,0 +1,393 @@
+//! One function per subcommand: gather inputs, call the layer crates, print, pick an exit code.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow};
+use clap::CommandFactory;
+use cordon_events::{Action, AuditLog, Layer, NewEvent};
+use cordon_policy::{LoadOptions, Loaded, TrustStore};
+use cordon_sandbox::probe::Support;
+
+use crate::cli::{CheckArgs, Cli, Cmd, LogArgs, PolicyArgs, RunArgs, TrustArgs};
+
+/// cordon's own failure before the command started.
+const EXIT_SETUP: i32 = 125;
+const EXIT_USAGE: i32 = 2;
+
+pub fn dispatch(cmd: Cmd) -> i32 {
+    match cmd {
+        Cmd::Run(a) => run(a),
+        Cmd::Check(a) => check(a),
+        Cmd::Doctor => doctor(),
+        Cmd::Trust(a) => report(trust(a)),
+        Cmd::Log(a) => match log(a) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("cordon: {e:#}");
+                1
+            }
+        },
+        Cmd::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "cordon", &mut std::io::stdout());
+            0
+        }
+        Cmd::Man => match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("cordon: {e}");
+                1
+            }
+        },
+    }
+}
+
+fn report(r: Result<()>) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("cordon: {e:#}");
+            1
+        }
+    }
+}
+
+fn home() -> PathBuf {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| cordon_sandbox::passwd_home(cordon_sandbox::ids().0))
+        .unwrap_or_else(|| PathBuf::from("/"))
+}
+
+fn xdg(var: &str, fallback: &str) -> PathBuf {
+    std::env::var_os(var)
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| home().join(fallback))
+}
+
+fn trust_store() -> TrustStore {
+    TrustStore::new(xdg("XDG_DATA_HOME", ".local/share").join("cordon/trusted.json"))
+}
+
+fn resolve_project(dir: Option<&Path>) -> Result<PathBuf> {
+    let dir = match dir {
+        Some(d) => d.to_path_buf(),
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let canon = dir
+        .canonicalize()
+        .with_context(|| format!("project directory {}: cannot resolve it (does it exist?)", dir.display()))?;
+    if !canon.is_dir() {
+        return Err(anyhow!("project {} is not a directory; pass --project DIR", canon.display()));
+    }
+    Ok(canon)
+}
+
+fn load_options(policy: Option<PathBuf>, args: &PolicyArgs, project: PathBuf) -> LoadOptions {
+    let home = home();
+    let passwd_home = cordon_sandbox::passwd_home(cordon_sandbox::ids().0).filter(|p| *p != home);
+    LoadOptions {
+        project_dir: project,
+        home,
+        passwd_home,
+        policy_file: policy,
+        user_config: Some(xdg("XDG_CONFIG_HOME", ".config").join("cordon/cordon.toml")),
+        profile: args.profile.clone(),
+        trust_store: trust_store().path().to_path_buf(),
+    }
+}
+
+fn run(a: RunArgs) -> i32 {
+    let project = match resolve_project(a.policy_args.project.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("cordon: {e:#}");
+            return EXIT_SETUP;
+        }
+    };
+    let opts = load_options(a.policy.clone(), &a.policy_args, project.clone());
+    let loaded = match cordon_policy::load(&opts) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("{e}");
+            return EXIT_SETUP;
+        }
+    };
+    for w in &loaded.warnings {
+        eprintln!("cordon: warning: {w}");
+    }
+
+    let session = cordon_events::new_session_id();
+    let audit_path = match a.audit.clone().or_else(|| cordon_events::default_log_path(&session)) {
+        Some(p) => p,
+        None => {
+            eprintln!("cordon: no place for the audit log: set HOME or XDG_STATE_HOME, or pass --audit FILE");
+            return EXIT_SETUP;
+        }
+    };
+    let log = match AuditLog::create(&audit_path, &session) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("cordon: cannot create the audit log: {e}; pass --audit FILE to put it elsewhere");
+            return EXIT_SETUP;
+        }
+    };
+    let verbose = a.verbose;
+    let emit = |ev: NewEvent| match log.emit(ev) {
+        Ok(e) if verbose => eprintln!("cordon: {}", cordon_events::format_human(&e)),
+        Ok(_) => {}
+        Err(e) => eprintln!("cordon: warning: audit log write failed: {e}"),
+    };
+    let argv: Vec<String> = a.command.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+    emit(
+        NewEvent::new(Layer::Session, Action::Start, "session started")
+            .detail("command", argv)
+            .detail("project", project.display().to_string())
+            .detail("policy_files", loaded.sources.iter().map(|p| p.display().to_string()).collect::<Vec<_>>())
+            .detail("profile", a.policy_args.profile.clone().unwrap_or_default())
+            .detail("uid", cordon_sandbox::ids().0)
+            .detail("version", env!("CARGO_PKG_VERSION")),
+    );
+    let code = run_in_session(&a, &project, &loaded, &emit);
+    emit(NewEvent::new(Layer::Session, Action::Stop, "session ended").detail("code", code));
+    code
+}
+
+fn run_in_session(a: &RunArgs, project: &Path, loaded: &Loaded, emit: &dyn Fn(NewEvent)) -> i32 {
+    if !loaded.untrusted_loosening.is_empty() {
+        let mut msg = String::from("cordon: the project policy loosens your own policy and is not trusted:\n");
+        let mut files: Vec<&Path> = Vec::new();
+        for l in &loaded.untrusted_loosening {
+            msg.push_str(&format!("  - {}: {}\n", l.file.display(), l.what));
+            if !files.contains(&l.file.as_path()) {
+                files.push(&l.file);
+            }
+        }
+        for f in &files {
+            msg.push_str(&format!("Review it, then run `cordon trust {}` to allow it.\n", f.display()));
+        }
+        eprint!("{msg}");
+        emit(
+            NewEvent::new(Layer::Session, Action::Deny, "untrusted project policy loosens the user's policy")
+                .rule("trust")
+                .detail(
+                    "loosening",
+                    loaded.untrusted_loosening.iter().map(|l| format!("{}: {}", l.file.display(), l.what)).collect::<Vec<_>>(),
+                ),
+        );
+        return EXIT_SETUP;
+    }
+    let cwd = std::env::current_dir()
+        .ok()
+        .and_then(|c| c.canonicalize().ok())
+        .unwrap_or_else(|| project.to_path_buf());
+    let cmd = cordon_sandbox::Command {
+        argv: a.command.clone(),
+        cwd,
+        tty: if a.no_tty { cordon_sandbox::TtyMode::Never } else { cordon_sandbox::TtyMode::Auto },
+    };
+    match cordon_sandbox::run(&loaded.plan, &cmd, emit) {
+        Ok(outcome) => {
+            let code = outcome.code();
+            emit(NewEvent::new(Layer::Process, Action::Exit, format!("command exited with {code}")).detail("code", code));
+            code
+        }
+        Err(e) => {
+            eprintln!("cordon: {e}");
+            emit(NewEvent::new(Layer::Process, Action::Error, e.to_string()));
+            EXIT_SETUP
+        }
+    }
+}
+
+fn check(a: CheckArgs) -> i32 {
+    let project = match resolve_project(a.policy_args.project.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("cordon: {e:#}");
+            return EXIT_USAGE;
+        }
+    };
+    let opts = load_options(a.file.clone(), &a.policy_args, project);
+    match cordon_policy::load(&opts) {
+        Ok(l) => {
+            for w in &l.warnings {
+                eprintln!("cordon: warning: {w}");
+            }
+            if a.json {
+                match serde_json::to_string_pretty(&l.plan) {
+                    Ok(s) => println!("{s}"),
+                    Err(e) => {
+                        eprintln!("cordon: {e}");
+                        return 1;
+                    }
+                }
+            } else {
+                let files: Vec<String> = l.sources.iter().map(|p| p.display().to_string()).collect();
+                println!("# effective policy: built-in default{}", if files.is_empty() { String::new() } else { format!(" + {}", files.join(" + ")) });
+                print!("{}", l.plan.to_toml());
+            }
+            for lo in &l.untrusted_loosening {
+                eprintln!("cordon: untrusted: {}: {} (run `cordon trust {}`)", lo.file.display(), lo.what, lo.file.display());
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            EXIT_USAGE
+        }
+    }
+}
+
+fn doctor() -> i32 {
+    let mut out = std::io::stdout().lock();
+    let mut checks = cordon_sandbox::probe::probe();
+    let e2e = doctor_end_to_end();
+    checks.push(cordon_sandbox::probe::Check {
+        layer: "1 filesystem & process",
+        feature: "default policy, end to end",
+        support: if e2e.is_ok() { Support::Ok } else { Support::Missing },
+        detail: match &e2e {
+            Ok(()) => "`true` ran in a sandbox built from the built-in default policy".into(),
+            Err(e) => format!("{e:#}"),
+        },
+        cordon: if e2e.is_ok() { "ready".into() } else { "cordon run will refuse to start (exit 125)".into() },
+        required: true,
+    });
+    let mut failed = false;
+    for c in &checks {
+        let mark = match c.support {
+            Support::Ok => "ok     ",
+            Support::Partial => "partial",
+            Support::Missing => "MISSING",
+        };
+        if c.required && c.support == Support::Missing {
+            failed = true;
+        }
+        let _ = writeln!(out, "{mark}  [{}] {}: {}\n         cordon: {}", c.layer, c.feature, c.detail, c.cordon);
+    }
+    let _ = writeln!(
+        out,
+        "{}",
+        if failed {
+            "\nThe built-in default policy cannot be enforced on this machine."
+        } else {
+            "\nThe built-in default policy can be enforced on this machine."
+        }
+    );
+    if failed { 1 } else { 0 }
+}
+
+fn doctor_end_to_end() -> Result<()> {
+    let dir = tempfile_dir()?;
+    let opts = LoadOptions {
+        project_dir: dir.clone(),
+        home: home(),
+        passwd_home: None,
+        policy_file: None,
+        user_config: None,
+        profile: None,
+        trust_store: dir.join("trust.json"),
+    };
+    let result = (|| {
+        let loaded = cordon_policy::load(&opts).map_err(|e| anyhow!("{e}"))?;
+        let cmd = cordon_sandbox::Command {
+            argv: vec!["true".into()],
+            cwd: dir.clone(),
+            tty: cordon_sandbox::TtyMode::Never,
+        };
+        let outcome = cordon_sandbox::run(&loaded.plan, &cmd, &|_| {})?;
+        if outcome.code() != 0 {
+            return Err(anyhow!("`true` exited with {}", outcome.code()));
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn tempfile_dir() -> Result<PathBuf> {
+    let base = std::env::temp_dir().canonicalize().unwrap_or_else(|_| PathBuf::from("/tmp"));
+    let dir = base.join(format!("cordon-doctor-{}-{}", std::process::id(), cordon_events::new_session_id()));
+    std::fs::create_dir(&dir).with_context(|| format!("create {}", dir.display()))?;
+    Ok(dir)
+}
+
+fn trust(a: TrustArgs) -> Result<()> {
+    let file = a.file.unwrap_or_else(|| PathBuf::from("cordon.toml"));
+    let store = trust_store();
+    if a.revoke {
+        if store.revoke(&file).map_err(|e| anyhow!("{e}"))? {
+            println!("revoked trust in {}", file.display());
+        } else {
+            println!("{} was not trusted", file.display());
+        }
+        return Ok(());
+    }
+    let hash = store.trust(&file).map_err(|e| anyhow!("{e}"))?;
+    println!("trusted {} (sha256 {hash}); any edit to it revokes this", file.display());
+    Ok(())
+}
+
+fn log(a: LogArgs) -> Result<i32> {
+    let dir = cordon_events::default_log_dir();
+    if a.list {
+        let dir = dir.ok_or_else(|| anyhow!("no state directory: set HOME or XDG_STATE_HOME"))?;
+        for s in cordon_events::list_sessions(&dir)? {
+            let exit = s.exit_code.map_or("-".to_string(), |c| c.to_string());
+            let state = if s.stopped { "ended" } else { "running or crashed" };
+            println!("{}  {}  {} events  exit {exit}  {state}", s.session, s.start.unwrap_or_default(), s.events);
+        }
+        return Ok(0);
+    }
+    let path = match (&a.file, &a.session) {
+        (Some(f), _) => f.clone(),
+        (None, Some(id)) => cordon_events::default_log_path(id).ok_or_else(|| anyhow!("invalid session id {id:?}"))?,
+        (None, None) => {
+            let dir = dir.ok_or_else(|| anyhow!("no state directory: set HOME or XDG_STATE_HOME"))?;
+            cordon_events::list_sessions(&dir)?
+                .into_iter()
+                .next()
+                .map(|s| s.path)
+                .ok_or_else(|| anyhow!("no sessions recorded in {}", dir.display()))?
+        }
+    };
+    if a.verify {
+        let r = cordon_events::verify(&path)?;
+        for p in &r.problems {
+            println!("{}:{}: {}", path.display(), p.line, p.what);
+        }
+        if r.ok() {
+            println!("{}: {} events, hash chain intact, session complete", path.display(), r.events);
+            return Ok(0);
+        }
+        println!("{}: verification FAILED ({} problems)", path.display(), r.problems.len());
+        return Ok(1);
+    }
+    let print = |e: &cordon_events::Event| {
+        if a.json {
+            println!("{}", serde_json::to_string(e).unwrap_or_default());
+        } else {
+            println!("{}", cordon_events::format_human(e));
+        }
+    };
+    if !a.follow {
+        for e in cordon_events::read_log(&path)? {
+            print(&e);
+        }
+        return Ok(0);
+    }
+    let mut f = cordon_events::Follower::open(&path)?;
+    loop {
+        if let Some(e) = f.next_event(Duration::from_millis(500))? {
+            print(&e);
+            let _ = std::io::stdout().flush();
+            if e.is_session_stop() {
+                return Ok(0);
+            }
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! cordon: the binary. Parses the command line and wires the layer crates together; the work
+//! itself lives in `cordon-policy`, `cordon-sandbox` and `cordon-events`.
+
+mod cli;
+mod commands;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    // The sandbox's init is this same executable, re-executed inside the namespaces.
+    if std::env::args_os().nth(1).is_some_and(|a| a == cordon_sandbox::INIT_ARG) {
+        cordon_sandbox::init_main();
+    }
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            let code = match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
+                // `run` promises 125 for its own failures, usage errors included.
+                _ if std::env::args_os().nth(1).is_some_and(|a| a == "run") => 125,
+                _ => 2,
+            };
+            return ExitCode::from(code);
+        }
+    };
+    let code = commands::dispatch(cli.command);
+    ExitCode::from(code.clamp(0, 255) as u8)
+}
