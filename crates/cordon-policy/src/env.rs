@@ -101,7 +101,10 @@ pub(crate) fn glob_error(pattern: &str) -> Option<&'static str> {
         Some("is empty")
     } else if pattern.contains("**") {
         Some("contains `**`; a single `*` already matches any run of characters")
-    } else if !pattern.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'*') {
+    } else if !pattern
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'*')
+    {
         Some("may only contain letters, digits, `_` and `*`")
     } else if pattern.as_bytes()[0].is_ascii_digit() {
         Some("starts with a digit")
@@ -137,7 +140,10 @@ impl EnvPlan {
         }
         self.pass.iter().any(|p| p == name)
             || (!looks_secret(name)
-                && self.pass.iter().any(|p| p.contains('*') && glob_matches(p, name)))
+                && self
+                    .pass
+                    .iter()
+                    .any(|p| p.contains('*') && glob_matches(p, name)))
     }
 
     /// The sandbox environment built from the host's: the variables that [pass](Self::passes),
@@ -149,7 +155,9 @@ impl EnvPlan {
     ) -> Vec<(OsString, OsString)> {
         let mut out: BTreeMap<String, OsString> = BTreeMap::new();
         for (name, value) in host {
-            let Ok(name) = name.into_string() else { continue };
+            let Ok(name) = name.into_string() else {
+                continue;
+            };
             if value.as_encoded_bytes().contains(&0) || !self.passes(&name) {
                 continue;
             }
@@ -162,7 +170,9 @@ impl EnvPlan {
             }
             out.insert(name.clone(), OsString::from(value));
         }
-        out.into_iter().map(|(k, v)| (OsString::from(k), v)).collect()
+        out.into_iter()
+            .map(|(k, v)| (OsString::from(k), v))
+            .collect()
     }
 }
 
@@ -174,16 +184,23 @@ mod tests {
     fn plan(pass: &[&str], set: &[(&str, &str)]) -> EnvPlan {
         EnvPlan {
             pass: pass.iter().map(|s| s.to_string()).collect(),
-            set: set.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            set: set
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         }
     }
 
     fn host(vars: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
-        vars.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))).collect()
+        vars.iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+            .collect()
     }
 
     fn names(env: &[(OsString, OsString)]) -> Vec<String> {
-        env.iter().map(|(k, _)| k.to_string_lossy().into_owned()).collect()
+        env.iter()
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect()
     }
 
     #[test]
@@ -244,7 +261,14 @@ mod tests {
 
     #[test]
     fn never_passable_names() {
-        for s in ["LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "BASH_ENV", "ENV", "GCONV_PATH"] {
+        for s in [
+            "LD_PRELOAD",
+            "LD_LIBRARY_PATH",
+            "LD_AUDIT",
+            "BASH_ENV",
+            "ENV",
+            "GCONV_PATH",
+        ] {
             assert!(never_passable(s), "{s}");
         }
         assert!(never_passable(""));
@@ -316,7 +340,10 @@ mod tests {
 
     #[test]
     fn never_passable_even_when_named() {
-        let p = plan(&["LD_PRELOAD", "BASH_ENV", "ENV", "GCONV_PATH", "*"], &[("LD_AUDIT", "x")]);
+        let p = plan(
+            &["LD_PRELOAD", "BASH_ENV", "ENV", "GCONV_PATH", "*"],
+            &[("LD_AUDIT", "x")],
+        );
         let env = p.apply(host(&[
             ("LD_PRELOAD", "/evil.so"),
             ("LD_LIBRARY_PATH", "/x"),
@@ -332,7 +359,10 @@ mod tests {
 
     #[test]
     fn set_wins_and_adds() {
-        let p = plan(&["TERM", "LANG"], &[("TERM", "dumb"), ("CORDON_SANDBOX", "1")]);
+        let p = plan(
+            &["TERM", "LANG"],
+            &[("TERM", "dumb"), ("CORDON_SANDBOX", "1")],
+        );
         let env = p.apply(host(&[("TERM", "xterm"), ("LANG", "C.UTF-8"), ("X", "y")]));
         assert_eq!(
             env,
@@ -352,7 +382,10 @@ mod tests {
         let env = p.apply(vec![
             (bad_name, OsString::from("x")),
             (OsString::from("PATH"), odd_value.clone()),
-            (OsString::from("NUL"), OsString::from_vec(vec![b'a', 0, b'b'])),
+            (
+                OsString::from("NUL"),
+                OsString::from_vec(vec![b'a', 0, b'b']),
+            ),
         ]);
         assert_eq!(env, vec![(OsString::from("PATH"), odd_value)]);
     }

@@ -6,6 +6,9 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 /// Everything that can go wrong while loading a policy or using the trust store.
+///
+/// `Display` renders the complete message, starting with `error: ` and possibly spanning
+/// several lines (location, source line, caret, `= help:`); print it as is.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
     /// The policy is invalid; the diagnostic says where and how to fix it.
@@ -42,7 +45,11 @@ impl PolicyError {
     }
 
     pub(crate) fn io(action: &'static str, path: &Path, source: std::io::Error) -> Self {
-        PolicyError::Io { action, path: path.to_path_buf(), source }
+        PolicyError::Io {
+            action,
+            path: path.to_path_buf(),
+            source,
+        }
     }
 }
 
@@ -81,7 +88,12 @@ pub struct Diagnostic {
 impl Diagnostic {
     /// A diagnostic with no file and no location.
     pub fn new(message: impl Into<String>) -> Self {
-        Diagnostic { message: message.into(), file: None, location: None, help: None }
+        Diagnostic {
+            message: message.into(),
+            file: None,
+            location: None,
+            help: None,
+        }
     }
 
     /// Adds a help line.
@@ -113,7 +125,12 @@ pub(crate) fn locate(src: &str, span: Range<usize>) -> Location {
     let source_line = src[line_start..line_end].trim_end_matches('\r').to_string();
     let column = src[line_start..start].chars().count() + 1;
     let width = src[start..end.min(line_end)].chars().count().max(1);
-    Location { line, column, source_line, width }
+    Location {
+        line,
+        column,
+        source_line,
+        width,
+    }
 }
 
 fn floor_char_boundary(s: &str, mut i: usize) -> usize {
@@ -126,16 +143,25 @@ fn floor_char_boundary(s: &str, mut i: usize) -> usize {
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "error: {}", self.message)?;
-        let digits = self.location.as_ref().map_or(1, |l| l.line.to_string().len());
+        let digits = self
+            .location
+            .as_ref()
+            .map_or(1, |l| l.line.to_string().len());
         let pad = " ".repeat(digits + 1);
         match (&self.file, &self.location) {
-            (Some(file), Some(loc)) => {
-                write!(f, "\n{pad}--> {}:{}:{}", file.display(), loc.line, loc.column)?
-            }
+            (Some(file), Some(loc)) => write!(
+                f,
+                "\n{pad}--> {}:{}:{}",
+                file.display(),
+                loc.line,
+                loc.column
+            )?,
             (Some(file), None) => write!(f, "\n{pad}--> {}", file.display())?,
-            (None, Some(loc)) => {
-                write!(f, "\n{pad}--> <built-in policy>:{}:{}", loc.line, loc.column)?
-            }
+            (None, Some(loc)) => write!(
+                f,
+                "\n{pad}--> <built-in policy>:{}:{}",
+                loc.line, loc.column
+            )?,
             (None, None) => {}
         }
         if let Some(loc) = &self.location {
@@ -159,7 +185,15 @@ impl fmt::Display for Diagnostic {
 
 /// Replaces control characters (other than tab) so a source line cannot mess up a terminal.
 fn printable(s: &str) -> String {
-    s.chars().map(|c| if c.is_control() && c != '\t' { '\u{fffd}' } else { c }).collect()
+    s.chars()
+        .map(|c| {
+            if c.is_control() && c != '\t' {
+                '\u{fffd}'
+            } else {
+                c
+            }
+        })
+        .collect()
 }
 
 /// The candidate closest to `word`, if it is close enough to be a plausible typo.
@@ -189,7 +223,11 @@ fn levenshtein(a: &str, b: &str) -> usize {
 
 /// "`a`, `b`, `c`"
 pub(crate) fn backticked(items: &[&str]) -> String {
-    items.iter().map(|i| format!("`{i}`")).collect::<Vec<_>>().join(", ")
+    items
+        .iter()
+        .map(|i| format!("`{i}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]
@@ -217,9 +255,14 @@ mod tests {
     #[test]
     fn two_digit_lines_widen_the_gutter() {
         let src = format!("{}x = 1\n", "\n".repeat(11));
-        let d = Diagnostic::new("m").in_file(Some(Path::new("f"))).at(&src, 11..12);
+        let d = Diagnostic::new("m")
+            .in_file(Some(Path::new("f")))
+            .at(&src, 11..12);
         let s = d.to_string();
-        assert!(s.contains("\n   --> f:12:1\n    |\n 12 | x = 1\n    | ^"), "{s}");
+        assert!(
+            s.contains("\n   --> f:12:1\n    |\n 12 | x = 1\n    | ^"),
+            "{s}"
+        );
     }
 
     #[test]
@@ -231,6 +274,7 @@ mod tests {
         // Past the end, and inside a multibyte character: no panic.
         let loc = locate(src, 100..200);
         assert_eq!(loc.line, 2);
+        #[allow(clippy::reversed_empty_ranges)]
         let loc = locate(src, 6..5);
         assert_eq!(loc.line, 1);
         let loc = locate("", 0..0);

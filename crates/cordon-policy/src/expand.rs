@@ -66,16 +66,27 @@ pub(crate) fn expand(raw: &str, vars: &Vars<'_>) -> Result<PathBuf, ExpandError>
         let (name, end) = if bytes.get(i + 1) == Some(&b'{') {
             match raw[i + 2..].find('}') {
                 Some(close) => (&raw[i + 2..i + 2 + close], i + 2 + close + 1),
-                None => return Err(ExpandError::BadDollar { at: dollar..raw.len() }),
+                None => {
+                    return Err(ExpandError::BadDollar {
+                        at: dollar..raw.len(),
+                    });
+                }
             }
         } else {
-            let len = bytes[i + 1..].iter().take_while(|b| is_name_byte(**b)).count();
+            let len = bytes[i + 1..]
+                .iter()
+                .take_while(|b| is_name_byte(**b))
+                .count();
             (&raw[i + 1..i + 1 + len], i + 1 + len)
         };
         match name {
             "HOME" => out.push(vars.home.as_os_str()),
             "PROJECT" => out.push(vars.project.as_os_str()),
-            "" => return Err(ExpandError::BadDollar { at: dollar..end.max(dollar + 1) }),
+            "" => {
+                return Err(ExpandError::BadDollar {
+                    at: dollar..end.max(dollar + 1),
+                });
+            }
             other => {
                 return Err(ExpandError::UnknownVariable {
                     name: other.to_string(),
@@ -118,7 +129,13 @@ mod tests {
     use super::*;
 
     fn ex(raw: &str) -> Result<PathBuf, ExpandError> {
-        expand(raw, &Vars { home: Path::new("/home/u"), project: Path::new("/work/p") })
+        expand(
+            raw,
+            &Vars {
+                home: Path::new("/home/u"),
+                project: Path::new("/work/p"),
+            },
+        )
     }
 
     #[test]
@@ -128,7 +145,10 @@ mod tests {
         assert_eq!(ex("~/.ssh").unwrap(), PathBuf::from("/home/u/.ssh"));
         assert_eq!(ex("$HOME/.x").unwrap(), PathBuf::from("/home/u/.x"));
         assert_eq!(ex("${HOME}/.x").unwrap(), PathBuf::from("/home/u/.x"));
-        assert_eq!(ex("${PROJECT}/.git/hooks").unwrap(), PathBuf::from("/work/p/.git/hooks"));
+        assert_eq!(
+            ex("${PROJECT}/.git/hooks").unwrap(),
+            PathBuf::from("/work/p/.git/hooks")
+        );
         assert_eq!(ex("$PROJECT").unwrap(), PathBuf::from("/work/p"));
         assert_eq!(ex("/mnt/${PROJECT}").unwrap(), PathBuf::from("/mnt/work/p"));
         assert_eq!(ex("/a/b~c").unwrap(), PathBuf::from("/a/b~c"));
@@ -153,15 +173,24 @@ mod tests {
         assert_eq!(ex("~root/x"), Err(ExpandError::TildeUser));
         assert_eq!(
             ex("/x/${FOO}/y"),
-            Err(ExpandError::UnknownVariable { name: "FOO".into(), at: 3..9 })
+            Err(ExpandError::UnknownVariable {
+                name: "FOO".into(),
+                at: 3..9
+            })
         );
         assert_eq!(
             ex("$HOMEDIR/x"),
-            Err(ExpandError::UnknownVariable { name: "HOMEDIR".into(), at: 0..8 })
+            Err(ExpandError::UnknownVariable {
+                name: "HOMEDIR".into(),
+                at: 0..8
+            })
         );
         assert_eq!(
             ex("${home}"),
-            Err(ExpandError::UnknownVariable { name: "home".into(), at: 0..7 })
+            Err(ExpandError::UnknownVariable {
+                name: "home".into(),
+                at: 0..7
+            })
         );
         assert_eq!(ex("/x/$"), Err(ExpandError::BadDollar { at: 3..4 }));
         assert_eq!(ex("/x/${HOME"), Err(ExpandError::BadDollar { at: 3..9 }));

@@ -113,14 +113,25 @@ pub(crate) fn parse_layer(
     Checker { src, file }.check(table.get_ref())?;
     let parsed = PolicyFile::deserialize(toml::de::Deserializer::from(table))
         .map_err(|e| toml_error(&e, src, file))?;
-    let conv = Converter { src, file, layer, ctx };
+    let conv = Converter {
+        src,
+        file,
+        layer,
+        ctx,
+    };
     let base = conv.sections(0, parsed.filesystem, parsed.env, parsed.limits)?;
     let mut profiles = BTreeMap::new();
     for (name, p) in parsed.profile {
         let s = conv.sections(1, p.filesystem, p.env, p.limits)?;
         profiles.insert(name.into_inner(), s);
     }
-    Ok(Layer { file: file.map(Path::to_path_buf), src: src.to_string(), base, profiles, untrusted: false })
+    Ok(Layer {
+        file: file.map(Path::to_path_buf),
+        src: src.to_string(),
+        base,
+        profiles,
+        untrusted: false,
+    })
 }
 
 fn toml_error(e: &toml::de::Error, src: &str, file: Option<&Path>) -> PolicyError {
@@ -143,16 +154,29 @@ struct Converter<'a> {
 
 impl Converter<'_> {
     fn origin(&self, phase: u8, span: Range<usize>) -> Origin {
-        let line = self.src[..span.start.min(self.src.len())].matches('\n').count() + 1;
+        let line = self.src[..span.start.min(self.src.len())]
+            .matches('\n')
+            .count()
+            + 1;
         let label = match self.file {
             Some(f) => format!("{}:{line}", f.display()),
             None => "built-in".to_string(),
         };
-        Origin { layer: self.layer, label, line, order: (phase, self.layer, span.start), span: Some(span) }
+        Origin {
+            layer: self.layer,
+            label,
+            line,
+            order: (phase, self.layer, span.start),
+            span: Some(span),
+        }
     }
 
     fn diag(&self, message: String, span: Range<usize>, help: impl Into<String>) -> PolicyError {
-        Diagnostic::new(message).in_file(self.file).at(self.src, span).with_help(help).into()
+        Diagnostic::new(message)
+            .in_file(self.file)
+            .at(self.src, span)
+            .with_help(help)
+            .into()
     }
 
     /// Maps a byte range inside a string's value to its place in the source, when the literal
@@ -221,7 +245,10 @@ impl Converter<'_> {
                 let name = k.get_ref();
                 if let Some(why) = name_error(name) {
                     return Err(self.diag(
-                        format!("invalid variable name {} in env.set: it {why}", toml_string(name)),
+                        format!(
+                            "invalid variable name {} in env.set: it {why}",
+                            toml_string(name)
+                        ),
                         k.span(),
                         "variable names are letters, digits and `_`, not starting with a digit",
                     ));
@@ -236,7 +263,11 @@ impl Converter<'_> {
                         "environment values cannot contain NUL; remove it",
                     ));
                 }
-                out.set.push((name.clone(), v.get_ref().clone(), self.origin(phase, k.span())));
+                out.set.push((
+                    name.clone(),
+                    v.get_ref().clone(),
+                    self.origin(phase, k.span()),
+                ));
             }
         }
         if let Some(l) = limits {
@@ -261,11 +292,16 @@ impl Converter<'_> {
                 out.memory = Some((bytes, self.origin(phase, m.span())));
             }
             if let Some(p) = l.pids {
-                out.pids = Some((self.int_limit("pids", &p, MAX_PIDS)?, self.origin(phase, p.span())));
+                out.pids = Some((
+                    self.int_limit("pids", &p, MAX_PIDS)?,
+                    self.origin(phase, p.span()),
+                ));
             }
             if let Some(n) = l.nofile {
-                out.nofile =
-                    Some((self.int_limit("nofile", &n, MAX_NOFILE)?, self.origin(phase, n.span())));
+                out.nofile = Some((
+                    self.int_limit("nofile", &n, MAX_NOFILE)?,
+                    self.origin(phase, n.span()),
+                ));
             }
             if let Some(c) = l.cpu {
                 let v = *c.get_ref();
@@ -296,7 +332,11 @@ impl Converter<'_> {
 
     fn out_of_range(&self, key: &str, span: Range<usize>, help: &str) -> PolicyError {
         let written = self.src.get(span.clone()).unwrap_or("").to_string();
-        self.diag(format!("`{key}` is out of range: {written}"), span, format!("`{key}` {help}"))
+        self.diag(
+            format!("`{key}` is out of range: {written}"),
+            span,
+            format!("`{key}` {help}"),
+        )
     }
 
     fn never_passable(&self, name: &str, list: &str, span: Range<usize>) -> PolicyError {
@@ -321,10 +361,17 @@ impl Converter<'_> {
                 homes.extend(self.ctx.passwd_home.filter(|h| *h != self.ctx.home));
             }
             for home in homes {
-                let vars = Vars { home, project: self.ctx.project };
-                let path = expand(raw.get_ref(), &vars).map_err(|e| self.expand_error(raw, key, e))?;
+                let vars = Vars {
+                    home,
+                    project: self.ctx.project,
+                };
+                let path =
+                    expand(raw.get_ref(), &vars).map_err(|e| self.expand_error(raw, key, e))?;
                 if !out.iter().any(|r: &Rule| r.path == path) {
-                    out.push(Rule { path, origin: self.origin(phase, raw.span()) });
+                    out.push(Rule {
+                        path,
+                        origin: self.origin(phase, raw.span()),
+                    });
                 }
             }
         }
@@ -353,7 +400,10 @@ impl Converter<'_> {
             ExpandError::Relative => self.diag(
                 format!("relative path {shown} in {key}"),
                 raw.span(),
-                format!("{ABSOLUTE}, e.g. \"${{PROJECT}}/{}\"", raw.get_ref().trim_start_matches("./")),
+                format!(
+                    "{ABSOLUTE}, e.g. \"${{PROJECT}}/{}\"",
+                    raw.get_ref().trim_start_matches("./")
+                ),
             ),
             ExpandError::Empty => self.diag(
                 format!("empty path in {key}"),
@@ -399,11 +449,22 @@ mod tests {
     #[test]
     fn deny_under_home_uses_both_homes_other_lists_do_not() {
         let (h, ph, p) = ctx();
-        let c = Context { home: &h, passwd_home: Some(&ph), project: &p };
+        let c = Context {
+            home: &h,
+            passwd_home: Some(&ph),
+            project: &p,
+        };
         let src = "[filesystem]\ndeny = [\"~/.ssh\", \"/etc/x\"]\nwritable = [\"~/.cache\"]\n";
         let l = parse_layer(src, Some(Path::new("/f.toml")), 1, &c).unwrap();
         let deny: Vec<_> = l.base.deny.iter().map(|r| r.path.clone()).collect();
-        assert_eq!(deny, [PathBuf::from("/home/u/.ssh"), "/home/v/.ssh".into(), "/etc/x".into()]);
+        assert_eq!(
+            deny,
+            [
+                PathBuf::from("/home/u/.ssh"),
+                "/home/v/.ssh".into(),
+                "/etc/x".into()
+            ]
+        );
         assert_eq!(l.base.deny[1].origin.label, "/f.toml:2");
         assert_eq!(l.base.writable.len(), 1);
         assert_eq!(l.base.writable[0].origin.label, "/f.toml:3");
@@ -412,7 +473,11 @@ mod tests {
     #[test]
     fn same_home_is_not_doubled() {
         let (h, _, p) = ctx();
-        let c = Context { home: &h, passwd_home: Some(&h), project: &p };
+        let c = Context {
+            home: &h,
+            passwd_home: Some(&h),
+            project: &p,
+        };
         let l = parse_layer("[filesystem]\ndeny = [\"~/.ssh\"]", None, 0, &c).unwrap();
         assert_eq!(l.base.deny.len(), 1);
         assert_eq!(l.base.deny[0].origin.label, "built-in");
@@ -421,7 +486,11 @@ mod tests {
     #[test]
     fn variable_caret_points_at_the_variable() {
         let (h, _, p) = ctx();
-        let c = Context { home: &h, passwd_home: None, project: &p };
+        let c = Context {
+            home: &h,
+            passwd_home: None,
+            project: &p,
+        };
         let src = "[filesystem]\nreadable = [\"/a/${FOO}/b\"]\n";
         let err = parse_layer(src, Some(Path::new("/f")), 1, &c).unwrap_err();
         let loc = err.diagnostic().unwrap().location.clone().unwrap();
@@ -431,7 +500,11 @@ mod tests {
     #[test]
     fn escaped_string_falls_back_to_the_whole_literal() {
         let (h, _, p) = ctx();
-        let c = Context { home: &h, passwd_home: None, project: &p };
+        let c = Context {
+            home: &h,
+            passwd_home: None,
+            project: &p,
+        };
         let src = "[filesystem]\nreadable = [\"/a\\u0041/${FOO}\"]\n";
         let err = parse_layer(src, Some(Path::new("/f")), 1, &c).unwrap_err();
         let loc = err.diagnostic().unwrap().location.clone().unwrap();
@@ -442,7 +515,11 @@ mod tests {
     #[test]
     fn profiles_are_parsed() {
         let (h, _, p) = ctx();
-        let c = Context { home: &h, passwd_home: None, project: &p };
+        let c = Context {
+            home: &h,
+            passwd_home: None,
+            project: &p,
+        };
         let src = "[profile.x.env]\npass = [\"A\"]\n[profile.x.limits]\npids = 5\n";
         let l = parse_layer(src, None, 0, &c).unwrap();
         let x = &l.profiles["x"];

@@ -157,12 +157,19 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded, PolicyError> {
 
     let mut plan = full.into_plan(opts);
     protect_own_files(&mut plan, opts, &mut warnings);
-    Ok(Loaded { plan, sources, untrusted_loosening, warnings })
+    Ok(Loaded {
+        plan,
+        sources,
+        untrusted_loosening,
+        warnings,
+    })
 }
 
 fn unknown_profile(name: &str, layers: &[Layer]) -> Diagnostic {
-    let mut names: Vec<&str> =
-        layers.iter().flat_map(|l| l.profiles.keys().map(String::as_str)).collect();
+    let mut names: Vec<&str> = layers
+        .iter()
+        .flat_map(|l| l.profiles.keys().map(String::as_str))
+        .collect();
     names.sort_unstable();
     names.dedup();
     let mut help = if names.is_empty() {
@@ -202,14 +209,23 @@ fn push_rules(into: &mut Vec<Rule>, from: &[Rule]) {
 }
 
 fn project_origin() -> Origin {
-    Origin { layer: 0, label: "project".into(), line: 0, span: None, order: (0, 0, 0) }
+    Origin {
+        layer: 0,
+        label: "project".into(),
+        line: 0,
+        span: None,
+        order: (0, 0, 0),
+    }
 }
 
 impl Merged {
     fn new(layers: &[&Layer], project: &Path, profile: Option<&str>) -> Self {
         let mut m = Merged {
             readable: Vec::new(),
-            writable: vec![Rule { path: project.to_path_buf(), origin: project_origin() }],
+            writable: vec![Rule {
+                path: project.to_path_buf(),
+                origin: project_origin(),
+            }],
             deny: Vec::new(),
             read_only: Vec::new(),
             landlock: (LandlockMode::Required, None),
@@ -280,7 +296,9 @@ impl Merged {
 
     fn into_plan(self, opts: &LoadOptions) -> Plan {
         let rules = |v: Vec<Rule>| -> Vec<PathRule> {
-            v.into_iter().map(|r| PathRule::new(r.path, r.origin.label)).collect()
+            v.into_iter()
+                .map(|r| PathRule::new(r.path, r.origin.label))
+                .collect()
         };
         Plan {
             project: opts.project_dir.clone(),
@@ -323,7 +341,10 @@ fn contradiction(kind: &str, r: &Rule, d: &Rule, layers: &[Layer]) -> Diagnostic
     let d_builtin = d.origin.span.is_none() || layers[d.origin.layer].file.is_none();
     if r.origin.span.is_none() {
         // The project directory itself.
-        let msg = format!("the project directory {rp} is inside denied path {dp} ({})", d.origin.label);
+        let msg = format!(
+            "the project directory {rp} is inside denied path {dp} ({})",
+            d.origin.label
+        );
         let help = if d_builtin {
             format!("run cordon in a project outside {dp}")
         } else {
@@ -336,12 +357,19 @@ fn contradiction(kind: &str, r: &Rule, d: &Rule, layers: &[Layer]) -> Diagnostic
         let msg = if r.path == d.path {
             format!("{rp} is both {kind} and denied ({})", d.origin.label)
         } else {
-            format!("{kind} path {rp} is inside denied path {dp} ({})", d.origin.label)
+            format!(
+                "{kind} path {rp} is inside denied path {dp} ({})",
+                d.origin.label
+            )
         };
-        diag_at(msg, &r.origin, layers)
-            .with_help(format!("deny always wins; remove it from `{kind}`, or deny narrower paths"))
+        diag_at(msg, &r.origin, layers).with_help(format!(
+            "deny always wins; remove it from `{kind}`, or deny narrower paths"
+        ))
     } else {
-        let msg = format!("denied path {dp} contains {kind} path {rp} ({})", r.origin.label);
+        let msg = format!(
+            "denied path {dp} contains {kind} path {rp} ({})",
+            r.origin.label
+        );
         diag_at(msg, &d.origin, layers).with_help(format!(
             "deny always wins; remove one of the two (the {kind} entry would have no effect)"
         ))
@@ -358,7 +386,10 @@ fn covered(path: &Path, rules: &[&Rule]) -> bool {
 
 fn loosenings(full: &Merged, base: &Merged, layers: &[Layer]) -> Vec<Loosening> {
     let mut out = Vec::new();
-    let fallback = layers.iter().find(|l| l.untrusted).and_then(|l| l.file.clone());
+    let fallback = layers
+        .iter()
+        .find(|l| l.untrusted)
+        .and_then(|l| l.file.clone());
     let mut add = |o: &Origin, what: String| {
         let file = layers
             .get(o.layer)
@@ -366,26 +397,37 @@ fn loosenings(full: &Merged, base: &Merged, layers: &[Layer]) -> Vec<Loosening> 
             .and_then(|l| l.file.clone())
             .or_else(|| fallback.clone())
             .unwrap_or_default();
-        let what = if o.line > 0 { format!("{what} (line {})", o.line) } else { what };
+        let what = if o.line > 0 {
+            format!("{what} (line {})", o.line)
+        } else {
+            what
+        };
         out.push(Loosening { file, what });
     };
 
     let base_visible: Vec<&Rule> = base.readable.iter().chain(&base.writable).collect();
     for r in &full.readable {
         if !covered(&r.path, &base_visible) {
-            add(&r.origin, format!("adds readable path {}", r.path.display()));
+            add(
+                &r.origin,
+                format!("adds readable path {}", r.path.display()),
+            );
         }
     }
     let base_writable: Vec<&Rule> = base.writable.iter().collect();
     let base_ro: Vec<&Rule> = base.read_only.iter().collect();
     for r in &full.writable {
         if !covered(&r.path, &base_writable) || covered(&r.path, &base_ro) {
-            add(&r.origin, format!("adds writable path {}", r.path.display()));
+            add(
+                &r.origin,
+                format!("adds writable path {}", r.path.display()),
+            );
         }
     }
     for (p, o) in &full.pass {
         let known = base.pass.iter().any(|(b, _)| {
-            b == p || (!p.contains('*') && !looks_secret(p) && b.contains('*') && glob_matches(b, p))
+            b == p
+                || (!p.contains('*') && !looks_secret(p) && b.contains('*') && glob_matches(b, p))
         });
         if !known {
             let what = if p.contains('*') {
@@ -407,14 +449,20 @@ fn loosenings(full: &Merged, base: &Merged, layers: &[Layer]) -> Vec<Loosening> 
         add(o, "makes Landlock best-effort".to_string());
     }
     let limit = |name: &str, b: Option<(f64, &Origin)>, f: Option<(f64, &Origin)>| match (b, f) {
-        (Some((b, _)), Some((f, o))) if f > b => Some((o.clone(), format!("raises the {name} limit"))),
+        (Some((b, _)), Some((f, o))) if f > b => {
+            Some((o.clone(), format!("raises the {name} limit")))
+        }
         (Some(_), None) => Some((project_origin(), format!("removes the {name} limit"))),
         _ => None,
     };
     let changes = [
         limit("memory", as_f(&base.memory), as_f(&full.memory)),
         limit("pids", as_f(&base.pids), as_f(&full.pids)),
-        limit("cpu", base.cpu.as_ref().map(|(v, o)| (*v, o)), full.cpu.as_ref().map(|(v, o)| (*v, o))),
+        limit(
+            "cpu",
+            base.cpu.as_ref().map(|(v, o)| (*v, o)),
+            full.cpu.as_ref().map(|(v, o)| (*v, o)),
+        ),
         limit("nofile", as_f(&base.nofile), as_f(&full.nofile)),
     ];
     for (o, what) in changes.into_iter().flatten() {
@@ -464,13 +512,38 @@ mod tests {
         assert_eq!(fs.readable, [PathRule::new("/", "built-in")]);
         assert_eq!(fs.writable, [PathRule::new("/work/p", "project")]);
         assert_eq!(fs.landlock, LandlockMode::Required);
-        for d in ["/home/u/.ssh", "/home/u/.aws", "/etc/shadow", "/run", "/var/run", "/etc/ssh"] {
-            assert!(fs.deny.iter().any(|r| r.path == Path::new(d)), "{d} not denied");
+        for d in [
+            "/home/u/.ssh",
+            "/home/u/.aws",
+            "/etc/shadow",
+            "/run",
+            "/var/run",
+            "/etc/ssh",
+        ] {
+            assert!(
+                fs.deny.iter().any(|r| r.path == Path::new(d)),
+                "{d} not denied"
+            );
         }
-        assert_eq!(fs.deny.iter().filter(|r| r.path.starts_with("/home/u")).count(), 31);
-        assert!(fs.read_only.contains(&PathRule::new("/work/p/.git/hooks", "built-in")));
-        assert!(fs.read_only.contains(&PathRule::new("/work/p/cordon.toml", "built-in")));
-        assert_eq!(l.plan.env.set.get("CORDON_SANDBOX").map(String::as_str), Some("1"));
+        assert_eq!(
+            fs.deny
+                .iter()
+                .filter(|r| r.path.starts_with("/home/u"))
+                .count(),
+            31
+        );
+        assert!(
+            fs.read_only
+                .contains(&PathRule::new("/work/p/.git/hooks", "built-in"))
+        );
+        assert!(
+            fs.read_only
+                .contains(&PathRule::new("/work/p/cordon.toml", "built-in"))
+        );
+        assert_eq!(
+            l.plan.env.set.get("CORDON_SANDBOX").map(String::as_str),
+            Some("1")
+        );
         assert!(l.plan.env.pass.iter().any(|p| p == "LC_*"));
         assert!(!l.plan.env.pass.iter().any(|p| p == "TMPDIR"));
         assert_eq!(l.plan.limits, LimitsPlan::default());
@@ -492,7 +565,11 @@ mod tests {
             opts.profile = Some(name.into());
             let l = load(&opts).unwrap();
             assert!(
-                l.plan.filesystem.writable.iter().any(|r| r.path == Path::new(path)),
+                l.plan
+                    .filesystem
+                    .writable
+                    .iter()
+                    .any(|r| r.path == Path::new(path)),
                 "{name}"
             );
         }
@@ -500,7 +577,10 @@ mod tests {
 
     #[test]
     fn covered_is_component_wise() {
-        let r = Rule { path: "/a/b".into(), origin: project_origin() };
+        let r = Rule {
+            path: "/a/b".into(),
+            origin: project_origin(),
+        };
         assert!(covered(Path::new("/a/b/c"), &[&r]));
         assert!(covered(Path::new("/a/b"), &[&r]));
         assert!(!covered(Path::new("/a/bc"), &[&r]));

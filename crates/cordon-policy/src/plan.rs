@@ -46,7 +46,10 @@ pub struct PathRule {
 impl PathRule {
     /// A rule for `path` from `origin`.
     pub fn new(path: impl Into<PathBuf>, origin: impl Into<String>) -> Self {
-        Self { path: path.into(), origin: origin.into() }
+        Self {
+            path: path.into(),
+            origin: origin.into(),
+        }
     }
 }
 

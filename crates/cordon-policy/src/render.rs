@@ -8,7 +8,15 @@ use crate::schema::{quote_key, toml_string};
 
 /// A TOML comment holding `text` on one line, whatever it contains.
 fn comment(text: &str) -> String {
-    text.chars().flat_map(|c| if c.is_control() { c.escape_default().collect() } else { vec![c] }).collect()
+    text.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
 }
 
 fn path_string(p: &Path) -> String {
@@ -22,7 +30,12 @@ fn rules(out: &mut String, key: &str, rules: &[PathRule]) {
     }
     let _ = writeln!(out, "{key} = [");
     for r in rules {
-        let _ = writeln!(out, "    {}, # {}", path_string(&r.path), comment(&r.origin));
+        let _ = writeln!(
+            out,
+            "    {}, # {}",
+            path_string(&r.path),
+            comment(&r.origin)
+        );
     }
     let _ = writeln!(out, "]");
 }
@@ -43,7 +56,11 @@ impl Plan {
     pub fn to_toml(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "# Effective cordon policy");
-        let _ = writeln!(out, "# project: {}", comment(&self.project.to_string_lossy()));
+        let _ = writeln!(
+            out,
+            "# project: {}",
+            comment(&self.project.to_string_lossy())
+        );
         let _ = writeln!(out, "# home: {}", comment(&self.home.to_string_lossy()));
         let fs = &self.filesystem;
         let _ = writeln!(out, "\n[filesystem]");
@@ -108,7 +125,10 @@ mod tests {
                 readable: vec![PathRule::new("/", "built-in")],
                 writable: vec![
                     PathRule::new("/work/p", "project"),
-                    PathRule::new("/home/u/.cache/a \"q\"", "/home/u/.config/cordon/cordon.toml:3"),
+                    PathRule::new(
+                        "/home/u/.cache/a \"q\"",
+                        "/home/u/.config/cordon/cordon.toml:3",
+                    ),
                 ],
                 deny: vec![PathRule::new("/home/u/.ssh", "evil\norigin")],
                 read_only: vec![],
@@ -118,7 +138,12 @@ mod tests {
                 pass: vec!["TERM".into(), "LC_*".into()],
                 set: [("CORDON_SANDBOX".to_string(), "1".to_string())].into(),
             },
-            limits: LimitsPlan { memory: Some(4 << 30), pids: Some(100), cpu: Some(1.5), nofile: None },
+            limits: LimitsPlan {
+                memory: Some(4 << 30),
+                pids: Some(100),
+                cpu: Some(1.5),
+                nofile: None,
+            },
         }
     }
 
@@ -126,7 +151,10 @@ mod tests {
     fn renders_the_file_schema_with_origins() {
         let text = plan().to_toml();
         assert!(text.contains("    \"/work/p\", # project\n"), "{text}");
-        assert!(text.contains("# /home/u/.config/cordon/cordon.toml:3\n"), "{text}");
+        assert!(
+            text.contains("# /home/u/.config/cordon/cordon.toml:3\n"),
+            "{text}"
+        );
         assert!(text.contains("# evil\\norigin\n"), "{text}");
         assert!(text.contains("landlock = \"best-effort\""));
         assert!(text.contains("memory = \"4G\""));
@@ -140,8 +168,12 @@ mod tests {
         let p = plan();
         let v: toml::Table = toml::from_str(&p.to_toml()).unwrap();
         let fs = v["filesystem"].as_table().unwrap();
-        let writable: Vec<_> =
-            fs["writable"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+        let writable: Vec<_> = fs["writable"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap())
+            .collect();
         assert_eq!(writable, ["/work/p", "/home/u/.cache/a \"q\""]);
         assert_eq!(v["env"]["set"]["CORDON_SANDBOX"].as_str(), Some("1"));
         assert_eq!(v["limits"]["pids"].as_integer(), Some(100));

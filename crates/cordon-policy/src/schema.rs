@@ -162,7 +162,10 @@ pub(crate) struct Checker<'a> {
     pub file: Option<&'a Path>,
 }
 
-type Entry<'t, 'i> = (&'t Spanned<toml::de::DeString<'i>>, &'t Spanned<DeValue<'i>>);
+type Entry<'t, 'i> = (
+    &'t Spanned<toml::de::DeString<'i>>,
+    &'t Spanned<DeValue<'i>>,
+);
 
 fn sorted<'t, 'i>(t: &'t DeTable<'i>) -> Vec<Entry<'t, 'i>> {
     let mut v: Vec<_> = t.iter().collect();
@@ -172,7 +175,10 @@ fn sorted<'t, 'i>(t: &'t DeTable<'i>) -> Vec<Entry<'t, 'i>> {
 
 impl Checker<'_> {
     fn diag(&self, message: String, span: std::ops::Range<usize>, help: String) -> Diagnostic {
-        Diagnostic::new(message).in_file(self.file).at(self.src, span).with_help(help)
+        Diagnostic::new(message)
+            .in_file(self.file)
+            .at(self.src, span)
+            .with_help(help)
     }
 
     pub(crate) fn check(&self, root: &DeTable<'_>) -> Result<(), Diagnostic> {
@@ -208,11 +214,7 @@ impl Checker<'_> {
                     if let Some(s) = did_you_mean(other, ROOT_KEYS) {
                         help.push_str(&format!("; did you mean `{s}`?"));
                     }
-                    return Err(self.diag(
-                        format!("unknown section `{other}`"),
-                        k.span(),
-                        help,
-                    ));
+                    return Err(self.diag(format!("unknown section `{other}`"), k.span(), help));
                 }
             }
         }
@@ -242,9 +244,15 @@ impl Checker<'_> {
         match v.get_ref() {
             DeValue::Table(t) => Ok(t),
             other => Err(self.diag(
-                format!("`{key}` in {within} must be a table, found {}", a_type(other)),
+                format!(
+                    "`{key}` in {within} must be a table, found {}",
+                    a_type(other)
+                ),
                 v.span(),
-                format!("write it as a section header: [{}]", key.trim_matches(['[', ']'])),
+                format!(
+                    "write it as a section header: [{}]",
+                    key.trim_matches(['[', ']'])
+                ),
             )),
         }
     }
@@ -326,7 +334,9 @@ impl Checker<'_> {
                 format!("write it as an array: {key} = [{}]", toml_string(s))
             }
             (Expect::StringArray, _) => format!("write it as an array: {key} = [\"...\"]"),
-            (Expect::StringTable, _) => format!("write it as a table: {key} = {{ NAME = \"value\" }}"),
+            (Expect::StringTable, _) => {
+                format!("write it as a table: {key} = {{ NAME = \"value\" }}")
+            }
             (Expect::String, _) if key == "landlock" => {
                 "expected \"required\" or \"best-effort\"".to_string()
             }
@@ -356,7 +366,9 @@ pub(crate) fn toml_string(s: &str) -> String {
 /// `name` as a TOML key: bare when possible, quoted otherwise.
 pub(crate) fn quote_key(name: &str) -> String {
     if !name.is_empty()
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
     {
         name.to_string()
     } else {
@@ -380,7 +392,9 @@ mod tests {
         }
         doc.push_str("[env]\npass = [\"A\"]\nset = { B = \"c\" }\n");
         doc.push_str("[limits]\nmemory = \"1G\"\npids = 10\ncpu = 1\nnofile = 64\n");
-        doc.push_str("[profile.p.filesystem]\nwritable = [\"/y\"]\n[profile.p.env]\n[profile.p.limits]\n");
+        doc.push_str(
+            "[profile.p.filesystem]\nwritable = [\"/y\"]\n[profile.p.env]\n[profile.p.limits]\n",
+        );
         doc
     }
 
@@ -389,18 +403,31 @@ mod tests {
     fn key_lists_match_the_serde_schema() {
         let doc = all_keys_doc();
         let table = DeTable::parse(&doc).unwrap();
-        Checker { src: &doc, file: None }.check(table.get_ref()).unwrap();
+        Checker {
+            src: &doc,
+            file: None,
+        }
+        .check(table.get_ref())
+        .unwrap();
         let parsed: PolicyFile = toml::from_str(&doc).unwrap();
         let fs = parsed.filesystem.unwrap();
         assert_eq!(fs.readable.len(), 1);
         assert_eq!(fs.deny[0].get_ref(), "/x");
-        assert_eq!(parsed.limits.unwrap().memory.unwrap().into_inner(), Size::Text("1G".into()));
+        assert_eq!(
+            parsed.limits.unwrap().memory.unwrap().into_inner(),
+            Size::Text("1G".into())
+        );
         assert_eq!(parsed.profile.len(), 1);
-        for (section, keys) in
-            [("filesystem", FILESYSTEM_KEYS), ("env", ENV_KEYS), ("limits", LIMITS_KEYS)]
-        {
+        for (section, keys) in [
+            ("filesystem", FILESYSTEM_KEYS),
+            ("env", ENV_KEYS),
+            ("limits", LIMITS_KEYS),
+        ] {
             let bad = format!("[{section}]\nnot_a_key = 1\n");
-            assert!(toml::from_str::<PolicyFile>(&bad).is_err(), "serde accepts {section}");
+            assert!(
+                toml::from_str::<PolicyFile>(&bad).is_err(),
+                "serde accepts {section}"
+            );
             assert!(!keys.is_empty());
         }
         assert!(toml::from_str::<PolicyFile>("x = 1").is_err());

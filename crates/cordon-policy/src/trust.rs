@@ -25,7 +25,10 @@ pub struct TrustStore {
 
 /// SHA-256 of `content`, lower-case hex.
 pub fn sha256_hex(content: &[u8]) -> String {
-    Sha256::digest(content).iter().map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(content)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The key a policy file is stored under: its directory canonicalised, its name kept.
@@ -78,8 +81,13 @@ impl TrustStore {
     /// `content`. The loader uses this with the bytes it parsed, so the file cannot change
     /// between the check and the use.
     pub fn is_trusted_content(&self, key: &Path, content: &[u8]) -> Result<bool, PolicyError> {
-        let Some(k) = key.to_str() else { return Ok(false) };
-        Ok(self.read()?.get(k).is_some_and(|h| *h == sha256_hex(content)))
+        let Some(k) = key.to_str() else {
+            return Ok(false);
+        };
+        Ok(self
+            .read()?
+            .get(k)
+            .is_some_and(|h| *h == sha256_hex(content)))
     }
 
     /// Forgets `file`; returns whether it was trusted (with any content). Works for a file
@@ -125,7 +133,10 @@ impl TrustStore {
             message: e.to_string(),
         })?;
         json.push('\n');
-        let name = self.path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let name = self
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned());
         let tmp = dir.join(format!(
             ".{}.{}.{}.tmp",
             name.unwrap_or_else(|| "trusted.json".into()),
@@ -153,10 +164,12 @@ impl TrustStore {
 }
 
 fn key_string(store: &Path, key: &Path) -> Result<String, PolicyError> {
-    key.to_str().map(str::to_string).ok_or_else(|| PolicyError::TrustStore {
-        path: store.to_path_buf(),
-        message: format!("cannot record {}: the path is not UTF-8", key.display()),
-    })
+    key.to_str()
+        .map(str::to_string)
+        .ok_or_else(|| PolicyError::TrustStore {
+            path: store.to_path_buf(),
+            message: format!("cannot record {}: the path is not UTF-8", key.display()),
+        })
 }
 
 #[cfg(test)]
@@ -170,7 +183,10 @@ mod tests {
         let policy = dir.path().join("cordon.toml");
         fs::write(&policy, "[env]\npass = [\"X\"]\n").unwrap();
         let store = TrustStore::new(dir.path().join("data/cordon/trusted.json"));
-        assert!(!store.is_trusted(&policy).unwrap(), "missing store = nothing trusted");
+        assert!(
+            !store.is_trusted(&policy).unwrap(),
+            "missing store = nothing trusted"
+        );
         let hash = store.trust(&policy).unwrap();
         assert_eq!(hash, sha256_hex(b"[env]\npass = [\"X\"]\n"));
         assert_eq!(hash.len(), 64);
@@ -192,7 +208,9 @@ mod tests {
             serde_json::from_str(&fs::read_to_string(store.path()).unwrap()).unwrap();
         assert!(map.is_empty());
         // No temporary files left behind.
-        let left: Vec<_> = fs::read_dir(store.path().parent().unwrap()).unwrap().collect();
+        let left: Vec<_> = fs::read_dir(store.path().parent().unwrap())
+            .unwrap()
+            .collect();
         assert_eq!(left.len(), 1);
     }
 
@@ -203,7 +221,9 @@ mod tests {
         let policy = dir.path().join("a/cordon.toml");
         fs::write(&policy, "").unwrap();
         let store = TrustStore::new(dir.path().join("t.json"));
-        store.trust(&dir.path().join("a/../a/./cordon.toml")).unwrap();
+        store
+            .trust(&dir.path().join("a/../a/./cordon.toml"))
+            .unwrap();
         assert!(store.is_trusted(&policy).unwrap());
     }
 
@@ -238,6 +258,9 @@ mod tests {
         std::os::unix::fs::symlink(&target, &link).unwrap();
         let store = TrustStore::new(dir.path().join("t.json"));
         store.trust(&target).unwrap();
-        assert!(!store.is_trusted(&link).unwrap(), "trusting the target does not trust the link");
+        assert!(
+            !store.is_trusted(&link).unwrap(),
+            "trusting the target does not trust the link"
+        );
     }
 }

@@ -3,9 +3,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use cordon_policy::{
-    LandlockMode, LoadOptions, Loaded, PathRule, PolicyError, TrustStore, load,
-};
+use cordon_policy::{LandlockMode, LoadOptions, Loaded, PathRule, PolicyError, TrustStore, load};
 
 /// A temporary home, project and data directory.
 struct Env {
@@ -66,12 +64,17 @@ impl Env {
     }
 
     fn trust_project(&self) {
-        TrustStore::new(&self.trust).trust(&self.project_file()).unwrap();
+        TrustStore::new(&self.trust)
+            .trust(&self.project_file())
+            .unwrap();
     }
 }
 
 fn has(rules: &[PathRule], path: &Path) -> Option<String> {
-    rules.iter().find(|r| r.path == path).map(|r| r.origin.clone())
+    rules
+        .iter()
+        .find(|r| r.path == path)
+        .map(|r| r.origin.clone())
 }
 
 #[test]
@@ -91,10 +94,19 @@ fn merge_order_lists_append_and_scalars_override() {
     let fs = &l.plan.filesystem;
     assert_eq!(fs.writable[0], PathRule::new(&env.project, "project"));
     let uc = env.user_config.display().to_string();
-    assert_eq!(has(&fs.writable, &env.home.join(".cache/cargo")), Some(format!("{uc}:2")));
+    assert_eq!(
+        has(&fs.writable, &env.home.join(".cache/cargo")),
+        Some(format!("{uc}:2"))
+    );
     let pf = env.project_file().display().to_string();
-    assert_eq!(has(&fs.deny, &env.project.join("secrets")), Some(format!("{pf}:2")));
-    assert_eq!(has(&fs.read_only, &env.project.join("Makefile")), Some(format!("{pf}:3")));
+    assert_eq!(
+        has(&fs.deny, &env.project.join("secrets")),
+        Some(format!("{pf}:2"))
+    );
+    assert_eq!(
+        has(&fs.read_only, &env.project.join("Makefile")),
+        Some(format!("{pf}:3"))
+    );
     // Built-in entries are still there, first.
     assert_eq!(fs.deny[0].origin, "built-in");
     assert!(l.plan.env.pass.contains(&"TERM".to_string()));
@@ -104,7 +116,11 @@ fn merge_order_lists_append_and_scalars_override() {
     // The project lowers memory (tightening: fine untrusted) and keeps pids.
     assert_eq!(l.plan.limits.memory, Some(2 << 30));
     assert_eq!(l.plan.limits.pids, Some(512));
-    assert!(l.untrusted_loosening.is_empty(), "{:?}", l.untrusted_loosening);
+    assert!(
+        l.untrusted_loosening.is_empty(),
+        "{:?}",
+        l.untrusted_loosening
+    );
 }
 
 #[test]
@@ -113,9 +129,21 @@ fn duplicates_keep_the_first_origin() {
     env.user("[filesystem]\ndeny = [\"~/.ssh\", \"~/.x\"]\nwritable = [\"${PROJECT}\"]\n");
     let l = env.load();
     let fs = &l.plan.filesystem;
-    assert_eq!(has(&fs.deny, &env.home.join(".ssh")), Some("built-in".into()));
-    assert_eq!(fs.deny.iter().filter(|r| r.path == env.home.join(".ssh")).count(), 1);
-    assert_eq!(fs.writable.iter().filter(|r| r.path == env.project).count(), 1);
+    assert_eq!(
+        has(&fs.deny, &env.home.join(".ssh")),
+        Some("built-in".into())
+    );
+    assert_eq!(
+        fs.deny
+            .iter()
+            .filter(|r| r.path == env.home.join(".ssh"))
+            .count(),
+        1
+    );
+    assert_eq!(
+        fs.writable.iter().filter(|r| r.path == env.project).count(),
+        1
+    );
     assert_eq!(has(&fs.writable, &env.project), Some("project".into()));
 }
 
@@ -179,7 +207,10 @@ fn unknown_profile_names_the_available_ones() {
     let e = load(&o).unwrap_err();
     let s = e.to_string();
     assert!(s.starts_with("error: unknown profile `claud`"), "{s}");
-    assert!(s.contains("`aider`, `claude`, `codex`, `gemini`, `mine`, `opencode`"), "{s}");
+    assert!(
+        s.contains("`aider`, `claude`, `codex`, `gemini`, `mine`, `opencode`"),
+        "{s}"
+    );
     assert!(s.contains("did you mean `claude`?"), "{s}");
     assert!(s.contains("= help:"), "{s}");
 }
@@ -194,7 +225,12 @@ fn deny_under_home_applies_to_both_homes() {
     let l = load(&o).unwrap();
     let fs = &l.plan.filesystem;
     for h in [&env.home, &passwd_home] {
-        assert_eq!(has(&fs.deny, &h.join(".ssh")), Some("built-in".into()), "{}", h.display());
+        assert_eq!(
+            has(&fs.deny, &h.join(".ssh")),
+            Some("built-in".into()),
+            "{}",
+            h.display()
+        );
         assert!(has(&fs.deny, &h.join(".my-secrets")).is_some());
     }
     assert!(has(&fs.writable, &env.home.join(".cache")).is_some());
@@ -217,7 +253,11 @@ fn untrusted_project_file_loosening_is_reported_until_trusted() {
          writable = [\"~/.more\"]\n",
     );
     let l = env.load();
-    let whats: Vec<&str> = l.untrusted_loosening.iter().map(|x| x.what.as_str()).collect();
+    let whats: Vec<&str> = l
+        .untrusted_loosening
+        .iter()
+        .map(|x| x.what.as_str())
+        .collect();
     let cache = env.home.join(".cache");
     assert_eq!(
         whats,
@@ -229,21 +269,39 @@ fn untrusted_project_file_loosening_is_reported_until_trusted() {
         ],
         "readable /opt/x is under / already; LC_ALL is covered by LC_*"
     );
-    assert!(l.untrusted_loosening.iter().all(|x| x.file == env.project_file()));
+    assert!(
+        l.untrusted_loosening
+            .iter()
+            .all(|x| x.file == env.project_file())
+    );
     // The plan itself is the full one, so `cordon check` can show it.
     assert_eq!(l.plan.filesystem.landlock, LandlockMode::BestEffort);
-    assert!(l.untrusted_loosening[0].to_string().starts_with(&env.project_file().display().to_string()));
+    assert!(
+        l.untrusted_loosening[0]
+            .to_string()
+            .starts_with(&env.project_file().display().to_string())
+    );
 
     // The profile section counts when it is selected.
     let mut o = env.opts();
     o.profile = Some("claude".into());
     let l2 = load(&o).unwrap();
-    assert!(l2.untrusted_loosening.iter().any(|x| x.what.contains(".more")), "{:?}", l2.untrusted_loosening);
+    assert!(
+        l2.untrusted_loosening
+            .iter()
+            .any(|x| x.what.contains(".more")),
+        "{:?}",
+        l2.untrusted_loosening
+    );
 
     // Trusted: nothing to report.
     env.trust_project();
     let l = env.load();
-    assert!(l.untrusted_loosening.is_empty(), "{:?}", l.untrusted_loosening);
+    assert!(
+        l.untrusted_loosening.is_empty(),
+        "{:?}",
+        l.untrusted_loosening
+    );
     assert_eq!(l.plan.filesystem.landlock, LandlockMode::BestEffort);
 
     // Edited after trusting (even a comment): untrusted again.
@@ -255,7 +313,11 @@ fn untrusted_project_file_loosening_is_reported_until_trusted() {
     // Revoked: untrusted.
     env.trust_project();
     assert!(env.load().untrusted_loosening.is_empty());
-    assert!(TrustStore::new(&env.trust).revoke(&env.project_file()).unwrap());
+    assert!(
+        TrustStore::new(&env.trust)
+            .revoke(&env.project_file())
+            .unwrap()
+    );
     assert_eq!(env.load().untrusted_loosening.len(), 4);
 }
 
@@ -265,8 +327,18 @@ fn untrusted_limits_may_lower_but_not_raise() {
     env.user("[limits]\nmemory = \"4G\"\npids = 100\ncpu = 2\nnofile = 1024\n");
     env.project("[limits]\nmemory = \"8G\"\npids = 50\ncpu = 4\nnofile = 512\n");
     let l = env.load();
-    let whats: Vec<&str> = l.untrusted_loosening.iter().map(|x| x.what.as_str()).collect();
-    assert_eq!(whats, ["raises the memory limit (line 2)", "raises the cpu limit (line 4)"]);
+    let whats: Vec<&str> = l
+        .untrusted_loosening
+        .iter()
+        .map(|x| x.what.as_str())
+        .collect();
+    assert_eq!(
+        whats,
+        [
+            "raises the memory limit (line 2)",
+            "raises the cpu limit (line 4)"
+        ]
+    );
     assert_eq!(l.plan.limits.memory, Some(8 << 30));
     assert_eq!(l.plan.limits.pids, Some(50));
 }
@@ -280,7 +352,11 @@ fn untrusted_tightening_is_fine() {
          [env]\npass = [\"TERM\"]\nset = { CORDON_SANDBOX = \"1\" }\n[limits]\npids = 10\n",
     );
     let l = env.load();
-    assert!(l.untrusted_loosening.is_empty(), "{:?}", l.untrusted_loosening);
+    assert!(
+        l.untrusted_loosening.is_empty(),
+        "{:?}",
+        l.untrusted_loosening
+    );
     assert!(has(&l.plan.filesystem.deny, &env.home.join(".config")).is_some());
     assert_eq!(l.plan.limits.pids, Some(10));
 }
@@ -291,7 +367,11 @@ fn writable_under_a_read_only_path_is_loosening() {
     env.project("[filesystem]\nwritable = [\"${PROJECT}/.git/hooks/pre-commit\"]\n");
     let l = env.load();
     assert_eq!(l.untrusted_loosening.len(), 1);
-    assert!(l.untrusted_loosening[0].what.contains(".git/hooks/pre-commit"));
+    assert!(
+        l.untrusted_loosening[0]
+            .what
+            .contains(".git/hooks/pre-commit")
+    );
 }
 
 #[test]
@@ -305,7 +385,10 @@ fn explicit_policy_inside_the_project_is_untrusted() {
     o.policy_file = Some(p.clone());
     let l = load(&o).unwrap();
     assert_eq!(l.untrusted_loosening.len(), 1);
-    assert_eq!(l.untrusted_loosening[0].what, "passes host variables matching `FOO_*` (line 2)");
+    assert_eq!(
+        l.untrusted_loosening[0].what,
+        "passes host variables matching `FOO_*` (line 2)"
+    );
     assert_eq!(l.untrusted_loosening[0].file, p);
     // Outside the project: trusted as the user's own file.
     let q = env.home.join("policy.toml");
@@ -322,11 +405,26 @@ fn user_config_inside_the_project_is_untrusted_and_protected() {
     o.user_config = Some(env.user_config.clone());
     env.user("[filesystem]\nwritable = [\"/srv\"]\n");
     let l = load(&o).unwrap();
-    assert_eq!(l.untrusted_loosening.len(), 1, "{:?}", l.untrusted_loosening);
+    assert_eq!(
+        l.untrusted_loosening.len(),
+        1,
+        "{:?}",
+        l.untrusted_loosening
+    );
     let ro = &l.plan.filesystem.read_only;
-    assert!(has(ro, &env.user_config).is_some(), "user config must be read-only");
-    assert!(has(ro, &env.trust).is_some(), "trust store must be read-only");
-    assert!(l.warnings.iter().any(|w| w.contains("trusted.json")), "{:?}", l.warnings);
+    assert!(
+        has(ro, &env.user_config).is_some(),
+        "user config must be read-only"
+    );
+    assert!(
+        has(ro, &env.trust).is_some(),
+        "trust store must be read-only"
+    );
+    assert!(
+        l.warnings.iter().any(|w| w.contains("trusted.json")),
+        "{:?}",
+        l.warnings
+    );
 }
 
 #[test]
@@ -337,7 +435,10 @@ fn json_and_toml_output() {
     let json = serde_json::to_string_pretty(&l.plan).unwrap();
     assert!(json.contains("\"landlock\": \"required\""), "{json}");
     let text = l.plan.to_toml();
-    assert!(text.contains(&format!("\"{}\", # project", env.project.display())), "{text}");
+    assert!(
+        text.contains(&format!("\"{}\", # project", env.project.display())),
+        "{text}"
+    );
     assert!(text.contains("memory = \"1G\""));
     // The rendered policy is itself a valid policy with the same effect.
     let again = env.home.join("again.toml");
@@ -347,7 +448,12 @@ fn json_and_toml_output() {
     o.policy_file = Some(again);
     let l2 = load(&o).unwrap();
     let paths = |l: &Loaded| -> Vec<PathBuf> {
-        l.plan.filesystem.deny.iter().map(|r| r.path.clone()).collect()
+        l.plan
+            .filesystem
+            .deny
+            .iter()
+            .map(|r| r.path.clone())
+            .collect()
     };
     assert_eq!(paths(&l2), paths(&l));
     assert_eq!(l2.plan.env, l.plan.env);
@@ -363,11 +469,21 @@ fn broken(text: &str) -> (String, usize, usize) {
     env.user(text);
     let e = env.load_err();
     let s = e.to_string();
-    let d = e.diagnostic().unwrap_or_else(|| panic!("not a diagnostic: {s}"));
+    let d = e
+        .diagnostic()
+        .unwrap_or_else(|| panic!("not a diagnostic: {s}"));
     assert_eq!(d.file.as_deref(), Some(env.user_config.as_path()), "{s}");
     assert!(s.contains("\n   = help: "), "no help line: {s}");
-    let loc = d.location.clone().unwrap_or_else(|| panic!("not located: {s}"));
-    let arrow = format!("--> {}:{}:{}", env.user_config.display(), loc.line, loc.column);
+    let loc = d
+        .location
+        .clone()
+        .unwrap_or_else(|| panic!("not located: {s}"));
+    let arrow = format!(
+        "--> {}:{}:{}",
+        env.user_config.display(),
+        loc.line,
+        loc.column
+    );
     assert!(s.contains(&arrow), "{s}");
     (s, loc.line, loc.column)
 }
@@ -375,7 +491,8 @@ fn broken(text: &str) -> (String, usize, usize) {
 #[test]
 fn broken_01_toml_syntax() {
     let (s, line, col) = broken("[filesystem]\nreadable = [\"/\"\n");
-    assert_eq!((line, col), (3, 1), "{s}");
+    assert_eq!((line, col), (2, 16), "{s}");
+    assert!(s.contains("unclosed array"), "{s}");
     assert!(s.contains("invalid TOML"), "{s}");
 }
 
@@ -391,15 +508,24 @@ fn broken_02_unknown_section() {
     let (s, line, col) = broken("[filesystem]\n\n[network]\nallow = true\n");
     assert_eq!((line, col), (3, 2), "{s}");
     assert!(s.contains("unknown section `network`"), "{s}");
-    assert!(s.contains("a section exists only where something enforces it"), "{s}");
+    assert!(
+        s.contains("a section exists only where something enforces it"),
+        "{s}"
+    );
 }
 
 #[test]
 fn broken_03_unknown_key_with_suggestion() {
     let (s, line, col) = broken("[filesystem]\nreadable = []\nwriteable = [\"/x\"]\n");
     assert_eq!((line, col), (3, 1));
-    assert!(s.starts_with("error: unknown key `writeable` in [filesystem]\n"), "{s}");
-    assert!(s.contains("\n 3 | writeable = [\"/x\"]\n   | ^^^^^^^^^\n"), "{s}");
+    assert!(
+        s.starts_with("error: unknown key `writeable` in [filesystem]\n"),
+        "{s}"
+    );
+    assert!(
+        s.contains("\n 3 | writeable = [\"/x\"]\n   | ^^^^^^^^^\n"),
+        "{s}"
+    );
     assert!(
         s.ends_with(
             "= help: expected one of `readable`, `writable`, `deny`, `read_only`, `landlock`; did you mean `writable`?"
@@ -412,7 +538,10 @@ fn broken_03_unknown_key_with_suggestion() {
 fn broken_03b_unknown_key_in_profile_section() {
     let (s, line, col) = broken("[profile.x.limits]\nmemroy = \"1G\"\n");
     assert_eq!((line, col), (2, 1));
-    assert!(s.contains("unknown key `memroy` in [profile.x.limits]"), "{s}");
+    assert!(
+        s.contains("unknown key `memroy` in [profile.x.limits]"),
+        "{s}"
+    );
     assert!(s.contains("did you mean `memory`?"), "{s}");
 }
 
@@ -420,8 +549,14 @@ fn broken_03b_unknown_key_in_profile_section() {
 fn broken_04_wrong_type() {
     let (s, line, col) = broken("[filesystem]\nwritable = \"/x\"\n");
     assert_eq!((line, col), (2, 12));
-    assert!(s.contains("`writable` in [filesystem] must be an array of strings, found a string"), "{s}");
-    assert!(s.contains("help: write it as an array: writable = [\"/x\"]"), "{s}");
+    assert!(
+        s.contains("`writable` in [filesystem] must be an array of strings, found a string"),
+        "{s}"
+    );
+    assert!(
+        s.contains("help: write it as an array: writable = [\"/x\"]"),
+        "{s}"
+    );
 }
 
 #[test]
@@ -436,7 +571,10 @@ fn broken_05_relative_path() {
     let (s, line, col) = broken("[filesystem]\nwritable = [\n  \"/ok\",\n  \"build/out\",\n]\n");
     assert_eq!((line, col), (4, 3));
     assert!(s.contains("relative path \"build/out\" in writable"), "{s}");
-    assert!(s.contains("paths must be absolute or start with ~, $HOME or ${PROJECT}"), "{s}");
+    assert!(
+        s.contains("paths must be absolute or start with ~, $HOME or ${PROJECT}"),
+        "{s}"
+    );
 }
 
 #[test]
@@ -444,8 +582,14 @@ fn broken_06_unknown_variable() {
     let (s, line, col) = broken("[filesystem]\ndeny = [\"${FOO}/x\"]\n");
     assert_eq!((line, col), (2, 10));
     assert!(s.contains("unknown variable `FOO`"), "{s}");
-    assert!(s.contains("only $HOME (or ${HOME}, ~) and ${PROJECT} expand"), "{s}");
-    assert!(s.contains("|          ^^^^^^\n"), "caret under ${{FOO}}: {s}");
+    assert!(
+        s.contains("only $HOME (or ${HOME}, ~) and ${PROJECT} expand"),
+        "{s}"
+    );
+    assert!(
+        s.contains("|          ^^^^^^\n"),
+        "caret under ${{FOO}}: {s}"
+    );
 }
 
 #[test]
@@ -483,30 +627,53 @@ fn broken_09_writable_and_denied() {
 fn broken_09b_writable_inside_denied() {
     let (s, line, col) = broken("[filesystem]\ndeny = [\"/data\"]\nwritable = [\"/data/cache\"]\n");
     assert_eq!((line, col), (3, 13));
-    assert!(s.contains("writable path /data/cache is inside denied path /data"), "{s}");
+    assert!(
+        s.contains("writable path /data/cache is inside denied path /data"),
+        "{s}"
+    );
 }
 
 #[test]
 fn broken_09c_deny_added_later_over_a_writable() {
     // The user's profile denies a parent of the user's base writable path: the deny is blamed.
     let env = Env::new();
-    env.user("[filesystem]\nwritable = [\"/data/cache\"]\n[profile.p.filesystem]\ndeny = [\"/data\"]\n");
+    env.user(
+        "[filesystem]\nwritable = [\"/data/cache\"]\n[profile.p.filesystem]\ndeny = [\"/data\"]\n",
+    );
     let mut o = env.opts();
     o.profile = Some("p".into());
     let e = load(&o).unwrap_err();
     let d = e.diagnostic().unwrap();
-    assert_eq!(d.location.as_ref().map(|l| (l.line, l.column)), Some((4, 9)), "{e}");
-    assert!(e.to_string().contains("denied path /data contains writable path /data/cache"), "{e}");
+    assert_eq!(
+        d.location.as_ref().map(|l| (l.line, l.column)),
+        Some((4, 9)),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .contains("denied path /data contains writable path /data/cache"),
+        "{e}"
+    );
 }
 
 #[test]
 fn broken_09d_project_inside_denied() {
     let env = Env::new();
-    env.user(&format!("[filesystem]\ndeny = [\"{}\"]\n", env.project.parent().unwrap().display()));
+    env.user(&format!(
+        "[filesystem]\ndeny = [\"{}\"]\n",
+        env.project.parent().unwrap().display()
+    ));
     let e = env.load_err();
     let s = e.to_string();
     assert!(s.contains("the project directory"), "{s}");
-    assert_eq!(e.diagnostic().unwrap().location.as_ref().map(|l| (l.line, l.column)), Some((2, 9)));
+    assert_eq!(
+        e.diagnostic()
+            .unwrap()
+            .location
+            .as_ref()
+            .map(|l| (l.line, l.column)),
+        Some((2, 9))
+    );
 }
 
 #[test]
@@ -548,7 +715,10 @@ fn broken_12_bad_landlock_value() {
     let (s, line, col) = broken("[filesystem]\nlandlock = \"maybe\"\n");
     assert_eq!((line, col), (2, 12));
     assert!(s.contains("invalid value \"maybe\" for `landlock`"), "{s}");
-    assert!(s.contains("expected \"required\" or \"best-effort\""), "{s}");
+    assert!(
+        s.contains("expected \"required\" or \"best-effort\""),
+        "{s}"
+    );
 
     let (s, _, _) = broken("[filesystem]\nlandlock = \"best_effort\"\n");
     assert!(s.contains("did you mean \"best-effort\"?"), "{s}");
@@ -577,7 +747,10 @@ fn broken_not_utf8() {
     let e = env.load_err();
     let d = e.diagnostic().unwrap();
     assert!(d.message.contains("not valid UTF-8"));
-    assert_eq!(d.location.as_ref().map(|l| (l.line, l.column)), Some((2, 10)));
+    assert_eq!(
+        d.location.as_ref().map(|l| (l.line, l.column)),
+        Some((2, 10))
+    );
 }
 
 #[test]
@@ -587,8 +760,14 @@ fn broken_project_file_is_located_in_the_project_file() {
     let e = env.load_err();
     let d = e.diagnostic().unwrap();
     assert_eq!(d.file.as_deref(), Some(env.project_file().as_path()));
-    assert_eq!(d.location.as_ref().map(|l| (l.line, l.column)), Some((2, 7)));
-    assert!(e.to_string().contains("must be a number, found a string"), "{e}");
+    assert_eq!(
+        d.location.as_ref().map(|l| (l.line, l.column)),
+        Some((2, 7))
+    );
+    assert!(
+        e.to_string().contains("must be a number, found a string"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -21,6 +21,7 @@
 //! A binary using this crate must call [`init_main`] first thing when its first argument is
 //! [`INIT_ARG`]: the sandbox's init is the same executable, re-executed inside the namespaces.
 
+mod cgroup;
 mod fence;
 mod init;
 pub mod layout;

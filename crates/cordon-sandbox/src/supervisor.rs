@@ -16,6 +16,7 @@ use cordon_events::{Action, Layer, NewEvent};
 use cordon_policy::Plan;
 
 use crate::init::{CONTROL_FD, FORWARDED};
+use crate::cgroup::Cgroup;
 use crate::layout::{self, MountOp};
 use crate::protocol::{self, FromInit, InitSpec};
 use crate::sys::{self, WaitStatus};
@@ -107,7 +108,7 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
     let tty = cmd.tty == TtyMode::Auto && sys::isatty(0) && sys::isatty(1);
     let winsize = tty.then(|| sys::get_winsize(0).unwrap_or([24, 80, 0, 0]));
     let (uid, gid) = (sys::getuid(), sys::getgid());
-    let spec = InitSpec {
+    let mut spec = InitSpec {
         layout,
         argv: cmd.argv.iter().map(|a| a.clone().into_vec()).collect(),
         env: env
@@ -128,15 +129,6 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
         landlock: plan.filesystem.landlock,
         hostname: "cordon".into(),
     };
-    if plan.limits.cpu.is_some() {
-        emit(NewEvent::new(
-            Layer::Limits,
-            Action::Degraded,
-            "cpu limit needs cgroup v2 delegation, which cordon does not use yet: not enforced",
-        ));
-        let _ = writeln!(io::stderr(), "cordon: warning: [limits] cpu is not enforced (needs cgroup v2 delegation)");
-    }
-
     let (sock, child_sock) = sys::socketpair().map_err(|e| io_err("control socketpair", e))?;
     let exe = sys::PreparedExec::new(
         CString::new("/proc/self/exe").expect("no NUL"),
@@ -164,9 +156,24 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
         kill_child(&child);
         return Err(SandboxError::Namespaces(format!("cannot map uid/gid into the sandbox: {e}")));
     }
+    let mut cgroup = Cgroup::create(&format!("cordon-{}-{}", std::process::id(), child.pid), &plan.limits);
+    if let Err(e) = cgroup.add(child.pid) {
+        kill_child(&child);
+        cgroup.remove();
+        return Err(io_err("move the sandbox into its cgroup", e));
+    }
+    // What a cgroup carries, an rlimit need not also approximate.
+    if cgroup.memory {
+        spec.limits.memory = None;
+    }
+    if cgroup.pids {
+        spec.limits.pids = None;
+    }
+    report_limits(plan, &cgroup, uid, emit);
     sys::write_all_raw(sock.as_raw_fd(), b"g");
     if let Err(e) = protocol::send(sock.as_raw_fd(), &spec, None) {
         kill_child(&child);
+        cgroup.remove();
         return Err(io_err("send the plan to the sandbox", e));
     }
 
@@ -200,10 +207,12 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
             }
             Ok(Some((FromInit::Failed { stage, message }, _))) => {
                 let _ = sys::waitpid(child.pid, false);
+                cgroup.remove();
                 return Err(SandboxError::Setup { stage, message });
             }
             Ok(None) | Err(_) => {
                 let st = sys::waitpid(child.pid, false).ok().flatten().map(|(_, s)| s);
+                cgroup.remove();
                 return Err(SandboxError::Setup {
                     stage: "init".into(),
                     message: format!("sandbox init ended before the command started ({st:?})"),
@@ -212,7 +221,9 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
         }
     }
     drop(sock);
-    let status = relay(&child, master).map_err(|e| io_err("supervise the sandbox", e))?;
+    let status = relay(&child, master);
+    cgroup.remove();
+    let status = status.map_err(|e| io_err("supervise the sandbox", e))?;
     Ok(Outcome { status })
 }
 
@@ -244,6 +255,23 @@ fn write_id_maps(pid: libc::pid_t, uid: u32, gid: u32) -> io::Result<()> {
     std::fs::write(base.join("uid_map"), format!("0 {uid} 1\n"))?;
     std::fs::write(base.join("gid_map"), format!("0 {gid} 1\n"))?;
     Ok(())
+}
+
+fn report_limits(plan: &Plan, cgroup: &Cgroup, uid: u32, emit: &dyn Fn(NewEvent)) {
+    for line in &cgroup.applied {
+        emit(NewEvent::new(Layer::Limits, Action::Apply, line.clone()));
+    }
+    let mut unenforced = Vec::new();
+    if plan.limits.cpu.is_some() && !cgroup.cpu {
+        unenforced.push("cpu (needs a delegated cgroup; there is no rlimit for it)");
+    }
+    if plan.limits.pids.is_some() && !cgroup.pids && uid == 0 {
+        unenforced.push("pids (the kernel exempts host root from RLIMIT_NPROC; needs a cgroup)");
+    }
+    for what in unenforced {
+        emit(NewEvent::new(Layer::Limits, Action::Degraded, format!("limit not enforced: {what}")));
+        let _ = writeln!(io::stderr(), "cordon: warning: [limits] {what} is not enforced");
+    }
 }
 
 fn report_layout(layout: &layout::Layout, emit: &dyn Fn(NewEvent)) {

@@ -1,0 +1,267 @@
+//! Test harness: a throwaway HOME full of fake credentials and a project, and a way to run the
+//! real `cordon` binary on them as root or as an unprivileged user (via `setpriv`).
+#![allow(dead_code)]
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+/// The unprivileged account the tests use when run as root (created by scripts/setup-test-env.sh).
+pub const TEST_USER: &str = "cordon-test";
+
+/// Secrets planted in the fake HOME; none of these strings may ever be printed inside the sandbox.
+pub const SECRETS: &[(&str, &str)] = &[
+    (".ssh/id_ed25519", "SECRET-ssh-key"),
+    (".aws/credentials", "SECRET-aws"),
+    (".netrc", "SECRET-netrc"),
+    (".config/gh/hosts.yml", "SECRET-gh"),
+    (".config/gcloud/credentials.db", "SECRET-gcloud"),
+    (".kube/config", "SECRET-kube"),
+    (".docker/config.json", "SECRET-docker"),
+    (".gnupg/private.key", "SECRET-gnupg"),
+    (".git-credentials", "SECRET-gitcred"),
+    (".npmrc", "SECRET-npmrc"),
+    (".pypirc", "SECRET-pypirc"),
+    (".bash_history", "SECRET-history"),
+    (".password-store/x.gpg", "SECRET-pass"),
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Who {
+    Root,
+    User,
+}
+
+pub struct Env {
+    pub who: Who,
+    _dir: tempfile::TempDir,
+    pub base: PathBuf,
+    pub home: PathBuf,
+    pub project: PathBuf,
+    pub audit: PathBuf,
+    ids: Option<(u32, u32)>,
+}
+
+fn is_root() -> bool {
+    std::fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false)
+}
+
+fn user_ids(name: &str) -> Option<(u32, u32)> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.first() == Some(&name)).then(|| Some((f.get(2)?.parse().ok()?, f.get(3)?.parse().ok()?)))?
+    })
+}
+
+/// The cordon binary, copied where an unprivileged user can execute it.
+fn binary_for(who: Who) -> PathBuf {
+    let built = PathBuf::from(env!("CARGO_BIN_EXE_cordon"));
+    if who == Who::Root || !is_root() {
+        return built;
+    }
+    static COPY: OnceLock<PathBuf> = OnceLock::new();
+    COPY.get_or_init(|| {
+        let m = std::fs::metadata(&built).expect("built binary");
+        let dir = PathBuf::from(format!("/var/tmp/cordon-test-bin/{}-{}", m.len(), m.mtime_nsec() ^ m.mtime()));
+        let bin = dir.join("cordon");
+        if !bin.exists() {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::set_permissions("/var/tmp/cordon-test-bin", std::fs::Permissions::from_mode(0o755)).unwrap();
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+            let tmp = dir.join(format!("cordon.{}", std::process::id()));
+            std::fs::copy(&built, &tmp).unwrap();
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+            std::fs::rename(&tmp, &bin).unwrap();
+        }
+        bin
+    })
+    .clone()
+}
+
+fn chown_tree(p: &Path, uid: u32, gid: u32) {
+    let st = Command::new("chown").arg("-R").arg(format!("{uid}:{gid}")).arg(p).status().unwrap();
+    assert!(st.success());
+}
+
+impl Env {
+    /// `None` when this variant cannot run here (root variant while not root).
+    pub fn new(who: Who) -> Option<Env> {
+        let ids = match (who, is_root()) {
+            (Who::Root, false) => {
+                eprintln!("skipped: the root variant needs root");
+                return None;
+            }
+            (Who::Root, true) | (Who::User, false) => None,
+            (Who::User, true) => Some(
+                user_ids(TEST_USER)
+                    .unwrap_or_else(|| panic!("user {TEST_USER} missing: run scripts/setup-test-env.sh first")),
+            ),
+        };
+        // Not under /tmp: the sandbox gets a private /tmp, and HOME must stay visible.
+        let dir = tempfile::Builder::new().prefix("cordon-t").tempdir_in("/var/tmp").unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let home = base.join("home");
+        let project = home.join("proj");
+        std::fs::create_dir_all(&project).unwrap();
+        for (rel, content) in SECRETS {
+            let p = home.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, content).unwrap();
+        }
+        std::fs::write(home.join("notes.txt"), "visible-home-file").unwrap();
+        std::fs::create_dir_all(base.join("audit")).unwrap();
+        if let Some((uid, gid)) = ids {
+            chown_tree(&base, uid, gid);
+        }
+        let audit = base.join("audit/session.jsonl");
+        Some(Env { who, _dir: dir, base, home, project, audit, ids })
+    }
+
+    /// Make a file or tree belong to the user the sandbox runs as.
+    pub fn own(&self, p: &Path) {
+        if let Some((uid, gid)) = self.ids {
+            chown_tree(p, uid, gid);
+        }
+    }
+
+    pub fn write(&self, rel: &str, content: &str) -> PathBuf {
+        let p = self.project.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, content).unwrap();
+        self.own(&self.base);
+        p
+    }
+
+    /// `cordon ARGS…` as the variant's user, with a clean, known environment.
+    pub fn cordon(&self) -> Command {
+        let bin = binary_for(self.who);
+        let mut c = match self.ids {
+            Some((uid, gid)) => {
+                let mut c = Command::new("setpriv");
+                c.arg(format!("--reuid={uid}")).arg(format!("--regid={gid}")).arg("--clear-groups").arg("--").arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let path = match self.who {
+            // The unprivileged user cannot enter /root, where rustup lives: Debian's cargo serves it.
+            Who::User if is_root() => "/usr/local/bin:/usr/bin:/bin".to_string(),
+            _ => std::env::var("PATH").unwrap_or_default(),
+        };
+        c.env_clear()
+            .env("HOME", &self.home)
+            .env("PATH", path)
+            .env("LANG", "C.UTF-8")
+            .env("XDG_STATE_HOME", self.base.join("state"))
+            .env("XDG_CONFIG_HOME", self.home.join(".config"))
+            .env("XDG_DATA_HOME", self.base.join("data"))
+            .current_dir(&self.project)
+            .stdin(Stdio::null());
+        if let Ok(v) = std::env::var("RUSTUP_HOME") {
+            c.env("RUSTUP_HOME", v);
+        }
+        if let Ok(v) = std::env::var("CARGO_HOME") {
+            c.env("CARGO_HOME", v);
+        }
+        c
+    }
+
+    /// `cordon run --no-tty --audit … -- sh -c SCRIPT` with extra cordon args before `--`.
+    pub fn run_with(&self, args: &[&str], script: &str) -> Output {
+        let mut c = self.cordon();
+        c.arg("run").arg("--no-tty").arg("--audit").arg(&self.audit).args(args).arg("--").arg("sh").arg("-c").arg(script);
+        let _ = std::fs::remove_file(&self.audit);
+        c.output().unwrap()
+    }
+
+    pub fn run(&self, script: &str) -> Output {
+        self.run_with(&[], script)
+    }
+
+    /// Run and require exit 0; returns stdout.
+    pub fn ok(&self, script: &str) -> String {
+        let o = self.run(script);
+        assert_eq!(o.status.code(), Some(0), "script failed: {script}\n{}", show(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// The cordon binary this variant runs, for command lines run under `script`.
+    pub fn cordon_line(&self) -> String {
+        binary_for(self.who).display().to_string()
+    }
+
+    /// The uid the sandboxed command should see.
+    pub fn uid(&self) -> u32 {
+        self.ids.map_or(0, |(u, _)| u)
+    }
+}
+
+/// Run a shell command line under a real pty (util-linux `script`), typing `input` slowly,
+/// with the environment and user of `env.cordon()`; returns what the terminal showed.
+pub fn under_pty(env: &Env, line: &str, input: &str) -> String {
+    use std::io::Write;
+    let base = env.cordon();
+    let mut s = match env.ids {
+        Some((uid, gid)) => {
+            let mut c = Command::new("setpriv");
+            c.arg(format!("--reuid={uid}")).arg(format!("--regid={gid}")).arg("--clear-groups").arg("--").arg("script");
+            c
+        }
+        None => Command::new("script"),
+    };
+    s.args(["-qefc", line, "/dev/null"]).env_clear();
+    for (k, v) in base.get_envs() {
+        if let Some(v) = v {
+            s.env(k, v);
+        }
+    }
+    s.env("TERM", "xterm").current_dir(&env.project).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = s.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for chunk in input.split_inclusive('\n') {
+        stdin.write_all(chunk.as_bytes()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    let o = child.wait_with_output().unwrap();
+    all_output(&o)
+}
+
+pub fn show(o: &Output) -> String {
+    format!(
+        "status: {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+pub fn all_output(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// Define one test per variant: `both!(name, |env| { … });` makes `name::root` and `name::user`.
+#[macro_export]
+macro_rules! both {
+    ($name:ident, $body:expr) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            #[test]
+            fn root() {
+                if let Some(env) = common::Env::new(common::Who::Root) {
+                    ($body)(env);
+                }
+            }
+            #[test]
+            fn user() {
+                if let Some(env) = common::Env::new(common::Who::User) {
+                    ($body)(env);
+                }
+            }
+        }
+    };
+}

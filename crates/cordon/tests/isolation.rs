@@ -1,0 +1,300 @@
+//! Layer 1, black-box: a real command in a real sandbox, asserting what it could and could not do.
+//! Every test runs twice: as root and as an unprivileged user.
+
+mod common;
+
+use common::{Env, SECRETS, all_output, show};
+
+// ---- positive controls ----
+
+both!(reads_home_files, |env: Env| {
+    let out = env.ok("cat ~/notes.txt");
+    assert_eq!(out, "visible-home-file");
+});
+
+both!(writes_the_project, |env: Env| {
+    env.ok("echo built > out.txt && mkdir -p sub/dir && mv out.txt sub/dir/ && rm -r sub/dir");
+    env.ok("echo kept > kept.txt");
+    assert_eq!(std::fs::read_to_string(env.project.join("kept.txt")).unwrap(), "kept\n");
+});
+
+both!(git_commit_works, |env: Env| {
+    let out = env.ok(
+        "git init -q . && git config user.email t@example.invalid && git config user.name t \
+         && echo hi > a.txt && git add a.txt && git commit -qm first && git log --oneline | wc -l",
+    );
+    assert_eq!(out.trim(), "1");
+    // And a second session can commit on top, with .git/config and hooks read-only by then.
+    let out = env.ok("echo more >> a.txt && git commit -qam second && git rev-list --count HEAD");
+    assert_eq!(out.trim(), "2");
+});
+
+both!(cargo_builds_a_tiny_crate, |env: Env| {
+    env.write("Cargo.toml", "[package]\nname = \"tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n");
+    env.write("src/main.rs", "fn main() { println!(\"tiny says {}\", 6 * 7); }\n");
+    let o = env.run_with(
+        &[],
+        "export CARGO_HOME=$PWD/.cargo-home; cargo build --offline -q && ./target/debug/tiny",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "tiny says 42");
+});
+
+both!(python_runs, |env: Env| {
+    let out = env.ok("/usr/bin/python3 -c 'import os; print(sum(range(10)), os.getcwd())'");
+    assert_eq!(out.trim(), format!("45 {}", env.project.display()));
+});
+
+// ---- credential paths ----
+
+both!(credential_paths_are_masked, |env: Env| {
+    for (rel, secret) in SECRETS {
+        let o = env.run(&format!("cat ~/{rel}"));
+        assert_ne!(o.status.code(), Some(0), "{rel} was readable\n{}", show(&o));
+        assert!(!all_output(&o).contains(secret), "{rel} leaked\n{}", show(&o));
+    }
+    // Not even a listing of the masked directories, and no grep across home finds anything.
+    let o = env.run("ls -a ~/.ssh ~/.aws ~/.config/gh");
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(!all_output(&o).contains("id_ed25519"), "{}", show(&o));
+    let o = env.run("grep -r SECRET ~ 2>/dev/null; true");
+    assert!(!all_output(&o).contains("SECRET-"), "{}", show(&o));
+});
+
+both!(system_secrets_and_sockets_are_masked, |env: Env| {
+    let o = env.run("cat /etc/shadow");
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(!all_output(&o).contains("root:"), "{}", show(&o));
+    let o = env.run("ls /run /var/run");
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+});
+
+both!(user_deny_wins_inside_the_project, |env: Env| {
+    env.write(".env", "SECRET-dotenv");
+    let policy = env.base.join("policy.toml");
+    std::fs::write(&policy, "[filesystem]\ndeny = [\"${PROJECT}/.env\"]\n").unwrap();
+    env.own(&policy);
+    let o = env.run_with(&["--policy", policy.to_str().unwrap()], "cat .env");
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(!all_output(&o).contains("SECRET-dotenv"));
+    let o = env.run_with(&["--policy", policy.to_str().unwrap()], "echo x > .env");
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(std::fs::read_to_string(env.project.join(".env")).unwrap(), "SECRET-dotenv");
+});
+
+both!(symlink_and_hardlink_to_a_secret_fail, |env: Env| {
+    let o = env.run("ln -s ~/.ssh/id_ed25519 link && cat link");
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(!all_output(&o).contains("SECRET-"), "{}", show(&o));
+    let o = env.run("ln ~/.netrc hard && cat hard");
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(!all_output(&o).contains("SECRET-"), "{}", show(&o));
+});
+
+// ---- read-only root and host-executed files ----
+
+both!(root_is_read_only, |env: Env| {
+    for target in ["/usr/cordon-x", "/etc/cordon-x", "~/cordon-x", "/var/tmp/cordon-x"] {
+        let o = env.run(&format!("touch {target}"));
+        assert_ne!(o.status.code(), Some(0), "{target} was writable\n{}", show(&o));
+    }
+    assert!(!env.home.join("cordon-x").exists());
+});
+
+both!(private_tmp_and_shm, |env: Env| {
+    let marker = format!("/tmp/cordon-marker-{}", std::process::id());
+    let out = env.ok(&format!("echo x > {marker} && echo y > /dev/shm/m && cat {marker} /dev/shm/m"));
+    assert_eq!(out, "x\ny\n");
+    assert!(!std::path::Path::new(&marker).exists(), "sandbox /tmp leaked to the host");
+});
+
+both!(host_executed_files_are_read_only, |env: Env| {
+    env.ok("git init -q .");
+    env.write(".envrc", "echo ok");
+    env.write(".vscode/tasks.json", "{}");
+    env.write(".mcp.json", "{}");
+    env.write("cordon.toml", "");
+    for (what, script) in [
+        ("hook", "echo evil > .git/hooks/pre-commit"),
+        ("git config", "git config core.hooksPath /tmp/h"),
+        ("envrc", "echo evil >> .envrc"),
+        ("vscode", "echo evil > .vscode/tasks.json"),
+        ("mcp", "echo evil > .mcp.json"),
+        ("cordon.toml", "echo '[env]' > cordon.toml"),
+        ("rename .git", "mv .git .git-old"),
+        ("remove hooks", "rm -rf .git/hooks"),
+        ("replace envrc", "rm -f .envrc"),
+    ] {
+        let o = env.run(script);
+        assert_ne!(o.status.code(), Some(0), "{what} succeeded\n{}", show(&o));
+    }
+    assert!(!env.project.join(".git/hooks/pre-commit").exists());
+    assert_eq!(std::fs::read_to_string(env.project.join(".envrc")).unwrap(), "echo ok");
+    assert!(!std::fs::read_to_string(env.project.join(".git/config")).unwrap().contains("hooksPath"));
+});
+
+// ---- escape attempts ----
+
+both!(masks_cannot_be_unmounted_or_remounted, |env: Env| {
+    for script in [
+        "umount ~/.ssh",
+        "umount -l ~/.ssh",
+        "mount -o remount,rw /",
+        "mount --bind ~/notes.txt ~/.netrc",
+        "unshare -rm sh -c 'umount ~/.ssh && cat ~/.ssh/id_ed25519'",
+        "unshare -rm sh -c 'umount -l ~/.netrc && cat ~/.netrc'",
+        "unshare -rm sh -c 'mount -o remount,rw / && touch /usr/cordon-x'",
+    ] {
+        let o = env.run(script);
+        assert_ne!(o.status.code(), Some(0), "escape worked: {script}\n{}", show(&o));
+        assert!(!all_output(&o).contains("SECRET-"), "{script}\n{}", show(&o));
+    }
+});
+
+both!(no_privileges_inside, |env: Env| {
+    let out = env.ok("grep -E '^(NoNewPrivs|CapEff|CapPrm|CapBnd|CapAmb):' /proc/self/status; id -u");
+    assert!(out.contains("NoNewPrivs:\t1"), "{out}");
+    for cap in ["CapEff", "CapPrm", "CapBnd", "CapAmb"] {
+        assert!(out.contains(&format!("{cap}:\t0000000000000000")), "{cap}: {out}");
+    }
+    assert!(out.trim_end().ends_with(&env.uid().to_string()), "{out}");
+});
+
+both!(pid_one_is_cordon_and_unreachable, |env: Env| {
+    let out = env.ok("cat /proc/1/cmdline | tr '\\0' ' '; echo; ls /proc | grep -cE '^[0-9]+$'");
+    assert!(out.starts_with("cordon-init"), "{out}");
+    let o = env.run("ls /proc/1/root/");
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    let o = env.run("cat /proc/1/environ");
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+});
+
+both!(host_processes_cannot_be_signalled, |env: Env| {
+    let mut sleeper = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let o = env.run(&format!("kill -0 {}", sleeper.id()));
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(sleeper.try_wait().unwrap().is_none(), "host process was killed");
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
+});
+
+both!(minimal_dev_without_disks, |env: Env| {
+    let out = env.ok("ls /dev | tr '\\n' ' '");
+    for must in ["null", "zero", "full", "random", "urandom", "tty", "pts", "ptmx", "shm"] {
+        assert!(out.split_whitespace().any(|x| x == must), "missing /dev/{must}: {out}");
+    }
+    for never in ["vda", "sda", "nvme0n1", "kvm", "mem", "kmem", "port", "loop0"] {
+        assert!(!out.split_whitespace().any(|x| x == never), "/dev/{never} visible: {out}");
+    }
+    env.ok("echo x > /dev/null && head -c 4 /dev/urandom | wc -c");
+    let o = env.run("mknod /dev/shm/disk b 8 0");
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+});
+
+both!(network_is_loopback_only, |env: Env| {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let out = env.ok("cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '");
+    assert_eq!(out.trim(), "lo");
+    // The host's loopback is not the sandbox's loopback.
+    let o = env.run(&format!("/usr/bin/python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 2)'"));
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    // Loopback inside works.
+    let out = env.ok(
+        "/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind((\"127.0.0.1\",0)); s.listen(); \
+         c=socket.create_connection(s.getsockname()); print(\"loopback ok\")'",
+    );
+    assert_eq!(out.trim(), "loopback ok");
+});
+
+both!(hostname_and_ipc_are_private, |env: Env| {
+    let out = env.ok("hostname");
+    assert_eq!(out.trim(), "cordon");
+    let o = env.run("hostname evil");
+    assert_ne!(o.status.code(), Some(0));
+});
+
+// ---- environment ----
+
+both!(environment_is_scrubbed, |env: Env| {
+    let mut c = env.cordon();
+    c.env("GITHUB_TOKEN", "SECRET-gh-token")
+        .env("AWS_SECRET_ACCESS_KEY", "SECRET-aws-env")
+        .env("MY_API_KEY", "SECRET-api-key")
+        .env("DB_PASSWORD", "SECRET-db")
+        .env("LD_PRELOAD", "/nonexistent/evil.so")
+        .env("BASH_ENV", "/nonexistent/evil.sh")
+        .env("RANDOM_UNLISTED", "dropped-too")
+        .env("TERM", "xterm-256color")
+        .args(["run", "--no-tty", "--audit"])
+        .arg(&env.audit)
+        .args(["--", "env"]);
+    let o = c.output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for bad in ["SECRET-", "LD_PRELOAD", "BASH_ENV", "RANDOM_UNLISTED"] {
+        assert!(!out.contains(bad), "{bad} passed:\n{out}");
+    }
+    for good in ["TERM=xterm-256color", "PATH=", "HOME=", "CORDON_SANDBOX=1"] {
+        assert!(out.contains(good), "{good} missing:\n{out}");
+    }
+});
+
+both!(secrets_pass_only_when_named, |env: Env| {
+    let policy = env.base.join("policy.toml");
+    std::fs::write(&policy, "[env]\npass = [\"GITHUB_TOKEN\"]\nset = { GREETING = \"hello\" }\n").unwrap();
+    env.own(&policy);
+    let mut c = env.cordon();
+    c.env("GITHUB_TOKEN", "named-token")
+        .env("GITLAB_TOKEN", "SECRET-unnamed")
+        .args(["run", "--no-tty", "--policy"])
+        .arg(&policy)
+        .args(["--", "env"]);
+    let o = c.output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("GITHUB_TOKEN=named-token"), "{}", show(&o));
+    assert!(out.contains("GREETING=hello"), "{}", show(&o));
+    assert!(!out.contains("SECRET-unnamed"), "{}", show(&o));
+});
+
+// ---- terminal ----
+
+both!(no_terminal_injection_without_a_pty, |env: Env| {
+    // The caller's terminal is the command's stdin (--no-tty passes it through); TIOCSTI on it
+    // must fail because the command runs in a new session without a controlling terminal.
+    let inject = "/usr/bin/python3 -c 'import fcntl,termios; fcntl.ioctl(0, termios.TIOCSTI, b\\\"x\\\")' && echo INJECTED";
+    let control = common::under_pty(&env, &format!("sh -c \"{inject}\""), "");
+    let sandboxed = common::under_pty(&env, &format!("{} run --no-tty -- sh -c \"{inject}\"", env.cordon_line()), "");
+    assert!(!sandboxed.contains("INJECTED"), "TIOCSTI worked inside the sandbox:\n{sandboxed}");
+    assert!(sandboxed.contains("Operation not permitted"), "{sandboxed}");
+    // Unless the kernel forbids TIOCSTI for everyone, the same call works outside: the test bites.
+    if std::fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti").map(|v| v.trim() == "1").unwrap_or(false) {
+        assert!(control.contains("INJECTED"), "control without cordon failed:\n{control}");
+    }
+});
+
+// ---- Landlock, limits ----
+
+both!(landlock_is_enforced_and_logged, |env: Env| {
+    env.ok("true");
+    let log = std::fs::read_to_string(&env.audit).unwrap();
+    assert!(log.contains("\"layer\":\"landlock\"") && log.contains("fully enforced"), "{log}");
+});
+
+both!(limits_are_enforced, |env: Env| {
+    let policy = env.base.join("limits.toml");
+    std::fs::write(&policy, "[limits]\nmemory = \"256M\"\npids = 64\nnofile = 100\n").unwrap();
+    env.own(&policy);
+    let p = policy.to_str().unwrap();
+    let o = env.run_with(&["--policy", p], "ulimit -n");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "100\n", "{}", show(&o));
+    let o = env.run_with(&["--policy", p], "/usr/bin/python3 -c 'x = bytearray(512 * 1024 * 1024); print(\"allocated\")'");
+    assert_ne!(o.status.code(), Some(0), "512 MiB allocation succeeded under a 256M limit\n{}", show(&o));
+    assert!(!all_output(&o).contains("allocated"));
+    let o = env.run_with(&["--policy", p], "for i in $(seq 100); do sleep 5 & done; wait");
+    assert!(all_output(&o).contains("fork"), "100 processes started under pids = 64\n{}", show(&o));
+    // The log says how each limit was enforced (cgroup for root here, rlimits for a user).
+    let log = std::fs::read_to_string(&env.audit).unwrap();
+    assert!(log.contains("pids=64 via"), "{log}");
+    assert!(log.contains("memory=268435456 via"), "{log}");
+});

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what cordon's tests need on a fresh Debian machine (run as root; idempotent).
+#  - git, python3, util-linux (script, unshare, setpriv), procps (pgrep): used inside sandboxes
+#  - cargo/rustc from Debian: a toolchain the unprivileged test user can run (rustup's is under /root)
+#  - bubblewrap, hyperfine: the benchmark's peer and timer
+#  - an unprivileged account, cordon-test, for the second run of every sandbox test
+set -euo pipefail
+if [ "$(id -u)" -ne 0 ]; then
+    echo "setup-test-env.sh: run as root (it installs packages and adds the cordon-test user)" >&2
+    exit 1
+fi
+need=()
+for pkg in git python3 util-linux procps cargo bubblewrap hyperfine; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
+done
+if [ "${#need[@]}" -gt 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+if ! id cordon-test >/dev/null 2>&1; then
+    useradd --create-home --shell /bin/sh cordon-test
+fi
+# Unprivileged user namespaces must be allowed, as on a stock Debian kernel.
+if [ -e /proc/sys/kernel/unprivileged_userns_clone ] && [ "$(cat /proc/sys/kernel/unprivileged_userns_clone)" != 1 ]; then
+    echo 1 > /proc/sys/kernel/unprivileged_userns_clone
+fi
