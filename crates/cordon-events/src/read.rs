@@ -298,16 +298,15 @@ fn summarize(path: PathBuf, bytes: &[u8]) -> SessionSummary {
             s.start = Some(ev.time.clone());
         }
         s.events += 1;
-        if ev.layer == Layer::Session {
-            match ev.action {
-                Action::Stop => s.stopped = true,
-                Action::Exit => {
-                    if let Some(code) = ev.detail.get("code").and_then(|c| c.as_i64()) {
-                        s.exit_code = Some(code);
-                    }
-                }
-                _ => {}
+        // The command's exit code: on its Exit event (process layer) or the session's stop.
+        let code = ev.detail.get("code").and_then(|c| c.as_i64());
+        match (ev.layer, ev.action) {
+            (Layer::Session, Action::Stop) => {
+                s.stopped = true;
+                s.exit_code = code.or(s.exit_code);
             }
+            (Layer::Session | Layer::Process, Action::Exit) => s.exit_code = code.or(s.exit_code),
+            _ => {}
         }
         s.end = Some(ev.time);
     }

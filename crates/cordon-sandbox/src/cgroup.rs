@@ -49,7 +49,9 @@ impl Cgroup {
         if limits.memory.is_none() && limits.pids.is_none() && limits.cpu.is_none() {
             return cg;
         }
-        let v2 = crate::sys::fs_magic(Path::new(ROOT)).map(|m| m == CGROUP2_SUPER_MAGIC).unwrap_or(false);
+        let v2 = crate::sys::fs_magic(Path::new(ROOT))
+            .map(|m| m == CGROUP2_SUPER_MAGIC)
+            .unwrap_or(false);
         if v2 {
             cg.create_v2(name, limits);
         } else {
@@ -61,7 +63,8 @@ impl Cgroup {
     fn create_v2(&mut self, name: &str, limits: &LimitsPlan) {
         let Some(own) = own_path(None) else { return };
         let parent = Path::new(ROOT).join(own);
-        let enabled = std::fs::read_to_string(parent.join("cgroup.subtree_control")).unwrap_or_default();
+        let enabled =
+            std::fs::read_to_string(parent.join("cgroup.subtree_control")).unwrap_or_default();
         let on = |c: &str| enabled.split_whitespace().any(|x| x == c);
         let dir = parent.join(name);
         if std::fs::create_dir(&dir).is_err() {
@@ -87,7 +90,12 @@ impl Cgroup {
         }
         if let Some(c) = limits.cpu
             && on("cpu")
-            && write(&dir, "cpu.max", &format!("{} {CPU_PERIOD_US}", (c * CPU_PERIOD_US as f64) as u64)).is_ok()
+            && write(
+                &dir,
+                "cpu.max",
+                &format!("{} {CPU_PERIOD_US}", (c * CPU_PERIOD_US as f64) as u64),
+            )
+            .is_ok()
         {
             self.cpu = true;
             used = true;
@@ -102,7 +110,9 @@ impl Cgroup {
 
     fn create_v1(&mut self, name: &str, limits: &LimitsPlan) {
         let mut one = |controller: &str, files: &[(&str, String)], what: String| -> bool {
-            let Some(own) = own_path(Some(controller)) else { return false };
+            let Some(own) = own_path(Some(controller)) else {
+                return false;
+            };
             let dir = Path::new(ROOT).join(controller).join(own).join(name);
             if std::fs::create_dir(&dir).is_err() {
                 return false;
@@ -117,7 +127,11 @@ impl Cgroup {
             }
         };
         if let Some(m) = limits.memory {
-            self.memory = one("memory", &[("memory.limit_in_bytes", m.to_string())], format!("memory={m}"));
+            self.memory = one(
+                "memory",
+                &[("memory.limit_in_bytes", m.to_string())],
+                format!("memory={m}"),
+            );
         }
         if let Some(p) = limits.pids {
             self.pids = one("pids", &[("pids.max", p.to_string())], format!("pids={p}"));
@@ -126,7 +140,10 @@ impl Cgroup {
             let quota = ((c * CPU_PERIOD_US as f64) as u64).max(1000);
             self.cpu = one(
                 "cpu",
-                &[("cpu.cfs_period_us", CPU_PERIOD_US.to_string()), ("cpu.cfs_quota_us", quota.to_string())],
+                &[
+                    ("cpu.cfs_period_us", CPU_PERIOD_US.to_string()),
+                    ("cpu.cfs_quota_us", quota.to_string()),
+                ],
                 format!("cpu={c}"),
             );
         }

@@ -5,8 +5,8 @@
 //! caught by the other. It also scopes abstract unix sockets and signals to the sandbox (ABI 6).
 
 use landlock::{
-    ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetStatus, Scope,
+    ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 
 use crate::layout::LandlockRules;
@@ -27,7 +27,11 @@ pub struct FenceStatus {
 impl std::fmt::Display for FenceStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.kernel_abi {
-            Some(abi) => write!(f, "{} (kernel ABI {abi}, requested ABI {})", self.state, TARGET as i32),
+            Some(abi) => write!(
+                f,
+                "{} (kernel ABI {abi}, requested ABI {})",
+                self.state, TARGET as i32
+            ),
             None => write!(f, "{} (Landlock unavailable on this kernel)", self.state),
         }
     }
@@ -43,8 +47,11 @@ pub(crate) fn apply(rules: &LandlockRules) -> Result<FenceStatus, landlock::Rule
         .handle_access(all)?
         .scope(Scope::from_all(TARGET))?
         .create()?;
-    let sets: [(&[std::path::PathBuf], BitFlags<AccessFs>); 3] =
-        [(&rules.read, read), (&rules.list_only, list), (&rules.write, all)];
+    let sets: [(&[std::path::PathBuf], BitFlags<AccessFs>); 3] = [
+        (&rules.read, read),
+        (&rules.list_only, list),
+        (&rules.write, all),
+    ];
     for (paths, access) in sets {
         for p in paths {
             // A path that vanished since the layout was made simply gets no rule (fail closed).
@@ -68,5 +75,8 @@ pub(crate) fn apply(rules: &LandlockRules) -> Result<FenceStatus, landlock::Rule
         RulesetStatus::PartiallyEnforced => "partially enforced",
         RulesetStatus::NotEnforced => "not enforced",
     };
-    Ok(FenceStatus { state, kernel_abi: crate::sys::landlock_abi().ok() })
+    Ok(FenceStatus {
+        state,
+        kernel_abi: crate::sys::landlock_abi().ok(),
+    })
 }

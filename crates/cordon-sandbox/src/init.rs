@@ -44,8 +44,18 @@ extern "C" fn forward(sig: libc::c_int) {
 }
 
 fn fail(stage: &str, message: String) -> ! {
-    let _ = protocol::send(CONTROL_FD, &FromInit::Failed { stage: stage.into(), message: message.clone() }, None);
-    let _ = writeln!(io::stderr(), "cordon: sandbox setup failed at {stage}: {message}");
+    let _ = protocol::send(
+        CONTROL_FD,
+        &FromInit::Failed {
+            stage: stage.into(),
+            message: message.clone(),
+        },
+        None,
+    );
+    let _ = writeln!(
+        io::stderr(),
+        "cordon: sandbox setup failed at {stage}: {message}"
+    );
     sys::exit_now(125)
 }
 
@@ -72,7 +82,8 @@ pub fn main() -> ! {
         Some(ws) => match sys::open_pty() {
             Ok((master, slave)) => {
                 let _ = sys::set_winsize(slave.as_raw_fd(), ws);
-                if let Err(e) = protocol::send(CONTROL_FD, &FromInit::Pty, Some(master.as_raw_fd())) {
+                if let Err(e) = protocol::send(CONTROL_FD, &FromInit::Pty, Some(master.as_raw_fd()))
+                {
                     fail("terminal", e.to_string());
                 }
                 Some(slave)
@@ -122,7 +133,15 @@ pub fn main() -> ! {
             fail(stage, msg.to_string());
         }
     }
-    let _ = protocol::send(CONTROL_FD, &FromInit::Started { pid, landlock, limits }, None);
+    let _ = protocol::send(
+        CONTROL_FD,
+        &FromInit::Started {
+            pid,
+            landlock,
+            limits,
+        },
+        None,
+    );
     // The channel's work is done; nothing else of init's may stay open while it waits.
     sys::close_fds_from(CONTROL_FD, &[]);
     let status = loop {
@@ -192,7 +211,9 @@ fn command_child(spec: &InitSpec, slave: Option<OwnedFd>, report: OwnedFd) -> ! 
                 child_fail(
                     r,
                     "landlock",
-                    format!("{status}; policy requires it (set [filesystem] landlock = \"best-effort\" to run without)"),
+                    format!(
+                        "{status}; policy requires it (set [filesystem] landlock = \"best-effort\" to run without)"
+                    ),
                 );
             }
             sys::write_all_raw(r, format!("landlock {status}\n").as_bytes());
@@ -241,9 +262,15 @@ fn exec_command(spec: &InitSpec, report: RawFd) -> ! {
     let argv: Option<Vec<CString>> = spec.argv.iter().map(to_c).collect();
     let envp: Option<Vec<CString>> = spec.env.iter().map(to_c).collect();
     let (Some(argv), Some(envp)) = (argv, envp) else {
-        child_fail(report, "exec", "argument or environment contains a NUL byte")
+        child_fail(
+            report,
+            "exec",
+            "argument or environment contains a NUL byte",
+        )
     };
-    let Some(first) = spec.argv.first() else { child_fail(report, "exec", "empty command") };
+    let Some(first) = spec.argv.first() else {
+        child_fail(report, "exec", "empty command")
+    };
     let name = OsStr::from_bytes(first);
     let path_var = spec
         .env
@@ -254,7 +281,10 @@ fn exec_command(spec: &InitSpec, report: RawFd) -> ! {
     let candidates: Vec<PathBuf> = if first.contains(&b'/') {
         vec![PathBuf::from(name)]
     } else {
-        std::env::split_paths(&path_var).filter(|d| !d.as_os_str().is_empty()).map(|d| d.join(name)).collect()
+        std::env::split_paths(&path_var)
+            .filter(|d| !d.as_os_str().is_empty())
+            .map(|d| d.join(name))
+            .collect()
     };
     let mut last = io::Error::from_raw_os_error(libc::ENOENT);
     let mut denied = false;
@@ -283,4 +313,3 @@ fn exec_command(spec: &InitSpec, report: RawFd) -> ! {
     sys::write_all_raw(2, msg.as_bytes());
     sys::exit_now(code)
 }
-

@@ -71,7 +71,9 @@ impl Layout {
     /// Masked paths with the rule that masked them.
     pub fn masks(&self) -> impl Iterator<Item = (&Path, &str)> {
         self.mounts.iter().filter_map(|m| match m {
-            MountOp::MaskDir { path, rule } | MountOp::MaskFile { path, rule } => Some((path.as_path(), rule.as_str())),
+            MountOp::MaskDir { path, rule } | MountOp::MaskFile { path, rule } => {
+                Some((path.as_path(), rule.as_str()))
+            }
             _ => None,
         })
     }
@@ -93,7 +95,9 @@ pub(crate) fn normalize(p: &Path) -> PathBuf {
 }
 
 fn depth(p: &Path) -> usize {
-    p.components().filter(|c| matches!(c, Component::Normal(_))).count()
+    p.components()
+        .filter(|c| matches!(c, Component::Normal(_)))
+        .count()
 }
 
 /// `p` equals `base` or lies beneath it.
@@ -129,10 +133,18 @@ pub fn prepare(fs: &FilesystemPlan) -> Layout {
 
     // 1. Binds and the sandbox's own filesystems, parents before children.
     let mut binds: Vec<MountOp> = vec![
-        MountOp::Dev { path: "/dev".into() },
-        MountOp::Proc { path: "/proc".into() },
-        MountOp::Tmpfs { path: "/tmp".into() },
-        MountOp::Tmpfs { path: "/dev/shm".into() },
+        MountOp::Dev {
+            path: "/dev".into(),
+        },
+        MountOp::Proc {
+            path: "/proc".into(),
+        },
+        MountOp::Tmpfs {
+            path: "/tmp".into(),
+        },
+        MountOp::Tmpfs {
+            path: "/dev/shm".into(),
+        },
     ];
     let mut add_binds = |rules: &[PathRule], writable: bool, layout: &mut Layout| {
         for r in rules {
@@ -150,11 +162,17 @@ pub fn prepare(fs: &FilesystemPlan) -> Layout {
                 }
             };
             if deny.iter().any(|(d, _)| within(&real, d)) {
-                layout.skipped.push(format!("{} is inside a denied path; deny wins", real.display()));
+                layout.skipped.push(format!(
+                    "{} is inside a denied path; deny wins",
+                    real.display()
+                ));
                 continue;
             }
             binds.retain(|b| !(matches!(b, MountOp::Bind { .. }) && b.path() == real));
-            binds.push(MountOp::Bind { path: real, writable });
+            binds.push(MountOp::Bind {
+                path: real,
+                writable,
+            });
         }
     };
     add_binds(&fs.readable, false, &mut layout);
@@ -164,7 +182,10 @@ pub fn prepare(fs: &FilesystemPlan) -> Layout {
     let writable_roots: Vec<PathBuf> = binds
         .iter()
         .filter_map(|b| match b {
-            MountOp::Bind { path, writable: true } => Some(path.clone()),
+            MountOp::Bind {
+                path,
+                writable: true,
+            } => Some(path.clone()),
             _ => None,
         })
         .collect();
@@ -175,7 +196,9 @@ pub fn prepare(fs: &FilesystemPlan) -> Layout {
     let mut read_only: Vec<PathBuf> = Vec::new();
     for r in &fs.read_only {
         let p = normalize(&r.path);
-        let Ok(meta) = std::fs::symlink_metadata(&p) else { continue };
+        let Ok(meta) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
         if meta.file_type().is_symlink() {
             // A symlink cannot be a mount point; the link itself lives in a writable dir and
             // could be replaced, so protect where it points only if that is inside the project.
@@ -184,7 +207,11 @@ pub fn prepare(fs: &FilesystemPlan) -> Layout {
         if deny.iter().any(|(d, _)| within(&p, d)) {
             continue;
         }
-        if let Some(root) = writable_roots.iter().filter(|w| within(&p, w)).max_by_key(|w| depth(w)) {
+        if let Some(root) = writable_roots
+            .iter()
+            .filter(|w| within(&p, w))
+            .max_by_key(|w| depth(w))
+        {
             let mut a = p.parent();
             while let Some(anc) = a {
                 if anc == root.as_path() || !within(anc, root) {
@@ -202,8 +229,12 @@ pub fn prepare(fs: &FilesystemPlan) -> Layout {
     }
     pins.sort_by_key(|p| depth(p));
     read_only.sort_by_key(|p| depth(p));
-    layout.mounts.extend(pins.into_iter().map(|path| MountOp::Pin { path }));
-    layout.mounts.extend(read_only.into_iter().map(|path| MountOp::ReadOnly { path }));
+    layout
+        .mounts
+        .extend(pins.into_iter().map(|path| MountOp::Pin { path }));
+    layout
+        .mounts
+        .extend(read_only.into_iter().map(|path| MountOp::ReadOnly { path }));
 
     // 3. Masks last, so nothing can be bound over them. A mask inside another is redundant.
     let mut masks: Vec<(PathBuf, String)> = deny.clone();
@@ -231,7 +262,11 @@ pub fn prepare(fs: &FilesystemPlan) -> Layout {
     // 4. Landlock: read beneath each readable root except denied subtrees; write where writable.
     let excluded: Vec<PathBuf> = deny.iter().map(|(p, _)| p.clone()).collect();
     for b in &layout.mounts {
-        if let MountOp::Bind { path, writable: false } = b {
+        if let MountOp::Bind {
+            path,
+            writable: false,
+        } = b
+        {
             carve(path, &excluded, &mut layout.landlock);
         }
     }
@@ -256,18 +291,24 @@ fn carve(root: &Path, excluded: &[PathBuf], rules: &mut LandlockRules) {
         return;
     }
     rules.list_only.push(root.to_path_buf());
-    let Ok(entries) = std::fs::read_dir(root) else { return };
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
     let mut entries: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
     entries.sort();
     for p in entries {
         if excluded.iter().any(|e| within(&p, e)) {
             continue;
         }
-        let Ok(meta) = std::fs::symlink_metadata(&p) else { continue };
+        let Ok(meta) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
         if meta.file_type().is_symlink() {
             // Landlock follows the link: grant it only if its target neither is nor holds a hole.
             match std::fs::canonicalize(&p) {
-                Ok(t) if !excluded.iter().any(|e| within(&t, e) || within(e, &t)) => rules.read.push(p),
+                Ok(t) if !excluded.iter().any(|e| within(&t, e) || within(e, &t)) => {
+                    rules.read.push(p)
+                }
                 _ => {}
             }
             continue;
@@ -285,7 +326,12 @@ mod tests {
     use super::*;
     use cordon_policy::LandlockMode;
 
-    fn plan(readable: &[&Path], writable: &[&Path], deny: &[&Path], ro: &[&Path]) -> FilesystemPlan {
+    fn plan(
+        readable: &[&Path],
+        writable: &[&Path],
+        deny: &[&Path],
+        ro: &[&Path],
+    ) -> FilesystemPlan {
         let rules = |v: &[&Path]| v.iter().map(|p| PathRule::new(*p, "test")).collect();
         FilesystemPlan {
             readable: rules(readable),
@@ -298,7 +344,10 @@ mod tests {
 
     #[test]
     fn normalize_folds_dots() {
-        assert_eq!(normalize(Path::new("/a/./b/../c//d")), PathBuf::from("/a/c/d"));
+        assert_eq!(
+            normalize(Path::new("/a/./b/../c//d")),
+            PathBuf::from("/a/c/d")
+        );
         assert_eq!(normalize(Path::new("/../x")), PathBuf::from("/x"));
     }
 
@@ -314,20 +363,38 @@ mod tests {
         let l = prepare(&plan(
             &[Path::new("/")],
             &[&proj],
-            &[&home.join(".ssh"), &home.join(".netrc"), &home.join(".ssh/id_rsa"), &home.join(".aws")],
-            &[&proj.join(".git/hooks"), &proj.join(".git/config"), &proj.join(".envrc")],
+            &[
+                &home.join(".ssh"),
+                &home.join(".netrc"),
+                &home.join(".ssh/id_rsa"),
+                &home.join(".aws"),
+            ],
+            &[
+                &proj.join(".git/hooks"),
+                &proj.join(".git/config"),
+                &proj.join(".envrc"),
+            ],
         ));
         let pos = |f: &dyn Fn(&MountOp) -> bool| l.mounts.iter().position(f).unwrap();
-        let root = pos(&|m| matches!(m, MountOp::Bind { path, writable: false } if path == Path::new("/")));
+        let root = pos(
+            &|m| matches!(m, MountOp::Bind { path, writable: false } if path == Path::new("/")),
+        );
         let tmp = pos(&|m| matches!(m, MountOp::Tmpfs { path } if path == Path::new("/tmp")));
         let pb = pos(&|m| matches!(m, MountOp::Bind { path, writable: true } if *path == proj));
         let pin = pos(&|m| matches!(m, MountOp::Pin { path } if *path == proj.join(".git")));
-        let hooks = pos(&|m| matches!(m, MountOp::ReadOnly { path } if *path == proj.join(".git/hooks")));
-        let ssh = pos(&|m| matches!(m, MountOp::MaskDir { path, .. } if *path == home.join(".ssh")));
-        let netrc = pos(&|m| matches!(m, MountOp::MaskFile { path, .. } if *path == home.join(".netrc")));
+        let hooks =
+            pos(&|m| matches!(m, MountOp::ReadOnly { path } if *path == proj.join(".git/hooks")));
+        let ssh =
+            pos(&|m| matches!(m, MountOp::MaskDir { path, .. } if *path == home.join(".ssh")));
+        let netrc =
+            pos(&|m| matches!(m, MountOp::MaskFile { path, .. } if *path == home.join(".netrc")));
         assert!(root < tmp && tmp < pb && pb < pin && pin < hooks && hooks < ssh && hooks < netrc);
         // Nested and missing denies produce no mount of their own; missing read-only is skipped.
-        assert!(!l.mounts.iter().any(|m| m.path() == home.join(".ssh/id_rsa")));
+        assert!(
+            !l.mounts
+                .iter()
+                .any(|m| m.path() == home.join(".ssh/id_rsa"))
+        );
         assert!(!l.mounts.iter().any(|m| m.path() == home.join(".aws")));
         assert!(!l.mounts.iter().any(|m| m.path() == proj.join(".envrc")));
     }
@@ -351,13 +418,25 @@ mod tests {
         }
         std::os::unix::fs::symlink(base.join("secret"), base.join("sneaky")).unwrap();
         std::os::unix::fs::symlink(base.join("a"), base.join("fine")).unwrap();
-        let l = prepare(&plan(&[&base], &[], &[&base.join("secret"), &base.join("b/d")], &[]));
+        let l = prepare(&plan(
+            &[&base],
+            &[],
+            &[&base.join("secret"), &base.join("b/d")],
+            &[],
+        ));
         let r = &l.landlock;
         assert!(r.list_only.contains(&base) && r.list_only.contains(&base.join("b")));
         assert!(r.read.contains(&base.join("a")) && r.read.contains(&base.join("b/c")));
         assert!(r.read.contains(&base.join("fine")));
-        assert!(!r.read.iter().any(|p| p.starts_with(base.join("secret")) || p.starts_with(base.join("b/d"))));
-        assert!(!r.read.contains(&base.join("sneaky")), "a symlink into a hole is not granted");
+        assert!(
+            !r.read
+                .iter()
+                .any(|p| p.starts_with(base.join("secret")) || p.starts_with(base.join("b/d")))
+        );
+        assert!(
+            !r.read.contains(&base.join("sneaky")),
+            "a symlink into a hole is not granted"
+        );
     }
 
     #[test]
@@ -365,8 +444,17 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let base = t.path().canonicalize().unwrap();
         std::fs::create_dir_all(base.join("d/w")).unwrap();
-        let l = prepare(&plan(&[Path::new("/")], &[&base.join("d/w")], &[&base.join("d")], &[]));
-        assert!(!l.mounts.iter().any(|m| matches!(m, MountOp::Bind { writable: true, .. })));
+        let l = prepare(&plan(
+            &[Path::new("/")],
+            &[&base.join("d/w")],
+            &[&base.join("d")],
+            &[],
+        ));
+        assert!(
+            !l.mounts
+                .iter()
+                .any(|m| matches!(m, MountOp::Bind { writable: true, .. }))
+        );
         assert!(l.skipped.iter().any(|s| s.contains("deny wins")));
     }
 }

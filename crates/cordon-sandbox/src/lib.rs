@@ -55,5 +55,8 @@ pub enum SandboxError {
     #[error("sandbox setup failed at {stage}: {message}")]
     Setup { stage: String, message: String },
     #[error("{what}: {source}")]
-    Io { what: String, source: std::io::Error },
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
 }

@@ -36,7 +36,10 @@ trait Ctx<T> {
 
 impl<T> Ctx<T> for io::Result<T> {
     fn ctx(self, step: impl FnOnce() -> String) -> Result<T, MountError> {
-        self.map_err(|source| MountError { step: step(), source })
+        self.map_err(|source| MountError {
+            step: step(),
+            source,
+        })
     }
 }
 
@@ -65,16 +68,27 @@ fn ensure_mountpoint(dst: &Path, dir: bool) -> io::Result<()> {
 
 fn tmpfs(dst: &Path, options: &str, flags: libc::c_ulong) -> io::Result<()> {
     let data = cs(options);
-    sys::mount(Some(&cs("tmpfs")), dst, Some(&cs("tmpfs")), flags, Some(&data))
+    sys::mount(
+        Some(&cs("tmpfs")),
+        dst,
+        Some(&cs("tmpfs")),
+        flags,
+        Some(&data),
+    )
 }
 
-const RO: Attrs = Attrs { readonly: true, nosuid: true, nodev: true };
+const RO: Attrs = Attrs {
+    readonly: true,
+    nosuid: true,
+    nodev: true,
+};
 
 /// Build the view and pivot into it. On return, `/` is the sandbox's root.
 pub(crate) fn build(layout: &Layout) -> Result<(), MountError> {
     let root = Path::new("/");
     // Nothing we mount may propagate back to the host.
-    sys::mount(None, root, None, libc::MS_REC | libc::MS_PRIVATE, None).ctx(|| "make / private".into())?;
+    sys::mount(None, root, None, libc::MS_REC | libc::MS_PRIVATE, None)
+        .ctx(|| "make / private".into())?;
     let stage = Path::new(STAGE);
     tmpfs(stage, "mode=0755", libc::MS_NOSUID | libc::MS_NODEV).ctx(|| "staging tmpfs".into())?;
     for d in ["newroot", "oldroot"] {
@@ -82,13 +96,22 @@ pub(crate) fn build(layout: &Layout) -> Result<(), MountError> {
     }
     let mask = stage.join(MASK_FILE.trim_start_matches('/'));
     std::fs::File::create(&mask).ctx(|| "create mask file".into())?;
-    std::fs::set_permissions(&mask, std::fs::Permissions::from_mode(0o000)).ctx(|| "chmod mask file".into())?;
+    std::fs::set_permissions(&mask, std::fs::Permissions::from_mode(0o000))
+        .ctx(|| "chmod mask file".into())?;
     sys::pivot_root(stage, &stage.join("oldroot")).ctx(|| "pivot into staging".into())?;
     std::env::set_current_dir(root).ctx(|| "chdir /".into())?;
-    tmpfs(Path::new(NEW), "mode=0755", libc::MS_NOSUID | libc::MS_NODEV).ctx(|| "new root tmpfs".into())?;
+    tmpfs(
+        Path::new(NEW),
+        "mode=0755",
+        libc::MS_NOSUID | libc::MS_NODEV,
+    )
+    .ctx(|| "new root tmpfs".into())?;
 
     for op in &layout.mounts {
-        apply(op).map_err(|e| MountError { step: format!("{op:?}: {}", e.step), source: e.source })?;
+        apply(op).map_err(|e| MountError {
+            step: format!("{op:?}: {}", e.step),
+            source: e.source,
+        })?;
     }
 
     // Whatever is still the bare tmpfs root becomes read-only too.
@@ -108,10 +131,16 @@ fn apply(op: &MountOp) -> Result<(), MountError> {
     match op {
         MountOp::Bind { path, writable } => {
             let src = under(OLD, path);
-            let is_dir = std::fs::metadata(&src).ctx(|| format!("stat {}", path.display()))?.is_dir();
+            let is_dir = std::fs::metadata(&src)
+                .ctx(|| format!("stat {}", path.display()))?
+                .is_dir();
             ensure_mountpoint(&dst, is_dir).ctx(at.clone())?;
             sys::bind(&src, &dst, true).ctx(at.clone())?;
-            let attrs = Attrs { readonly: !writable, nosuid: true, nodev: true };
+            let attrs = Attrs {
+                readonly: !writable,
+                nosuid: true,
+                nodev: true,
+            };
             sys::mount_setattr(&dst, true, attrs).ctx(at)?;
         }
         MountOp::Tmpfs { .. } => {
@@ -124,7 +153,15 @@ fn apply(op: &MountOp) -> Result<(), MountError> {
             let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
             sys::mount(Some(&cs("proc")), &dst, Some(&cs("proc")), flags, None).ctx(at)?;
             // Kernel knobs stay read-only even for root of the sandbox's user namespace.
-            for sub in ["sys", "sysrq-trigger", "irq", "bus", "fs", "latency_stats", "timer_list"] {
+            for sub in [
+                "sys",
+                "sysrq-trigger",
+                "irq",
+                "bus",
+                "fs",
+                "latency_stats",
+                "timer_list",
+            ] {
                 let p = dst.join(sub);
                 if std::fs::symlink_metadata(&p).is_ok() {
                     sys::bind(&p, &p, true).ctx(|| p.display().to_string())?;
@@ -140,8 +177,12 @@ fn apply(op: &MountOp) -> Result<(), MountError> {
             sys::mount_setattr(&dst, true, RO).ctx(at)?;
         }
         MountOp::MaskDir { .. } => {
-            tmpfs(&dst, "mode=000,size=4k,nr_inodes=2", libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC)
-                .ctx(at.clone())?;
+            tmpfs(
+                &dst,
+                "mode=000,size=4k,nr_inodes=2",
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            )
+            .ctx(at.clone())?;
             sys::mount_setattr(&dst, false, RO).ctx(at)?;
         }
         MountOp::MaskFile { .. } => {
@@ -161,7 +202,8 @@ fn build_dev(dst: &Path) -> Result<(), MountError> {
     for node in ["null", "zero", "full", "random", "urandom", "tty"] {
         let target = dst.join(node);
         std::fs::File::create(&target).ctx(|| target.display().to_string())?;
-        sys::bind(&Path::new(OLD).join("dev").join(node), &target, false).ctx(|| target.display().to_string())?;
+        sys::bind(&Path::new(OLD).join("dev").join(node), &target, false)
+            .ctx(|| target.display().to_string())?;
     }
     for dir in ["pts", "shm"] {
         std::fs::create_dir(dst.join(dir)).ctx(|| format!("mkdir /dev/{dir}"))?;
@@ -184,5 +226,14 @@ fn build_dev(dst: &Path) -> Result<(), MountError> {
     ] {
         std::os::unix::fs::symlink(to, dst.join(link)).ctx(|| format!("symlink /dev/{link}"))?;
     }
-    sys::mount_setattr(dst, false, Attrs { readonly: true, nosuid: true, nodev: false }).ctx(|| "read-only /dev".into())
+    sys::mount_setattr(
+        dst,
+        false,
+        Attrs {
+            readonly: true,
+            nosuid: true,
+            nodev: false,
+        },
+    )
+    .ctx(|| "read-only /dev".into())
 }

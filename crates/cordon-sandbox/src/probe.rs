@@ -36,11 +36,33 @@ pub struct Check {
 
 /// Run every probe.
 pub fn probe() -> Vec<Check> {
-    vec![namespaces(), landlock(), seccomp(), seccomp_notify(), tun(), overlay(), cgroups()]
+    vec![
+        namespaces(),
+        landlock(),
+        seccomp(),
+        seccomp_notify(),
+        tun(),
+        overlay(),
+        cgroups(),
+    ]
 }
 
-fn check(layer: &'static str, feature: &'static str, support: Support, detail: String, cordon: String, required: bool) -> Check {
-    Check { layer, feature, support, detail, cordon, required }
+fn check(
+    layer: &'static str,
+    feature: &'static str,
+    support: Support,
+    detail: String,
+    cordon: String,
+    required: bool,
+) -> Check {
+    Check {
+        layer,
+        feature,
+        support,
+        detail,
+        cordon,
+        required,
+    }
 }
 
 fn namespaces() -> Check {
@@ -48,8 +70,11 @@ fn namespaces() -> Check {
     let result = (|| -> Result<(), String> {
         let (r, w) = sys::pipe().map_err(|e| e.to_string())?;
         // SAFETY: the child only reads a pipe and exits (async-signal-safe).
-        let child = unsafe { sys::clone_into_namespaces(sys::SANDBOX_NAMESPACES) }.map_err(|e| format!("clone: {e}"))?;
+        let child = unsafe { sys::clone_into_namespaces(sys::SANDBOX_NAMESPACES) }
+            .map_err(|e| format!("clone: {e}"))?;
         let Some(child) = child else {
+            // Our copy of the write end must go, or the read below never sees the parent's EOF.
+            sys::close_raw(w.as_raw_fd());
             let mut b = [0u8; 1];
             sys::read_raw(r.as_raw_fd(), &mut b);
             sys::exit_now(0)
@@ -57,8 +82,12 @@ fn namespaces() -> Check {
         drop(r);
         let base = format!("/proc/{}", child.pid);
         let res = std::fs::write(format!("{base}/setgroups"), "deny")
-            .and_then(|_| std::fs::write(format!("{base}/uid_map"), format!("0 {} 1", sys::getuid())))
-            .and_then(|_| std::fs::write(format!("{base}/gid_map"), format!("0 {} 1", sys::getgid())))
+            .and_then(|_| {
+                std::fs::write(format!("{base}/uid_map"), format!("0 {} 1", sys::getuid()))
+            })
+            .and_then(|_| {
+                std::fs::write(format!("{base}/gid_map"), format!("0 {} 1", sys::getgid()))
+            })
             .map_err(|e| format!("uid/gid map: {e}"));
         drop(w);
         let _ = sys::waitpid(child.pid, false);
@@ -84,7 +113,8 @@ fn landlock() -> Check {
             "Landlock",
             Support::Ok,
             format!("ABI {abi}"),
-            "second fence on reads, writes and execs; abstract unix sockets and signals scoped".into(),
+            "second fence on reads, writes and execs; abstract unix sockets and signals scoped"
+                .into(),
             true,
         ),
         Ok(abi) => check(
@@ -100,10 +130,13 @@ fn landlock() -> Check {
             "Landlock",
             Support::Missing,
             match e.raw_os_error() {
-                Some(libc::EOPNOTSUPP) => "built in but disabled (add landlock to the lsm= boot parameter)".into(),
+                Some(libc::EOPNOTSUPP) => {
+                    "built in but disabled (add landlock to the lsm= boot parameter)".into()
+                }
                 _ => format!("not available: {e}"),
             },
-            "refuses to start unless the policy sets [filesystem] landlock = \"best-effort\"".into(),
+            "refuses to start unless the policy sets [filesystem] landlock = \"best-effort\""
+                .into(),
             true,
         ),
     }
@@ -116,7 +149,11 @@ fn seccomp() -> Check {
         "4 syscalls",
         "seccomp-bpf filter",
         if ok { Support::Ok } else { Support::Missing },
-        if ok { "available".into() } else { "not available".into() },
+        if ok {
+            "available".into()
+        } else {
+            "not available".into()
+        },
         "the syscall filter layer is not built yet".into(),
         false,
     )
@@ -129,15 +166,30 @@ fn seccomp_notify() -> Check {
         "4 syscalls",
         "seccomp user notification",
         if ok { Support::Ok } else { Support::Missing },
-        if ok { "available".into() } else { "not available".into() },
+        if ok {
+            "available".into()
+        } else {
+            "not available".into()
+        },
         "supervised exec rules are not built yet".into(),
         false,
     )
 }
 
 fn tun() -> Check {
-    match std::fs::OpenOptions::new().read(true).write(true).open("/dev/net/tun") {
-        Ok(_) => check("2 network", "/dev/net/tun", Support::Ok, "openable".into(), "the network stays loopback-only until the egress gateway is built".into(), false),
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/net/tun")
+    {
+        Ok(_) => check(
+            "2 network",
+            "/dev/net/tun",
+            Support::Ok,
+            "openable".into(),
+            "the network stays loopback-only until the egress gateway is built".into(),
+            false,
+        ),
         Err(e) => check(
             "2 network",
             "/dev/net/tun",
@@ -181,14 +233,40 @@ fn overlay() -> Check {
         }
     })();
     match result {
-        Ok(()) => check("state", "overlayfs in a user namespace", Support::Ok, "works".into(), "available for copy-on-write agent state (not built yet)".into(), false),
-        Err(e) => check("state", "overlayfs in a user namespace", Support::Missing, e, "copy-on-write agent state would need another method".into(), false),
+        Ok(()) => check(
+            "state",
+            "overlayfs in a user namespace",
+            Support::Ok,
+            "works".into(),
+            "available for copy-on-write agent state (not built yet)".into(),
+            false,
+        ),
+        Err(e) => check(
+            "state",
+            "overlayfs in a user namespace",
+            Support::Missing,
+            e,
+            "copy-on-write agent state would need another method".into(),
+            false,
+        ),
     }
 }
 
 fn cgroups() -> Check {
     const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
-    let v2 = sys::fs_magic(Path::new("/sys/fs/cgroup")).map(|m| m == CGROUP2_SUPER_MAGIC).unwrap_or(false);
+    let v2 = sys::fs_magic(Path::new("/sys/fs/cgroup"))
+        .map(|m| m == CGROUP2_SUPER_MAGIC)
+        .unwrap_or(false);
+    if !v2 && sys::getuid() == 0 {
+        return check(
+            "1 filesystem & process",
+            "cgroup v2 delegation",
+            Support::Partial,
+            "/sys/fs/cgroup is cgroup v1 or hybrid; running as root".into(),
+            "[limits] use the cgroup v1 memory, pids and cpu controllers".into(),
+            false,
+        );
+    }
     if !v2 {
         return check(
             "1 filesystem & process",
@@ -201,15 +279,28 @@ fn cgroups() -> Check {
     }
     let own = std::fs::read_to_string("/proc/self/cgroup")
         .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("0::").map(str::to_string)))
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("0::").map(str::to_string))
+        })
         .unwrap_or_default();
     let dir = Path::new("/sys/fs/cgroup").join(own.trim_start_matches('/'));
-    let writable = std::fs::metadata(dir.join("cgroup.procs")).map(|m| !m.permissions().readonly()).unwrap_or(false);
+    let writable = std::fs::metadata(dir.join("cgroup.procs"))
+        .map(|m| !m.permissions().readonly())
+        .unwrap_or(false);
     check(
         "1 filesystem & process",
         "cgroup v2 delegation",
         Support::Partial,
-        format!("cgroup v2 at {} ({})", dir.display(), if writable { "looks delegated" } else { "not delegated" }),
+        format!(
+            "cgroup v2 at {} ({})",
+            dir.display(),
+            if writable {
+                "looks delegated"
+            } else {
+                "not delegated"
+            }
+        ),
         "[limits] memory, pids and nofile use rlimits; cpu is not enforced yet".into(),
         false,
     )

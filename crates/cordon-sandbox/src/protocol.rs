@@ -41,7 +41,11 @@ pub(crate) enum FromInit {
     /// The pty master is attached to this frame.
     Pty,
     /// The command was started (or failed to exec with 126/127, which is its own result).
-    Started { pid: i32, landlock: String, limits: Vec<String> },
+    Started {
+        pid: i32,
+        landlock: String,
+        limits: Vec<String>,
+    },
     /// Setup failed; nothing of the command ran.
     Failed { stage: String, message: String },
 }
@@ -71,23 +75,33 @@ pub(crate) fn recv<T: DeserializeOwned>(sock: RawFd) -> io::Result<Option<(T, Ve
             if got == 0 {
                 return Ok(None);
             }
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "control channel closed mid-frame"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "control channel closed mid-frame",
+            ));
         }
         got += n;
     }
     let len = u32::from_le_bytes(header) as usize;
     if len > MAX_FRAME {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("control frame of {len} bytes refused")));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("control frame of {len} bytes refused"),
+        ));
     }
     let mut body = vec![0u8; len];
     let mut got = 0;
     while got < len {
         let n = sys::read_raw(sock, &mut body[got..]);
         if n <= 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "control channel closed mid-frame"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "control channel closed mid-frame",
+            ));
         }
         got += n as usize;
     }
-    let msg = serde_json::from_slice(&body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let msg =
+        serde_json::from_slice(&body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
     Ok(Some((msg, fds)))
 }

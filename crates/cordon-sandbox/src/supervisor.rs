@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use cordon_events::{Action, Layer, NewEvent};
 use cordon_policy::Plan;
 
-use crate::init::{CONTROL_FD, FORWARDED};
 use crate::cgroup::Cgroup;
+use crate::init::{CONTROL_FD, FORWARDED};
 use crate::layout::{self, MountOp};
 use crate::protocol::{self, FromInit, InitSpec};
 use crate::sys::{self, WaitStatus};
@@ -82,7 +82,10 @@ impl Drop for RawGuard {
 }
 
 fn io_err(what: &str, e: io::Error) -> SandboxError {
-    SandboxError::Io { what: what.to_string(), source: e }
+    SandboxError::Io {
+        what: what.to_string(),
+        source: e,
+    }
 }
 
 /// Run `cmd` inside a new sandbox built from `plan`, reporting to `emit`, and wait for it.
@@ -93,16 +96,28 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
     let layout = layout::prepare(&plan.filesystem);
     report_layout(&layout, emit);
 
-    let env = plan.env.apply(std::env::vars_os());
-    let passed: Vec<String> = env.iter().map(|(k, _)| k.to_string_lossy().into_owned()).collect();
+    let mut env = plan.env.apply(std::env::vars_os());
+    env.push(("CORDON_NOTICE".into(), denial_notice(&layout).into()));
+    let passed: Vec<String> = env
+        .iter()
+        .map(|(k, _)| k.to_string_lossy().into_owned())
+        .collect();
     let dropped: Vec<String> = std::env::vars_os()
         .map(|(k, _)| k.to_string_lossy().into_owned())
         .filter(|k| !passed.contains(k))
         .collect();
     emit(
-        NewEvent::new(Layer::Env, Action::Apply, format!("{} variables passed, {} dropped", passed.len(), dropped.len()))
-            .detail("passed", passed.clone())
-            .detail("dropped", dropped),
+        NewEvent::new(
+            Layer::Env,
+            Action::Apply,
+            format!(
+                "{} variables passed, {} dropped",
+                passed.len(),
+                dropped.len()
+            ),
+        )
+        .detail("passed", passed.clone())
+        .detail("dropped", dropped),
     );
 
     let tty = cmd.tty == TtyMode::Auto && sys::isatty(0) && sys::isatty(1);
@@ -132,7 +147,10 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
     let (sock, child_sock) = sys::socketpair().map_err(|e| io_err("control socketpair", e))?;
     let exe = sys::PreparedExec::new(
         CString::new("/proc/self/exe").expect("no NUL"),
-        vec![CString::new("cordon-init").expect("no NUL"), CString::new(INIT_ARG).expect("no NUL")],
+        vec![
+            CString::new("cordon-init").expect("no NUL"),
+            CString::new(INIT_ARG).expect("no NUL"),
+        ],
         Vec::new(),
     );
     // SAFETY: the child below runs only async-signal-safe code until execve.
@@ -154,9 +172,14 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
     };
     if let Err(e) = write_id_maps(child.pid, uid, gid) {
         kill_child(&child);
-        return Err(SandboxError::Namespaces(format!("cannot map uid/gid into the sandbox: {e}")));
+        return Err(SandboxError::Namespaces(format!(
+            "cannot map uid/gid into the sandbox: {e}"
+        )));
     }
-    let mut cgroup = Cgroup::create(&format!("cordon-{}-{}", std::process::id(), child.pid), &plan.limits);
+    let mut cgroup = Cgroup::create(
+        &format!("cordon-{}-{}", std::process::id(), child.pid),
+        &plan.limits,
+    );
     if let Err(e) = cgroup.add(child.pid) {
         kill_child(&child);
         cgroup.remove();
@@ -181,12 +204,24 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
     loop {
         match protocol::recv::<FromInit>(sock.as_raw_fd()) {
             Ok(Some((FromInit::Pty, mut fds))) => master = fds.pop(),
-            Ok(Some((FromInit::Started { pid, landlock, limits }, _))) => {
-                let degraded = landlock.starts_with("not enforced") || landlock.starts_with("partially");
+            Ok(Some((
+                FromInit::Started {
+                    pid,
+                    landlock,
+                    limits,
+                },
+                _,
+            ))) => {
+                let degraded =
+                    landlock.starts_with("not enforced") || landlock.starts_with("partially");
                 emit(
                     NewEvent::new(
                         Layer::Landlock,
-                        if degraded { Action::Degraded } else { Action::Apply },
+                        if degraded {
+                            Action::Degraded
+                        } else {
+                            Action::Apply
+                        },
                         format!("Landlock {landlock}"),
                     )
                     .detail("status", landlock.clone()),
@@ -200,8 +235,21 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
                 emit(
                     NewEvent::new(Layer::Process, Action::Start, "command started")
                         .detail("pid_in_sandbox", pid)
-                        .detail("command", cmd.argv.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>())
-                        .detail("terminal", if master.is_some() { "pty" } else { "inherited, new session" }),
+                        .detail(
+                            "command",
+                            cmd.argv
+                                .iter()
+                                .map(|a| a.to_string_lossy().into_owned())
+                                .collect::<Vec<_>>(),
+                        )
+                        .detail(
+                            "terminal",
+                            if master.is_some() {
+                                "pty"
+                            } else {
+                                "inherited, new session"
+                            },
+                        ),
                 );
                 break;
             }
@@ -211,7 +259,10 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
                 return Err(SandboxError::Setup { stage, message });
             }
             Ok(None) | Err(_) => {
-                let st = sys::waitpid(child.pid, false).ok().flatten().map(|(_, s)| s);
+                let st = sys::waitpid(child.pid, false)
+                    .ok()
+                    .flatten()
+                    .map(|(_, s)| s);
                 cgroup.remove();
                 return Err(SandboxError::Setup {
                     stage: "init".into(),
@@ -244,7 +295,10 @@ fn after_clone(parent_sock: RawFd, sock: RawFd, exe: &sys::PreparedExec) -> ! {
         sys::exit_now(125);
     }
     let _ = exe.exec();
-    sys::write_all_raw(2, b"cordon: cannot start the sandbox init (/proc/self/exe)\n");
+    sys::write_all_raw(
+        2,
+        b"cordon: cannot start the sandbox init (/proc/self/exe)\n",
+    );
     sys::exit_now(125)
 }
 
@@ -255,6 +309,21 @@ fn write_id_maps(pid: libc::pid_t, uid: u32, gid: u32) -> io::Result<()> {
     std::fs::write(base.join("uid_map"), format!("0 {uid} 1\n"))?;
     std::fs::write(base.join("gid_map"), format!("0 {gid} 1\n"))?;
     Ok(())
+}
+
+/// What the agent is told about denials: agents otherwise retry a masked read through other
+/// paths, links or tools. The sandboxed program sees this as `CORDON_NOTICE`.
+fn denial_notice(layout: &layout::Layout) -> String {
+    let masked: Vec<String> = layout
+        .masks()
+        .map(|(p, rule)| format!("{} (rule: {rule})", p.display()))
+        .collect();
+    format!(
+        "This program runs inside cordon. Denials are deliberate policy, not errors to work around: \
+         retrying another way (other paths, links, copies, tools, proxies) will not help. \
+         Outside the project the filesystem is read-only; these paths are masked: {}.",
+        masked.join(", ")
+    )
 }
 
 fn report_limits(plan: &Plan, cgroup: &Cgroup, uid: u32, emit: &dyn Fn(NewEvent)) {
@@ -269,8 +338,15 @@ fn report_limits(plan: &Plan, cgroup: &Cgroup, uid: u32, emit: &dyn Fn(NewEvent)
         unenforced.push("pids (the kernel exempts host root from RLIMIT_NPROC; needs a cgroup)");
     }
     for what in unenforced {
-        emit(NewEvent::new(Layer::Limits, Action::Degraded, format!("limit not enforced: {what}")));
-        let _ = writeln!(io::stderr(), "cordon: warning: [limits] {what} is not enforced");
+        emit(NewEvent::new(
+            Layer::Limits,
+            Action::Degraded,
+            format!("limit not enforced: {what}"),
+        ));
+        let _ = writeln!(
+            io::stderr(),
+            "cordon: warning: [limits] {what} is not enforced"
+        );
     }
 }
 
@@ -279,21 +355,32 @@ fn report_layout(layout: &layout::Layout, emit: &dyn Fn(NewEvent)) {
     let mut read_only = Vec::new();
     for m in &layout.mounts {
         match m {
-            MountOp::Bind { path, writable: true } => writable.push(path.display().to_string()),
+            MountOp::Bind {
+                path,
+                writable: true,
+            } => writable.push(path.display().to_string()),
             MountOp::ReadOnly { path } => read_only.push(path.display().to_string()),
             _ => {}
         }
     }
     emit(
-        NewEvent::new(Layer::Filesystem, Action::Apply, "read-only root, private /tmp, minimal /dev, fresh /proc")
-            .detail("writable", writable)
-            .detail("read_only", read_only),
+        NewEvent::new(
+            Layer::Filesystem,
+            Action::Apply,
+            "read-only root, private /tmp, minimal /dev, fresh /proc",
+        )
+        .detail("writable", writable)
+        .detail("read_only", read_only),
     );
     for (path, rule) in layout.masks() {
         emit(
-            NewEvent::new(Layer::Filesystem, Action::Deny, "masked: reads fail, no content visible")
-                .rule(rule.to_string())
-                .detail("path", path.display().to_string()),
+            NewEvent::new(
+                Layer::Filesystem,
+                Action::Deny,
+                "masked: reads fail, no content visible",
+            )
+            .rule(rule.to_string())
+            .detail("path", path.display().to_string()),
         );
     }
     for s in &layout.skipped {
@@ -311,7 +398,10 @@ fn relay(child: &sys::Child, master: Option<OwnedFd>) -> io::Result<WaitStatus> 
         sys::install_handler(sig, on_signal)?;
     }
     let _guard = match &master {
-        Some(_) => RawGuard { fd: 0, saved: sys::make_raw(0).ok() },
+        Some(_) => RawGuard {
+            fd: 0,
+            saved: sys::make_raw(0).ok(),
+        },
         None => RawGuard { fd: 0, saved: None },
     };
     let mut stdin_open = master.is_some();
@@ -320,14 +410,32 @@ fn relay(child: &sys::Child, master: Option<OwnedFd>) -> io::Result<WaitStatus> 
     let mut buf = vec![0u8; 64 * 1024];
     let status = loop {
         let mut fds = vec![
-            libc::pollfd { fd: sig_r.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: child.pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd {
+                fd: sig_r.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: child.pidfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         if let Some(m) = &master {
-            fds.push(libc::pollfd { fd: if stdin_open { 0 } else { -1 }, events: libc::POLLIN, revents: 0 });
-            fds.push(libc::pollfd { fd: if master_open { m.as_raw_fd() } else { -1 }, events: libc::POLLIN, revents: 0 });
+            fds.push(libc::pollfd {
+                fd: if stdin_open { 0 } else { -1 },
+                events: libc::POLLIN,
+                revents: 0,
+            });
+            fds.push(libc::pollfd {
+                fd: if master_open { m.as_raw_fd() } else { -1 },
+                events: libc::POLLIN,
+                revents: 0,
+            });
         }
-        let timeout = kill_at.map_or(-1, |t| t.saturating_duration_since(Instant::now()).as_millis() as i32);
+        let timeout = kill_at.map_or(-1, |t| {
+            t.saturating_duration_since(Instant::now()).as_millis() as i32
+        });
         sys::poll(&mut fds, timeout)?;
         if let Some(t) = kill_at
             && Instant::now() >= t

@@ -30,7 +30,8 @@ pub(crate) fn cstr(path: &Path) -> io::Result<CString> {
 }
 
 pub(crate) fn cstring(s: &OsStr) -> io::Result<CString> {
-    CString::new(s.as_bytes()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL byte in string"))
+    CString::new(s.as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL byte in string"))
 }
 
 /// Namespaces a sandbox gets. Network is empty (loopback only) until the gateway gives it a way out.
@@ -80,7 +81,11 @@ pub(crate) unsafe fn clone_into_namespaces(flags: u64) -> io::Result<Option<Chil
     // SAFETY: clone3 with no CLONE_VM and no stack behaves like fork; the args struct and the
     // pidfd slot live across the call. The caller upholds the post-fork restrictions.
     let ret = unsafe {
-        libc::syscall(libc::SYS_clone3, &args as *const CloneArgs, std::mem::size_of::<CloneArgs>())
+        libc::syscall(
+            libc::SYS_clone3,
+            &args as *const CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
     };
     let pid = cvt_long(ret)? as libc::pid_t;
     if pid == 0 {
@@ -135,7 +140,15 @@ pub(crate) fn drop_all_capabilities() -> io::Result<()> {
         }
     }
     // SAFETY: prctl with integer arguments only.
-    cvt(unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0, 0, 0) })?;
+    cvt(unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    })?;
     #[repr(C)]
     struct Header {
         version: u32,
@@ -148,7 +161,10 @@ pub(crate) fn drop_all_capabilities() -> io::Result<()> {
         permitted: u32,
         inheritable: u32,
     }
-    let header = Header { version: 0x2008_0522, pid: 0 };
+    let header = Header {
+        version: 0x2008_0522,
+        pid: 0,
+    };
     let data = [Data::default(); 2];
     // SAFETY: capset reads one header and two data structs (version 3 layout), all valid here.
     cvt_long(unsafe { libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) })?;
@@ -183,7 +199,13 @@ pub(crate) fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
 pub(crate) fn pidfd_send_signal(pidfd: &OwnedFd, sig: libc::c_int) -> io::Result<()> {
     // SAFETY: pidfd_send_signal with a valid pidfd and no siginfo.
     cvt_long(unsafe {
-        libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), sig, std::ptr::null::<libc::siginfo_t>(), 0)
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
     })
     .map(drop)
 }
@@ -216,7 +238,10 @@ fn decode(status: libc::c_int) -> Option<WaitStatus> {
 }
 
 /// `waitpid`, retried on EINTR unless `nohang`. Returns `None` when nothing has exited yet.
-pub(crate) fn waitpid(pid: libc::pid_t, nohang: bool) -> io::Result<Option<(libc::pid_t, WaitStatus)>> {
+pub(crate) fn waitpid(
+    pid: libc::pid_t,
+    nohang: bool,
+) -> io::Result<Option<(libc::pid_t, WaitStatus)>> {
     loop {
         let mut status = 0;
         let flags = if nohang { libc::WNOHANG } else { 0 };
@@ -310,8 +335,17 @@ pub(crate) fn mount_setattr(target: &Path, recursive: bool, a: Attrs) -> io::Res
     if a.nodev {
         set |= MOUNT_ATTR_NODEV;
     }
-    let attr = MountAttr { attr_set: set, attr_clr: 0, propagation: 0, userns_fd: 0 };
-    let flags = if recursive { libc::AT_RECURSIVE as libc::c_uint } else { 0 };
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let flags = if recursive {
+        libc::AT_RECURSIVE as libc::c_uint
+    } else {
+        0
+    };
     // SAFETY: the path is NUL-terminated and the attr struct is valid for the given size.
     cvt_long(unsafe {
         libc::syscall(
@@ -360,7 +394,10 @@ pub(crate) fn loopback_up() -> io::Result<()> {
 }
 
 pub(crate) fn setrlimit(resource: libc::__rlimit_resource_t, value: u64) -> io::Result<()> {
-    let lim = libc::rlimit { rlim_cur: value, rlim_max: value };
+    let lim = libc::rlimit {
+        rlim_cur: value,
+        rlim_max: value,
+    };
     // SAFETY: lim is a valid rlimit.
     cvt(unsafe { libc::setrlimit(resource, &lim) }).map(drop)
 }
@@ -420,7 +457,14 @@ pub(crate) fn clear_cloexec(fd: RawFd) -> io::Result<()> {
 pub(crate) fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: fds has room for the two descriptors.
-    cvt(unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) })?;
+    cvt(unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    })?;
     // SAFETY: the kernel returned two fresh descriptors that only we own.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
@@ -436,7 +480,10 @@ pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// Send `data` with one descriptor attached (SCM_RIGHTS).
 pub(crate) fn send_with_fd(sock: RawFd, data: &[u8], fd: RawFd) -> io::Result<()> {
-    let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut _, iov_len: data.len() };
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut _,
+        iov_len: data.len(),
+    };
     // SAFETY: CMSG_SPACE is a pure computation.
     let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
     let mut cbuf = vec![0u8; space];
@@ -453,7 +500,11 @@ pub(crate) fn send_with_fd(sock: RawFd, data: &[u8], fd: RawFd) -> io::Result<()
         (*cmsg).cmsg_level = libc::SOL_SOCKET;
         (*cmsg).cmsg_type = libc::SCM_RIGHTS;
         (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
-        std::ptr::copy_nonoverlapping(&fd as *const RawFd as *const u8, libc::CMSG_DATA(cmsg), std::mem::size_of::<RawFd>());
+        std::ptr::copy_nonoverlapping(
+            &fd as *const RawFd as *const u8,
+            libc::CMSG_DATA(cmsg),
+            std::mem::size_of::<RawFd>(),
+        );
         let n = cvt_long(libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) as libc::c_long)?;
         if (n as usize) != data.len() {
             return Err(io::Error::new(io::ErrorKind::WriteZero, "short sendmsg"));
@@ -464,7 +515,10 @@ pub(crate) fn send_with_fd(sock: RawFd, data: &[u8], fd: RawFd) -> io::Result<()
 
 /// Receive up to `buf.len()` bytes and any descriptors that came with them.
 pub(crate) fn recv_with_fds(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
-    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
     // SAFETY: pure computation.
     let space = unsafe { libc::CMSG_SPACE((4 * std::mem::size_of::<RawFd>()) as u32) } as usize;
     let mut cbuf = vec![0u8; space];
@@ -510,7 +564,10 @@ pub(crate) fn recv_with_fds(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, V
 // ---- signals ----
 
 /// Install `handler` for `sig` with SA_RESTART off, so blocking calls return EINTR.
-pub(crate) fn install_handler(sig: libc::c_int, handler: extern "C" fn(libc::c_int)) -> io::Result<()> {
+pub(crate) fn install_handler(
+    sig: libc::c_int,
+    handler: extern "C" fn(libc::c_int),
+) -> io::Result<()> {
     // SAFETY: sigaction is plain old data; zero is valid. The handler is a plain extern fn.
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
@@ -558,9 +615,18 @@ pub fn landlock_abi() -> Result<i32, io::Error> {
     const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
     // SAFETY: with a null attr and size 0, this only queries the version.
     let r = unsafe {
-        libc::syscall(libc::SYS_landlock_create_ruleset, std::ptr::null::<u8>(), 0usize, LANDLOCK_CREATE_RULESET_VERSION)
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
     };
-    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(r as i32) }
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as i32)
+    }
 }
 
 pub(crate) fn getuid() -> u32 {
@@ -580,7 +646,9 @@ pub(crate) fn isatty(fd: RawFd) -> bool {
 
 /// Close every descriptor from `lowest` up, except those in `keep` (before exec).
 pub(crate) fn close_fds_from(lowest: RawFd, keep: &[RawFd]) {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
     let fds: Vec<RawFd> = dir
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .filter(|fd| *fd >= lowest && !keep.contains(fd))
@@ -613,7 +681,12 @@ pub(crate) fn open_pty() -> io::Result<(OwnedFd, OwnedFd)> {
     // SAFETY: ptsname_r NUL-terminated the buffer on success.
     let path = unsafe { CStr::from_ptr(name.as_ptr()) };
     // SAFETY: open with a NUL-terminated path.
-    let s = cvt(unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC) })?;
+    let s = cvt(unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        )
+    })?;
     // SAFETY: fresh descriptor owned by us.
     Ok((master, unsafe { OwnedFd::from_raw_fd(s) }))
 }
@@ -628,7 +701,12 @@ pub(crate) fn get_winsize(fd: RawFd) -> io::Result<[u16; 4]> {
 }
 
 pub(crate) fn set_winsize(fd: RawFd, w: [u16; 4]) -> io::Result<()> {
-    let ws = libc::winsize { ws_row: w[0], ws_col: w[1], ws_xpixel: w[2], ws_ypixel: w[3] };
+    let ws = libc::winsize {
+        ws_row: w[0],
+        ws_col: w[1],
+        ws_xpixel: w[2],
+        ws_ypixel: w[3],
+    };
     // SAFETY: TIOCSWINSZ reads the winsize we own.
     cvt(unsafe { libc::ioctl(fd, libc::TIOCSWINSZ, &ws) }).map(drop)
 }
@@ -662,7 +740,11 @@ pub(crate) fn make_raw(fd: RawFd) -> io::Result<Termios> {
 pub(crate) fn set_nonblocking(fd: RawFd, on: bool) -> io::Result<()> {
     // SAFETY: fcntl with integer arguments.
     let flags = cvt(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
-    let flags = if on { flags | libc::O_NONBLOCK } else { flags & !libc::O_NONBLOCK };
+    let flags = if on {
+        flags | libc::O_NONBLOCK
+    } else {
+        flags & !libc::O_NONBLOCK
+    };
     // SAFETY: as above.
     cvt(unsafe { libc::fcntl(fd, libc::F_SETFL, flags) }).map(drop)
 }
@@ -685,7 +767,12 @@ impl PreparedExec {
         let mut strings = argv;
         strings.extend(envp);
         // The pointers stay valid: moving a CString moves only its heap handle, not the bytes.
-        PreparedExec { path, _strings: strings, argv: a, envp: e }
+        PreparedExec {
+            path,
+            _strings: strings,
+            argv: a,
+            envp: e,
+        }
     }
 
     /// Returns only on failure.
@@ -701,12 +788,18 @@ pub(crate) fn close_raw(fd: RawFd) {
     unsafe { libc::close(fd) };
 }
 
-
 /// Whether the kernel supports a seccomp return action (`SECCOMP_GET_ACTION_AVAIL`).
 pub(crate) fn seccomp_action_available(action: u32) -> bool {
     const SECCOMP_GET_ACTION_AVAIL: libc::c_uint = 2;
     // SAFETY: the kernel reads one u32 from the pointer, which is valid for the call.
-    unsafe { libc::syscall(libc::SYS_seccomp, SECCOMP_GET_ACTION_AVAIL, 0, &action as *const u32) == 0 }
+    unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            SECCOMP_GET_ACTION_AVAIL,
+            0,
+            &action as *const u32,
+        ) == 0
+    }
 }
 
 /// The filesystem magic number of the filesystem holding `path`.

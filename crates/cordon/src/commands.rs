@@ -77,11 +77,17 @@ fn resolve_project(dir: Option<&Path>) -> Result<PathBuf> {
         Some(d) => d.to_path_buf(),
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
-    let canon = dir
-        .canonicalize()
-        .with_context(|| format!("project directory {}: cannot resolve it (does it exist?)", dir.display()))?;
+    let canon = dir.canonicalize().with_context(|| {
+        format!(
+            "project directory {}: cannot resolve it (does it exist?)",
+            dir.display()
+        )
+    })?;
     if !canon.is_dir() {
-        return Err(anyhow!("project {} is not a directory; pass --project DIR", canon.display()));
+        return Err(anyhow!(
+            "project {} is not a directory; pass --project DIR",
+            canon.display()
+        ));
     }
     Ok(canon)
 }
@@ -121,17 +127,25 @@ fn run(a: RunArgs) -> i32 {
     }
 
     let session = cordon_events::new_session_id();
-    let audit_path = match a.audit.clone().or_else(|| cordon_events::default_log_path(&session)) {
+    let audit_path = match a
+        .audit
+        .clone()
+        .or_else(|| cordon_events::default_log_path(&session))
+    {
         Some(p) => p,
         None => {
-            eprintln!("cordon: no place for the audit log: set HOME or XDG_STATE_HOME, or pass --audit FILE");
+            eprintln!(
+                "cordon: no place for the audit log: set HOME or XDG_STATE_HOME, or pass --audit FILE"
+            );
             return EXIT_SETUP;
         }
     };
     let log = match AuditLog::create(&audit_path, &session) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("cordon: cannot create the audit log: {e}; pass --audit FILE to put it elsewhere");
+            eprintln!(
+                "cordon: cannot create the audit log: {e}; pass --audit FILE to put it elsewhere"
+            );
             return EXIT_SETUP;
         }
     };
@@ -141,12 +155,23 @@ fn run(a: RunArgs) -> i32 {
         Ok(_) => {}
         Err(e) => eprintln!("cordon: warning: audit log write failed: {e}"),
     };
-    let argv: Vec<String> = a.command.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+    let argv: Vec<String> = a
+        .command
+        .iter()
+        .map(|s| s.to_string_lossy().into_owned())
+        .collect();
     emit(
         NewEvent::new(Layer::Session, Action::Start, "session started")
             .detail("command", argv)
             .detail("project", project.display().to_string())
-            .detail("policy_files", loaded.sources.iter().map(|p| p.display().to_string()).collect::<Vec<_>>())
+            .detail(
+                "policy_files",
+                loaded
+                    .sources
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>(),
+            )
             .detail("profile", a.policy_args.profile.clone().unwrap_or_default())
             .detail("uid", cordon_sandbox::ids().0)
             .detail("version", env!("CARGO_PKG_VERSION")),
@@ -158,7 +183,9 @@ fn run(a: RunArgs) -> i32 {
 
 fn run_in_session(a: &RunArgs, project: &Path, loaded: &Loaded, emit: &dyn Fn(NewEvent)) -> i32 {
     if !loaded.untrusted_loosening.is_empty() {
-        let mut msg = String::from("cordon: the project policy loosens your own policy and is not trusted:\n");
+        let mut msg = String::from(
+            "cordon: the project policy loosens your own policy and is not trusted:\n",
+        );
         let mut files: Vec<&Path> = Vec::new();
         for l in &loaded.untrusted_loosening {
             msg.push_str(&format!("  - {}: {}\n", l.file.display(), l.what));
@@ -167,16 +194,27 @@ fn run_in_session(a: &RunArgs, project: &Path, loaded: &Loaded, emit: &dyn Fn(Ne
             }
         }
         for f in &files {
-            msg.push_str(&format!("Review it, then run `cordon trust {}` to allow it.\n", f.display()));
+            msg.push_str(&format!(
+                "Review it, then run `cordon trust {}` to allow it.\n",
+                f.display()
+            ));
         }
         eprint!("{msg}");
         emit(
-            NewEvent::new(Layer::Session, Action::Deny, "untrusted project policy loosens the user's policy")
-                .rule("trust")
-                .detail(
-                    "loosening",
-                    loaded.untrusted_loosening.iter().map(|l| format!("{}: {}", l.file.display(), l.what)).collect::<Vec<_>>(),
-                ),
+            NewEvent::new(
+                Layer::Session,
+                Action::Deny,
+                "untrusted project policy loosens the user's policy",
+            )
+            .rule("trust")
+            .detail(
+                "loosening",
+                loaded
+                    .untrusted_loosening
+                    .iter()
+                    .map(|l| format!("{}: {}", l.file.display(), l.what))
+                    .collect::<Vec<_>>(),
+            ),
         );
         return EXIT_SETUP;
     }
@@ -187,12 +225,23 @@ fn run_in_session(a: &RunArgs, project: &Path, loaded: &Loaded, emit: &dyn Fn(Ne
     let cmd = cordon_sandbox::Command {
         argv: a.command.clone(),
         cwd,
-        tty: if a.no_tty { cordon_sandbox::TtyMode::Never } else { cordon_sandbox::TtyMode::Auto },
+        tty: if a.no_tty {
+            cordon_sandbox::TtyMode::Never
+        } else {
+            cordon_sandbox::TtyMode::Auto
+        },
     };
     match cordon_sandbox::run(&loaded.plan, &cmd, emit) {
         Ok(outcome) => {
             let code = outcome.code();
-            emit(NewEvent::new(Layer::Process, Action::Exit, format!("command exited with {code}")).detail("code", code));
+            emit(
+                NewEvent::new(
+                    Layer::Process,
+                    Action::Exit,
+                    format!("command exited with {code}"),
+                )
+                .detail("code", code),
+            );
             code
         }
         Err(e) => {
@@ -226,12 +275,21 @@ fn check(a: CheckArgs) -> i32 {
                     }
                 }
             } else {
-                let files: Vec<String> = l.sources.iter().map(|p| p.display().to_string()).collect();
-                println!("# effective policy: built-in default{}", if files.is_empty() { String::new() } else { format!(" + {}", files.join(" + ")) });
+                let files: Vec<String> =
+                    l.sources.iter().map(|p| p.display().to_string()).collect();
+                println!(
+                    "# merged: built-in default{}",
+                    files.iter().map(|f| format!(" < {f}")).collect::<String>()
+                );
                 print!("{}", l.plan.to_toml());
             }
             for lo in &l.untrusted_loosening {
-                eprintln!("cordon: untrusted: {}: {} (run `cordon trust {}`)", lo.file.display(), lo.what, lo.file.display());
+                eprintln!(
+                    "cordon: untrusted: {}: {} (run `cordon trust {}`)",
+                    lo.file.display(),
+                    lo.what,
+                    lo.file.display()
+                );
             }
             0
         }
@@ -249,12 +307,20 @@ fn doctor() -> i32 {
     checks.push(cordon_sandbox::probe::Check {
         layer: "1 filesystem & process",
         feature: "default policy, end to end",
-        support: if e2e.is_ok() { Support::Ok } else { Support::Missing },
+        support: if e2e.is_ok() {
+            Support::Ok
+        } else {
+            Support::Missing
+        },
         detail: match &e2e {
             Ok(()) => "`true` ran in a sandbox built from the built-in default policy".into(),
             Err(e) => format!("{e:#}"),
         },
-        cordon: if e2e.is_ok() { "ready".into() } else { "cordon run will refuse to start (exit 125)".into() },
+        cordon: if e2e.is_ok() {
+            "ready".into()
+        } else {
+            "cordon run will refuse to start (exit 125)".into()
+        },
         required: true,
     });
     let mut failed = false;
@@ -267,7 +333,11 @@ fn doctor() -> i32 {
         if c.required && c.support == Support::Missing {
             failed = true;
         }
-        let _ = writeln!(out, "{mark}  [{}] {}: {}\n         cordon: {}", c.layer, c.feature, c.detail, c.cordon);
+        let _ = writeln!(
+            out,
+            "{mark}  [{}] {}: {}\n         cordon: {}",
+            c.layer, c.feature, c.detail, c.cordon
+        );
     }
     let _ = writeln!(
         out,
@@ -310,8 +380,14 @@ fn doctor_end_to_end() -> Result<()> {
 }
 
 fn tempfile_dir() -> Result<PathBuf> {
-    let base = std::env::temp_dir().canonicalize().unwrap_or_else(|_| PathBuf::from("/tmp"));
-    let dir = base.join(format!("cordon-doctor-{}-{}", std::process::id(), cordon_events::new_session_id()));
+    let base = std::env::temp_dir()
+        .canonicalize()
+        .unwrap_or_else(|_| PathBuf::from("/tmp"));
+    let dir = base.join(format!(
+        "cordon-doctor-{}-{}",
+        std::process::id(),
+        cordon_events::new_session_id()
+    ));
     std::fs::create_dir(&dir).with_context(|| format!("create {}", dir.display()))?;
     Ok(dir)
 }
@@ -328,7 +404,10 @@ fn trust(a: TrustArgs) -> Result<()> {
         return Ok(());
     }
     let hash = store.trust(&file).map_err(|e| anyhow!("{e}"))?;
-    println!("trusted {} (sha256 {hash}); any edit to it revokes this", file.display());
+    println!(
+        "trusted {} (sha256 {hash}); any edit to it revokes this",
+        file.display()
+    );
     Ok(())
 }
 
@@ -338,16 +417,27 @@ fn log(a: LogArgs) -> Result<i32> {
         let dir = dir.ok_or_else(|| anyhow!("no state directory: set HOME or XDG_STATE_HOME"))?;
         for s in cordon_events::list_sessions(&dir)? {
             let exit = s.exit_code.map_or("-".to_string(), |c| c.to_string());
-            let state = if s.stopped { "ended" } else { "running or crashed" };
-            println!("{}  {}  {} events  exit {exit}  {state}", s.session, s.start.unwrap_or_default(), s.events);
+            let state = if s.stopped {
+                "ended"
+            } else {
+                "running or crashed"
+            };
+            println!(
+                "{}  {}  {} events  exit {exit}  {state}",
+                s.session,
+                s.start.unwrap_or_default(),
+                s.events
+            );
         }
         return Ok(0);
     }
     let path = match (&a.file, &a.session) {
         (Some(f), _) => f.clone(),
-        (None, Some(id)) => cordon_events::default_log_path(id).ok_or_else(|| anyhow!("invalid session id {id:?}"))?,
+        (None, Some(id)) => cordon_events::default_log_path(id)
+            .ok_or_else(|| anyhow!("invalid session id {id:?}"))?,
         (None, None) => {
-            let dir = dir.ok_or_else(|| anyhow!("no state directory: set HOME or XDG_STATE_HOME"))?;
+            let dir =
+                dir.ok_or_else(|| anyhow!("no state directory: set HOME or XDG_STATE_HOME"))?;
             cordon_events::list_sessions(&dir)?
                 .into_iter()
                 .next()
@@ -361,10 +451,18 @@ fn log(a: LogArgs) -> Result<i32> {
             println!("{}:{}: {}", path.display(), p.line, p.what);
         }
         if r.ok() {
-            println!("{}: {} events, hash chain intact, session complete", path.display(), r.events);
+            println!(
+                "{}: {} events, hash chain intact, session complete",
+                path.display(),
+                r.events
+            );
             return Ok(0);
         }
-        println!("{}: verification FAILED ({} problems)", path.display(), r.problems.len());
+        println!(
+            "{}: verification FAILED ({} problems)",
+            path.display(),
+            r.problems.len()
+        );
         return Ok(1);
     }
     let print = |e: &cordon_events::Event| {

@@ -10,7 +10,10 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     // The sandbox's init is this same executable, re-executed inside the namespaces.
-    if std::env::args_os().nth(1).is_some_and(|a| a == cordon_sandbox::INIT_ARG) {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == cordon_sandbox::INIT_ARG)
+    {
         cordon_sandbox::init_main();
     }
     let cli = match cli::Cli::try_parse() {

@@ -15,7 +15,10 @@ both!(reads_home_files, |env: Env| {
 both!(writes_the_project, |env: Env| {
     env.ok("echo built > out.txt && mkdir -p sub/dir && mv out.txt sub/dir/ && rm -r sub/dir");
     env.ok("echo kept > kept.txt");
-    assert_eq!(std::fs::read_to_string(env.project.join("kept.txt")).unwrap(), "kept\n");
+    assert_eq!(
+        std::fs::read_to_string(env.project.join("kept.txt")).unwrap(),
+        "kept\n"
+    );
 });
 
 both!(git_commit_works, |env: Env| {
@@ -30,8 +33,14 @@ both!(git_commit_works, |env: Env| {
 });
 
 both!(cargo_builds_a_tiny_crate, |env: Env| {
-    env.write("Cargo.toml", "[package]\nname = \"tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n");
-    env.write("src/main.rs", "fn main() { println!(\"tiny says {}\", 6 * 7); }\n");
+    env.write(
+        "Cargo.toml",
+        "[package]\nname = \"tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+    );
+    env.write(
+        "src/main.rs",
+        "fn main() { println!(\"tiny says {}\", 6 * 7); }\n",
+    );
     let o = env.run_with(
         &[],
         "export CARGO_HOME=$PWD/.cargo-home; cargo build --offline -q && ./target/debug/tiny",
@@ -51,7 +60,11 @@ both!(credential_paths_are_masked, |env: Env| {
     for (rel, secret) in SECRETS {
         let o = env.run(&format!("cat ~/{rel}"));
         assert_ne!(o.status.code(), Some(0), "{rel} was readable\n{}", show(&o));
-        assert!(!all_output(&o).contains(secret), "{rel} leaked\n{}", show(&o));
+        assert!(
+            !all_output(&o).contains(secret),
+            "{rel} leaked\n{}",
+            show(&o)
+        );
     }
     // Not even a listing of the masked directories, and no grep across home finds anything.
     let o = env.run("ls -a ~/.ssh ~/.aws ~/.config/gh");
@@ -79,7 +92,10 @@ both!(user_deny_wins_inside_the_project, |env: Env| {
     assert!(!all_output(&o).contains("SECRET-dotenv"));
     let o = env.run_with(&["--policy", policy.to_str().unwrap()], "echo x > .env");
     assert_ne!(o.status.code(), Some(0), "{}", show(&o));
-    assert_eq!(std::fs::read_to_string(env.project.join(".env")).unwrap(), "SECRET-dotenv");
+    assert_eq!(
+        std::fs::read_to_string(env.project.join(".env")).unwrap(),
+        "SECRET-dotenv"
+    );
 });
 
 both!(symlink_and_hardlink_to_a_secret_fail, |env: Env| {
@@ -94,18 +110,33 @@ both!(symlink_and_hardlink_to_a_secret_fail, |env: Env| {
 // ---- read-only root and host-executed files ----
 
 both!(root_is_read_only, |env: Env| {
-    for target in ["/usr/cordon-x", "/etc/cordon-x", "~/cordon-x", "/var/tmp/cordon-x"] {
+    for target in [
+        "/usr/cordon-x",
+        "/etc/cordon-x",
+        "~/cordon-x",
+        "/var/tmp/cordon-x",
+    ] {
         let o = env.run(&format!("touch {target}"));
-        assert_ne!(o.status.code(), Some(0), "{target} was writable\n{}", show(&o));
+        assert_ne!(
+            o.status.code(),
+            Some(0),
+            "{target} was writable\n{}",
+            show(&o)
+        );
     }
     assert!(!env.home.join("cordon-x").exists());
 });
 
 both!(private_tmp_and_shm, |env: Env| {
     let marker = format!("/tmp/cordon-marker-{}", std::process::id());
-    let out = env.ok(&format!("echo x > {marker} && echo y > /dev/shm/m && cat {marker} /dev/shm/m"));
+    let out = env.ok(&format!(
+        "echo x > {marker} && echo y > /dev/shm/m && cat {marker} /dev/shm/m"
+    ));
     assert_eq!(out, "x\ny\n");
-    assert!(!std::path::Path::new(&marker).exists(), "sandbox /tmp leaked to the host");
+    assert!(
+        !std::path::Path::new(&marker).exists(),
+        "sandbox /tmp leaked to the host"
+    );
 });
 
 both!(host_executed_files_are_read_only, |env: Env| {
@@ -129,8 +160,15 @@ both!(host_executed_files_are_read_only, |env: Env| {
         assert_ne!(o.status.code(), Some(0), "{what} succeeded\n{}", show(&o));
     }
     assert!(!env.project.join(".git/hooks/pre-commit").exists());
-    assert_eq!(std::fs::read_to_string(env.project.join(".envrc")).unwrap(), "echo ok");
-    assert!(!std::fs::read_to_string(env.project.join(".git/config")).unwrap().contains("hooksPath"));
+    assert_eq!(
+        std::fs::read_to_string(env.project.join(".envrc")).unwrap(),
+        "echo ok"
+    );
+    assert!(
+        !std::fs::read_to_string(env.project.join(".git/config"))
+            .unwrap()
+            .contains("hooksPath")
+    );
 });
 
 // ---- escape attempts ----
@@ -146,16 +184,29 @@ both!(masks_cannot_be_unmounted_or_remounted, |env: Env| {
         "unshare -rm sh -c 'mount -o remount,rw / && touch /usr/cordon-x'",
     ] {
         let o = env.run(script);
-        assert_ne!(o.status.code(), Some(0), "escape worked: {script}\n{}", show(&o));
-        assert!(!all_output(&o).contains("SECRET-"), "{script}\n{}", show(&o));
+        assert_ne!(
+            o.status.code(),
+            Some(0),
+            "escape worked: {script}\n{}",
+            show(&o)
+        );
+        assert!(
+            !all_output(&o).contains("SECRET-"),
+            "{script}\n{}",
+            show(&o)
+        );
     }
 });
 
 both!(no_privileges_inside, |env: Env| {
-    let out = env.ok("grep -E '^(NoNewPrivs|CapEff|CapPrm|CapBnd|CapAmb):' /proc/self/status; id -u");
+    let out =
+        env.ok("grep -E '^(NoNewPrivs|CapEff|CapPrm|CapBnd|CapAmb):' /proc/self/status; id -u");
     assert!(out.contains("NoNewPrivs:\t1"), "{out}");
     for cap in ["CapEff", "CapPrm", "CapBnd", "CapAmb"] {
-        assert!(out.contains(&format!("{cap}:\t0000000000000000")), "{cap}: {out}");
+        assert!(
+            out.contains(&format!("{cap}:\t0000000000000000")),
+            "{cap}: {out}"
+        );
     }
     assert!(out.trim_end().ends_with(&env.uid().to_string()), "{out}");
 });
@@ -170,21 +221,37 @@ both!(pid_one_is_cordon_and_unreachable, |env: Env| {
 });
 
 both!(host_processes_cannot_be_signalled, |env: Env| {
-    let mut sleeper = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
     let o = env.run(&format!("kill -0 {}", sleeper.id()));
     assert_ne!(o.status.code(), Some(0), "{}", show(&o));
-    assert!(sleeper.try_wait().unwrap().is_none(), "host process was killed");
+    assert!(
+        sleeper.try_wait().unwrap().is_none(),
+        "host process was killed"
+    );
     sleeper.kill().unwrap();
     sleeper.wait().unwrap();
 });
 
 both!(minimal_dev_without_disks, |env: Env| {
     let out = env.ok("ls /dev | tr '\\n' ' '");
-    for must in ["null", "zero", "full", "random", "urandom", "tty", "pts", "ptmx", "shm"] {
-        assert!(out.split_whitespace().any(|x| x == must), "missing /dev/{must}: {out}");
+    for must in [
+        "null", "zero", "full", "random", "urandom", "tty", "pts", "ptmx", "shm",
+    ] {
+        assert!(
+            out.split_whitespace().any(|x| x == must),
+            "missing /dev/{must}: {out}"
+        );
     }
-    for never in ["vda", "sda", "nvme0n1", "kvm", "mem", "kmem", "port", "loop0"] {
-        assert!(!out.split_whitespace().any(|x| x == never), "/dev/{never} visible: {out}");
+    for never in [
+        "vda", "sda", "nvme0n1", "kvm", "mem", "kmem", "port", "loop0",
+    ] {
+        assert!(
+            !out.split_whitespace().any(|x| x == never),
+            "/dev/{never} visible: {out}"
+        );
     }
     env.ok("echo x > /dev/null && head -c 4 /dev/urandom | wc -c");
     let o = env.run("mknod /dev/shm/disk b 8 0");
@@ -197,7 +264,9 @@ both!(network_is_loopback_only, |env: Env| {
     let out = env.ok("cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '");
     assert_eq!(out.trim(), "lo");
     // The host's loopback is not the sandbox's loopback.
-    let o = env.run(&format!("/usr/bin/python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 2)'"));
+    let o = env.run(&format!(
+        "/usr/bin/python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 2)'"
+    ));
     assert_ne!(o.status.code(), Some(0), "{}", show(&o));
     // Loopback inside works.
     let out = env.ok(
@@ -238,11 +307,24 @@ both!(environment_is_scrubbed, |env: Env| {
     for good in ["TERM=xterm-256color", "PATH=", "HOME=", "CORDON_SANDBOX=1"] {
         assert!(out.contains(good), "{good} missing:\n{out}");
     }
+    // The agent is told which rule masks what, and that retrying will not help.
+    let notice = out
+        .lines()
+        .find(|l| l.starts_with("CORDON_NOTICE="))
+        .expect("CORDON_NOTICE set");
+    assert!(
+        notice.contains("will not help") && notice.contains(".ssh (rule: built-in)"),
+        "{notice}"
+    );
 });
 
 both!(secrets_pass_only_when_named, |env: Env| {
     let policy = env.base.join("policy.toml");
-    std::fs::write(&policy, "[env]\npass = [\"GITHUB_TOKEN\"]\nset = { GREETING = \"hello\" }\n").unwrap();
+    std::fs::write(
+        &policy,
+        "[env]\npass = [\"GITHUB_TOKEN\"]\nset = { GREETING = \"hello\" }\n",
+    )
+    .unwrap();
     env.own(&policy);
     let mut c = env.cordon();
     c.env("GITHUB_TOKEN", "named-token")
@@ -264,12 +346,25 @@ both!(no_terminal_injection_without_a_pty, |env: Env| {
     // must fail because the command runs in a new session without a controlling terminal.
     let inject = "/usr/bin/python3 -c 'import fcntl,termios; fcntl.ioctl(0, termios.TIOCSTI, b\\\"x\\\")' && echo INJECTED";
     let control = common::under_pty(&env, &format!("sh -c \"{inject}\""), "");
-    let sandboxed = common::under_pty(&env, &format!("{} run --no-tty -- sh -c \"{inject}\"", env.cordon_line()), "");
-    assert!(!sandboxed.contains("INJECTED"), "TIOCSTI worked inside the sandbox:\n{sandboxed}");
+    let sandboxed = common::under_pty(
+        &env,
+        &format!("{} run --no-tty -- sh -c \"{inject}\"", env.cordon_line()),
+        "",
+    );
+    assert!(
+        !sandboxed.contains("INJECTED"),
+        "TIOCSTI worked inside the sandbox:\n{sandboxed}"
+    );
     assert!(sandboxed.contains("Operation not permitted"), "{sandboxed}");
     // Unless the kernel forbids TIOCSTI for everyone, the same call works outside: the test bites.
-    if std::fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti").map(|v| v.trim() == "1").unwrap_or(false) {
-        assert!(control.contains("INJECTED"), "control without cordon failed:\n{control}");
+    if std::fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti")
+        .map(|v| v.trim() == "1")
+        .unwrap_or(false)
+    {
+        assert!(
+            control.contains("INJECTED"),
+            "control without cordon failed:\n{control}"
+        );
     }
 });
 
@@ -278,21 +373,43 @@ both!(no_terminal_injection_without_a_pty, |env: Env| {
 both!(landlock_is_enforced_and_logged, |env: Env| {
     env.ok("true");
     let log = std::fs::read_to_string(&env.audit).unwrap();
-    assert!(log.contains("\"layer\":\"landlock\"") && log.contains("fully enforced"), "{log}");
+    assert!(
+        log.contains("\"layer\":\"landlock\"") && log.contains("fully enforced"),
+        "{log}"
+    );
 });
 
 both!(limits_are_enforced, |env: Env| {
     let policy = env.base.join("limits.toml");
-    std::fs::write(&policy, "[limits]\nmemory = \"256M\"\npids = 64\nnofile = 100\n").unwrap();
+    std::fs::write(
+        &policy,
+        "[limits]\nmemory = \"256M\"\npids = 64\nnofile = 100\n",
+    )
+    .unwrap();
     env.own(&policy);
     let p = policy.to_str().unwrap();
     let o = env.run_with(&["--policy", p], "ulimit -n");
     assert_eq!(String::from_utf8_lossy(&o.stdout), "100\n", "{}", show(&o));
-    let o = env.run_with(&["--policy", p], "/usr/bin/python3 -c 'x = bytearray(512 * 1024 * 1024); print(\"allocated\")'");
-    assert_ne!(o.status.code(), Some(0), "512 MiB allocation succeeded under a 256M limit\n{}", show(&o));
+    let o = env.run_with(
+        &["--policy", p],
+        "/usr/bin/python3 -c 'x = bytearray(512 * 1024 * 1024); print(\"allocated\")'",
+    );
+    assert_ne!(
+        o.status.code(),
+        Some(0),
+        "512 MiB allocation succeeded under a 256M limit\n{}",
+        show(&o)
+    );
     assert!(!all_output(&o).contains("allocated"));
-    let o = env.run_with(&["--policy", p], "for i in $(seq 100); do sleep 5 & done; wait");
-    assert!(all_output(&o).contains("fork"), "100 processes started under pids = 64\n{}", show(&o));
+    let o = env.run_with(
+        &["--policy", p],
+        "for i in $(seq 100); do sleep 5 & done; wait",
+    );
+    assert!(
+        all_output(&o).contains("fork"),
+        "100 processes started under pids = 64\n{}",
+        show(&o)
+    );
     // The log says how each limit was enforced (cgroup for root here, rlimits for a user).
     let log = std::fs::read_to_string(&env.audit).unwrap();
     assert!(log.contains("pids=64 via"), "{log}");

@@ -16,9 +16,16 @@ both!(exit_codes_follow_the_command, |env: Env| {
 
 both!(exit_codes_for_missing_and_unexecutable, |env: Env| {
     let mut c = env.cordon();
-    let o = c.args(["run", "--no-tty", "--", "no-such-command-xyz"]).output().unwrap();
+    let o = c
+        .args(["run", "--no-tty", "--", "no-such-command-xyz"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(127), "{}", show(&o));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("command not found"), "{}", show(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("command not found"),
+        "{}",
+        show(&o)
+    );
     let f = env.write("script.sh", "#!/bin/sh\necho hi\n");
     let mut c = env.cordon();
     let o = c.args(["run", "--no-tty", "--"]).arg(&f).output().unwrap();
@@ -30,17 +37,38 @@ both!(exit_125_when_cordon_fails, |env: Env| {
     let mut c = env.cordon();
     let o = c.args(["run", "--no-tty", "--", "true"]).output().unwrap();
     assert_eq!(o.status.code(), Some(125), "{}", show(&o));
-    assert!(String::from_utf8_lossy(&o.stderr).contains(&format!("{}:2:1", bad.display())), "{}", show(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains(&format!("{}:2:1", bad.display())),
+        "{}",
+        show(&o)
+    );
     let mut c = env.cordon();
-    let o = c.args(["run", "--no-tty", "--project", "/nonexistent/dir", "--", "true"]).output().unwrap();
+    let o = c
+        .args([
+            "run",
+            "--no-tty",
+            "--project",
+            "/nonexistent/dir",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(125), "{}", show(&o));
     let mut c = env.cordon();
-    let o = c.args(["run", "--bogus-flag", "--", "true"]).output().unwrap();
+    let o = c
+        .args(["run", "--bogus-flag", "--", "true"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(125), "{}", show(&o));
 });
 
 fn pgrep(marker: &str) -> usize {
-    let out = std::process::Command::new("pgrep").arg("-f").arg(marker).output().unwrap();
+    let out = std::process::Command::new("pgrep")
+        .arg("-f")
+        .arg(marker)
+        .output()
+        .unwrap();
     String::from_utf8_lossy(&out.stdout).lines().count()
 }
 
@@ -59,32 +87,59 @@ fn no_orphans_after(env: &Env, signal: &str) {
     // A unique sleep length marks our processes; one ignores TERM, so only the kill path ends it.
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
     let marker = format!("{}.{n}{:09}", 900 + std::process::id() % 90, nanos);
-    let script = format!("trap '' TERM; sleep {marker} & (trap '' TERM; sleep {marker}) & sleep {marker}");
-    let mut child = env.cordon().args(["run", "--no-tty", "--", "sh", "-c", &script]).spawn().unwrap();
+    let script =
+        format!("trap '' TERM; sleep {marker} & (trap '' TERM; sleep {marker}) & sleep {marker}");
+    let mut child = env
+        .cordon()
+        .args(["run", "--no-tty", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
     let end = Instant::now() + Duration::from_secs(10);
     while pgrep(&format!("sleep {marker}")) < 3 {
         assert!(Instant::now() < end, "sandboxed sleepers never started");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let st = std::process::Command::new("kill").arg(format!("-{signal}")).arg(child.id().to_string()).status().unwrap();
+    let st = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
     assert!(st.success());
     let code = child.wait().unwrap();
-    assert!(wait_gone(&format!("sleep {marker}")), "orphans survived {signal}: {}", pgrep(&format!("sleep {marker}")));
+    assert!(
+        wait_gone(&format!("sleep {marker}")),
+        "orphans survived {signal}: {}",
+        pgrep(&format!("sleep {marker}"))
+    );
     if signal == "TERM" {
         // TERM is forwarded; the command ignores it, so the grace period ends in SIGKILL.
         assert_eq!(code.code(), Some(137), "{code:?}");
     }
 }
 
-both!(no_orphans_after_term, |env: Env| no_orphans_after(&env, "TERM"));
-both!(no_orphans_after_kill, |env: Env| no_orphans_after(&env, "KILL"));
+both!(no_orphans_after_term, |env: Env| no_orphans_after(
+    &env, "TERM"
+));
+both!(no_orphans_after_kill, |env: Env| no_orphans_after(
+    &env, "KILL"
+));
 
 both!(signals_are_forwarded, |env: Env| {
     let mut child = env
         .cordon()
-        .args(["run", "--no-tty", "--", "sh", "-c", "trap 'echo got-usr1; exit 7' USR1; echo ready; while :; do sleep 0.1; done"])
+        .args([
+            "run",
+            "--no-tty",
+            "--",
+            "sh",
+            "-c",
+            "trap 'echo got-usr1; exit 7' USR1; echo ready; while :; do sleep 0.1; done",
+        ])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -92,7 +147,11 @@ both!(signals_are_forwarded, |env: Env| {
     let mut buf = [0u8; 6];
     std::io::Read::read_exact(&mut out, &mut buf).unwrap();
     assert_eq!(&buf, b"ready\n");
-    std::process::Command::new("kill").arg("-USR1").arg(child.id().to_string()).status().unwrap();
+    std::process::Command::new("kill")
+        .arg("-USR1")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
     let st = child.wait().unwrap();
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
@@ -101,16 +160,26 @@ both!(signals_are_forwarded, |env: Env| {
 });
 
 fn interactive(env: &Env, input: &str) -> String {
-    common::under_pty(env, &format!("{} run -- bash --norc --noprofile -i", env.cordon_line()), input)
+    common::under_pty(
+        env,
+        &format!("{} run -- bash --norc --noprofile -i", env.cordon_line()),
+        input,
+    )
 }
 
 both!(interactive_shell_under_a_pty, |env: Env| {
     let out = interactive(&env, "tty; echo answer=$((6*7)); stty size; exit 5\n");
-    assert!(out.contains("/dev/pts/0"), "the command should own a pty of the sandbox's devpts:\n{out}");
+    assert!(
+        out.contains("/dev/pts/0"),
+        "the command should own a pty of the sandbox's devpts:\n{out}"
+    );
     assert!(out.contains("answer=42"), "{out}");
 });
 
 both!(ctrl_c_reaches_the_foreground_job, |env: Env| {
     let out = interactive(&env, "sleep 30\n\x03echo after=$?\nexit\n");
-    assert!(out.contains("after=130"), "Ctrl-C should interrupt sleep with SIGINT:\n{out}");
+    assert!(
+        out.contains("after=130"),
+        "Ctrl-C should interrupt sleep with SIGINT:\n{out}"
+    );
 });

@@ -44,14 +44,17 @@ pub struct Env {
 }
 
 fn is_root() -> bool {
-    std::fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false)
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false)
 }
 
 fn user_ids(name: &str) -> Option<(u32, u32)> {
     let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
     passwd.lines().find_map(|l| {
         let f: Vec<&str> = l.split(':').collect();
-        (f.first() == Some(&name)).then(|| Some((f.get(2)?.parse().ok()?, f.get(3)?.parse().ok()?)))?
+        (f.first() == Some(&name))
+            .then(|| Some((f.get(2)?.parse().ok()?, f.get(3)?.parse().ok()?)))?
     })
 }
 
@@ -64,11 +67,19 @@ fn binary_for(who: Who) -> PathBuf {
     static COPY: OnceLock<PathBuf> = OnceLock::new();
     COPY.get_or_init(|| {
         let m = std::fs::metadata(&built).expect("built binary");
-        let dir = PathBuf::from(format!("/var/tmp/cordon-test-bin/{}-{}", m.len(), m.mtime_nsec() ^ m.mtime()));
+        let dir = PathBuf::from(format!(
+            "/var/tmp/cordon-test-bin/{}-{}",
+            m.len(),
+            m.mtime_nsec() ^ m.mtime()
+        ));
         let bin = dir.join("cordon");
         if !bin.exists() {
             std::fs::create_dir_all(&dir).unwrap();
-            std::fs::set_permissions("/var/tmp/cordon-test-bin", std::fs::Permissions::from_mode(0o755)).unwrap();
+            std::fs::set_permissions(
+                "/var/tmp/cordon-test-bin",
+                std::fs::Permissions::from_mode(0o755),
+            )
+            .unwrap();
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
             let tmp = dir.join(format!("cordon.{}", std::process::id()));
             std::fs::copy(&built, &tmp).unwrap();
@@ -81,7 +92,12 @@ fn binary_for(who: Who) -> PathBuf {
 }
 
 fn chown_tree(p: &Path, uid: u32, gid: u32) {
-    let st = Command::new("chown").arg("-R").arg(format!("{uid}:{gid}")).arg(p).status().unwrap();
+    let st = Command::new("chown")
+        .arg("-R")
+        .arg(format!("{uid}:{gid}"))
+        .arg(p)
+        .status()
+        .unwrap();
     assert!(st.success());
 }
 
@@ -94,13 +110,15 @@ impl Env {
                 return None;
             }
             (Who::Root, true) | (Who::User, false) => None,
-            (Who::User, true) => Some(
-                user_ids(TEST_USER)
-                    .unwrap_or_else(|| panic!("user {TEST_USER} missing: run scripts/setup-test-env.sh first")),
-            ),
+            (Who::User, true) => Some(user_ids(TEST_USER).unwrap_or_else(|| {
+                panic!("user {TEST_USER} missing: run scripts/setup-test-env.sh first")
+            })),
         };
         // Not under /tmp: the sandbox gets a private /tmp, and HOME must stay visible.
-        let dir = tempfile::Builder::new().prefix("cordon-t").tempdir_in("/var/tmp").unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("cordon-t")
+            .tempdir_in("/var/tmp")
+            .unwrap();
         let base = dir.path().canonicalize().unwrap();
         std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
         let home = base.join("home");
@@ -117,7 +135,15 @@ impl Env {
             chown_tree(&base, uid, gid);
         }
         let audit = base.join("audit/session.jsonl");
-        Some(Env { who, _dir: dir, base, home, project, audit, ids })
+        Some(Env {
+            who,
+            _dir: dir,
+            base,
+            home,
+            project,
+            audit,
+            ids,
+        })
     }
 
     /// Make a file or tree belong to the user the sandbox runs as.
@@ -141,7 +167,11 @@ impl Env {
         let mut c = match self.ids {
             Some((uid, gid)) => {
                 let mut c = Command::new("setpriv");
-                c.arg(format!("--reuid={uid}")).arg(format!("--regid={gid}")).arg("--clear-groups").arg("--").arg(bin);
+                c.arg(format!("--reuid={uid}"))
+                    .arg(format!("--regid={gid}"))
+                    .arg("--clear-groups")
+                    .arg("--")
+                    .arg(bin);
                 c
             }
             None => Command::new(bin),
@@ -172,7 +202,15 @@ impl Env {
     /// `cordon run --no-tty --audit … -- sh -c SCRIPT` with extra cordon args before `--`.
     pub fn run_with(&self, args: &[&str], script: &str) -> Output {
         let mut c = self.cordon();
-        c.arg("run").arg("--no-tty").arg("--audit").arg(&self.audit).args(args).arg("--").arg("sh").arg("-c").arg(script);
+        c.arg("run")
+            .arg("--no-tty")
+            .arg("--audit")
+            .arg(&self.audit)
+            .args(args)
+            .arg("--")
+            .arg("sh")
+            .arg("-c")
+            .arg(script);
         let _ = std::fs::remove_file(&self.audit);
         c.output().unwrap()
     }
@@ -184,7 +222,12 @@ impl Env {
     /// Run and require exit 0; returns stdout.
     pub fn ok(&self, script: &str) -> String {
         let o = self.run(script);
-        assert_eq!(o.status.code(), Some(0), "script failed: {script}\n{}", show(&o));
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "script failed: {script}\n{}",
+            show(&o)
+        );
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
 
@@ -207,7 +250,11 @@ pub fn under_pty(env: &Env, line: &str, input: &str) -> String {
     let mut s = match env.ids {
         Some((uid, gid)) => {
             let mut c = Command::new("setpriv");
-            c.arg(format!("--reuid={uid}")).arg(format!("--regid={gid}")).arg("--clear-groups").arg("--").arg("script");
+            c.arg(format!("--reuid={uid}"))
+                .arg(format!("--regid={gid}"))
+                .arg("--clear-groups")
+                .arg("--")
+                .arg("script");
             c
         }
         None => Command::new("script"),
@@ -218,7 +265,11 @@ pub fn under_pty(env: &Env, line: &str, input: &str) -> String {
             s.env(k, v);
         }
     }
-    s.env("TERM", "xterm").current_dir(&env.project).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    s.env("TERM", "xterm")
+        .current_dir(&env.project)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let mut child = s.spawn().unwrap();
     let mut stdin = child.stdin.take().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
@@ -240,7 +291,11 @@ pub fn show(o: &Output) -> String {
 }
 
 pub fn all_output(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 /// Define one test per variant: `both!(name, |env| { … });` makes `name::root` and `name::user`.

@@ -1,0 +1,279 @@
+//! The CLI contract: check, doctor, trust, log, profiles, completions, man, version.
+
+mod common;
+
+use common::{Env, all_output, show};
+
+fn cordon(env: &Env, args: &[&str]) -> std::process::Output {
+    env.cordon().args(args).output().unwrap()
+}
+
+both!(check_prints_the_effective_policy, |env: Env| {
+    let o = cordon(&env, &["check"]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains(&format!("\"{}\"", env.home.join(".ssh").display())),
+        "{out}"
+    );
+    assert!(
+        out.contains("[filesystem]") && out.contains("[env]"),
+        "{out}"
+    );
+    let o = cordon(&env, &["check", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("check --json prints JSON");
+    assert_eq!(v["project"], env.project.display().to_string());
+    assert!(
+        v["filesystem"]["deny"]
+            .as_array()
+            .is_some_and(|d| !d.is_empty())
+    );
+});
+
+// Ten broken policies, ten messages that name file, line and column and say how to fix it.
+both!(broken_policies_get_located_messages, |env: Env| {
+    let cases: &[(&str, &str, &str)] = &[
+        ("[filesystem\n", ":1:12", "invalid TOML"),
+        ("[network]\nmode = \"host\"\n", ":1:", "network"),
+        (
+            "[filesystem]\nwriteable = [\"/x\"]\n",
+            ":2:1",
+            "did you mean `writable`",
+        ),
+        ("[filesystem]\nwritable = \"/x\"\n", ":2:12", "array"),
+        (
+            "[filesystem]\nwritable = [\"relative/dir\"]\n",
+            ":2:",
+            "absolute",
+        ),
+        ("[filesystem]\ndeny = [\"${FOO}/x\"]\n", ":2:", "FOO"),
+        ("[env]\npass = [\"**\"]\n", ":2:", "pass"),
+        ("[limits]\nmemory = \"4 gigs\"\n", ":2:10", "memory"),
+        (
+            "[filesystem]\nwritable = [\"~/x\"]\ndeny = [\"~/x\"]\n",
+            ":",
+            "deny",
+        ),
+        (
+            "[env]\nset = { LD_PRELOAD = \"/evil.so\" }\n",
+            ":2:",
+            "LD_PRELOAD",
+        ),
+        ("[limits]\npids = 0\n", ":2:", "pids"),
+        ("[filesystem]\nlandlock = \"maybe\"\n", ":2:", "landlock"),
+    ];
+    for (i, (text, at, phrase)) in cases.iter().enumerate() {
+        let f = env.base.join(format!("bad{i}.toml"));
+        std::fs::write(&f, text).unwrap();
+        env.own(&f);
+        let o = cordon(&env, &["check", f.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "case {i}: {text:?}\n{}", show(&o));
+        assert!(
+            err.contains(&format!("{}{at}", f.display())),
+            "case {i}: location {at} missing:\n{err}"
+        );
+        assert!(err.contains(phrase), "case {i}: {phrase:?} missing:\n{err}");
+        assert!(err.contains("help:"), "case {i}: no fix offered:\n{err}");
+        assert!(!err.contains("panicked"), "case {i}: panic:\n{err}");
+    }
+});
+
+#[test]
+fn doctor_reports_every_layer() {
+    let Some(env) = Env::new(common::Who::Root).or_else(|| Env::new(common::Who::User)) else {
+        return;
+    };
+    let o = cordon(&env, &["doctor"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    for feature in [
+        "namespaces",
+        "Landlock",
+        "seccomp-bpf filter",
+        "seccomp user notification",
+        "/dev/net/tun",
+        "overlayfs in a user namespace",
+        "cgroup v2 delegation",
+        "default policy, end to end",
+    ] {
+        assert!(
+            out.contains(feature),
+            "doctor does not mention {feature}:\n{out}"
+        );
+    }
+    assert!(
+        out.contains("cordon:"),
+        "each line says what cordon does:\n{out}"
+    );
+    // This machine can enforce the default policy, so doctor must say so and exit 0.
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(out.contains("can be enforced"), "{out}");
+}
+
+both!(
+    untrusted_project_policy_that_loosens_is_refused,
+    |env: Env| {
+        let extra = env.home.join("extra");
+        std::fs::create_dir_all(&extra).unwrap();
+        env.own(&extra);
+        env.write("cordon.toml", "[filesystem]\nwritable = [\"~/extra\"]\n");
+        let o = env.run("touch ~/extra/x");
+        assert_eq!(o.status.code(), Some(125), "{}", show(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("cordon trust") && err.contains("extra"),
+            "{err}"
+        );
+        assert!(!extra.join("x").exists());
+
+        let o = cordon(&env, &["trust", "cordon.toml"]);
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        env.ok("touch ~/extra/x");
+        assert!(extra.join("x").exists());
+
+        // Any edit revokes the trust.
+        env.write(
+            "cordon.toml",
+            "[filesystem]\nwritable = [\"~/extra\", \"~/notes.txt\"]\n",
+        );
+        let o = env.run("true");
+        assert_eq!(o.status.code(), Some(125), "{}", show(&o));
+    }
+);
+
+both!(project_policy_may_tighten_without_trust, |env: Env| {
+    env.write("cordon.toml", "[filesystem]\ndeny = [\"~/notes.txt\"]\n");
+    let o = env.run("cat ~/notes.txt");
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    assert_ne!(
+        o.status.code(),
+        Some(125),
+        "tightening needs no trust\n{}",
+        show(&o)
+    );
+    assert!(!all_output(&o).contains("visible-home-file"));
+});
+
+both!(audit_log_is_hash_chained_and_verifiable, |env: Env| {
+    env.ok("echo hi");
+    let audit = env.audit.to_str().unwrap().to_string();
+    let o = cordon(&env, &["log", "--file", &audit, "--verify"]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let o = cordon(&env, &["log", "--file", &audit]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    for must in [
+        "[session] start",
+        "[filesystem] deny",
+        "[landlock]",
+        "[process] exit",
+        "[session] stop",
+    ] {
+        assert!(out.contains(must), "{must} missing:\n{out}");
+    }
+    let text = std::fs::read_to_string(&env.audit).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    // Edit one value.
+    let edited = text.replacen("session started", "session  started", 1);
+    std::fs::write(&env.audit, edited).unwrap();
+    let o = cordon(&env, &["log", "--file", &audit, "--verify"]);
+    assert_eq!(o.status.code(), Some(1), "edit not detected\n{}", show(&o));
+    // Drop a middle line.
+    let mut dropped = lines.clone();
+    dropped.remove(2);
+    std::fs::write(&env.audit, dropped.join("\n") + "\n").unwrap();
+    let o = cordon(&env, &["log", "--file", &audit, "--verify"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "removal not detected\n{}",
+        show(&o)
+    );
+    // Truncate the end.
+    std::fs::write(&env.audit, lines[..lines.len() - 1].join("\n") + "\n").unwrap();
+    let o = cordon(&env, &["log", "--file", &audit, "--verify"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "truncation not detected\n{}",
+        show(&o)
+    );
+});
+
+both!(default_audit_log_lives_in_the_state_dir, |env: Env| {
+    let o = env
+        .cordon()
+        .args(["run", "--no-tty", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let dir = env.base.join("state/cordon/sessions");
+    let logs: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert_eq!(logs.len(), 1, "one log per session in {}", dir.display());
+    let o = cordon(&env, &["log", "--list"]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("exit 0"),
+        "{}",
+        show(&o)
+    );
+    let o = cordon(&env, &["log", "--json"]);
+    let first = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let v: serde_json::Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(v["layer"], "session");
+    assert_eq!(v["action"], "start");
+    // The sandbox cannot touch the log of its own session.
+    let o = env.run(&format!("echo forged >> {}/*.jsonl", dir.display()));
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+});
+
+both!(profiles_add_agent_state_dirs, |env: Env| {
+    let claude = env.home.join(".claude");
+    std::fs::create_dir_all(&claude).unwrap();
+    env.own(&claude);
+    let o = env.run_with(
+        &["--profile", "claude"],
+        "echo remembered > ~/.claude/memory.md",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(claude.join("memory.md").exists());
+    let o = env.run("echo x > ~/.claude/other.md");
+    assert_ne!(
+        o.status.code(),
+        Some(0),
+        "without the profile ~/.claude is read-only\n{}",
+        show(&o)
+    );
+    let o = env.run_with(&["--profile", "no-such-agent"], "true");
+    assert_eq!(o.status.code(), Some(125), "{}", show(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("claude"),
+        "lists the profiles\n{}",
+        show(&o)
+    );
+});
+
+#[test]
+fn completions_man_and_version() {
+    let bin = env!("CARGO_BIN_EXE_cordon");
+    let run = |args: &[&str]| std::process::Command::new(bin).args(args).output().unwrap();
+    let o = run(&["completions", "bash"]);
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).contains("_cordon"));
+    let o = run(&["man"]);
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).contains(".TH cordon"));
+    let o = run(&["--version"]);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        format!("cordon {}", env!("CARGO_PKG_VERSION"))
+    );
+    let o = run(&["run", "--help"]);
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        help.contains("125") && help.contains("127") && help.contains("128+N"),
+        "{help}"
+    );
+    let o = run(&["no-such-subcommand"]);
+    assert_eq!(o.status.code(), Some(2));
+}
