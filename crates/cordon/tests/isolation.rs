@@ -56,23 +56,97 @@ both!(python_runs, |env: Env| {
 
 // ---- credential paths ----
 
-both!(credential_paths_are_masked, |env: Env| {
-    for (rel, secret) in SECRETS {
-        let o = env.run(&format!("cat ~/{rel}"));
-        assert_ne!(o.status.code(), Some(0), "{rel} was readable\n{}", show(&o));
-        assert!(
-            !all_output(&o).contains(secret),
-            "{rel} leaked\n{}",
-            show(&o)
-        );
-    }
-    // Not even a listing of the masked directories, and no grep across home finds anything.
-    let o = env.run("ls -a ~/.ssh ~/.aws ~/.config/gh");
-    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
-    assert!(!all_output(&o).contains("id_ed25519"), "{}", show(&o));
+/// The planted secret at `rel` cannot be read, listed or found, and its directory cannot be listed.
+fn assert_masked(env: &Env, rel: &str) {
+    let secret = SECRETS.iter().find(|(r, _)| *r == rel).unwrap().1;
+    let o = env.run(&format!("cat ~/{rel}"));
+    assert_ne!(o.status.code(), Some(0), "{rel} was readable\n{}", show(&o));
+    assert!(
+        !all_output(&o).contains(secret),
+        "{rel} leaked\n{}",
+        show(&o)
+    );
+    let top = rel.split('/').next().unwrap();
+    let o = env.run(&format!("ls -la ~/{top}/ 2>&1; grep -r SECRET ~/{top} 2>&1; cp -r ~/{top} copy 2>&1; cat copy copy/* 2>&1; true"));
+    assert!(
+        !all_output(&o).contains(secret),
+        "{rel} leaked through ls/grep/cp\n{}",
+        show(&o)
+    );
+}
+
+both!(masks_ssh, |env: Env| assert_masked(&env, ".ssh/id_ed25519"));
+both!(masks_aws, |env: Env| assert_masked(
+    &env,
+    ".aws/credentials"
+));
+both!(masks_netrc, |env: Env| assert_masked(&env, ".netrc"));
+both!(masks_gh, |env: Env| assert_masked(
+    &env,
+    ".config/gh/hosts.yml"
+));
+both!(masks_gcloud, |env: Env| assert_masked(
+    &env,
+    ".config/gcloud/credentials.db"
+));
+both!(masks_kube, |env: Env| assert_masked(&env, ".kube/config"));
+both!(masks_docker, |env: Env| assert_masked(
+    &env,
+    ".docker/config.json"
+));
+both!(masks_gnupg, |env: Env| assert_masked(
+    &env,
+    ".gnupg/private.key"
+));
+both!(masks_git_credentials, |env: Env| assert_masked(
+    &env,
+    ".git-credentials"
+));
+both!(masks_npmrc, |env: Env| assert_masked(&env, ".npmrc"));
+both!(masks_pypirc, |env: Env| assert_masked(&env, ".pypirc"));
+both!(masks_shell_history, |env: Env| assert_masked(
+    &env,
+    ".bash_history"
+));
+both!(masks_password_store, |env: Env| assert_masked(
+    &env,
+    ".password-store/x.gpg"
+));
+
+both!(no_secret_anywhere_in_home, |env: Env| {
     let o = env.run("grep -r SECRET ~ 2>/dev/null; true");
     assert!(!all_output(&o).contains("SECRET-"), "{}", show(&o));
+    // The listing of home still works: only the masked entries are unreadable.
+    let out = env.ok("ls -a ~ | tr '\\n' ' '");
+    assert!(out.contains("notes.txt") && out.contains("proj"), "{out}");
 });
+
+#[test]
+fn deny_covers_the_passwd_home_when_home_differs() {
+    // As the unprivileged user, HOME points at the fake home; the account's real home from
+    // /etc/passwd gets the same deny list.
+    let Some(env) = Env::new(common::Who::User) else {
+        return;
+    };
+    let Some(real_home) = env.passwd_home().filter(|h| *h != env.home) else {
+        eprintln!("skipped: HOME equals the passwd home here");
+        return;
+    };
+    let netrc = real_home.join(".netrc");
+    if std::fs::write(&netrc, "SECRET-passwd-home").is_err() {
+        eprintln!("skipped: cannot plant a file in {}", real_home.display());
+        return;
+    }
+    env.own(&netrc);
+    let o = env.run(&format!("cat {}", netrc.display()));
+    let _ = std::fs::remove_file(&netrc);
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(
+        !all_output(&o).contains("SECRET-passwd-home"),
+        "{}",
+        show(&o)
+    );
+}
 
 both!(system_secrets_and_sockets_are_masked, |env: Env| {
     let o = env.run("cat /etc/shadow");

@@ -236,6 +236,20 @@ impl Env {
         binary_for(self.who).display().to_string()
     }
 
+    /// The home directory /etc/passwd gives the variant's user.
+    pub fn passwd_home(&self) -> Option<PathBuf> {
+        let name = if self.ids.is_some() {
+            TEST_USER.to_string()
+        } else {
+            std::env::var("USER").ok()?
+        };
+        let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+        passwd.lines().find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.first() == Some(&name.as_str())).then(|| f.get(5).map(PathBuf::from))?
+        })
+    }
+
     /// The uid the sandboxed command should see.
     pub fn uid(&self) -> u32 {
         self.ids.map_or(0, |(u, _)| u)
