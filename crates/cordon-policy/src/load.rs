@@ -16,7 +16,9 @@ use crate::env::{glob_matches, looks_secret};
 use crate::error::{Diagnostic, PolicyError, backticked, did_you_mean};
 use crate::expand::normalize;
 use crate::layer::{Context, Layer, Origin, Rule, Sections, parse_layer};
-use crate::plan::{EnvPlan, FilesystemPlan, LandlockMode, LimitsPlan, PathRule, Plan};
+use crate::plan::{
+    EnvPlan, ExecPlan, FilesystemPlan, LandlockMode, LimitsPlan, PathRule, Plan, SyscallsPlan,
+};
 use crate::trust::{TrustStore, trust_key};
 
 /// The built-in policy, always the first layer.
@@ -320,6 +322,8 @@ impl Merged {
                 cpu: self.cpu.map(|x| x.0),
                 nofile: self.nofile.map(|x| x.0),
             },
+            syscalls: SyscallsPlan::default(),
+            exec: ExecPlan::default(),
         }
     }
 }

@@ -21,6 +21,12 @@ pub struct Plan {
     pub env: EnvPlan,
     /// Resource limits.
     pub limits: LimitsPlan,
+    /// The syscall filter (layer 4).
+    #[serde(default)]
+    pub syscalls: SyscallsPlan,
+    /// Supervised exec rules (layer 4).
+    #[serde(default)]
+    pub exec: ExecPlan,
 }
 
 /// How Landlock is treated when the kernel lacks it.
@@ -91,4 +97,121 @@ pub struct LimitsPlan {
     pub cpu: Option<f64>,
     /// Open files per process (`RLIMIT_NOFILE`).
     pub nofile: Option<u64>,
+}
+
+/// The syscall filter (layer 4): built-in denials, relaxed or extended by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyscallsPlan {
+    /// Built-in denials to lift, by syscall name (e.g. `ptrace`, which also lifts
+    /// `process_vm_readv`/`process_vm_writev`), each with where it came from.
+    pub allow: Vec<NamedRule>,
+    /// Extra syscalls to deny, by name.
+    pub deny: Vec<NamedRule>,
+    /// Allow new user namespaces inside the sandbox (`unshare`/`clone` with `CLONE_NEWUSER`),
+    /// e.g. for nested sandboxes. Default false.
+    pub nested_userns: bool,
+}
+
+/// A name (syscall) with the origin of the rule that named it (`built-in` or `FILE:LINE`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamedRule {
+    /// The syscall name, validated against the syscall tables.
+    pub name: String,
+    /// `built-in`, or `FILE:LINE`.
+    pub origin: String,
+}
+
+/// What to do with an exec that a rule matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecAction {
+    /// Let it run.
+    Allow,
+    /// Fail it with EPERM and tell the terminal.
+    Deny,
+    /// Hold it until a person answers through `cordon approve` (or the timeout denies it).
+    Ask,
+}
+
+/// One exec rule: a glob over the command line `PROGRAM ARG1 ARG2 …`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecRule {
+    /// Glob over `PROGRAM ARGS…`, where PROGRAM is the basename of the executed file and
+    /// arguments are joined by single spaces; `*` matches any run of characters (spaces too),
+    /// `?` one character. A trailing ` *` also matches the bare program (`git push *` matches
+    /// `git push`).
+    pub pattern: String,
+    /// The action when it matches.
+    pub action: ExecAction,
+    /// `built-in`, or `FILE:LINE`.
+    pub origin: String,
+}
+
+/// Supervised exec rules (layer 4). The first matching rule decides; none matching allows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecPlan {
+    /// Ordered rules.
+    pub rules: Vec<ExecRule>,
+    /// Seconds an `ask` waits for a person before it is denied.
+    pub ask_timeout_secs: u64,
+}
+
+impl Default for ExecPlan {
+    fn default() -> Self {
+        ExecPlan {
+            rules: Vec::new(),
+            ask_timeout_secs: 60,
+        }
+    }
+}
+
+impl ExecPlan {
+    /// The first rule matching the command line `program args…`, if any.
+    pub fn decide(&self, program: &str, args: &[String]) -> Option<&ExecRule> {
+        let mut line = program.to_string();
+        for a in args {
+            line.push(' ');
+            line.push_str(a);
+        }
+        self.rules.iter().find(|r| exec_glob(&r.pattern, &line))
+    }
+}
+
+/// Glob match for exec rules: `*` any run (spaces included), `?` one character.
+/// A pattern ending in ` *` also matches the text without that tail.
+pub fn exec_glob(pattern: &str, text: &str) -> bool {
+    fn m(p: &[char], t: &[char]) -> bool {
+        // Iterative matching with backtracking on the last `*`: linear-ish, no recursion blowup.
+        let (mut pi, mut ti) = (0, 0);
+        let (mut star, mut mark) = (None, 0);
+        while ti < t.len() {
+            if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+                pi += 1;
+                ti += 1;
+            } else if pi < p.len() && p[pi] == '*' {
+                star = Some(pi);
+                mark = ti;
+                pi += 1;
+            } else if let Some(s) = star {
+                pi = s + 1;
+                mark += 1;
+                ti = mark;
+            } else {
+                return false;
+            }
+        }
+        while pi < p.len() && p[pi] == '*' {
+            pi += 1;
+        }
+        pi == p.len()
+    }
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    if m(&p, &t) {
+        return true;
+    }
+    match pattern.strip_suffix(" *") {
+        Some(head) => m(&head.chars().collect::<Vec<_>>(), &t),
+        None => false,
+    }
 }
