@@ -9,12 +9,17 @@ use serde_spanned::Spanned;
 use toml::de::DeTable;
 
 use crate::env::{glob_error, name_error, only_never_passable};
+use crate::error::backticked;
 use crate::error::{Diagnostic, PolicyError, did_you_mean};
 use crate::expand::{ExpandError, Vars, expand, uses_home};
-use crate::plan::LandlockMode;
-use crate::schema::{
-    Checker, EnvSection, FilesystemSection, LimitsSection, PolicyFile, Size, toml_string,
+use crate::plan::{
+    BUILTIN_CONDITIONAL_SYSCALLS, BUILTIN_DENIED_SYSCALLS, ExecAction, LandlockMode, SyscallsPlan,
 };
+use crate::schema::{
+    Checker, EnvSection, ExecSection, FilesystemSection, LimitsSection, Parts, PolicyFile, Size,
+    SyscallsSection, toml_string,
+};
+use crate::syscall_table;
 
 /// Where a rule or value came from.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,6 +57,16 @@ pub(crate) struct Sections {
     pub pids: Option<(u64, Origin)>,
     pub cpu: Option<(f64, Origin)>,
     pub nofile: Option<(u64, Origin)>,
+    /// `[syscalls] allow`: built-in denials to lift.
+    pub sys_allow: Vec<(String, Origin)>,
+    /// `[syscalls] deny`.
+    pub sys_deny: Vec<(String, Origin)>,
+    pub nested_userns: Option<(bool, Origin)>,
+    /// Exec rules in this file's order: `[[exec.rule]]`, then `deny`, `ask`, `allow`.
+    pub exec_rules: Vec<(String, ExecAction, Origin)>,
+    pub ask_timeout: Option<(u64, Origin)>,
+    /// Problems worth a warning that do not stop the run.
+    pub warnings: Vec<String>,
 }
 
 /// One policy file.
@@ -80,6 +95,7 @@ const MAX_PIDS: i64 = 1 << 22;
 const MAX_NOFILE: i64 = 1 << 30;
 const MIN_CPU: f64 = 0.01;
 const MAX_CPU: f64 = 65536.0;
+const MAX_ASK_TIMEOUT: i64 = 3600;
 
 /// Parses a memory size: bytes, or a number with a K/M/G/T suffix (1024-based), optionally
 /// followed by `B` or `iB` (`"4G"`, `"512MiB"`, `"1t"`).
@@ -119,10 +135,11 @@ pub(crate) fn parse_layer(
         layer,
         ctx,
     };
-    let base = conv.sections(0, parsed.filesystem, parsed.env, parsed.limits)?;
+    let (parts, profile) = parsed.split();
+    let base = conv.sections(0, parts)?;
     let mut profiles = BTreeMap::new();
-    for (name, p) in parsed.profile {
-        let s = conv.sections(1, p.filesystem, p.env, p.limits)?;
+    for (name, p) in profile {
+        let s = conv.sections(1, p.into())?;
         profiles.insert(name.into_inner(), s);
     }
     Ok(Layer {
@@ -191,14 +208,26 @@ impl Converter<'_> {
         }
     }
 
-    fn sections(
+    fn sections(&self, phase: u8, parts: Parts) -> Result<Sections, PolicyError> {
+        let mut out = Sections::default();
+        self.fs_env_limits(phase, parts.filesystem, parts.env, parts.limits, &mut out)?;
+        if let Some(sys) = parts.syscalls {
+            self.syscalls(phase, sys, &mut out)?;
+        }
+        if let Some(exec) = parts.exec {
+            self.exec(phase, exec, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    fn fs_env_limits(
         &self,
         phase: u8,
         fs: Option<FilesystemSection>,
         env: Option<EnvSection>,
         limits: Option<LimitsSection>,
-    ) -> Result<Sections, PolicyError> {
-        let mut out = Sections::default();
+        out: &mut Sections,
+    ) -> Result<(), PolicyError> {
         if let Some(fs) = fs {
             out.readable = self.paths(phase, &fs.readable, "readable", false)?;
             out.writable = self.paths(phase, &fs.writable, "writable", false)?;
@@ -315,7 +344,197 @@ impl Converter<'_> {
                 out.cpu = Some((v, self.origin(phase, c.span())));
             }
         }
-        Ok(out)
+        Ok(())
+    }
+
+    fn syscalls(
+        &self,
+        phase: u8,
+        sys: SyscallsSection,
+        out: &mut Sections,
+    ) -> Result<(), PolicyError> {
+        for a in &sys.allow {
+            let name = a.get_ref();
+            self.syscall_name(a, "allow", &mut out.warnings)?;
+            if SyscallsPlan::lifted_by(name).is_empty() {
+                let (message, help) = match BUILTIN_CONDITIONAL_SYSCALLS
+                    .iter()
+                    .find(|(n, _)| n == name)
+                {
+                    Some((_, why)) => (
+                        format!("syscall `{name}` is not denied by default as a whole"),
+                        format!("the built-in filter denies it {why}"),
+                    ),
+                    None => (
+                        format!(
+                            "syscall `{name}` is not denied by default, so there is nothing to allow"
+                        ),
+                        format!(
+                            "`allow` only lifts built-in denials; denied by default: {}",
+                            backticked(BUILTIN_DENIED_SYSCALLS)
+                        ),
+                    ),
+                };
+                return Err(self.diag(message, a.span(), help));
+            }
+            if !out.sys_allow.iter().any(|(n, _)| n == name) {
+                out.sys_allow
+                    .push((name.clone(), self.origin(phase, a.span())));
+            }
+        }
+        for d in &sys.deny {
+            let name = d.get_ref();
+            self.syscall_name(d, "deny", &mut out.warnings)?;
+            if name == "execve" || name == "execveat" {
+                return Err(self.diag(
+                    format!("denying `{name}` would stop every program from starting"),
+                    d.span(),
+                    "to control which programs run, use [exec] rules, e.g. deny = [\"curl *\"]",
+                ));
+            }
+            if !out.sys_deny.iter().any(|(n, _)| n == name) {
+                out.sys_deny
+                    .push((name.clone(), self.origin(phase, d.span())));
+            }
+        }
+        if let Some(n) = sys.nested_userns {
+            out.nested_userns = Some((*n.get_ref(), self.origin(phase, n.span())));
+        }
+        Ok(())
+    }
+
+    /// Checks a syscall name against the tables: unknown is an error (with a suggestion from
+    /// the running architecture's table); a name of the other architecture only is a warning.
+    fn syscall_name(
+        &self,
+        s: &Spanned<String>,
+        key: &str,
+        warnings: &mut Vec<String>,
+    ) -> Result<(), PolicyError> {
+        let name = s.get_ref().as_str();
+        if syscall_table::nr(name).is_some() {
+            return Ok(());
+        }
+        let line = self.origin(0, s.span()).label;
+        let arch = syscall_table::NATIVE_ARCH;
+        if syscall_table::foreign().iter().any(|(n, _)| *n == name)
+            || BUILTIN_DENIED_SYSCALLS.contains(&name)
+        {
+            warnings.push(format!(
+                "{line}: syscall `{name}` (syscalls.{key}) does not exist on {arch}; the rule has no effect here"
+            ));
+            return Ok(());
+        }
+        let bare = name
+            .trim()
+            .trim_start_matches("SYS_")
+            .trim_start_matches("__NR_")
+            .to_ascii_lowercase();
+        let names: Vec<&str> = syscall_table::native().iter().map(|(n, _)| *n).collect();
+        let mut help = format!(
+            "syscall names are as in `man 2 syscalls`, without prefixes (the {arch} table has {} names)",
+            names.len()
+        );
+        if bare != name && syscall_table::nr(&bare).is_some() {
+            help.push_str(&format!("; did you mean `{bare}`?"));
+        } else if let Some(sug) = did_you_mean(&bare, &names) {
+            help.push_str(&format!("; did you mean `{sug}`?"));
+        }
+        Err(self.diag(
+            format!("unknown syscall {} in syscalls.{key}", toml_string(name)),
+            s.span(),
+            help,
+        ))
+    }
+
+    fn exec(&self, phase: u8, exec: ExecSection, out: &mut Sections) -> Result<(), PolicyError> {
+        for r in &exec.rule {
+            let r = r.get_ref();
+            let action = match r.action.get_ref().as_str() {
+                "allow" => ExecAction::Allow,
+                "deny" => ExecAction::Deny,
+                "ask" => ExecAction::Ask,
+                other => {
+                    let mut help = "expected \"allow\", \"deny\" or \"ask\"".to_string();
+                    if let Some(s) =
+                        did_you_mean(&other.to_ascii_lowercase(), &["allow", "deny", "ask"])
+                    {
+                        help.push_str(&format!("; did you mean \"{s}\"?"));
+                    }
+                    return Err(self.diag(
+                        format!("invalid exec rule action {}", toml_string(other)),
+                        r.action.span(),
+                        help,
+                    ));
+                }
+            };
+            self.exec_pattern(phase, &r.pattern, "rule", action, out)?;
+        }
+        for (list, key, action) in [
+            (&exec.deny, "deny", ExecAction::Deny),
+            (&exec.ask, "ask", ExecAction::Ask),
+            (&exec.allow, "allow", ExecAction::Allow),
+        ] {
+            for p in list {
+                self.exec_pattern(phase, p, key, action, out)?;
+            }
+        }
+        if let Some(t) = exec.ask_timeout {
+            let v = *t.get_ref();
+            if !(1..=MAX_ASK_TIMEOUT).contains(&v) {
+                return Err(self.out_of_range(
+                    "ask_timeout",
+                    t.span(),
+                    &format!("must be from 1 to {MAX_ASK_TIMEOUT} seconds, e.g. ask_timeout = 60"),
+                ));
+            }
+            out.ask_timeout = Some((v.unsigned_abs(), self.origin(phase, t.span())));
+        }
+        Ok(())
+    }
+
+    fn exec_pattern(
+        &self,
+        phase: u8,
+        p: &Spanned<String>,
+        key: &str,
+        action: ExecAction,
+        out: &mut Sections,
+    ) -> Result<(), PolicyError> {
+        let pat = p.get_ref();
+        const HELP: &str = "a pattern is a command line `PROGRAM ARGS…` where `*` matches any run of characters and `?` one, e.g. \"git push *\"";
+        let why = if pat.trim().is_empty() {
+            Some("empty exec pattern".to_string())
+        } else if pat.contains('\0') {
+            Some(format!(
+                "exec pattern {} contains a NUL character",
+                toml_string(pat)
+            ))
+        } else if pat.trim() != pat {
+            Some(format!(
+                "exec pattern {} starts or ends with whitespace, so it would never match",
+                toml_string(pat)
+            ))
+        } else {
+            None
+        };
+        if let Some(message) = why {
+            let where_ = if key == "rule" {
+                "[[exec.rule]]".to_string()
+            } else {
+                format!("exec.{key}")
+            };
+            return Err(self.diag(format!("{message} in {where_}"), p.span(), HELP));
+        }
+        if !out
+            .exec_rules
+            .iter()
+            .any(|(x, a, _)| x == pat && *a == action)
+        {
+            out.exec_rules
+                .push((pat.clone(), action, self.origin(phase, p.span())));
+        }
+        Ok(())
     }
 
     fn int_limit(&self, key: &str, v: &Spanned<i64>, max: i64) -> Result<u64, PolicyError> {
@@ -510,6 +729,134 @@ mod tests {
         let loc = err.diagnostic().unwrap().location.clone().unwrap();
         assert_eq!((loc.line, loc.column), (2, 13));
         assert!(err.to_string().contains("unknown variable `FOO`"));
+    }
+
+    fn layer(src: &str) -> Result<Layer, PolicyError> {
+        let (h, _, p) = ctx();
+        let c = Context {
+            home: &h,
+            passwd_home: None,
+            project: &p,
+        };
+        parse_layer(src, Some(Path::new("/f")), 1, &c)
+    }
+
+    #[test]
+    fn exec_rules_in_file_order_then_deny_ask_allow() {
+        let src = "[exec]\nallow = [\"a *\"]\nask = [\"b *\"]\ndeny = [\"c *\", \"c *\"]\nask_timeout = 9\n\
+                   [[exec.rule]]\npattern = \"r1\"\naction = \"allow\"\n\
+                   [[exec.rule]]\naction = \"deny\"\npattern = \"*\"\n";
+        let l = layer(src).unwrap();
+        let got: Vec<(&str, ExecAction, &str)> = l
+            .base
+            .exec_rules
+            .iter()
+            .map(|(p, a, o)| (p.as_str(), *a, o.label.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("r1", ExecAction::Allow, "/f:7"),
+                ("*", ExecAction::Deny, "/f:11"),
+                ("c *", ExecAction::Deny, "/f:4"),
+                ("b *", ExecAction::Ask, "/f:3"),
+                ("a *", ExecAction::Allow, "/f:2"),
+            ]
+        );
+        assert_eq!(l.base.ask_timeout.as_ref().map(|t| t.0), Some(9));
+    }
+
+    #[test]
+    fn syscall_names() {
+        let l = layer("[syscalls]\nallow = [\"ptrace\", \"ptrace\"]\ndeny = [\"chroot\"]\nnested_userns = true\n")
+            .unwrap();
+        assert_eq!(l.base.sys_allow.len(), 1);
+        assert_eq!(l.base.sys_deny[0].0, "chroot");
+        assert_eq!(l.base.sys_deny[0].1.label, "/f:3");
+        assert_eq!(l.base.nested_userns.as_ref().map(|n| n.0), Some(true));
+        assert!(l.base.warnings.is_empty());
+
+        // A name of the other architecture only (aarch64's are a subset of x86_64's), or a
+        // built-in denial newer than the tables: a warning, not an error.
+        let other = if cfg!(target_arch = "aarch64") {
+            "open"
+        } else {
+            "open_tree_attr"
+        };
+        let l = layer(&format!("[syscalls]\ndeny = [\"{other}\"]\n")).unwrap();
+        let w = &l.base.warnings;
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with(&format!(
+                "/f:2: syscall `{other}` (syscalls.deny) does not exist on"
+            )),
+            "{w:?}"
+        );
+        assert_eq!(l.base.sys_deny[0].0, other);
+        // iopl is x86-only and denied by default: allowing it is valid on both.
+        let l = layer("[syscalls]\nallow = [\"iopl\"]\n").unwrap();
+        assert_eq!(l.base.sys_allow[0].0, "iopl");
+
+        for (src, msg) in [
+            (
+                "[syscalls]\ndeny = [\"SYS_chroot\"]\n",
+                "did you mean `chroot`?",
+            ),
+            ("[syscalls]\ndeny = [\"\"]\n", "unknown syscall \"\""),
+            ("[syscalls]\ndeny = [\"execve\"]\n", "use [exec] rules"),
+            (
+                "[syscalls]\nallow = [\"unshare\"]\n",
+                "nested_userns = true",
+            ),
+            ("[syscalls]\nallow = [\"ioctl\"]\n", "TIOCSTI"),
+            (
+                "[syscalls]\nallow = [\"read\"]\n",
+                "denied by default: `kexec_load`",
+            ),
+            ("[syscalls]\nnested_userns = \"yes\"\n", "must be a boolean"),
+            (
+                "[exec]\ndeny = [\"  \"]\n",
+                "empty exec pattern in exec.deny",
+            ),
+            (
+                "[exec]\nask = [\" git\"]\n",
+                "starts or ends with whitespace",
+            ),
+            ("[exec]\nask_timeout = 0\n", "from 1 to 3600 seconds"),
+            (
+                "[exec]\nask_timeout = 3601\n",
+                "`ask_timeout` is out of range",
+            ),
+            (
+                "[[exec.rule]]\npattern = \"x\"\n",
+                "[[exec.rule]] has no `action`",
+            ),
+            (
+                "[[exec.rule]]\naction = \"ask\"\n",
+                "[[exec.rule]] has no `pattern`",
+            ),
+            (
+                "[[exec.rule]]\npattern = \"x\"\naction = \"Deny\"\n",
+                "did you mean \"deny\"?",
+            ),
+            (
+                "[[exec.rule]]\npattern = \"x\"\naction = \"ask\"\nwhy = 1\n",
+                "unknown key `why` in [[exec.rule]]",
+            ),
+            (
+                "[profile.p.exec]\nrule = [1]\n",
+                "elements of `rule` in [profile.p.exec] must be tables",
+            ),
+            (
+                "[profile.p.exec]\nrule = [{ pattern = \"x\", action = 1 }]\n",
+                "`action` in [[profile.p.exec.rule]] must be a string",
+            ),
+            ("[exec]\nrule = \"x\"\n", "must be an array of tables"),
+        ] {
+            let e = layer(src).unwrap_err().to_string();
+            assert!(e.contains(msg), "{src:?}: {e}");
+            assert!(e.contains("help:"), "{src:?}: {e}");
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod load;
 pub mod plan;
 mod render;
 mod schema;
+pub mod syscall_table;
 pub mod trust;
 
 pub use env::{glob_matches, looks_secret, never_passable};

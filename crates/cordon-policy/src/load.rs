@@ -17,7 +17,8 @@ use crate::error::{Diagnostic, PolicyError, backticked, did_you_mean};
 use crate::expand::normalize;
 use crate::layer::{Context, Layer, Origin, Rule, Sections, parse_layer};
 use crate::plan::{
-    EnvPlan, ExecPlan, FilesystemPlan, LandlockMode, LimitsPlan, PathRule, Plan, SyscallsPlan,
+    EnvPlan, ExecAction, ExecPlan, ExecRule, FilesystemPlan, LandlockMode, LimitsPlan, NamedRule,
+    PathRule, Plan, SyscallsPlan,
 };
 use crate::trust::{TrustStore, trust_key};
 
@@ -146,6 +147,13 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded, PolicyError> {
         }
     }
 
+    for l in &layers {
+        warnings.extend(l.base.warnings.iter().cloned());
+        if let Some(p) = profile.and_then(|name| l.profiles.get(name)) {
+            warnings.extend(p.warnings.iter().cloned());
+        }
+    }
+
     let all: Vec<&Layer> = layers.iter().collect();
     let full = Merged::new(&all, &opts.project_dir, profile);
     full.check_contradictions(&layers)?;
@@ -200,6 +208,20 @@ struct Merged {
     pids: Option<(u64, Origin)>,
     cpu: Option<(f64, Origin)>,
     nofile: Option<(u64, Origin)>,
+    sys_allow: Vec<(String, Origin)>,
+    sys_deny: Vec<(String, Origin)>,
+    nested_userns: (bool, Option<Origin>),
+    /// In merge order: earlier layers first, so the first match is the most trusted rule.
+    exec_rules: Vec<(String, ExecAction, Origin)>,
+    ask_timeout: (u64, Option<Origin>),
+}
+
+fn push_named(into: &mut Vec<(String, Origin)>, from: &[(String, Origin)]) {
+    for (n, o) in from {
+        if !into.iter().any(|(x, _)| x == n) {
+            into.push((n.clone(), o.clone()));
+        }
+    }
 }
 
 fn push_rules(into: &mut Vec<Rule>, from: &[Rule]) {
@@ -237,6 +259,11 @@ impl Merged {
             pids: None,
             cpu: None,
             nofile: None,
+            sys_allow: Vec::new(),
+            sys_deny: Vec::new(),
+            nested_userns: (false, None),
+            exec_rules: Vec::new(),
+            ask_timeout: (ExecPlan::default().ask_timeout_secs, None),
         };
         for l in layers {
             m.apply(&l.base);
@@ -279,6 +306,19 @@ impl Merged {
         if s.nofile.is_some() {
             self.nofile.clone_from(&s.nofile);
         }
+        push_named(&mut self.sys_allow, &s.sys_allow);
+        push_named(&mut self.sys_deny, &s.sys_deny);
+        if let Some((v, o)) = &s.nested_userns {
+            self.nested_userns = (*v, Some(o.clone()));
+        }
+        for (p, a, o) in &s.exec_rules {
+            if !self.exec_rules.iter().any(|(x, b, _)| x == p && b == a) {
+                self.exec_rules.push((p.clone(), *a, o.clone()));
+            }
+        }
+        if let Some((v, o)) = &s.ask_timeout {
+            self.ask_timeout = (*v, Some(o.clone()));
+        }
     }
 
     /// A readable or writable path equal to or inside a denied one is a contradiction: deny
@@ -297,6 +337,14 @@ impl Merged {
     }
 
     fn into_plan(self, opts: &LoadOptions) -> Plan {
+        let named = |v: Vec<(String, Origin)>| -> Vec<NamedRule> {
+            v.into_iter()
+                .map(|(name, o)| NamedRule {
+                    name,
+                    origin: o.label,
+                })
+                .collect()
+        };
         let rules = |v: Vec<Rule>| -> Vec<PathRule> {
             v.into_iter()
                 .map(|r| PathRule::new(r.path, r.origin.label))
@@ -322,8 +370,23 @@ impl Merged {
                 cpu: self.cpu.map(|x| x.0),
                 nofile: self.nofile.map(|x| x.0),
             },
-            syscalls: SyscallsPlan::default(),
-            exec: ExecPlan::default(),
+            syscalls: SyscallsPlan {
+                allow: named(self.sys_allow),
+                deny: named(self.sys_deny),
+                nested_userns: self.nested_userns.0,
+            },
+            exec: ExecPlan {
+                rules: self
+                    .exec_rules
+                    .into_iter()
+                    .map(|(pattern, action, o)| ExecRule {
+                        pattern,
+                        action,
+                        origin: o.label,
+                    })
+                    .collect(),
+                ask_timeout_secs: self.ask_timeout.0,
+            },
         }
     }
 }
@@ -471,6 +534,28 @@ fn loosenings(full: &Merged, base: &Merged, layers: &[Layer]) -> Vec<Loosening> 
     ];
     for (o, what) in changes.into_iter().flatten() {
         add(&o, what);
+    }
+    for (name, o) in &full.sys_allow {
+        if !base.sys_allow.iter().any(|(b, _)| b == name) {
+            add(o, format!("allows syscall `{name}`"));
+        }
+    }
+    if let (true, false, Some(o)) = (
+        full.nested_userns.0,
+        base.nested_userns.0,
+        &full.nested_userns.1,
+    ) {
+        add(o, "allows nested user namespaces".to_string());
+    }
+    for (p, a, o) in &full.exec_rules {
+        if *a == ExecAction::Allow
+            && !base
+                .exec_rules
+                .iter()
+                .any(|(b, ba, _)| b == p && *ba == ExecAction::Allow)
+        {
+            add(o, format!("adds exec allow rule `{p}`"));
+        }
     }
     out
 }

@@ -112,6 +112,128 @@ pub struct SyscallsPlan {
     pub nested_userns: bool,
 }
 
+/// Syscalls denied by default, whatever their arguments (names missing from the running
+/// architecture's table, such as `iopl` on aarch64, are skipped by the filter). Each can be
+/// lifted with `[syscalls] allow`; see [`SyscallsPlan::lifted_by`].
+pub const BUILTIN_DENIED_SYSCALLS: &[&str] = &[
+    // Kernel code and kernel-wide state.
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "lookup_dcookie",
+    "acct",
+    "swapon",
+    "swapoff",
+    "reboot",
+    "syslog",
+    "quotactl",
+    "vhangup",
+    "iopl",
+    "ioperm",
+    // io_uring bypasses the syscall filter (its operations are not syscalls).
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    // The kernel keyring: shared with the host user's keys.
+    "keyctl",
+    "add_key",
+    "request_key",
+    // Other processes' memory.
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    // The mount tree (locked anyway; denied so attempts are visible).
+    "mount",
+    "umount2",
+    "pivot_root",
+    "move_mount",
+    "open_tree",
+    "open_tree_attr",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+    "setns",
+    // Handles bypass path-based checks.
+    "open_by_handle_at",
+    // The clock.
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+];
+
+/// Syscalls denied by default only for some arguments; not liftable by name.
+/// (`unshare`/`clone` with `CLONE_NEWUSER` are lifted by `nested_userns`.)
+pub const BUILTIN_CONDITIONAL_SYSCALLS: &[(&str, &str)] = &[
+    (
+        "unshare",
+        "only with CLONE_NEWUSER; set `nested_userns = true` to allow nested user namespaces",
+    ),
+    (
+        "clone",
+        "only with CLONE_NEWUSER; set `nested_userns = true` to allow nested user namespaces",
+    ),
+    (
+        "clone3",
+        "it always fails with ENOSYS so that programs fall back to `clone`, whose flags the filter can inspect",
+    ),
+    (
+        "ioctl",
+        "only TIOCSTI and TIOCLINUX (typing into or controlling the terminal); these cannot be allowed",
+    ),
+    (
+        "socket",
+        "only for address families other than AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK (route); these cannot be allowed",
+    ),
+];
+
+impl SyscallsPlan {
+    /// The built-in denials that `allow = [name]` lifts (`ptrace` also lifts
+    /// `process_vm_readv` and `process_vm_writev`); empty when `name` is not denied by default.
+    pub fn lifted_by(name: &str) -> &'static [&'static str] {
+        const PTRACE: &[&str] = &["ptrace", "process_vm_readv", "process_vm_writev"];
+        if name == "ptrace" {
+            return PTRACE;
+        }
+        match BUILTIN_DENIED_SYSCALLS.iter().position(|n| *n == name) {
+            Some(i) => &BUILTIN_DENIED_SYSCALLS[i..=i],
+            None => &[],
+        }
+    }
+
+    /// Every syscall denied whatever its arguments, by name, with the rule that denies it:
+    /// the built-in list minus what `allow` lifts (origin `built-in`), then `deny` (its own
+    /// origin). A name both lifted and denied again by `deny` stays denied.
+    pub fn denied(&self) -> Vec<NamedRule> {
+        let lifted = |n: &str| {
+            self.allow
+                .iter()
+                .any(|a| Self::lifted_by(&a.name).contains(&n))
+        };
+        let mut out: Vec<NamedRule> = BUILTIN_DENIED_SYSCALLS
+            .iter()
+            .filter(|n| !lifted(n))
+            .map(|n| NamedRule {
+                name: (*n).to_string(),
+                origin: "built-in".to_string(),
+            })
+            .collect();
+        for d in &self.deny {
+            if !out.iter().any(|o| o.name == d.name) {
+                out.push(d.clone());
+            }
+        }
+        out
+    }
+}
+
 /// A name (syscall) with the origin of the rule that named it (`built-in` or `FILE:LINE`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NamedRule {
@@ -213,5 +335,101 @@ pub fn exec_glob(pattern: &str, text: &str) -> bool {
     match pattern.strip_suffix(" *") {
         Some(head) => m(&head.chars().collect::<Vec<_>>(), &t),
         None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::syscall_table::{AARCH64, X86_64};
+
+    fn rule(name: &str, origin: &str) -> NamedRule {
+        NamedRule {
+            name: name.into(),
+            origin: origin.into(),
+        }
+    }
+
+    #[test]
+    fn built_in_denials_are_real_syscalls() {
+        let known = |n: &str| X86_64.iter().chain(AARCH64).any(|(x, _)| *x == n);
+        for n in BUILTIN_DENIED_SYSCALLS {
+            // open_tree_attr (Linux 6.15) is newer than the libc tables.
+            assert!(known(n) || *n == "open_tree_attr", "{n}");
+        }
+        for (n, _) in BUILTIN_CONDITIONAL_SYSCALLS {
+            assert!(known(n), "{n}");
+            assert!(!BUILTIN_DENIED_SYSCALLS.contains(n), "{n}");
+        }
+        assert!(!BUILTIN_DENIED_SYSCALLS.contains(&"execve"));
+    }
+
+    #[test]
+    fn ptrace_lifts_the_process_vm_calls() {
+        assert_eq!(
+            SyscallsPlan::lifted_by("ptrace"),
+            ["ptrace", "process_vm_readv", "process_vm_writev"]
+        );
+        assert_eq!(SyscallsPlan::lifted_by("mount"), ["mount"]);
+        assert_eq!(
+            SyscallsPlan::lifted_by("process_vm_readv"),
+            ["process_vm_readv"]
+        );
+        assert!(SyscallsPlan::lifted_by("getpid").is_empty());
+        assert!(SyscallsPlan::lifted_by("socket").is_empty());
+    }
+
+    #[test]
+    fn denied_is_built_in_minus_lifted_plus_deny() {
+        let plan = SyscallsPlan {
+            allow: vec![rule("ptrace", "a:1"), rule("bpf", "a:2")],
+            deny: vec![
+                rule("chroot", "d:1"),
+                rule("bpf", "d:2"),
+                rule("mount", "d:3"),
+            ],
+            nested_userns: false,
+        };
+        let d = plan.denied();
+        let find = |n: &str| d.iter().find(|r| r.name == n).map(|r| r.origin.as_str());
+        assert_eq!(find("ptrace"), None);
+        assert_eq!(find("process_vm_writev"), None);
+        assert_eq!(find("mount"), Some("built-in"), "first origin kept");
+        assert_eq!(find("chroot"), Some("d:1"));
+        assert_eq!(find("bpf"), Some("d:2"), "denied again after the lift");
+        assert_eq!(find("kexec_load"), Some("built-in"));
+        assert_eq!(d.iter().filter(|r| r.name == "mount").count(), 1);
+        let default = SyscallsPlan::default().denied();
+        assert_eq!(default.len(), BUILTIN_DENIED_SYSCALLS.len());
+    }
+
+    #[test]
+    fn exec_rules_first_match_wins() {
+        let r = |p: &str, action| ExecRule {
+            pattern: p.into(),
+            action,
+            origin: "t".into(),
+        };
+        let plan = ExecPlan {
+            rules: vec![
+                r("git push --dry-run *", ExecAction::Allow),
+                r("git push *", ExecAction::Ask),
+                r("sudo *", ExecAction::Deny),
+            ],
+            ask_timeout_secs: 60,
+        };
+        let args = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        let decide = |p: &str, a: &str| plan.decide(p, &args(a)).map(|r| r.action);
+        assert_eq!(decide("git", "push origin main"), Some(ExecAction::Ask));
+        assert_eq!(decide("git", "push --dry-run x"), Some(ExecAction::Allow));
+        assert_eq!(
+            plan.decide("git", &["push".into()]).map(|r| r.action),
+            Some(ExecAction::Ask)
+        );
+        assert_eq!(decide("sudo", "-i"), Some(ExecAction::Deny));
+        assert_eq!(decide("git", "status"), None);
+        assert!(exec_glob("*", ""));
+        assert!(exec_glob("*make", "cmake"));
+        assert!(!exec_glob("su *", "sudo x"));
     }
 }

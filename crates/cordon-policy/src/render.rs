@@ -3,7 +3,7 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use crate::plan::{LandlockMode, PathRule, Plan};
+use crate::plan::{ExecAction, LandlockMode, NamedRule, PathRule, Plan};
 use crate::schema::{quote_key, toml_string};
 
 /// A TOML comment holding `text` on one line, whatever it contains.
@@ -34,6 +34,23 @@ fn rules(out: &mut String, key: &str, rules: &[PathRule]) {
             out,
             "    {}, # {}",
             path_string(&r.path),
+            comment(&r.origin)
+        );
+    }
+    let _ = writeln!(out, "]");
+}
+
+fn names(out: &mut String, key: &str, rules: &[NamedRule]) {
+    if rules.is_empty() {
+        let _ = writeln!(out, "{key} = []");
+        return;
+    }
+    let _ = writeln!(out, "{key} = [");
+    for r in rules {
+        let _ = writeln!(
+            out,
+            "    {}, # {}",
+            toml_string(&r.name),
             comment(&r.origin)
         );
     }
@@ -108,6 +125,32 @@ impl Plan {
             _ => writeln!(out, "# cpu: no limit"),
         }
         .ok();
+
+        let sys = &self.syscalls;
+        let _ = writeln!(out, "\n[syscalls]");
+        let _ = writeln!(out, "# built-in denials lifted");
+        names(&mut out, "allow", &sys.allow);
+        let _ = writeln!(out, "# denied in addition to the built-in filter");
+        names(&mut out, "deny", &sys.deny);
+        let _ = writeln!(out, "nested_userns = {}", sys.nested_userns);
+
+        let exec = &self.exec;
+        let _ = writeln!(out, "\n[exec]");
+        let _ = writeln!(out, "ask_timeout = {}", exec.ask_timeout_secs);
+        let _ = writeln!(
+            out,
+            "# Rules in order; the first match decides, none matching allows."
+        );
+        for r in &exec.rules {
+            let action = match r.action {
+                ExecAction::Allow => "allow",
+                ExecAction::Deny => "deny",
+                ExecAction::Ask => "ask",
+            };
+            let _ = writeln!(out, "\n[[exec.rule]] # {}", comment(&r.origin));
+            let _ = writeln!(out, "pattern = {}", toml_string(&r.pattern));
+            let _ = writeln!(out, "action = \"{action}\"");
+        }
         out
     }
 }
@@ -115,7 +158,9 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{EnvPlan, FilesystemPlan, LimitsPlan};
+    use crate::plan::{
+        EnvPlan, ExecPlan, ExecRule, FilesystemPlan, LimitsPlan, NamedRule, SyscallsPlan,
+    };
 
     fn plan() -> Plan {
         Plan {
@@ -144,6 +189,29 @@ mod tests {
                 cpu: Some(1.5),
                 nofile: None,
             },
+            syscalls: SyscallsPlan {
+                allow: vec![NamedRule {
+                    name: "ptrace".into(),
+                    origin: "/home/u/.config/cordon/cordon.toml:9".into(),
+                }],
+                deny: vec![],
+                nested_userns: true,
+            },
+            exec: ExecPlan {
+                rules: vec![
+                    ExecRule {
+                        pattern: "sudo *".into(),
+                        action: ExecAction::Deny,
+                        origin: "built-in".into(),
+                    },
+                    ExecRule {
+                        pattern: "git push \"x\" *".into(),
+                        action: ExecAction::Ask,
+                        origin: "/p/cordon.toml:4".into(),
+                    },
+                ],
+                ask_timeout_secs: 30,
+            },
         }
     }
 
@@ -161,6 +229,16 @@ mod tests {
         assert!(text.contains("cpu = 1.5"));
         assert!(text.contains("# nofile: no limit"));
         assert!(text.contains("read_only = []"));
+        assert!(
+            text.contains("allow = [\n    \"ptrace\", # /home/u/.config/cordon/cordon.toml:9\n]"),
+            "{text}"
+        );
+        assert!(text.contains("deny = []\nnested_userns = true\n"), "{text}");
+        assert!(
+            text.contains("[[exec.rule]] # built-in\npattern = \"sudo *\"\naction = \"deny\"\n"),
+            "{text}"
+        );
+        assert!(text.contains("ask_timeout = 30\n"), "{text}");
     }
 
     #[test]
@@ -179,6 +257,13 @@ mod tests {
         assert_eq!(v["limits"]["pids"].as_integer(), Some(100));
         assert_eq!(v["limits"]["cpu"].as_float(), Some(1.5));
         assert!(v["limits"].get("nofile").is_none());
+        assert_eq!(v["syscalls"]["allow"][0].as_str(), Some("ptrace"));
+        assert_eq!(v["syscalls"]["nested_userns"].as_bool(), Some(true));
+        assert_eq!(v["exec"]["ask_timeout"].as_integer(), Some(30));
+        let rules = v["exec"]["rule"].as_array().unwrap();
+        assert_eq!(rules.len(), 2);
+        assert_eq!(rules[1]["pattern"].as_str(), Some("git push \"x\" *"));
+        assert_eq!(rules[1]["action"].as_str(), Some("ask"));
     }
 
     #[test]

@@ -13,9 +13,10 @@ use toml::de::{DeTable, DeValue};
 use crate::error::{Diagnostic, backticked, did_you_mean};
 
 /// Top-level keys of a policy file.
-pub(crate) const ROOT_KEYS: &[&str] = &["filesystem", "env", "limits", "profile"];
+pub(crate) const ROOT_KEYS: &[&str] =
+    &["filesystem", "env", "limits", "syscalls", "exec", "profile"];
 /// Keys of a `[profile.NAME]` table.
-pub(crate) const PROFILE_KEYS: &[&str] = &["filesystem", "env", "limits"];
+pub(crate) const PROFILE_KEYS: &[&str] = &["filesystem", "env", "limits", "syscalls", "exec"];
 /// Keys of `[filesystem]`.
 pub(crate) const FILESYSTEM_KEYS: &[&str] =
     &["readable", "writable", "deny", "read_only", "landlock"];
@@ -23,6 +24,12 @@ pub(crate) const FILESYSTEM_KEYS: &[&str] =
 pub(crate) const ENV_KEYS: &[&str] = &["pass", "set"];
 /// Keys of `[limits]`.
 pub(crate) const LIMITS_KEYS: &[&str] = &["memory", "pids", "cpu", "nofile"];
+/// Keys of `[syscalls]`.
+pub(crate) const SYSCALLS_KEYS: &[&str] = &["allow", "deny", "nested_userns"];
+/// Keys of `[exec]`.
+pub(crate) const EXEC_KEYS: &[&str] = &["deny", "ask", "allow", "ask_timeout", "rule"];
+/// Keys of one `[[exec.rule]]`.
+pub(crate) const EXEC_RULE_KEYS: &[&str] = &["pattern", "action"];
 
 /// A whole policy file.
 #[derive(Debug, Default, Deserialize)]
@@ -34,6 +41,10 @@ pub(crate) struct PolicyFile {
     pub env: Option<EnvSection>,
     #[serde(default)]
     pub limits: Option<LimitsSection>,
+    #[serde(default)]
+    pub syscalls: Option<SyscallsSection>,
+    #[serde(default)]
+    pub exec: Option<ExecSection>,
     #[serde(default)]
     pub profile: BTreeMap<Spanned<String>, ProfileSection>,
 }
@@ -48,6 +59,46 @@ pub(crate) struct ProfileSection {
     pub env: Option<EnvSection>,
     #[serde(default)]
     pub limits: Option<LimitsSection>,
+    #[serde(default)]
+    pub syscalls: Option<SyscallsSection>,
+    #[serde(default)]
+    pub exec: Option<ExecSection>,
+}
+
+/// The sections of a file or of one of its profiles, as written.
+#[derive(Debug, Default)]
+pub(crate) struct Parts {
+    pub filesystem: Option<FilesystemSection>,
+    pub env: Option<EnvSection>,
+    pub limits: Option<LimitsSection>,
+    pub syscalls: Option<SyscallsSection>,
+    pub exec: Option<ExecSection>,
+}
+
+impl PolicyFile {
+    /// The base sections, and the profiles.
+    pub(crate) fn split(self) -> (Parts, BTreeMap<Spanned<String>, ProfileSection>) {
+        let parts = Parts {
+            filesystem: self.filesystem,
+            env: self.env,
+            limits: self.limits,
+            syscalls: self.syscalls,
+            exec: self.exec,
+        };
+        (parts, self.profile)
+    }
+}
+
+impl From<ProfileSection> for Parts {
+    fn from(p: ProfileSection) -> Self {
+        Parts {
+            filesystem: p.filesystem,
+            env: p.env,
+            limits: p.limits,
+            syscalls: p.syscalls,
+            exec: p.exec,
+        }
+    }
 }
 
 /// `[filesystem]`.
@@ -90,6 +141,42 @@ pub(crate) struct LimitsSection {
     pub nofile: Option<Spanned<i64>>,
 }
 
+/// `[syscalls]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SyscallsSection {
+    #[serde(default)]
+    pub allow: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub deny: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub nested_userns: Option<Spanned<bool>>,
+}
+
+/// `[exec]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ExecSection {
+    #[serde(default)]
+    pub deny: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub ask: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub allow: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub ask_timeout: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub rule: Vec<Spanned<ExecRuleEntry>>,
+}
+
+/// One `[[exec.rule]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ExecRuleEntry {
+    pub pattern: Spanned<String>,
+    pub action: Spanned<String>,
+}
+
 /// A memory size as written: an integer of bytes or a string such as `"4G"`.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Size {
@@ -128,6 +215,8 @@ enum Expect {
     Size,
     Integer,
     Number,
+    Boolean,
+    ExecRules,
 }
 
 impl Expect {
@@ -139,6 +228,8 @@ impl Expect {
             Expect::Size => "an integer of bytes or a string such as \"4G\"",
             Expect::Integer => "an integer",
             Expect::Number => "a number",
+            Expect::Boolean => "a boolean",
+            Expect::ExecRules => "an array of tables",
         }
     }
 }
@@ -185,7 +276,7 @@ impl Checker<'_> {
         for (k, v) in sorted(root) {
             let key: &str = k.get_ref();
             match key {
-                "filesystem" | "env" | "limits" => {
+                "filesystem" | "env" | "limits" | "syscalls" | "exec" => {
                     let t = self.table(key, v, "the top level")?;
                     self.section(key, t, &format!("[{key}]"))?;
                 }
@@ -209,7 +300,7 @@ impl Checker<'_> {
                 other => {
                     let mut help = format!(
                         "cordon has only the sections {}; a section exists only where something enforces it",
-                        "[filesystem], [env], [limits] and [profile.NAME]"
+                        "[filesystem], [env], [limits], [syscalls], [exec] and [profile.NAME]"
                     );
                     if let Some(s) = did_you_mean(other, ROOT_KEYS) {
                         help.push_str(&format!("; did you mean `{s}`?"));
@@ -261,6 +352,8 @@ impl Checker<'_> {
         let keys = match name {
             "filesystem" => FILESYSTEM_KEYS,
             "env" => ENV_KEYS,
+            "syscalls" => SYSCALLS_KEYS,
+            "exec" => EXEC_KEYS,
             _ => LIMITS_KEYS,
         };
         for (k, v) in sorted(t) {
@@ -272,6 +365,11 @@ impl Checker<'_> {
                 ("filesystem", "landlock") => Expect::String,
                 ("filesystem", _) | ("env", "pass") => Expect::StringArray,
                 ("env", _) => Expect::StringTable,
+                ("syscalls", "nested_userns") => Expect::Boolean,
+                ("syscalls", _) => Expect::StringArray,
+                ("exec", "ask_timeout") => Expect::Integer,
+                ("exec", "rule") => Expect::ExecRules,
+                ("exec", _) => Expect::StringArray,
                 (_, "memory") => Expect::Size,
                 (_, "cpu") => Expect::Number,
                 _ => Expect::Integer,
@@ -292,6 +390,43 @@ impl Checker<'_> {
             (Expect::String, DeValue::String(_)) => true,
             (Expect::Integer, DeValue::Integer(_)) => true,
             (Expect::Number, DeValue::Integer(_) | DeValue::Float(_)) => true,
+            (Expect::Boolean, DeValue::Boolean(_)) => true,
+            (Expect::ExecRules, DeValue::Array(items)) => {
+                let rule_header = format!("[{}.rule]]", header.trim_end_matches(']'));
+                for item in items.iter() {
+                    let DeValue::Table(t) = item.get_ref() else {
+                        return Err(self.diag(
+                            format!(
+                                "elements of `rule` in {header} must be tables, found {}",
+                                a_type(item.get_ref())
+                            ),
+                            item.span(),
+                            "write each rule as a [[exec.rule]] section with `pattern` and `action`"
+                                .to_string(),
+                        ));
+                    };
+                    let mut seen = Vec::new();
+                    for (k, v) in sorted(t) {
+                        let rk: &str = k.get_ref();
+                        if !EXEC_RULE_KEYS.contains(&rk) {
+                            return Err(self.unknown(rk, k.span(), &rule_header, EXEC_RULE_KEYS));
+                        }
+                        self.value(rk, v, &rule_header, Expect::String)?;
+                        seen.push(rk);
+                    }
+                    for needed in EXEC_RULE_KEYS {
+                        if !seen.contains(needed) {
+                            return Err(self.diag(
+                                format!("{rule_header} has no `{needed}`"),
+                                item.span(),
+                                "each rule needs both, e.g. pattern = \"git push *\" and action = \"ask\""
+                                    .to_string(),
+                            ));
+                        }
+                    }
+                }
+                true
+            }
             (Expect::Size, DeValue::Integer(_) | DeValue::String(_)) => true,
             (Expect::StringArray, DeValue::Array(items)) => {
                 for item in items.iter() {
@@ -339,6 +474,14 @@ impl Checker<'_> {
             }
             (Expect::String, _) if key == "landlock" => {
                 "expected \"required\" or \"best-effort\"".to_string()
+            }
+            (Expect::String, _) if key == "action" => {
+                "expected \"allow\", \"deny\" or \"ask\"".to_string()
+            }
+            (Expect::String, _) if key == "pattern" => "e.g. pattern = \"git push *\"".to_string(),
+            (Expect::Boolean, _) => format!("write true or false, without quotes: {key} = false"),
+            (Expect::ExecRules, _) => {
+                "write each rule as a [[exec.rule]] section with `pattern` and `action`".to_string()
             }
             (Expect::Size, _) => "e.g. memory = \"4G\" or memory = 4294967296".to_string(),
             (Expect::Integer, DeValue::String(s)) => format!("remove the quotes: {key} = {s}"),
@@ -393,7 +536,15 @@ mod tests {
         doc.push_str("[env]\npass = [\"A\"]\nset = { B = \"c\" }\n");
         doc.push_str("[limits]\nmemory = \"1G\"\npids = 10\ncpu = 1\nnofile = 64\n");
         doc.push_str(
-            "[profile.p.filesystem]\nwritable = [\"/y\"]\n[profile.p.env]\n[profile.p.limits]\n",
+            "[syscalls]\nallow = [\"ptrace\"]\ndeny = [\"chroot\"]\nnested_userns = true\n",
+        );
+        doc.push_str(
+            "[exec]\ndeny = [\"a\"]\nask = [\"b\"]\nallow = [\"c\"]\nask_timeout = 5\n\
+             [[exec.rule]]\npattern = \"d\"\naction = \"ask\"\n",
+        );
+        doc.push_str(
+            "[profile.p.filesystem]\nwritable = [\"/y\"]\n[profile.p.env]\n[profile.p.limits]\n\
+             [profile.p.syscalls]\n[profile.p.exec]\n",
         );
         doc
     }
@@ -418,10 +569,35 @@ mod tests {
             Size::Text("1G".into())
         );
         assert_eq!(parsed.profile.len(), 1);
+        let sys = parsed.syscalls.unwrap();
+        assert_eq!(sys.allow[0].get_ref(), "ptrace");
+        assert_eq!(sys.nested_userns.map(|b| *b.get_ref()), Some(true));
+        let exec = parsed.exec.unwrap();
+        assert_eq!(exec.rule[0].get_ref().action.get_ref(), "ask");
+        assert_eq!(exec.ask_timeout.map(|t| *t.get_ref()), Some(5));
+        assert!(doc.contains("[[exec.rule]]\npattern = \"d\"\naction = "));
+        for k in EXEC_KEYS
+            .iter()
+            .chain(SYSCALLS_KEYS)
+            .filter(|k| **k != "rule")
+        {
+            assert!(
+                doc.contains(&format!("\n{k} = ")),
+                "{k} not in the test document"
+            );
+        }
+        assert!(
+            toml::from_str::<PolicyFile>(
+                "[[exec.rule]]\npattern = \"x\"\naction = \"ask\"\nwhy = 1\n"
+            )
+            .is_err()
+        );
         for (section, keys) in [
             ("filesystem", FILESYSTEM_KEYS),
             ("env", ENV_KEYS),
             ("limits", LIMITS_KEYS),
+            ("syscalls", SYSCALLS_KEYS),
+            ("exec", EXEC_KEYS),
         ] {
             let bad = format!("[{section}]\nnot_a_key = 1\n");
             assert!(

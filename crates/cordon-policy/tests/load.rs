@@ -3,7 +3,9 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use cordon_policy::{LandlockMode, LoadOptions, Loaded, PathRule, PolicyError, TrustStore, load};
+use cordon_policy::{
+    ExecAction, LandlockMode, LoadOptions, Loaded, PathRule, PolicyError, TrustStore, load,
+};
 
 /// A temporary home, project and data directory.
 struct Env {
@@ -460,6 +462,218 @@ fn json_and_toml_output() {
     assert_eq!(l2.plan.limits, l.plan.limits);
 }
 
+fn exec_rules(l: &Loaded) -> Vec<(String, ExecAction, String)> {
+    l.plan
+        .exec
+        .rules
+        .iter()
+        .map(|r| (r.pattern.clone(), r.action, r.origin.clone()))
+        .collect()
+}
+
+#[test]
+fn built_in_exec_and_syscall_sections() {
+    let env = Env::new();
+    let l = env.load();
+    let rules = exec_rules(&l);
+    let deny = |p: &str| (p.to_string(), ExecAction::Deny, "built-in".to_string());
+    assert_eq!(
+        rules,
+        [
+            deny("sudo *"),
+            deny("su *"),
+            deny("doas *"),
+            deny("pkexec *")
+        ]
+    );
+    assert_eq!(l.plan.exec.ask_timeout_secs, 60);
+    assert!(l.plan.syscalls.allow.is_empty());
+    assert!(l.plan.syscalls.deny.is_empty());
+    assert!(!l.plan.syscalls.nested_userns);
+    let decide = |p: &str, a: &[&str]| {
+        let a: Vec<String> = a.iter().map(|s| s.to_string()).collect();
+        l.plan.exec.decide(p, &a).map(|r| r.action)
+    };
+    assert_eq!(decide("sudo", &["-i"]), Some(ExecAction::Deny));
+    assert_eq!(decide("su", &[]), Some(ExecAction::Deny));
+    assert_eq!(decide("sudoedit", &["x"]), None);
+}
+
+#[test]
+fn exec_rules_merge_earlier_layers_first() {
+    let env = Env::new();
+    env.user(
+        "[exec]\nask = [\"git push *\"]\nask_timeout = 120\n\
+         [profile.p.exec]\ndeny = [\"npm publish *\"]\n",
+    );
+    env.project(
+        "[exec]\nallow = [\"git push --dry-run *\"]\ndeny = [\"curl *\"]\nask_timeout = 30\n\
+         [[exec.rule]]\npattern = \"git push *\"\naction = \"allow\"\n\
+         [profile.p.exec]\nallow = [\"npm publish *\"]\n",
+    );
+    env.trust_project();
+    let mut o = env.opts();
+    o.profile = Some("p".into());
+    let l = load(&o).unwrap();
+    let uc = env.user_config.display().to_string();
+    let pf = env.project_file().display().to_string();
+    let got: Vec<(String, ExecAction, String)> = exec_rules(&l).into_iter().skip(4).collect();
+    let r = |p: &str, a, o: String| (p.to_string(), a, o);
+    assert_eq!(
+        got,
+        [
+            r("git push *", ExecAction::Ask, format!("{uc}:2")),
+            // The project: [[exec.rule]] first, then deny, ask, allow.
+            r("git push *", ExecAction::Allow, format!("{pf}:6")),
+            r("curl *", ExecAction::Deny, format!("{pf}:3")),
+            r("git push --dry-run *", ExecAction::Allow, format!("{pf}:2")),
+            // Profiles after every base section, in layer order.
+            r("npm publish *", ExecAction::Deny, format!("{uc}:5")),
+            r("npm publish *", ExecAction::Allow, format!("{pf}:9")),
+        ]
+    );
+    // First match wins: the project cannot override the user's ask or deny.
+    let decide = |p: &str, a: &[&str]| {
+        let a: Vec<String> = a.iter().map(|s| s.to_string()).collect();
+        l.plan
+            .exec
+            .decide(p, &a)
+            .map(|r| (r.action, r.origin.clone()))
+    };
+    assert_eq!(
+        decide("git", &["push", "--dry-run", "x"]),
+        Some((ExecAction::Ask, format!("{uc}:2")))
+    );
+    assert_eq!(
+        decide("npm", &["publish"]),
+        Some((ExecAction::Deny, format!("{uc}:5")))
+    );
+    // A scalar: the last layer wins (a shorter timeout is no loosening, nor a longer one).
+    assert_eq!(l.plan.exec.ask_timeout_secs, 30);
+}
+
+#[test]
+fn syscalls_merge_and_warn() {
+    let env = Env::new();
+    env.user("[syscalls]\nallow = [\"ptrace\"]\ndeny = [\"chroot\", \"open_tree_attr\"]\n");
+    env.project("[syscalls]\ndeny = [\"chroot\", \"ptrace\"]\n");
+    let l = env.load();
+    let uc = env.user_config.display().to_string();
+    let pf = env.project_file().display().to_string();
+    let s = &l.plan.syscalls;
+    assert_eq!(s.allow.len(), 1);
+    assert_eq!(s.allow[0].origin, format!("{uc}:2"));
+    let deny: Vec<(&str, &str)> = s
+        .deny
+        .iter()
+        .map(|r| (r.name.as_str(), r.origin.as_str()))
+        .collect();
+    let (c, o) = (format!("{uc}:3"), format!("{pf}:2"));
+    assert_eq!(
+        deny,
+        [
+            ("chroot", c.as_str()),
+            ("open_tree_attr", c.as_str()),
+            ("ptrace", o.as_str())
+        ]
+    );
+    // Deny wins over the user's lift: ptrace stays denied, by the project's rule.
+    let denied = s.denied();
+    assert_eq!(
+        denied
+            .iter()
+            .find(|r| r.name == "ptrace")
+            .map(|r| r.origin.as_str()),
+        Some(o.as_str())
+    );
+    assert!(!denied.iter().any(|r| r.name == "process_vm_readv"));
+    // open_tree_attr is newer than the syscall tables: a warning naming the line.
+    assert!(
+        l.warnings
+            .iter()
+            .any(|w| w.starts_with(&format!("{uc}:3: syscall `open_tree_attr`"))),
+        "{:?}",
+        l.warnings
+    );
+    assert!(
+        l.untrusted_loosening.is_empty(),
+        "{:?}",
+        l.untrusted_loosening
+    );
+}
+
+#[test]
+fn untrusted_syscall_and_exec_loosening() {
+    let env = Env::new();
+    env.user("[syscalls]\nallow = [\"bpf\"]\n[exec]\nallow = [\"make *\"]\n");
+    env.project(
+        "[syscalls]\nallow = [\"ptrace\", \"bpf\"]\ndeny = [\"chroot\"]\nnested_userns = true\n\
+         [exec]\nallow = [\"curl *\", \"make *\"]\ndeny = [\"wget *\"]\nask = [\"git push *\"]\nask_timeout = 3600\n\
+         [[exec.rule]]\npattern = \"rm -rf *\"\naction = \"allow\"\n",
+    );
+    let l = env.load();
+    let whats: Vec<&str> = l
+        .untrusted_loosening
+        .iter()
+        .map(|x| x.what.as_str())
+        .collect();
+    assert_eq!(
+        whats,
+        [
+            "allows syscall `ptrace` (line 2)",
+            "allows nested user namespaces (line 4)",
+            "adds exec allow rule `rm -rf *` (line 11)",
+            "adds exec allow rule `curl *` (line 6)",
+        ],
+        "bpf and make * are allowed by the user already; deny, ask and ask_timeout tighten"
+    );
+    assert!(l.plan.syscalls.nested_userns);
+    env.trust_project();
+    assert!(env.load().untrusted_loosening.is_empty());
+}
+
+#[test]
+fn syscalls_and_exec_render_and_load_back() {
+    let env = Env::new();
+    env.user(
+        "[syscalls]\nallow = [\"ptrace\"]\ndeny = [\"chroot\"]\nnested_userns = true\n\
+         [exec]\nask = [\"git push *\"]\nallow = [\"git \\\"x\\\" *\"]\nask_timeout = 90\n",
+    );
+    let l = env.load();
+    let text = l.plan.to_toml();
+    let uc = env.user_config.display().to_string();
+    assert!(text.contains(&format!("\"ptrace\", # {uc}:2")), "{text}");
+    assert!(
+        text.contains(&format!(
+            "[[exec.rule]] # {uc}:6\npattern = \"git push *\"\naction = \"ask\""
+        )),
+        "{text}"
+    );
+    let again = env.home.join("again.toml");
+    fs::write(&again, &text).unwrap();
+    let mut o = env.opts();
+    o.user_config = None;
+    o.policy_file = Some(again);
+    let l2 = load(&o).unwrap();
+    let strip = |l: &Loaded| {
+        exec_rules(l)
+            .into_iter()
+            .map(|(p, a, _)| (p, a))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(strip(&l2), strip(&l));
+    assert_eq!(l2.plan.exec.ask_timeout_secs, 90);
+    let names = |l: &Loaded| {
+        let s = &l.plan.syscalls;
+        (
+            s.allow.iter().map(|r| r.name.clone()).collect::<Vec<_>>(),
+            s.deny.iter().map(|r| r.name.clone()).collect::<Vec<_>>(),
+            s.nested_userns,
+        )
+    };
+    assert_eq!(names(&l2), names(&l));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Broken policies: each is located (file:line:col) and carries a help line.
 
@@ -740,6 +954,73 @@ fn broken_13_profile_table_shapes() {
 }
 
 #[test]
+fn broken_14_unknown_syscall_with_suggestion() {
+    let (s, line, col) = broken("[syscalls]\ndeny = [\"chroot\", \"mout\"]\n");
+    assert_eq!((line, col), (2, 19), "{s}");
+    assert!(
+        s.starts_with("error: unknown syscall \"mout\" in syscalls.deny\n"),
+        "{s}"
+    );
+    assert!(s.contains("did you mean `mount`?"), "{s}");
+    assert!(s.contains("without prefixes"), "{s}");
+
+    let (s, _, _) = broken("[syscalls]\nallow = [\"__NR_ptrace\"]\n");
+    assert!(s.contains("did you mean `ptrace`?"), "{s}");
+}
+
+#[test]
+fn broken_15_bad_exec_action() {
+    let (s, line, col) = broken(
+        "[exec]\nask_timeout = 5\n\n[[exec.rule]]\npattern = \"npm publish *\"\naction = \"prompt\"\n",
+    );
+    assert_eq!((line, col), (6, 10), "{s}");
+    assert!(s.contains("invalid exec rule action \"prompt\""), "{s}");
+    assert!(s.contains("expected \"allow\", \"deny\" or \"ask\""), "{s}");
+
+    let (s, _, _) = broken("[[exec.rule]]\npattern = \"x\"\naction = \"alow\"\n");
+    assert!(s.contains("did you mean \"allow\"?"), "{s}");
+}
+
+#[test]
+fn broken_16_allow_of_a_syscall_not_denied() {
+    let (s, line, col) = broken("[syscalls]\nallow = [\"ptrace\", \"chroot\"]\n");
+    assert_eq!((line, col), (2, 20), "{s}");
+    assert!(
+        s.contains("syscall `chroot` is not denied by default, so there is nothing to allow"),
+        "{s}"
+    );
+    assert!(s.contains("denied by default: `kexec_load`"), "{s}");
+    assert!(s.contains("`ptrace`"), "{s}");
+
+    let (s, _, _) = broken("[syscalls]\nallow = [\"clone\"]\n");
+    assert!(s.contains("nested_userns = true"), "{s}");
+}
+
+#[test]
+fn broken_17_bad_exec_patterns_and_timeout() {
+    let (s, line, col) = broken("[exec]\ndeny = [\"sudo *\", \"\"]\n");
+    assert_eq!((line, col), (2, 19), "{s}");
+    assert!(s.contains("empty exec pattern in exec.deny"), "{s}");
+
+    let (s, line, col) = broken("[[exec.rule]]\npattern = \" \"\naction = \"deny\"\n");
+    assert_eq!((line, col), (2, 11), "{s}");
+    assert!(s.contains("empty exec pattern in [[exec.rule]]"), "{s}");
+
+    let (s, line, col) = broken("[exec]\nask_timeout = 0\n");
+    assert_eq!((line, col), (2, 15), "{s}");
+    assert!(s.contains("`ask_timeout` is out of range: 0"), "{s}");
+
+    let (s, line, col) = broken("[profile.x.exec]\nask_timout = 5\n");
+    assert_eq!((line, col), (2, 1), "{s}");
+    assert!(s.contains("did you mean `ask_timeout`?"), "{s}");
+
+    // A pattern need not start with a program name.
+    let env = Env::new();
+    env.user("[exec]\nask = [\"* --force *\"]\n");
+    assert_eq!(env.load().plan.exec.rules[4].pattern, "* --force *");
+}
+
+#[test]
 fn broken_not_utf8() {
     let env = Env::new();
     fs::create_dir_all(env.user_config.parent().unwrap()).unwrap();
@@ -795,6 +1076,19 @@ fn no_panic_on_odd_inputs() {
         "a.b.c = 1",
         "\u{feff}[filesystem]\n",
         "[filesystem]\r\nreadable = [1]\r\n",
+        "[syscalls]\nallow = [\"\u{0}\"]",
+        "[syscalls]\ndeny = [\"ПТРАСЕ\"]",
+        "[syscalls]\nnested_userns = 1",
+        "[exec]\nask_timeout = 99999999999999999999",
+        "[exec]\nask_timeout = -1",
+        "[exec]\nrule = []",
+        "[exec]\nrule = [{}]",
+        "[exec.rule]\npattern = \"x\"",
+        "[[exec.rule]]\npattern = [\"x\"]\naction = \"ask\"",
+        "[[exec.rule]]\npattern = \"\u{0}\"\naction = \"ask\"",
+        "[[exec]]\n",
+        "[[syscalls]]\n",
+        "exec = []",
     ] {
         let env = Env::new();
         env.user(text);

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use cordon_policy::{LandlockMode, LimitsPlan};
 
 use crate::protocol::{self, FromInit, InitSpec};
-use crate::{fence, mounts, sys};
+use crate::{fence, mounts, seccomp, sys};
 
 /// The descriptor number the control channel arrives on.
 pub(crate) const CONTROL_FD: RawFd = 3;
@@ -95,7 +95,8 @@ pub fn main() -> ! {
     for sig in FORWARDED {
         let _ = sys::install_handler(sig, forward);
     }
-    let (report_r, report_w) = match sys::pipe() {
+    // The command reports its setup over this socket: text lines, and its seccomp listener.
+    let (report_r, report_w) = match sys::socketpair() {
         Ok(p) => p,
         Err(e) => fail("start", e.to_string()),
     };
@@ -110,29 +111,50 @@ pub fn main() -> ! {
     COMMAND_PID.store(pid, Ordering::Relaxed);
     drop(report_w);
     drop(slave);
-    let mut report = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        let n = sys::read_raw(report_r.as_raw_fd(), &mut buf);
-        if n <= 0 {
-            break;
-        }
-        report.extend_from_slice(&buf[..n as usize]);
-    }
-    let report = String::from_utf8_lossy(&report).into_owned();
+    let mut text = Vec::new();
+    let mut fds = Vec::new();
     let mut landlock = String::from("not applied");
     let mut limits = Vec::new();
-    for line in report.lines() {
-        if let Some(v) = line.strip_prefix("landlock ") {
-            landlock = v.to_string();
-        } else if let Some(v) = line.strip_prefix("limit ") {
-            limits.push(v.to_string());
-        } else if let Some(v) = line.strip_prefix("fail ") {
-            let (stage, msg) = v.split_once(' ').unwrap_or((v, ""));
+    let mut buf = [0u8; 4096];
+    'report: loop {
+        let (n, mut got) = match sys::recv_with_fds(report_r.as_raw_fd(), &mut buf) {
+            Ok(r) => r,
+            Err(e) => fail("start", format!("command report: {e}")),
+        };
+        fds.append(&mut got);
+        if n == 0 {
             let _ = sys::waitpid(pid, false);
-            fail(stage, msg.to_string());
+            fail("start", "the command's setup ended without a report".into());
+        }
+        text.extend_from_slice(&buf[..n]);
+        while let Some(end) = text.iter().position(|&c| c == b'\n') {
+            let line: Vec<u8> = text.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line[..end]).into_owned();
+            if let Some(v) = line.strip_prefix("landlock ") {
+                landlock = v.to_string();
+            } else if let Some(v) = line.strip_prefix("limit ") {
+                limits.push(v.to_string());
+            } else if line == "listener" {
+                // Forward the notification descriptor now: the command's exec is about to
+                // trap, and only the supervisor can answer it.
+                let Some(fd) = fds.pop() else {
+                    fail("syscalls", "listener descriptor missing".into())
+                };
+                if let Err(e) =
+                    protocol::send(CONTROL_FD, &FromInit::Listener, Some(fd.as_raw_fd()))
+                {
+                    fail("syscalls", e.to_string());
+                }
+            } else if line == "exec" {
+                break 'report;
+            } else if let Some(v) = line.strip_prefix("fail ") {
+                let (stage, msg) = v.split_once(' ').unwrap_or((v, ""));
+                let _ = sys::waitpid(pid, false);
+                fail(stage, msg.to_string());
+            }
         }
     }
+    drop(fds);
     let _ = protocol::send(
         CONTROL_FD,
         &FromInit::Started {
@@ -170,6 +192,9 @@ fn command_child(spec: &InitSpec, slave: Option<OwnedFd>, report: OwnedFd) -> ! 
     for sig in FORWARDED {
         sys::default_handler(sig);
     }
+    // Rust's runtime ignores SIGPIPE, and an ignored signal stays ignored across execve:
+    // without this, `yes | head` inside would see EPIPE instead of dying quietly.
+    sys::default_handler(libc::SIGPIPE);
     sys::unblock_all_signals();
     // A new session: the command can never reach the user's terminal with TIOCSTI.
     if let Err(e) = sys::setsid() {
@@ -224,7 +249,21 @@ fn command_child(spec: &InitSpec, slave: Option<OwnedFd>, report: OwnedFd) -> ! 
     if let Err(e) = sys::drop_all_capabilities() {
         child_fail(r, "capabilities", e);
     }
+    // The syscall filter goes on last, just before exec: nothing of setup needs what it denies.
+    let filters = match seccomp::build(&spec.syscalls, spec.supervise_exec) {
+        Ok(f) => f,
+        Err(e) => child_fail(r, "syscalls", e),
+    };
+    match seccomp::install(&filters) {
+        Ok(listener) => {
+            if let Err(e) = sys::send_with_fd(r, b"listener\n", listener.as_raw_fd()) {
+                child_fail(r, "syscalls", e);
+            }
+        }
+        Err(e) => child_fail(r, "syscalls", format!("install the seccomp filter: {e}")),
+    }
     sys::close_fds_from(3, &[r]);
+    sys::write_all_raw(r, b"exec\n");
     exec_command(spec, r)
 }
 

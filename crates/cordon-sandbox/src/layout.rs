@@ -294,16 +294,16 @@ fn carve(root: &Path, excluded: &[PathBuf], rules: &mut LandlockRules) {
     let Ok(entries) = std::fs::read_dir(root) else {
         return;
     };
-    let mut entries: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    entries.sort();
-    for p in entries {
+    // The entry type comes from getdents (d_type): no stat per entry for large dirs like /etc.
+    let mut entries: Vec<(PathBuf, std::fs::FileType)> = entries
+        .filter_map(|e| e.ok().and_then(|e| Some((e.path(), e.file_type().ok()?))))
+        .collect();
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    for (p, kind) in entries {
         if excluded.iter().any(|e| within(&p, e)) {
             continue;
         }
-        let Ok(meta) = std::fs::symlink_metadata(&p) else {
-            continue;
-        };
-        if meta.file_type().is_symlink() {
+        if kind.is_symlink() {
             // Landlock follows the link: grant it only if its target neither is nor holds a hole.
             match std::fs::canonicalize(&p) {
                 Ok(t) if !excluded.iter().any(|e| within(&t, e) || within(e, &t)) => {
@@ -313,7 +313,7 @@ fn carve(root: &Path, excluded: &[PathBuf], rules: &mut LandlockRules) {
             }
             continue;
         }
-        if meta.is_dir() && excluded.iter().any(|e| within(e, &p)) {
+        if kind.is_dir() && excluded.iter().any(|e| within(e, &p)) {
             carve(&p, excluded, rules);
         } else {
             rules.read.push(p);

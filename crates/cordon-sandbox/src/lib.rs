@@ -8,12 +8,14 @@
 //!   the command in a locked, capability-free, Landlock-fenced nested namespace.
 //!
 //! The crossings: the control channel (setup only), the pty master, forwarded signals.
-//! All `unsafe` of cordon lives in the private `sys` module.
+//! All `unsafe` of cordon lives in the private `sys` module, and the kernel-facing `unsafe` of
+//! the syscall filter (the `seccomp` syscall, the notification listener's ioctls) in the
+//! private `seccomp` module.
 //!
 //! ```no_run
 //! # fn demo(plan: &cordon_policy::Plan) -> Result<(), cordon_sandbox::SandboxError> {
 //! use cordon_sandbox::{Command, TtyMode};
-//! let cmd = Command { argv: vec!["true".into()], cwd: plan.project.clone(), tty: TtyMode::Never };
+//! let cmd = Command { argv: vec!["true".into()], cwd: plan.project.clone(), tty: TtyMode::Never, session: "demo".into() };
 //! let outcome = cordon_sandbox::run(plan, &cmd, &|event| eprintln!("{event:?}"))?;
 //! assert_eq!(outcome.code(), 0);
 //! # Ok(()) }
@@ -22,12 +24,14 @@
 //! [`INIT_ARG`]: the sandbox's init is the same executable, re-executed inside the namespaces.
 
 mod cgroup;
+mod exec_supervisor;
 mod fence;
 mod init;
 pub mod layout;
 mod mounts;
 pub mod probe;
 mod protocol;
+mod seccomp;
 mod supervisor;
 mod sys;
 

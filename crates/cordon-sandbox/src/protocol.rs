@@ -9,7 +9,7 @@ use std::io;
 use std::os::fd::{OwnedFd, RawFd};
 use std::path::PathBuf;
 
-use cordon_policy::{LandlockMode, LimitsPlan};
+use cordon_policy::{LandlockMode, LimitsPlan, SyscallsPlan};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 use crate::layout::Layout;
@@ -33,6 +33,9 @@ pub(crate) struct InitSpec {
     pub limits: LimitsPlan,
     pub landlock: LandlockMode,
     pub hostname: String,
+    pub syscalls: SyscallsPlan,
+    /// Trap execve/execveat for the supervisor (there are `[exec]` rules).
+    pub supervise_exec: bool,
 }
 
 /// What init tells the supervisor.
@@ -40,6 +43,8 @@ pub(crate) struct InitSpec {
 pub(crate) enum FromInit {
     /// The pty master is attached to this frame.
     Pty,
+    /// The command's seccomp notification descriptor is attached to this frame.
+    Listener,
     /// The command was started (or failed to exec with 126/127, which is its own result).
     Started {
         pid: i32,

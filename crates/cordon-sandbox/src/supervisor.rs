@@ -12,13 +12,16 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
+use cordon_approval::Broker;
 use cordon_events::{Action, Layer, NewEvent};
-use cordon_policy::Plan;
+use cordon_policy::{ExecAction, PathRule, Plan};
 
 use crate::cgroup::Cgroup;
+use crate::exec_supervisor::ExecSupervisor;
 use crate::init::{CONTROL_FD, FORWARDED};
 use crate::layout::{self, MountOp};
 use crate::protocol::{self, FromInit, InitSpec};
+use crate::seccomp::Listener;
 use crate::sys::{self, WaitStatus};
 use crate::{INIT_ARG, SandboxError};
 
@@ -43,6 +46,8 @@ pub struct Command {
     /// The directory to start in; the project directory is used if it is not in the view.
     pub cwd: PathBuf,
     pub tty: TtyMode,
+    /// The audit session id; names the approval broker's socket.
+    pub session: String,
 }
 
 /// How the sandboxed command ended.
@@ -93,7 +98,31 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
     if cmd.argv.is_empty() {
         return Err(SandboxError::Usage("no command given".into()));
     }
-    let layout = layout::prepare(&plan.filesystem);
+    // `ask` rules need a broker; its directory is masked so the agent cannot answer itself.
+    let mut fs = plan.filesystem.clone();
+    let broker = if plan.exec.rules.iter().any(|r| r.action == ExecAction::Ask) {
+        match cordon_approval::default_dir().map(|d| Broker::bind(&d, &cmd.session)) {
+            Some(Ok(b)) => {
+                if let Some(dir) = b.path().parent() {
+                    fs.deny
+                        .push(PathRule::new(dir, "built-in: approval broker"));
+                }
+                Some(b)
+            }
+            Some(Err(e)) => {
+                emit(NewEvent::new(
+                    Layer::Exec,
+                    Action::Degraded,
+                    format!("no approval broker ({e}): `ask` rules deny"),
+                ));
+                None
+            }
+            None => None,
+        }
+    } else {
+        None
+    };
+    let layout = layout::prepare(&fs);
     report_layout(&layout, emit);
 
     let mut env = plan.env.apply(std::env::vars_os());
@@ -143,6 +172,8 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
         limits: plan.limits.clone(),
         landlock: plan.filesystem.landlock,
         hostname: "cordon".into(),
+        syscalls: plan.syscalls.clone(),
+        supervise_exec: !plan.exec.rules.is_empty(),
     };
     let (sock, child_sock) = sys::socketpair().map_err(|e| io_err("control socketpair", e))?;
     let exe = sys::PreparedExec::new(
@@ -201,9 +232,11 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
     }
 
     let mut master: Option<OwnedFd> = None;
+    let mut listener: Option<OwnedFd> = None;
     loop {
         match protocol::recv::<FromInit>(sock.as_raw_fd()) {
             Ok(Some((FromInit::Pty, mut fds))) => master = fds.pop(),
+            Ok(Some((FromInit::Listener, mut fds))) => listener = fds.pop(),
             Ok(Some((
                 FromInit::Started {
                     pid,
@@ -272,7 +305,42 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
         }
     }
     drop(sock);
-    let status = relay(&child, master);
+    let supervisor = listener.map(|fd| {
+        let l = Listener::new(fd);
+        if let Err(e) = l.set_sync_wakeup() {
+            emit(NewEvent::new(
+                Layer::Syscall,
+                Action::Log,
+                format!("notification sync wake-up unavailable: {e}"),
+            ));
+        }
+        ExecSupervisor::new(l, &plan.exec, &plan.syscalls, broker, emit)
+    });
+    if supervisor.is_none() {
+        cgroup.remove();
+        let _ = sys::pidfd_send_signal(&child.pidfd, libc::SIGKILL);
+        let _ = sys::waitpid(child.pid, false);
+        return Err(SandboxError::Setup {
+            stage: "syscalls".into(),
+            message: "no seccomp listener came back".into(),
+        });
+    }
+    emit(
+        NewEvent::new(
+            Layer::Syscall,
+            Action::Apply,
+            "seccomp filter installed; denied syscalls return EPERM",
+        )
+        .detail(
+            "exec_rules",
+            plan.exec
+                .rules
+                .iter()
+                .map(|r| format!("{:?} {} ({})", r.action, r.pattern, r.origin))
+                .collect::<Vec<_>>(),
+        ),
+    );
+    let status = relay(&child, master, supervisor);
     cgroup.remove();
     let status = status.map_err(|e| io_err("supervise the sandbox", e))?;
     Ok(Outcome { status })
@@ -389,7 +457,11 @@ fn report_layout(layout: &layout::Layout, emit: &dyn Fn(NewEvent)) {
 }
 
 /// Relay the terminal and signals until init exits; returns its status.
-fn relay(child: &sys::Child, master: Option<OwnedFd>) -> io::Result<WaitStatus> {
+fn relay(
+    child: &sys::Child,
+    master: Option<OwnedFd>,
+    mut exec: Option<ExecSupervisor>,
+) -> io::Result<WaitStatus> {
     let (sig_r, sig_w) = sys::pipe()?;
     sys::set_nonblocking(sig_w.as_raw_fd(), true)?;
     sys::set_nonblocking(sig_r.as_raw_fd(), true)?;
@@ -421,6 +493,20 @@ fn relay(child: &sys::Child, master: Option<OwnedFd>) -> io::Result<WaitStatus> 
                 revents: 0,
             },
         ];
+        let (notify_fd, broker_fd) = match &exec {
+            Some(e) => (e.notify_fd(), e.broker_fd().unwrap_or(-1)),
+            None => (-1, -1),
+        };
+        fds.push(libc::pollfd {
+            fd: notify_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        fds.push(libc::pollfd {
+            fd: broker_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
         if let Some(m) = &master {
             fds.push(libc::pollfd {
                 fd: if stdin_open { 0 } else { -1 },
@@ -433,10 +519,23 @@ fn relay(child: &sys::Child, master: Option<OwnedFd>) -> io::Result<WaitStatus> 
                 revents: 0,
             });
         }
-        let timeout = kill_at.map_or(-1, |t| {
-            t.saturating_duration_since(Instant::now()).as_millis() as i32
+        let deadline = [kill_at, exec.as_ref().and_then(|e| e.next_deadline())]
+            .into_iter()
+            .flatten()
+            .min();
+        let timeout = deadline.map_or(-1, |t| {
+            t.saturating_duration_since(Instant::now()).as_millis() as i32 + 1
         });
         sys::poll(&mut fds, timeout)?;
+        if let Some(e) = exec.as_mut() {
+            if fds[2].revents & libc::POLLIN != 0 {
+                e.on_notification();
+            }
+            if fds[3].revents != 0 {
+                e.on_broker();
+            }
+            e.on_tick();
+        }
         if let Some(t) = kill_at
             && Instant::now() >= t
         {
@@ -463,7 +562,7 @@ fn relay(child: &sys::Child, master: Option<OwnedFd>) -> io::Result<WaitStatus> 
             }
         }
         if let Some(m) = &master {
-            if stdin_open && fds[2].revents != 0 {
+            if stdin_open && fds[4].revents != 0 {
                 let n = sys::read_raw(0, &mut buf);
                 if n <= 0 {
                     stdin_open = false;
@@ -471,7 +570,7 @@ fn relay(child: &sys::Child, master: Option<OwnedFd>) -> io::Result<WaitStatus> 
                     sys::write_all_raw(m.as_raw_fd(), &buf[..n as usize]);
                 }
             }
-            if master_open && fds[3].revents != 0 {
+            if master_open && fds[5].revents != 0 {
                 let n = sys::read_raw(m.as_raw_fd(), &mut buf);
                 if n <= 0 {
                     master_open = false;

@@ -36,6 +36,8 @@ pub enum Cmd {
     Trust(TrustArgs),
     /// Print, follow or verify a session's audit log.
     Log(LogArgs),
+    /// Answer questions held for a person (e.g. an `ask` exec rule), from another terminal.
+    Approve(ApproveArgs),
     /// Print a shell completion script.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -121,5 +123,26 @@ pub struct LogArgs {
     pub verify: bool,
     /// List the recorded sessions.
     #[arg(long, conflicts_with_all = ["follow", "verify", "session", "file"])]
+    pub list: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ApproveArgs {
+    /// The question to answer (see the list); without it, list and ask interactively.
+    pub id: Option<u64>,
+    /// Allow it.
+    #[arg(long, conflicts_with = "deny", requires = "id")]
+    pub allow: bool,
+    /// Deny it.
+    #[arg(long, requires = "id")]
+    pub deny: bool,
+    /// Apply the answer to every later question from the same rule in that session.
+    #[arg(long)]
+    pub remember: bool,
+    /// The session the question belongs to (needed when several sessions hold the same id).
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    /// Only list the waiting questions.
+    #[arg(long, conflicts_with_all = ["id", "allow", "deny"])]
     pub list: bool,
 }

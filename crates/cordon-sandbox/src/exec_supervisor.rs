@@ -1,0 +1,425 @@
+//! The exec supervisor (host side): answers the sandbox's seccomp user notifications.
+//!
+//! The crossing is the notification descriptor the command's filter created; init passes it
+//! out once. Two kinds of notification arrive: a denied syscall (answered EPERM and logged
+//! with its rule) and `execve`/`execveat` (the program and argv are read from the process's
+//! memory, matched against `[exec]` rules, and allowed, denied, or held for a person through
+//! the approval broker).
+//!
+//! TOCTOU, honestly: argv lives in the sandboxed process's memory, which another of its
+//! threads may change between our read and the kernel's. We re-read after deciding and deny
+//! on any difference, and we check the notification is still valid before answering; a
+//! determined racer can still win the window between our last read and the kernel's copy.
+//! Exec rules therefore steer a confused or prompt-injected agent; they are not a wall against
+//! code that races on purpose — the network and credential layers are that wall.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use cordon_approval::{Answer, Broker};
+use cordon_events::{Action, Layer, NewEvent};
+use cordon_policy::{ExecAction, ExecPlan, SyscallsPlan};
+
+use crate::seccomp::{self, Listener, Notification};
+
+/// Denials logged per syscall before further ones are only counted (a loop must not flood).
+const LOG_CAP: u32 = 50;
+const MAX_ARGS: usize = 4096;
+const MAX_STRING: usize = 64 * 1024;
+
+struct Held {
+    notif: u64,
+    line: String,
+    remember_key: String,
+}
+
+pub(crate) struct ExecSupervisor<'a> {
+    listener: Listener,
+    exec: &'a ExecPlan,
+    syscalls: &'a SyscallsPlan,
+    broker: Option<Broker>,
+    held: HashMap<u64, Held>,
+    remembered: HashMap<String, bool>,
+    denials: HashMap<i64, u32>,
+    emit: &'a dyn Fn(NewEvent),
+}
+
+/// What an exec looked like from outside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ExecCall {
+    path: String,
+    argv: Vec<String>,
+}
+
+impl ExecCall {
+    fn program(&self) -> &str {
+        Path::new(&self.path)
+            .file_name()
+            .and_then(|s| s.to_str())
+            .unwrap_or(&self.path)
+    }
+
+    fn line(&self) -> String {
+        let mut l = self.program().to_string();
+        for a in self.argv.iter().skip(1) {
+            l.push(' ');
+            l.push_str(a);
+        }
+        l
+    }
+}
+
+fn read_u64(mem: &std::fs::File, addr: u64) -> io::Result<u64> {
+    let mut b = [0u8; 8];
+    mem.read_exact_at(&mut b, addr)?;
+    Ok(u64::from_ne_bytes(b))
+}
+
+fn read_cstr(mem: &std::fs::File, addr: u64) -> io::Result<String> {
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 256];
+    let mut at = addr;
+    while out.len() < MAX_STRING {
+        // Reads may stop at an unmapped page; take what came.
+        let n = mem.read_at(&mut chunk, at)?;
+        if n == 0 {
+            break;
+        }
+        if let Some(end) = chunk[..n].iter().position(|&c| c == 0) {
+            out.extend_from_slice(&chunk[..end]);
+            return Ok(String::from_utf8_lossy(&out).into_owned());
+        }
+        out.extend_from_slice(&chunk[..n]);
+        at += n as u64;
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidData,
+        "unterminated or oversized string",
+    ))
+}
+
+/// Read the program path and argv of a trapped execve/execveat from the process's memory.
+fn read_exec(n: &Notification) -> io::Result<ExecCall> {
+    let mem = std::fs::File::open(format!("/proc/{}/mem", n.pid))?;
+    let execveat = seccomp_name(n.nr) == Some("execveat");
+    let (path_ptr, argv_ptr) = if execveat {
+        (n.args[1], n.args[2])
+    } else {
+        (n.args[0], n.args[1])
+    };
+    let mut path = read_cstr(&mem, path_ptr)?;
+    if execveat && path.is_empty() {
+        // fexecve: the program is the descriptor itself.
+        path = std::fs::read_link(format!("/proc/{}/fd/{}", n.pid, n.args[0] as i32))
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+    }
+    let mut argv = Vec::new();
+    if argv_ptr != 0 {
+        for i in 0..MAX_ARGS as u64 {
+            let p = read_u64(&mem, argv_ptr + i * 8)?;
+            if p == 0 {
+                break;
+            }
+            argv.push(read_cstr(&mem, p)?);
+        }
+    }
+    Ok(ExecCall { path, argv })
+}
+
+fn seccomp_name(nr: i64) -> Option<&'static str> {
+    cordon_policy::syscall_table::name(nr)
+}
+
+fn comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// One line on the user's terminal (raw mode needs the carriage return).
+fn tell_terminal(msg: &str) {
+    let _ = write!(io::stderr(), "\r\ncordon: {msg}\r\n");
+}
+
+impl<'a> ExecSupervisor<'a> {
+    pub(crate) fn new(
+        listener: Listener,
+        exec: &'a ExecPlan,
+        syscalls: &'a SyscallsPlan,
+        broker: Option<Broker>,
+        emit: &'a dyn Fn(NewEvent),
+    ) -> Self {
+        ExecSupervisor {
+            listener,
+            exec,
+            syscalls,
+            broker,
+            held: HashMap::new(),
+            remembered: HashMap::new(),
+            denials: HashMap::new(),
+            emit,
+        }
+    }
+
+    pub(crate) fn notify_fd(&self) -> std::os::fd::RawFd {
+        self.listener.as_raw_fd()
+    }
+
+    pub(crate) fn broker_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.broker.as_ref().map(|b| b.as_raw_fd())
+    }
+
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.broker.as_ref().and_then(|b| b.next_deadline())
+    }
+
+    /// Handle one pending notification.
+    pub(crate) fn on_notification(&mut self) {
+        let Ok(n) = self.listener.recv() else { return };
+        if seccomp::is_exec(n.nr) {
+            self.on_exec(n);
+        } else {
+            self.on_denied_syscall(n);
+        }
+    }
+
+    fn on_denied_syscall(&mut self, n: Notification) {
+        let _ = self.listener.deny(n.id, libc::EPERM);
+        let count = self.denials.entry(n.nr).or_insert(0);
+        *count += 1;
+        if *count > LOG_CAP {
+            return;
+        }
+        let name = seccomp_name(n.nr)
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("#{}", n.nr));
+        let mut ev = NewEvent::new(
+            Layer::Syscall,
+            Action::Deny,
+            format!("{name} denied with EPERM"),
+        )
+        .rule(seccomp::denial_rule(self.syscalls, n.nr, &n.args))
+        .detail("syscall", name)
+        .detail("pid", n.pid)
+        .detail("program", comm(n.pid));
+        if *count == LOG_CAP {
+            ev = ev.detail("note", "further denials of this syscall are not logged");
+        }
+        (self.emit)(ev);
+    }
+
+    fn on_exec(&mut self, n: Notification) {
+        let call = match read_exec(&n) {
+            Ok(c) => c,
+            Err(e) => {
+                // Unreadable exec arguments: fail closed only if a rule could have cared.
+                if self.exec.rules.is_empty() {
+                    let _ = self.listener.allow(n.id);
+                } else {
+                    let _ = self.listener.deny(n.id, libc::EPERM);
+                    (self.emit)(
+                        NewEvent::new(
+                            Layer::Exec,
+                            Action::Deny,
+                            format!("exec arguments unreadable: {e}"),
+                        )
+                        .rule("built-in: fail closed")
+                        .detail("pid", n.pid),
+                    );
+                }
+                return;
+            }
+        };
+        let args: Vec<String> = call.argv.iter().skip(1).cloned().collect();
+        let Some(rule) = self.exec.decide(call.program(), &args) else {
+            let _ = self.listener.allow(n.id);
+            return;
+        };
+        let line = call.line();
+        let rule_text = format!(
+            "{} ({} \"{}\")",
+            rule.origin,
+            action_word(rule.action),
+            rule.pattern
+        );
+        let remember_key = format!("{}\u{0}{}", rule.origin, rule.pattern);
+        let action = match (rule.action, self.remembered.get(&remember_key)) {
+            (ExecAction::Ask, Some(true)) => ExecAction::Allow,
+            (ExecAction::Ask, Some(false)) => ExecAction::Deny,
+            (a, _) => a,
+        };
+        match action {
+            ExecAction::Allow => {
+                if self.still_same(&n, &call) {
+                    let _ = self.listener.allow(n.id);
+                    (self.emit)(self.exec_event(Action::Allow, &line, &rule_text, &n));
+                } else {
+                    self.deny_changed(&n, &line, &rule_text);
+                }
+            }
+            ExecAction::Deny => {
+                let _ = self.listener.deny(n.id, libc::EPERM);
+                tell_terminal(&format!(
+                    "denied `{line}` by rule {rule_text}; retrying another way will not help"
+                ));
+                (self.emit)(self.exec_event(Action::Deny, &line, &rule_text, &n));
+            }
+            ExecAction::Ask => {
+                let timeout = Duration::from_secs(self.exec.ask_timeout_secs);
+                let Some(broker) = self.broker.as_mut() else {
+                    let _ = self.listener.deny(n.id, libc::EPERM);
+                    (self.emit)(
+                        self.exec_event(Action::Deny, &line, &rule_text, &n)
+                            .detail("approval", "no broker: denied"),
+                    );
+                    return;
+                };
+                let qid = broker.ask("exec", &line, &rule_text, timeout);
+                desktop_notification(&line);
+                (self.emit)(
+                    self.exec_event(Action::Ask, &line, &rule_text, &n)
+                        .detail("question", qid)
+                        .detail("timeout_secs", timeout.as_secs()),
+                );
+                self.held.insert(
+                    qid,
+                    Held {
+                        notif: n.id,
+                        line,
+                        remember_key,
+                    },
+                );
+            }
+        }
+    }
+
+    fn exec_event(&self, action: Action, line: &str, rule: &str, n: &Notification) -> NewEvent {
+        let verb = match action {
+            Action::Allow => "allowed",
+            Action::Deny => "denied",
+            _ => "held for approval",
+        };
+        NewEvent::new(Layer::Exec, action, format!("exec {verb}"))
+            .rule(rule.to_string())
+            .detail("command", line.to_string())
+            .detail("pid", n.pid)
+    }
+
+    /// Re-read argv and compare: a change means another thread rewrote it after our check.
+    fn still_same(&self, n: &Notification, call: &ExecCall) -> bool {
+        match read_exec(n) {
+            Ok(again) => again == *call && self.listener.id_valid(n.id),
+            Err(_) => false,
+        }
+    }
+
+    fn deny_changed(&self, n: &Notification, line: &str, rule: &str) {
+        let _ = self.listener.deny(n.id, libc::EPERM);
+        (self.emit)(
+            self.exec_event(Action::Deny, line, rule, n)
+                .detail("note", "arguments changed during the check (TOCTOU)"),
+        );
+    }
+
+    /// Answers from `cordon approve`.
+    pub(crate) fn on_broker(&mut self) {
+        let answers = match self.broker.as_mut() {
+            Some(b) => b.serve(),
+            None => return,
+        };
+        for (qid, a) in answers {
+            self.answer(qid, a);
+        }
+    }
+
+    /// Deny questions nobody answered in time.
+    pub(crate) fn on_tick(&mut self) {
+        let answers = match self.broker.as_mut() {
+            Some(b) => b.expire(),
+            None => return,
+        };
+        for (qid, a) in answers {
+            self.answer(qid, a);
+        }
+    }
+
+    fn answer(&mut self, qid: u64, a: Answer) {
+        let Some(h) = self.held.remove(&qid) else {
+            return;
+        };
+        if a.remember {
+            self.remembered.insert(h.remember_key.clone(), a.allow);
+        }
+        let valid = self.listener.id_valid(h.notif);
+        let how = if a.timed_out {
+            "timeout"
+        } else if a.remember {
+            "person, for the rest of the session"
+        } else {
+            "person, once"
+        };
+        if a.allow && valid {
+            let _ = self.listener.allow(h.notif);
+        } else {
+            let _ = self.listener.deny(h.notif, libc::EPERM);
+        }
+        if a.timed_out {
+            tell_terminal(&format!("`{}` was not approved in time: denied", h.line));
+        }
+        (self.emit)(
+            NewEvent::new(
+                Layer::Exec,
+                if a.allow && valid {
+                    Action::Allow
+                } else {
+                    Action::Deny
+                },
+                format!(
+                    "exec {} after approval request",
+                    if a.allow && valid {
+                        "allowed"
+                    } else {
+                        "denied"
+                    }
+                ),
+            )
+            .detail("command", h.line)
+            .detail("question", qid)
+            .detail("approval", how),
+        );
+    }
+}
+
+fn action_word(a: ExecAction) -> &'static str {
+    match a {
+        ExecAction::Allow => "allow",
+        ExecAction::Deny => "deny",
+        ExecAction::Ask => "ask",
+    }
+}
+
+/// A desktop notification where `notify-send` exists; never drawn over the agent's terminal.
+fn desktop_notification(line: &str) {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("notify-send").is_file()))
+        .unwrap_or(false);
+    if found
+        && std::env::var_os("DISPLAY")
+            .or_else(|| std::env::var_os("WAYLAND_DISPLAY"))
+            .is_some()
+    {
+        let _ = std::process::Command::new("notify-send")
+            .arg("cordon: approval needed")
+            .arg(format!("{line}\nRun `cordon approve` to answer."))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map(|mut c| std::thread::spawn(move || c.wait()));
+    }
+}

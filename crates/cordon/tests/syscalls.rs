@@ -1,0 +1,389 @@
+//! Layer 4, black-box: the seccomp filter and supervised exec rules, in real sandboxes,
+//! as root and as an unprivileged user.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Env, all_output, show};
+
+/// A python3 snippet that calls `syscall(nr, args…)` via ctypes and prints `errno=N`
+/// (0 on success).
+fn raw_syscall(nr: &str, args: &str) -> String {
+    format!(
+        "/usr/bin/python3 -c 'import ctypes, os; l = ctypes.CDLL(None, use_errno=True); \
+         r = l.syscall({nr}{args}); print(\"errno=%d\" % (0 if r >= 0 else ctypes.get_errno()))'"
+    )
+}
+
+fn errno_of(env: &Env, nr: &str, args: &str) -> String {
+    let o = env.run(&raw_syscall(nr, args));
+    let out = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    assert!(
+        out.starts_with("errno="),
+        "no result for syscall {nr}\n{}",
+        show(&o)
+    );
+    out
+}
+
+/// Each denied family, called directly: EPERM, never a kill, and an event naming the rule.
+macro_rules! denied {
+    ($name:ident, $nr:expr, $args:expr, $syscall:expr) => {
+        both!($name, |env: Env| {
+            assert_eq!(
+                errno_of(&env, $nr, $args),
+                "errno=1",
+                "{} should fail with EPERM",
+                $syscall
+            );
+            let log = std::fs::read_to_string(&env.audit).unwrap();
+            assert!(
+                log.lines().any(|l| l.contains("\"layer\":\"syscall\"")
+                    && l.contains("\"action\":\"deny\"")
+                    && l.contains(&format!("\"syscall\":\"{}\"", $syscall))),
+                "no deny event for {}:\n{log}",
+                $syscall
+            );
+        });
+    };
+}
+
+// x86_64 numbers (the tests run on x86_64; aarch64 would need its own table here).
+denied!(
+    denies_mount,
+    "165",
+    ", b\"none\", b\"/tmp\", b\"tmpfs\", 0, 0",
+    "mount"
+);
+denied!(denies_umount2, "166", ", b\"/tmp\", 0", "umount2");
+denied!(denies_kexec_load, "246", ", 0, 0, 0, 0", "kexec_load");
+denied!(denies_init_module, "175", ", 0, 0, b\"\"", "init_module");
+denied!(denies_bpf, "321", ", 0, 0, 0", "bpf");
+denied!(
+    denies_perf_event_open,
+    "298",
+    ", 0, 0, -1, -1, 0",
+    "perf_event_open"
+);
+denied!(denies_userfaultfd, "323", ", 0", "userfaultfd");
+denied!(denies_io_uring_setup, "425", ", 1, 0", "io_uring_setup");
+denied!(denies_keyctl, "250", ", 0, 0", "keyctl");
+denied!(
+    denies_add_key,
+    "248",
+    ", b\"user\", b\"x\", b\"y\", 1, -2",
+    "add_key"
+);
+denied!(denies_ptrace, "101", ", 0, 0, 0, 0", "ptrace");
+denied!(
+    denies_process_vm_readv,
+    "310",
+    ", 1, 0, 0, 0, 0, 0",
+    "process_vm_readv"
+);
+denied!(denies_setns, "308", ", 0, 0", "setns");
+denied!(denies_pivot_root, "155", ", b\"/\", b\"/\"", "pivot_root");
+denied!(denies_fsopen, "430", ", b\"tmpfs\", 0", "fsopen");
+denied!(denies_open_tree, "428", ", -100, b\"/\", 0", "open_tree");
+denied!(denies_acct, "163", ", 0", "acct");
+denied!(denies_swapon, "167", ", b\"/x\", 0", "swapon");
+denied!(denies_reboot, "169", ", 0, 0, 0, 0", "reboot");
+denied!(denies_settimeofday, "164", ", 0, 0", "settimeofday");
+denied!(denies_clock_settime, "227", ", 0, 0", "clock_settime");
+// unshare(CLONE_NEWUSER)
+denied!(denies_nested_userns, "272", ", 0x10000000", "unshare");
+// socket(AF_PACKET, SOCK_RAW, 0) and socket(AF_VSOCK, SOCK_STREAM, 0)
+denied!(denies_af_packet, "41", ", 17, 3, 0", "socket");
+denied!(denies_af_vsock, "41", ", 40, 1, 0", "socket");
+
+both!(allowed_socket_families_work, |env: Env| {
+    assert_eq!(errno_of(&env, "41", ", 1, 1, 0"), "errno=0", "AF_UNIX");
+    assert_eq!(errno_of(&env, "41", ", 2, 1, 0"), "errno=0", "AF_INET");
+    assert_eq!(errno_of(&env, "41", ", 10, 1, 0"), "errno=0", "AF_INET6");
+    assert_eq!(
+        errno_of(&env, "41", ", 16, 3, 0"),
+        "errno=0",
+        "AF_NETLINK route"
+    );
+    assert_eq!(
+        errno_of(&env, "41", ", 16, 3, 9"),
+        "errno=1",
+        "AF_NETLINK audit"
+    );
+});
+
+both!(foreign_abis_are_denied, |env: Env| {
+    // x32: the x32 bit on an x86_64 syscall number (getpid).
+    assert_eq!(errno_of(&env, "0x40000000 | 39", ""), "errno=1");
+    // A number no syscall has.
+    assert_eq!(errno_of(&env, "999", ""), "errno=1");
+    // i386 via int 0x80 needs a 32-bit binary; where gcc -m32 works, build one.
+    let dir = env.base.join("m32");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("getpid32.c");
+    std::fs::write(&src, "#include <unistd.h>\n#include <sys/syscall.h>\n#include <errno.h>\n#include <stdio.h>\nint main(void){long r=syscall(SYS_getpid);printf(\"r=%ld errno=%d\\n\",r,r<0?errno:0);return 0;}\n").unwrap();
+    let bin = dir.join("getpid32");
+    let built = std::process::Command::new("gcc")
+        .args(["-m32", "-static", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .output();
+    if built.map(|o| o.status.success()).unwrap_or(false) {
+        env.own(&dir);
+        let o = env.run(&bin.display().to_string());
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("errno=1"),
+            "{}",
+            show(&o)
+        );
+    } else {
+        eprintln!(
+            "note: gcc -m32 unavailable; the i386 path is covered by the filter's arch check unit test"
+        );
+    }
+});
+
+both!(positive_controls_still_work, |env: Env| {
+    // Threads (pthread_create tries clone3 first, gets ENOSYS, falls back to clone).
+    let out = env.ok(
+        "/usr/bin/python3 -c 'import threading; r=[]; t=[threading.Thread(target=lambda i=i: r.append(i)) for i in range(8)]; \
+         [x.start() for x in t]; [x.join() for x in t]; print(sorted(r))'",
+    );
+    assert_eq!(out.trim(), "[0, 1, 2, 3, 4, 5, 6, 7]");
+    env.ok("git init -q . && git status --short && yes | head -n 3 >/dev/null");
+    env.write(
+        "Cargo.toml",
+        "[package]\nname = \"tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+    );
+    env.write(
+        "src/main.rs",
+        "fn main() { std::thread::spawn(|| println!(\"thread ok\")).join().unwrap(); }\n",
+    );
+    let out = env
+        .ok("export CARGO_HOME=$PWD/.cargo-home; cargo build --offline -q && ./target/debug/tiny");
+    assert_eq!(out.trim(), "thread ok");
+    if std::path::Path::new("/usr/bin/node").exists() {
+        env.ok("/usr/bin/node -e 'console.log(1+1)'");
+    }
+    // Debuggers stay off: strace needs ptrace.
+    let o = env.run("strace -f true");
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+});
+
+both!(ptrace_can_be_allowed_by_policy, |env: Env| {
+    let policy = env.base.join("ptrace.toml");
+    std::fs::write(&policy, "[syscalls]\nallow = [\"ptrace\"]\n").unwrap();
+    env.own(&policy);
+    // PTRACE_TRACEME (0) on itself: allowed now.
+    let o = env.run_with(
+        &["--policy", policy.to_str().unwrap()],
+        &raw_syscall("101", ", 0, 0, 0, 0"),
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "errno=0",
+        "{}",
+        show(&o)
+    );
+});
+
+both!(policy_can_deny_more_syscalls, |env: Env| {
+    let policy = env.base.join("deny.toml");
+    std::fs::write(&policy, "[syscalls]\ndeny = [\"chroot\"]\n").unwrap();
+    env.own(&policy);
+    let o = env.run_with(
+        &["--policy", policy.to_str().unwrap()],
+        &raw_syscall("161", ", b\"/\""),
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "errno=1",
+        "{}",
+        show(&o)
+    );
+    let log = std::fs::read_to_string(&env.audit).unwrap();
+    assert!(
+        log.contains(&format!("{}:3", policy.display()))
+            || log.contains(&policy.display().to_string()),
+        "{log}"
+    );
+});
+
+// ---- supervised exec ----
+
+fn exec_policy(env: &Env, body: &str) -> String {
+    let policy = env.base.join("exec.toml");
+    std::fs::write(&policy, body).unwrap();
+    env.own(&policy);
+    policy.to_str().unwrap().to_string()
+}
+
+both!(
+    exec_deny_rule_blocks_git_push_but_not_git_status,
+    |env: Env| {
+        let p = exec_policy(&env, "[exec]\ndeny = [\"git push *\"]\n");
+        env.ok("git init -q . && git config user.email t@e.invalid && git config user.name t && git commit -q --allow-empty -m x");
+        let o = env.run_with(&["--policy", &p], "git status --short && echo status-ok");
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("status-ok"),
+            "{}",
+            show(&o)
+        );
+        let o = env.run_with(&["--policy", &p], "git push /nonexistent main; echo rc=$?");
+        let out = all_output(&o);
+        assert!(!out.contains("rc=0"), "git push ran:\n{out}");
+        assert!(
+            out.contains("denied `git push /nonexistent main`"),
+            "no message to the terminal:\n{out}"
+        );
+        let log = std::fs::read_to_string(&env.audit).unwrap();
+        let line = log
+            .lines()
+            .find(|l| l.contains("\"layer\":\"exec\"") && l.contains("\"action\":\"deny\""))
+            .expect("exec deny event");
+        assert!(
+            line.contains("git push *") && line.contains(&p),
+            "the event names the rule: {line}"
+        );
+        // Nested shells and env do not get around it.
+        let o = env.run_with(
+            &["--policy", &p],
+            "sh -c 'env git push /nonexistent main'; echo rc=$?",
+        );
+        assert!(!all_output(&o).contains("rc=0"), "{}", show(&o));
+    }
+);
+
+both!(builtin_rule_refuses_sudo_explicitly, |env: Env| {
+    let o = env.run("sudo true; echo rc=$?");
+    let out = all_output(&o);
+    assert!(!out.contains("rc=0"), "{out}");
+    if std::path::Path::new("/usr/bin/sudo").exists() {
+        assert!(out.contains("denied `sudo true`"), "{out}");
+    }
+});
+
+fn approve(env: &Env, args: &[&str]) -> std::process::Output {
+    let mut c = env.cordon();
+    c.env("XDG_RUNTIME_DIR", env.base.join("runtime"))
+        .arg("approve")
+        .args(args);
+    c.output().unwrap()
+}
+
+both!(exec_ask_waits_for_cordon_approve, |env: Env| {
+    let p = exec_policy(&env, "[exec]\nask = [\"touch approved*\"]\n");
+    let runtime = env.base.join("runtime");
+    std::fs::create_dir_all(&runtime).unwrap();
+    env.own(&runtime);
+    let mut c = env.cordon();
+    c.env("XDG_RUNTIME_DIR", &runtime)
+        .args(["run", "--no-tty", "--audit"])
+        .arg(&env.audit)
+        .args([
+            "--policy",
+            &p,
+            "--",
+            "sh",
+            "-c",
+            "touch approved-file && echo made",
+        ])
+        .stdout(std::process::Stdio::piped());
+    let child = c.spawn().unwrap();
+    // Wait for the question to show up, then allow it.
+    let end = Instant::now() + Duration::from_secs(20);
+    let id = loop {
+        let o = approve(&env, &["--list"]);
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        if let Some(line) = out.lines().find(|l| l.contains("touch approved-file")) {
+            let id = line
+                .split('#')
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .unwrap()
+                .to_string();
+            break id;
+        }
+        assert!(
+            Instant::now() < end,
+            "the question never appeared: {}",
+            show(&o)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        !env.project.join("approved-file").exists(),
+        "ran before approval"
+    );
+    let o = approve(&env, &[&id, "--allow"]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(env.project.join("approved-file").exists());
+    let log = std::fs::read_to_string(&env.audit).unwrap();
+    assert!(
+        log.contains("\"action\":\"ask\"") && log.contains("person, once"),
+        "{log}"
+    );
+});
+
+both!(exec_ask_times_out_to_deny, |env: Env| {
+    let p = exec_policy(&env, "[exec]\nask = [\"touch late*\"]\nask_timeout = 1\n");
+    let runtime = env.base.join("runtime");
+    std::fs::create_dir_all(&runtime).unwrap();
+    env.own(&runtime);
+    let mut c = env.cordon();
+    let start = Instant::now();
+    let o = c
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .args(["run", "--no-tty", "--audit"])
+        .arg(&env.audit)
+        .args([
+            "--policy",
+            &p,
+            "--",
+            "sh",
+            "-c",
+            "touch late-file; echo rc=$?",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(15),
+        "the timeout did not fire"
+    );
+    assert!(
+        all_output(&o).contains("rc=126") || !all_output(&o).contains("rc=0"),
+        "{}",
+        show(&o)
+    );
+    assert!(!env.project.join("late-file").exists());
+    let log = std::fs::read_to_string(&env.audit).unwrap();
+    assert!(log.contains("\"approval\":\"timeout\""), "{log}");
+});
+
+both!(the_agent_cannot_reach_the_broker, |env: Env| {
+    let p = exec_policy(&env, "[exec]\nask = [\"touch never*\"]\nask_timeout = 3\n");
+    let runtime = env.base.join("runtime");
+    std::fs::create_dir_all(&runtime).unwrap();
+    env.own(&runtime);
+    // The sandbox tries to answer its own question through the socket directory.
+    let script = format!(
+        "(sleep 1; ls {0}/cordon; for s in {0}/cordon/*.sock; do echo '{{\"op\":\"answer\",\"id\":1,\"allow\":true,\"remember\":false}}' | python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(sys.stdin.buffer.read()); print(s.recv(100))' $s; done) & touch never-file; echo rc=$?; wait",
+        runtime.display()
+    );
+    let mut c = env.cordon();
+    let o = c
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .args(["run", "--no-tty", "--audit"])
+        .arg(&env.audit)
+        .args(["--policy", &p, "--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        !env.project.join("never-file").exists(),
+        "the agent approved itself\n{}",
+        show(&o)
+    );
+});
