@@ -2,6 +2,7 @@
 # Installs what cordon's tests need on a fresh Debian machine (run as root; idempotent).
 #  - git, python3, util-linux (script, unshare, setpriv), procps (pgrep): used inside sandboxes
 #  - cargo/rustc from Debian: a toolchain the unprivileged test user can run (rustup's is under /root)
+#  - strace: to show debuggers stay denied
 #  - bubblewrap, hyperfine: the benchmark's peer and timer
 #  - an unprivileged account, cordon-test, for the second run of every sandbox test
 set -euo pipefail
@@ -10,7 +11,7 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 need=()
-for pkg in git python3 util-linux procps cargo bubblewrap hyperfine; do
+for pkg in git python3 util-linux procps cargo strace bubblewrap hyperfine; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

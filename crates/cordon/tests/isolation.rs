@@ -489,3 +489,45 @@ both!(limits_are_enforced, |env: Env| {
     assert!(log.contains("pids=64 via"), "{log}");
     assert!(log.contains("memory=268435456 via"), "{log}");
 });
+
+both!(escapes_fail_with_the_syscall_denials_lifted, |env: Env| {
+    // Lift the filter's mount and user-namespace denials: the escapes must still fail, because
+    // the mounts are locked by the nested user namespace and Landlock refuses mount(2) to a
+    // landlocked process. No single layer carries this.
+    let policy = env.base.join("lift.toml");
+    std::fs::write(
+        &policy,
+        "[syscalls]\nallow = [\"mount\", \"umount2\"]\nnested_userns = true\n",
+    )
+    .unwrap();
+    env.own(&policy);
+    let p = policy.to_str().unwrap();
+    for script in [
+        "umount ~/.ssh && cat ~/.ssh/id_ed25519",
+        "umount -l ~/.netrc; cat ~/.netrc",
+        "mount -o remount,rw / && touch /usr/cordon-x",
+        "unshare -rm sh -c 'umount ~/.ssh && cat ~/.ssh/id_ed25519'",
+        "unshare -Um sh -c 'umount -l ~/.netrc; cat ~/.netrc'",
+    ] {
+        let o = env.run_with(&["--policy", p], script);
+        assert_ne!(
+            o.status.code(),
+            Some(0),
+            "escape worked: {script}\n{}",
+            show(&o)
+        );
+        assert!(
+            !all_output(&o).contains("SECRET-"),
+            "{script}\n{}",
+            show(&o)
+        );
+    }
+    // The lift itself applied: the filter did not deny (and log) the umount attempts.
+    let o = env.run_with(&["--policy", p], "umount ~/.ssh; true");
+    assert_eq!(o.status.code(), Some(0));
+    let log = std::fs::read_to_string(&env.audit).unwrap();
+    assert!(
+        !log.contains("\"syscall\":\"umount2\""),
+        "umount2 still filtered: {log}"
+    );
+});
