@@ -387,6 +387,7 @@ impl Merged {
                     .collect(),
                 ask_timeout_secs: self.ask_timeout.0,
             },
+            state: crate::plan::StatePlan::default(),
         }
     }
 }

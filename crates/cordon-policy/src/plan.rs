@@ -27,6 +27,9 @@ pub struct Plan {
     /// Supervised exec rules (layer 4).
     #[serde(default)]
     pub exec: ExecPlan,
+    /// Agent-state protection.
+    #[serde(default)]
+    pub state: StatePlan,
 }
 
 /// How Landlock is treated when the kernel lacks it.
@@ -432,4 +435,39 @@ mod tests {
         assert!(exec_glob("*make", "cmake"));
         assert!(!exec_glob("su *", "sudo x"));
     }
+}
+
+/// What happens to changes in protected state when a session ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OnExit {
+    /// Show the summary and ask (on a terminal; without one this acts as `Pending`).
+    #[default]
+    Ask,
+    /// Apply the changes to the host copies.
+    Keep,
+    /// Throw the changes away.
+    Discard,
+    /// Keep them aside for `cordon state accept/discard`.
+    Pending,
+}
+
+/// How the project's host-executed files (`.git/hooks`, `.envrc`, …) are protected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ProjectFiles {
+    /// Read-only inside the sandbox (the filesystem plan's `read_only`).
+    #[default]
+    Readonly,
+    /// Writable copy-on-write, reviewed at exit like other protected state.
+    Staged,
+}
+
+/// Agent-state protection: paths the agent may change only through review.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatePlan {
+    /// Directories or files mounted copy-on-write; the host copy is untouched until accepted.
+    pub protect: Vec<PathRule>,
+    pub on_exit: OnExit,
+    pub project_files: ProjectFiles,
 }

@@ -212,6 +212,7 @@ mod tests {
                 ],
                 ask_timeout_secs: 30,
             },
+            state: crate::plan::StatePlan::default(),
         }
     }
 
