@@ -13,7 +13,8 @@
 #      target dir each run (removed outside the timed command).
 #
 # Usage: bash bench/syscalls.sh   (env: ROUNDS=9 for a, EXEC_ROUNDS=10 for b, BUILD_RUNS=5 for c,
-#        N=2000000 getpid calls per round (stat N/4, open+close N/8), EXECS=1000,
+#        N=2000000 getpid calls per round (stat N/4, open+close N/8), EXECS=1000, STRUCTS=12
+#        generated structs per module of the crate in c,
 #        CORDON_BIN=path to measure a prebuilt binary instead of building target/release/cordon,
 #        SKIP_BUILD=1 to leave out c)
 # Runs as the calling user (as root here; the unprivileged variant is not scripted).
@@ -24,6 +25,7 @@ EXEC_ROUNDS=${EXEC_ROUNDS:-10}
 BUILD_RUNS=${BUILD_RUNS:-5}
 N=${N:-2000000}
 EXECS=${EXECS:-1000}
+STRUCTS=${STRUCTS:-12}   # generated structs per module of the crate (c); 6 modules
 REPO=$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)
 PY=$(command -v /usr/bin/python3 || command -v python3)
 
@@ -111,7 +113,8 @@ cp "$WORK/bin/bench" "$P/sysloop"
 
 # The toolchain: cargo on PATH (a rustup proxy under /root/.cargo/bin as root), so PATH and
 # RUSTUP_HOME must reach the sandbox; cordon's env allow-list passes PATH, HOME, CARGO_HOME and
-# RUSTUP_HOME. CARGO_HOME and the target dir live in the project (writable in every tool).
+# RUSTUP_HOME. CARGO_HOME and the target dir live in the project (writable in every tool); the
+# target dir is cargo's default, $P/crate/target: cordon does not pass CARGO_TARGET_DIR.
 CARGO=$(command -v cargo)
 TOOLDIR=$(dirname "$CARGO")
 RUSTUP_HOME=${RUSTUP_HOME:-$HOME/.rustup}
@@ -122,7 +125,7 @@ RUSTUP_HOME=${RUSTUP_HOME:-$HOME/.rustup}
 ENV=(env -i PATH="$TOOLDIR:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     LANG=C.UTF-8 HOME="$WORK/home" XDG_STATE_HOME="$WORK/state" XDG_CONFIG_HOME="$WORK/config"
     XDG_DATA_HOME="$WORK/data" RUSTUP_HOME="$RUSTUP_HOME" CARGO_HOME="$P/.cargo-home"
-    CARGO_TARGET_DIR="$P/target" CARGO_TERM_COLOR=never)
+    CARGO_TERM_COLOR=never)
 
 # One probe run of cordon: its audit log says exactly which paths it masks (as in
 # bench/sandbox-start.sh); bwrap masks the same, a directory as a read-only tmpfs, a file as
@@ -215,12 +218,12 @@ gen_crate() {
             echo '    impl $n { pub fn score(&self) -> u64 { self.a + self.b.len() as u64 + self.c.iter().map(|x| *x as u64).sum::<u64>() } }'
             echo ')* } }'
             printf 'rec!('
-            for i in $(seq 1 40); do printf 'R%s_%s, ' "$m" "$i"; done
+            for i in $(seq 1 "$STRUCTS"); do printf 'R%s_%s, ' "$m" "$i"; done
             echo 'Last);'
             echo 'pub fn fold<T: Clone + std::fmt::Debug, F: Fn(u64, &T) -> u64>(v: &[T], f: F) -> u64 { v.iter().fold(0, |a, x| f(a, x)) }'
             echo 'pub fn run(n: u64) -> u64 {'
             echo '    let mut total = 0u64;'
-            for i in $(seq 1 40); do
+            for i in $(seq 1 "$STRUCTS"); do
                 echo "    { let v: Vec<R${m}_$i> = (0..n).map(|a| R${m}_$i { a, b: format!(\"{a}\"), c: vec![a as u32; 3], d: None }).collect();"
                 echo "      let mut h: HashMap<R${m}_$i, u64> = HashMap::new(); let mut b: BTreeMap<R${m}_$i, u64> = BTreeMap::new();"
                 echo "      for x in &v { h.insert(x.clone(), x.score()); b.insert(x.clone(), x.score()); }"
@@ -239,7 +242,7 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
     for r in $(seq 0 "$BUILD_RUNS"); do  # round 0 is a warm-up, dropped
         for t in "${TOOLS[@]}"; do
             prefix "$t"
-            rm -rf "$P/target"
+            rm -rf "$P/crate/target"
             out=$(cd "$P/crate" && "${ENV[@]}" "$WORK/bin/bench" wall "${PFX[@]}" cargo build --offline -q 2>"$WORK/c.err") \
                 || { cat "$WORK/c.err" >&2; exit 1; }
             case $out in 0$'\t'*) ;; *) echo "cargo build failed in $t:" >&2; cat "$WORK/c.err" >&2; exit 1 ;; esac
@@ -247,7 +250,7 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
             printf '%s\t%s\n' "$t" "$out" >> "$RAW_C"
         done
     done
-    "$P/target/debug/benchcrate" >/dev/null   # the build produced a working program
+    "$P/crate/target/debug/benchcrate" >/dev/null   # the build produced a working program
 fi
 
 # --- report ----------------------------------------------------------------------------------
@@ -328,7 +331,7 @@ echo '```'
     printf 'cordon prefix: '; printf '%q ' "${CORDON[@]}"; echo
     echo "a: \$PREFIX $P/sysloop sysloop $N /etc/passwd"
     printf 'b: bench wall $PREFIX /bin/sh -c %q\n' "$LOOP"
-    echo "c: rm -rf $P/target; bench wall \$PREFIX cargo build --offline -q"
+    echo "c: rm -rf $P/crate/target; bench wall \$PREFIX cargo build --offline -q"
 } | sed "s|$WORK|\$WORK|g"
 echo '```'
 echo

@@ -6,6 +6,9 @@
 //! (mode 0700, socket 0600) which the sandbox never sees (cordon masks it), so the agent cannot
 //! answer its own questions. The broker is non-blocking and has no thread of its own: the
 //! supervisor polls [`Broker::as_raw_fd`] with its other descriptors and calls [`Broker::serve`].
+//! Because a sandbox runs with the user's uid, file modes are not the wall: the directory is
+//! masked in every sandbox, and the broker drops any peer outside its own user namespace
+//! (`SO_PEERCRED`; the `peer` module holds this crate's only `unsafe`).
 //!
 //! Wire protocol: one JSON request line per connection, one JSON reply line.
 //! `{"op":"list"}` → `{"ok":true,"pending":[Question…]}`;
@@ -31,6 +34,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+
+mod peer;
 
 /// Why the broker could not be set up or reached.
 #[derive(Debug, thiserror::Error)]
@@ -128,19 +133,36 @@ pub fn default_dir() -> Option<PathBuf> {
         .or_else(|| abs("HOME").map(|d| d.join(".local/state/cordon/run")))
 }
 
+/// Create the brokers' directory (0700) or check an existing one: a real directory (not a
+/// symlink), owned by us, closed to others.
+pub fn ensure_dir(dir: &Path) -> Result<(), ApprovalError> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(io("create", dir))?;
+    let meta = std::fs::symlink_metadata(dir).map_err(io("inspect", dir))?;
+    let own = std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .map_err(io("inspect", Path::new("/proc/self")))?;
+    if !meta.is_dir() || meta.uid() != own {
+        return Err(ApprovalError::Protocol(format!(
+            "{} is not a directory owned by uid {own}; remove it and retry",
+            dir.display()
+        )));
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(io("restrict", dir))?;
+    }
+    Ok(())
+}
+
 impl Broker {
-    /// Listen for `cordon approve` in `dir` (created 0700; an existing one must be ours and 0700).
+    /// Listen for `cordon approve` in `dir` (see [`ensure_dir`]).
     pub fn bind(dir: &Path, session: &str) -> Result<Broker, ApprovalError> {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(io("create", dir))?;
-        let meta = std::fs::metadata(dir).map_err(io("inspect", dir))?;
-        if meta.permissions().mode() & 0o077 != 0 {
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-                .map_err(io("restrict", dir))?;
-        }
+        ensure_dir(dir)?;
         let path = socket_path(dir, session);
         let _ = std::fs::remove_file(&path);
         let listener = UnixListener::bind(&path).map_err(io("listen on", &path))?;
@@ -240,6 +262,11 @@ impl Broker {
     }
 
     fn handle(&mut self, stream: UnixStream) -> std::io::Result<()> {
+        // Only processes of our own user namespace may talk to us: a sandbox has the user's uid
+        // but lives in a namespace of its own, and must never answer a question itself.
+        if !peer::same_user_namespace(&stream) {
+            return Ok(());
+        }
         // A client that never writes must not stall the supervisor.
         stream.set_nonblocking(false)?;
         stream.set_read_timeout(Some(Duration::from_secs(1)))?;

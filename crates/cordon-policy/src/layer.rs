@@ -13,11 +13,13 @@ use crate::error::backticked;
 use crate::error::{Diagnostic, PolicyError, did_you_mean};
 use crate::expand::{ExpandError, Vars, expand, uses_home};
 use crate::plan::{
-    BUILTIN_CONDITIONAL_SYSCALLS, BUILTIN_DENIED_SYSCALLS, ExecAction, LandlockMode, SyscallsPlan,
+    BUILTIN_CONDITIONAL_SYSCALLS, BUILTIN_DENIED_SYSCALLS, ExecAction, LandlockMode, OnExit,
+    ProjectFiles, SyscallsPlan,
 };
 use crate::schema::{
-    Checker, EnvSection, ExecSection, FilesystemSection, LimitsSection, Parts, PolicyFile, Size,
-    SyscallsSection, toml_string,
+    Checker, EnvSection, ExecSection, FilesystemSection, LimitsSection, ON_EXIT_VALUES,
+    PROJECT_FILES_VALUES, Parts, PolicyFile, Size, StateSection, SyscallsSection, quoted_choices,
+    toml_string,
 };
 use crate::syscall_table;
 
@@ -43,7 +45,7 @@ pub(crate) struct Rule {
     pub origin: Origin,
 }
 
-/// The three sections of a file (or of one of its profiles), expanded and validated.
+/// The sections of a file (or of one of its profiles), expanded and validated.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Sections {
     pub readable: Vec<Rule>,
@@ -65,6 +67,10 @@ pub(crate) struct Sections {
     /// Exec rules in this file's order: `[[exec.rule]]`, then `deny`, `ask`, `allow`.
     pub exec_rules: Vec<(String, ExecAction, Origin)>,
     pub ask_timeout: Option<(u64, Origin)>,
+    /// `[state] protect`.
+    pub protect: Vec<Rule>,
+    pub on_exit: Option<(OnExit, Origin)>,
+    pub project_files: Option<(ProjectFiles, Origin)>,
     /// Problems worth a warning that do not stop the run.
     pub warnings: Vec<String>,
 }
@@ -217,7 +223,59 @@ impl Converter<'_> {
         if let Some(exec) = parts.exec {
             self.exec(phase, exec, &mut out)?;
         }
+        if let Some(state) = parts.state {
+            self.state(phase, state, &mut out)?;
+        }
         Ok(out)
+    }
+
+    fn state(&self, phase: u8, state: StateSection, out: &mut Sections) -> Result<(), PolicyError> {
+        out.protect = self.paths(phase, &state.protect, "protect", false)?;
+        if let Some(v) = state.on_exit {
+            let value = match self.choice(&v, "on_exit", ON_EXIT_VALUES)? {
+                "ask" => OnExit::Ask,
+                "keep" => OnExit::Keep,
+                "discard" => OnExit::Discard,
+                _ => OnExit::Pending,
+            };
+            out.on_exit = Some((value, self.origin(phase, v.span())));
+        }
+        if let Some(v) = state.project_files {
+            let value = match self.choice(&v, "project_files", PROJECT_FILES_VALUES)? {
+                "readonly" => ProjectFiles::Readonly,
+                _ => ProjectFiles::Staged,
+            };
+            out.project_files = Some((value, self.origin(phase, v.span())));
+        }
+        Ok(())
+    }
+
+    /// `v` if it is one of `values`; otherwise a located error listing them.
+    fn choice<'v>(
+        &self,
+        v: &'v Spanned<String>,
+        key: &str,
+        values: &[&str],
+    ) -> Result<&'v str, PolicyError> {
+        let got = v.get_ref().as_str();
+        if values.contains(&got) {
+            return Ok(got);
+        }
+        let mut help = format!("expected {}", quoted_choices(values));
+        let folded = got.trim().to_ascii_lowercase().replace(['-', '_'], "");
+        let suggestion = values
+            .iter()
+            .find(|x| **x == folded)
+            .copied()
+            .or_else(|| did_you_mean(&folded, values));
+        if let Some(s) = suggestion {
+            help.push_str(&format!("; did you mean \"{s}\"?"));
+        }
+        Err(self.diag(
+            format!("invalid value {} for `{key}`", toml_string(got)),
+            v.span(),
+            help,
+        ))
     }
 
     fn fs_env_limits(
@@ -852,6 +910,76 @@ mod tests {
                 "`action` in [[profile.p.exec.rule]] must be a string",
             ),
             ("[exec]\nrule = \"x\"\n", "must be an array of tables"),
+        ] {
+            let e = layer(src).unwrap_err().to_string();
+            assert!(e.contains(msg), "{src:?}: {e}");
+            assert!(e.contains("help:"), "{src:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn state_section() {
+        let l = layer(
+            "[state]\nprotect = [\"~/.claude\", \"${PROJECT}/../notes\", \"~/.claude\"]\n\
+             on_exit = \"discard\"\nproject_files = \"staged\"\n\
+             [profile.x.state]\nprotect = [\"$HOME/.x\"]\non_exit = \"keep\"\n",
+        )
+        .unwrap();
+        let paths: Vec<_> = l.base.protect.iter().map(|r| r.path.clone()).collect();
+        assert_eq!(
+            paths,
+            [PathBuf::from("/home/u/.claude"), "/work/notes".into()]
+        );
+        assert_eq!(l.base.protect[1].origin.label, "/f:2");
+        let (v, o) = l.base.on_exit.as_ref().unwrap();
+        assert_eq!((*v, o.label.as_str()), (OnExit::Discard, "/f:3"));
+        assert_eq!(
+            l.base.project_files.as_ref().map(|p| p.0),
+            Some(ProjectFiles::Staged)
+        );
+        let x = &l.profiles["x"];
+        assert_eq!(x.protect[0].path, Path::new("/home/u/.x"));
+        assert_eq!(x.on_exit.as_ref().map(|v| v.0), Some(OnExit::Keep));
+        assert!(x.project_files.is_none());
+
+        for (src, msg) in [
+            (
+                "[state]\non_exit = \"never\"\n",
+                "invalid value \"never\" for `on_exit`",
+            ),
+            ("[state]\non_exit = \"Keep\"\n", "did you mean \"keep\"?"),
+            (
+                "[state]\non_exit = \"pendng\"\n",
+                "did you mean \"pending\"?",
+            ),
+            (
+                "[state]\nproject_files = \"read-only\"\n",
+                "did you mean \"readonly\"?",
+            ),
+            (
+                "[state]\nproject_files = \"x\"\n",
+                "expected \"readonly\" or \"staged\"",
+            ),
+            (
+                "[state]\non_exit = true\n",
+                "expected \"ask\", \"keep\", \"discard\" or \"pending\"",
+            ),
+            ("[state]\nprotect = \"~/.x\"\n", "write it as an array"),
+            (
+                "[state]\nprotect = [\"x\"]\n",
+                "relative path \"x\" in protect",
+            ),
+            (
+                "[state]\nprotect = [\"${X}/y\"]\n",
+                "unknown variable `X` in protect path",
+            ),
+            ("[state]\nprotected = [\"/x\"]\n", "did you mean `protect`?"),
+            (
+                "[profile.p.state]\non_exit = 1\n",
+                "`on_exit` in [profile.p.state] must be a string",
+            ),
+            ("[stat]\n", "did you mean `state`?"),
+            ("[profile.p.stat]\n", "did you mean `state`?"),
         ] {
             let e = layer(src).unwrap_err().to_string();
             assert!(e.contains(msg), "{src:?}: {e}");

@@ -18,7 +18,7 @@ use crate::expand::normalize;
 use crate::layer::{Context, Layer, Origin, Rule, Sections, parse_layer};
 use crate::plan::{
     EnvPlan, ExecAction, ExecPlan, ExecRule, FilesystemPlan, LandlockMode, LimitsPlan, NamedRule,
-    PathRule, Plan, SyscallsPlan,
+    OnExit, PathRule, Plan, ProjectFiles, StatePlan, SyscallsPlan,
 };
 use crate::trust::{TrustStore, trust_key};
 
@@ -157,6 +157,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded, PolicyError> {
     let all: Vec<&Layer> = layers.iter().collect();
     let full = Merged::new(&all, &opts.project_dir, profile);
     full.check_contradictions(&layers)?;
+    warnings.extend(full.notes.iter().cloned());
 
     let mut untrusted_loosening = Vec::new();
     if layers.iter().any(|l| l.untrusted) {
@@ -214,6 +215,11 @@ struct Merged {
     /// In merge order: earlier layers first, so the first match is the most trusted rule.
     exec_rules: Vec<(String, ExecAction, Origin)>,
     ask_timeout: (u64, Option<Origin>),
+    protect: Vec<Rule>,
+    on_exit: (OnExit, Option<Origin>),
+    project_files: (ProjectFiles, Option<Origin>),
+    /// Warnings about how the merge resolved built-in entries.
+    notes: Vec<String>,
 }
 
 fn push_named(into: &mut Vec<(String, Origin)>, from: &[(String, Origin)]) {
@@ -264,6 +270,10 @@ impl Merged {
             nested_userns: (false, None),
             exec_rules: Vec::new(),
             ask_timeout: (ExecPlan::default().ask_timeout_secs, None),
+            protect: Vec::new(),
+            on_exit: (OnExit::default(), None),
+            project_files: (ProjectFiles::default(), None),
+            notes: Vec::new(),
         };
         for l in layers {
             m.apply(&l.base);
@@ -275,7 +285,30 @@ impl Merged {
                 }
             }
         }
+        m.yield_built_in_protection(project);
         m
+    }
+
+    /// The built-in policy's protected paths give way where a file denies them (deny wins,
+    /// and the user cannot remove a built-in entry) or where they contain the project (which
+    /// is always writable, never staged). Paths written in a file are checked instead, by
+    /// [`check_contradictions`](Self::check_contradictions).
+    fn yield_built_in_protection(&mut self, project: &Path) {
+        let (deny, notes) = (&self.deny, &mut self.notes);
+        self.protect.retain(|r| {
+            if r.origin.layer != 0 {
+                return true;
+            }
+            if project.starts_with(&r.path) {
+                notes.push(format!(
+                    "{} contains the project directory, so it is not protected ({}); the project is writable as always",
+                    r.path.display(),
+                    r.origin.label
+                ));
+                return false;
+            }
+            !deny.iter().any(|d| r.path.starts_with(&d.path))
+        });
     }
 
     fn apply(&mut self, s: &Sections) {
@@ -319,17 +352,34 @@ impl Merged {
         if let Some((v, o)) = &s.ask_timeout {
             self.ask_timeout = (*v, Some(o.clone()));
         }
+        push_rules(&mut self.protect, &s.protect);
+        if let Some((v, o)) = &s.on_exit {
+            self.on_exit = (*v, Some(o.clone()));
+        }
+        if let Some((v, o)) = &s.project_files {
+            self.project_files = (*v, Some(o.clone()));
+        }
     }
 
-    /// A readable or writable path equal to or inside a denied one is a contradiction: deny
-    /// wins, so the user's intent cannot be what happens.
+    /// A readable, writable or protected path equal to or inside a denied one is a
+    /// contradiction: deny wins, so the user's intent cannot be what happens. A protected path
+    /// that contains the project directory is one too: the project cannot be staged.
     fn check_contradictions(&self, layers: &[Layer]) -> Result<(), PolicyError> {
         let allowed = self.writable.iter().map(|r| ("writable", r));
         let allowed = allowed.chain(self.readable.iter().map(|r| ("readable", r)));
+        let allowed = allowed.chain(self.protect.iter().map(|r| ("protect", r)));
         for (kind, r) in allowed {
             for d in &self.deny {
                 if r.path.starts_with(&d.path) {
                     return Err(contradiction(kind, r, d, layers).into());
+                }
+            }
+        }
+        // The project rule is the first writable one.
+        if let Some(project) = self.writable.first() {
+            for r in &self.protect {
+                if project.path.starts_with(&r.path) {
+                    return Err(protects_project(r, &project.path, layers).into());
                 }
             }
         }
@@ -387,7 +437,11 @@ impl Merged {
                     .collect(),
                 ask_timeout_secs: self.ask_timeout.0,
             },
-            state: crate::plan::StatePlan::default(),
+            state: StatePlan {
+                protect: rules(self.protect),
+                on_exit: self.on_exit.0,
+                project_files: self.project_files.0,
+            },
         }
     }
 }
@@ -403,7 +457,20 @@ fn diag_at(message: String, origin: &Origin, layers: &[Layer]) -> Diagnostic {
     }
 }
 
-fn contradiction(kind: &str, r: &Rule, d: &Rule, layers: &[Layer]) -> Diagnostic {
+fn protects_project(r: &Rule, project: &Path, layers: &[Layer]) -> Diagnostic {
+    let (rp, pp) = (r.path.display(), project.display());
+    let msg = if r.path == project {
+        format!("protected path {rp} is the project directory")
+    } else {
+        format!("protected path {rp} contains the project directory {pp}")
+    };
+    let help =
+        "the project itself cannot be staged (it is always writable); protect narrower paths";
+    diag_at(msg, &r.origin, layers).with_help(help)
+}
+
+fn contradiction(key: &str, r: &Rule, d: &Rule, layers: &[Layer]) -> Diagnostic {
+    let kind = if key == "protect" { "protected" } else { key };
     let (rp, dp) = (r.path.display(), d.path.display());
     let r_builtin = r.origin.span.is_none() || layers[r.origin.layer].file.is_none();
     let d_builtin = d.origin.span.is_none() || layers[d.origin.layer].file.is_none();
@@ -431,7 +498,7 @@ fn contradiction(kind: &str, r: &Rule, d: &Rule, layers: &[Layer]) -> Diagnostic
             )
         };
         diag_at(msg, &r.origin, layers).with_help(format!(
-            "deny always wins; remove it from `{kind}`, or deny narrower paths"
+            "deny always wins; remove it from `{key}`, or deny narrower paths"
         ))
     } else {
         let msg = format!(
@@ -558,11 +625,50 @@ fn loosenings(full: &Merged, base: &Merged, layers: &[Layer]) -> Vec<Loosening> 
             add(o, format!("adds exec allow rule `{p}`"));
         }
     }
+    // Protection only adds review; what is kept without review is what loosens.
+    if let (OnExit::Keep, false, Some(o)) = (
+        full.on_exit.0,
+        base.on_exit.0 == OnExit::Keep,
+        &full.on_exit.1,
+    ) {
+        add(
+            o,
+            "applies changes to protected state without review (on_exit = \"keep\")".to_string(),
+        );
+    }
+    if full.on_exit.0 == OnExit::Keep {
+        // Protecting a path makes it writable copy-on-write; kept without review, that is
+        // plain write access.
+        let base_changeable: Vec<&Rule> = base.writable.iter().chain(&base.protect).collect();
+        for r in &full.protect {
+            if !covered(&r.path, &base_changeable) || covered(&r.path, &base_ro) {
+                add(
+                    &r.origin,
+                    format!(
+                        "protects {}, whose changes are kept without review (on_exit = \"keep\")",
+                        r.path.display()
+                    ),
+                );
+            }
+        }
+        if let (ProjectFiles::Staged, ProjectFiles::Readonly, Some(o)) = (
+            full.project_files.0,
+            base.project_files.0,
+            &full.project_files.1,
+        ) {
+            add(
+                o,
+                "stages the project's read-only files, whose changes are kept without review (on_exit = \"keep\")"
+                    .to_string(),
+            );
+        }
+    }
     out
 }
 
 /// cordon's own configuration must not be writable from inside the sandbox: a file the agent
-/// could edit would loosen the next run. Any such file under a writable path is made read-only.
+/// could edit would loosen the next run. Any such file under a writable or protected path is
+/// made read-only.
 fn protect_own_files(plan: &mut Plan, opts: &LoadOptions, warnings: &mut Vec<String>) {
     let mut own: Vec<PathBuf> = vec![opts.trust_store.clone()];
     own.extend(opts.user_config.clone());
@@ -573,7 +679,9 @@ fn protect_own_files(plan: &mut Plan, opts: &LoadOptions, warnings: &mut Vec<Str
         }
         let f = normalize(&f);
         let fs = &mut plan.filesystem;
-        if !fs.writable.iter().any(|w| f.starts_with(&w.path)) {
+        // Protected state can be changed too (and applied at exit).
+        let mut changeable = fs.writable.iter().chain(&plan.state.protect);
+        if !changeable.any(|w| f.starts_with(&w.path)) {
             continue;
         }
         if fs.read_only.iter().any(|r| f.starts_with(&r.path)) {
@@ -644,25 +752,76 @@ mod tests {
     #[test]
     fn built_in_profiles() {
         let dir = tempfile::tempdir().unwrap();
-        for (name, path) in [
-            ("claude", "/home/u/.claude.json"),
-            ("codex", "/home/u/.codex"),
-            ("gemini", "/home/u/.gemini"),
-            ("aider", "/home/u/.aider"),
-            ("opencode", "/home/u/.local/state/opencode"),
+        for (name, paths) in [
+            (
+                "claude",
+                &[
+                    "/home/u/.claude",
+                    "/home/u/.claude.json",
+                    "/home/u/.config/claude",
+                ][..],
+            ),
+            ("codex", &["/home/u/.codex"]),
+            ("gemini", &["/home/u/.gemini"]),
+            ("aider", &["/home/u/.aider"]),
+            (
+                "opencode",
+                &[
+                    "/home/u/.config/opencode",
+                    "/home/u/.local/share/opencode",
+                    "/home/u/.local/state/opencode",
+                ],
+            ),
         ] {
             let mut opts = LoadOptions::new("/work/p", "/home/u", dir.path().join("t.json"));
             opts.profile = Some(name.into());
             let l = load(&opts).unwrap();
-            assert!(
-                l.plan
-                    .filesystem
-                    .writable
-                    .iter()
-                    .any(|r| r.path == Path::new(path)),
+            // The agent's state is protected (copy-on-write, reviewed), no longer plainly
+            // writable: only the project is.
+            assert_eq!(
+                l.plan.filesystem.writable,
+                [PathRule::new("/work/p", "project")],
                 "{name}"
             );
+            let protect = &l.plan.state.protect;
+            for path in paths {
+                assert_eq!(
+                    protect
+                        .iter()
+                        .filter(|r| r.path == Path::new(path))
+                        .map(|r| r.origin.as_str())
+                        .collect::<Vec<_>>(),
+                    ["built-in"],
+                    "{name}: {path}"
+                );
+            }
+            // The profile's paths are all there is: nothing is protected by default.
+            assert_eq!(protect.len(), paths.len(), "{name}");
         }
+    }
+
+    #[test]
+    fn the_built_in_state_section() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = LoadOptions::new("/work/p", "/home/u", dir.path().join("t.json"));
+        let s = load(&opts).unwrap().plan.state;
+        assert_eq!(s.on_exit, OnExit::Ask);
+        assert_eq!(s.project_files, ProjectFiles::Readonly);
+        // Outside the project everything is read-only by default, which is stronger than review.
+        assert!(s.protect.is_empty(), "{:?}", s.protect);
+    }
+
+    #[test]
+    fn own_files_under_a_protected_path_are_read_only() {
+        let mut opts = LoadOptions::new("/work/p", "/home/u", "/home/u/.codex/cordon/t.json");
+        opts.profile = Some("codex".into());
+        let l = load(&opts).unwrap();
+        assert!(
+            l.plan
+                .filesystem
+                .read_only
+                .contains(&PathRule::new("/home/u/.codex/cordon/t.json", "built-in"))
+        );
     }
 
     #[test]

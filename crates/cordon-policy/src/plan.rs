@@ -467,7 +467,11 @@ pub enum ProjectFiles {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatePlan {
     /// Directories or files mounted copy-on-write; the host copy is untouched until accepted.
+    /// A protected path may also be (inside) a writable one: protection wins. None is inside a
+    /// denied path or contains the project directory (the loader refuses both).
     pub protect: Vec<PathRule>,
+    /// What happens to changes in protected paths when the session ends.
     pub on_exit: OnExit,
+    /// How the project's host-executed files are protected.
     pub project_files: ProjectFiles,
 }

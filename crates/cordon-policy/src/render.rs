@@ -3,7 +3,7 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use crate::plan::{ExecAction, LandlockMode, NamedRule, PathRule, Plan};
+use crate::plan::{ExecAction, LandlockMode, NamedRule, OnExit, PathRule, Plan, ProjectFiles};
 use crate::schema::{quote_key, toml_string};
 
 /// A TOML comment holding `text` on one line, whatever it contains.
@@ -134,6 +134,26 @@ impl Plan {
         names(&mut out, "deny", &sys.deny);
         let _ = writeln!(out, "nested_userns = {}", sys.nested_userns);
 
+        let state = &self.state;
+        let _ = writeln!(out, "\n[state]");
+        let _ = writeln!(
+            out,
+            "# copy-on-write; changes reach the host only as on_exit says"
+        );
+        rules(&mut out, "protect", &state.protect);
+        let on_exit = match state.on_exit {
+            OnExit::Ask => "ask",
+            OnExit::Keep => "keep",
+            OnExit::Discard => "discard",
+            OnExit::Pending => "pending",
+        };
+        let _ = writeln!(out, "on_exit = \"{on_exit}\"");
+        let project_files = match state.project_files {
+            ProjectFiles::Readonly => "readonly",
+            ProjectFiles::Staged => "staged",
+        };
+        let _ = writeln!(out, "project_files = \"{project_files}\"");
+
         let exec = &self.exec;
         let _ = writeln!(out, "\n[exec]");
         let _ = writeln!(out, "ask_timeout = {}", exec.ask_timeout_secs);
@@ -159,7 +179,7 @@ impl Plan {
 mod tests {
     use super::*;
     use crate::plan::{
-        EnvPlan, ExecPlan, ExecRule, FilesystemPlan, LimitsPlan, NamedRule, SyscallsPlan,
+        EnvPlan, ExecPlan, ExecRule, FilesystemPlan, LimitsPlan, NamedRule, StatePlan, SyscallsPlan,
     };
 
     fn plan() -> Plan {
@@ -212,7 +232,14 @@ mod tests {
                 ],
                 ask_timeout_secs: 30,
             },
-            state: crate::plan::StatePlan::default(),
+            state: StatePlan {
+                protect: vec![
+                    PathRule::new("/home/u/.bashrc", "built-in"),
+                    PathRule::new("/home/u/.claude", "/p/cordon.toml:7"),
+                ],
+                on_exit: OnExit::Pending,
+                project_files: ProjectFiles::Staged,
+            },
         }
     }
 
@@ -240,6 +267,21 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("ask_timeout = 30\n"), "{text}");
+        assert!(
+            text.contains(
+                "\n[state]\n# copy-on-write; changes reach the host only as on_exit says\n\
+                 protect = [\n    \"/home/u/.bashrc\", # built-in\n    \"/home/u/.claude\", # /p/cordon.toml:7\n]\n\
+                 on_exit = \"pending\"\nproject_files = \"staged\"\n"
+            ),
+            "{text}"
+        );
+        let mut p = plan();
+        p.state = StatePlan::default();
+        let text = p.to_toml();
+        assert!(
+            text.contains("protect = []\non_exit = \"ask\"\nproject_files = \"readonly\"\n"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -265,6 +307,32 @@ mod tests {
         assert_eq!(rules.len(), 2);
         assert_eq!(rules[1]["pattern"].as_str(), Some("git push \"x\" *"));
         assert_eq!(rules[1]["action"].as_str(), Some("ask"));
+        let protect: Vec<_> = v["state"]["protect"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap())
+            .collect();
+        assert_eq!(protect, ["/home/u/.bashrc", "/home/u/.claude"]);
+        assert_eq!(v["state"]["on_exit"].as_str(), Some("pending"));
+        assert_eq!(v["state"]["project_files"].as_str(), Some("staged"));
+        // Every value renders as the serde name the plan uses, so JSON and TOML agree.
+        for (e, name) in [
+            (OnExit::Ask, "ask"),
+            (OnExit::Keep, "keep"),
+            (OnExit::Discard, "discard"),
+            (OnExit::Pending, "pending"),
+        ] {
+            let mut p = plan();
+            p.state.on_exit = e;
+            let v: toml::Table = toml::from_str(&p.to_toml()).unwrap();
+            assert_eq!(v["state"]["on_exit"].as_str(), Some(name));
+            assert_eq!(serde_json::to_value(e).unwrap(), name);
+        }
+        assert_eq!(
+            serde_json::to_value(ProjectFiles::Readonly).unwrap(),
+            "readonly"
+        );
     }
 
     #[test]

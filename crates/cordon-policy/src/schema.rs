@@ -13,10 +13,18 @@ use toml::de::{DeTable, DeValue};
 use crate::error::{Diagnostic, backticked, did_you_mean};
 
 /// Top-level keys of a policy file.
-pub(crate) const ROOT_KEYS: &[&str] =
-    &["filesystem", "env", "limits", "syscalls", "exec", "profile"];
+pub(crate) const ROOT_KEYS: &[&str] = &[
+    "filesystem",
+    "env",
+    "limits",
+    "syscalls",
+    "exec",
+    "state",
+    "profile",
+];
 /// Keys of a `[profile.NAME]` table.
-pub(crate) const PROFILE_KEYS: &[&str] = &["filesystem", "env", "limits", "syscalls", "exec"];
+pub(crate) const PROFILE_KEYS: &[&str] =
+    &["filesystem", "env", "limits", "syscalls", "exec", "state"];
 /// Keys of `[filesystem]`.
 pub(crate) const FILESYSTEM_KEYS: &[&str] =
     &["readable", "writable", "deny", "read_only", "landlock"];
@@ -30,6 +38,12 @@ pub(crate) const SYSCALLS_KEYS: &[&str] = &["allow", "deny", "nested_userns"];
 pub(crate) const EXEC_KEYS: &[&str] = &["deny", "ask", "allow", "ask_timeout", "rule"];
 /// Keys of one `[[exec.rule]]`.
 pub(crate) const EXEC_RULE_KEYS: &[&str] = &["pattern", "action"];
+/// Keys of `[state]`.
+pub(crate) const STATE_KEYS: &[&str] = &["protect", "on_exit", "project_files"];
+/// Values of `[state] on_exit`.
+pub(crate) const ON_EXIT_VALUES: &[&str] = &["ask", "keep", "discard", "pending"];
+/// Values of `[state] project_files`.
+pub(crate) const PROJECT_FILES_VALUES: &[&str] = &["readonly", "staged"];
 
 /// A whole policy file.
 #[derive(Debug, Default, Deserialize)]
@@ -45,6 +59,8 @@ pub(crate) struct PolicyFile {
     pub syscalls: Option<SyscallsSection>,
     #[serde(default)]
     pub exec: Option<ExecSection>,
+    #[serde(default)]
+    pub state: Option<StateSection>,
     #[serde(default)]
     pub profile: BTreeMap<Spanned<String>, ProfileSection>,
 }
@@ -63,6 +79,8 @@ pub(crate) struct ProfileSection {
     pub syscalls: Option<SyscallsSection>,
     #[serde(default)]
     pub exec: Option<ExecSection>,
+    #[serde(default)]
+    pub state: Option<StateSection>,
 }
 
 /// The sections of a file or of one of its profiles, as written.
@@ -73,6 +91,7 @@ pub(crate) struct Parts {
     pub limits: Option<LimitsSection>,
     pub syscalls: Option<SyscallsSection>,
     pub exec: Option<ExecSection>,
+    pub state: Option<StateSection>,
 }
 
 impl PolicyFile {
@@ -84,6 +103,7 @@ impl PolicyFile {
             limits: self.limits,
             syscalls: self.syscalls,
             exec: self.exec,
+            state: self.state,
         };
         (parts, self.profile)
     }
@@ -97,6 +117,7 @@ impl From<ProfileSection> for Parts {
             limits: p.limits,
             syscalls: p.syscalls,
             exec: p.exec,
+            state: p.state,
         }
     }
 }
@@ -167,6 +188,18 @@ pub(crate) struct ExecSection {
     pub ask_timeout: Option<Spanned<i64>>,
     #[serde(default)]
     pub rule: Vec<Spanned<ExecRuleEntry>>,
+}
+
+/// `[state]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StateSection {
+    #[serde(default)]
+    pub protect: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub on_exit: Option<Spanned<String>>,
+    #[serde(default)]
+    pub project_files: Option<Spanned<String>>,
 }
 
 /// One `[[exec.rule]]`.
@@ -276,7 +309,7 @@ impl Checker<'_> {
         for (k, v) in sorted(root) {
             let key: &str = k.get_ref();
             match key {
-                "filesystem" | "env" | "limits" | "syscalls" | "exec" => {
+                "filesystem" | "env" | "limits" | "syscalls" | "exec" | "state" => {
                     let t = self.table(key, v, "the top level")?;
                     self.section(key, t, &format!("[{key}]"))?;
                 }
@@ -300,7 +333,7 @@ impl Checker<'_> {
                 other => {
                     let mut help = format!(
                         "cordon has only the sections {}; a section exists only where something enforces it",
-                        "[filesystem], [env], [limits], [syscalls], [exec] and [profile.NAME]"
+                        "[filesystem], [env], [limits], [syscalls], [exec], [state] and [profile.NAME]"
                     );
                     if let Some(s) = did_you_mean(other, ROOT_KEYS) {
                         help.push_str(&format!("; did you mean `{s}`?"));
@@ -354,6 +387,7 @@ impl Checker<'_> {
             "env" => ENV_KEYS,
             "syscalls" => SYSCALLS_KEYS,
             "exec" => EXEC_KEYS,
+            "state" => STATE_KEYS,
             _ => LIMITS_KEYS,
         };
         for (k, v) in sorted(t) {
@@ -370,6 +404,8 @@ impl Checker<'_> {
                 ("exec", "ask_timeout") => Expect::Integer,
                 ("exec", "rule") => Expect::ExecRules,
                 ("exec", _) => Expect::StringArray,
+                ("state", "protect") => Expect::StringArray,
+                ("state", _) => Expect::String,
                 (_, "memory") => Expect::Size,
                 (_, "cpu") => Expect::Number,
                 _ => Expect::Integer,
@@ -478,6 +514,12 @@ impl Checker<'_> {
             (Expect::String, _) if key == "action" => {
                 "expected \"allow\", \"deny\" or \"ask\"".to_string()
             }
+            (Expect::String, _) if key == "on_exit" => {
+                format!("expected {}", quoted_choices(ON_EXIT_VALUES))
+            }
+            (Expect::String, _) if key == "project_files" => {
+                format!("expected {}", quoted_choices(PROJECT_FILES_VALUES))
+            }
             (Expect::String, _) if key == "pattern" => "e.g. pattern = \"git push *\"".to_string(),
             (Expect::Boolean, _) => format!("write true or false, without quotes: {key} = false"),
             (Expect::ExecRules, _) => {
@@ -504,6 +546,16 @@ impl Checker<'_> {
 /// A TOML basic string literal for `s`.
 pub(crate) fn toml_string(s: &str) -> String {
     toml::Value::String(s.to_string()).to_string()
+}
+
+/// `"a", "b" or "c"`.
+pub(crate) fn quoted_choices(values: &[&str]) -> String {
+    let q: Vec<String> = values.iter().map(|v| format!("\"{v}\"")).collect();
+    match q.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
 }
 
 /// `name` as a TOML key: bare when possible, quoted otherwise.
@@ -543,8 +595,11 @@ mod tests {
              [[exec.rule]]\npattern = \"d\"\naction = \"ask\"\n",
         );
         doc.push_str(
+            "[state]\nprotect = [\"/z\"]\non_exit = \"ask\"\nproject_files = \"staged\"\n",
+        );
+        doc.push_str(
             "[profile.p.filesystem]\nwritable = [\"/y\"]\n[profile.p.env]\n[profile.p.limits]\n\
-             [profile.p.syscalls]\n[profile.p.exec]\n",
+             [profile.p.syscalls]\n[profile.p.exec]\n[profile.p.state]\nprotect = [\"/w\"]\n",
         );
         doc
     }
@@ -576,9 +631,22 @@ mod tests {
         assert_eq!(exec.rule[0].get_ref().action.get_ref(), "ask");
         assert_eq!(exec.ask_timeout.map(|t| *t.get_ref()), Some(5));
         assert!(doc.contains("[[exec.rule]]\npattern = \"d\"\naction = "));
+        let state = parsed.state.unwrap();
+        assert_eq!(state.protect[0].get_ref(), "/z");
+        assert_eq!(
+            state.on_exit.map(|v| v.into_inner()).as_deref(),
+            Some("ask")
+        );
+        assert_eq!(
+            state.project_files.map(|v| v.into_inner()).as_deref(),
+            Some("staged")
+        );
+        let p = parsed.profile.into_values().next().unwrap();
+        assert_eq!(p.state.unwrap().protect[0].get_ref(), "/w");
         for k in EXEC_KEYS
             .iter()
             .chain(SYSCALLS_KEYS)
+            .chain(STATE_KEYS)
             .filter(|k| **k != "rule")
         {
             assert!(
@@ -598,6 +666,7 @@ mod tests {
             ("limits", LIMITS_KEYS),
             ("syscalls", SYSCALLS_KEYS),
             ("exec", EXEC_KEYS),
+            ("state", STATE_KEYS),
         ] {
             let bad = format!("[{section}]\nnot_a_key = 1\n");
             assert!(
@@ -628,5 +697,7 @@ mod tests {
             assert_eq!(t["k"].as_str(), Some(s));
         }
         assert_eq!(toml_string("maybe"), "\"maybe\"");
+        assert_eq!(quoted_choices(&["a"]), "\"a\"");
+        assert_eq!(quoted_choices(&["a", "b", "c"]), "\"a\", \"b\" or \"c\"");
     }
 }

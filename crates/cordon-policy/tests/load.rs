@@ -4,7 +4,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use cordon_policy::{
-    ExecAction, LandlockMode, LoadOptions, Loaded, PathRule, PolicyError, TrustStore, load,
+    ExecAction, LandlockMode, LoadOptions, Loaded, OnExit, PathRule, PolicyError, ProjectFiles,
+    TrustStore, load,
 };
 
 /// A temporary home, project and data directory.
@@ -185,13 +186,15 @@ fn profile_selection_extends_across_layers() {
     o.profile = Some("claude".into());
     let l = load(&o).unwrap();
     let w = &l.plan.filesystem.writable;
-    assert_eq!(has(w, &env.home.join(".claude")), Some("built-in".into()));
+    let p = &l.plan.state.protect;
+    assert_eq!(has(p, &env.home.join(".claude")), Some("built-in".into()));
+    assert!(has(w, &env.home.join(".claude")).is_none());
     assert!(has(w, &env.home.join(".claude-extra")).is_some());
     assert_eq!(l.plan.limits.pids, None);
 
     // Not selected: no profile paths.
     let l = env.load();
-    assert!(has(&l.plan.filesystem.writable, &env.home.join(".claude")).is_none());
+    assert!(has(&l.plan.state.protect, &env.home.join(".claude")).is_none());
 
     // A profile applies after every layer's base sections.
     env.project("[limits]\npids = 10\n");
@@ -675,6 +678,281 @@ fn syscalls_and_exec_render_and_load_back() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// [state]
+
+#[test]
+fn state_merges_across_layers_and_profiles() {
+    let env = Env::new();
+    env.user(
+        "[state]\nprotect = [\"~/.bashrc\", \"$HOME/.notes\"]\non_exit = \"pending\"\n\
+         [profile.claude.state]\nprotect = [\"${PROJECT}/../shared\", \"~/.claude\"]\n\
+         on_exit = \"discard\"\n",
+    );
+    env.project("[state]\nprotect = [\"~/.agent-memory\"]\nproject_files = \"staged\"\n");
+    let uc = env.user_config.display().to_string();
+    let pf = env.project_file().display().to_string();
+
+    let l = env.load();
+    let s = &l.plan.state;
+    // Layers in order; duplicates keep the first origin.
+    assert_eq!(s.protect[0].path, env.home.join(".bashrc"));
+    assert_eq!(s.protect[0].origin, format!("{uc}:2"));
+    assert_eq!(
+        s.protect
+            .iter()
+            .filter(|r| r.path == env.home.join(".bashrc"))
+            .count(),
+        1
+    );
+    assert_eq!(
+        has(&s.protect, &env.home.join(".notes")),
+        Some(format!("{uc}:2"))
+    );
+    assert_eq!(
+        has(&s.protect, &env.home.join(".agent-memory")),
+        Some(format!("{pf}:2"))
+    );
+    assert!(has(&s.protect, &env.home.join(".claude")).is_none());
+    assert_eq!(
+        s.on_exit,
+        OnExit::Pending,
+        "the user's value; no later layer sets it"
+    );
+    assert_eq!(s.project_files, ProjectFiles::Staged);
+    assert!(
+        l.untrusted_loosening.is_empty(),
+        "protecting and staging only add review: {:?}",
+        l.untrusted_loosening
+    );
+
+    // The profile applies after every base section; ${PROJECT} expands.
+    let mut o = env.opts();
+    o.profile = Some("claude".into());
+    let l = load(&o).unwrap();
+    let s = &l.plan.state;
+    let shared = env.project.parent().unwrap().join("shared");
+    assert_eq!(has(&s.protect, &shared), Some(format!("{uc}:5")));
+    assert_eq!(
+        has(&s.protect, &env.home.join(".claude")),
+        Some("built-in".into()),
+        "the built-in profile's entry comes first"
+    );
+    assert_eq!(s.on_exit, OnExit::Discard);
+    let last = s.protect.last().unwrap();
+    assert_eq!(last.path, shared, "profile entries come after base ones");
+}
+
+#[test]
+fn profiles_protect_agent_state_instead_of_making_it_writable() {
+    let env = Env::new();
+    for (profile, dirs) in [
+        ("claude", &[".claude", ".claude.json", ".config/claude"][..]),
+        ("codex", &[".codex"]),
+        ("gemini", &[".gemini"]),
+        ("aider", &[".aider"]),
+        (
+            "opencode",
+            &[
+                ".config/opencode",
+                ".local/share/opencode",
+                ".local/state/opencode",
+            ],
+        ),
+    ] {
+        let mut o = env.opts();
+        o.profile = Some(profile.into());
+        let l = load(&o).unwrap();
+        for d in dirs {
+            let path = env.home.join(d);
+            assert_eq!(
+                has(&l.plan.state.protect, &path),
+                Some("built-in".into()),
+                "{profile}: {d}"
+            );
+            assert!(
+                has(&l.plan.filesystem.writable, &path).is_none(),
+                "{profile}: {d} is no longer plainly writable"
+            );
+        }
+        assert_eq!(
+            l.plan.filesystem.writable.len(),
+            1,
+            "{profile}: only the project"
+        );
+        assert_eq!(l.plan.state.on_exit, OnExit::Ask);
+    }
+}
+
+#[test]
+fn built_in_state_protects_nothing_by_default() {
+    // Outside the project everything is read-only by default, which is stronger than review;
+    // profiles and policies add what may change under review.
+    let env = Env::new();
+    let l = env.load();
+    let s = &l.plan.state;
+    assert!(s.protect.is_empty(), "{:?}", s.protect);
+    assert_eq!(s.on_exit, OnExit::Ask);
+    assert_eq!(s.project_files, ProjectFiles::Readonly);
+    let json = serde_json::to_value(&l.plan).unwrap();
+    assert_eq!(json["state"]["on_exit"], "ask");
+    assert_eq!(json["state"]["project_files"], "readonly");
+}
+
+#[test]
+fn protect_inside_writable_is_fine() {
+    let env = Env::new();
+    env.user(
+        "[filesystem]\nwritable = [\"~/.cache\"]\n\
+         [state]\nprotect = [\"~/.cache\", \"~/.cache/agent\", \"${PROJECT}/.git/hooks\"]\n",
+    );
+    let l = env.load();
+    let s = &l.plan.state;
+    assert!(has(&s.protect, &env.home.join(".cache")).is_some());
+    assert!(has(&s.protect, &env.home.join(".cache/agent")).is_some());
+    assert!(has(&s.protect, &env.project.join(".git/hooks")).is_some());
+    assert!(has(&l.plan.filesystem.writable, &env.home.join(".cache")).is_some());
+}
+
+#[test]
+fn untrusted_on_exit_keep_is_loosening() {
+    let env = Env::new();
+    env.project("[filesystem]\n\n[state]\non_exit = \"keep\"\nprotect = [\"~/.x\"]\n");
+    let l = env.load();
+    let whats: Vec<&str> = l
+        .untrusted_loosening
+        .iter()
+        .map(|x| x.what.as_str())
+        .collect();
+    let x = env.home.join(".x");
+    assert_eq!(
+        whats,
+        [
+            "applies changes to protected state without review (on_exit = \"keep\") (line 4)"
+                .to_string(),
+            format!(
+                "protects {}, whose changes are kept without review (on_exit = \"keep\") (line 5)",
+                x.display()
+            ),
+        ]
+    );
+    assert!(
+        l.untrusted_loosening
+            .iter()
+            .all(|x| x.file == env.project_file())
+    );
+    assert_eq!(l.plan.state.on_exit, OnExit::Keep);
+    env.trust_project();
+    assert!(env.load().untrusted_loosening.is_empty());
+
+    // Other values, and staging, only add review.
+    for v in ["ask", "discard", "pending"] {
+        env.project(&format!(
+            "[state]\non_exit = \"{v}\"\nproject_files = \"staged\"\nprotect = [\"~/.y\"]\n"
+        ));
+        let l = env.load();
+        assert!(
+            l.untrusted_loosening.is_empty(),
+            "{v}: {:?}",
+            l.untrusted_loosening
+        );
+    }
+
+    // The user keeps changes: an untrusted file that protects more, or stages the project's
+    // host-executed files, makes them writable without review.
+    env.user("[state]\non_exit = \"keep\"\nprotect = [\"~/.mine\"]\n");
+    env.project("[state]\nprotect = [\"~/.mine/sub\", \"~/.other\"]\nproject_files = \"staged\"\n");
+    let l = env.load();
+    let whats: Vec<&str> = l
+        .untrusted_loosening
+        .iter()
+        .map(|x| x.what.as_str())
+        .collect();
+    assert_eq!(whats.len(), 2, "{whats:?}");
+    assert!(whats[0].starts_with("protects ") && whats[0].contains(".other"));
+    assert!(whats[1].starts_with("stages the project's read-only files"));
+
+    // A profile section in the untrusted file counts when selected.
+    env.user("");
+    env.project("[profile.claude.state]\non_exit = \"keep\"\n");
+    assert!(env.load().untrusted_loosening.is_empty());
+    let mut o = env.opts();
+    o.profile = Some("claude".into());
+    let l = load(&o).unwrap();
+    // The profile's own protected paths are the built-in ones: only on_exit loosens.
+    let whats: Vec<&str> = l
+        .untrusted_loosening
+        .iter()
+        .map(|x| x.what.as_str())
+        .collect();
+    assert_eq!(
+        whats,
+        ["applies changes to protected state without review (on_exit = \"keep\") (line 2)"]
+    );
+}
+
+#[test]
+fn state_renders_and_loads_back() {
+    let env = Env::new();
+    env.user(
+        "[state]\nprotect = [\"~/.notes \\\"q\\\"\"]\non_exit = \"discard\"\nproject_files = \"staged\"\n",
+    );
+    let mut o = env.opts();
+    o.profile = Some("codex".into());
+    let l = load(&o).unwrap();
+    let text = l.plan.to_toml();
+    let uc = env.user_config.display().to_string();
+    assert!(
+        text.contains(&format!(
+            "\"{}\", # built-in\n",
+            env.home.join(".codex").display()
+        )),
+        "{text}"
+    );
+    assert!(text.contains(&format!("q\"', # {uc}:2\n")), "{text}");
+    assert!(
+        text.contains("on_exit = \"discard\"\nproject_files = \"staged\"\n"),
+        "{text}"
+    );
+    let again = env.home.join("again.toml");
+    fs::write(&again, &text).unwrap();
+    let mut o = env.opts();
+    o.user_config = None;
+    o.policy_file = Some(again);
+    let l2 = load(&o).unwrap();
+    let paths = |l: &Loaded| -> Vec<PathBuf> {
+        l.plan
+            .state
+            .protect
+            .iter()
+            .map(|r| r.path.clone())
+            .collect()
+    };
+    assert_eq!(paths(&l2), paths(&l));
+    assert_eq!(l2.plan.state.on_exit, OnExit::Discard);
+    assert_eq!(l2.plan.state.project_files, ProjectFiles::Staged);
+}
+
+#[test]
+fn built_in_protection_around_the_project_gives_way() {
+    // Working on the agent's own state as a project: it is writable as any project.
+    let env = Env::new();
+    let project = env.home.join(".claude");
+    fs::create_dir_all(&project).unwrap();
+    let mut o = LoadOptions::new(&project, &env.home, &env.trust);
+    o.profile = Some("claude".into());
+    let l = load(&o).unwrap();
+    assert!(has(&l.plan.state.protect, &project).is_none());
+    assert!(has(&l.plan.state.protect, &env.home.join(".claude.json")).is_some());
+    assert!(
+        l.warnings
+            .iter()
+            .any(|w| w.contains("contains the project directory")),
+        "{:?}",
+        l.warnings
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // Broken policies: each is located (file:line:col) and carries a help line.
 
 /// Loads `text` as the user config and returns the rendered error and its location.
@@ -1018,6 +1296,87 @@ fn broken_17_bad_exec_patterns_and_timeout() {
     let env = Env::new();
     env.user("[exec]\nask = [\"* --force *\"]\n");
     assert_eq!(env.load().plan.exec.rules[4].pattern, "* --force *");
+}
+
+#[test]
+fn broken_18_bad_on_exit_value() {
+    let (s, line, col) = broken("[state]\nprotect = []\non_exit = \"save\"\n");
+    assert_eq!((line, col), (3, 11), "{s}");
+    assert!(
+        s.starts_with("error: invalid value \"save\" for `on_exit`\n"),
+        "{s}"
+    );
+    assert!(
+        s.contains("expected \"ask\", \"keep\", \"discard\" or \"pending\""),
+        "{s}"
+    );
+
+    let (s, _, _) = broken("[profile.p.state]\non_exit = \"dicsard\"\n");
+    assert!(s.contains("did you mean \"discard\"?"), "{s}");
+
+    let (s, line, col) = broken("[state]\nproject_files = \"writable\"\n");
+    assert_eq!((line, col), (2, 17), "{s}");
+    assert!(s.contains("expected \"readonly\" or \"staged\""), "{s}");
+
+    let (s, line, col) = broken("[state]\nprotect = [\"~/.a\", \"rel\"]\n");
+    assert_eq!((line, col), (2, 20), "{s}");
+    assert!(s.contains("relative path \"rel\" in protect"), "{s}");
+
+    let (s, _, _) = broken("[state]\nkeep = true\n");
+    assert!(
+        s.contains("expected one of `protect`, `on_exit`, `project_files`"),
+        "{s}"
+    );
+}
+
+#[test]
+fn broken_19_protected_inside_denied() {
+    let (s, line, col) = broken("[state]\nprotect = [\"~/.ssh/config\"]\n");
+    assert_eq!((line, col), (2, 12), "{s}");
+    assert!(
+        s.contains("protected path ") && s.contains(".ssh/config is inside denied path"),
+        "{s}"
+    );
+    assert!(s.contains("(built-in)"), "{s}");
+    assert!(s.contains("remove it from `protect`"), "{s}");
+
+    let (s, line, col) =
+        broken("[filesystem]\ndeny = [\"/data\"]\n[state]\nprotect = [\"/data\"]\n");
+    assert_eq!((line, col), (4, 12), "{s}");
+    assert!(s.contains("/data is both protected and denied"), "{s}");
+
+    // The deny written later is blamed.
+    let env = Env::new();
+    env.user("[state]\nprotect = [\"/data/x\"]\n[profile.p.filesystem]\ndeny = [\"/data\"]\n");
+    let mut o = env.opts();
+    o.profile = Some("p".into());
+    let e = load(&o).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("denied path /data contains protected path /data/x"),
+        "{e}"
+    );
+}
+
+#[test]
+fn broken_20_protected_path_contains_the_project() {
+    let env = Env::new();
+    env.user(&format!(
+        "[state]\nprotect = [\"~/.x\", \"{}\"]\n",
+        env.project.parent().unwrap().display()
+    ));
+    let e = env.load_err();
+    let s = e.to_string();
+    assert!(s.contains("contains the project directory"), "{s}");
+    assert!(s.contains("the project itself cannot be staged"), "{s}");
+    let loc = e.diagnostic().unwrap().location.clone().unwrap();
+    assert_eq!((loc.line, loc.column), (2, 20), "{s}");
+
+    let env = Env::new();
+    env.user("[state]\nprotect = [\"${PROJECT}\"]\n");
+    let s = env.load_err().to_string();
+    assert!(s.contains("is the project directory"), "{s}");
+    assert!(s.contains("the project itself cannot be staged"), "{s}");
 }
 
 #[test]

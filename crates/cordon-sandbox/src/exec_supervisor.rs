@@ -27,11 +27,19 @@ use crate::seccomp::{self, Listener, Notification};
 
 /// Denials logged per syscall before further ones are only counted (a loop must not flood).
 const LOG_CAP: u32 = 50;
-const MAX_ARGS: usize = 4096;
-const MAX_STRING: usize = 64 * 1024;
+/// Most argv entries and bytes we read; beyond either the exec is denied (fail closed). The
+/// kernel's own limit is similar (ARG_MAX); the cap keeps one exec from costing the host
+/// supervisor gigabytes and seconds.
+const MAX_ARGS: usize = 1 << 16;
+const MAX_TOTAL: usize = 2 << 20;
 
 struct Held {
     notif: u64,
+    /// What the person was shown; re-read and compared before the exec is let go.
+    call: ExecCall,
+    pid: u32,
+    args: [u64; 6],
+    nr: i64,
     line: String,
     remember_key: String,
 }
@@ -51,6 +59,9 @@ pub(crate) struct ExecSupervisor<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct ExecCall {
     path: String,
+    /// `path` with symlinks followed inside the sandbox's view (a link named `ls` to `git`
+    /// is `git`).
+    resolved: String,
     argv: Vec<String>,
 }
 
@@ -62,11 +73,19 @@ impl ExecCall {
             .unwrap_or(&self.path)
     }
 
-    fn line(&self) -> String {
-        let mut l = self.program().to_string();
+    fn resolved_program(&self) -> &str {
+        Path::new(&self.resolved)
+            .file_name()
+            .and_then(|s| s.to_str())
+            .unwrap_or(&self.resolved)
+    }
+
+    /// For people: control characters escaped, arguments quoted where needed.
+    fn shown(&self) -> String {
+        let mut l = display_safe(self.program());
         for a in self.argv.iter().skip(1) {
             l.push(' ');
-            l.push_str(a);
+            l.push_str(&shell_quote(a));
         }
         l
     }
@@ -78,27 +97,34 @@ fn read_u64(mem: &std::fs::File, addr: u64) -> io::Result<u64> {
     Ok(u64::from_ne_bytes(b))
 }
 
-fn read_cstr(mem: &std::fs::File, addr: u64) -> io::Result<String> {
+fn read_cstr(mem: &std::fs::File, addr: u64, budget: &mut usize) -> io::Result<String> {
     let mut out = Vec::new();
-    let mut chunk = [0u8; 256];
+    let mut chunk = [0u8; 4096];
     let mut at = addr;
-    while out.len() < MAX_STRING {
+    loop {
         // Reads may stop at an unmapped page; take what came.
         let n = mem.read_at(&mut chunk, at)?;
         if n == 0 {
-            break;
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "unterminated string",
+            ));
         }
-        if let Some(end) = chunk[..n].iter().position(|&c| c == 0) {
-            out.extend_from_slice(&chunk[..end]);
+        let take = chunk[..n].iter().position(|&c| c == 0);
+        let len = take.unwrap_or(n);
+        if len + 1 > *budget {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "arguments too large to inspect",
+            ));
+        }
+        *budget -= len + 1;
+        out.extend_from_slice(&chunk[..len]);
+        if take.is_some() {
             return Ok(String::from_utf8_lossy(&out).into_owned());
         }
-        out.extend_from_slice(&chunk[..n]);
         at += n as u64;
     }
-    Err(io::Error::new(
-        io::ErrorKind::InvalidData,
-        "unterminated or oversized string",
-    ))
 }
 
 /// Read the program path and argv of a trapped execve/execveat from the process's memory.
@@ -110,7 +136,8 @@ fn read_exec(n: &Notification) -> io::Result<ExecCall> {
     } else {
         (n.args[0], n.args[1])
     };
-    let mut path = read_cstr(&mem, path_ptr)?;
+    let mut budget = MAX_TOTAL;
+    let mut path = read_cstr(&mem, path_ptr, &mut budget)?;
     if execveat && path.is_empty() {
         // fexecve: the program is the descriptor itself.
         path = std::fs::read_link(format!("/proc/{}/fd/{}", n.pid, n.args[0] as i32))
@@ -119,15 +146,77 @@ fn read_exec(n: &Notification) -> io::Result<ExecCall> {
     }
     let mut argv = Vec::new();
     if argv_ptr != 0 {
-        for i in 0..MAX_ARGS as u64 {
+        let mut i = 0u64;
+        loop {
+            if i as usize >= MAX_ARGS {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "too many arguments to inspect",
+                ));
+            }
             let p = read_u64(&mem, argv_ptr + i * 8)?;
             if p == 0 {
                 break;
             }
-            argv.push(read_cstr(&mem, p)?);
+            argv.push(read_cstr(&mem, p, &mut budget)?);
+            i += 1;
         }
     }
-    Ok(ExecCall { path, argv })
+    let resolved = resolve_program(n.pid, &path);
+    Ok(ExecCall {
+        path,
+        resolved,
+        argv,
+    })
+}
+
+/// Follow symlinks of `path` as the sandboxed process sees them, through /proc/PID/root, up
+/// to 40 hops (as the kernel would). Relative paths start at the process's cwd.
+fn resolve_program(pid: u32, path: &str) -> String {
+    let root = format!("/proc/{pid}/root");
+    let mut p = if path.starts_with('/') {
+        std::path::PathBuf::from(path)
+    } else {
+        match std::fs::read_link(format!("/proc/{pid}/cwd")) {
+            Ok(cwd) => cwd.join(path),
+            Err(_) => return path.to_string(),
+        }
+    };
+    for _ in 0..40 {
+        let inside = format!("{root}{}", p.display());
+        match std::fs::read_link(&inside) {
+            Ok(target) if target.is_absolute() => p = target,
+            Ok(target) => p = p.parent().map(|d| d.join(&target)).unwrap_or(target),
+            Err(_) => break,
+        }
+    }
+    p.display().to_string()
+}
+
+/// Control characters become visible escapes, so a crafted argument cannot redraw the
+/// approving person's terminal.
+pub(crate) fn display_safe(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}
+
+/// Quote an argument for display when it holds anything but plain characters.
+fn shell_quote(a: &str) -> String {
+    let plain = !a.is_empty()
+        && a.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+    if plain {
+        a.to_string()
+    } else {
+        format!("'{}'", display_safe(&a.replace('\'', "'\\''")))
+    }
 }
 
 fn seccomp_name(nr: i64) -> Option<&'static str> {
@@ -236,11 +325,25 @@ impl<'a> ExecSupervisor<'a> {
             }
         };
         let args: Vec<String> = call.argv.iter().skip(1).cloned().collect();
-        let Some(rule) = self.exec.decide(call.program(), &args) else {
-            let _ = self.listener.allow(n.id);
+        // The name it was called by and the file it really is (through symlinks): the first
+        // rule matching either decides.
+        let by_name = self.exec.decide(call.program(), &args);
+        let by_file = self.exec.decide(call.resolved_program(), &args);
+        let position =
+            |r: &cordon_policy::ExecRule| self.exec.rules.iter().position(|x| std::ptr::eq(x, r));
+        let rule = match (by_name, by_file) {
+            (Some(a), Some(b)) => Some(if position(a) <= position(b) { a } else { b }),
+            (a, b) => a.or(b),
+        };
+        let Some(rule) = rule else {
+            if self.still_same(&n, &call) {
+                let _ = self.listener.allow(n.id);
+            } else {
+                self.deny_changed(&n, &call.shown(), "no rule");
+            }
             return;
         };
-        let line = call.line();
+        let line = call.shown();
         let rule_text = format!(
             "{} ({} \"{}\")",
             rule.origin,
@@ -290,6 +393,10 @@ impl<'a> ExecSupervisor<'a> {
                     qid,
                     Held {
                         notif: n.id,
+                        call,
+                        pid: n.pid,
+                        args: n.args,
+                        nr: n.nr,
                         line,
                         remember_key,
                     },
@@ -355,8 +462,20 @@ impl<'a> ExecSupervisor<'a> {
         if a.remember {
             self.remembered.insert(h.remember_key.clone(), a.allow);
         }
-        let valid = self.listener.id_valid(h.notif);
-        let how = if a.timed_out {
+        // What runs must be what the person saw: another thread may have rewritten argv
+        // while the question waited.
+        let again = Notification {
+            id: h.notif,
+            pid: h.pid,
+            nr: h.nr,
+            args: h.args,
+            arch: 0,
+        };
+        let unchanged = read_exec(&again).map(|c| c == h.call).unwrap_or(false);
+        let valid = self.listener.id_valid(h.notif) && unchanged;
+        let how = if !unchanged {
+            "arguments changed while waiting: denied"
+        } else if a.timed_out {
             "timeout"
         } else if a.remember {
             "person, for the rest of the session"

@@ -21,6 +21,15 @@ pub enum MountOp {
     Dev { path: PathBuf },
     /// A fresh procfs for the sandbox's PID namespace, with kernel knobs read-only.
     Proc { path: PathBuf },
+    /// Copy-on-write directory: an overlay of the host directory (lower) with a per-session
+    /// upper directory, so writes land in the session's state, not on the host.
+    Overlay {
+        path: PathBuf,
+        upper: PathBuf,
+        work: PathBuf,
+    },
+    /// Copy-on-write file: the session's private working copy bound over the host file.
+    StagedFile { path: PathBuf, copy: PathBuf },
     /// Bind a path onto itself so it cannot be renamed or removed (the parent of a protected file).
     Pin { path: PathBuf },
     /// Make an already-visible path read-only, even inside a writable bind.
@@ -37,12 +46,36 @@ impl MountOp {
         match self {
             MountOp::Bind { path, .. }
             | MountOp::Tmpfs { path }
+            | MountOp::Overlay { path, .. }
+            | MountOp::StagedFile { path, .. }
             | MountOp::Dev { path }
             | MountOp::Proc { path }
             | MountOp::Pin { path }
             | MountOp::ReadOnly { path }
             | MountOp::MaskDir { path, .. }
             | MountOp::MaskFile { path, .. } => path,
+        }
+    }
+}
+
+/// A protected path made copy-on-write for this session (prepared by the state store).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Staged {
+    /// Overlay `upper`/`work` (same filesystem) over the host directory `path`.
+    Dir {
+        path: PathBuf,
+        upper: PathBuf,
+        work: PathBuf,
+    },
+    /// Bind the working copy `copy` over the host file `path`.
+    File { path: PathBuf, copy: PathBuf },
+}
+
+impl Staged {
+    /// The host path it covers.
+    pub fn path(&self) -> &Path {
+        match self {
+            Staged::Dir { path, .. } | Staged::File { path, .. } => path,
         }
     }
 }
@@ -119,6 +152,12 @@ fn forms(p: &Path) -> Vec<PathBuf> {
 
 /// Build the layout for `fs`. `project` is always writable (the plan already lists it).
 pub fn prepare(fs: &FilesystemPlan) -> Layout {
+    prepare_with_state(fs, &[])
+}
+
+/// Build the layout for `fs` with `staged` paths mounted copy-on-write (they are writable
+/// inside, and no longer read-only carve-outs).
+pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
     let mut layout = Layout::default();
 
     // Canonical deny paths: both the spelling in the policy and where it really points.
@@ -177,6 +216,28 @@ pub fn prepare(fs: &FilesystemPlan) -> Layout {
     };
     add_binds(&fs.readable, false, &mut layout);
     add_binds(&fs.writable, true, &mut layout);
+    for st in staged {
+        let path = normalize(st.path());
+        if deny.iter().any(|(d, _)| within(&path, d)) {
+            layout.skipped.push(format!(
+                "protected {} is inside a denied path; deny wins",
+                path.display()
+            ));
+            continue;
+        }
+        binds.retain(|b| b.path() != path);
+        binds.push(match st {
+            Staged::Dir { upper, work, .. } => MountOp::Overlay {
+                path,
+                upper: upper.clone(),
+                work: work.clone(),
+            },
+            Staged::File { copy, .. } => MountOp::StagedFile {
+                path,
+                copy: copy.clone(),
+            },
+        });
+    }
     // Stable: at equal depth the sandbox's own mounts (pushed first) come before user binds.
     binds.sort_by_key(|b| depth(b.path()));
     let writable_roots: Vec<PathBuf> = binds
@@ -185,17 +246,39 @@ pub fn prepare(fs: &FilesystemPlan) -> Layout {
             MountOp::Bind {
                 path,
                 writable: true,
-            } => Some(path.clone()),
+            }
+            | MountOp::Overlay { path, .. }
+            | MountOp::StagedFile { path, .. } => Some(path.clone()),
             _ => None,
         })
         .collect();
+    let staged_paths: Vec<PathBuf> = staged.iter().map(|s| normalize(s.path())).collect();
     layout.mounts.extend(binds);
 
     // 2. Read-only carve-outs, with their parents pinned so they cannot be swapped out by a rename.
     let mut pins: Vec<PathBuf> = Vec::new();
     let mut read_only: Vec<PathBuf> = Vec::new();
+    // Git reads more config than .git/config: each submodule's own config and hooks (run by a
+    // host `git status` in the superproject) and per-worktree config. Protect them alongside.
+    let mut ro_rules: Vec<PathRule> = fs.read_only.clone();
     for r in &fs.read_only {
         let p = normalize(&r.path);
+        if p.file_name().is_some_and(|n| n == "config")
+            && let Some(gitdir) = p
+                .parent()
+                .filter(|d| d.file_name().is_some_and(|n| n == ".git"))
+        {
+            for extra in git_extras(gitdir) {
+                ro_rules.push(PathRule::new(extra, r.origin.clone()));
+            }
+        }
+    }
+    for r in &ro_rules {
+        let p = normalize(&r.path);
+        // A staged path is writable copy-on-write and reviewed at exit instead.
+        if staged_paths.contains(&p) {
+            continue;
+        }
         let Ok(meta) = std::fs::symlink_metadata(&p) else {
             continue;
         };
@@ -277,6 +360,40 @@ pub fn prepare(fs: &FilesystemPlan) -> Layout {
         layout.landlock.write.push(p.into());
     }
     layout
+}
+
+/// Config and hooks git reads besides `.git/config` and `.git/hooks`: `config.worktree`,
+/// every submodule repository under `.git/modules` (nested too), and linked worktrees.
+fn git_extras(gitdir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![gitdir.join("config.worktree")];
+    if let Ok(rd) = std::fs::read_dir(gitdir.join("worktrees")) {
+        for e in rd.flatten() {
+            out.push(e.path().join("config.worktree"));
+        }
+    }
+    // A module's git dir holds HEAD; modules nest (modules/a/modules/b), names may have '/'.
+    let mut stack = vec![(gitdir.join("modules"), 0)];
+    while let Some((dir, depth)) = stack.pop() {
+        if depth > 8 {
+            continue;
+        }
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let d = e.path();
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if d.join("HEAD").is_file() {
+                out.extend(["config", "config.worktree", "hooks"].map(|f| d.join(f)));
+                stack.push((d.join("modules"), depth + 1));
+            } else {
+                stack.push((d, depth + 1));
+            }
+        }
+    }
+    out
 }
 
 /// Grant read beneath `root` except for the `excluded` subtrees. Landlock rules only allow, so a

@@ -15,7 +15,7 @@
 //! ```no_run
 //! # fn demo(plan: &cordon_policy::Plan) -> Result<(), cordon_sandbox::SandboxError> {
 //! use cordon_sandbox::{Command, TtyMode};
-//! let cmd = Command { argv: vec!["true".into()], cwd: plan.project.clone(), tty: TtyMode::Never, session: "demo".into() };
+//! let cmd = Command { argv: vec!["true".into()], cwd: plan.project.clone(), tty: TtyMode::Never, session: "demo".into(), staged: vec![] };
 //! let outcome = cordon_sandbox::run(plan, &cmd, &|event| eprintln!("{event:?}"))?;
 //! assert_eq!(outcome.code(), 0);
 //! # Ok(()) }
@@ -37,7 +37,7 @@ mod sys;
 
 pub use cordon_policy::Plan;
 pub use fence::FenceStatus;
-pub use layout::{Layout, MountOp, prepare};
+pub use layout::{Layout, MountOp, Staged, prepare, prepare_with_state};
 pub use supervisor::{Command, Outcome, TtyMode, run};
 pub use sys::{WaitStatus, ids, landlock_abi, passwd_home};
 

@@ -169,6 +169,33 @@ fn apply(op: &MountOp) -> Result<(), MountError> {
                 }
             }
         }
+        MountOp::Overlay { path, upper, work } => {
+            let opts = overlay_options(path, upper, work).ctx(at.clone())?;
+            ensure_mountpoint(&dst, true).ctx(at.clone())?;
+            let o = cs("overlay");
+            sys::mount(
+                Some(&o),
+                &dst,
+                Some(&o),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                Some(&opts),
+            )
+            .ctx(at)?;
+        }
+        MountOp::StagedFile { copy, .. } => {
+            ensure_mountpoint(&dst, false).ctx(at.clone())?;
+            sys::bind(&under(OLD, copy), &dst, false).ctx(at.clone())?;
+            sys::mount_setattr(
+                &dst,
+                false,
+                Attrs {
+                    readonly: false,
+                    nosuid: true,
+                    nodev: true,
+                },
+            )
+            .ctx(at)?;
+        }
         MountOp::Pin { .. } => {
             sys::bind(&dst, &dst, true).ctx(at)?;
         }
@@ -191,6 +218,29 @@ fn apply(op: &MountOp) -> Result<(), MountError> {
         }
     }
     Ok(())
+}
+
+/// Options for an unprivileged overlay (`userxattr`: its bookkeeping lives in `user.*` xattrs,
+/// which is what a user namespace may write). overlayfs splits options on `,` and lower dirs
+/// on `:`, so paths holding those are refused rather than misparsed.
+fn overlay_options(lower: &Path, upper: &Path, work: &Path) -> io::Result<CString> {
+    let mut parts = Vec::new();
+    for (key, p) in [("lowerdir", lower), ("upperdir", upper), ("workdir", work)] {
+        let full = under(OLD, p);
+        let text = full
+            .to_str()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "non-UTF-8 path"))?;
+        if text.contains([',', ':', '\\']) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("cannot overlay {text}: it contains , : or \\"),
+            ));
+        }
+        parts.push(format!("{key}={text}"));
+    }
+    parts.push("userxattr".into());
+    CString::new(parts.join(","))
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))
 }
 
 /// A minimal `/dev`: the harmless character devices bound from the host, a private devpts

@@ -48,6 +48,8 @@ pub struct Command {
     pub tty: TtyMode,
     /// The audit session id; names the approval broker's socket.
     pub session: String,
+    /// Protected paths made copy-on-write for this session.
+    pub staged: Vec<crate::layout::Staged>,
 }
 
 /// How the sandboxed command ended.
@@ -98,17 +100,26 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
     if cmd.argv.is_empty() {
         return Err(SandboxError::Usage("no command given".into()));
     }
-    // `ask` rules need a broker; its directory is masked so the agent cannot answer itself.
+    // The brokers' directory is masked in every session, with or without `ask` rules: a
+    // sandbox runs as the user's uid, so file modes alone would not keep it from answering
+    // another session's questions. It is created (0700) up front so there is something to mask.
     let mut fs = plan.filesystem.clone();
-    let broker = if plan.exec.rules.iter().any(|r| r.action == ExecAction::Ask) {
-        match cordon_approval::default_dir().map(|d| Broker::bind(&d, &cmd.session)) {
-            Some(Ok(b)) => {
-                if let Some(dir) = b.path().parent() {
-                    fs.deny
-                        .push(PathRule::new(dir, "built-in: approval broker"));
-                }
-                Some(b)
+    let broker_dir = cordon_approval::default_dir();
+    if let Some(dir) = &broker_dir {
+        match cordon_approval::ensure_dir(dir) {
+            Ok(()) => fs
+                .deny
+                .push(PathRule::new(dir, "built-in: approval brokers")),
+            Err(e) => {
+                return Err(SandboxError::Usage(format!(
+                    "cannot prepare the approval directory: {e}"
+                )));
             }
+        }
+    }
+    let broker = if plan.exec.rules.iter().any(|r| r.action == ExecAction::Ask) {
+        match broker_dir.map(|d| Broker::bind(&d, &cmd.session)) {
+            Some(Ok(b)) => Some(b),
             Some(Err(e)) => {
                 emit(NewEvent::new(
                     Layer::Exec,
@@ -122,7 +133,7 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
     } else {
         None
     };
-    let layout = layout::prepare(&fs);
+    let layout = layout::prepare_with_state(&fs, &cmd.staged);
     report_layout(&layout, emit);
 
     let mut env = plan.env.apply(std::env::vars_os());
@@ -421,6 +432,7 @@ fn report_limits(plan: &Plan, cgroup: &Cgroup, uid: u32, emit: &dyn Fn(NewEvent)
 fn report_layout(layout: &layout::Layout, emit: &dyn Fn(NewEvent)) {
     let mut writable = Vec::new();
     let mut read_only = Vec::new();
+    let mut staged = Vec::new();
     for m in &layout.mounts {
         match m {
             MountOp::Bind {
@@ -428,6 +440,9 @@ fn report_layout(layout: &layout::Layout, emit: &dyn Fn(NewEvent)) {
                 writable: true,
             } => writable.push(path.display().to_string()),
             MountOp::ReadOnly { path } => read_only.push(path.display().to_string()),
+            MountOp::Overlay { path, .. } | MountOp::StagedFile { path, .. } => {
+                staged.push(path.display().to_string())
+            }
             _ => {}
         }
     }

@@ -486,7 +486,8 @@ pub(crate) fn send_with_fd(sock: RawFd, data: &[u8], fd: RawFd) -> io::Result<()
     };
     // SAFETY: CMSG_SPACE is a pure computation.
     let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
-    let mut cbuf = vec![0u8; space];
+    // u64 elements: the control buffer must be aligned for `cmsghdr`.
+    let mut cbuf = vec![0u64; space.div_ceil(8)];
     // SAFETY: msghdr is plain old data; zero is valid.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
@@ -521,7 +522,8 @@ pub(crate) fn recv_with_fds(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, V
     };
     // SAFETY: pure computation.
     let space = unsafe { libc::CMSG_SPACE((4 * std::mem::size_of::<RawFd>()) as u32) } as usize;
-    let mut cbuf = vec![0u8; space];
+    // u64 elements: the control buffer must be aligned for `cmsghdr`.
+    let mut cbuf = vec![0u64; space.div_ceil(8)];
     // SAFETY: zero is a valid msghdr.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;

@@ -38,6 +38,9 @@ pub enum Cmd {
     Log(LogArgs),
     /// Answer questions held for a person (e.g. an `ask` exec rule), from another terminal.
     Approve(ApproveArgs),
+    /// Review protected agent state changed by sessions: list, diff, accept, discard, restore.
+    #[command(subcommand)]
+    State(StateCmd),
     /// Print a shell completion script.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -145,4 +148,24 @@ pub struct ApproveArgs {
     /// Only list the waiting questions.
     #[arg(long, conflicts_with_all = ["id", "allow", "deny"])]
     pub list: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StateCmd {
+    /// Sessions with protected-state changes, newest first.
+    List,
+    /// Show what a session changed (default: the newest pending one).
+    Diff { session: Option<String> },
+    /// Apply a session's changes to the host copies (all, or only the given paths).
+    Accept {
+        session: String,
+        paths: Vec<PathBuf>,
+    },
+    /// Throw a session's changes away.
+    Discard { session: String },
+    /// Bring protected paths back to a session's before-snapshot (SESSION or SESSION:PATH).
+    Restore {
+        snapshot: String,
+        path: Option<PathBuf>,
+    },
 }

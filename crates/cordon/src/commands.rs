@@ -30,6 +30,7 @@ pub fn dispatch(cmd: Cmd) -> i32 {
             }
         },
         Cmd::Approve(a) => report(approve(a)),
+        Cmd::State(c) => crate::state::command(c),
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "cordon", &mut std::io::stdout());
             0
@@ -151,10 +152,22 @@ fn run(a: RunArgs) -> i32 {
         }
     };
     let verbose = a.verbose;
+    // A closed or broken stderr must not take the session down (eprintln! would panic).
     let emit = |ev: NewEvent| match log.emit(ev) {
-        Ok(e) if verbose => eprintln!("cordon: {}", cordon_events::format_human(&e)),
+        Ok(e) if verbose => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "cordon: {}",
+                cordon_events::format_human(&e)
+            );
+        }
         Ok(_) => {}
-        Err(e) => eprintln!("cordon: warning: audit log write failed: {e}"),
+        Err(e) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "cordon: warning: audit log write failed: {e}"
+            );
+        }
     };
     let argv: Vec<String> = a
         .command
@@ -238,7 +251,19 @@ fn run_in_session(
             cordon_sandbox::TtyMode::Auto
         },
         session: session.to_string(),
+        staged: Vec::new(),
     };
+    let mut cmd = cmd;
+    let staged = match crate::state::begin(&loaded.plan, session, emit) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("cordon: {e:#}");
+            return EXIT_SETUP;
+        }
+    };
+    if let Some(s) = &staged {
+        cmd.staged = crate::state::to_sandbox(s);
+    }
     match cordon_sandbox::run(&loaded.plan, &cmd, emit) {
         Ok(outcome) => {
             let code = outcome.code();
@@ -250,11 +275,18 @@ fn run_in_session(
                 )
                 .detail("code", code),
             );
+            if let Some(s) = &staged {
+                crate::state::finish(&loaded.plan, s, emit);
+            }
             code
         }
         Err(e) => {
             eprintln!("cordon: {e}");
             emit(NewEvent::new(Layer::Process, Action::Error, e.to_string()));
+            if let Some(s) = &staged {
+                // Nothing ran; the empty session is not worth a review.
+                let _ = s.discard();
+            }
             EXIT_SETUP
         }
     }
@@ -377,6 +409,7 @@ fn doctor_end_to_end() -> Result<()> {
             cwd: dir.clone(),
             tty: cordon_sandbox::TtyMode::Never,
             session: format!("doctor-{}", std::process::id()),
+            staged: Vec::new(),
         };
         let outcome = cordon_sandbox::run(&loaded.plan, &cmd, &|_| {})?;
         if outcome.code() != 0 {

@@ -229,16 +229,39 @@ both!(default_audit_log_lives_in_the_state_dir, |env: Env| {
     assert_ne!(o.status.code(), Some(0), "{}", show(&o));
 });
 
-both!(profiles_add_agent_state_dirs, |env: Env| {
+both!(profiles_protect_agent_state_dirs, |env: Env| {
     let claude = env.home.join(".claude");
     std::fs::create_dir_all(&claude).unwrap();
     env.own(&claude);
+    // With the profile, the agent may write its state dir, copy-on-write: the host copy only
+    // changes once the change is accepted (no terminal here, so it is left pending).
     let o = env.run_with(
         &["--profile", "claude"],
-        "echo remembered > ~/.claude/memory.md",
+        "echo remembered > ~/.claude/memory.md && cat ~/.claude/memory.md",
     );
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
-    assert!(claude.join("memory.md").exists());
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "remembered\n");
+    assert!(
+        !claude.join("memory.md").exists(),
+        "reached the host without review"
+    );
+    let o = env.cordon().args(["state", "list"]).output().unwrap();
+    let id = String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let o = env
+        .cordon()
+        .args(["state", "accept", &id])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(
+        std::fs::read_to_string(claude.join("memory.md")).unwrap(),
+        "remembered\n"
+    );
+    // Without the profile ~/.claude is read-only.
     let o = env.run("echo x > ~/.claude/other.md");
     assert_ne!(
         o.status.code(),

