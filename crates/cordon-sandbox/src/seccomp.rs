@@ -46,8 +46,10 @@ const SECCOMP_RET_TRACE: u32 = 0x7ff0_0000;
 const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
 const SECCOMP_RET_USER_NOTIF: u32 = 0x7fc0_0000;
 /// Syscall numbers shared by every architecture since Linux 5.1 start at 424; numbers from
-/// here up that the table lacks are newer syscalls, answered ENOSYS by F2.
-pub(crate) const NEWER_SYSCALLS: std::ops::Range<i64> = 424..600;
+/// here up that the table lacks are newer syscalls, answered ENOSYS by F2. The end is kept
+/// a little past today's kernels (about 470): every number is one more rule the kernel walks
+/// when it installs the filter, and numbers past the end still get EPERM from F1.
+pub(crate) const NEWER_SYSCALLS: std::ops::Range<i64> = 424..481;
 /// `SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP` (Linux 6.6).
 const SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP: libc::c_ulong = 1;
 const NETLINK_ROUTE: u64 = 0;

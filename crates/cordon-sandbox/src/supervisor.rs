@@ -494,6 +494,7 @@ fn relay(
     let mut stdin_open = master.is_some();
     let mut master_open = master.is_some();
     let mut kill_at: Option<Instant> = None;
+    let mut notify_open = true;
     let mut buf = vec![0u8; 64 * 1024];
     let status = loop {
         let mut fds = vec![
@@ -509,7 +510,10 @@ fn relay(
             },
         ];
         let (notify_fd, broker_fd) = match &exec {
-            Some(e) => (e.notify_fd(), e.broker_fd().unwrap_or(-1)),
+            Some(e) => (
+                if notify_open { e.notify_fd() } else { -1 },
+                e.broker_fd().unwrap_or(-1),
+            ),
             None => (-1, -1),
         };
         fds.push(libc::pollfd {
@@ -545,6 +549,9 @@ fn relay(
         if let Some(e) = exec.as_mut() {
             if fds[2].revents & libc::POLLIN != 0 {
                 e.on_notification();
+            } else if fds[2].revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+                // No process uses the filter any more; polling it would only spin.
+                notify_open = false;
             }
             if fds[3].revents != 0 {
                 e.on_broker();

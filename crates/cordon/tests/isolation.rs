@@ -531,3 +531,55 @@ both!(escapes_fail_with_the_syscall_denials_lifted, |env: Env| {
         "umount2 still filtered: {log}"
     );
 });
+
+both!(submodule_git_config_is_read_only, |env: Env| {
+    // A repo with a submodule: a host `git status` reads the submodule's own config, whose
+    // core.fsmonitor is a command, so it is host-executed like .git/config.
+    let upstream = env.base.join("upstream");
+    std::fs::create_dir_all(&upstream).unwrap();
+    let git = |dir: &std::path::Path, args: &[&str]| {
+        let o = std::process::Command::new("git")
+            .args([
+                "-c",
+                "user.email=t@e.invalid",
+                "-c",
+                "user.name=t",
+                "-c",
+                "protocol.file.allow=always",
+                "-c",
+                "safe.directory=*",
+            ])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    git(&upstream, &["init", "-q"]);
+    git(&upstream, &["commit", "-q", "--allow-empty", "-m", "up"]);
+    git(&env.project, &["init", "-q"]);
+    git(
+        &env.project,
+        &["submodule", "add", "-q", upstream.to_str().unwrap(), "sub"],
+    );
+    env.own(&env.base);
+    assert!(env.project.join(".git/modules/sub/config").exists());
+    let o = env
+        .run("git config -f .git/modules/sub/config core.fsmonitor 'touch /var/tmp/pwned; false'");
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    let o = env.run("echo evil > .git/modules/sub/hooks/post-checkout");
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    let o = env.run("mv .git/modules .git/modules-old");
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(
+        !std::fs::read_to_string(env.project.join(".git/modules/sub/config"))
+            .unwrap()
+            .contains("fsmonitor")
+    );
+    // Git in the superproject and the submodule still works.
+    env.ok("git status --short && git -C sub log --oneline | wc -l");
+});

@@ -405,3 +405,147 @@ both!(the_agent_cannot_reach_the_broker, |env: Env| {
         show(&o)
     );
 });
+
+// ---- fixes from the security review, each pinned ----
+
+both!(another_session_cannot_answer_questions, |env: Env| {
+    let p = exec_policy(&env, "[exec]\nask = [\"touch victim*\"]\nask_timeout = 4\n");
+    let runtime = env.base.join("runtime");
+    std::fs::create_dir_all(&runtime).unwrap();
+    env.own(&runtime);
+    // Session A holds a question.
+    let mut a = env.cordon();
+    a.env("XDG_RUNTIME_DIR", &runtime)
+        .args([
+            "run",
+            "--no-tty",
+            "--policy",
+            &p,
+            "--",
+            "sh",
+            "-c",
+            "touch victim-file",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut a = a.spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    // Session B, default policy (no ask rules), tries to answer it.
+    let answer = format!(
+        "ls {0}/cordon; for s in {0}/cordon/*.sock; do python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); \
+         s.sendall(b\"{{\\\"op\\\":\\\"answer\\\",\\\"id\\\":1,\\\"allow\\\":true,\\\"remember\\\":true}}\\n\"); print(s.recv(100))' $s; done",
+        runtime.display()
+    );
+    let mut b = env.cordon();
+    let o = b
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .args(["run", "--no-tty", "--", "sh", "-c", &answer])
+        .output()
+        .unwrap();
+    assert!(
+        !all_output(&o).contains("\"ok\":true"),
+        "session B answered A's question\n{}",
+        show(&o)
+    );
+    a.wait().unwrap();
+    assert!(
+        !env.project.join("victim-file").exists(),
+        "the held exec ran"
+    );
+});
+
+both!(approved_exec_cannot_be_swapped_while_waiting, |env: Env| {
+    let p = exec_policy(&env, "[exec]\nask = [\"echo *\"]\n");
+    let runtime = env.base.join("runtime");
+    std::fs::create_dir_all(&runtime).unwrap();
+    env.own(&runtime);
+    // execve from one thread; another rewrites the argument while the question waits.
+    let script = r#"
+import ctypes, threading, time
+libc = ctypes.CDLL(None, use_errno=True)
+arg = ctypes.create_string_buffer(b"benign-looking-arg")
+argv = (ctypes.c_char_p * 3)(b"echo", ctypes.cast(arg, ctypes.c_char_p), None)
+def swap():
+    time.sleep(1.5)
+    ctypes.memmove(arg, b"EVIL-REWRITTEN-ARG", 18)
+threading.Thread(target=swap, daemon=True).start()
+libc.execve(b"/bin/echo", argv, None)
+print("execve failed errno=%d" % ctypes.get_errno())
+"#;
+    let f = env.write("swap.py", script);
+    let mut c = env.cordon();
+    c.env("XDG_RUNTIME_DIR", &runtime)
+        .args(["run", "--no-tty", "--audit"])
+        .arg(&env.audit)
+        .args(["--policy", &p, "--", "/usr/bin/python3"])
+        .arg(&f)
+        .stdout(std::process::Stdio::piped());
+    let child = c.spawn().unwrap();
+    let end = Instant::now() + Duration::from_secs(20);
+    let id = loop {
+        let o = approve(&env, &["--list"]);
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        if let Some(line) = out.lines().find(|l| l.contains("benign-looking-arg")) {
+            break line
+                .split('#')
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .unwrap()
+                .to_string();
+        }
+        assert!(Instant::now() < end, "no question: {}", show(&o));
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    std::thread::sleep(Duration::from_millis(2500));
+    approve(&env, &[&id, "--allow"]);
+    let o = child.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        !out.contains("EVIL-REWRITTEN-ARG"),
+        "the swapped command ran:\n{out}"
+    );
+    assert!(out.contains("execve failed errno=1"), "{out}");
+});
+
+both!(
+    approval_questions_show_no_raw_control_characters,
+    |env: Env| {
+        let p = exec_policy(&env, "[exec]\nask = [\"printf *\"]\nask_timeout = 3\n");
+        let runtime = env.base.join("runtime");
+        std::fs::create_dir_all(&runtime).unwrap();
+        env.own(&runtime);
+        let mut c = env.cordon();
+        c.env("XDG_RUNTIME_DIR", &runtime)
+            .args([
+                "run",
+                "--no-tty",
+                "--policy",
+                &p,
+                "--",
+                "/usr/bin/printf",
+                "x\u{1b}[2K\rSAFE-LOOKING",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let mut child = c.spawn().unwrap();
+        let end = Instant::now() + Duration::from_secs(10);
+        let listed = loop {
+            let o = approve(&env, &["--list"]);
+            let out = String::from_utf8_lossy(&o.stdout).into_owned();
+            if out.contains("SAFE-LOOKING") {
+                break out;
+            }
+            assert!(Instant::now() < end, "no question: {}", show(&o));
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        child.wait().unwrap();
+        assert!(
+            !listed.contains('\u{1b}') && !listed.contains('\r'),
+            "raw control characters: {listed:?}"
+        );
+        assert!(
+            listed.contains("\\u{1b}") || listed.contains("\\x1b") || listed.contains("\\e"),
+            "{listed:?}"
+        );
+    }
+);
