@@ -250,3 +250,73 @@ both!(restore_brings_a_snapshot_back, |env: Env| {
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     host_untouched(&env);
 });
+
+both!(staged_project_files_go_through_review, |env: Env| {
+    env.ok("git init -q .");
+    let policy = env.base.join("staged.toml");
+    std::fs::write(
+        &policy,
+        "[state]\nproject_files = \"staged\"\non_exit = \"pending\"\n",
+    )
+    .unwrap();
+    env.own(&policy);
+    let p = policy.to_str().unwrap();
+    // Writable now (copy-on-write), where the default makes it read-only.
+    let o = env.run_with(
+        &["--policy", p],
+        "echo 'echo hooked' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(
+        !env.project.join(".git/hooks/pre-commit").exists(),
+        "the hook reached the host unreviewed"
+    );
+    let id = session_of(&env);
+    let o = state(&env, &["diff", &id]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("pre-commit"),
+        "{}",
+        show(&o)
+    );
+    let o = state(&env, &["accept", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(
+        std::fs::read_to_string(env.project.join(".git/hooks/pre-commit")).unwrap(),
+        "echo hooked\n"
+    );
+    // The project's own policy stays read-only even when project files are staged.
+    env.write("cordon.toml", "");
+    let o = env.run_with(&["--policy", p], "echo '[env]' > cordon.toml");
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+});
+
+both!(
+    ask_on_a_terminal_shows_the_summary_and_applies_the_answer,
+    |env: Env| {
+        let p = setup(&env, "ask");
+        let line = format!(
+            "{} run --policy {p} -- sh -c \"echo 'alias ll=ls' >> ~/.bashrc\"",
+            env.cordon_line()
+        );
+        let out = common::under_pty(&env, &line, "d\n");
+        assert!(
+            out.contains(".bashrc") && out.contains("alias"),
+            "no summary shown:\n{out}"
+        );
+        assert!(out.contains("[k]eep"), "no question asked:\n{out}");
+        host_untouched(&env);
+        let o = state(&env, &["list"]);
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("discarded"),
+            "the answer was not taken\n{}",
+            show(&o)
+        );
+        let out = common::under_pty(&env, &line, "k\n");
+        assert!(out.contains("[k]eep"), "{out}");
+        assert!(
+            std::fs::read_to_string(env.home.join(".bashrc"))
+                .unwrap()
+                .ends_with("alias ll=ls\n")
+        );
+    }
+);
