@@ -290,6 +290,31 @@ fn approve(env: &Env, args: &[&str]) -> std::process::Output {
     c.output().unwrap()
 }
 
+/// Poll `cordon approve --list` until a question mentioning `needle` appears; returns its id
+/// and the whole listing.
+fn wait_for_question(env: &Env, needle: &str) -> (String, String) {
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        let o = approve(env, &["--list"]);
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        if let Some(line) = out.lines().find(|l| l.contains(needle)) {
+            let id = line
+                .split('#')
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .unwrap()
+                .to_string();
+            return (id, out);
+        }
+        assert!(
+            Instant::now() < end,
+            "no question about {needle:?}: {}",
+            show(&o)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 both!(exec_ask_waits_for_cordon_approve, |env: Env| {
     let p = exec_policy(&env, "[exec]\nask = [\"touch approved*\"]\n");
     let runtime = env.base.join("runtime");
@@ -310,26 +335,7 @@ both!(exec_ask_waits_for_cordon_approve, |env: Env| {
         .stdout(std::process::Stdio::piped());
     let child = c.spawn().unwrap();
     // Wait for the question to show up, then allow it.
-    let end = Instant::now() + Duration::from_secs(20);
-    let id = loop {
-        let o = approve(&env, &["--list"]);
-        let out = String::from_utf8_lossy(&o.stdout).into_owned();
-        if let Some(line) = out.lines().find(|l| l.contains("touch approved-file")) {
-            let id = line
-                .split('#')
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next())
-                .unwrap()
-                .to_string();
-            break id;
-        }
-        assert!(
-            Instant::now() < end,
-            "the question never appeared: {}",
-            show(&o)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let (id, _) = wait_for_question(&env, "touch approved-file");
     assert!(
         !env.project.join("approved-file").exists(),
         "ran before approval"
@@ -481,21 +487,7 @@ print("execve failed errno=%d" % ctypes.get_errno())
         .arg(&f)
         .stdout(std::process::Stdio::piped());
     let child = c.spawn().unwrap();
-    let end = Instant::now() + Duration::from_secs(20);
-    let id = loop {
-        let o = approve(&env, &["--list"]);
-        let out = String::from_utf8_lossy(&o.stdout).into_owned();
-        if let Some(line) = out.lines().find(|l| l.contains("benign-looking-arg")) {
-            break line
-                .split('#')
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next())
-                .unwrap()
-                .to_string();
-        }
-        assert!(Instant::now() < end, "no question: {}", show(&o));
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let (id, _) = wait_for_question(&env, "benign-looking-arg");
     std::thread::sleep(Duration::from_millis(2500));
     approve(&env, &[&id, "--allow"]);
     let o = child.wait_with_output().unwrap();
@@ -528,16 +520,7 @@ both!(
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());
         let mut child = c.spawn().unwrap();
-        let end = Instant::now() + Duration::from_secs(10);
-        let listed = loop {
-            let o = approve(&env, &["--list"]);
-            let out = String::from_utf8_lossy(&o.stdout).into_owned();
-            if out.contains("SAFE-LOOKING") {
-                break out;
-            }
-            assert!(Instant::now() < end, "no question: {}", show(&o));
-            std::thread::sleep(Duration::from_millis(100));
-        };
+        let (_, listed) = wait_for_question(&env, "SAFE-LOOKING");
         child.wait().unwrap();
         assert!(
             !listed.contains('\u{1b}') && !listed.contains('\r'),
