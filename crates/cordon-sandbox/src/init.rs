@@ -67,7 +67,7 @@ pub fn main() -> ! {
         Ok(None) => sys::exit_now(125),
         Err(e) => fail("control channel", e.to_string()),
     };
-    if let Err(e) = mounts::build(&spec.layout) {
+    if let Err(e) = mounts::build(&spec.layout, spec.tmpfs_size) {
         fail("filesystem", e.to_string());
     }
     if let Err(e) = sys::sethostname(&spec.hostname) {

@@ -84,7 +84,9 @@ const RO: Attrs = Attrs {
 };
 
 /// Build the view and pivot into it. On return, `/` is the sandbox's root.
-pub(crate) fn build(layout: &Layout) -> Result<(), MountError> {
+/// `tmpfs_size`: the cap for the sandbox's own `/tmp` and `/dev/shm` (bytes), so with only
+/// rlimits in force (which do not count tmpfs pages) a `[limits] memory` still bounds them.
+pub(crate) fn build(layout: &Layout, tmpfs_size: Option<u64>) -> Result<(), MountError> {
     let root = Path::new("/");
     // Nothing we mount may propagate back to the host.
     sys::mount(None, root, None, libc::MS_REC | libc::MS_PRIVATE, None)
@@ -108,7 +110,7 @@ pub(crate) fn build(layout: &Layout) -> Result<(), MountError> {
     .ctx(|| "new root tmpfs".into())?;
 
     for op in &layout.mounts {
-        apply(op).map_err(|e| MountError {
+        apply(op, tmpfs_size).map_err(|e| MountError {
             step: format!("{op:?}: {}", e.step),
             source: e.source,
         })?;
@@ -124,7 +126,7 @@ pub(crate) fn build(layout: &Layout) -> Result<(), MountError> {
     Ok(())
 }
 
-fn apply(op: &MountOp) -> Result<(), MountError> {
+fn apply(op: &MountOp, tmpfs_size: Option<u64>) -> Result<(), MountError> {
     let dst = under(NEW, op.path());
     let d = dst.clone();
     let at = move || d.display().to_string();
@@ -145,7 +147,11 @@ fn apply(op: &MountOp) -> Result<(), MountError> {
         }
         MountOp::Tmpfs { .. } => {
             ensure_mountpoint(&dst, true).ctx(at.clone())?;
-            tmpfs(&dst, "mode=1777", libc::MS_NOSUID | libc::MS_NODEV).ctx(at)?;
+            let opts = match tmpfs_size {
+                Some(bytes) => format!("mode=1777,size={bytes}"),
+                None => "mode=1777".to_string(),
+            };
+            tmpfs(&dst, &opts, libc::MS_NOSUID | libc::MS_NODEV).ctx(at)?;
         }
         MountOp::Dev { .. } => build_dev(&dst)?,
         MountOp::Proc { .. } => {

@@ -36,6 +36,8 @@ pub(crate) struct InitSpec {
     pub syscalls: SyscallsPlan,
     /// Trap execve/execveat for the supervisor (there are `[exec]` rules).
     pub supervise_exec: bool,
+    /// Size cap for the sandbox's own tmpfs mounts (`[limits] memory`).
+    pub tmpfs_size: Option<u64>,
 }
 
 /// What init tells the supervisor.

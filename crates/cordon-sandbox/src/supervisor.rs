@@ -25,6 +25,9 @@ use crate::seccomp::Listener;
 use crate::sys::{self, WaitStatus};
 use crate::{INIT_ARG, SandboxError};
 
+/// Typed input held for a command that is not reading its terminal, before we stop reading ours.
+const MAX_PENDING_INPUT: usize = 1 << 20;
+
 /// How long a sandbox gets to exit after TERM/HUP before it is killed outright.
 const GRACE: Duration = Duration::from_secs(5);
 
@@ -185,6 +188,7 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
         hostname: "cordon".into(),
         syscalls: plan.syscalls.clone(),
         supervise_exec: !plan.exec.rules.is_empty(),
+        tmpfs_size: plan.limits.memory,
     };
     let (sock, child_sock) = sys::socketpair().map_err(|e| io_err("control socketpair", e))?;
     let exe = sys::PreparedExec::new(
@@ -495,6 +499,10 @@ fn relay(
     let mut master_open = master.is_some();
     let mut kill_at: Option<Instant> = None;
     let mut notify_open = true;
+    let mut pending_input: Vec<u8> = Vec::new();
+    if let Some(m) = &master {
+        sys::set_nonblocking(m.as_raw_fd(), true)?;
+    }
     let mut buf = vec![0u8; 64 * 1024];
     let status = loop {
         let mut fds = vec![
@@ -527,14 +535,23 @@ fn relay(
             revents: 0,
         });
         if let Some(m) = &master {
+            // Typed input waits in `pending_input` until the pty takes it: the master is
+            // non-blocking, so a command that stops reading its terminal cannot freeze the
+            // supervisor (which also answers the sandbox's seccomp notifications).
+            let room = pending_input.len() < MAX_PENDING_INPUT;
             fds.push(libc::pollfd {
-                fd: if stdin_open { 0 } else { -1 },
+                fd: if stdin_open && room { 0 } else { -1 },
                 events: libc::POLLIN,
                 revents: 0,
             });
+            let out = if pending_input.is_empty() {
+                0
+            } else {
+                libc::POLLOUT
+            };
             fds.push(libc::pollfd {
                 fd: if master_open { m.as_raw_fd() } else { -1 },
-                events: libc::POLLIN,
+                events: libc::POLLIN | out,
                 revents: 0,
             });
         }
@@ -589,15 +606,23 @@ fn relay(
                 if n <= 0 {
                     stdin_open = false;
                 } else {
-                    sys::write_all_raw(m.as_raw_fd(), &buf[..n as usize]);
+                    pending_input.extend_from_slice(&buf[..n as usize]);
                 }
             }
-            if master_open && fds[5].revents != 0 {
-                let n = sys::read_raw(m.as_raw_fd(), &mut buf);
-                if n <= 0 {
-                    master_open = false;
-                } else {
-                    sys::write_all_raw(1, &buf[..n as usize]);
+            if master_open && fds[5].revents & libc::POLLOUT != 0 {
+                match sys::write_some(m.as_raw_fd(), &pending_input) {
+                    Ok(n) => drop(pending_input.drain(..n)),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(_) => master_open = false,
+                }
+            }
+            if master_open && fds[5].revents & !libc::POLLOUT != 0 {
+                match sys::read_some(m.as_raw_fd(), &mut buf) {
+                    Ok(0) => master_open = false,
+                    Ok(n) => sys::write_all_raw(1, &buf[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    // EIO: every slave descriptor is closed.
+                    Err(_) => master_open = false,
                 }
             }
         }

@@ -446,6 +446,36 @@ pub(crate) fn read_raw(fd: RawFd, buf: &mut [u8]) -> isize {
     }
 }
 
+/// One `write`; with a non-blocking descriptor, `WouldBlock` when it cannot take anything.
+pub(crate) fn write_some(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: buf is a valid slice.
+        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// One `read`, retried on EINTR; `WouldBlock` on an empty non-blocking descriptor.
+pub(crate) fn read_some(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: buf is a valid mutable slice.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 pub(crate) fn clear_cloexec(fd: RawFd) -> io::Result<()> {
     // SAFETY: fcntl on a descriptor with integer arguments.
     let flags = cvt(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;

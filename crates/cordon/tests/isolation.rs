@@ -484,6 +484,16 @@ both!(limits_are_enforced, |env: Env| {
         "100 processes started under pids = 64\n{}",
         show(&o)
     );
+    // The private /tmp is capped too (tmpfs pages escape RLIMIT_AS).
+    let o = env.run_with(
+        &["--policy", p],
+        "df -B1 --output=size /tmp /dev/shm | tail -n 2",
+    );
+    let sizes: Vec<u64> = String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    assert_eq!(sizes, vec![268435456, 268435456], "{}", show(&o));
     // The log says how each limit was enforced (cgroup for root here, rlimits for a user).
     let log = std::fs::read_to_string(&env.audit).unwrap();
     assert!(log.contains("pids=64 via"), "{log}");

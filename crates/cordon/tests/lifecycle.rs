@@ -183,3 +183,44 @@ both!(ctrl_c_reaches_the_foreground_job, |env: Env| {
         "Ctrl-C should interrupt sleep with SIGINT:\n{out}"
     );
 });
+
+both!(window_resizes_reach_the_sandbox, |env: Env| {
+    // The outer terminal is resized while the command runs; the tty driver signals cordon
+    // (the foreground job), which passes the new size to the sandbox's pty.
+    let script = env.write(
+        "resize.sh",
+        &format!(
+            "stty rows 30 cols 90\n(sleep 1; stty rows 50 cols 120 </dev/tty) &\n\
+             {} run -- sh -c 'stty size; sleep 2; stty size'\n",
+            env.cordon_line()
+        ),
+    );
+    let out = common::under_pty(&env, &format!("sh {}", script.display()), "");
+    let sizes: Vec<&str> = out
+        .lines()
+        .map(|l| l.trim_matches(|c: char| c == '\r' || c == '\0'))
+        .filter(|l| l.ends_with(" 90") || l.ends_with(" 120"))
+        .collect();
+    assert_eq!(sizes, ["30 90", "50 120"], "{out:?}");
+});
+
+both!(
+    a_command_not_reading_its_terminal_does_not_freeze_cordon,
+    |env: Env| {
+        // 200 KB of pasted input that the command never reads: the pty fills up, yet cordon must
+        // keep answering the sandbox (every exec waits on it).
+        let line = format!(
+            "{} run -- sh -c 'stty raw -echo; sleep 2; /bin/true && echo still-alive; stty sane'",
+            env.cordon_line()
+        );
+        let input = format!("{}\n", "x".repeat(200_000));
+        let start = Instant::now();
+        let out = common::under_pty(&env, &line, &input);
+        assert!(
+            out.contains("still-alive"),
+            "{:?}",
+            &out[out.len().saturating_sub(300)..]
+        );
+        assert!(start.elapsed() < Duration::from_secs(30));
+    }
+);

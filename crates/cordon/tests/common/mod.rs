@@ -291,7 +291,19 @@ pub fn under_pty(env: &Env, line: &str, input: &str) -> String {
         stdin.write_all(chunk.as_bytes()).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(300));
     }
+    // A hung session must fail the test, not hang the suite.
+    let (done, deadline) = std::sync::mpsc::channel::<()>();
+    let pid = child.id();
+    std::thread::spawn(move || {
+        if deadline
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .is_err()
+        {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+        }
+    });
     let o = child.wait_with_output().unwrap();
+    let _ = done.send(());
     all_output(&o)
 }
 
