@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use cordon_state::{ChangeKind, EntryKind, NodeKind, StateStore};
+use cordon_state::{ChangeKind, EntryKind, Manifest, NodeKind, StateStore};
 
 const CHANGED: usize = 10;
 const ADDED: usize = 5;
@@ -102,11 +102,8 @@ fn begin(src: &Path, store: &Path, id: &str) -> Res<()> {
 fn diff(store: &Path, id: &str) -> Res<()> {
     let store = StateStore::new(store);
     let session = store.open(id)?;
-    let entry = session
-        .entries
-        .first()
-        .ok_or("session protects nothing")?;
-    let before = cordon_state::scan(&entry.snapshot)?;
+    let entry = session.entries.first().ok_or("session protects nothing")?;
+    let before = Manifest::load(&entry.manifest)?;
     let files: Vec<&PathBuf> = before
         .entries
         .iter()
@@ -141,9 +138,7 @@ fn diff(store: &Path, id: &str) -> Res<()> {
             .write_all(b"changed by state_bench\n")?;
     }
     for i in 0..ADDED {
-        let rel = files[i * step]
-            .with_file_name(format!("state-bench-new-{i}.txt"))
-            .clone();
+        let rel = files[i * step].with_file_name(format!("state-bench-new-{i}.txt"));
         copy_up_dirs(&rel)?;
         fs::write(
             entry.upper.join(&rel),
@@ -156,7 +151,7 @@ fn diff(store: &Path, id: &str) -> Res<()> {
     let s = t.elapsed().as_secs_f64();
     let changed = changes
         .iter()
-        .filter(|c| c.kind == ChangeKind::Changed)
+        .filter(|c| c.kind == ChangeKind::Modified)
         .count();
     let added = changes
         .iter()
@@ -172,7 +167,10 @@ fn diff(store: &Path, id: &str) -> Res<()> {
     report(
         "changes",
         s,
-        &format!(" changed={changed} added={added} entries={}", before.entries.len()),
+        &format!(
+            " changed={changed} added={added} entries={}",
+            before.entries.len()
+        ),
     )
 }
 
