@@ -282,6 +282,15 @@ both!(builtin_rule_refuses_sudo_explicitly, |env: Env| {
     }
 });
 
+/// The approval brokers' directory the tests point cordon at (`XDG_RUNTIME_DIR`), owned by
+/// the variant's user.
+fn runtime_dir(env: &Env) -> std::path::PathBuf {
+    let runtime = env.base.join("runtime");
+    std::fs::create_dir_all(&runtime).unwrap();
+    env.own(&runtime);
+    runtime
+}
+
 fn approve(env: &Env, args: &[&str]) -> std::process::Output {
     let mut c = env.cordon();
     c.env("XDG_RUNTIME_DIR", env.base.join("runtime"))
@@ -317,9 +326,7 @@ fn wait_for_question(env: &Env, needle: &str) -> (String, String) {
 
 both!(exec_ask_waits_for_cordon_approve, |env: Env| {
     let p = exec_policy(&env, "[exec]\nask = [\"touch approved*\"]\n");
-    let runtime = env.base.join("runtime");
-    std::fs::create_dir_all(&runtime).unwrap();
-    env.own(&runtime);
+    let runtime = runtime_dir(&env);
     let mut c = env.cordon();
     c.env("XDG_RUNTIME_DIR", &runtime)
         .args(["run", "--no-tty", "--audit"])
@@ -354,9 +361,7 @@ both!(exec_ask_waits_for_cordon_approve, |env: Env| {
 
 both!(exec_ask_times_out_to_deny, |env: Env| {
     let p = exec_policy(&env, "[exec]\nask = [\"touch late*\"]\nask_timeout = 1\n");
-    let runtime = env.base.join("runtime");
-    std::fs::create_dir_all(&runtime).unwrap();
-    env.own(&runtime);
+    let runtime = runtime_dir(&env);
     let mut c = env.cordon();
     let start = Instant::now();
     let o = c
@@ -389,9 +394,7 @@ both!(exec_ask_times_out_to_deny, |env: Env| {
 
 both!(the_agent_cannot_reach_the_broker, |env: Env| {
     let p = exec_policy(&env, "[exec]\nask = [\"touch never*\"]\nask_timeout = 3\n");
-    let runtime = env.base.join("runtime");
-    std::fs::create_dir_all(&runtime).unwrap();
-    env.own(&runtime);
+    let runtime = runtime_dir(&env);
     // The sandbox tries to answer its own question through the socket directory.
     let script = format!(
         "(sleep 1; ls {0}/cordon; for s in {0}/cordon/*.sock; do echo '{{\"op\":\"answer\",\"id\":1,\"allow\":true,\"remember\":false}}' | python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(sys.stdin.buffer.read()); print(s.recv(100))' $s; done) & touch never-file; echo rc=$?; wait",
@@ -416,9 +419,7 @@ both!(the_agent_cannot_reach_the_broker, |env: Env| {
 
 both!(another_session_cannot_answer_questions, |env: Env| {
     let p = exec_policy(&env, "[exec]\nask = [\"touch victim*\"]\nask_timeout = 4\n");
-    let runtime = env.base.join("runtime");
-    std::fs::create_dir_all(&runtime).unwrap();
-    env.own(&runtime);
+    let runtime = runtime_dir(&env);
     // Session A holds a question.
     let mut a = env.cordon();
     a.env("XDG_RUNTIME_DIR", &runtime)
@@ -462,9 +463,7 @@ both!(another_session_cannot_answer_questions, |env: Env| {
 
 both!(approved_exec_cannot_be_swapped_while_waiting, |env: Env| {
     let p = exec_policy(&env, "[exec]\nask = [\"echo *\"]\n");
-    let runtime = env.base.join("runtime");
-    std::fs::create_dir_all(&runtime).unwrap();
-    env.own(&runtime);
+    let runtime = runtime_dir(&env);
     // execve from one thread; another rewrites the argument while the question waits.
     let script = r#"
 import ctypes, threading, time
@@ -503,9 +502,7 @@ both!(
     approval_questions_show_no_raw_control_characters,
     |env: Env| {
         let p = exec_policy(&env, "[exec]\nask = [\"printf *\"]\nask_timeout = 3\n");
-        let runtime = env.base.join("runtime");
-        std::fs::create_dir_all(&runtime).unwrap();
-        env.own(&runtime);
+        let runtime = runtime_dir(&env);
         let mut c = env.cordon();
         c.env("XDG_RUNTIME_DIR", &runtime)
             .args([
