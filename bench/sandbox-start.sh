@@ -16,20 +16,9 @@ REPO=$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)
 SPAWNBENCH_SRC=$REPO/../shared/anchors/src/spawnbench.c
 PY=$(command -v /usr/bin/python3 || command -v python3)
 
-if [ -n "${CORDON_BIN:-}" ]; then
-    echo "using prebuilt $CORDON_BIN (CORDON_BIN set; not building)" >&2
-else
-    echo "building cordon (release)..." >&2
-    (cd "$REPO" && cargo build --release -j2 -p cordon >&2)
-    CORDON_BIN=$REPO/target/release/cordon
-fi
-
-# Not under /tmp: cordon gives the sandbox a private /tmp, so a project there would be hidden.
-WORK=$(mktemp -d /var/tmp/cordon-bench.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-chmod 755 "$WORK"
-mkdir -p "$WORK/bin"
-install -m 755 "$CORDON_BIN" "$WORK/bin/cordon"   # executable by any user
+# shellcheck source=bench/lib.sh
+. "$REPO/bench/lib.sh"
+bench_setup cordon-bench
 
 if [ -f "$SPAWNBENCH_SRC" ] && command -v cc >/dev/null; then
     cc -O2 -o "$WORK/bin/spawnbench" "$SPAWNBENCH_SRC"

@@ -29,20 +29,10 @@ STRUCTS=${STRUCTS:-12}   # generated structs per module of the crate (c); 6 modu
 REPO=$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)
 PY=$(command -v /usr/bin/python3 || command -v python3)
 
-if [ -n "${CORDON_BIN:-}" ]; then
-    echo "using prebuilt $CORDON_BIN (CORDON_BIN set; not building)" >&2
-else
-    echo "building cordon (release)..." >&2
-    (cd "$REPO" && cargo build --release -j2 -p cordon >&2)
-    CORDON_BIN=$REPO/target/release/cordon
-fi
-
-# Not under /tmp: cordon gives the sandbox a private /tmp, so a project there would be hidden.
-WORK=$(mktemp -d /var/tmp/cordon-syscalls.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-chmod 755 "$WORK"
-mkdir -p "$WORK/bin" "$WORK/src" "$WORK/home" "$WORK/state" "$WORK/config" "$WORK/data"
-install -m 755 "$CORDON_BIN" "$WORK/bin/cordon"
+# shellcheck source=bench/lib.sh
+. "$REPO/bench/lib.sh"
+bench_setup cordon-syscalls
+mkdir -p "$WORK/src" "$WORK/home" "$WORK/state" "$WORK/config" "$WORK/data"
 P=$WORK/project
 mkdir -p "$P"
 
