@@ -300,3 +300,42 @@ fn completions_man_and_version() {
     let o = run(&["no-such-subcommand"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+both!(log_follow_tracks_a_live_session, |env: Env| {
+    let mut run = env
+        .cordon()
+        .args(["run", "--no-tty", "--", "sh", "-c", "sleep 1.5; exit 4"])
+        .spawn()
+        .unwrap();
+    // Wait for the session's log to exist, then follow it from another process.
+    let dir = env.base.join("state/cordon/sessions");
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let session = loop {
+        if let Some(f) = std::fs::read_dir(&dir)
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(|e| e.ok())
+        {
+            break f.path().file_stem().unwrap().to_string_lossy().into_owned();
+        }
+        assert!(std::time::Instant::now() < end, "no session log appeared");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let follow = env
+        .cordon()
+        .args(["log", "--follow", "--session", &session])
+        .output()
+        .unwrap();
+    assert_eq!(run.wait().unwrap().code(), Some(4));
+    let out = String::from_utf8_lossy(&follow.stdout);
+    assert!(
+        out.contains("[session] start") && out.contains("[session] stop"),
+        "{out}"
+    );
+    assert!(out.contains("code=4"), "{out}");
+    assert_eq!(
+        follow.status.code(),
+        Some(0),
+        "follow ends with the session"
+    );
+});
