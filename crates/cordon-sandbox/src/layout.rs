@@ -273,12 +273,16 @@ pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
             }
         }
     }
-    for r in &ro_rules {
-        let p = normalize(&r.path);
-        // A staged path is writable copy-on-write and reviewed at exit instead.
-        if staged_paths.contains(&p) {
-            continue;
+    // Staged paths need their parents pinned just like read-only ones: renaming `.git` away
+    // and making a new one would otherwise slip a hook past both the mount and the review.
+    let mut guarded: Vec<PathBuf> = ro_rules.iter().map(|r| normalize(&r.path)).collect();
+    for p in &staged_paths {
+        if !guarded.contains(p) {
+            guarded.push(p.clone());
         }
+    }
+    for p in guarded {
+        let staged = staged_paths.contains(&p);
         let Ok(meta) = std::fs::symlink_metadata(&p) else {
             continue;
         };
@@ -292,7 +296,7 @@ pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
         }
         if let Some(root) = writable_roots
             .iter()
-            .filter(|w| within(&p, w))
+            .filter(|w| within(&p, w) && **w != p)
             .max_by_key(|w| depth(w))
         {
             let mut a = p.parent();
@@ -306,7 +310,8 @@ pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
                 a = anc.parent();
             }
         }
-        if !read_only.contains(&p) {
+        // A staged path is writable copy-on-write and reviewed at exit instead.
+        if !staged && !read_only.contains(&p) {
             read_only.push(p);
         }
     }

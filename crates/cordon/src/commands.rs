@@ -264,7 +264,28 @@ fn run_in_session(
     if let Some(s) = &staged {
         cmd.staged = crate::state::to_sandbox(s);
     }
-    match cordon_sandbox::run(&loaded.plan, &cmd, emit) {
+    // cordon's own state (audit logs, copy-on-write layers and snapshots, broker sockets) is
+    // never visible inside: snapshots hold hard links to files a deny rule hides elsewhere.
+    let mut plan = loaded.plan.clone();
+    if let Some(dir) = cordon_events::default_log_dir()
+        .as_deref()
+        .and_then(Path::parent)
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        if let Err(e) = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+        {
+            eprintln!("cordon: cannot create {}: {e}", dir.display());
+            return EXIT_SETUP;
+        }
+        plan.filesystem.deny.push(cordon_policy::PathRule::new(
+            dir,
+            "built-in: cordon's own state",
+        ));
+    }
+    match cordon_sandbox::run(&plan, &cmd, emit) {
         Ok(outcome) => {
             let code = outcome.code();
             emit(

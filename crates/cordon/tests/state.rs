@@ -284,6 +284,10 @@ both!(staged_project_files_go_through_review, |env: Env| {
         std::fs::read_to_string(env.project.join(".git/hooks/pre-commit")).unwrap(),
         "echo hooked\n"
     );
+    // Swapping .git for a fresh one (with a hook of its own) is refused: .git stays pinned.
+    let o = env.run_with(&["--policy", p], "mv .git .git.orig");
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(env.project.join(".git/HEAD").exists() && !env.project.join(".git.orig").exists());
     // The project's own policy stays read-only even when project files are staged.
     env.write("cordon.toml", "");
     let o = env.run_with(&["--policy", p], "echo '[env]' > cordon.toml");
@@ -320,3 +324,22 @@ both!(
         );
     }
 );
+
+both!(cordon_state_is_invisible_inside, |env: Env| {
+    // Protecting a directory that holds a denied path: its snapshot holds hard links to the
+    // denied file, so cordon's own state directory must be masked in the sandbox.
+    let policy = env.base.join("cfg.toml");
+    std::fs::write(
+        &policy,
+        "[state]\nprotect = [\"~/.config\"]\non_exit = \"pending\"\n",
+    )
+    .unwrap();
+    env.own(&policy);
+    let state = env.base.join("state/cordon");
+    let o = env.run_with(
+        &["--policy", policy.to_str().unwrap()],
+        &format!("cat ~/.config/gh/hosts.yml; ls {0}; cat {0}/state/*/e*/snapshot/gh/hosts.yml; grep -r SECRET {0}", state.display()),
+    );
+    assert!(!all_output(&o).contains("SECRET-gh"), "{}", show(&o));
+    assert!(all_output(&o).contains("Permission denied"), "{}", show(&o));
+});
