@@ -178,20 +178,20 @@ fn verify_bytes(bytes: &[u8]) -> VerifyReport {
                 problem(line, format!("seq starts at {}, not 0", ev.seq));
             }
         } else {
-            if let Some((pline, phash)) = &prev {
-                if ev.prev != *phash {
-                    problem(
-                        line,
-                        format!(
-                            "prev does not match line {pline}'s hash: a line was removed or reordered"
-                        ),
-                    );
-                }
+            if let Some((pline, phash)) = &prev
+                && ev.prev != *phash
+            {
+                problem(
+                    line,
+                    format!(
+                        "prev does not match line {pline}'s hash: a line was removed or reordered"
+                    ),
+                );
             }
-            if let Some(ps) = prev_seq {
-                if ps.checked_add(1) != Some(ev.seq) {
-                    problem(line, format!("seq jumps from {ps} to {}", ev.seq));
-                }
+            if let Some(ps) = prev_seq
+                && ps.checked_add(1) != Some(ev.seq)
+            {
+                problem(line, format!("seq jumps from {ps} to {}", ev.seq));
             }
         }
         if ev.is_session_stop() {

@@ -141,10 +141,10 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded, PolicyError> {
     }
 
     let profile = opts.profile.as_deref();
-    if let Some(name) = profile {
-        if !layers.iter().any(|l| l.profiles.contains_key(name)) {
-            return Err(unknown_profile(name, &layers).into());
-        }
+    if let Some(name) = profile
+        && !layers.iter().any(|l| l.profiles.contains_key(name))
+    {
+        return Err(unknown_profile(name, &layers).into());
     }
 
     for l in &layers {

@@ -60,7 +60,7 @@ fn names(out: &mut String, key: &str, rules: &[NamedRule]) {
 /// `4294967296` → `"4G"`; sizes that are not a whole number of a unit stay in bytes.
 fn size(bytes: u64) -> String {
     for (shift, unit) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
-        if bytes != 0 && bytes % (1u64 << shift) == 0 {
+        if bytes != 0 && bytes.is_multiple_of(1u64 << shift) {
             return toml_string(&format!("{}{unit}", bytes >> shift));
         }
     }

@@ -799,10 +799,10 @@ mod tests {
                 let newer = NEWER_SYSCALLS
                     .clone()
                     .find(|n| syscall_table::name(*n).is_none());
-                if let Some(newer) = newer {
-                    if libc::syscall(newer as libc::c_long) != -1 || errno() != libc::ENOSYS {
-                        return Err(23);
-                    }
+                if let Some(newer) = newer
+                    && (libc::syscall(newer as libc::c_long) != -1 || errno() != libc::ENOSYS)
+                {
+                    return Err(23);
                 }
                 let root = c"/nonexistent-cordon-test";
                 let r = libc::chroot(root.as_ptr()) as libc::c_long;

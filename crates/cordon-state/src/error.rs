@@ -84,6 +84,19 @@ pub enum StateError {
     /// A restore reference that is neither `SESSION` nor `SESSION:PATH`.
     #[error("invalid snapshot reference {0:?}: expected SESSION or SESSION:PATH")]
     BadSnapshotRef(String),
+    /// The session's sandbox still runs (its `SESSION/lock` is held), so its changes cannot be
+    /// accepted, discarded or restored yet.
+    #[error("session {session} is still running; wait for it to end")]
+    Running {
+        /// The session id.
+        session: String,
+    },
+    /// A path the caller named that could point outside a protected path (`..`, `.`).
+    #[error("{}: path must not contain '..' or '.' components", path.display())]
+    UnsafePath {
+        /// The path as given.
+        path: PathBuf,
+    },
 }
 
 /// Shorthand for building [`StateError::Io`] in `map_err`.

@@ -2,7 +2,7 @@
 //! rc additions, new executables, agent memory files.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Component, Path};
 
 use serde_json::Value;
 
@@ -57,6 +57,8 @@ const MEMORY: &[&str] = &["CLAUDE.md", "CLAUDE.local.md", "AGENTS.md", "GEMINI.m
 /// The before and after of one change, as far as flagging needs them.
 pub(crate) struct Subject<'a> {
     pub host_path: &'a Path,
+    /// The path relative to the protected path (empty for a protected file itself).
+    pub rel: &'a Path,
     pub kind: ChangeKind,
     pub before: Option<&'a Node>,
     pub after: Option<&'a Node>,
@@ -64,6 +66,40 @@ pub(crate) struct Subject<'a> {
     pub before_text: Option<&'a str>,
     /// Text of the after content, likewise.
     pub after_text: Option<&'a str>,
+    /// The after symlink's target, when it is a symlink.
+    pub link_target: Option<&'a Path>,
+}
+
+/// Settings keys that make the agent or the host run something, or widen what it may do.
+const SETTINGS_KEYS: &[(&str, &str)] = &[
+    ("hooks", "hooks run shell commands on the host"),
+    ("statusLine", "the status line runs a command"),
+    ("apiKeyHelper", "the API key helper runs a command"),
+    ("env", "environment variables for the agent and its tools"),
+    (
+        "enableAllProjectMcpServers",
+        "auto-enables every project MCP server",
+    ),
+];
+
+/// Whether a symlink at `rel` (relative to the protected path) with `target` leads outside it.
+fn link_leaves(protected: Option<&Path>, rel: &Path, target: &Path) -> bool {
+    if target.is_absolute() {
+        let climbs = target.components().any(|c| c == Component::ParentDir);
+        return climbs || protected.is_none_or(|p| !target.starts_with(p));
+    }
+    let mut depth = rel.components().count() as i64 - 1;
+    for c in target.components() {
+        match c {
+            Component::ParentDir => depth -= 1,
+            Component::Normal(_) => depth += 1,
+            _ => {}
+        }
+        if depth < 0 {
+            return true;
+        }
+    }
+    false
 }
 
 fn short(s: &str) -> String {
@@ -83,8 +119,38 @@ pub(crate) fn flags(s: &Subject<'_>) -> Vec<String> {
         return out;
     }
     let Some(after) = s.after else { return out };
+    if after.mode & 0o6000 != 0 && matches!(after.kind, NodeKind::File | NodeKind::Dir) {
+        out.push("SETUID/SETGID bit (stripped on accept)".to_owned());
+    }
     if after.kind == NodeKind::Dir {
         return out;
+    }
+    if after.kind == NodeKind::Symlink
+        && let Some(t) = s.link_target
+    {
+        // The protected path: host_path less rel.
+        let mut protected = Some(s.host_path);
+        for _ in s.rel.components() {
+            protected = protected.and_then(Path::parent);
+        }
+        if link_leaves(protected, s.rel, t) {
+            out.push("symlink pointing outside the protected path".to_owned());
+        }
+    }
+    // Directories inside the protected tree (and the protected directory's own name).
+    let inside: Vec<&std::ffi::OsStr> = s
+        .host_path
+        .components()
+        .rev()
+        .skip(1)
+        .take(s.rel.components().count())
+        .map(|c| c.as_os_str())
+        .collect();
+    if inside.iter().any(|d| *d == "commands" || *d == "agents") {
+        out.push(
+            "agent command or subagent definition: new or changed (the agent follows it)"
+                .to_owned(),
+        );
     }
     let name = s
         .host_path
@@ -174,10 +240,20 @@ fn strings_under(v: &Value, key: &str) -> Vec<String> {
 }
 
 fn json_flags(name: &str, before: &str, after: &str, out: &mut Vec<String>) {
-    let is_settings = name == "settings.json" || name == "settings.local.json";
+    let is_settings =
+        (name.starts_with("settings") && name.ends_with(".json")) || name == ".claude.json";
     let (Some(b), Some(a)) = (parse(before), parse(after)) else {
         // Not JSON (or one side is not): fall back to comparing the lines that mention the keys.
-        let keys = ["permissions", "\"allow\"", "mcpServers"];
+        let keys = [
+            "permissions",
+            "\"allow\"",
+            "mcpServers",
+            "hooks",
+            "statusLine",
+            "apiKeyHelper",
+            "\"env\"",
+            "enableAllProjectMcpServers",
+        ];
         let pick = |t: &str| -> Vec<String> {
             t.lines()
                 .filter(|l| keys.iter().any(|k| l.contains(k)))
@@ -224,6 +300,27 @@ fn json_flags(name: &str, before: &str, after: &str, out: &mut Vec<String>) {
         out.push(format!("MCP servers changed: {}", short(&parts.join(", "))));
     }
     if is_settings {
+        for (key, why) in SETTINGS_KEYS {
+            let values = |v: &Value| {
+                let mut found = BTreeMap::new();
+                collect(v, key, String::new(), &mut found);
+                found
+                    .into_iter()
+                    .map(|(k, v)| (k, v.clone()))
+                    .collect::<BTreeMap<_, _>>()
+            };
+            let (vb, va) = (values(&b), values(&a));
+            if vb != va {
+                let what = if vb.is_empty() {
+                    "added"
+                } else if va.is_empty() {
+                    "removed"
+                } else {
+                    "changed"
+                };
+                out.push(format!("settings key `{key}` {what} ({why})"));
+            }
+        }
         let perms = |v: &Value| {
             let mut found = BTreeMap::new();
             collect(v, "permissions", String::new(), &mut found);
@@ -362,8 +459,11 @@ mod tests {
         let p = PathBuf::from(path);
         let b = file(0o644);
         let a = file(mode);
+        let rel = p.strip_prefix("/").unwrap();
         flags(&Subject {
             host_path: &p,
+            rel,
+            link_target: None,
             kind,
             before: before.map(|_| &b),
             after: Some(&a),

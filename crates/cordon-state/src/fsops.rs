@@ -9,6 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{StateError, io_err};
 
+/// Permission bits ever applied to the host: setuid and setgid are stripped (a sandboxed agent
+/// must not be able to plant a set-id program), the sticky bit stays.
+pub(crate) const HOST_MODE_MASK: u32 = 0o1777;
+
 /// Create one directory with mode 0700 (the parent must exist).
 pub(crate) fn private_dir(path: &Path) -> Result<(), StateError> {
     DirBuilder::new()
@@ -81,7 +85,7 @@ pub(crate) fn write_atomic(
             .open(&tmp)
             .map_err(io_err("create temporary file", &tmp))?;
         fill(&mut f).map_err(io_err("write", &tmp))?;
-        f.set_permissions(Permissions::from_mode(mode & 0o7777))
+        f.set_permissions(Permissions::from_mode(mode & HOST_MODE_MASK))
             .map_err(io_err("set mode of", &tmp))?;
         f.sync_all().map_err(io_err("fsync", &tmp))?;
         drop(f);
@@ -208,4 +212,88 @@ fn make_writable(root: &Path) {
             }
         }
     }
+}
+
+/// Set a directory's permission bits (setuid/setgid stripped) without following a symlink: the
+/// directory is opened `O_NOFOLLOW | O_DIRECTORY` and changed through the descriptor (fchmod).
+/// A directory we may not open for reading is checked with `lstat` right before a path chmod.
+pub(crate) fn set_dir_mode_nofollow(path: &Path, mode: u32) -> Result<(), StateError> {
+    let perms = Permissions::from_mode(mode & HOST_MODE_MASK);
+    match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_DIRECTORY)
+        .open(path)
+    {
+        Ok(f) => f
+            .set_permissions(perms)
+            .map_err(io_err("set mode of", path)),
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            let md = fs::symlink_metadata(path).map_err(io_err("inspect", path))?;
+            if !md.is_dir() {
+                return Err(io_err("set mode of", path)(io::Error::other(
+                    "not a directory (a symlink?)",
+                )));
+            }
+            fs::set_permissions(path, perms).map_err(io_err("set mode of", path))
+        }
+        Err(e) => Err(io_err("open directory (without following symlinks)", path)(
+            e,
+        )),
+    }
+}
+
+/// Keep a copy of the file or symlink `path` at `to` (parents created, 0700): a hard link
+/// where possible (`path` is about to be replaced by a rename, so the link keeps the old
+/// content), else a copy.
+pub(crate) fn keep_copy(path: &Path, to: &Path) -> Result<(), StateError> {
+    private_dir_all(parent_of(to))?;
+    if fs::hard_link(path, to).is_ok() {
+        return Ok(());
+    }
+    let md = fs::symlink_metadata(path).map_err(io_err("inspect", path))?;
+    if md.file_type().is_symlink() {
+        let t = fs::read_link(path).map_err(io_err("read symlink", path))?;
+        std::os::unix::fs::symlink(&t, to).map_err(io_err("create symlink", to))
+    } else {
+        copy_atomic(path, to, md.permissions().mode(), None).map(|_| ())
+    }
+}
+
+/// Move `path` (a file, symlink or whole directory tree) to `to` (parents created, 0700): a
+/// rename, else (another filesystem) a copy followed by removal of the original. FIFOs, sockets
+/// and devices are not copied across filesystems.
+pub(crate) fn move_aside(path: &Path, to: &Path) -> Result<(), StateError> {
+    private_dir_all(parent_of(to))?;
+    match fs::rename(path, to) {
+        Ok(()) => return fsync_dir(parent_of(path)),
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {}
+        Err(e) => return Err(io_err("move aside", path)(e)),
+    }
+    for item in walkdir::WalkDir::new(path).follow_links(false) {
+        let item = item.map_err(|e| {
+            io_err("walk", path)(
+                e.into_io_error()
+                    .unwrap_or_else(|| io::Error::other("loop")),
+            )
+        })?;
+        let rel = item.path().strip_prefix(path).unwrap_or(Path::new(""));
+        let dst = if rel.as_os_str().is_empty() {
+            to.to_path_buf()
+        } else {
+            to.join(rel)
+        };
+        let ft = item.file_type();
+        if ft.is_dir() {
+            private_dir(&dst)?;
+        } else if ft.is_symlink() || ft.is_file() {
+            keep_copy(item.path(), &dst)?;
+        }
+    }
+    let md = fs::symlink_metadata(path).map_err(io_err("inspect", path))?;
+    if md.is_dir() {
+        fs::remove_dir_all(path).map_err(io_err("remove directory tree", path))?;
+    } else {
+        fs::remove_file(path).map_err(io_err("remove", path))?;
+    }
+    fsync_dir(parent_of(path))
 }

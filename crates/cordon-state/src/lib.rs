@@ -15,6 +15,7 @@
 //! through the overlay mounts and binds cordon sets up from a [`Session`]'s [`Entry`]s.
 
 mod error;
+mod escape;
 mod flags;
 mod fsops;
 mod manifest;
@@ -31,9 +32,11 @@ pub use manifest::{
 };
 pub use meta::{EntryKind, Status};
 pub use store::{
-    AcceptReport, Change, Conflict, Entry, RestoreReport, Session, SessionInfo, StateStore,
-    is_valid_session_id,
+    AcceptReport, Change, Conflict, Entry, RestoreReport, RunningGuard, Session, SessionInfo,
+    StateStore, is_valid_session_id,
 };
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_security;

@@ -1,13 +1,15 @@
 //! The state store, sessions, review, accept, discard and restore.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
 use std::fmt::Write as _;
-use std::fs::{self, DirBuilder, Permissions};
+use std::fs::{self, DirBuilder, OpenOptions, Permissions};
 use std::io::{self, Read};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
 
 use crate::error::{StateError, io_err};
+use crate::escape;
 use crate::flags::{self, Subject};
 use crate::fsops;
 use crate::manifest::{self, ChangeKind, Manifest, Node, NodeKind, diff_manifests, join_rel};
@@ -100,6 +102,8 @@ pub struct Change {
     pub before: Option<Node>,
     /// The session's result.
     pub after: Option<Node>,
+    /// For a symlink in the session's result: its target (raw; use the summary to print it).
+    pub link_target: Option<PathBuf>,
 }
 
 /// What [`Session::accept`] did.
@@ -154,6 +158,37 @@ pub struct RestoreReport {
     pub unchanged: usize,
     /// Host paths left alone, and why (e.g. an untrustworthy snapshot copy).
     pub refused: Vec<Conflict>,
+    /// Where everything removed or overwritten was moved (`SESSION/restore-backup-<unix-ms>`,
+    /// holding each host path at its absolute path below it); `None` when nothing was, and
+    /// always for [`StateStore::restore_plan`].
+    pub backup: Option<PathBuf>,
+}
+
+/// A parsed restore reference: the session, its metadata, and per matched entry (by index)
+/// the relative prefix to restore.
+type RestoreTargets = (Session, Meta, Vec<(usize, PathBuf)>);
+
+/// Held while a session's sandbox runs: an exclusive `flock` on `SESSION/lock`, released when
+/// the guard is dropped. See [`Session::hold_running`].
+#[derive(Debug)]
+pub struct RunningGuard {
+    _file: fs::File,
+}
+
+/// Whether every component of `rel` is a plain name (no `..`, `.`, root or prefix).
+fn all_normal(rel: &Path) -> bool {
+    rel.components().all(|c| matches!(c, Component::Normal(_)))
+}
+
+/// A path the caller named must not climb with `..` (it could name something outside a
+/// protected path that still starts with it lexically).
+fn check_caller_path(p: &Path) -> Result<(), StateError> {
+    if p.components().any(|c| c == Component::ParentDir) {
+        return Err(StateError::UnsafePath {
+            path: p.to_path_buf(),
+        });
+    }
+    Ok(())
 }
 
 /// A change with everything needed to apply it.
@@ -180,6 +215,12 @@ fn home_display(p: &Path) -> String {
         };
     }
     p.display().to_string()
+}
+
+/// A mode worth showing for a new entry: setuid/setgid, world-writable, or an executable file.
+fn unusual_mode(n: &Node) -> bool {
+    n.kind != NodeKind::Symlink
+        && (n.mode & 0o6002 != 0 || (n.kind == NodeKind::File && n.mode & 0o111 != 0))
 }
 
 fn set_mode(path: &Path, mode: u32) -> Result<(), StateError> {
@@ -457,18 +498,13 @@ impl StateStore {
         Ok(out)
     }
 
-    /// Bring protected paths back to a session's snapshot (the host as it was when the session
-    /// began). `snapshot` is `SESSION` or `SESSION:PATH`; `path` (or `:PATH`) limits the restore
-    /// to one protected path or anything inside one; neither means every protected path.
-    ///
-    /// Every snapshot file's hash is verified first: a hard-linked copy shares its inode with the
-    /// host file, so if that file was modified in place the copy changed too and is refused.
-    /// Files the snapshot did not have are removed.
-    pub fn restore(
+    /// Parse a restore reference and find what it names: the session and, per matched entry,
+    /// the relative prefix to restore.
+    fn restore_targets(
         &self,
         snapshot: &str,
         path: Option<&Path>,
-    ) -> Result<RestoreReport, StateError> {
+    ) -> Result<RestoreTargets, StateError> {
         let (id, spec_path) = match snapshot.split_once(':') {
             Some((id, p)) if !p.is_empty() => (id, Some(PathBuf::from(p))),
             Some(_) => return Err(StateError::BadSnapshotRef(snapshot.to_owned())),
@@ -484,6 +520,9 @@ impl StateStore {
             (Some(a), _) => Some(a.to_path_buf()),
             (None, b) => b,
         };
+        if let Some(t) = &target {
+            check_caller_path(t)?;
+        }
         let session = self.open(id)?;
         let meta = session.meta()?;
         if meta.snapshot_removed {
@@ -495,9 +534,8 @@ impl StateStore {
                         .into(),
             });
         }
-        let mut report = RestoreReport::default();
-        let mut matched = false;
-        for e in &session.entries {
+        let mut targets = Vec::new();
+        for (i, e) in session.entries.iter().enumerate() {
             let prefix = match &target {
                 None => PathBuf::new(),
                 Some(t) => match session.rel_in(e, t) {
@@ -506,14 +544,86 @@ impl StateStore {
                     None => continue,
                 },
             };
-            matched = true;
-            restore_entry(e, &prefix, &mut report)?;
+            if !all_normal(&prefix) {
+                return Err(StateError::UnsafePath {
+                    path: target.unwrap_or_default(),
+                });
+            }
+            targets.push((i, prefix));
         }
-        if !matched {
+        if targets.is_empty() {
             return Err(StateError::NotProtected {
                 id: id.to_owned(),
                 path: target.unwrap_or_default(),
             });
+        }
+        Ok((session, meta, targets))
+    }
+
+    /// What [`StateStore::restore`] would do, without touching anything: `restored` lists the
+    /// host paths it would write, `removed` those it would move away (into the backup
+    /// directory), `refused` what it would leave alone. Fails with [`StateError::Running`]
+    /// while the session runs. It does not check whether the session was ever accepted.
+    pub fn restore_plan(
+        &self,
+        snapshot: &str,
+        path: Option<&Path>,
+    ) -> Result<RestoreReport, StateError> {
+        let (session, _meta, targets) = self.restore_targets(snapshot, path)?;
+        if session.is_running() {
+            return Err(StateError::Running {
+                session: session.id.clone(),
+            });
+        }
+        let mut report = RestoreReport::default();
+        for (i, prefix) in targets {
+            let e = &session.entries[i];
+            let plan = plan_restore(e, &prefix)?;
+            report.refused.extend(plan.refused);
+            report
+                .removed
+                .extend(plan.extras.iter().map(|(rel, _)| join_rel(&e.host, rel)));
+            report.unchanged += plan.unchanged;
+            report
+                .restored
+                .extend(plan.writes.iter().map(|(rel, _)| join_rel(&e.host, rel)));
+        }
+        Ok(report)
+    }
+
+    /// Bring protected paths back to a session's snapshot (the host as it was when the session
+    /// began). `snapshot` is `SESSION` or `SESSION:PATH`; `path` (or `:PATH`) limits the restore
+    /// to one protected path or anything inside one; neither means every protected path.
+    /// Show [`StateStore::restore_plan`] first: this is destructive.
+    ///
+    /// Every snapshot file's hash is verified first: a hard-linked copy shares its inode with the
+    /// host file, so if that file was modified in place the copy changed too and is refused.
+    /// Files the snapshot did not have, and files about to be overwritten, are moved into
+    /// `SESSION/restore-backup-<unix-ms>/` (each at its absolute host path below it; see
+    /// [`RestoreReport::backup`]), never deleted. Nothing is written through a symlink.
+    ///
+    /// A session none of whose changes were ever applied is refused (there is nothing of the
+    /// agent's to undo; restoring would only roll back the user's own later edits) unless
+    /// `force`. A running session is refused ([`StateError::Running`]).
+    pub fn restore(
+        &self,
+        snapshot: &str,
+        path: Option<&Path>,
+        force: bool,
+    ) -> Result<RestoreReport, StateError> {
+        let (session, meta, targets) = self.restore_targets(snapshot, path)?;
+        let _lock = session.hold_running()?;
+        if !force && meta.status != Status::Accepted && meta.applied.is_empty() {
+            return Err(StateError::WrongStatus {
+                id: session.id.clone(),
+                status: meta.status.to_string(),
+                msg: "none of its changes were ever applied, so there is nothing of the session's to undo (restoring would only roll back later edits; force it to do that anyway)".into(),
+            });
+        }
+        let backup = session.dir.join(format!("restore-backup-{}", now_ms()));
+        let mut report = RestoreReport::default();
+        for (i, prefix) in targets {
+            restore_entry(&session.entries[i], &prefix, &backup, &mut report)?;
         }
         Ok(report)
     }
@@ -569,15 +679,60 @@ impl Session {
         Meta::load(&self.meta_path())
     }
 
+    fn lock_path(&self) -> PathBuf {
+        self.dir.join("lock")
+    }
+
+    /// Mark the session as running for as long as the guard lives: an exclusive `flock` on
+    /// `SESSION/lock`. `cordon run` holds it for the sandbox's lifetime and drops it before its
+    /// own accept/discard; while it is held, [`Session::accept`], [`Session::discard`] and
+    /// [`StateStore::restore`] fail with [`StateError::Running`] (so does a second
+    /// `hold_running`, in this process too: the lock is per open file).
+    pub fn hold_running(&self) -> Result<RunningGuard, StateError> {
+        let path = self.lock_path();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(io_err("open session lock", &path))?;
+        match file.try_lock() {
+            Ok(()) => Ok(RunningGuard { _file: file }),
+            Err(fs::TryLockError::WouldBlock) => Err(StateError::Running {
+                session: self.id.clone(),
+            }),
+            Err(fs::TryLockError::Error(e)) => Err(io_err("lock", &path)(e)),
+        }
+    }
+
+    /// Whether the session's sandbox is running now (someone holds [`Session::hold_running`]).
+    pub fn is_running(&self) -> bool {
+        let Ok(file) = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(self.lock_path())
+        else {
+            return false;
+        };
+        matches!(file.try_lock_shared(), Err(fs::TryLockError::WouldBlock))
+    }
+
     /// The session's status, read from disk.
     pub fn status(&self) -> Result<Status, StateError> {
         Ok(self.meta()?.status)
     }
 
+    /// Where `p` (a caller-supplied path) lies relative to `e`'s protected path. A path with
+    /// `..` matches nothing, and a relative remainder is always plain names only.
     fn rel_in(&self, e: &Entry, p: &Path) -> Option<RelMatch> {
+        if p.components().any(|c| c == Component::ParentDir) {
+            return None;
+        }
         let try_one = |p: &Path| -> Option<RelMatch> {
             if let Ok(rel) = p.strip_prefix(&e.host) {
-                Some(RelMatch::Inside(rel.to_path_buf()))
+                all_normal(rel).then(|| RelMatch::Inside(rel.to_path_buf()))
             } else if e.host.starts_with(p) {
                 Some(RelMatch::Contains)
             } else {
@@ -652,14 +807,29 @@ impl Session {
             .and_then(|h| read_text(&join_rel(&e.snapshot, &p.rel), Some(&h), FLAG_MAX_BYTES));
         let after_text = file_hash(&p.after)
             .and_then(|h| read_text(p.source.as_deref()?, Some(&h), FLAG_MAX_BYTES));
+        // The symlink target, only if it is still what the manifest recorded.
+        let link_target = p
+            .after
+            .as_ref()
+            .filter(|a| a.kind == NodeKind::Symlink)
+            .and_then(|a| {
+                let t = fs::read_link(p.source.as_deref()?).ok()?;
+                let h = blake3::hash(std::os::unix::ffi::OsStrExt::as_bytes(t.as_os_str()));
+                (a.hash.as_deref() == Some(h.to_hex().as_str())).then_some(t)
+            });
         let flags = flags::flags(&Subject {
             host_path: &p.host_path,
+            rel: &p.rel,
             kind: p.kind,
             before: p.before.as_ref(),
             after: p.after.as_ref(),
             before_text: before_text.as_deref(),
             after_text: after_text.as_deref(),
-        });
+            link_target: link_target.as_deref(),
+        })
+        .iter()
+        .map(|f| escape::text(f))
+        .collect();
         let before_ok = match &p.before {
             None => true,
             Some(n) if n.kind == NodeKind::File => {
@@ -670,12 +840,9 @@ impl Session {
         let diff = match (&p.after, &after_text) {
             (Some(a), Some(t)) if a.size <= DIFF_MAX_BYTES && before_ok => {
                 let label = if p.rel.as_os_str().is_empty() {
-                    e.host
-                        .file_name()
-                        .map(|n| n.to_string_lossy().into_owned())
-                        .unwrap_or_default()
+                    e.host.file_name().map(escape::name).unwrap_or_default()
                 } else {
-                    p.rel.display().to_string()
+                    escape::name(p.rel.as_os_str())
                 };
                 let d = textdiff::unified(
                     before_text.as_deref().unwrap_or(""),
@@ -683,7 +850,7 @@ impl Session {
                     &label,
                     DIFF_MAX_LINES,
                 );
-                (!d.is_empty()).then_some(d)
+                (!d.is_empty()).then(|| escape::lines(&d))
             }
             _ => None,
         };
@@ -696,6 +863,7 @@ impl Session {
             rel: p.rel.clone(),
             before: p.before.clone(),
             after: p.after.clone(),
+            link_target,
         }
     }
 
@@ -726,15 +894,15 @@ impl Session {
                 EntryKind::Dir => "dir",
                 EntryKind::File => "file",
             };
+            let host_shown = escape::name(OsStr::new(&home_display(&e.host)));
             if mine.is_empty() {
-                let _ = writeln!(out, "{} ({kind}): unchanged", home_display(&e.host));
+                let _ = writeln!(out, "{host_shown} ({kind}): unchanged");
                 continue;
             }
             let count = |k: ChangeKind| mine.iter().filter(|c| c.kind == k).count();
             let _ = writeln!(
                 out,
-                "{} ({kind}): +{} -{} ~{}{}",
-                home_display(&e.host),
+                "{host_shown} ({kind}): +{} -{} ~{}{}",
                 count(ChangeKind::Added),
                 count(ChangeKind::Removed),
                 count(ChangeKind::Modified),
@@ -765,7 +933,7 @@ impl Session {
                 let name = if c.rel.as_os_str().is_empty() {
                     ".".to_owned()
                 } else {
-                    c.rel.display().to_string()
+                    escape::name(c.rel.as_os_str())
                 };
                 let slash = if is_dir(&c.after) || (c.after.is_none() && is_dir(&c.before)) {
                     "/"
@@ -776,25 +944,40 @@ impl Session {
                     (Some(b), Some(a)) if b.kind == a.kind && b.mode != a.mode => {
                         format!(" (mode {:o} -> {:o})", b.mode, a.mode)
                     }
+                    (None, Some(a)) if unusual_mode(a) => format!(" (mode {:o})", a.mode),
+                    _ => String::new(),
+                };
+                let target = match (&c.after, &c.link_target) {
+                    (Some(a), Some(t)) if a.kind == NodeKind::Symlink => {
+                        format!(" -> {}", escape::name(t.as_os_str()))
+                    }
+                    (Some(a), None) if a.kind == NodeKind::Symlink => {
+                        " -> (target changed since the review started)".to_owned()
+                    }
                     _ => String::new(),
                 };
                 if c.flags.is_empty() {
-                    let _ = writeln!(out, "  {} {name}{slash}{mode}", c.kind.sign());
+                    let _ = writeln!(out, "  {} {name}{slash}{target}{mode}", c.kind.sign());
                 } else {
+                    let flags: Vec<String> = c.flags.iter().map(|f| escape::text(f)).collect();
                     let _ = writeln!(
                         out,
-                        "  {} {name}{slash}{mode}  FLAGGED: {}",
+                        "  {} {name}{slash}{target}{mode}  FLAGGED: {}",
                         c.kind.sign(),
-                        c.flags.join("; ")
+                        flags.join("; ")
                     );
                 }
                 if let Some(d) = &c.diff {
-                    diffs.push_str(d);
+                    diffs.push_str(&escape::lines(d));
                 }
             }
         }
         for s in &self.skipped {
-            let _ = writeln!(out, "not protected (did not exist): {}", home_display(s));
+            let _ = writeln!(
+                out,
+                "not protected (did not exist): {}",
+                escape::name(OsStr::new(&home_display(s)))
+            );
         }
         if !diffs.is_empty() {
             out.push('\n');
@@ -810,6 +993,10 @@ impl Session {
     /// is applied, the session is marked accepted and its upper dirs and working copies are
     /// deleted (the snapshot stays, for [`StateStore::restore`]).
     pub fn accept(&self, only: &[PathBuf]) -> Result<AcceptReport, StateError> {
+        let _lock = self.hold_running()?;
+        for o in only {
+            check_caller_path(o)?;
+        }
         let mut meta = self.meta()?;
         let plans = self.plan()?;
         let mut selected: Vec<&Planned> = if only.is_empty() {
@@ -862,7 +1049,7 @@ impl Session {
             }
         });
         let mut report = AcceptReport::default();
-        let mut dir_modes: Vec<(PathBuf, u32)> = Vec::new();
+        let mut dir_modes: Vec<(PathBuf, PathBuf, u32)> = Vec::new();
         for p in selected {
             if meta.applied.contains(&p.host_path) {
                 report.applied.push(p.host_path.clone());
@@ -880,11 +1067,11 @@ impl Session {
                 }),
             }
         }
-        for (path, mode) in dir_modes.iter().rev() {
-            if let Err(e) = set_mode(path, *mode) {
+        for (root, rel, mode) in dir_modes.iter().rev() {
+            if let Err(why) = set_host_dir_mode(root, rel, *mode) {
                 report.conflicts.push(Conflict {
-                    path: path.clone(),
-                    why: e.to_string(),
+                    path: join_rel(root, rel),
+                    why,
                 });
             }
         }
@@ -916,6 +1103,7 @@ impl Session {
     /// restore), unless an earlier partial accept applied some changes; then they stay so the
     /// session can still be restored. Discarding a discarded session does nothing.
     pub fn discard(&self) -> Result<(), StateError> {
+        let _lock = self.hold_running()?;
         let mut meta = self.meta()?;
         match meta.status {
             Status::Discarded => return Ok(()),
@@ -1012,7 +1200,24 @@ fn check_parents(root: &Path, rel: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn apply_one(root: &Path, p: &Planned, dir_modes: &mut Vec<(PathBuf, u32)>) -> Result<(), String> {
+/// Set a host directory's mode (setuid/setgid stripped) after checking that no ancestor from
+/// `root` down is a symlink, without following a symlink at the directory itself.
+fn set_host_dir_mode(root: &Path, rel: &Path, mode: u32) -> Result<(), String> {
+    if !all_normal(rel) {
+        return Err(format!("{}: unsafe relative path", rel.display()));
+    }
+    check_parents(root, rel)?;
+    fsops::set_dir_mode_nofollow(&join_rel(root, rel), mode).map_err(|e| e.to_string())
+}
+
+fn apply_one(
+    root: &Path,
+    p: &Planned,
+    dir_modes: &mut Vec<(PathBuf, PathBuf, u32)>,
+) -> Result<(), String> {
+    if !all_normal(&p.rel) {
+        return Err(format!("{}: unsafe relative path", p.rel.display()));
+    }
     check_parents(root, &p.rel)?;
     let dst = &p.host_path;
     let current = manifest::node_of(dst).map_err(|e| e.to_string())?;
@@ -1022,7 +1227,7 @@ fn apply_one(root: &Path, p: &Planned, dir_modes: &mut Vec<(PathBuf, u32)>) -> R
             || (c.kind == NodeKind::Dir && a.kind == NodeKind::Dir && p.before.is_none()))
     {
         if a.kind == NodeKind::Dir {
-            dir_modes.push((dst.clone(), a.mode));
+            dir_modes.push((root.to_path_buf(), p.rel.clone(), a.mode));
         }
         return Ok(());
     }
@@ -1062,7 +1267,7 @@ fn apply_one(root: &Path, p: &Planned, dir_modes: &mut Vec<(PathBuf, u32)>) -> R
                 fsops::fsync_dir(dst.parent().unwrap_or(Path::new("/")))
                     .map_err(|e| e.to_string())?;
             }
-            dir_modes.push((dst.clone(), after.mode));
+            dir_modes.push((root.to_path_buf(), p.rel.clone(), after.mode));
             Ok(())
         }
         NodeKind::File => fsops::copy_atomic(source()?, dst, after.mode, after.hash.as_deref())
@@ -1081,10 +1286,29 @@ fn apply_one(root: &Path, p: &Planned, dir_modes: &mut Vec<(PathBuf, u32)>) -> R
     }
 }
 
-fn restore_entry(e: &Entry, prefix: &Path, report: &mut RestoreReport) -> Result<(), StateError> {
+/// What restoring one entry (below `prefix`) takes.
+struct RestorePlan {
+    refused: Vec<Conflict>,
+    /// Host entries (relative) the snapshot does not have, or has as another kind: moved away,
+    /// deepest first.
+    extras: Vec<(PathBuf, bool)>,
+    /// Trusted snapshot entries that differ from the host, parents first.
+    writes: Vec<(PathBuf, Node)>,
+    unchanged: usize,
+}
+
+fn plan_restore(e: &Entry, prefix: &Path) -> Result<RestorePlan, StateError> {
+    if !all_normal(prefix) {
+        return Err(StateError::UnsafePath {
+            path: prefix.to_path_buf(),
+        });
+    }
     let m = Manifest::load(&e.manifest)?;
-    let refuse = |report: &mut RestoreReport, path: PathBuf, why: String| {
-        report.refused.push(Conflict { path, why });
+    let mut plan = RestorePlan {
+        refused: Vec::new(),
+        extras: Vec::new(),
+        writes: Vec::new(),
+        unchanged: 0,
     };
     // 1. Which snapshot copies can be trusted.
     let mut trusted: BTreeMap<PathBuf, Node> = BTreeMap::new();
@@ -1099,24 +1323,28 @@ fn restore_entry(e: &Entry, prefix: &Path, report: &mut RestoreReport) -> Result
     {
         let src = join_rel(&e.snapshot, rel);
         let host = join_rel(&e.host, rel);
-        let ok = match node.kind {
-            NodeKind::Dir => Ok(()),
-            NodeKind::File | NodeKind::Symlink => {
-                let got = if node.kind == NodeKind::File {
-                    manifest::hash_file(&src)
-                } else {
-                    manifest::hash_link(&src)
-                };
-                match got {
-                    Ok((h, _)) if Some(&h) == node.hash.as_ref() => Ok(()),
-                    Ok(_) => Err(format!(
-                        "the snapshot copy {} no longer matches the snapshot's manifest (it is hard-linked to the host file, which was modified in place since); not restoring it",
-                        src.display()
-                    )),
-                    Err(err) => Err(format!("snapshot copy unusable: {err}")),
+        let ok = if !all_normal(rel) {
+            Err("unsafe path in the snapshot's manifest".to_owned())
+        } else {
+            match node.kind {
+                NodeKind::Dir => Ok(()),
+                NodeKind::File | NodeKind::Symlink => {
+                    let got = if node.kind == NodeKind::File {
+                        manifest::hash_file(&src)
+                    } else {
+                        manifest::hash_link(&src)
+                    };
+                    match got {
+                        Ok((h, _)) if Some(&h) == node.hash.as_ref() => Ok(()),
+                        Ok(_) => Err(format!(
+                            "the snapshot copy {} no longer matches the snapshot's manifest (it is hard-linked to the host file, which was modified in place since); not restoring it",
+                            src.display()
+                        )),
+                        Err(err) => Err(format!("snapshot copy unusable: {err}")),
+                    }
                 }
+                NodeKind::Other => Err("FIFOs, sockets and devices are not restored".into()),
             }
-            NodeKind::Other => Err("FIFOs, sockets and devices are not restored".into()),
         };
         match ok {
             Ok(()) => {
@@ -1124,13 +1352,14 @@ fn restore_entry(e: &Entry, prefix: &Path, report: &mut RestoreReport) -> Result
             }
             Err(why) => {
                 refused_rel.push(rel.clone());
-                refuse(report, host, why);
+                plan.refused.push(Conflict { path: host, why });
             }
         }
     }
-    // 2. Remove what the snapshot did not have (or had as another kind), deepest first.
+    // 2. What the snapshot did not have (or had as another kind). An ancestor of a refused
+    // entry is kept only when it has the snapshot's kind (a directory swapped for a symlink
+    // is never kept).
     let host_root = join_rel(&e.host, prefix);
-    let mut extras: Vec<(PathBuf, bool)> = Vec::new();
     if fs::symlink_metadata(&host_root).is_ok() {
         let walk = walkdir::WalkDir::new(&host_root)
             .follow_links(false)
@@ -1163,25 +1392,98 @@ fn restore_entry(e: &Entry, prefix: &Path, report: &mut RestoreReport) -> Result
                 NodeKind::Other
             };
             let keep = m.entries.get(&rel).is_some_and(|n| n.kind == kind)
-                || refused_rel
-                    .iter()
-                    .any(|r| r.starts_with(&rel) || rel.starts_with(r));
+                || refused_rel.iter().any(|r| rel.starts_with(r));
             if !keep {
-                extras.push((item.path().to_path_buf(), kind == NodeKind::Dir));
+                plan.extras.push((rel, kind == NodeKind::Dir));
             }
         }
     }
-    extras.sort_by(|a, b| b.0.cmp(&a.0));
-    for (path, is_dir) in extras {
-        match fsops::remove_node(&path, is_dir) {
-            Ok(()) => report.removed.push(path),
-            Err(err) => refuse(report, path, err.to_string()),
+    plan.extras.sort_by(|a, b| b.0.cmp(&a.0));
+    // 3. What differs and gets written back.
+    let extra_set: BTreeSet<&PathBuf> = plan.extras.iter().map(|(r, _)| r).collect();
+    let moved_away = |rel: &Path| {
+        rel.ancestors()
+            .any(|a| extra_set.contains(&a.to_path_buf()))
+    };
+    for (rel, node) in trusted {
+        if !moved_away(&rel) {
+            let current = manifest::node_of(&join_rel(&e.host, &rel));
+            match current {
+                Ok(Some(c)) if c.same_as(&node) => {
+                    plan.unchanged += 1;
+                    continue;
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    plan.refused.push(Conflict {
+                        path: join_rel(&e.host, &rel),
+                        why: err.to_string(),
+                    });
+                    continue;
+                }
+            }
+        }
+        plan.writes.push((rel, node));
+    }
+    Ok(plan)
+}
+
+fn restore_entry(
+    e: &Entry,
+    prefix: &Path,
+    backup: &Path,
+    report: &mut RestoreReport,
+) -> Result<(), StateError> {
+    let plan = plan_restore(e, prefix)?;
+    report.refused.extend(plan.refused);
+    let refuse = |report: &mut RestoreReport, path: PathBuf, why: String| {
+        report.refused.push(Conflict { path, why });
+    };
+    // Where a host path goes in the backup: at its absolute path below `backup`.
+    let backup_of = |rel: &Path| -> PathBuf {
+        let host = join_rel(&e.host, rel);
+        backup.join(host.strip_prefix("/").unwrap_or(&host))
+    };
+    // 1. Move away what the snapshot did not have: whole subtrees, topmost first.
+    let extra_set: BTreeSet<&PathBuf> = plan.extras.iter().map(|(r, _)| r).collect();
+    let mut tops: Vec<&PathBuf> = extra_set
+        .iter()
+        .copied()
+        .filter(|r| {
+            !r.ancestors()
+                .skip(1)
+                .any(|a| extra_set.contains(&a.to_path_buf()))
+        })
+        .collect();
+    tops.sort();
+    let mut moved: Vec<&PathBuf> = Vec::new();
+    for rel in tops {
+        let host = join_rel(&e.host, rel);
+        if let Err(why) = check_parents(&e.host, rel) {
+            refuse(report, host, why);
+            continue;
+        }
+        match fsops::move_aside(&host, &backup_of(rel)) {
+            Ok(()) => {
+                report.backup = Some(backup.to_path_buf());
+                moved.push(rel);
+            }
+            Err(err) => refuse(report, host, err.to_string()),
         }
     }
-    // 3. Write back everything that differs, parents first; directory modes last.
+    for (rel, _) in &plan.extras {
+        if moved.iter().any(|m| rel.starts_with(m)) {
+            report.removed.push(join_rel(&e.host, rel));
+        }
+    }
+    // 2. Write back everything that differs, parents first; directory modes last.
     let mut dir_modes = Vec::new();
-    for (rel, node) in &trusted {
+    for (rel, node) in &plan.writes {
         let dst = join_rel(&e.host, rel);
+        if let Err(why) = check_parents(&e.host, rel) {
+            refuse(report, dst, why);
+            continue;
+        }
         let current = match manifest::node_of(&dst) {
             Ok(c) => c,
             Err(err) => {
@@ -1189,9 +1491,26 @@ fn restore_entry(e: &Entry, prefix: &Path, report: &mut RestoreReport) -> Result
                 continue;
             }
         };
-        if current.as_ref().is_some_and(|c| c.same_as(node)) {
-            report.unchanged += 1;
-            continue;
+        if let Some(c) = &current {
+            if c.same_as(node) {
+                report.unchanged += 1;
+                continue;
+            }
+            if c.kind != node.kind {
+                refuse(
+                    report,
+                    dst,
+                    "a different kind of file is there on the host; not replaced".into(),
+                );
+                continue;
+            }
+            if c.kind != NodeKind::Dir {
+                if let Err(err) = fsops::keep_copy(&dst, &backup_of(rel)) {
+                    refuse(report, dst, format!("cannot back it up first: {err}"));
+                    continue;
+                }
+                report.backup = Some(backup.to_path_buf());
+            }
         }
         let src = join_rel(&e.snapshot, rel);
         let res = match node.kind {
@@ -1201,7 +1520,7 @@ fn restore_entry(e: &Entry, prefix: &Path, report: &mut RestoreReport) -> Result
                 } else {
                     Ok(())
                 };
-                dir_modes.push((dst.clone(), node.mode));
+                dir_modes.push((rel.clone(), node.mode));
                 made
             }
             NodeKind::File => {
@@ -1217,9 +1536,9 @@ fn restore_entry(e: &Entry, prefix: &Path, report: &mut RestoreReport) -> Result
             Err(err) => refuse(report, dst, err.to_string()),
         }
     }
-    for (path, mode) in dir_modes.into_iter().rev() {
-        if let Err(err) = set_mode(&path, mode) {
-            refuse(report, path, err.to_string());
+    for (rel, mode) in dir_modes.into_iter().rev() {
+        if let Err(why) = set_host_dir_mode(&e.host, &rel, mode) {
+            refuse(report, join_rel(&e.host, &rel), why);
         }
     }
     Ok(())

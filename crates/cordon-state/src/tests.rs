@@ -221,7 +221,7 @@ fn changes_flags_summary() {
     let pos = |needle: &str| lines.iter().position(|l| l.contains(needle)).unwrap();
     // Flagged first within the protected dir.
     assert!(
-        pos("+ hooks/pre-tool.sh  FLAGGED") < pos("~ keep.txt"),
+        pos("+ hooks/pre-tool.sh (mode 755)  FLAGGED") < pos("~ keep.txt"),
         "{sum}"
     );
     assert!(pos("~ settings.json  FLAGGED") < pos("+ new.txt"), "{sum}");
@@ -303,7 +303,7 @@ fn accept_applies_exactly_and_conflicts_leave_host_edits() {
 
     // Restore: everything comes back except keep.txt, whose hard-linked snapshot copy was
     // modified in place and is refused.
-    let r = f.store.restore("s1", None).unwrap();
+    let r = f.store.restore("s1", None, false).unwrap();
     assert_eq!(r.refused.len(), 1, "{:?}", r.refused);
     assert_eq!(r.refused[0].path, claude.join("keep.txt"));
     assert!(
@@ -330,7 +330,7 @@ fn accept_applies_exactly_and_conflicts_leave_host_edits() {
         b"{\"mcpServers\": {}}\n"
     );
     // A second restore has nothing left to do.
-    let r2 = f.store.restore("s1", None).unwrap();
+    let r2 = f.store.restore("s1", None, false).unwrap();
     assert!(r2.restored.is_empty() && r2.removed.is_empty(), "{r2:?}");
 }
 
@@ -363,7 +363,7 @@ fn accept_only_then_rest_and_resume_after_crash() {
 
     // Restore one file of the accepted session.
     let spec = format!("s1:{}", claude.join("settings.json").display());
-    let r = f.store.restore(&spec, None).unwrap();
+    let r = f.store.restore(&spec, None, false).unwrap();
     assert_eq!(r.restored, vec![claude.join("settings.json")]);
     assert!(claude.join("new.txt").exists());
     assert!(
@@ -403,11 +403,11 @@ fn list_shows_killed_session_as_pending_and_discard_removes_upper() {
     assert_eq!(list[1].status, Some(Status::Discarded));
     assert_eq!(list[1].changed, Some(9));
     assert!(matches!(
-        f.store.restore("a1", None),
+        f.store.restore("a1", None, false),
         Err(StateError::WrongStatus { .. })
     ));
     assert!(matches!(
-        f.store.restore("a1:", None),
+        f.store.restore("a1:", None, false),
         Err(StateError::BadSnapshotRef(_))
     ));
     drop(b);
@@ -472,7 +472,7 @@ fn type_changes_and_whiteout_of_a_directory() {
     assert_eq!(fs::read(claude.join("link/inner")).unwrap(), b"i\n");
     assert!(!claude.join("hooks").exists());
     // And back.
-    let r = f.store.restore("t", Some(&claude)).unwrap();
+    let r = f.store.restore("t", Some(&claude), false).unwrap();
     assert!(r.refused.is_empty(), "{:?}", r.refused);
     assert_eq!(fs::read(claude.join("sub/x.txt")).unwrap(), b"x\n");
     assert!(

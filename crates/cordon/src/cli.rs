@@ -164,8 +164,15 @@ pub enum StateCmd {
     /// Throw a session's changes away.
     Discard { session: String },
     /// Bring protected paths back to a session's before-snapshot (SESSION or SESSION:PATH).
+    /// Shows what it would do and asks first; what it replaces is kept in a backup folder.
     Restore {
         snapshot: String,
         path: Option<PathBuf>,
+        /// Do it without asking (needed without a terminal).
+        #[arg(long)]
+        yes: bool,
+        /// Restore even a session whose changes were never applied.
+        #[arg(long)]
+        force: bool,
     },
 }

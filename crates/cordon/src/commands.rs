@@ -261,8 +261,17 @@ fn run_in_session(
             return EXIT_SETUP;
         }
     };
+    // Held while the sandbox can still write its layers: accept/discard/restore refuse meanwhile.
+    let mut running = None;
     if let Some(s) = &staged {
         cmd.staged = crate::state::to_sandbox(s);
+        match s.hold_running() {
+            Ok(g) => running = Some(g),
+            Err(e) => {
+                eprintln!("cordon: {e}");
+                return EXIT_SETUP;
+            }
+        }
     }
     // cordon's own state (audit logs, copy-on-write layers and snapshots, broker sockets) is
     // never visible inside: snapshots hold hard links to files a deny rule hides elsewhere.
@@ -285,7 +294,10 @@ fn run_in_session(
             "built-in: cordon's own state",
         ));
     }
-    match cordon_sandbox::run(&plan, &cmd, emit) {
+    let result = cordon_sandbox::run(&plan, &cmd, emit);
+    // The sandbox is gone: its layers can no longer change.
+    drop(running);
+    match result {
         Ok(outcome) => {
             let code = outcome.code();
             emit(

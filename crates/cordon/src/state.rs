@@ -249,7 +249,13 @@ fn run(c: StateCmd) -> Result<i32> {
                     .map(|s| s.id)
                     .ok_or_else(|| anyhow!("no pending session"))?,
             };
-            print!("{}", store.open(&id)?.summary()?);
+            let session = store.open(&id)?;
+            if session.is_running() {
+                eprintln!(
+                    "cordon: session {id} is still running: its changes may still grow; review again once it ends"
+                );
+            }
+            print!("{}", session.summary()?);
             Ok(0)
         }
         StateCmd::Accept { session, paths } => {
@@ -267,8 +273,42 @@ fn run(c: StateCmd) -> Result<i32> {
             println!("discarded the changes of {session}");
             Ok(0)
         }
-        StateCmd::Restore { snapshot, path } => {
-            let r = store.restore(&snapshot, path.as_deref())?;
+        StateCmd::Restore {
+            snapshot,
+            path,
+            yes,
+            force,
+        } => {
+            let plan = store.restore_plan(&snapshot, path.as_deref())?;
+            if plan.restored.is_empty() && plan.removed.is_empty() && plan.refused.is_empty() {
+                println!("nothing to restore: already as in the snapshot");
+                return Ok(0);
+            }
+            for p in &plan.restored {
+                println!("would restore {}", p.display());
+            }
+            for p in &plan.removed {
+                println!("would remove {} (kept in a backup folder)", p.display());
+            }
+            if !yes {
+                if !std::io::stdin().is_terminal() {
+                    return Err(anyhow!(
+                        "restore changes your files: add --yes to do it without a terminal"
+                    ));
+                }
+                print!("restore these? [y/N] ");
+                let _ = std::io::stdout().flush();
+                let mut line = String::new();
+                std::io::stdin().read_line(&mut line)?;
+                if !matches!(line.trim(), "y" | "yes") {
+                    println!("nothing changed");
+                    return Ok(0);
+                }
+            }
+            let r = store.restore(&snapshot, path.as_deref(), force)?;
+            if let Some(b) = &r.backup {
+                println!("replaced files are kept in {}", b.display());
+            }
             for p in &r.restored {
                 println!("restored {}", p.display());
             }

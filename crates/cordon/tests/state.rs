@@ -247,6 +247,13 @@ both!(restore_brings_a_snapshot_back, |env: Env| {
     );
     let id = session_of(&env);
     let o = state(&env, &["restore", &id]);
+    assert_ne!(
+        o.status.code(),
+        Some(0),
+        "restore without a terminal needs --yes\n{}",
+        show(&o)
+    );
+    let o = state(&env, &["restore", &id, "--yes"]);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     host_untouched(&env);
 });
@@ -342,4 +349,65 @@ both!(cordon_state_is_invisible_inside, |env: Env| {
     );
     assert!(!all_output(&o).contains("SECRET-gh"), "{}", show(&o));
     assert!(all_output(&o).contains("Permission denied"), "{}", show(&o));
+});
+
+both!(state_changes_wait_for_the_session_to_end, |env: Env| {
+    let p = setup(&env, "pending");
+    let mut child = env
+        .cordon()
+        .args([
+            "run",
+            "--no-tty",
+            "--policy",
+            &p,
+            "--",
+            "sh",
+            "-c",
+            "echo early >> ~/.bashrc; sleep 3",
+        ])
+        .spawn()
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    let id = loop {
+        let o = state(&env, &["list"]);
+        if let Some(id) = String::from_utf8_lossy(&o.stdout).split_whitespace().next() {
+            break id.to_string();
+        }
+        assert!(Instant::now() < end, "no session");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let o = state(&env, &["accept", &id]);
+    assert_ne!(
+        o.status.code(),
+        Some(0),
+        "accepted a running session\n{}",
+        show(&o)
+    );
+    assert!(all_output(&o).contains("still running"), "{}", show(&o));
+    host_untouched(&env);
+    child.wait().unwrap();
+    let o = state(&env, &["accept", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(
+        std::fs::read_to_string(env.home.join(".bashrc"))
+            .unwrap()
+            .ends_with("early\n")
+    );
+});
+
+both!(restore_refuses_paths_that_climb_out, |env: Env| {
+    let p = setup(&env, "keep");
+    env.run_with(&["--policy", &p], POISON);
+    std::fs::create_dir_all(env.home.join("Documents")).unwrap();
+    std::fs::write(env.home.join("Documents/thesis.txt"), "years of work").unwrap();
+    env.own(&env.home);
+    let id = session_of(&env);
+    let target = format!("{id}:{}/.claude/../Documents", env.home.display());
+    let o = state(&env, &["restore", &target, "--yes"]);
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(
+        std::fs::read_to_string(env.home.join("Documents/thesis.txt")).unwrap(),
+        "years of work"
+    );
 });
