@@ -49,6 +49,32 @@ fn session_of(env: &Env) -> String {
         .to_string()
 }
 
+/// Start `cordon run` on `script` in the background and wait until its state session is
+/// listed (and half a second more, for the script's first write); returns the child and id.
+fn spawn_session(env: &Env, policy: &str, script: &str) -> (std::process::Child, String) {
+    let mut child = env
+        .cordon()
+        .args([
+            "run", "--no-tty", "--policy", policy, "--", "sh", "-c", script,
+        ])
+        .spawn()
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let o = state(env, &["list"]);
+        if let Some(id) = String::from_utf8_lossy(&o.stdout).split_whitespace().next() {
+            std::thread::sleep(Duration::from_millis(500));
+            return (child, id.to_string());
+        }
+        if Instant::now() >= end {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("session never listed");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn host_untouched(env: &Env) {
     let claude = env.home.join(".claude");
     assert_eq!(
@@ -175,31 +201,7 @@ both!(discard_on_exit_and_keep_on_exit, |env: Env| {
 
 both!(kill_9_loses_nothing, |env: Env| {
     let p = setup(&env, "pending");
-    let mut child = env
-        .cordon()
-        .args([
-            "run",
-            "--no-tty",
-            "--policy",
-            &p,
-            "--",
-            "sh",
-            "-c",
-            "echo killed-mid-session >> ~/.bashrc; sleep 60",
-        ])
-        .spawn()
-        .unwrap();
-    let end = Instant::now() + Duration::from_secs(10);
-    // Wait until the write has happened inside (it lands in the session's copy).
-    loop {
-        let o = state(&env, &["list"]);
-        if String::from_utf8_lossy(&o.stdout).lines().count() > 0 {
-            std::thread::sleep(Duration::from_millis(500));
-            break;
-        }
-        assert!(Instant::now() < end, "session never listed");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (mut child, _) = spawn_session(&env, &p, "echo killed-mid-session >> ~/.bashrc; sleep 60");
     std::process::Command::new("kill")
         .arg("-9")
         .arg(child.id().to_string())
@@ -353,30 +355,7 @@ both!(cordon_state_is_invisible_inside, |env: Env| {
 
 both!(state_changes_wait_for_the_session_to_end, |env: Env| {
     let p = setup(&env, "pending");
-    let mut child = env
-        .cordon()
-        .args([
-            "run",
-            "--no-tty",
-            "--policy",
-            &p,
-            "--",
-            "sh",
-            "-c",
-            "echo early >> ~/.bashrc; sleep 3",
-        ])
-        .spawn()
-        .unwrap();
-    let end = Instant::now() + Duration::from_secs(10);
-    let id = loop {
-        let o = state(&env, &["list"]);
-        if let Some(id) = String::from_utf8_lossy(&o.stdout).split_whitespace().next() {
-            break id.to_string();
-        }
-        assert!(Instant::now() < end, "no session");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    std::thread::sleep(Duration::from_millis(500));
+    let (mut child, id) = spawn_session(&env, &p, "echo early >> ~/.bashrc; sleep 3");
     let o = state(&env, &["accept", &id]);
     assert_ne!(
         o.status.code(),
