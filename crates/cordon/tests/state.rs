@@ -51,6 +51,8 @@ fn session_of(env: &Env) -> String {
 
 /// Start `cordon run` on `script` in the background and wait until its state session is
 /// listed (and half a second more, for the script's first write); returns the child and id.
+// The child is returned to the caller, which waits on it; clippy cannot see across the return.
+#[allow(clippy::zombie_processes)]
 fn spawn_session(env: &Env, policy: &str, script: &str) -> (std::process::Child, String) {
     let mut child = env
         .cordon()
