@@ -122,15 +122,11 @@ pub fn socket_path(dir: &Path, session: &str) -> PathBuf {
 /// Where brokers live: `$XDG_RUNTIME_DIR/cordon`, else `$XDG_STATE_HOME/cordon/run`, else
 /// `~/.local/state/cordon/run`.
 pub fn default_dir() -> Option<PathBuf> {
-    let abs = |v: &str| {
-        std::env::var_os(v)
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-    };
-    abs("XDG_RUNTIME_DIR")
+    std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
         .map(|d| d.join("cordon"))
-        .or_else(|| abs("XDG_STATE_HOME").map(|d| d.join("cordon/run")))
-        .or_else(|| abs("HOME").map(|d| d.join(".local/state/cordon/run")))
+        .or_else(|| cordon_events::state_dir().map(|d| d.join("run")))
 }
 
 /// Create the brokers' directory (0700) or check an existing one: a real directory (not a

@@ -54,24 +54,26 @@ pub fn is_valid_session_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
-/// `$XDG_STATE_HOME/cordon/sessions`, else `$HOME/.local/state/cordon/sessions`; `None` when
-/// neither is set to an absolute path.
-pub fn default_log_dir() -> Option<PathBuf> {
-    log_dir_from(std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME"))
+/// cordon's own state directory: `$XDG_STATE_HOME/cordon`, else `$HOME/.local/state/cordon`;
+/// `None` when neither is set to an absolute path. Everything cordon keeps per session lives
+/// under it (audit logs, copy-on-write layers, broker sockets without a runtime dir), so one
+/// mask hides all of it from the sandbox: every crate derives its directory from this.
+pub fn state_dir() -> Option<PathBuf> {
+    state_dir_from(std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME"))
 }
 
-fn log_dir_from(xdg_state_home: Option<OsString>, home: Option<OsString>) -> Option<PathBuf> {
+/// `<state_dir()>/sessions`.
+pub fn default_log_dir() -> Option<PathBuf> {
+    state_dir().map(|d| d.join("sessions"))
+}
+
+fn state_dir_from(xdg_state_home: Option<OsString>, home: Option<OsString>) -> Option<PathBuf> {
     // The XDG spec says relative values are invalid and must be ignored.
     let absolute = |v: Option<OsString>| v.map(PathBuf::from).filter(|p| p.is_absolute());
     if let Some(state) = absolute(xdg_state_home) {
-        return Some(state.join("cordon").join("sessions"));
+        return Some(state.join("cordon"));
     }
-    absolute(home).map(|h| {
-        h.join(".local")
-            .join("state")
-            .join("cordon")
-            .join("sessions")
-    })
+    absolute(home).map(|h| h.join(".local").join("state").join("cordon"))
 }
 
 /// `<default_log_dir()>/<session>.jsonl`; `None` when there is no log dir or `session` is not a
@@ -113,21 +115,21 @@ mod tests {
     }
 
     #[test]
-    fn log_dir_prefers_xdg_and_ignores_relative() {
+    fn state_dir_prefers_xdg_and_ignores_relative() {
         let some = |s: &str| Some(OsString::from(s));
         assert_eq!(
-            log_dir_from(some("/x/state"), some("/home/u")),
-            Some(PathBuf::from("/x/state/cordon/sessions"))
+            state_dir_from(some("/x/state"), some("/home/u")),
+            Some(PathBuf::from("/x/state/cordon"))
         );
         assert_eq!(
-            log_dir_from(some("rel"), some("/home/u")),
-            Some(PathBuf::from("/home/u/.local/state/cordon/sessions"))
+            state_dir_from(some("rel"), some("/home/u")),
+            Some(PathBuf::from("/home/u/.local/state/cordon"))
         );
         assert_eq!(
-            log_dir_from(None, some("/home/u")),
-            Some(PathBuf::from("/home/u/.local/state/cordon/sessions"))
+            state_dir_from(None, some("/home/u")),
+            Some(PathBuf::from("/home/u/.local/state/cordon"))
         );
-        assert_eq!(log_dir_from(None, some("")), None);
-        assert_eq!(log_dir_from(None, None), None);
+        assert_eq!(state_dir_from(None, some("")), None);
+        assert_eq!(state_dir_from(None, None), None);
     }
 }

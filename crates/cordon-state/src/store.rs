@@ -24,16 +24,7 @@ const DIFF_MAX_LINES: usize = 200;
 /// Largest file read to look for flags (e.g. `~/.claude.json` grows large).
 const FLAG_MAX_BYTES: u64 = 16 * 1024 * 1024;
 
-/// Whether `id` can be a session id: 1 to 128 ASCII letters, digits, `-`, `_`, `.`, not starting
-/// with `.` (it becomes a directory name).
-pub fn is_valid_session_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 128
-        && !id.starts_with('.')
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-}
+pub use cordon_events::is_valid_session_id;
 
 fn check_id(id: &str) -> Result<(), StateError> {
     if is_valid_session_id(id) {
@@ -242,7 +233,7 @@ impl StateStore {
     /// `$XDG_STATE_HOME/cordon/state`, else `~/.local/state/cordon/state`; `None` when neither
     /// variable holds an absolute path.
     pub fn default_root() -> Option<PathBuf> {
-        root_from(std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME"))
+        cordon_events::state_dir().map(|d| d.join("state"))
     }
 
     fn session_dir(&self, id: &str) -> PathBuf {
@@ -627,17 +618,6 @@ impl StateStore {
         }
         Ok(report)
     }
-}
-
-fn root_from(
-    xdg_state_home: Option<std::ffi::OsString>,
-    home: Option<std::ffi::OsString>,
-) -> Option<PathBuf> {
-    let absolute = |v: Option<std::ffi::OsString>| v.map(PathBuf::from).filter(|p| p.is_absolute());
-    if let Some(state) = absolute(xdg_state_home) {
-        return Some(state.join("cordon").join("state"));
-    }
-    absolute(home).map(|h| h.join(".local/state/cordon/state"))
 }
 
 enum RelMatch {
@@ -1556,18 +1536,5 @@ mod tests {
         for bad in ["", ".", "..", ".x", "a/b", "a b", "ü", &"x".repeat(129)] {
             assert!(!is_valid_session_id(bad), "{bad}");
         }
-    }
-
-    #[test]
-    fn default_root_prefers_xdg() {
-        assert_eq!(
-            root_from(Some("/s".into()), Some("/h".into())),
-            Some(PathBuf::from("/s/cordon/state"))
-        );
-        assert_eq!(
-            root_from(Some("rel".into()), Some("/h".into())),
-            Some(PathBuf::from("/h/.local/state/cordon/state"))
-        );
-        assert_eq!(root_from(None, None), None);
     }
 }

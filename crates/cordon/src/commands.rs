@@ -276,10 +276,7 @@ fn run_in_session(
     // cordon's own state (audit logs, copy-on-write layers and snapshots, broker sockets) is
     // never visible inside: snapshots hold hard links to files a deny rule hides elsewhere.
     let mut plan = loaded.plan.clone();
-    if let Some(dir) = cordon_events::default_log_dir()
-        .as_deref()
-        .and_then(Path::parent)
-    {
+    if let Some(dir) = cordon_events::state_dir().as_deref() {
         use std::os::unix::fs::DirBuilderExt;
         if let Err(e) = std::fs::DirBuilder::new()
             .recursive(true)
