@@ -291,6 +291,27 @@ fn runtime_dir(env: &Env) -> std::path::PathBuf {
     runtime
 }
 
+/// `cordon run --no-tty [--audit] [--policy P] -- ARGV…` with the tests' approval runtime
+/// directory. The audit file is optional: two sessions running at once cannot share it.
+fn broker_run(
+    env: &Env,
+    audit: bool,
+    policy: Option<&str>,
+    argv: &[&str],
+) -> std::process::Command {
+    let mut c = env.cordon();
+    c.env("XDG_RUNTIME_DIR", runtime_dir(env))
+        .args(["run", "--no-tty"]);
+    if audit {
+        c.arg("--audit").arg(&env.audit);
+    }
+    if let Some(p) = policy {
+        c.args(["--policy", p]);
+    }
+    c.arg("--").args(argv);
+    c
+}
+
 fn approve(env: &Env, args: &[&str]) -> std::process::Output {
     let mut c = env.cordon();
     c.env("XDG_RUNTIME_DIR", env.base.join("runtime"))
@@ -326,21 +347,15 @@ fn wait_for_question(env: &Env, needle: &str) -> (String, String) {
 
 both!(exec_ask_waits_for_cordon_approve, |env: Env| {
     let p = exec_policy(&env, "[exec]\nask = [\"touch approved*\"]\n");
-    let runtime = runtime_dir(&env);
-    let mut c = env.cordon();
-    c.env("XDG_RUNTIME_DIR", &runtime)
-        .args(["run", "--no-tty", "--audit"])
-        .arg(&env.audit)
-        .args([
-            "--policy",
-            &p,
-            "--",
-            "sh",
-            "-c",
-            "touch approved-file && echo made",
-        ])
-        .stdout(std::process::Stdio::piped());
-    let child = c.spawn().unwrap();
+    let child = broker_run(
+        &env,
+        true,
+        Some(&p),
+        &["sh", "-c", "touch approved-file && echo made"],
+    )
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
     // Wait for the question to show up, then allow it.
     let (id, _) = wait_for_question(&env, "touch approved-file");
     assert!(
@@ -361,23 +376,15 @@ both!(exec_ask_waits_for_cordon_approve, |env: Env| {
 
 both!(exec_ask_times_out_to_deny, |env: Env| {
     let p = exec_policy(&env, "[exec]\nask = [\"touch late*\"]\nask_timeout = 1\n");
-    let runtime = runtime_dir(&env);
-    let mut c = env.cordon();
     let start = Instant::now();
-    let o = c
-        .env("XDG_RUNTIME_DIR", &runtime)
-        .args(["run", "--no-tty", "--audit"])
-        .arg(&env.audit)
-        .args([
-            "--policy",
-            &p,
-            "--",
-            "sh",
-            "-c",
-            "touch late-file; echo rc=$?",
-        ])
-        .output()
-        .unwrap();
+    let o = broker_run(
+        &env,
+        true,
+        Some(&p),
+        &["sh", "-c", "touch late-file; echo rc=$?"],
+    )
+    .output()
+    .unwrap();
     assert!(
         start.elapsed() < Duration::from_secs(15),
         "the timeout did not fire"
@@ -400,12 +407,7 @@ both!(the_agent_cannot_reach_the_broker, |env: Env| {
         "(sleep 1; ls {0}/cordon; for s in {0}/cordon/*.sock; do echo '{{\"op\":\"answer\",\"id\":1,\"allow\":true,\"remember\":false}}' | python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(sys.stdin.buffer.read()); print(s.recv(100))' $s; done) & touch never-file; echo rc=$?; wait",
         runtime.display()
     );
-    let mut c = env.cordon();
-    let o = c
-        .env("XDG_RUNTIME_DIR", &runtime)
-        .args(["run", "--no-tty", "--audit"])
-        .arg(&env.audit)
-        .args(["--policy", &p, "--", "sh", "-c", &script])
+    let o = broker_run(&env, true, Some(&p), &["sh", "-c", &script])
         .output()
         .unwrap();
     assert!(
@@ -421,21 +423,11 @@ both!(another_session_cannot_answer_questions, |env: Env| {
     let p = exec_policy(&env, "[exec]\nask = [\"touch victim*\"]\nask_timeout = 4\n");
     let runtime = runtime_dir(&env);
     // Session A holds a question.
-    let mut a = env.cordon();
-    a.env("XDG_RUNTIME_DIR", &runtime)
-        .args([
-            "run",
-            "--no-tty",
-            "--policy",
-            &p,
-            "--",
-            "sh",
-            "-c",
-            "touch victim-file",
-        ])
+    let mut a = broker_run(&env, false, Some(&p), &["sh", "-c", "touch victim-file"])
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    let mut a = a.spawn().unwrap();
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     std::thread::sleep(Duration::from_millis(800));
     // Session B, default policy (no ask rules), tries to answer it.
     let answer = format!(
@@ -443,10 +435,7 @@ both!(another_session_cannot_answer_questions, |env: Env| {
          s.sendall(b\"{{\\\"op\\\":\\\"answer\\\",\\\"id\\\":1,\\\"allow\\\":true,\\\"remember\\\":true}}\\n\"); print(s.recv(100))' $s; done",
         runtime.display()
     );
-    let mut b = env.cordon();
-    let o = b
-        .env("XDG_RUNTIME_DIR", &runtime)
-        .args(["run", "--no-tty", "--", "sh", "-c", &answer])
+    let o = broker_run(&env, false, None, &["sh", "-c", &answer])
         .output()
         .unwrap();
     assert!(
@@ -463,7 +452,6 @@ both!(another_session_cannot_answer_questions, |env: Env| {
 
 both!(approved_exec_cannot_be_swapped_while_waiting, |env: Env| {
     let p = exec_policy(&env, "[exec]\nask = [\"echo *\"]\n");
-    let runtime = runtime_dir(&env);
     // execve from one thread; another rewrites the argument while the question waits.
     let script = r#"
 import ctypes, threading, time
@@ -478,14 +466,15 @@ libc.execve(b"/bin/echo", argv, None)
 print("execve failed errno=%d" % ctypes.get_errno())
 "#;
     let f = env.write("swap.py", script);
-    let mut c = env.cordon();
-    c.env("XDG_RUNTIME_DIR", &runtime)
-        .args(["run", "--no-tty", "--audit"])
-        .arg(&env.audit)
-        .args(["--policy", &p, "--", "/usr/bin/python3"])
-        .arg(&f)
-        .stdout(std::process::Stdio::piped());
-    let child = c.spawn().unwrap();
+    let child = broker_run(
+        &env,
+        true,
+        Some(&p),
+        &["/usr/bin/python3", f.to_str().unwrap()],
+    )
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
     let (id, _) = wait_for_question(&env, "benign-looking-arg");
     std::thread::sleep(Duration::from_millis(2500));
     approve(&env, &[&id, "--allow"]);
@@ -502,21 +491,16 @@ both!(
     approval_questions_show_no_raw_control_characters,
     |env: Env| {
         let p = exec_policy(&env, "[exec]\nask = [\"printf *\"]\nask_timeout = 3\n");
-        let runtime = runtime_dir(&env);
-        let mut c = env.cordon();
-        c.env("XDG_RUNTIME_DIR", &runtime)
-            .args([
-                "run",
-                "--no-tty",
-                "--policy",
-                &p,
-                "--",
-                "/usr/bin/printf",
-                "x\u{1b}[2K\rSAFE-LOOKING",
-            ])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
-        let mut child = c.spawn().unwrap();
+        let mut child = broker_run(
+            &env,
+            false,
+            Some(&p),
+            &["/usr/bin/printf", "x\u{1b}[2K\rSAFE-LOOKING"],
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
         let (_, listed) = wait_for_question(&env, "SAFE-LOOKING");
         child.wait().unwrap();
         assert!(
