@@ -4,6 +4,8 @@
 #  - cargo/rustc from Debian: a toolchain the unprivileged test user can run (rustup's is under /root)
 #  - strace: to show debuggers stay denied
 #  - bubblewrap, hyperfine: the benchmark's peer and timer
+#  - curl, openssl, gcc (static libc), python3-pip: clients and servers of the network tests
+#  - iperf3, passt, slirp4netns: the network benchmark and its peers
 #  - an unprivileged account, cordon-test, for the second run of every sandbox test
 set -euo pipefail
 if [ "$(id -u)" -ne 0 ]; then
@@ -11,7 +13,8 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 need=()
-for pkg in git python3 util-linux procps cargo strace bubblewrap hyperfine; do
+for pkg in git python3 util-linux procps cargo strace bubblewrap hyperfine \
+    curl openssl gcc libc6-dev python3-pip iperf3 passt slirp4netns; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then
@@ -21,6 +24,11 @@ if [ "${#need[@]}" -gt 0 ]; then
 fi
 if ! id cordon-test >/dev/null 2>&1; then
     useradd --create-home --shell /bin/sh cordon-test
+fi
+# The egress gateway's TUN device: distributions ship /dev/net/tun 0666 (opening it grants
+# nothing outside one's own network namespace); some containers make it root-only.
+if [ -e /dev/net/tun ] && [ "$(stat -c %a /dev/net/tun)" != 666 ]; then
+    chmod 0666 /dev/net/tun
 fi
 # Unprivileged user namespaces must be allowed, as on a stock Debian kernel.
 if [ -e /proc/sys/kernel/unprivileged_userns_clone ] && [ "$(cat /proc/sys/kernel/unprivileged_userns_clone)" != 1 ]; then

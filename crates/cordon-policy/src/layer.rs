@@ -13,13 +13,13 @@ use crate::error::backticked;
 use crate::error::{Diagnostic, PolicyError, did_you_mean};
 use crate::expand::{ExpandError, Vars, expand, uses_home};
 use crate::plan::{
-    BUILTIN_CONDITIONAL_SYSCALLS, BUILTIN_DENIED_SYSCALLS, ExecAction, LandlockMode, OnExit,
-    ProjectFiles, SyscallsPlan,
+    BUILTIN_CONDITIONAL_SYSCALLS, BUILTIN_DENIED_SYSCALLS, ExecAction, LandlockMode, NetMode,
+    OnExit, ProjectFiles, SyscallsPlan,
 };
 use crate::schema::{
-    Checker, EnvSection, ExecSection, FilesystemSection, LimitsSection, ON_EXIT_VALUES,
-    PROJECT_FILES_VALUES, Parts, PolicyFile, Size, StateSection, SyscallsSection, quoted_choices,
-    toml_string,
+    Checker, DnsSection, EnvSection, ExecSection, FilesystemSection, LimitsSection,
+    NETWORK_MODE_VALUES, NetworkSection, ON_EXIT_VALUES, PROJECT_FILES_VALUES, Parts, PolicyFile,
+    PublishEntry, Size, StateSection, SyscallsSection, quoted_choices, toml_string,
 };
 use crate::syscall_table;
 
@@ -71,6 +71,20 @@ pub(crate) struct Sections {
     pub protect: Vec<Rule>,
     pub on_exit: Option<(OnExit, Origin)>,
     pub project_files: Option<(ProjectFiles, Origin)>,
+    /// `[network] mode`.
+    pub net_mode: Option<(NetMode, Origin)>,
+    /// `[network] allow_ips`, normalised to `ADDR/LEN`.
+    pub allow_ips: Vec<(String, Origin)>,
+    /// `[[network.allow]]`: host pattern (lower-case) and ports.
+    pub net_allow: Vec<(String, Vec<u16>, Origin)>,
+    /// `[dns] block`, lower-case.
+    pub dns_block: Vec<(String, Origin)>,
+    /// `[dns] hosts`, lower-case names.
+    pub dns_hosts: Vec<(String, std::net::IpAddr, Origin)>,
+    /// `[dns] upstream`.
+    pub dns_upstream: Option<(std::net::SocketAddr, Origin)>,
+    /// `[[publish]]`: sandbox port, host port.
+    pub publish: Vec<(u16, u16, Origin)>,
     /// Problems worth a warning that do not stop the run.
     pub warnings: Vec<String>,
 }
@@ -122,6 +136,27 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, &'static str> {
     };
     let n: u64 = num.parse().map_err(|_| "is too large")?;
     n.checked_mul(1u64 << shift).ok_or("is too large")
+}
+
+/// `ADDR` or `ADDR/LEN` as a canonical `ADDR/LEN` string.
+pub(crate) fn parse_cidr(text: &str) -> Result<String, &'static str> {
+    let t = text.trim();
+    let (addr, len) = match t.split_once('/') {
+        Some((a, l)) => (a, Some(l)),
+        None => (t, None),
+    };
+    let ip: std::net::IpAddr = addr.parse().map_err(|_| "not an IP address")?;
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    let len = match len {
+        Some(l) => l
+            .parse::<u8>()
+            .map_err(|_| "the prefix length is not a number")?,
+        None => max,
+    };
+    if len > max {
+        return Err("the prefix length is too long for the address");
+    }
+    Ok(format!("{ip}/{len}"))
 }
 
 /// Parses, checks and expands one policy file.
@@ -226,7 +261,205 @@ impl Converter<'_> {
         if let Some(state) = parts.state {
             self.state(phase, state, &mut out)?;
         }
+        if let Some(net) = parts.network {
+            self.network(phase, net, &mut out)?;
+        }
+        if let Some(dns) = parts.dns {
+            self.dns(phase, dns, &mut out)?;
+        }
+        self.publish(phase, &parts.publish, &mut out)?;
         Ok(out)
+    }
+
+    fn network(
+        &self,
+        phase: u8,
+        net: NetworkSection,
+        out: &mut Sections,
+    ) -> Result<(), PolicyError> {
+        if let Some(v) = net.mode {
+            let mode = match self.choice(&v, "mode", NETWORK_MODE_VALUES)? {
+                "gateway" => NetMode::Gateway,
+                "none" => NetMode::None,
+                _ => NetMode::Host,
+            };
+            out.net_mode = Some((mode, self.origin(phase, v.span())));
+        }
+        for c in &net.allow_ips {
+            let cidr = parse_cidr(c.get_ref()).map_err(|why| {
+                self.diag(
+                    format!(
+                        "invalid address range {} in allow_ips: {why}",
+                        toml_string(c.get_ref())
+                    ),
+                    c.span(),
+                    "write an address or a CIDR range, e.g. \"10.1.2.0/24\" or \"192.0.2.7\"",
+                )
+            })?;
+            out.allow_ips.push((cidr, self.origin(phase, c.span())));
+        }
+        for rule in &net.allow {
+            let r = rule.get_ref();
+            let host = self.host_pattern(&r.host, "host", true)?;
+            let mut ports = Vec::new();
+            if r.ports.get_ref().is_empty() {
+                return Err(self.diag(
+                    "empty `ports` in [[network.allow]]".to_string(),
+                    r.ports.span(),
+                    "name the ports this host may be reached on, e.g. ports = [443]",
+                ));
+            }
+            for p in r.ports.get_ref() {
+                ports.push(self.port(p, "ports")?);
+            }
+            out.net_allow
+                .push((host, ports, self.origin(phase, rule.span())));
+        }
+        Ok(())
+    }
+
+    fn dns(&self, phase: u8, dns: DnsSection, out: &mut Sections) -> Result<(), PolicyError> {
+        for b in &dns.block {
+            let pat = self.host_pattern(b, "block", true)?;
+            out.dns_block.push((pat, self.origin(phase, b.span())));
+        }
+        for (name, addr) in &dns.hosts {
+            let host = self.host_pattern(name, "hosts", false)?;
+            let ip: std::net::IpAddr = addr.get_ref().trim().parse().map_err(|_| {
+                self.diag(
+                    format!(
+                        "invalid address {} for {} in [dns] hosts",
+                        toml_string(addr.get_ref()),
+                        toml_string(name.get_ref())
+                    ),
+                    addr.span(),
+                    "write an IPv4 or IPv6 address, e.g. \"127.0.0.1\"",
+                )
+            })?;
+            if ip.is_unspecified() || ip.is_multicast() {
+                return Err(self.diag(
+                    format!(
+                        "address {ip} for {} cannot be connected to",
+                        toml_string(name.get_ref())
+                    ),
+                    addr.span(),
+                    "use a unicast address, e.g. \"127.0.0.1\"",
+                ));
+            }
+            out.dns_hosts
+                .push((host, ip, self.origin(phase, name.span())));
+        }
+        if let Some(u) = dns.upstream {
+            let text = u.get_ref().trim();
+            let addr =
+                text.parse::<std::net::SocketAddr>()
+                    .ok()
+                    .or_else(|| {
+                        text.parse::<std::net::IpAddr>()
+                            .ok()
+                            .map(|ip| std::net::SocketAddr::new(ip, 53))
+                    })
+                    .ok_or_else(|| {
+                        self.diag(
+                        format!("invalid resolver address {} in [dns] upstream", toml_string(text)),
+                        u.span(),
+                        "write ADDRESS or ADDRESS:PORT, e.g. \"127.0.0.1:53\" or \"[::1]:5353\"",
+                    )
+                    })?;
+            out.dns_upstream = Some((addr, self.origin(phase, u.span())));
+        }
+        Ok(())
+    }
+
+    fn publish(
+        &self,
+        phase: u8,
+        list: &[Spanned<PublishEntry>],
+        out: &mut Sections,
+    ) -> Result<(), PolicyError> {
+        for e in list {
+            let p = e.get_ref();
+            let port = self.port(&p.port, "port")?;
+            let host_port = match &p.host_port {
+                Some(h) => self.port(h, "host_port")?,
+                None => port,
+            };
+            if let Some((_, _, o)) = out.publish.iter().find(|(_, h, _)| *h == host_port) {
+                return Err(self.diag(
+                    format!(
+                        "host port {host_port} is published twice (first at {})",
+                        o.label
+                    ),
+                    e.span(),
+                    "each [[publish]] needs its own host_port",
+                ));
+            }
+            out.publish
+                .push((port, host_port, self.origin(phase, e.span())));
+        }
+        Ok(())
+    }
+
+    fn port(&self, v: &Spanned<i64>, key: &str) -> Result<u16, PolicyError> {
+        match u16::try_from(*v.get_ref()) {
+            Ok(p) if p > 0 => Ok(p),
+            _ => Err(self.out_of_range(key, v.span(), "a port is from 1 to 65535")),
+        }
+    }
+
+    /// A host name, or (with `wild`) `*.name`: lower-cased, without a trailing dot.
+    fn host_pattern(
+        &self,
+        v: &Spanned<String>,
+        key: &str,
+        wild: bool,
+    ) -> Result<String, PolicyError> {
+        let raw = v
+            .get_ref()
+            .trim()
+            .trim_end_matches('.')
+            .to_ascii_lowercase();
+        let (star, name) = match raw.strip_prefix("*.") {
+            Some(rest) if wild => (true, rest),
+            _ => (false, raw.as_str()),
+        };
+        let why = if name.parse::<std::net::IpAddr>().is_ok() {
+            Some("it is an IP address; names only here (raw addresses go in [network] allow_ips)")
+        } else if name.is_empty() || name.len() > 253 {
+            Some("a host name has 1 to 253 characters")
+        } else if name.split('.').any(|l| l.is_empty() || l.len() > 63) {
+            Some("each dot-separated label has 1 to 63 characters")
+        } else if !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        {
+            Some(if wild {
+                "only letters, digits, `-`, `_` and dots; a wildcard may only be a leading `*.`"
+            } else {
+                "only letters, digits, `-`, `_` and dots"
+            })
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(self.diag(
+                format!(
+                    "invalid host {} in `{key}`: {why}",
+                    toml_string(v.get_ref())
+                ),
+                v.span(),
+                if wild {
+                    "e.g. \"github.com\" or \"*.githubusercontent.com\""
+                } else {
+                    "e.g. \"api.example.test\""
+                },
+            ));
+        }
+        Ok(if star {
+            format!("*.{name}")
+        } else {
+            name.to_string()
+        })
     }
 
     fn state(&self, phase: u8, state: StateSection, out: &mut Sections) -> Result<(), PolicyError> {

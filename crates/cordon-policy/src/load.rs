@@ -17,8 +17,9 @@ use crate::error::{Diagnostic, PolicyError, backticked, did_you_mean};
 use crate::expand::normalize;
 use crate::layer::{Context, Layer, Origin, Rule, Sections, parse_layer};
 use crate::plan::{
-    EnvPlan, ExecAction, ExecPlan, ExecRule, FilesystemPlan, LandlockMode, LimitsPlan, NamedRule,
-    OnExit, PathRule, Plan, ProjectFiles, StatePlan, SyscallsPlan,
+    EnvPlan, ExecAction, ExecPlan, ExecRule, FilesystemPlan, HostRule, LandlockMode, LimitsPlan,
+    NamedRule, NetMode, NetworkPlan, OnExit, PathRule, Plan, ProjectFiles, Publish, StatePlan,
+    SyscallsPlan,
 };
 use crate::trust::{TrustStore, trust_key};
 
@@ -218,6 +219,13 @@ struct Merged {
     protect: Vec<Rule>,
     on_exit: (OnExit, Option<Origin>),
     project_files: (ProjectFiles, Option<Origin>),
+    net_mode: (NetMode, Option<Origin>),
+    allow_ips: Vec<(String, Origin)>,
+    net_allow: Vec<(String, Vec<u16>, Origin)>,
+    dns_block: Vec<(String, Origin)>,
+    dns_hosts: BTreeMap<String, (std::net::IpAddr, Origin)>,
+    dns_upstream: Option<(std::net::SocketAddr, Origin)>,
+    publish: Vec<(u16, u16, Origin)>,
     /// Warnings about how the merge resolved built-in entries.
     notes: Vec<String>,
 }
@@ -273,6 +281,13 @@ impl Merged {
             protect: Vec::new(),
             on_exit: (OnExit::default(), None),
             project_files: (ProjectFiles::default(), None),
+            net_mode: (NetMode::default(), None),
+            allow_ips: Vec::new(),
+            net_allow: Vec::new(),
+            dns_block: Vec::new(),
+            dns_hosts: BTreeMap::new(),
+            dns_upstream: None,
+            publish: Vec::new(),
             notes: Vec::new(),
         };
         for l in layers {
@@ -359,6 +374,27 @@ impl Merged {
         if let Some((v, o)) = &s.project_files {
             self.project_files = (*v, Some(o.clone()));
         }
+        if let Some((v, o)) = &s.net_mode {
+            self.net_mode = (*v, Some(o.clone()));
+        }
+        push_named(&mut self.allow_ips, &s.allow_ips);
+        for (h, ports, o) in &s.net_allow {
+            if !self.net_allow.iter().any(|(x, p, _)| x == h && p == ports) {
+                self.net_allow.push((h.clone(), ports.clone(), o.clone()));
+            }
+        }
+        push_named(&mut self.dns_block, &s.dns_block);
+        for (name, ip, o) in &s.dns_hosts {
+            self.dns_hosts.insert(name.clone(), (*ip, o.clone()));
+        }
+        if s.dns_upstream.is_some() {
+            self.dns_upstream.clone_from(&s.dns_upstream);
+        }
+        for (port, host_port, o) in &s.publish {
+            // A later layer's entry for the same host port replaces the earlier one.
+            self.publish.retain(|(_, h, _)| h != host_port);
+            self.publish.push((*port, *host_port, o.clone()));
+        }
     }
 
     /// A readable, writable or protected path equal to or inside a denied one is a
@@ -441,6 +477,35 @@ impl Merged {
                 protect: rules(self.protect),
                 on_exit: self.on_exit.0,
                 project_files: self.project_files.0,
+            },
+            network: NetworkPlan {
+                mode: self.net_mode.0,
+                allow_ips: self.allow_ips.into_iter().map(|(c, _)| c).collect(),
+                allow: self
+                    .net_allow
+                    .into_iter()
+                    .map(|(host, ports, o)| HostRule {
+                        host,
+                        ports,
+                        origin: o.label,
+                    })
+                    .collect(),
+                dns_block: self.dns_block.into_iter().map(|(b, _)| b).collect(),
+                dns_hosts: self
+                    .dns_hosts
+                    .into_iter()
+                    .map(|(k, (ip, _))| (k, ip))
+                    .collect(),
+                dns_upstream: self.dns_upstream.map(|(a, _)| a),
+                publish: self
+                    .publish
+                    .into_iter()
+                    .map(|(port, host_port, o)| Publish {
+                        port,
+                        host_port,
+                        origin: o.label,
+                    })
+                    .collect(),
             },
         }
     }
@@ -624,6 +689,47 @@ fn loosenings(full: &Merged, base: &Merged, layers: &[Layer]) -> Vec<Loosening> 
         {
             add(o, format!("adds exec allow rule `{p}`"));
         }
+    }
+    match (full.net_mode.0, base.net_mode.0, &full.net_mode.1) {
+        (NetMode::Host, NetMode::Host, _) | (_, _, None) => {}
+        (NetMode::Host, _, Some(o)) => add(
+            o,
+            "turns network isolation off (mode = \"host\")".to_string(),
+        ),
+        (NetMode::Gateway, NetMode::None, Some(o)) => add(
+            o,
+            "gives the sandbox network access (mode = \"gateway\")".to_string(),
+        ),
+        _ => {}
+    }
+    for (cidr, o) in &full.allow_ips {
+        if !base.allow_ips.iter().any(|(b, _)| b == cidr) {
+            add(o, format!("allows connections to raw addresses {cidr}"));
+        }
+    }
+    for (h, ports, o) in &full.net_allow {
+        let known = |p: &u16| {
+            base.net_allow
+                .iter()
+                .any(|(b, bp, _)| b == h && bp.contains(p))
+        };
+        if !ports.iter().all(known) {
+            add(o, format!("allows connections to {h} on ports {ports:?}"));
+        }
+    }
+    for (name, (ip, o)) in &full.dns_hosts {
+        if base.dns_hosts.get(name).map(|(b, _)| b) != Some(ip) {
+            add(
+                o,
+                format!("answers {name} with {ip} (names may point at private addresses)"),
+            );
+        }
+    }
+    if let (Some((u, o)), false) = (
+        &full.dns_upstream,
+        full.dns_upstream.as_ref().map(|x| x.0) == base.dns_upstream.as_ref().map(|x| x.0),
+    ) {
+        add(o, format!("resolves names through {u}"));
     }
     // Protection only adds review; what is kept without review is what loosens.
     if let (OnExit::Keep, false, Some(o)) = (

@@ -30,6 +30,9 @@ pub struct Plan {
     /// Agent-state protection.
     #[serde(default)]
     pub state: StatePlan,
+    /// Network egress (layer 2).
+    #[serde(default)]
+    pub network: NetworkPlan,
 }
 
 /// How Landlock is treated when the kernel lacks it.
@@ -474,4 +477,86 @@ pub struct StatePlan {
     pub on_exit: OnExit,
     /// How the project's host-executed files are protected.
     pub project_files: ProjectFiles,
+}
+
+/// How the sandbox reaches the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum NetMode {
+    /// Through cordon's egress gateway only: every flow is decided by name, host and port.
+    #[default]
+    Gateway,
+    /// Loopback only; no way out at all.
+    None,
+    /// The host's network, unfiltered (no network isolation at all).
+    Host,
+}
+
+/// One `[[network.allow]]` rule: TCP to `host` on one of `ports`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostRule {
+    /// Exact name, or `*.suffix` for any name below `suffix` (at any depth), lower-case.
+    pub host: String,
+    /// Ports this rule opens (non-empty).
+    pub ports: Vec<u16>,
+    /// Where the rule came from (`built-in`, `FILE:LINE`).
+    pub origin: String,
+}
+
+impl HostRule {
+    /// Whether `name` (normalised, lower-case, no trailing dot) matches this rule's host.
+    pub fn matches_host(&self, name: &str) -> bool {
+        match self.host.strip_prefix("*.") {
+            Some(suffix) => {
+                name.len() > suffix.len() + 1 && name.ends_with(suffix) && {
+                    name.as_bytes()[name.len() - suffix.len() - 1] == b'.'
+                }
+            }
+            None => self.host == name,
+        }
+    }
+
+    /// A name for this rule in events: `network.allow:HOST` and its origin.
+    pub fn label(&self) -> String {
+        format!("network.allow {} ({})", self.host, self.origin)
+    }
+}
+
+/// One `[[publish]]` entry: the host's `127.0.0.1:host_port` forwards to the sandbox's `port`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Publish {
+    /// Port inside the sandbox (its loopback).
+    pub port: u16,
+    /// Port bound on the host's loopback.
+    pub host_port: u16,
+    /// Where the entry came from.
+    pub origin: String,
+}
+
+/// Network egress policy: the gateway's rules and its resolver's configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkPlan {
+    /// Gateway (default), none or host.
+    pub mode: NetMode,
+    /// Raw-IP destinations (CIDR, validated) the sandbox may connect to without a name.
+    pub allow_ips: Vec<String>,
+    /// TCP egress by name and port, in merge order.
+    pub allow: Vec<HostRule>,
+    /// Extra DNS blocklist patterns (`name` blocks it and below; `*.name` only below).
+    pub dns_block: Vec<String>,
+    /// Static host-side answers: name → address.
+    pub dns_hosts: BTreeMap<String, std::net::IpAddr>,
+    /// The resolver the host side asks, if not the system's.
+    pub dns_upstream: Option<std::net::SocketAddr>,
+    /// Ports published on the host's loopback.
+    pub publish: Vec<Publish>,
+}
+
+impl NetworkPlan {
+    /// The first rule allowing TCP to `name:port`, if any.
+    pub fn allowing(&self, name: &str, port: u16) -> Option<&HostRule> {
+        self.allow
+            .iter()
+            .find(|r| r.ports.contains(&port) && r.matches_host(name))
+    }
 }

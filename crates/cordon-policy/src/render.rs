@@ -171,6 +171,53 @@ impl Plan {
             let _ = writeln!(out, "pattern = {}", toml_string(&r.pattern));
             let _ = writeln!(out, "action = \"{action}\"");
         }
+
+        let net = &self.network;
+        let _ = writeln!(out, "\n[network]");
+        let mode = match net.mode {
+            crate::plan::NetMode::Gateway => "gateway",
+            crate::plan::NetMode::None => "none",
+            crate::plan::NetMode::Host => "host",
+        };
+        let _ = writeln!(out, "mode = \"{mode}\"");
+        let ips: Vec<String> = net.allow_ips.iter().map(|c| toml_string(c)).collect();
+        let _ = writeln!(out, "allow_ips = [{}]", ips.join(", "));
+        let _ = writeln!(
+            out,
+            "# TCP by name and port; everything else (raw IPs, UDP but DNS) is refused."
+        );
+        for r in &net.allow {
+            let _ = writeln!(out, "\n[[network.allow]] # {}", comment(&r.origin));
+            let _ = writeln!(out, "host = {}", toml_string(&r.host));
+            let ports: Vec<String> = r.ports.iter().map(u16::to_string).collect();
+            let _ = writeln!(out, "ports = [{}]", ports.join(", "));
+        }
+        let _ = writeln!(out, "\n[dns]");
+        let block: Vec<String> = net.dns_block.iter().map(|b| toml_string(b)).collect();
+        let _ = writeln!(
+            out,
+            "block = [{}] # plus the built-in blocklist",
+            block.join(", ")
+        );
+        let hosts: Vec<String> = net
+            .dns_hosts
+            .iter()
+            .map(|(k, v)| format!("{} = {}", toml_string(k), toml_string(&v.to_string())))
+            .collect();
+        let _ = writeln!(out, "hosts = {{ {} }}", hosts.join(", "));
+        match net.dns_upstream {
+            Some(u) => {
+                let _ = writeln!(out, "upstream = {}", toml_string(&u.to_string()));
+            }
+            None => {
+                let _ = writeln!(out, "# upstream: the host's own resolver");
+            }
+        }
+        for p in &net.publish {
+            let _ = writeln!(out, "\n[[publish]] # {}", comment(&p.origin));
+            let _ = writeln!(out, "port = {}", p.port);
+            let _ = writeln!(out, "host_port = {}", p.host_port);
+        }
         out
     }
 }
@@ -239,6 +286,20 @@ mod tests {
                 ],
                 on_exit: OnExit::Pending,
                 project_files: ProjectFiles::Staged,
+            },
+            network: crate::plan::NetworkPlan {
+                allow: vec![crate::plan::HostRule {
+                    host: "*.example.com".into(),
+                    ports: vec![443, 22],
+                    origin: "/p/cordon.toml:9".into(),
+                }],
+                dns_hosts: [("db.test".to_string(), "127.0.0.1".parse().unwrap())].into(),
+                publish: vec![crate::plan::Publish {
+                    port: 3000,
+                    host_port: 8080,
+                    origin: "/p/cordon.toml:12".into(),
+                }],
+                ..Default::default()
             },
         }
     }
@@ -316,6 +377,12 @@ mod tests {
         assert_eq!(protect, ["/home/u/.bashrc", "/home/u/.claude"]);
         assert_eq!(v["state"]["on_exit"].as_str(), Some("pending"));
         assert_eq!(v["state"]["project_files"].as_str(), Some("staged"));
+        assert_eq!(v["network"]["mode"].as_str(), Some("gateway"));
+        let allow = v["network"]["allow"].as_array().unwrap();
+        assert_eq!(allow[0]["host"].as_str(), Some("*.example.com"));
+        assert_eq!(allow[0]["ports"][1].as_integer(), Some(22));
+        assert_eq!(v["dns"]["hosts"]["db.test"].as_str(), Some("127.0.0.1"));
+        assert_eq!(v["publish"][0]["host_port"].as_integer(), Some(8080));
         // Every value renders as the serde name the plan uses, so JSON and TOML agree.
         for (e, name) in [
             (OnExit::Ask, "ask"),

@@ -20,11 +20,23 @@ pub(crate) const ROOT_KEYS: &[&str] = &[
     "syscalls",
     "exec",
     "state",
+    "network",
+    "dns",
+    "publish",
     "profile",
 ];
 /// Keys of a `[profile.NAME]` table.
-pub(crate) const PROFILE_KEYS: &[&str] =
-    &["filesystem", "env", "limits", "syscalls", "exec", "state"];
+pub(crate) const PROFILE_KEYS: &[&str] = &[
+    "filesystem",
+    "env",
+    "limits",
+    "syscalls",
+    "exec",
+    "state",
+    "network",
+    "dns",
+    "publish",
+];
 /// Keys of `[filesystem]`.
 pub(crate) const FILESYSTEM_KEYS: &[&str] =
     &["readable", "writable", "deny", "read_only", "landlock"];
@@ -40,6 +52,16 @@ pub(crate) const EXEC_KEYS: &[&str] = &["deny", "ask", "allow", "ask_timeout", "
 pub(crate) const EXEC_RULE_KEYS: &[&str] = &["pattern", "action"];
 /// Keys of `[state]`.
 pub(crate) const STATE_KEYS: &[&str] = &["protect", "on_exit", "project_files"];
+/// Keys of `[network]`.
+pub(crate) const NETWORK_KEYS: &[&str] = &["mode", "allow_ips", "allow"];
+/// Keys of one `[[network.allow]]`.
+pub(crate) const NETWORK_ALLOW_KEYS: &[&str] = &["host", "ports"];
+/// Values of `[network] mode`.
+pub(crate) const NETWORK_MODE_VALUES: &[&str] = &["gateway", "none", "host"];
+/// Keys of `[dns]`.
+pub(crate) const DNS_KEYS: &[&str] = &["block", "hosts", "upstream"];
+/// Keys of one `[[publish]]`.
+pub(crate) const PUBLISH_KEYS: &[&str] = &["port", "host_port"];
 /// Values of `[state] on_exit`.
 pub(crate) const ON_EXIT_VALUES: &[&str] = &["ask", "keep", "discard", "pending"];
 /// Values of `[state] project_files`.
@@ -62,6 +84,12 @@ pub(crate) struct PolicyFile {
     #[serde(default)]
     pub state: Option<StateSection>,
     #[serde(default)]
+    pub network: Option<NetworkSection>,
+    #[serde(default)]
+    pub dns: Option<DnsSection>,
+    #[serde(default)]
+    pub publish: Vec<Spanned<PublishEntry>>,
+    #[serde(default)]
     pub profile: BTreeMap<Spanned<String>, ProfileSection>,
 }
 
@@ -81,6 +109,12 @@ pub(crate) struct ProfileSection {
     pub exec: Option<ExecSection>,
     #[serde(default)]
     pub state: Option<StateSection>,
+    #[serde(default)]
+    pub network: Option<NetworkSection>,
+    #[serde(default)]
+    pub dns: Option<DnsSection>,
+    #[serde(default)]
+    pub publish: Vec<Spanned<PublishEntry>>,
 }
 
 /// The sections of a file or of one of its profiles, as written.
@@ -92,6 +126,9 @@ pub(crate) struct Parts {
     pub syscalls: Option<SyscallsSection>,
     pub exec: Option<ExecSection>,
     pub state: Option<StateSection>,
+    pub network: Option<NetworkSection>,
+    pub dns: Option<DnsSection>,
+    pub publish: Vec<Spanned<PublishEntry>>,
 }
 
 impl PolicyFile {
@@ -104,6 +141,9 @@ impl PolicyFile {
             syscalls: self.syscalls,
             exec: self.exec,
             state: self.state,
+            network: self.network,
+            dns: self.dns,
+            publish: self.publish,
         };
         (parts, self.profile)
     }
@@ -118,6 +158,9 @@ impl From<ProfileSection> for Parts {
             syscalls: p.syscalls,
             exec: p.exec,
             state: p.state,
+            network: p.network,
+            dns: p.dns,
+            publish: p.publish,
         }
     }
 }
@@ -202,6 +245,47 @@ pub(crate) struct StateSection {
     pub project_files: Option<Spanned<String>>,
 }
 
+/// `[network]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NetworkSection {
+    #[serde(default)]
+    pub mode: Option<Spanned<String>>,
+    #[serde(default)]
+    pub allow_ips: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub allow: Vec<Spanned<NetworkAllowEntry>>,
+}
+
+/// One `[[network.allow]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NetworkAllowEntry {
+    pub host: Spanned<String>,
+    pub ports: Spanned<Vec<Spanned<i64>>>,
+}
+
+/// `[dns]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DnsSection {
+    #[serde(default)]
+    pub block: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub hosts: BTreeMap<Spanned<String>, Spanned<String>>,
+    #[serde(default)]
+    pub upstream: Option<Spanned<String>>,
+}
+
+/// One `[[publish]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PublishEntry {
+    pub port: Spanned<i64>,
+    #[serde(default)]
+    pub host_port: Option<Spanned<i64>>,
+}
+
 /// One `[[exec.rule]]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -250,6 +334,14 @@ enum Expect {
     Number,
     Boolean,
     ExecRules,
+    /// An array of tables with the given keys (all required unless listed as optional).
+    Tables {
+        what: &'static str,
+        keys: &'static [&'static str],
+        required: &'static [&'static str],
+        example: &'static str,
+    },
+    IntegerArray,
 }
 
 impl Expect {
@@ -262,7 +354,8 @@ impl Expect {
             Expect::Integer => "an integer",
             Expect::Number => "a number",
             Expect::Boolean => "a boolean",
-            Expect::ExecRules => "an array of tables",
+            Expect::ExecRules | Expect::Tables { .. } => "an array of tables",
+            Expect::IntegerArray => "an array of integers",
         }
     }
 }
@@ -309,10 +402,12 @@ impl Checker<'_> {
         for (k, v) in sorted(root) {
             let key: &str = k.get_ref();
             match key {
-                "filesystem" | "env" | "limits" | "syscalls" | "exec" | "state" => {
+                "filesystem" | "env" | "limits" | "syscalls" | "exec" | "state" | "network"
+                | "dns" => {
                     let t = self.table(key, v, "the top level")?;
                     self.section(key, t, &format!("[{key}]"))?;
                 }
+                "publish" => self.value(key, v, "the top level", PUBLISH)?,
                 "profile" => {
                     let t = self.table(key, v, "the top level")?;
                     for (name, pv) in sorted(t) {
@@ -324,6 +419,10 @@ impl Checker<'_> {
                             if !PROFILE_KEYS.contains(&skey) {
                                 return Err(self.unknown(skey, sk.span(), &header, PROFILE_KEYS));
                             }
+                            if skey == "publish" {
+                                self.value(skey, sv, &header, PUBLISH)?;
+                                continue;
+                            }
                             let st = self.table(skey, sv, &header)?;
                             let sub = format!("[profile.{}.{skey}]", quote_key(name));
                             self.section(skey, st, &sub)?;
@@ -333,7 +432,7 @@ impl Checker<'_> {
                 other => {
                     let mut help = format!(
                         "cordon has only the sections {}; a section exists only where something enforces it",
-                        "[filesystem], [env], [limits], [syscalls], [exec], [state] and [profile.NAME]"
+                        "[filesystem], [env], [limits], [syscalls], [exec], [state], [network], [dns], [[publish]] and [profile.NAME]"
                     );
                     if let Some(s) = did_you_mean(other, ROOT_KEYS) {
                         help.push_str(&format!("; did you mean `{s}`?"));
@@ -388,6 +487,8 @@ impl Checker<'_> {
             "syscalls" => SYSCALLS_KEYS,
             "exec" => EXEC_KEYS,
             "state" => STATE_KEYS,
+            "network" => NETWORK_KEYS,
+            "dns" => DNS_KEYS,
             _ => LIMITS_KEYS,
         };
         for (k, v) in sorted(t) {
@@ -406,6 +507,10 @@ impl Checker<'_> {
                 ("exec", _) => Expect::StringArray,
                 ("state", "protect") => Expect::StringArray,
                 ("state", _) => Expect::String,
+                ("network", "mode") | ("dns", "upstream") => Expect::String,
+                ("network", "allow_ips") | ("dns", "block") => Expect::StringArray,
+                ("network", _) => NETWORK_ALLOW,
+                ("dns", _) => Expect::StringTable,
                 (_, "memory") => Expect::Size,
                 (_, "cpu") => Expect::Number,
                 _ => Expect::Integer,
@@ -459,6 +564,68 @@ impl Checker<'_> {
                                     .to_string(),
                             ));
                         }
+                    }
+                }
+                true
+            }
+            (
+                Expect::Tables {
+                    what,
+                    keys,
+                    required,
+                    example,
+                },
+                DeValue::Array(items),
+            ) => {
+                let item_header = format!("[[{what}]]");
+                for item in items.iter() {
+                    let DeValue::Table(t) = item.get_ref() else {
+                        return Err(self.diag(
+                            format!(
+                                "elements of `{key}` in {header} must be tables, found {}",
+                                a_type(item.get_ref())
+                            ),
+                            item.span(),
+                            format!("write each as a {item_header} section, e.g. {example}"),
+                        ));
+                    };
+                    let mut seen = Vec::new();
+                    for (k, v) in sorted(t) {
+                        let ik: &str = k.get_ref();
+                        if !keys.contains(&ik) {
+                            return Err(self.unknown(ik, k.span(), &item_header, keys));
+                        }
+                        let e = match ik {
+                            "ports" => Expect::IntegerArray,
+                            "port" | "host_port" => Expect::Integer,
+                            _ => Expect::String,
+                        };
+                        self.value(ik, v, &item_header, e)?;
+                        seen.push(ik);
+                    }
+                    for needed in required {
+                        if !seen.contains(needed) {
+                            return Err(self.diag(
+                                format!("{item_header} has no `{needed}`"),
+                                item.span(),
+                                format!("e.g. {example}"),
+                            ));
+                        }
+                    }
+                }
+                true
+            }
+            (Expect::IntegerArray, DeValue::Array(items)) => {
+                for item in items.iter() {
+                    if !matches!(item.get_ref(), DeValue::Integer(_)) {
+                        return Err(self.diag(
+                            format!(
+                                "elements of `{key}` in {header} must be integers, found {}",
+                                a_type(item.get_ref())
+                            ),
+                            item.span(),
+                            "write port numbers without quotes, e.g. ports = [443]".to_string(),
+                        ));
                     }
                 }
                 true
@@ -521,6 +688,19 @@ impl Checker<'_> {
                 format!("expected {}", quoted_choices(PROJECT_FILES_VALUES))
             }
             (Expect::String, _) if key == "pattern" => "e.g. pattern = \"git push *\"".to_string(),
+            (Expect::String, _) if key == "mode" => {
+                format!("expected {}", quoted_choices(NETWORK_MODE_VALUES))
+            }
+            (Expect::String, _) if key == "upstream" => {
+                "e.g. upstream = \"127.0.0.1:53\"".to_string()
+            }
+            (Expect::String, _) if key == "host" => {
+                "e.g. host = \"github.com\" or host = \"*.example.com\"".to_string()
+            }
+            (Expect::Tables { what, example, .. }, _) => {
+                format!("write each as a [[{what}]] section, e.g. {example}")
+            }
+            (Expect::IntegerArray, _) => format!("write it as an array: {key} = [443]"),
             (Expect::Boolean, _) => format!("write true or false, without quotes: {key} = false"),
             (Expect::ExecRules, _) => {
                 "write each rule as a [[exec.rule]] section with `pattern` and `action`".to_string()
@@ -542,6 +722,20 @@ impl Checker<'_> {
         ))
     }
 }
+
+const NETWORK_ALLOW: Expect = Expect::Tables {
+    what: "network.allow",
+    keys: NETWORK_ALLOW_KEYS,
+    required: NETWORK_ALLOW_KEYS,
+    example: "host = \"github.com\" and ports = [22]",
+};
+
+const PUBLISH: Expect = Expect::Tables {
+    what: "publish",
+    keys: PUBLISH_KEYS,
+    required: &["port"],
+    example: "port = 3000",
+};
 
 /// A TOML basic string literal for `s`.
 pub(crate) fn toml_string(s: &str) -> String {

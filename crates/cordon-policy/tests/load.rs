@@ -997,9 +997,9 @@ fn broken_01b_unclosed_string() {
 
 #[test]
 fn broken_02_unknown_section() {
-    let (s, line, col) = broken("[filesystem]\n\n[network]\nallow = true\n");
+    let (s, line, col) = broken("[filesystem]\n\n[firewall]\nallow = true\n");
     assert_eq!((line, col), (3, 2), "{s}");
-    assert!(s.contains("unknown section `network`"), "{s}");
+    assert!(s.contains("unknown section `firewall`"), "{s}");
     assert!(
         s.contains("a section exists only where something enforces it"),
         "{s}"

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use cordon_policy::{LandlockMode, LimitsPlan};
 
-use crate::protocol::{self, FromInit, InitSpec};
+use crate::protocol::{self, FromInit, InitSpec, InwardReply, InwardRequest, NetSetup};
 use crate::{fence, mounts, seccomp, sys};
 
 /// The descriptor number the control channel arrives on.
@@ -67,14 +67,26 @@ pub fn main() -> ! {
         Ok(None) => sys::exit_now(125),
         Err(e) => fail("control channel", e.to_string()),
     };
+    if spec.net != NetSetup::Host
+        && let Err(e) = sys::loopback_up()
+    {
+        fail("network", format!("bring up loopback: {e}"));
+    }
+    // Before the view is built: /dev/net/tun is the host's device node.
+    if let NetSetup::Gateway {
+        addr,
+        mtu,
+        proxy_port,
+        ..
+    } = spec.net
+    {
+        gateway_handoff(addr, mtu, proxy_port);
+    }
     if let Err(e) = mounts::build(&spec.layout, spec.tmpfs_size) {
         fail("filesystem", e.to_string());
     }
     if let Err(e) = sys::sethostname(&spec.hostname) {
         fail("hostname", e.to_string());
-    }
-    if let Err(e) = sys::loopback_up() {
-        fail("network", format!("bring up loopback: {e}"));
     }
     // The command's terminal is a pty of the sandbox's own devpts, so `tty` and ttyname work
     // inside; the master goes to the supervisor, which relays it to the user's terminal.
@@ -164,6 +176,18 @@ pub fn main() -> ! {
         },
         None,
     );
+    if let NetSetup::Gateway { inward: true, .. } = spec.net {
+        match sys::fork() {
+            Ok(0) => inward_helper(),
+            Ok(_) => {}
+            Err(e) => {
+                let _ = writeln!(
+                    io::stderr(),
+                    "cordon: published ports unavailable: fork: {e}"
+                );
+            }
+        }
+    }
     // The channel's work is done; nothing else of init's may stay open while it waits.
     sys::close_fds_from(CONTROL_FD, &[]);
     let status = loop {
@@ -178,6 +202,76 @@ pub fn main() -> ! {
     };
     // Leaving PID 1 kills every process still in the namespace: no orphans survive.
     sys::exit_now(status.code())
+}
+
+/// Make what the egress gateway needs inside this network namespace and send it to the
+/// supervisor: the TUN device (the default route), UDP sockets on the loopback's port 53 (where
+/// `resolv.conf` points, and where glibc looks when it has no `resolv.conf`), and the explicit
+/// proxy's listener. Nothing here stays open in init: the command never inherits them.
+fn gateway_handoff(addr: std::net::Ipv4Addr, mtu: u32, proxy_port: u16) {
+    let send = |msg: &FromInit, fd: Option<RawFd>| {
+        if let Err(e) = protocol::send(CONTROL_FD, msg, fd) {
+            fail("network", format!("hand over to the gateway: {e}"));
+        }
+    };
+    match sys::open_tun().and_then(|tun| {
+        sys::tun_configure(sys::TUN_NAME, addr, mtu)?;
+        Ok(tun)
+    }) {
+        Ok(tun) => send(&FromInit::NetTun, Some(tun.as_raw_fd())),
+        Err(e) => send(
+            &FromInit::NetTunFailed {
+                reason: format!("cannot create a TUN device in the sandbox: {e}"),
+            },
+            None,
+        ),
+    }
+    for dns in ["127.0.0.1:53", "127.0.0.53:53"] {
+        match std::net::UdpSocket::bind(dns) {
+            Ok(s) => send(&FromInit::NetDns, Some(s.as_raw_fd())),
+            Err(e) => fail("network", format!("bind the DNS socket {dns}: {e}")),
+        }
+    }
+    match std::net::TcpListener::bind(("127.0.0.1", proxy_port)) {
+        Ok(l) => send(&FromInit::NetProxy, Some(l.as_raw_fd())),
+        Err(e) => fail(
+            "network",
+            format!("listen for the proxy on 127.0.0.1:{proxy_port}: {e}"),
+        ),
+    }
+    send(&FromInit::NetReady, None);
+}
+
+/// The `[[publish]]` helper: a child of init outside the command's namespaces that turns
+/// "connect to your loopback's port N" into a connected socket for the supervisor. Leaves when
+/// the supervisor closes the channel; dies with the namespace otherwise.
+fn inward_helper() -> ! {
+    sys::close_fds_from(CONTROL_FD + 1, &[]);
+    loop {
+        let req = match protocol::recv::<InwardRequest>(CONTROL_FD) {
+            Ok(Some((r, _))) => r,
+            _ => sys::exit_now(0),
+        };
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], req.port));
+        let sent =
+            match std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(3)) {
+                Ok(conn) => protocol::send(
+                    CONTROL_FD,
+                    &InwardReply { error: None },
+                    Some(conn.as_raw_fd()),
+                ),
+                Err(e) => protocol::send(
+                    CONTROL_FD,
+                    &InwardReply {
+                        error: Some(e.to_string()),
+                    },
+                    None,
+                ),
+            };
+        if sent.is_err() {
+            sys::exit_now(0);
+        }
+    }
 }
 
 /// Report a failure to init through the pipe and leave; nothing of the command has run.

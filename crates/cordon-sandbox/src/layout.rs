@@ -38,6 +38,8 @@ pub enum MountOp {
     MaskDir { path: PathBuf, rule: String },
     /// Hide a file (or socket) under an empty, unreadable file.
     MaskFile { path: PathBuf, rule: String },
+    /// A read-only file with this content bound over an existing file (`/etc/resolv.conf`).
+    Content { path: PathBuf, content: String },
 }
 
 impl MountOp {
@@ -53,7 +55,8 @@ impl MountOp {
             | MountOp::Pin { path }
             | MountOp::ReadOnly { path }
             | MountOp::MaskDir { path, .. }
-            | MountOp::MaskFile { path, .. } => path,
+            | MountOp::MaskFile { path, .. }
+            | MountOp::Content { path, .. } => path,
         }
     }
 }

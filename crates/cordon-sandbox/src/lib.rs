@@ -7,7 +7,8 @@
 //! - sandbox side: [`init_main`], PID 1 inside the new namespaces, builds the view and starts
 //!   the command in a locked, capability-free, Landlock-fenced nested namespace.
 //!
-//! The crossings: the control channel (setup only), the pty master, forwarded signals.
+//! The crossings: the control channel (setup only), the pty master, forwarded signals, and
+//! the network handoff ([`net`]: TUN device, DNS and proxy sockets, the publish helper).
 //! All `unsafe` of cordon lives in the private `sys` module, and the kernel-facing `unsafe` of
 //! the syscall filter (the `seccomp` syscall, the notification listener's ioctls) in the
 //! private `seccomp` module.
@@ -29,6 +30,7 @@ mod fence;
 mod init;
 pub mod layout;
 mod mounts;
+pub mod net;
 pub mod probe;
 mod protocol;
 mod seccomp;
@@ -38,7 +40,8 @@ mod sys;
 pub use cordon_policy::Plan;
 pub use fence::FenceStatus;
 pub use layout::{Layout, MountOp, Staged, prepare, prepare_with_state};
-pub use supervisor::{Command, Outcome, TtyMode, run};
+pub use net::{Inward, NetAttach, NetHandoff};
+pub use supervisor::{Command, Outcome, TtyMode, run, run_with_network};
 pub use sys::{WaitStatus, ids, landlock_abi, passwd_home};
 
 /// The first argument that turns the cordon executable into the sandbox's init.

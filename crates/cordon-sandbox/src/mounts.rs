@@ -222,6 +222,18 @@ fn apply(op: &MountOp, tmpfs_size: Option<u64>) -> Result<(), MountError> {
             sys::bind(Path::new(MASK_FILE), &dst, false).ctx(at.clone())?;
             sys::mount_setattr(&dst, false, RO).ctx(at)?;
         }
+        MountOp::Content { content, .. } => {
+            // The file lives in the staging tmpfs (our root right now); the bind keeps it
+            // alive after staging is detached.
+            static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let src = PathBuf::from(format!("/.cordon-content-{n}"));
+            std::fs::write(&src, content).ctx(at.clone())?;
+            std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o444))
+                .ctx(at.clone())?;
+            sys::bind(&src, &dst, false).ctx(at.clone())?;
+            sys::mount_setattr(&dst, false, RO).ctx(at)?;
+        }
     }
     Ok(())
 }

@@ -3,7 +3,10 @@
 //! A unix stream socket pair made before the clone. Frames are a 4-byte little-endian length
 //! and a JSON body; a descriptor (the pty master) may ride along with a frame via SCM_RIGHTS.
 //! The supervisor sends exactly one [`InitSpec`]; init answers with [`FromInit`] frames. The
-//! channel closes when the command starts, so the sandboxed program never holds it.
+//! channel closes when the command starts, so the sandboxed program never holds it — except
+//! with `[[publish]]`, where a helper process of init's (outside the command's namespaces, not
+//! dumpable) keeps it to answer [`InwardRequest`]s: "open a connection to your loopback's port
+//! N", answered by a frame carrying the connected socket.
 
 use std::io;
 use std::os::fd::{OwnedFd, RawFd};
@@ -38,6 +41,26 @@ pub(crate) struct InitSpec {
     pub supervise_exec: bool,
     /// Size cap for the sandbox's own tmpfs mounts (`[limits] memory`).
     pub tmpfs_size: Option<u64>,
+    /// What the sandbox's network namespace gets.
+    pub net: NetSetup,
+}
+
+/// What init builds in the sandbox's network namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum NetSetup {
+    /// Loopback only.
+    Loopback,
+    /// Loopback, plus what the egress gateway needs: a TUN device holding the default route,
+    /// UDP sockets on the loopback's port 53 and the explicit-proxy listener.
+    Gateway {
+        addr: std::net::Ipv4Addr,
+        mtu: u32,
+        proxy_port: u16,
+        /// Keep a helper that opens connections to the sandbox's loopback (`[[publish]]`).
+        inward: bool,
+    },
+    /// No network namespace of its own: the host's network.
+    Host,
 }
 
 /// What init tells the supervisor.
@@ -53,8 +76,30 @@ pub(crate) enum FromInit {
         landlock: String,
         limits: Vec<String>,
     },
+    /// The TUN device is attached to this frame.
+    NetTun,
+    /// No TUN device could be made: the gateway runs in explicit-proxy-only mode.
+    NetTunFailed { reason: String },
+    /// A UDP socket bound to the sandbox's loopback port 53 is attached.
+    NetDns,
+    /// The explicit-proxy listener (the sandbox's 127.0.0.1) is attached.
+    NetProxy,
+    /// Everything for the gateway has been sent.
+    NetReady,
     /// Setup failed; nothing of the command ran.
     Failed { stage: String, message: String },
+}
+
+/// A request to the publish helper.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct InwardRequest {
+    pub port: u16,
+}
+
+/// The publish helper's answer; the connected socket rides along when `error` is `None`.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct InwardReply {
+    pub error: Option<String>,
 }
 
 pub(crate) fn send<T: Serialize>(sock: RawFd, msg: &T, fd: Option<RawFd>) -> io::Result<()> {

@@ -14,13 +14,14 @@ use std::time::{Duration, Instant};
 
 use cordon_approval::Broker;
 use cordon_events::{Action, Layer, NewEvent};
-use cordon_policy::{ExecAction, PathRule, Plan};
+use cordon_policy::{ExecAction, NetMode, PathRule, Plan};
 
 use crate::cgroup::Cgroup;
 use crate::exec_supervisor::ExecSupervisor;
 use crate::init::{CONTROL_FD, FORWARDED};
 use crate::layout::{self, MountOp};
-use crate::protocol::{self, FromInit, InitSpec};
+use crate::net::{Inward, NetAttach, NetHandoff};
+use crate::protocol::{self, FromInit, InitSpec, NetSetup};
 use crate::seccomp::Listener;
 use crate::sys::{self, WaitStatus};
 use crate::{INIT_ARG, SandboxError};
@@ -99,7 +100,20 @@ fn io_err(what: &str, e: io::Error) -> SandboxError {
 }
 
 /// Run `cmd` inside a new sandbox built from `plan`, reporting to `emit`, and wait for it.
+/// Without a gateway the sandbox has loopback only, whatever `[network] mode` says (except
+/// `host`); see [`run_with_network`].
 pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcome, SandboxError> {
+    run_with_network(plan, cmd, emit, None)
+}
+
+/// [`run`], with the egress gateway that serves the sandbox's network when `[network] mode`
+/// is `gateway`.
+pub fn run_with_network(
+    plan: &Plan,
+    cmd: &Command,
+    emit: &dyn Fn(NewEvent),
+    mut net: Option<&mut dyn NetAttach>,
+) -> Result<Outcome, SandboxError> {
     if cmd.argv.is_empty() {
         return Err(SandboxError::Usage("no command given".into()));
     }
@@ -136,10 +150,41 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
     } else {
         None
     };
-    let layout = layout::prepare_with_state(&fs, &cmd.staged);
+    let mut layout = layout::prepare_with_state(&fs, &cmd.staged);
+    let net_setup = match (plan.network.mode, &net) {
+        (NetMode::Host, _) => NetSetup::Host,
+        (NetMode::Gateway, Some(n)) => NetSetup::Gateway {
+            addr: crate::net::SANDBOX_ADDR,
+            mtu: crate::net::TUN_MTU,
+            proxy_port: crate::net::PROXY_PORT,
+            inward: n.wants_inward(),
+        },
+        (NetMode::Gateway, None) | (NetMode::None, _) => NetSetup::Loopback,
+    };
+    if net_setup != NetSetup::Host {
+        resolv_conf(&mut layout);
+    }
     report_layout(&layout, emit);
 
     let mut env = plan.env.apply(std::env::vars_os());
+    if let NetSetup::Gateway { proxy_port, .. } = net_setup {
+        let proxy = format!("http://127.0.0.1:{proxy_port}");
+        for k in [
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "all_proxy",
+        ] {
+            env.retain(|(n, _)| n != k);
+            env.push((k.into(), proxy.clone().into()));
+        }
+        for k in ["NO_PROXY", "no_proxy"] {
+            env.retain(|(n, _)| n != k);
+            env.push((k.into(), "localhost,127.0.0.1,::1".into()));
+        }
+    }
     env.push(("CORDON_NOTICE".into(), denial_notice(&layout).into()));
     let passed: Vec<String> = env
         .iter()
@@ -189,6 +234,22 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
         syscalls: plan.syscalls.clone(),
         supervise_exec: !plan.exec.rules.is_empty(),
         tmpfs_size: plan.limits.memory,
+        net: net_setup,
+    };
+    let namespaces = if net_setup == NetSetup::Host {
+        let _ = writeln!(
+            io::stderr(),
+            "cordon: warning: [network] mode = \"host\": the sandbox shares the host's network, \
+             with no egress policy, no DNS filtering and the host's loopback services in reach"
+        );
+        emit(NewEvent::new(
+            Layer::Network,
+            Action::Degraded,
+            "network isolation off (mode = \"host\"): no egress policy",
+        ));
+        sys::SANDBOX_NAMESPACES & !(libc::CLONE_NEWNET as u64)
+    } else {
+        sys::SANDBOX_NAMESPACES
     };
     let (sock, child_sock) = sys::socketpair().map_err(|e| io_err("control socketpair", e))?;
     let exe = sys::PreparedExec::new(
@@ -200,7 +261,7 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
         Vec::new(),
     );
     // SAFETY: the child below runs only async-signal-safe code until execve.
-    let child = unsafe { sys::clone_into_namespaces(sys::SANDBOX_NAMESPACES) };
+    let child = unsafe { sys::clone_into_namespaces(namespaces) };
     let child = match child {
         Ok(Some(c)) => c,
         Ok(None) => after_clone(sock.as_raw_fd(), child_sock.as_raw_fd(), &exe),
@@ -248,10 +309,40 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
 
     let mut master: Option<OwnedFd> = None;
     let mut listener: Option<OwnedFd> = None;
+    let mut tun: Result<OwnedFd, String> = Err("not made".into());
+    let mut dns = Vec::new();
+    let mut proxy = None;
     loop {
         match protocol::recv::<FromInit>(sock.as_raw_fd()) {
             Ok(Some((FromInit::Pty, mut fds))) => master = fds.pop(),
             Ok(Some((FromInit::Listener, mut fds))) => listener = fds.pop(),
+            Ok(Some((FromInit::NetTun, mut fds))) => {
+                tun = fds
+                    .pop()
+                    .ok_or_else(|| "no TUN descriptor came back".to_string())
+            }
+            Ok(Some((FromInit::NetTunFailed { reason }, _))) => tun = Err(reason),
+            Ok(Some((FromInit::NetDns, mut fds))) => dns.extend(fds.pop()),
+            Ok(Some((FromInit::NetProxy, mut fds))) => proxy = fds.pop(),
+            Ok(Some((FromInit::NetReady, _))) => {
+                let attached = match (net.as_deref_mut(), proxy.take()) {
+                    (Some(n), Some(proxy)) => n.attach(NetHandoff {
+                        tun: std::mem::replace(&mut tun, Err("handed over".into())),
+                        dns: std::mem::take(&mut dns),
+                        proxy,
+                        init_pid: child.pid,
+                    }),
+                    _ => Err("the sandbox's proxy listener did not come back".into()),
+                };
+                if let Err(e) = attached {
+                    kill_child(&child);
+                    cgroup.remove();
+                    return Err(SandboxError::Setup {
+                        stage: "network".into(),
+                        message: e,
+                    });
+                }
+            }
             Ok(Some((
                 FromInit::Started {
                     pid,
@@ -319,7 +410,10 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
             }
         }
     }
-    drop(sock);
+    match (net_setup, net) {
+        (NetSetup::Gateway { inward: true, .. }, Some(n)) => n.inward(Inward::new(sock)),
+        _ => drop(sock),
+    }
     let supervisor = listener.map(|fd| {
         let l = Listener::new(fd);
         if let Err(e) = l.set_sync_wakeup() {
@@ -359,6 +453,23 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
     cgroup.remove();
     let status = status.map_err(|e| io_err("supervise the sandbox", e))?;
     Ok(Outcome { status })
+}
+
+/// Point the sandbox's resolver at its loopback, where the gateway's DNS sockets are. Where
+/// `/etc/resolv.conf` is a link into a masked directory (systemd-resolved's stub under /run),
+/// it is left dangling: glibc then asks 127.0.0.1, which is the same place.
+fn resolv_conf(layout: &mut layout::Layout) {
+    let Ok(target) = std::fs::canonicalize("/etc/resolv.conf") else {
+        return;
+    };
+    if layout.masks().any(|(m, _)| target.starts_with(m)) || !target.is_file() {
+        return;
+    }
+    layout.mounts.push(MountOp::Content {
+        path: target,
+        content: "# written by cordon: the egress gateway answers here\nnameserver 127.0.0.1\noptions edns0\n"
+            .into(),
+    });
 }
 
 /// The cloned child, before it becomes init: async-signal-safe calls only.

