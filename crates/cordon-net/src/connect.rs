@@ -109,6 +109,19 @@ impl HostResolver {
         Self { cfg }
     }
 
+    /// [`resolve_for_connect`](Self::resolve_for_connect)'s answer when it needs no lookup
+    /// (an invalid or blocked name, a `hosts` entry, the host alias); `None` when it must ask a
+    /// resolver — then call `resolve_for_connect` where blocking is fine.
+    pub fn answer_locally(&self, name: &str) -> Option<Result<Vec<IpAddr>, Refusal>> {
+        let Ok(norm) = name::normalize(name) else {
+            return Some(self.resolve_for_connect(name));
+        };
+        let local = self.cfg.blocklist.check(&norm).is_some()
+            || self.cfg.hosts.contains_key(&norm)
+            || norm == HOST_ALIAS;
+        local.then(|| self.resolve_for_connect(&norm))
+    }
+
     /// Resolves `name` on the host for a connection policy has already allowed, and applies the
     /// rebinding/SSRF rule. In order:
     /// 1. the name is normalised and checked against the blocklist (blocked wins over `hosts`);

@@ -38,7 +38,7 @@ pub use blocklist::{BUILTIN_BLOCKLIST, blocked};
 pub use config::{HOST_ALIAS, NetConfig, NetError, default_fake_range};
 pub use connect::{HostResolver, Refusal, is_host_alias};
 pub use dns::{DnsAnswer, DnsDecision, FAKE_TTL, Reject};
-pub use gateway::{Emit, Gateway, GatewayError, InwardFn};
+pub use gateway::{Emit, Gateway, GatewayError, InwardFn, SocketLookup};
 use ipnet::Ipv4Net;
 
 /// The session's DNS state: the validated configuration and the fake-IP table.

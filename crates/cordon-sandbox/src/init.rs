@@ -239,6 +239,10 @@ fn gateway_handoff(addr: std::net::Ipv4Addr, mtu: u32, proxy_port: u16) {
             format!("listen for the proxy on 127.0.0.1:{proxy_port}: {e}"),
         ),
     }
+    // Optional: without it, flows' events just name no process.
+    if let Ok(diag) = sys::sock_diag_socket() {
+        send(&FromInit::NetDiag, Some(diag.as_raw_fd()));
+    }
     send(&FromInit::NetReady, None);
 }
 

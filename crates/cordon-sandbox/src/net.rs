@@ -30,8 +30,35 @@ pub struct NetHandoff {
     pub dns: Vec<OwnedFd>,
     /// The explicit proxy's listening socket on the sandbox's `127.0.0.1:PROXY_PORT`.
     pub proxy: OwnedFd,
-    /// The sandbox's init, as a host pid: its `/proc` entry shows the sandbox's sockets.
+    /// The sandbox's init, as a host pid: its process tree is the sandbox's.
     pub init_pid: i32,
+    /// Finds the sandbox's sockets by address (`None` if the kernel lacks sock_diag).
+    pub sockets: Option<SocketTable>,
+}
+
+/// The sandbox network namespace's socket table, asked one socket at a time (sock_diag).
+#[derive(Debug)]
+pub struct SocketTable {
+    fd: Mutex<(OwnedFd, u32)>,
+}
+
+impl SocketTable {
+    pub(crate) fn new(fd: OwnedFd) -> Self {
+        Self {
+            fd: Mutex::new((fd, 0)),
+        }
+    }
+
+    /// The inode of the sandbox's TCP socket from `local` to `remote` (IPv4), if it exists.
+    pub fn tcp_inode(
+        &self,
+        local: std::net::SocketAddrV4,
+        remote: std::net::SocketAddrV4,
+    ) -> io::Result<Option<u64>> {
+        let mut g = self.fd.lock().unwrap_or_else(|p| p.into_inner());
+        g.1 = g.1.wrapping_add(1);
+        crate::sys::sock_diag_inode(g.0.as_raw_fd(), g.1, local, remote)
+    }
 }
 
 /// Opens connections to the sandbox's loopback through init's publish helper.

@@ -84,6 +84,8 @@ pub(crate) enum FromInit {
     NetDns,
     /// The explicit-proxy listener (the sandbox's 127.0.0.1) is attached.
     NetProxy,
+    /// A sock_diag netlink socket of the sandbox's network namespace is attached.
+    NetDiag,
     /// Everything for the gateway has been sent.
     NetReady,
     /// Setup failed; nothing of the command ran.

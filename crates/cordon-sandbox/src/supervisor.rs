@@ -312,6 +312,7 @@ pub fn run_with_network(
     let mut tun: Result<OwnedFd, String> = Err("not made".into());
     let mut dns = Vec::new();
     let mut proxy = None;
+    let mut diag = None;
     loop {
         match protocol::recv::<FromInit>(sock.as_raw_fd()) {
             Ok(Some((FromInit::Pty, mut fds))) => master = fds.pop(),
@@ -324,6 +325,7 @@ pub fn run_with_network(
             Ok(Some((FromInit::NetTunFailed { reason }, _))) => tun = Err(reason),
             Ok(Some((FromInit::NetDns, mut fds))) => dns.extend(fds.pop()),
             Ok(Some((FromInit::NetProxy, mut fds))) => proxy = fds.pop(),
+            Ok(Some((FromInit::NetDiag, mut fds))) => diag = fds.pop(),
             Ok(Some((FromInit::NetReady, _))) => {
                 let attached = match (net.as_deref_mut(), proxy.take()) {
                     (Some(n), Some(proxy)) => n.attach(NetHandoff {
@@ -331,6 +333,7 @@ pub fn run_with_network(
                         dns: std::mem::take(&mut dns),
                         proxy,
                         init_pid: child.pid,
+                        sockets: diag.take().map(crate::net::SocketTable::new),
                     }),
                     _ => Err("the sandbox's proxy listener did not come back".into()),
                 };

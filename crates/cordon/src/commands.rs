@@ -295,6 +295,9 @@ fn run_in_session(
             "built-in: cordon's own state",
         ));
     }
+    if plan.network.mode == cordon_policy::NetMode::Gateway {
+        cordon_sandbox::prefer_fresh_pages_for_large_allocations();
+    }
     let mut gateway = match plan.network.mode {
         cordon_policy::NetMode::Gateway => {
             match cordon_net::Gateway::new(&plan.network, sink.clone()) {
@@ -381,7 +384,15 @@ impl cordon_sandbox::NetAttach for GatewayAttach {
                 None
             }
         };
-        self.gateway.set_sandbox_pid(h.init_pid);
+        if let Some(table) = h.sockets {
+            let table = std::sync::Arc::new(table);
+            self.gateway.set_sandbox(
+                h.init_pid,
+                std::sync::Arc::new(move |local, remote| {
+                    table.tcp_inode(local, remote).ok().flatten()
+                }),
+            );
+        }
         self.gateway
             .start(tun, h.dns, h.proxy)
             .map_err(|e| e.to_string())

@@ -599,6 +599,57 @@ both!(pip_download_from_a_local_index, |env: Env| {
     );
 });
 
+both!(npm_install_from_a_local_registry, |env: Env| {
+    let npm_ok = Command::new("npm")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !npm_ok {
+        eprintln!("skipped: no npm here");
+        return;
+    }
+    setup(&env);
+    let root = env.base.join("npm");
+    std::fs::create_dir_all(&root).unwrap();
+    let srv = Server::http(&root);
+    let name = "npm.example.test";
+    let url = format!("http://{name}:{}", srv.port);
+    let o = Command::new(PY)
+        .arg(format!("{FIXTURES}/netfix.py"))
+        .args(["npm", root.to_str().unwrap(), &url])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    env.own(&root);
+    let pol = named(&[name], &[(name, &[srv.port])], "");
+    // Two fresh projects: one through the proxy variables, one without them.
+    let npm = |dir: &str, prefix: &str| {
+        format!(
+            "mkdir -p {dir} && cd {dir} && echo '{{}}' > package.json && \
+             {prefix} timeout 90 npm install --registry {url}/ --cache ../npmcache-{dir} \
+             --no-audit --no-fund --no-update-notifier --fetch-retries 0 cordonprobe >&2 && \
+             node -e \"console.log(require('cordonprobe').probe)\" && cd .."
+        )
+    };
+    let o = run(
+        &env,
+        &pol,
+        &format!("{} && {}", npm("n1", ""), npm("n2", UNPROXIED)),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "cordon-npm-ok\ncordon-npm-ok\n",
+        "{}",
+        show(&o)
+    );
+    assert!(
+        srv.count("REQ GET /tarballs/cordonprobe-0.1.0.tgz") >= 2,
+        "{}",
+        srv.log()
+    );
+});
+
 // ---- 4. DNS: answered locally, never asked upstream; blocklist ---------------------------------
 
 both!(dns_never_leaks_and_blocklist_is_nxdomain, |env: Env| {

@@ -21,6 +21,7 @@ mod tun;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -37,6 +38,10 @@ use policy::{Dest, Verdict};
 pub type Emit = Arc<dyn Fn(NewEvent) + Send + Sync>;
 /// Opens a connection to the sandbox's loopback port (for `[[publish]]`); blocking.
 pub type InwardFn = Arc<dyn Fn(u16) -> io::Result<std::net::TcpStream> + Send + Sync>;
+/// The inode of the sandbox's TCP socket from a local to a remote address, if any (blocking,
+/// cheap: an exact sock_diag lookup in the sandbox's network namespace).
+pub type SocketLookup =
+    Arc<dyn Fn(std::net::SocketAddrV4, std::net::SocketAddrV4) -> Option<u64> + Send + Sync>;
 
 /// How long the host-side connect may take before the sandbox's SYN is answered with a RST.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -78,8 +83,12 @@ pub(crate) struct Shared {
     pub host: HostResolver,
     pub emit: Emit,
     pub inward: OnceLock<InwardFn>,
-    /// Host pid of the sandbox's init, to name the process behind a flow.
-    pub sandbox_pid: OnceLock<i32>,
+    /// The sandbox's init (host pid) and its socket table, to name the process behind a flow.
+    pub sandbox: OnceLock<(i32, SocketLookup)>,
+    /// Set when the session ends: relays stop and report.
+    pub stop: tokio::sync::watch::Sender<bool>,
+    /// Relays running now.
+    pub live: AtomicUsize,
 }
 
 /// The egress gateway of one session.
@@ -143,7 +152,9 @@ impl Gateway {
                 host,
                 emit,
                 inward: OnceLock::new(),
-                sandbox_pid: OnceLock::new(),
+                sandbox: OnceLock::new(),
+                stop: tokio::sync::watch::Sender::new(false),
+                live: AtomicUsize::new(0),
             }),
             publish,
             runtime: None,
@@ -201,9 +212,10 @@ impl Gateway {
         Ok(())
     }
 
-    /// The sandbox's init (host pid): flows' events then name the process that opened them.
-    pub fn set_sandbox_pid(&self, pid: i32) {
-        let _ = self.shared.sandbox_pid.set(pid);
+    /// The sandbox's init (host pid) and a way to find its sockets: flows' events then name
+    /// the process that opened them.
+    pub fn set_sandbox(&self, init_pid: i32, sockets: SocketLookup) {
+        let _ = self.shared.sandbox.set((init_pid, sockets));
     }
 
     /// The way into the sandbox, for published ports.
@@ -213,8 +225,20 @@ impl Gateway {
 }
 
 impl Drop for Gateway {
+    /// Flows still open when the session ends are stopped and reported (up to a second),
+    /// then the runtime goes.
     fn drop(&mut self) {
         if let Some(rt) = self.runtime.take() {
+            self.shared.stop.send_replace(true);
+            let shared = self.shared.clone();
+            rt.block_on(async move {
+                let deadline = Instant::now() + Duration::from_secs(1);
+                while shared.live.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                // Let the relays' owners emit their closing events.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            });
             rt.shutdown_background();
         }
     }
@@ -233,46 +257,50 @@ impl Shared {
         dest: &Dest,
         port: u16,
         via: &'static str,
-        client: Option<std::net::SocketAddrV4>,
+        client: Option<(std::net::SocketAddrV4, std::net::SocketAddrV4)>,
     ) -> Result<(TcpStream, Flow), ()> {
         let block = &self.plan.dns_block;
         let verdict = policy::decide(&self.plan, &self.allow_ips, block, dest, port);
-        let owner = match (client, self.sandbox_pid.get().copied()) {
-            (Some(c), Some(init)) => tokio::task::spawn_blocking(move || owner::find(init, c))
-                .await
-                .ok()
-                .flatten(),
-            _ => None,
-        };
         let mut flow = Flow {
             dest: dest.clone(),
             port,
             via,
             verdict,
             addr: None,
-            owner,
+            client,
+            owner: Arc::new(OnceLock::new()),
             started: Instant::now(),
         };
         if !flow.verdict.allow {
-            self.emit(flow.event(Action::Deny, &flow.verdict.reason.clone()));
+            let reason = flow.verdict.reason.clone();
+            self.emit_later(flow, Action::Deny, reason).await;
             return Err(());
         }
         let addrs = match dest {
             Dest::Ip(ip) => vec![*ip],
             Dest::Name(name) => {
-                let host = self.host.clone();
-                let name = name.clone();
-                match tokio::task::spawn_blocking(move || host.resolve_for_connect(&name)).await {
+                // Static answers need no thread; a real lookup blocks, so it gets one.
+                let looked_up = match self.host.answer_locally(name) {
+                    Some(r) => Ok(r),
+                    None => {
+                        let host = self.host.clone();
+                        let name = name.clone();
+                        tokio::task::spawn_blocking(move || host.resolve_for_connect(&name)).await
+                    }
+                };
+                match looked_up {
                     Ok(Ok(a)) => a,
                     Ok(Err(refusal)) => {
                         if let Some(rule) = refusal.rule() {
                             flow.verdict.rule = rule;
                         }
-                        self.emit(flow.event(Action::Deny, &refusal.to_string()));
+                        self.emit_later(flow, Action::Deny, refusal.to_string())
+                            .await;
                         return Err(());
                     }
                     Err(e) => {
-                        self.emit(flow.event(Action::Error, &format!("lookup task failed: {e}")));
+                        self.emit_later(flow, Action::Error, format!("lookup task failed: {e}"))
+                            .await;
                         return Err(());
                     }
                 }
@@ -291,11 +319,37 @@ impl Shared {
                 Err(_) => last = format!("{sa}: timed out"),
             }
         }
-        self.emit(flow.event(
+        self.emit_later(
+            flow,
             Action::Error,
-            &format!("allowed, but the connect failed: {last}"),
-        ));
+            format!("allowed, but the connect failed: {last}"),
+        )
+        .await;
         Err(())
+    }
+
+    /// Emits a refused flow's event, naming the process behind it: the lookup runs while the
+    /// socket still exists, before the caller refuses the flow (a fraction of a millisecond).
+    async fn emit_later(&self, flow: Flow, action: Action, reason: String) {
+        self.find_owner(&flow);
+        flow.owner_settled().await;
+        self.emit(flow.event(action, &reason));
+    }
+
+    /// Starts the background lookup of the process behind `flow` (see [`owner`]). For an
+    /// allowed flow the caller starts it once the flow is answered, so it adds no latency.
+    pub(crate) fn find_owner(&self, flow: &Flow) {
+        match (flow.client, self.sandbox.get().cloned()) {
+            (Some((local, remote)), Some((init, sockets))) => {
+                let slot = flow.owner.clone();
+                tokio::task::spawn_blocking(move || {
+                    let _ = slot.set(sockets(local, remote).and_then(|i| owner::find(init, i)));
+                });
+            }
+            _ => {
+                let _ = flow.owner.set(None);
+            }
+        }
     }
 
     /// The destination a sandbox address stands for: a name when it is a fake address the
@@ -345,11 +399,24 @@ pub(crate) struct Flow {
     pub via: &'static str,
     pub verdict: Verdict,
     pub addr: Option<SocketAddr>,
-    pub owner: Option<owner::Owner>,
+    /// The sandbox side's socket (its local and remote address), to find the process.
+    pub client: Option<(std::net::SocketAddrV4, std::net::SocketAddrV4)>,
+    pub owner: Arc<OnceLock<Option<owner::Owner>>>,
     pub started: Instant,
 }
 
 impl Flow {
+    /// Waits (at most 200 ms) for the background owner lookup, so the event can name the
+    /// process.
+    pub(crate) async fn owner_settled(&self) {
+        for i in 0..200u64 {
+            if self.owner.get().is_some() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_micros(50 * (i + 1).min(20))).await;
+        }
+    }
+
     pub(crate) fn event(&self, action: Action, reason: &str) -> NewEvent {
         let host = self.dest.host();
         let mut ev = NewEvent::new(
@@ -365,7 +432,7 @@ impl Flow {
         if let Some(a) = self.addr {
             ev = ev.detail("addr", a.to_string());
         }
-        if let Some(o) = &self.owner {
+        if let Some(Some(o)) = self.owner.get() {
             ev = ev.detail("pid", o.pid).detail("cmdline", o.cmdline.clone());
         }
         if self.dest == Dest::Name(HOST_ALIAS.into()) {
@@ -409,40 +476,74 @@ async fn serve_dns(shared: Arc<Shared>, sock: tokio::net::UdpSocket) {
 }
 
 /// Copy buffer per direction: large, so a bulk transfer moves in few big writes.
-const RELAY_BUFFER: usize = 256 << 10;
+const RELAY_BUFFER: usize = 128 << 10;
 
-/// Relays both directions until both have ended; returns bytes a→b, b→a and the first error.
+/// Relays both directions until both have ended, or the session ends; returns bytes a→b,
+/// b→a and the first error (`Interrupted` when the session ended first).
 ///
 /// Unlike `tokio::io::copy_bidirectional`, the end of one direction *starts* the other side's
 /// shutdown without waiting for it to finish: the userspace stack reports a shutdown done only
 /// when the socket is fully closed (after TIME-WAIT), which would hold every flow open — and
 /// its closing event back — for seconds after the last byte.
-pub(crate) async fn relay<A, B>(a: A, b: B) -> (u64, u64, Option<io::Error>)
+pub(crate) async fn relay<A, B>(shared: &Shared, a: A, b: B) -> (u64, u64, Option<io::Error>)
 where
     A: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     B: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    let (ar, mut aw) = tokio::io::split(a);
-    let (br, mut bw) = tokio::io::split(b);
-    let mut ar = tokio::io::BufReader::with_capacity(RELAY_BUFFER, ar);
-    let mut br = tokio::io::BufReader::with_capacity(RELAY_BUFFER, br);
-    let up = async {
-        let r = tokio::io::copy_buf(&mut ar, &mut bw).await;
-        start_shutdown(&mut bw).await;
-        r
+    let _live = LiveGuard::new(&shared.live);
+    let (mut ar, mut aw) = tokio::io::split(a);
+    let (mut br, mut bw) = tokio::io::split(b);
+    let (up, down) = (AtomicU64::new(0), AtomicU64::new(0));
+    let both = async { tokio::join!(pump(&mut ar, &mut bw, &up), pump(&mut br, &mut aw, &down)) };
+    let mut stop = shared.stop.subscribe();
+    let err = tokio::select! {
+        (u, d) = both => u.err().or(d.err()),
+        _ = stop.wait_for(|s| *s) => Some(io::Error::new(
+            io::ErrorKind::Interrupted,
+            "the session ended",
+        )),
     };
-    let down = async {
-        let r = tokio::io::copy_buf(&mut br, &mut aw).await;
-        start_shutdown(&mut aw).await;
-        r
+    (up.into_inner(), down.into_inner(), err)
+}
+
+/// One direction of [`relay`]: copies until end of stream, counting, then sends the FIN.
+async fn pump<R, W>(r: &mut R, w: &mut W, count: &AtomicU64) -> io::Result<()>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; RELAY_BUFFER];
+    let result = loop {
+        match r.read(&mut buf).await {
+            Ok(0) => break Ok(()),
+            Ok(n) => {
+                if let Err(e) = w.write_all(&buf[..n]).await {
+                    break Err(e);
+                }
+                count.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(e) => break Err(e),
+        }
     };
-    let (u, d) = tokio::join!(up, down);
-    let err = u
-        .as_ref()
-        .err()
-        .or(d.as_ref().err())
-        .map(|e| io::Error::new(e.kind(), e.to_string()));
-    (u.unwrap_or(0), d.unwrap_or(0), err)
+    start_shutdown(w).await;
+    result
+}
+
+/// Counts a relay as live while it exists.
+struct LiveGuard<'a>(&'a AtomicUsize);
+
+impl<'a> LiveGuard<'a> {
+    fn new(n: &'a AtomicUsize) -> Self {
+        n.fetch_add(1, Ordering::SeqCst);
+        Self(n)
+    }
+}
+
+impl Drop for LiveGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Sends the write side's FIN (polls shutdown once; see [`relay`]).

@@ -1,9 +1,10 @@
-//! Which process inside the sandbox opened a flow: its TCP socket is looked up in the
-//! sandbox's own `/proc` view (the network namespace's `net/tcp`, then the descriptors of the
-//! processes in the sandbox's PID namespace). Best effort: a process that already closed the
+//! Which process inside the sandbox opened a flow: the socket's inode comes from the sandbox
+//! network namespace's sock_diag (an exact lookup; reading `net/tcp` walks the kernel's whole
+//! connection table, milliseconds per flow), then the descriptors of the processes in the
+//! sandbox's process tree name its holder. Runs off the packet path, after the flow was
+//! answered, so it never adds to a connect's latency. Best effort: a process that already closed the
 //! socket, or a kernel that hides the entry, gives no answer.
 
-use std::net::SocketAddrV4;
 use std::path::Path;
 
 /// The sandbox process that owns a socket.
@@ -15,48 +16,37 @@ pub(crate) struct Owner {
     pub cmdline: String,
 }
 
-/// `/proc/net/tcp`'s rendering of an IPv4 socket address: the address as the kernel's
-/// little-endian word in hex, then the port.
-fn proc_addr(a: SocketAddrV4) -> String {
-    format!(
-        "{:08X}:{:04X}",
-        u32::from_le_bytes(a.ip().octets()),
-        a.port()
-    )
-}
-
-/// The inode of the socket whose local address is `local`, from a `net/tcp` table.
-fn inode_in(table: &str, local: SocketAddrV4) -> Option<u64> {
-    let want = proc_addr(local);
-    table.lines().skip(1).find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        (f.get(1) == Some(&want.as_str()))
-            .then(|| f.get(9)?.parse().ok())
-            .flatten()
-            .filter(|i| *i != 0)
-    })
-}
-
-/// The sandbox process holding the TCP socket bound to `local`, seen from the sandbox's init
-/// (host pid `init`).
-pub(crate) fn find(init: i32, local: SocketAddrV4) -> Option<Owner> {
-    let base = Path::new("/proc").join(init.to_string());
-    let table = std::fs::read_to_string(base.join("net/tcp")).ok()?;
-    let inode = inode_in(&table, local)?;
-    let want = format!("socket:[{inode}]");
-    let pidns = std::fs::read_link(base.join("ns/pid")).ok()?;
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
-        else {
+/// The processes under `root` (itself included), found through each task's `children`
+/// list: a walk of the sandbox's process tree, not a scan of every process on the host.
+fn tree(root: i32) -> Vec<i32> {
+    let mut out = vec![root];
+    let mut i = 0;
+    while i < out.len() && out.len() < 65536 {
+        let pid = out[i];
+        i += 1;
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
             continue;
         };
-        let dir = entry.path();
-        if std::fs::read_link(dir.join("ns/pid")).ok().as_ref() != Some(&pidns) {
-            continue;
+        for t in tasks.flatten() {
+            let Ok(children) = std::fs::read_to_string(t.path().join("children")) else {
+                continue;
+            };
+            out.extend(
+                children
+                    .split_whitespace()
+                    .filter_map(|c| c.parse::<i32>().ok()),
+            );
         }
+    }
+    out
+}
+
+/// The process under the sandbox's init (host pid `init`) holding socket `inode`.
+pub(crate) fn find(init: i32, inode: u64) -> Option<Owner> {
+    let want = format!("socket:[{inode}]");
+    // Children first: init itself holds no sandbox sockets.
+    for pid in tree(init).into_iter().rev() {
+        let dir = Path::new("/proc").join(pid.to_string());
         let Ok(fds) = std::fs::read_dir(dir.join("fd")) else {
             continue;
         };
@@ -83,7 +73,7 @@ pub(crate) fn find(init: i32, local: SocketAddrV4) -> Option<Owner> {
                     .find_map(|l| l.strip_prefix("NSpid:"))
                     .and_then(|v| v.split_whitespace().last()?.parse().ok())
             })
-            .unwrap_or_else(|| pid.parse().unwrap_or(0));
+            .unwrap_or(i64::from(pid));
         return Some(Owner {
             pid: inner,
             cmdline,
@@ -95,31 +85,18 @@ pub(crate) fn find(init: i32, local: SocketAddrV4) -> Option<Owner> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
     #[test]
-    fn finds_the_inode_of_a_local_address() {
-        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
-   0: 0100007F:46A0 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 762235 1 0 100 0 0 10 0\n\
-   1: 6402000A:9C40 0200120C6:0050 01 00000000:00000000 00:00000000 00000000  1000        0 991 1 0 20 4 30 10 -1\n";
-        assert_eq!(
-            inode_in(table, "127.0.0.1:18080".parse().unwrap()),
-            Some(762235)
-        );
-        assert_eq!(
-            inode_in(table, "10.0.2.100:40000".parse().unwrap()),
-            Some(991)
-        );
-        assert_eq!(inode_in(table, "10.0.2.100:40001".parse().unwrap()), None);
-        assert_eq!(inode_in("garbage", "10.0.2.100:1".parse().unwrap()), None);
-    }
-
-    #[test]
-    fn finds_our_own_socket() {
+    fn finds_the_holder_of_a_socket_in_a_process_tree() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let std::net::SocketAddr::V4(a) = l.local_addr().unwrap() else {
-            unreachable!()
-        };
-        let me = find(std::process::id() as i32, a).expect("own listener");
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&l);
+        let inode = std::fs::metadata(format!("/proc/self/fd/{fd}"))
+            .unwrap()
+            .ino();
+        let me = find(std::process::id() as i32, inode).expect("own listener");
         assert!(me.cmdline.contains("cordon_net"), "{me:?}");
+        assert_eq!(find(std::process::id() as i32, u64::MAX), None);
+        assert!(tree(std::process::id() as i32).contains(&(std::process::id() as i32)));
     }
 }

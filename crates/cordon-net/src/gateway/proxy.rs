@@ -135,8 +135,9 @@ async fn handle(shared: Arc<Shared>, mut conn: TcpStream) {
         },
         Err(_) => Dest::Name(host.trim_end_matches('.').to_string()),
     };
-    let client = match conn.peer_addr() {
-        Ok(std::net::SocketAddr::V4(a)) => Some(a),
+    // The client's socket runs from its address to ours.
+    let client = match (conn.peer_addr(), conn.local_addr()) {
+        (Ok(std::net::SocketAddr::V4(p)), Ok(std::net::SocketAddr::V4(l))) => Some((p, l)),
         _ => None,
     };
     let (mut up, flow) = match shared.open(&dest, port, "proxy", client).await {
@@ -168,6 +169,7 @@ async fn handle(shared: Arc<Shared>, mut conn: TcpStream) {
             return reply(&mut conn, status, &why).await;
         }
     };
+    shared.find_owner(&flow);
     let rest = buf[head_len..].to_vec();
     let mut sent_head = 0u64;
     if connect {
@@ -203,7 +205,8 @@ async fn handle(shared: Arc<Shared>, mut conn: TcpStream) {
     if !rest.is_empty() && up.write_all(&rest).await.is_err() {
         return;
     }
-    let (u, d, e) = super::relay(conn, up).await;
+    let (u, d, e) = super::relay(&shared, conn, up).await;
+    flow.owner_settled().await;
     shared.emit(flow.finished(u + rest.len() as u64 + sent_head, d, e.as_ref()));
 }
 

@@ -53,7 +53,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, p: Publish, listener: TcpListener
             let Ok(inner) = TcpStream::from_std(inner) else {
                 return;
             };
-            let (i, o, _) = super::relay(conn, inner).await;
+            let (i, o, _) = super::relay(&shared, conn, inner).await;
             shared.emit(
                 base(
                     Action::Allow,

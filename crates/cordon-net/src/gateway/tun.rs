@@ -22,8 +22,9 @@ use tokio::sync::mpsc;
 use super::packet::{self, Parsed};
 use super::{Flow, Shared};
 
-/// Per-flow socket buffers in the stack: 4 MiB each way keeps a loopback-speed stream busy.
-const TCP_BUFFER: u32 = 4 << 20;
+/// Per-flow socket buffers in the stack (the TCP window): 2 MiB each way keeps a loopback-speed
+/// stream busy; allocated from fresh pages (see `prefer_fresh_pages_for_large_allocations`).
+const TCP_BUFFER: u32 = 2 << 20;
 const MTU: usize = 65520;
 
 /// The TUN device, non-blocking, for the runtime's reactor.
@@ -120,7 +121,8 @@ pub(crate) async fn run(shared: Arc<Shared>, tun: Tun) {
                 let Some((up, flow)) = ready else { continue };
                 let (flows, shared) = (flows.clone(), shared.clone());
                 tokio::spawn(async move {
-                    let (u, d, e) = super::relay(stream, up).await;
+                    let (u, d, e) = super::relay(&shared, stream, up).await;
+                    flow.owner_settled().await;
                     shared.emit(flow.finished(u, d, e.as_ref()));
                     flows
                         .lock()
@@ -183,7 +185,7 @@ pub(crate) async fn run(shared: Arc<Shared>, tun: Tun) {
                             let syn = pkt.to_vec();
                             tokio::spawn(async move {
                                 let opened = match shared.dest_for((*dst.ip()).into()) {
-                                    Ok(dest) => shared.open(&dest, dst.port(), "tun", Some(src)).await,
+                                    Ok(dest) => shared.open(&dest, dst.port(), "tun", Some((src, dst))).await,
                                     Err(why) => {
                                         shared.emit(
                                             NewEvent::new(Layer::Network, Action::Deny, format!("{dst} — {why}"))
@@ -197,6 +199,7 @@ pub(crate) async fn run(shared: Arc<Shared>, tun: Tun) {
                                 };
                                 match opened {
                                     Ok((up, flow)) => {
+                                        shared.find_owner(&flow);
                                         flows
                                             .lock()
                                             .unwrap_or_else(|p| p.into_inner())
