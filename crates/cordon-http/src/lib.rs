@@ -1,0 +1,33 @@
+//! cordon's HTTP layer (layer 3), host side: what it takes to read and decide the sandbox's
+//! HTTPS requests.
+//!
+//! - [`CertAuthority`]: cordon's own interception CA (ECDSA P-256), made on first use and kept
+//!   0600 under the user's data directory, and the per-host leaf certificates it signs on
+//!   demand (cached). Trust boundary: the CA's private key stays in the supervisor; the
+//!   sandbox only ever sees the CA *certificate*, in its trust bundle.
+//! - [`rules`]: ordered request rules, first match wins — host glob, port, method, path and
+//!   query globs, header globs, body size — each decision naming its rule.
+//!
+//! Requests come from the sandbox: every input is hostile, nothing here panics on it.
+//!
+//! ```
+//! use cordon_http::rules::{Action, Request, Rule, decide};
+//! let rules = vec![Rule {
+//!     name: "anthropic".into(),
+//!     host: "api.anthropic.com".into(),
+//!     methods: vec!["POST".into()],
+//!     path: Some("/v1/messages*".into()),
+//!     action: Action::Allow,
+//!     ..Rule::default()
+//! }];
+//! let req = Request { method: "POST", host: "api.anthropic.com", port: 443, path: "/v1/messages", ..Request::default() };
+//! assert_eq!(decide(&rules, Action::Deny, &req).action, Action::Allow);
+//! ```
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod ca;
+pub mod glob;
+pub mod rules;
+
+pub use ca::{CaError, CertAuthority};
