@@ -134,3 +134,93 @@ pub(crate) fn decide(
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cordon_policy::HostRule;
+
+    fn plan() -> NetworkPlan {
+        NetworkPlan {
+            allow: vec![
+                HostRule {
+                    host: "github.com".into(),
+                    ports: vec![22, 443],
+                    origin: "test".into(),
+                },
+                HostRule {
+                    host: "*.npmjs.org".into(),
+                    ports: vec![443],
+                    origin: "test".into(),
+                },
+                HostRule {
+                    host: HOST_ALIAS.into(),
+                    ports: vec![11434],
+                    origin: "test".into(),
+                },
+            ],
+            ..NetworkPlan::default()
+        }
+    }
+
+    fn name(n: &str) -> Dest {
+        Dest::Name(n.into())
+    }
+
+    #[test]
+    fn names_need_a_rule_naming_host_and_port() {
+        let (p, ips) = (plan(), Vec::new());
+        assert!(decide(&p, &ips, &[], &name("github.com"), 22).allow);
+        assert!(decide(&p, &ips, &[], &name("registry.npmjs.org"), 443).allow);
+        assert!(!decide(&p, &ips, &[], &name("npmjs.org"), 443).allow);
+        assert!(!decide(&p, &ips, &[], &name("github.com"), 80).allow);
+        let v = decide(&p, &ips, &[], &name("evil.example"), 443);
+        assert!(!v.allow);
+        assert_eq!(v.rule, "network.default-deny");
+        let v = decide(&p, &ips, &[], &name("github.com"), 25);
+        assert!(v.reason.contains("SMTP"), "{v:?}");
+        let v = decide(&p, &ips, &[], &name(HOST_ALIAS), 5432);
+        assert!(v.reason.contains("host's loopback"), "{v:?}");
+        assert!(decide(&p, &ips, &[], &name(HOST_ALIAS), 11434).allow);
+    }
+
+    #[test]
+    fn blocklist_beats_rules() {
+        let mut p = plan();
+        p.allow.push(HostRule {
+            host: "webhook.site".into(),
+            ports: vec![443],
+            origin: "test".into(),
+        });
+        let v = decide(&p, &[], &[], &name("webhook.site"), 443);
+        assert!(!v.allow && v.reason.contains("blocklist"), "{v:?}");
+        let v = decide(&p, &[], &["github.com".into()], &name("github.com"), 443);
+        assert!(!v.allow, "{v:?}");
+    }
+
+    #[test]
+    fn raw_addresses_only_through_allow_ips() {
+        let ips: Vec<IpNet> = vec!["10.1.2.0/24".parse().unwrap()];
+        let p = plan();
+        assert!(decide(&p, &ips, &[], &Dest::Ip("10.1.2.7".parse().unwrap()), 5432).allow);
+        let v = decide(&p, &ips, &[], &Dest::Ip("10.1.3.7".parse().unwrap()), 5432);
+        assert_eq!((v.allow, v.rule.as_str()), (false, "network.raw-ip"));
+        assert!(
+            !decide(
+                &p,
+                &[],
+                &[],
+                &Dest::Ip("140.82.112.3".parse().unwrap()),
+                443
+            )
+            .allow
+        );
+    }
+
+    #[test]
+    fn protocol_guesses() {
+        assert_eq!(proto_guess(443), "tls");
+        assert_eq!(proto_guess(6667), "IRC");
+        assert_eq!(proto_guess(12345), "tcp");
+    }
+}
