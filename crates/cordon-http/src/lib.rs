@@ -28,6 +28,8 @@
 
 mod ca;
 pub mod glob;
+pub mod intercept;
 pub mod rules;
 
 pub use ca::{CaError, CertAuthority};
+pub use intercept::{Config, ConnectFn, InterceptError, Interceptor};

@@ -1,0 +1,666 @@
+//! The interceptor: terminates the sandbox's TLS with a leaf from cordon's CA, reads each
+//! request (HTTP/1.1 or HTTP/2, as ALPN says), decides it with the rules, and forwards what
+//! is allowed to the real server over TLS verified against the host's roots — streaming both
+//! bodies, never buffering a response (LLM APIs stream). A denial is a 403 whose body says
+//! which rule and why, in words a model can act on.
+//!
+//! The host a request is decided and forwarded by is the *connection's* (the name the sandbox
+//! connected to, or the SNI it sent for it): a `Host` header naming anything else is refused
+//! (421), so one allowed connection cannot carry requests for another host.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use cordon_events::{Action as EvAction, Layer, NewEvent};
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{self, HeaderValue};
+use hyper::{Request, Response, StatusCode, Uri};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+use crate::CertAuthority;
+use crate::rules::{self, Action, Rule};
+
+/// Where events go.
+pub type Emit = Arc<dyn Fn(NewEvent) + Send + Sync>;
+/// Opens the TCP connection to the real `host:port` for an allowed request (the gateway's
+/// policy-checked, rebinding-safe connect).
+pub type ConnectFn = Arc<
+    dyn Fn(String, u16) -> Pin<Box<dyn Future<Output = io::Result<TcpStream>> + Send>>
+        + Send
+        + Sync,
+>;
+
+type Body = BoxBody<Bytes, hyper::Error>;
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1): never forwarded.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// What the interceptor needs.
+pub struct Config {
+    /// cordon's CA.
+    pub ca: Arc<CertAuthority>,
+    /// Ordered rules.
+    pub rules: Vec<Rule>,
+    /// What an unmatched request gets.
+    pub default: Action,
+    /// Extra CA certificates (PEM) trusted for upstream servers, beyond the host's roots.
+    pub upstream_ca_pem: Vec<String>,
+    /// The policy-checked connect.
+    pub connect: ConnectFn,
+    /// Events.
+    pub emit: Emit,
+}
+
+/// Decides and forwards the sandbox's HTTP(S) requests (see the module docs).
+pub struct Interceptor {
+    ca: Arc<CertAuthority>,
+    rules: Vec<Rule>,
+    default: Action,
+    server_alpn: Vec<Vec<u8>>,
+    client: Client<Upstream, Body>,
+    emit: Emit,
+}
+
+/// Why the interceptor could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum InterceptError {
+    /// An upstream CA could not be read.
+    #[error("upstream CA: {0}")]
+    UpstreamCa(String),
+    /// The TLS configuration could not be made.
+    #[error("TLS: {0}")]
+    Tls(#[from] rustls::Error),
+}
+
+impl Interceptor {
+    /// Builds the upstream TLS client (the host's roots plus `upstream_ca_pem`, ALPN h2 and
+    /// http/1.1) and the connection pool.
+    pub fn new(cfg: Config) -> Result<Self, InterceptError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        let native = rustls_native_certs::load_native_certs();
+        roots.add_parsable_certificates(native.certs);
+        for pem in &cfg.upstream_ca_pem {
+            use rustls::pki_types::pem::PemObject;
+            let mut any = false;
+            for c in rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                let c = c.map_err(|e| InterceptError::UpstreamCa(e.to_string()))?;
+                roots
+                    .add(c)
+                    .map_err(|e| InterceptError::UpstreamCa(e.to_string()))?;
+                any = true;
+            }
+            if !any {
+                return Err(InterceptError::UpstreamCa(
+                    "no certificate in the PEM".into(),
+                ));
+            }
+        }
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let upstream = Upstream {
+            tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
+            connect: cfg.connect,
+        };
+        let client = Client::builder(TokioExecutor::new()).build(upstream);
+        Ok(Self {
+            ca: cfg.ca,
+            rules: cfg.rules,
+            default: cfg.default,
+            server_alpn: vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+            client,
+            emit: cfg.emit,
+        })
+    }
+
+    /// Serves one sandbox connection that was made to `host:port` and will speak TLS: the
+    /// sandbox gets a certificate for the name it sent (SNI) — which must be `host`.
+    pub async fn serve_tls<S>(self: Arc<Self>, stream: S, host: String, port: u16)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let resolver = Arc::new(LeafResolver {
+            ca: self.ca.clone(),
+            host: host.clone(),
+        });
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let cfg = match rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+        {
+            Ok(b) => b,
+            Err(_) => return,
+        };
+        let mut cfg = cfg.with_no_client_auth().with_cert_resolver(resolver);
+        cfg.alpn_protocols = self.server_alpn.clone();
+        let tls = match tokio_rustls::TlsAcceptor::from(Arc::new(cfg))
+            .accept(stream)
+            .await
+        {
+            Ok(t) => t,
+            Err(e) => {
+                (self.emit)(
+                    NewEvent::new(
+                        Layer::Http,
+                        EvAction::Error,
+                        format!("TLS with the sandbox failed for {host}:{port}: {e}"),
+                    )
+                    .detail("host", host)
+                    .detail("port", port),
+                );
+                return;
+            }
+        };
+        self.serve(TokioIo::new(tls), host, port, "https").await;
+    }
+
+    /// Serves one plain-HTTP sandbox connection made to `host:port`.
+    pub async fn serve_plain<S>(self: Arc<Self>, stream: S, host: String, port: u16)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        self.serve(TokioIo::new(stream), host, port, "http").await;
+    }
+
+    async fn serve<I>(self: Arc<Self>, io: I, host: String, port: u16, scheme: &'static str)
+    where
+        I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    {
+        let me = self.clone();
+        let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+            let me = me.clone();
+            let host = host.clone();
+            async move { Ok::<_, hyper::Error>(me.handle(req, &host, port, scheme).await) }
+        });
+        let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+            .serve_connection_with_upgrades(io, svc)
+            .await;
+    }
+
+    async fn handle(
+        &self,
+        mut req: Request<Incoming>,
+        host: &str,
+        port: u16,
+        scheme: &'static str,
+    ) -> Response<Body> {
+        let started = Instant::now();
+        let method = req.method().as_str().to_string();
+        let path = req.uri().path().to_string();
+        let query = req.uri().query().unwrap_or("").to_string();
+        let url = format!("{scheme}://{host}{}{path}", port_suffix(scheme, port));
+        let ev = |action: EvAction, status: u16, reason: &str, rule: &str| {
+            NewEvent::new(
+                Layer::Http,
+                action,
+                format!(
+                    "{method} {url}{} → {status}: {reason}",
+                    redact_query(&query)
+                ),
+            )
+            .rule(rule.to_string())
+            .detail("method", method.clone())
+            .detail("url", format!("{url}{}", redact_query(&query)))
+            .detail("status", status)
+            .detail(
+                "latency_ms",
+                u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            )
+        };
+        // The connection's host decides; a Host header naming another is refused.
+        if let Some(claimed) = request_host(&req)
+            && !same_host(&claimed, host, port, scheme)
+        {
+            (self.emit)(ev(
+                EvAction::Deny,
+                421,
+                &format!("Host {claimed:?} on a connection to {host}"),
+                "http.host-mismatch",
+            ));
+            return text(
+                StatusCode::MISDIRECTED_REQUEST,
+                format!(
+                    "cordon: this connection goes to {host}; a request for {claimed} must use its own connection\n"
+                ),
+            );
+        }
+        let headers: Vec<(String, String)> = req
+            .headers()
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
+        let header_refs: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let body_len = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .or_else(|| {
+                (req.method() == hyper::Method::GET || req.method() == hyper::Method::HEAD)
+                    .then_some(0)
+            });
+        let d = rules::decide(
+            &self.rules,
+            self.default,
+            &rules::Request {
+                method: &method,
+                host,
+                port,
+                path: &path,
+                query: &query,
+                headers: &header_refs,
+                body_len,
+            },
+        );
+        match d.action {
+            Action::Allow => {}
+            other => {
+                let why = match other {
+                    Action::Deny => d.reason.clone().unwrap_or_else(|| {
+                        if d.rule == "default" {
+                            "no rule allows it".to_string()
+                        } else {
+                            "the rule denies it".to_string()
+                        }
+                    }),
+                    // Not available yet: refused, never waved through.
+                    _ => {
+                        "it needs a decision (ask/judge) that is not available; refused".to_string()
+                    }
+                };
+                (self.emit)(ev(EvAction::Deny, 403, &why, &d.rule));
+                return text(
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "cordon: {method} {url} was denied by rule \"{}\": {why}.\nThe same request by any other route (another tool, proxy or address) is denied too.\n",
+                        d.rule
+                    ),
+                );
+            }
+        }
+        // Forward: absolute URI to the real server, hop-by-hop headers dropped.
+        let upgrade = req.headers().get(header::UPGRADE).cloned();
+        let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
+        let (mut parts, body) = req.into_parts();
+        let pq = parts
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string();
+        let uri: Uri = match format!("https://{}{pq}", authority(host, port, 443)).parse() {
+            Ok(u) => u,
+            Err(_) => {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    "cordon: bad request target\n".into(),
+                );
+            }
+        };
+        // Plain HTTP from the sandbox still leaves over TLS when the port is 443; otherwise the
+        // scheme is kept.
+        let uri = if scheme == "http" {
+            match format!("http://{}{pq}", authority(host, port, 80)).parse() {
+                Ok(u) => u,
+                Err(_) => uri,
+            }
+        } else {
+            uri
+        };
+        parts.uri = uri;
+        for h in HOP_BY_HOP {
+            parts.headers.remove(*h);
+        }
+        if let Some(u) = &upgrade {
+            parts
+                .headers
+                .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            parts.headers.insert(header::UPGRADE, u.clone());
+        }
+        // HTTP/2 from the sandbox, HTTP/1.1 to the server: the server needs a Host header.
+        if !parts.headers.contains_key(header::HOST)
+            && let Ok(v) = HeaderValue::from_str(&authority(
+                host,
+                port,
+                if scheme == "http" { 80 } else { 443 },
+            ))
+        {
+            parts.headers.insert(header::HOST, v);
+        }
+        parts.version = hyper::Version::HTTP_11;
+        let out = Request::from_parts(parts, body.boxed());
+        match self.client.request(out).await {
+            Ok(mut resp) => {
+                let status = resp.status().as_u16();
+                (self.emit)(ev(EvAction::Allow, status, "forwarded", &d.rule));
+                if status == 101
+                    && let Some(client_up) = client_upgrade
+                {
+                    let server_up = hyper::upgrade::on(&mut resp);
+                    tokio::spawn(async move {
+                        if let (Ok(c), Ok(s)) = (client_up.await, server_up.await) {
+                            let (mut c, mut s) = (TokioIo::new(c), TokioIo::new(s));
+                            let _ = tokio::io::copy_bidirectional(&mut c, &mut s).await;
+                        }
+                    });
+                }
+                let (mut parts, body) = resp.into_parts();
+                if status != 101 {
+                    for h in HOP_BY_HOP {
+                        parts.headers.remove(*h);
+                    }
+                }
+                Response::from_parts(parts, body.boxed())
+            }
+            Err(e) => {
+                let why = upstream_error(&e);
+                (self.emit)(ev(EvAction::Error, 502, &why, &d.rule));
+                text(StatusCode::BAD_GATEWAY, format!("cordon: {url}: {why}\n"))
+            }
+        }
+    }
+}
+
+fn port_suffix(scheme: &str, port: u16) -> String {
+    match (scheme, port) {
+        ("https", 443) | ("http", 80) => String::new(),
+        _ => format!(":{port}"),
+    }
+}
+
+fn authority(host: &str, port: u16, default: u16) -> String {
+    let h = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    if port == default {
+        h
+    } else {
+        format!("{h}:{port}")
+    }
+}
+
+/// The host a request names: HTTP/2's authority, else the Host header.
+fn request_host<B>(req: &Request<B>) -> Option<String> {
+    req.uri()
+        .authority()
+        .map(|a| a.as_str().to_string())
+        .or_else(|| {
+            req.headers()
+                .get(header::HOST)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        })
+}
+
+/// Whether `claimed` (`host[:port]`) names the connection's host and port.
+fn same_host(claimed: &str, host: &str, port: u16, scheme: &str) -> bool {
+    let default = if scheme == "http" { 80 } else { 443 };
+    let claimed = claimed.trim().to_ascii_lowercase();
+    let (h, p) = match claimed.rsplit_once(':') {
+        // A bare IPv6 address: its colons are not a port separator.
+        Some((h, _)) if !h.ends_with(']') && h.contains(':') => (claimed.as_str(), default),
+        Some((h, p)) => match p.parse::<u16>() {
+            Ok(p) => (h, p),
+            Err(_) => return false,
+        },
+        None => (claimed.as_str(), default),
+    };
+    let h = h
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .trim_end_matches('.');
+    h == host.trim_end_matches('.').to_ascii_lowercase() && p == port
+}
+
+/// `?a=…&b=…`: names kept, values hidden (tokens travel in query strings).
+fn redact_query(q: &str) -> String {
+    if q.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = q
+        .split('&')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, _)) => format!("{k}=…"),
+            None => kv.to_string(),
+        })
+        .collect();
+    format!("?{}", parts.join("&"))
+}
+
+fn text(status: StatusCode, body: String) -> Response<Body> {
+    let mut r = Response::new(
+        Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+fn upstream_error(e: &hyper_util::client::legacy::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    if s.contains("certificate") || s.contains("UnknownIssuer") {
+        format!(
+            "the server's TLS certificate did not verify ({s}); cordon never skips verification — add its CA with [tls] upstream_ca if it is a private one"
+        )
+    } else {
+        format!("cannot reach the server ({s})")
+    }
+}
+
+/// Serves the leaf for the connection's host; a different SNI gets nothing (handshake fails).
+#[derive(Debug)]
+struct LeafResolver {
+    ca: Arc<CertAuthority>,
+    host: String,
+}
+
+impl rustls::server::ResolvesServerCert for LeafResolver {
+    fn resolve(
+        &self,
+        hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        match hello.server_name() {
+            Some(sni) if !sni.trim_end_matches('.').eq_ignore_ascii_case(&self.host) => None,
+            _ => self.ca.leaf(&self.host).ok(),
+        }
+    }
+}
+
+/// The upstream connector: the gateway's checked connect, then TLS (for https URIs).
+#[derive(Clone)]
+struct Upstream {
+    tls: tokio_rustls::TlsConnector,
+    connect: ConnectFn,
+}
+
+/// An upstream connection, plain or TLS.
+enum UpStream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// [`UpStream`] as hyper sees it, with what the pool needs to know (h2 or not).
+struct UpIo(TokioIo<UpStream>);
+
+impl hyper::rt::Read for UpIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+    }
+}
+
+impl hyper::rt::Write for UpIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_flush(cx)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+    }
+}
+
+impl Connection for UpIo {
+    fn connected(&self) -> Connected {
+        match self.0.inner() {
+            UpStream::Tls(t) if t.get_ref().1.alpn_protocol() == Some(b"h2") => {
+                Connected::new().negotiated_h2()
+            }
+            _ => Connected::new(),
+        }
+    }
+}
+
+impl AsyncRead for UpStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            UpStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for UpStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            UpStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpStream::Plain(s) => Pin::new(s).poll_flush(cx),
+            UpStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            UpStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+impl tower_service::Service<Uri> for Upstream {
+    type Response = UpIo;
+    type Error = io::Error;
+    type Future = Pin<Box<dyn Future<Output = io::Result<UpIo>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let me = self.clone();
+        Box::pin(async move {
+            let host = uri
+                .host()
+                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no host"))?
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string();
+            let https = uri.scheme_str() == Some("https");
+            let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+            let tcp = (me.connect)(host.clone(), port).await?;
+            let _ = tcp.set_nodelay(true);
+            if !https {
+                return Ok(UpIo(TokioIo::new(UpStream::Plain(tcp))));
+            }
+            let name = rustls::pki_types::ServerName::try_from(host)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+            let tls = me.tls.connect(name, tcp).await?;
+            Ok(UpIo(TokioIo::new(UpStream::Tls(Box::new(tls)))))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_and_queries() {
+        assert!(same_host(
+            "api.example.test",
+            "api.example.test",
+            443,
+            "https"
+        ));
+        assert!(same_host(
+            "API.example.test:443",
+            "api.example.test",
+            443,
+            "https"
+        ));
+        assert!(!same_host(
+            "api.example.test:8443",
+            "api.example.test",
+            443,
+            "https"
+        ));
+        assert!(!same_host("evil.test", "api.example.test", 443, "https"));
+        assert!(same_host("x.test:8080", "x.test", 8080, "http"));
+        assert!(!same_host("x.test:zz", "x.test", 80, "http"));
+        assert_eq!(redact_query("key=secret&page=2&flag"), "?key=…&page=…&flag");
+        assert_eq!(redact_query(""), "");
+        assert_eq!(authority("::1", 8443, 443), "[::1]:8443");
+        assert_eq!(authority("a.test", 443, 443), "a.test");
+    }
+}

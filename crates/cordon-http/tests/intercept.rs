@@ -1,0 +1,353 @@
+//! The interceptor against real TLS servers and clients on loopback: an upstream HTTPS server
+//! with its own CA (h1 and h2), the interceptor in front with cordon's CA, and hyper clients
+//! that trust only cordon's CA — as the sandbox will.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cordon_events::NewEvent;
+use cordon_http::rules::{Action, Rule};
+use cordon_http::{CertAuthority, Config, Interceptor};
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Bytes, Frame, Incoming};
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+use tokio::net::{TcpListener, TcpStream};
+
+type Events = Arc<Mutex<Vec<NewEvent>>>;
+
+/// A CA of the test's own and a server certificate for `names`, as (CA PEM, server config).
+fn upstream_tls(names: &[&str]) -> (String, Arc<rustls::ServerConfig>) {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![leaf.der().clone()],
+        rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+    )
+    .unwrap();
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    (ca_cert.pem(), Arc::new(cfg))
+}
+
+async fn upstream_service(
+    req: Request<Incoming>,
+) -> Result<Response<http_body_util::combinators::BoxBody<Bytes, hyper::Error>>, hyper::Error> {
+    let version = format!("{:?}", req.version());
+    let path = req.uri().path().to_string();
+    let host = req
+        .headers()
+        .get("host")
+        .map(|h| h.to_str().unwrap_or("").to_string())
+        .or_else(|| req.uri().authority().map(|a| a.to_string()))
+        .unwrap_or_default();
+    let body = match path.as_str() {
+        "/sse" => {
+            let stream = futures::stream::unfold(0u32, |n| async move {
+                if n == 3 {
+                    return None;
+                }
+                if n > 0 {
+                    tokio::time::sleep(Duration::from_millis(700)).await;
+                }
+                Some((
+                    Ok::<_, hyper::Error>(Frame::data(Bytes::from(format!("data: {n}\n\n")))),
+                    n + 1,
+                ))
+            });
+            StreamBody::new(stream).boxed()
+        }
+        "/echo" => {
+            let b = req.into_body().collect().await?.to_bytes();
+            Full::new(b).map_err(|n| match n {}).boxed()
+        }
+        _ => Full::new(Bytes::from(format!(
+            "upstream {path} {version} host={host}"
+        )))
+        .map_err(|n| match n {})
+        .boxed(),
+    };
+    Ok(Response::new(body))
+}
+
+async fn start_upstream(cfg: Arc<rustls::ServerConfig>) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (s, _) = l.accept().await.unwrap();
+            let acc = tokio_rustls::TlsAcceptor::from(cfg.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acc.accept(s).await else { return };
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(
+                        TokioIo::new(tls),
+                        hyper::service::service_fn(upstream_service),
+                    )
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    ca: Arc<CertAuthority>,
+    front: SocketAddr,
+    events: Events,
+}
+
+async fn fixture(trust_upstream: bool) -> Fixture {
+    let (up_ca, up_cfg) = upstream_tls(&["api.example.test"]);
+    let up = start_upstream(up_cfg).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Arc::new(CertAuthority::load_or_create(&dir.path().join("ca")).unwrap());
+    let events: Events = Arc::new(Mutex::new(Vec::new()));
+    let ev = events.clone();
+    let rule =
+        |name: &str, methods: &[&str], path: &str, action: Action, reason: Option<&str>| Rule {
+            name: name.into(),
+            host: "api.example.test".into(),
+            methods: methods.iter().map(|m| m.to_string()).collect(),
+            path: Some(path.into()),
+            action,
+            reason: reason.map(str::to_string),
+            ..Rule::default()
+        };
+    let interceptor = Arc::new(
+        Interceptor::new(Config {
+            ca: ca.clone(),
+            rules: vec![
+                rule(
+                    "no-secrets",
+                    &[],
+                    "/secret*",
+                    Action::Deny,
+                    Some("secrets stay home"),
+                ),
+                rule("reads", &["GET"], "*", Action::Allow, None),
+                rule("echo", &["POST"], "/echo", Action::Allow, None),
+                rule("needs-a-person", &["DELETE"], "*", Action::Ask, None),
+            ],
+            default: Action::Deny,
+            upstream_ca_pem: if trust_upstream { vec![up_ca] } else { vec![] },
+            connect: Arc::new(move |_host, _port| Box::pin(TcpStream::connect(up))),
+            emit: Arc::new(move |e| ev.lock().unwrap().push(e)),
+        })
+        .unwrap(),
+    );
+    // The "sandbox side": every connection here was made to api.example.test:443.
+    let front = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let front_addr = front.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (s, _) = front.accept().await.unwrap();
+            tokio::spawn(
+                interceptor
+                    .clone()
+                    .serve_tls(s, "api.example.test".into(), 443),
+            );
+        }
+    });
+    Fixture {
+        _dir: dir,
+        ca,
+        front: front_addr,
+        events,
+    }
+}
+
+/// A TLS connection to the front trusting only cordon's CA; returns it and the ALPN chosen.
+async fn connect(
+    f: &Fixture,
+    sni: &str,
+    alpn: &[u8],
+) -> std::io::Result<(tokio_rustls::client::TlsStream<TcpStream>, Vec<u8>)> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(f.ca.cert_der().clone()).unwrap();
+    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    cfg.alpn_protocols = vec![alpn.to_vec()];
+    let tcp = TcpStream::connect(f.front).await?;
+    let name = rustls::pki_types::ServerName::try_from(sni.to_string()).unwrap();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(name, tcp)
+        .await?;
+    let alpn = tls.get_ref().1.alpn_protocol().unwrap_or_default().to_vec();
+    Ok((tls, alpn))
+}
+
+async fn h1(f: &Fixture, req: Request<Full<Bytes>>) -> (u16, String) {
+    let (tls, alpn) = connect(f, "api.example.test", b"http/1.1").await.unwrap();
+    assert_eq!(alpn, b"http/1.1");
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let resp = send.send_request(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+fn get(path: &str) -> Request<Full<Bytes>> {
+    Request::get(path)
+        .header("host", "api.example.test")
+        .body(Full::new(Bytes::new()))
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowed_requests_reach_the_server_over_verified_tls() {
+    let f = fixture(true).await;
+    let (status, body) = h1(&f, get("/hello?token=abc")).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.starts_with("upstream /hello"), "{body}");
+    assert!(body.contains("host=api.example.test"), "{body}");
+    let post = Request::post("/echo")
+        .header("host", "api.example.test")
+        .body(Full::new(Bytes::from_static(b"payload-123")))
+        .unwrap();
+    assert_eq!(h1(&f, post).await, (200, "payload-123".to_string()));
+    let ev = f.events.lock().unwrap();
+    let allowed: Vec<&NewEvent> = ev
+        .iter()
+        .filter(|e| e.action == cordon_events::Action::Allow)
+        .collect();
+    assert_eq!(allowed.len(), 2, "{ev:?}");
+    assert_eq!(allowed[0].rule.as_deref(), Some("reads"));
+    // Query values never reach the log.
+    let url = allowed[0].detail["url"].as_str().unwrap();
+    assert!(
+        url.ends_with("/hello?token=…") && !url.contains("abc"),
+        "{url}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_from_the_client_works() {
+    let f = fixture(true).await;
+    let (tls, alpn) = connect(&f, "api.example.test", b"h2").await.unwrap();
+    assert_eq!(alpn, b"h2");
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let req = Request::get("https://api.example.test/hello")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let body = String::from_utf8_lossy(&body);
+    assert!(body.starts_with("upstream /hello"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denials_are_403_naming_the_rule() {
+    let f = fixture(true).await;
+    let (status, body) = h1(&f, get("/secret/keys")).await;
+    assert_eq!(status, 403);
+    assert!(
+        body.contains("\"no-secrets\"") && body.contains("secrets stay home"),
+        "{body}"
+    );
+    assert!(body.contains("any other route"), "{body}");
+    let put = Request::put("/x")
+        .header("host", "api.example.test")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let (status, body) = h1(&f, put).await;
+    assert_eq!(status, 403);
+    assert!(body.contains("\"default\""), "{body}");
+    // `ask` is not available yet: refused, not waved through.
+    let del = Request::delete("/x")
+        .header("host", "api.example.test")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    assert_eq!(h1(&f, del).await.0, 403);
+    let ev = f.events.lock().unwrap();
+    assert_eq!(
+        ev.iter()
+            .filter(|e| e.action == cordon_events::Action::Deny)
+            .count(),
+        3
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_host_on_the_connection_is_refused() {
+    let f = fixture(true).await;
+    let req = Request::get("/hello")
+        .header("host", "evil.example")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let (status, body) = h1(&f, req).await;
+    assert_eq!(status, 421, "{body}");
+    // A TLS name other than the connection's gets no certificate at all.
+    assert!(connect(&f, "evil.example", b"http/1.1").await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_stream_without_buffering() {
+    let f = fixture(true).await;
+    let (tls, _) = connect(&f, "api.example.test", b"http/1.1").await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let start = Instant::now();
+    let resp = send.send_request(get("/sse")).await.unwrap();
+    let mut body = resp.into_body();
+    let first = loop {
+        match body.frame().await {
+            Some(Ok(fr)) => {
+                if let Ok(d) = fr.into_data() {
+                    break d;
+                }
+            }
+            other => panic!("stream ended early: {other:?}"),
+        }
+    };
+    let first_at = start.elapsed();
+    assert_eq!(&first[..], b"data: 0\n\n");
+    // The whole stream takes 1.4 s; the first event must arrive long before that.
+    assert!(
+        first_at < Duration::from_millis(600),
+        "first event after {first_at:?}"
+    );
+    let rest = body.collect().await.unwrap().to_bytes();
+    assert_eq!(&rest[..], b"data: 1\n\ndata: 2\n\n");
+    assert!(start.elapsed() >= Duration::from_millis(1300));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unverifiable_server_is_a_502_never_a_pass() {
+    let f = fixture(false).await;
+    let (status, body) = h1(&f, get("/hello")).await;
+    assert_eq!(status, 502, "{body}");
+    assert!(body.contains("did not verify"), "{body}");
+    assert!(body.contains("upstream_ca"), "{body}");
+}
