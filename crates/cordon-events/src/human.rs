@@ -69,7 +69,19 @@ fn render(v: &Value) -> String {
         {
             s.clone()
         }
-        other => other.to_string(),
+        // serde_json escapes C0 controls only; C1 (U+0080–U+009F, e.g. CSI) would still
+        // drive a terminal, so they are escaped too.
+        other => other
+            .to_string()
+            .chars()
+            .map(|c| {
+                if c.is_control() {
+                    format!("\\u{:04x}", c as u32)
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect(),
     };
     cut(text)
 }
@@ -81,6 +93,17 @@ fn one_line(s: &str) -> String {
         .chars()
         .map(|c| if c.is_control() { '�' } else { c })
         .collect())
+}
+
+#[cfg(test)]
+mod c1_tests {
+    #[test]
+    fn c1_controls_never_reach_the_terminal() {
+        let v = serde_json::Value::String("evil\u{9b}31mred".into());
+        let out = super::render(&v);
+        assert!(!out.contains('\u{9b}'), "{out:?}");
+        assert!(out.contains("\\u009b"), "{out:?}");
+    }
 }
 
 fn cut(s: String) -> String {

@@ -131,7 +131,7 @@ pub use event::{Action, Event, EventError, Layer, NewEvent};
 pub use follow::Follower;
 pub use human::{SUBJECT_KEYS, format_human};
 pub use paths::{
-    default_log_dir, default_log_path, is_valid_session_id, new_session_id, state_dir,
+    data_dir, default_log_dir, default_log_path, is_valid_session_id, new_session_id, state_dir,
 };
 pub use read::{SessionSummary, VerifyProblem, VerifyReport, list_sessions, read_log, verify};
 pub use sink::AuditLog;

@@ -76,6 +76,17 @@ fn state_dir_from(xdg_state_home: Option<OsString>, home: Option<OsString>) -> O
     absolute(home).map(|h| h.join(".local").join("state").join("cordon"))
 }
 
+/// cordon's data directory: `$XDG_DATA_HOME/cordon`, else `~/.local/share/cordon` (the
+/// interception CA lives under it); `None` without either variable. Never visible inside a
+/// sandbox.
+pub fn data_dir() -> Option<PathBuf> {
+    let absolute = |v: Option<OsString>| v.map(PathBuf::from).filter(|p| p.is_absolute());
+    if let Some(d) = absolute(std::env::var_os("XDG_DATA_HOME")) {
+        return Some(d.join("cordon"));
+    }
+    absolute(std::env::var_os("HOME")).map(|h| h.join(".local").join("share").join("cordon"))
+}
+
 /// `<default_log_dir()>/<session>.jsonl`; `None` when there is no log dir or `session` is not a
 /// valid session id (see [`is_valid_session_id`]).
 pub fn default_log_path(session: &str) -> Option<PathBuf> {

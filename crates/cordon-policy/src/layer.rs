@@ -13,13 +13,14 @@ use crate::error::backticked;
 use crate::error::{Diagnostic, PolicyError, did_you_mean};
 use crate::expand::{ExpandError, Vars, expand, uses_home};
 use crate::plan::{
-    BUILTIN_CONDITIONAL_SYSCALLS, BUILTIN_DENIED_SYSCALLS, ExecAction, LandlockMode, NetMode,
-    OnExit, ProjectFiles, SyscallsPlan,
+    BUILTIN_CONDITIONAL_SYSCALLS, BUILTIN_DENIED_SYSCALLS, ExecAction, HttpAction, HttpRule,
+    LandlockMode, NetMode, OnExit, ProjectFiles, SyscallsPlan,
 };
 use crate::schema::{
-    Checker, DnsSection, EnvSection, ExecSection, FilesystemSection, LimitsSection,
-    NETWORK_MODE_VALUES, NetworkSection, ON_EXIT_VALUES, PROJECT_FILES_VALUES, Parts, PolicyFile,
-    PublishEntry, Size, StateSection, SyscallsSection, quoted_choices, toml_string,
+    Checker, DnsSection, EnvSection, ExecSection, FilesystemSection, HTTP_ACTION_VALUES,
+    HTTP_DEFAULT_VALUES, HttpSection, LimitsSection, NETWORK_MODE_VALUES, NetworkSection,
+    ON_EXIT_VALUES, PROJECT_FILES_VALUES, Parts, PolicyFile, PublishEntry, Size, StateSection,
+    SyscallsSection, TlsSection, quoted_choices, toml_string,
 };
 use crate::syscall_table;
 
@@ -85,6 +86,14 @@ pub(crate) struct Sections {
     pub dns_upstream: Option<(std::net::SocketAddr, Origin)>,
     /// `[[publish]]`: sandbox port, host port.
     pub publish: Vec<(u16, u16, Origin)>,
+    /// `[http] default`.
+    pub http_default: Option<(HttpAction, Origin)>,
+    /// `[[http.rule]]`, in file order.
+    pub http_rules: Vec<(HttpRule, Origin)>,
+    /// `[tls] passthrough`, lower-case host globs.
+    pub tls_passthrough: Vec<(String, Origin)>,
+    /// `[tls] upstream_ca`.
+    pub upstream_ca: Vec<Rule>,
     /// Problems worth a warning that do not stop the run.
     pub warnings: Vec<String>,
 }
@@ -268,7 +277,133 @@ impl Converter<'_> {
             self.dns(phase, dns, &mut out)?;
         }
         self.publish(phase, &parts.publish, &mut out)?;
+        if let Some(http) = parts.http {
+            self.http(phase, http, &mut out)?;
+        }
+        if let Some(tls) = parts.tls {
+            self.tls(phase, tls, &mut out)?;
+        }
         Ok(out)
+    }
+
+    fn http_action(
+        &self,
+        v: &Spanned<String>,
+        key: &str,
+        values: &[&str],
+    ) -> Result<HttpAction, PolicyError> {
+        Ok(match self.choice(v, key, values)? {
+            "allow" => HttpAction::Allow,
+            "ask" => HttpAction::Ask,
+            "judge" => HttpAction::Judge,
+            _ => HttpAction::Deny,
+        })
+    }
+
+    fn http(&self, phase: u8, http: HttpSection, out: &mut Sections) -> Result<(), PolicyError> {
+        if let Some(d) = &http.default {
+            let a = self.http_action(d, "default", HTTP_DEFAULT_VALUES)?;
+            out.http_default = Some((a, self.origin(phase, d.span())));
+        }
+        for entry in &http.rule {
+            let r = entry.get_ref();
+            let origin = self.origin(phase, entry.span());
+            let host = self.host_glob(&r.host)?;
+            let port = match &r.port {
+                Some(p) => Some(self.port(p, "port")?),
+                None => None,
+            };
+            let mut methods = Vec::new();
+            for m in &r.methods {
+                let up = m.get_ref().trim().to_ascii_uppercase();
+                if up.is_empty() || !up.bytes().all(|b| b.is_ascii_alphabetic() || b == b'-') {
+                    return Err(self.diag(
+                        format!(
+                            "invalid method {} in [[http.rule]]",
+                            toml_string(m.get_ref())
+                        ),
+                        m.span(),
+                        "e.g. methods = [\"GET\", \"HEAD\"]",
+                    ));
+                }
+                methods.push(up);
+            }
+            let max_body = match &r.max_body {
+                Some(v) if *v.get_ref() >= 0 => Some(v.get_ref().unsigned_abs()),
+                Some(v) => {
+                    return Err(self.out_of_range(
+                        "max_body",
+                        v.span(),
+                        "a size in bytes, e.g. max_body = 1048576",
+                    ));
+                }
+                None => None,
+            };
+            let action = self.http_action(&r.action, "action", HTTP_ACTION_VALUES)?;
+            let name = match &r.name {
+                Some(n) if !n.get_ref().trim().is_empty() => n.get_ref().trim().to_string(),
+                _ => format!("http.rule {}", origin.label),
+            };
+            out.http_rules.push((
+                HttpRule {
+                    name,
+                    host,
+                    port,
+                    methods,
+                    path: r.path.as_ref().map(|p| p.get_ref().clone()),
+                    query: r.query.as_ref().map(|q| q.get_ref().clone()),
+                    headers: r
+                        .headers
+                        .iter()
+                        .map(|(k, v)| (k.get_ref().to_ascii_lowercase(), v.get_ref().clone()))
+                        .collect(),
+                    max_body,
+                    action,
+                    reason: r.reason.as_ref().map(|x| x.get_ref().clone()),
+                    origin: origin.label.clone(),
+                },
+                origin,
+            ));
+        }
+        Ok(())
+    }
+
+    fn tls(&self, phase: u8, tls: TlsSection, out: &mut Sections) -> Result<(), PolicyError> {
+        for p in &tls.passthrough {
+            let g = self.host_glob(p)?;
+            out.tls_passthrough.push((g, self.origin(phase, p.span())));
+        }
+        if let Some(cas) = tls.upstream_ca {
+            let span = cas.span();
+            let located: Vec<Spanned<String>> = cas
+                .into_inner()
+                .0
+                .into_iter()
+                .map(|c| Spanned::new(span.clone(), c))
+                .collect();
+            out.upstream_ca = self.paths(phase, &located, "upstream_ca", false)?;
+        }
+        Ok(())
+    }
+
+    /// An HTTP host glob: lower-case, no trailing dot, no spaces or slashes.
+    fn host_glob(&self, v: &Spanned<String>) -> Result<String, PolicyError> {
+        let g = v
+            .get_ref()
+            .trim()
+            .trim_end_matches('.')
+            .to_ascii_lowercase();
+        if g.is_empty()
+            || g.bytes()
+                .any(|b| b.is_ascii_whitespace() || b == b'/' || b == b':')
+        {
+            return Err(self.diag(
+                format!("invalid host pattern {}", toml_string(v.get_ref())),
+                v.span(),
+                "a host or glob without scheme, port or path, e.g. \"api.anthropic.com\" or \"*.npmjs.org\"",
+            ));
+        }
+        Ok(g)
     }
 
     fn network(

@@ -17,9 +17,9 @@ use crate::error::{Diagnostic, PolicyError, backticked, did_you_mean};
 use crate::expand::normalize;
 use crate::layer::{Context, Layer, Origin, Rule, Sections, parse_layer};
 use crate::plan::{
-    EnvPlan, ExecAction, ExecPlan, ExecRule, FilesystemPlan, HostRule, LandlockMode, LimitsPlan,
-    NamedRule, NetMode, NetworkPlan, OnExit, PathRule, Plan, ProjectFiles, Publish, StatePlan,
-    SyscallsPlan,
+    EnvPlan, ExecAction, ExecPlan, ExecRule, FilesystemPlan, HostRule, HttpAction, HttpPlan,
+    HttpRule, LandlockMode, LimitsPlan, NamedRule, NetMode, NetworkPlan, OnExit, PathRule, Plan,
+    ProjectFiles, Publish, StatePlan, SyscallsPlan,
 };
 use crate::trust::{TrustStore, trust_key};
 
@@ -226,6 +226,10 @@ struct Merged {
     dns_hosts: BTreeMap<String, (std::net::IpAddr, Origin)>,
     dns_upstream: Option<(std::net::SocketAddr, Origin)>,
     publish: Vec<(u16, u16, Origin)>,
+    http_default: (HttpAction, Option<Origin>),
+    http_rules: Vec<(HttpRule, Origin)>,
+    tls_passthrough: Vec<(String, Origin)>,
+    upstream_ca: Vec<Rule>,
     /// Warnings about how the merge resolved built-in entries.
     notes: Vec<String>,
 }
@@ -288,6 +292,10 @@ impl Merged {
             dns_hosts: BTreeMap::new(),
             dns_upstream: None,
             publish: Vec::new(),
+            http_default: (HttpAction::Deny, None),
+            http_rules: Vec::new(),
+            tls_passthrough: Vec::new(),
+            upstream_ca: Vec::new(),
             notes: Vec::new(),
         };
         for l in layers {
@@ -390,6 +398,12 @@ impl Merged {
         if s.dns_upstream.is_some() {
             self.dns_upstream.clone_from(&s.dns_upstream);
         }
+        if let Some((v, o)) = &s.http_default {
+            self.http_default = (*v, Some(o.clone()));
+        }
+        self.http_rules.extend(s.http_rules.iter().cloned());
+        push_named(&mut self.tls_passthrough, &s.tls_passthrough);
+        push_rules(&mut self.upstream_ca, &s.upstream_ca);
         for (port, host_port, o) in &s.publish {
             // A later layer's entry for the same host port replaces the earlier one.
             self.publish.retain(|(_, h, _)| h != host_port);
@@ -506,6 +520,12 @@ impl Merged {
                         origin: o.label,
                     })
                     .collect(),
+            },
+            http: HttpPlan {
+                rules: self.http_rules.into_iter().map(|(r, _)| r).collect(),
+                default: self.http_default.0,
+                passthrough: self.tls_passthrough.into_iter().map(|(p, _)| p).collect(),
+                upstream_ca: self.upstream_ca.into_iter().map(|r| r.path).collect(),
             },
         }
     }
@@ -730,6 +750,47 @@ fn loosenings(full: &Merged, base: &Merged, layers: &[Layer]) -> Vec<Loosening> 
         full.dns_upstream.as_ref().map(|x| x.0) == base.dns_upstream.as_ref().map(|x| x.0),
     ) {
         add(o, format!("resolves names through {u}"));
+    }
+    // A published port is a way *in*: host tools that expect a service on that port (a
+    // database, a local model server) would hand their credentials to the sandbox.
+    for (port, host_port, o) in &full.publish {
+        if !base
+            .publish
+            .iter()
+            .any(|(p, h, _)| p == port && h == host_port)
+        {
+            add(
+                o,
+                format!("publishes the sandbox's port {port} on the host's 127.0.0.1:{host_port}"),
+            );
+        }
+    }
+    for (r, o) in &full.http_rules {
+        if r.action != HttpAction::Deny && !base.http_rules.iter().any(|(b, _)| b == r) {
+            add(
+                o,
+                format!("adds HTTP rule `{}` ({:?} {})", r.name, r.action, r.host),
+            );
+        }
+    }
+    if let (d, Some(o)) = (&full.http_default.0, &full.http_default.1)
+        && *d != HttpAction::Deny
+        && *d != base.http_default.0
+    {
+        add(o, format!("lets unmatched HTTP requests through {d:?}"));
+    }
+    for (p, o) in &full.tls_passthrough {
+        if !base.tls_passthrough.iter().any(|(b, _)| b == p) {
+            add(o, format!("exempts {p} from HTTPS inspection"));
+        }
+    }
+    for r in &full.upstream_ca {
+        if !base.upstream_ca.iter().any(|b| b.path == r.path) {
+            add(
+                &r.origin,
+                format!("trusts {} for upstream TLS", r.path.display()),
+            );
+        }
     }
     // Protection only adds review; what is kept without review is what loosens.
     if let (OnExit::Keep, false, Some(o)) = (

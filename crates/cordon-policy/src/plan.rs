@@ -33,6 +33,9 @@ pub struct Plan {
     /// Network egress (layer 2).
     #[serde(default)]
     pub network: NetworkPlan,
+    /// HTTP(S) interception (layer 3).
+    #[serde(default)]
+    pub http: HttpPlan,
 }
 
 /// How Landlock is treated when the kernel lacks it.
@@ -559,4 +562,60 @@ impl NetworkPlan {
             .iter()
             .find(|r| r.ports.contains(&port) && r.matches_host(name))
     }
+}
+
+/// What an HTTP rule (or the default) does with a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum HttpAction {
+    /// Forward it.
+    Allow,
+    /// Refuse it with a 403 that says why.
+    #[default]
+    Deny,
+    /// Hold it and ask a person.
+    Ask,
+    /// Ask the LLM judge.
+    Judge,
+}
+
+/// One `[[http.rule]]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpRule {
+    /// Its name in events and 403 bodies (`http.rule FILE:LINE` when unnamed).
+    pub name: String,
+    /// Host glob (`*.x` = any name below x).
+    pub host: String,
+    /// Port, if the rule is for one.
+    pub port: Option<u16>,
+    /// Methods, upper-case; empty = any.
+    pub methods: Vec<String>,
+    /// Path glob.
+    pub path: Option<String>,
+    /// Query glob.
+    pub query: Option<String>,
+    /// Header globs by lower-case name.
+    pub headers: Vec<(String, String)>,
+    /// Largest declared body the rule matches.
+    pub max_body: Option<u64>,
+    /// What it does.
+    pub action: HttpAction,
+    /// Shown to the client (the model) when it denies.
+    pub reason: Option<String>,
+    /// Where it came from.
+    pub origin: String,
+}
+
+/// HTTP-layer policy: ordered request rules, the default, and TLS exceptions.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpPlan {
+    /// Rules in merge order; the first match decides.
+    pub rules: Vec<HttpRule>,
+    /// What a request no rule matches gets, when its host and port are not in a
+    /// `[[network.allow]]` rule either.
+    pub default: HttpAction,
+    /// Hosts (globs) decided by name only and never intercepted (clients that pin).
+    pub passthrough: Vec<String>,
+    /// Extra CA certificates (PEM files) trusted for upstream servers.
+    pub upstream_ca: Vec<PathBuf>,
 }

@@ -218,6 +218,62 @@ impl Plan {
             let _ = writeln!(out, "port = {}", p.port);
             let _ = writeln!(out, "host_port = {}", p.host_port);
         }
+
+        let http = &self.http;
+        let action = |a: crate::plan::HttpAction| match a {
+            crate::plan::HttpAction::Allow => "allow",
+            crate::plan::HttpAction::Deny => "deny",
+            crate::plan::HttpAction::Ask => "ask",
+            crate::plan::HttpAction::Judge => "judge",
+        };
+        let _ = writeln!(out, "\n[http]");
+        let _ = writeln!(
+            out,
+            "# Requests to 80/443: rules in order, then [[network.allow]] host and port, then this."
+        );
+        let _ = writeln!(out, "default = \"{}\"", action(http.default));
+        for r in &http.rules {
+            let _ = writeln!(out, "\n[[http.rule]] # {}", comment(&r.origin));
+            let _ = writeln!(out, "name = {}", toml_string(&r.name));
+            let _ = writeln!(out, "host = {}", toml_string(&r.host));
+            if let Some(p) = r.port {
+                let _ = writeln!(out, "port = {p}");
+            }
+            if !r.methods.is_empty() {
+                let m: Vec<String> = r.methods.iter().map(|m| toml_string(m)).collect();
+                let _ = writeln!(out, "methods = [{}]", m.join(", "));
+            }
+            if let Some(p) = &r.path {
+                let _ = writeln!(out, "path = {}", toml_string(p));
+            }
+            if let Some(q) = &r.query {
+                let _ = writeln!(out, "query = {}", toml_string(q));
+            }
+            if !r.headers.is_empty() {
+                let h: Vec<String> = r
+                    .headers
+                    .iter()
+                    .map(|(k, v)| format!("{} = {}", toml_string(k), toml_string(v)))
+                    .collect();
+                let _ = writeln!(out, "headers = {{ {} }}", h.join(", "));
+            }
+            if let Some(m) = r.max_body {
+                let _ = writeln!(out, "max_body = {m}");
+            }
+            let _ = writeln!(out, "action = \"{}\"", action(r.action));
+            if let Some(reason) = &r.reason {
+                let _ = writeln!(out, "reason = {}", toml_string(reason));
+            }
+        }
+        let _ = writeln!(out, "\n[tls]");
+        let pt: Vec<String> = http.passthrough.iter().map(|p| toml_string(p)).collect();
+        let _ = writeln!(out, "passthrough = [{}]", pt.join(", "));
+        let ca: Vec<String> = http
+            .upstream_ca
+            .iter()
+            .map(|p| toml_string(&p.display().to_string()))
+            .collect();
+        let _ = writeln!(out, "upstream_ca = [{}]", ca.join(", "));
         out
     }
 }
@@ -299,6 +355,23 @@ mod tests {
                     host_port: 8080,
                     origin: "/p/cordon.toml:12".into(),
                 }],
+                ..Default::default()
+            },
+            http: crate::plan::HttpPlan {
+                rules: vec![crate::plan::HttpRule {
+                    name: "api".into(),
+                    host: "api.example.com".into(),
+                    port: None,
+                    methods: vec!["POST".into()],
+                    path: Some("/v1/*".into()),
+                    query: None,
+                    headers: vec![("content-type".into(), "application/json*".into())],
+                    max_body: Some(1024),
+                    action: crate::plan::HttpAction::Allow,
+                    reason: None,
+                    origin: "/p/cordon.toml:20".into(),
+                }],
+                passthrough: vec!["*.pinned.example".into()],
                 ..Default::default()
             },
         }
@@ -383,6 +456,18 @@ mod tests {
         assert_eq!(allow[0]["ports"][1].as_integer(), Some(22));
         assert_eq!(v["dns"]["hosts"]["db.test"].as_str(), Some("127.0.0.1"));
         assert_eq!(v["publish"][0]["host_port"].as_integer(), Some(8080));
+        assert_eq!(v["http"]["default"].as_str(), Some("deny"));
+        let rule = &v["http"]["rule"][0];
+        assert_eq!(rule["name"].as_str(), Some("api"));
+        assert_eq!(
+            rule["headers"]["content-type"].as_str(),
+            Some("application/json*")
+        );
+        assert_eq!(rule["max_body"].as_integer(), Some(1024));
+        assert_eq!(
+            v["tls"]["passthrough"][0].as_str(),
+            Some("*.pinned.example")
+        );
         // Every value renders as the serde name the plan uses, so JSON and TOML agree.
         for (e, name) in [
             (OnExit::Ask, "ask"),

@@ -23,6 +23,8 @@ pub(crate) const ROOT_KEYS: &[&str] = &[
     "network",
     "dns",
     "publish",
+    "http",
+    "tls",
     "profile",
 ];
 /// Keys of a `[profile.NAME]` table.
@@ -36,6 +38,8 @@ pub(crate) const PROFILE_KEYS: &[&str] = &[
     "network",
     "dns",
     "publish",
+    "http",
+    "tls",
 ];
 /// Keys of `[filesystem]`.
 pub(crate) const FILESYSTEM_KEYS: &[&str] =
@@ -60,6 +64,18 @@ pub(crate) const NETWORK_ALLOW_KEYS: &[&str] = &["host", "ports"];
 pub(crate) const NETWORK_MODE_VALUES: &[&str] = &["gateway", "none", "host"];
 /// Keys of `[dns]`.
 pub(crate) const DNS_KEYS: &[&str] = &["block", "hosts", "upstream"];
+/// Keys of `[http]`.
+pub(crate) const HTTP_KEYS: &[&str] = &["default", "rule"];
+/// Keys of one `[[http.rule]]`.
+pub(crate) const HTTP_RULE_KEYS: &[&str] = &[
+    "name", "host", "port", "methods", "path", "query", "headers", "max_body", "action", "reason",
+];
+/// Values of `[http] default`.
+pub(crate) const HTTP_DEFAULT_VALUES: &[&str] = &["deny", "ask", "judge"];
+/// Values of a rule's `action`.
+pub(crate) const HTTP_ACTION_VALUES: &[&str] = &["allow", "deny", "ask", "judge"];
+/// Keys of `[tls]`.
+pub(crate) const TLS_KEYS: &[&str] = &["passthrough", "upstream_ca"];
 /// Keys of one `[[publish]]`.
 pub(crate) const PUBLISH_KEYS: &[&str] = &["port", "host_port"];
 /// Values of `[state] on_exit`.
@@ -90,6 +106,10 @@ pub(crate) struct PolicyFile {
     #[serde(default)]
     pub publish: Vec<Spanned<PublishEntry>>,
     #[serde(default)]
+    pub http: Option<HttpSection>,
+    #[serde(default)]
+    pub tls: Option<TlsSection>,
+    #[serde(default)]
     pub profile: BTreeMap<Spanned<String>, ProfileSection>,
 }
 
@@ -115,6 +135,10 @@ pub(crate) struct ProfileSection {
     pub dns: Option<DnsSection>,
     #[serde(default)]
     pub publish: Vec<Spanned<PublishEntry>>,
+    #[serde(default)]
+    pub http: Option<HttpSection>,
+    #[serde(default)]
+    pub tls: Option<TlsSection>,
 }
 
 /// The sections of a file or of one of its profiles, as written.
@@ -129,6 +153,8 @@ pub(crate) struct Parts {
     pub network: Option<NetworkSection>,
     pub dns: Option<DnsSection>,
     pub publish: Vec<Spanned<PublishEntry>>,
+    pub http: Option<HttpSection>,
+    pub tls: Option<TlsSection>,
 }
 
 impl PolicyFile {
@@ -144,6 +170,8 @@ impl PolicyFile {
             network: self.network,
             dns: self.dns,
             publish: self.publish,
+            http: self.http,
+            tls: self.tls,
         };
         (parts, self.profile)
     }
@@ -161,6 +189,8 @@ impl From<ProfileSection> for Parts {
             network: p.network,
             dns: p.dns,
             publish: p.publish,
+            http: p.http,
+            tls: p.tls,
         }
     }
 }
@@ -275,6 +305,77 @@ pub(crate) struct DnsSection {
     pub hosts: BTreeMap<Spanned<String>, Spanned<String>>,
     #[serde(default)]
     pub upstream: Option<Spanned<String>>,
+}
+
+/// `[http]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HttpSection {
+    #[serde(default)]
+    pub default: Option<Spanned<String>>,
+    #[serde(default)]
+    pub rule: Vec<Spanned<HttpRuleEntry>>,
+}
+
+/// One `[[http.rule]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HttpRuleEntry {
+    #[serde(default)]
+    pub name: Option<Spanned<String>>,
+    pub host: Spanned<String>,
+    #[serde(default)]
+    pub port: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub methods: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub path: Option<Spanned<String>>,
+    #[serde(default)]
+    pub query: Option<Spanned<String>>,
+    #[serde(default)]
+    pub headers: BTreeMap<Spanned<String>, Spanned<String>>,
+    #[serde(default)]
+    pub max_body: Option<Spanned<i64>>,
+    pub action: Spanned<String>,
+    #[serde(default)]
+    pub reason: Option<Spanned<String>>,
+}
+
+/// `[tls]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TlsSection {
+    #[serde(default)]
+    pub passthrough: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub upstream_ca: Option<Spanned<OneOrMany>>,
+}
+
+/// A string or an array of strings (located as a whole).
+#[derive(Debug)]
+pub(crate) struct OneOrMany(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for OneOrMany {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = OneOrMany;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or an array of strings")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<OneOrMany, E> {
+                Ok(OneOrMany(vec![v.to_string()]))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<OneOrMany, A::Error> {
+                let mut out = Vec::new();
+                while let Some(s) = seq.next_element::<String>()? {
+                    out.push(s);
+                }
+                Ok(OneOrMany(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// One `[[publish]]`.
@@ -403,7 +504,7 @@ impl Checker<'_> {
             let key: &str = k.get_ref();
             match key {
                 "filesystem" | "env" | "limits" | "syscalls" | "exec" | "state" | "network"
-                | "dns" => {
+                | "dns" | "http" | "tls" => {
                     let t = self.table(key, v, "the top level")?;
                     self.section(key, t, &format!("[{key}]"))?;
                 }
@@ -432,7 +533,7 @@ impl Checker<'_> {
                 other => {
                     let mut help = format!(
                         "cordon has only the sections {}; a section exists only where something enforces it",
-                        "[filesystem], [env], [limits], [syscalls], [exec], [state], [network], [dns], [[publish]] and [profile.NAME]"
+                        "[filesystem], [env], [limits], [syscalls], [exec], [state], [network], [dns], [[publish]], [http], [tls] and [profile.NAME]"
                     );
                     if let Some(s) = did_you_mean(other, ROOT_KEYS) {
                         help.push_str(&format!("; did you mean `{s}`?"));
@@ -489,6 +590,8 @@ impl Checker<'_> {
             "state" => STATE_KEYS,
             "network" => NETWORK_KEYS,
             "dns" => DNS_KEYS,
+            "http" => HTTP_KEYS,
+            "tls" => TLS_KEYS,
             _ => LIMITS_KEYS,
         };
         for (k, v) in sorted(t) {
@@ -511,6 +614,12 @@ impl Checker<'_> {
                 ("network", "allow_ips") | ("dns", "block") => Expect::StringArray,
                 ("network", _) => NETWORK_ALLOW,
                 ("dns", _) => Expect::StringTable,
+                ("http", "default") => Expect::String,
+                ("http", _) => HTTP_RULE,
+                ("tls", "upstream_ca") if matches!(v.get_ref(), DeValue::String(_)) => {
+                    Expect::String
+                }
+                ("tls", _) => Expect::StringArray,
                 (_, "memory") => Expect::Size,
                 (_, "cpu") => Expect::Number,
                 _ => Expect::Integer,
@@ -597,7 +706,9 @@ impl Checker<'_> {
                         }
                         let e = match ik {
                             "ports" => Expect::IntegerArray,
-                            "port" | "host_port" => Expect::Integer,
+                            "port" | "host_port" | "max_body" => Expect::Integer,
+                            "methods" => Expect::StringArray,
+                            "headers" => Expect::StringTable,
                             _ => Expect::String,
                         };
                         self.value(ik, v, &item_header, e)?;
@@ -678,6 +789,9 @@ impl Checker<'_> {
             (Expect::String, _) if key == "landlock" => {
                 "expected \"required\" or \"best-effort\"".to_string()
             }
+            (Expect::String, _) if key == "action" && header.contains("http") => {
+                format!("expected {}", quoted_choices(HTTP_ACTION_VALUES))
+            }
             (Expect::String, _) if key == "action" => {
                 "expected \"allow\", \"deny\" or \"ask\"".to_string()
             }
@@ -728,6 +842,13 @@ const NETWORK_ALLOW: Expect = Expect::Tables {
     keys: NETWORK_ALLOW_KEYS,
     required: NETWORK_ALLOW_KEYS,
     example: "host = \"github.com\" and ports = [22]",
+};
+
+const HTTP_RULE: Expect = Expect::Tables {
+    what: "http.rule",
+    keys: HTTP_RULE_KEYS,
+    required: &["host", "action"],
+    example: "host = \"api.anthropic.com\" and action = \"allow\"",
 };
 
 const PUBLISH: Expect = Expect::Tables {

@@ -40,10 +40,11 @@ mod sys;
 pub use cordon_policy::Plan;
 pub use fence::FenceStatus;
 pub use layout::{Layout, MountOp, Staged, prepare, prepare_with_state};
-pub use net::{Inward, NetAttach, NetHandoff, SocketTable};
+pub use net::{Inward, NetAttach, NetHandoff, SocketTable, host_bundle};
 pub use supervisor::{Command, Outcome, TtyMode, run, run_with_network};
 pub use sys::{
     WaitStatus, ids, landlock_abi, passwd_home, prefer_fresh_pages_for_large_allocations,
+    raise_nofile_limit,
 };
 
 /// The first argument that turns the cordon executable into the sandbox's init.

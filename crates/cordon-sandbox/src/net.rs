@@ -102,10 +102,45 @@ pub trait NetAttach {
     /// Start serving the sandbox's network. An error stops the sandbox before the command
     /// runs (fail closed).
     fn attach(&mut self, handoff: NetHandoff) -> Result<(), String>;
+    /// The trust bundle (PEM) the sandbox should use — the host's roots plus the HTTP layer's
+    /// CA — when the gateway intercepts TLS. It is bound over the distribution's bundle files
+    /// and named by the usual variables (`SSL_CERT_FILE`, `NODE_EXTRA_CA_CERTS`, …).
+    fn ca_bundle(&self) -> Option<String> {
+        None
+    }
     /// Whether `[[publish]]` needs [`Inward`].
     fn wants_inward(&self) -> bool {
         false
     }
     /// The way in, once the command runs (only when [`wants_inward`](Self::wants_inward)).
     fn inward(&mut self, _inward: Inward) {}
+}
+
+/// Where distributions keep the system's trust bundle; the first is Debian's.
+pub const BUNDLE_PATHS: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/cert.pem",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+];
+
+/// Variables that tell tools which bundle to trust.
+pub const BUNDLE_VARS: &[&str] = &[
+    "SSL_CERT_FILE",
+    "NODE_EXTRA_CA_CERTS",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+    "CARGO_HTTP_CAINFO",
+    "PIP_CERT",
+    "DENO_CERT",
+    "AWS_CA_BUNDLE",
+];
+
+/// The host's own trust bundle (the first of [`BUNDLE_PATHS`] that can be read).
+pub fn host_bundle() -> Option<String> {
+    BUNDLE_PATHS
+        .iter()
+        .find_map(|p| std::fs::read_to_string(p).ok())
 }

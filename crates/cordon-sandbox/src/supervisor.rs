@@ -164,6 +164,10 @@ pub fn run_with_network(
     if net_setup != NetSetup::Host {
         resolv_conf(&mut layout);
     }
+    let bundle_at = match (&net_setup, net.as_deref().and_then(|n| n.ca_bundle())) {
+        (NetSetup::Gateway { .. }, Some(bundle)) => trust_bundle(&mut layout, &bundle),
+        _ => None,
+    };
     report_layout(&layout, emit);
 
     let mut env = plan.env.apply(std::env::vars_os());
@@ -183,6 +187,14 @@ pub fn run_with_network(
         for k in ["NO_PROXY", "no_proxy"] {
             env.retain(|(n, _)| n != k);
             env.push((k.into(), "localhost,127.0.0.1,::1".into()));
+        }
+        env.retain(|(n, _)| n != "NODE_USE_ENV_PROXY");
+        env.push(("NODE_USE_ENV_PROXY".into(), "1".into()));
+    }
+    if let Some(path) = &bundle_at {
+        for k in crate::net::BUNDLE_VARS {
+            env.retain(|(n, _)| n != k);
+            env.push(((*k).into(), path.clone().into()));
         }
     }
     env.push(("CORDON_NOTICE".into(), denial_notice(&layout).into()));
@@ -473,6 +485,31 @@ fn resolv_conf(layout: &mut layout::Layout) {
         content: "# written by cordon: the egress gateway answers here\nnameserver 127.0.0.1\noptions edns0\n"
             .into(),
     });
+}
+
+/// Binds `bundle` over every distribution bundle file this host has (once per real file);
+/// returns the path the variables should name.
+fn trust_bundle(layout: &mut layout::Layout, bundle: &str) -> Option<String> {
+    let mut done: Vec<PathBuf> = Vec::new();
+    let mut first = None;
+    for p in crate::net::BUNDLE_PATHS {
+        let Ok(target) = std::fs::canonicalize(p) else {
+            continue;
+        };
+        if !target.is_file() || done.contains(&target) {
+            continue;
+        }
+        if layout.masks().any(|(m, _)| target.starts_with(m)) {
+            continue;
+        }
+        layout.mounts.push(MountOp::Content {
+            path: target.clone(),
+            content: bundle.to_string(),
+        });
+        first.get_or_insert_with(|| (*p).to_string());
+        done.push(target);
+    }
+    first
 }
 
 /// The cloned child, before it becomes init: async-signal-safe calls only.

@@ -587,6 +587,25 @@ pub(crate) fn sock_diag_inode(
     Ok(None)
 }
 
+/// Raise this process's soft descriptor limit to its hard limit: the gateway holds two or more
+/// descriptors per sandbox flow, and the usual soft limit (1024) is below what
+/// the gateway's flow cap needs.
+pub fn raise_nofile_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit fills the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 && lim.rlim_cur < lim.rlim_max
+    {
+        lim.rlim_cur = lim.rlim_max;
+        // SAFETY: setrlimit reads the struct we own; raising soft up to hard is always allowed.
+        unsafe {
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
 /// Serve allocations of 256 KiB and more straight from the kernel (fresh, already-zero pages)
 /// instead of letting glibc's threshold drift up and recycle them from the heap, where
 /// `calloc` must clear them: the gateway allocates several zeroed windows per connection,

@@ -297,20 +297,16 @@ fn run_in_session(
     }
     if plan.network.mode == cordon_policy::NetMode::Gateway {
         cordon_sandbox::prefer_fresh_pages_for_large_allocations();
+        cordon_sandbox::raise_nofile_limit();
     }
     let mut gateway = match plan.network.mode {
-        cordon_policy::NetMode::Gateway => {
-            match cordon_net::Gateway::new(&plan.network, sink.clone()) {
-                Ok(g) => Some(GatewayAttach {
-                    gateway: g,
-                    emit: sink.clone(),
-                }),
-                Err(e) => {
-                    eprintln!("cordon: cannot start the egress gateway: {e}");
-                    return EXIT_SETUP;
-                }
+        cordon_policy::NetMode::Gateway => match start_gateway(&mut plan, sink) {
+            Ok(g) => Some(g),
+            Err(e) => {
+                eprintln!("cordon: cannot start the egress gateway: {e:#}");
+                return EXIT_SETUP;
             }
-        }
+        },
         _ => None,
     };
     let net = gateway
@@ -353,6 +349,59 @@ fn run_in_session(
 struct GatewayAttach {
     gateway: cordon_net::Gateway,
     emit: cordon_net::Emit,
+    /// The sandbox's trust bundle when the HTTP layer intercepts.
+    bundle: Option<String>,
+}
+
+/// The gateway, with the HTTP layer when cordon's CA can be had (made on first use under the
+/// data directory, which no sandbox sees). Without it, HTTPS is decided per connection only,
+/// said loudly.
+fn start_gateway(plan: &mut cordon_policy::Plan, sink: &cordon_net::Emit) -> Result<GatewayAttach> {
+    let gateway = cordon_net::Gateway::new(&plan.network, sink.clone())?;
+    let ca = cordon_events::data_dir()
+        .ok_or_else(|| anyhow!("no data directory (set HOME or XDG_DATA_HOME)"))
+        .and_then(|d| {
+            plan.filesystem.deny.push(cordon_policy::PathRule::new(
+                &d,
+                "built-in: cordon's CA and data",
+            ));
+            cordon_http::CertAuthority::load_or_create(&d.join("ca")).map_err(anyhow::Error::from)
+        });
+    match ca {
+        Ok(ca) => {
+            let ca = std::sync::Arc::new(ca);
+            let mut bundle = cordon_sandbox::host_bundle().unwrap_or_default();
+            if !bundle.ends_with('\n') && !bundle.is_empty() {
+                bundle.push('\n');
+            }
+            bundle.push_str("# cordon's interception CA (its key never enters the sandbox)\n");
+            bundle.push_str(ca.cert_pem());
+            let gateway = gateway
+                .with_http(&plan.http, ca)
+                .context("start the HTTP layer")?;
+            Ok(GatewayAttach {
+                gateway,
+                emit: sink.clone(),
+                bundle: Some(bundle),
+            })
+        }
+        Err(e) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "cordon: warning: no HTTPS inspection ({e:#}); HTTP(S) is decided by host and port only"
+            );
+            sink(NewEvent::new(
+                Layer::Http,
+                Action::Degraded,
+                format!("no HTTPS inspection: {e:#}"),
+            ));
+            Ok(GatewayAttach {
+                gateway,
+                emit: sink.clone(),
+                bundle: None,
+            })
+        }
+    }
 }
 
 impl cordon_sandbox::NetAttach for GatewayAttach {
@@ -400,6 +449,10 @@ impl cordon_sandbox::NetAttach for GatewayAttach {
 
     fn wants_inward(&self) -> bool {
         self.gateway.wants_inward()
+    }
+
+    fn ca_bundle(&self) -> Option<String> {
+        self.bundle.clone()
     }
 
     fn inward(&mut self, inward: cordon_sandbox::Inward) {

@@ -548,6 +548,114 @@ both!(https_curl_and_git_clone, |env: Env| {
     assert!(srv.count("REQ GET /repo.git/HEAD") >= 2, "{}", srv.log());
 });
 
+// ---- HTTPS on 443: inspected by the HTTP layer ------------------------------------------------
+
+both!(
+    https_on_443_is_inspected_with_rules_and_cordons_ca,
+    |env: Env| {
+        if !have("openssl") || !have("git") || !have("curl") {
+            eprintln!("skipped: needs openssl, git and curl");
+            return;
+        }
+        // Port 443 needs root on the host side; each variant gets a loopback address of its own.
+        let addr = if env.who == common::Who::Root {
+            "127.0.0.21"
+        } else {
+            "127.0.0.22"
+        };
+        if std::net::TcpListener::bind((addr, 443)).is_err() {
+            eprintln!("skipped: cannot listen on {addr}:443 here (not root?)");
+            return;
+        }
+        setup(&env);
+        let name = "secure.example.test";
+        let tls = env.base.join("tls443");
+        assert!(make_tls(&tls, name), "openssl failed");
+        let root = www(&env, "www443", "hello-inspected");
+        assert!(make_repo(&root), "git repo setup failed");
+        std::fs::create_dir_all(root.join("secret")).unwrap();
+        std::fs::write(root.join("secret/token.txt"), "SHOULD-NOT-LEAVE").unwrap();
+        env.own(&root);
+        let srv = Server::start(&[
+            "http",
+            root.to_str().unwrap(),
+            "--addr",
+            addr,
+            "--port",
+            "443",
+            "--tls",
+            tls.join("srv.pem").to_str().unwrap(),
+            tls.join("srv.key").to_str().unwrap(),
+        ]);
+        let ca = tls.join("ca.pem");
+        let pol = format!(
+            "[dns]\nhosts = {{ \"{name}\" = \"{addr}\" }}\n\
+         [[network.allow]]\nhost = \"{name}\"\nports = [443]\n\
+         [[http.rule]]\nname = \"no-secrets\"\nhost = \"{name}\"\npath = \"/secret/*\"\n\
+         action = \"deny\"\nreason = \"secrets stay on this side\"\n\
+         [tls]\nupstream_ca = \"{}\"\n",
+            ca.display()
+        );
+        let base = format!("https://{name}");
+        // No --cacert anywhere: the sandbox trusts cordon's CA through its bundle.
+        let script = [
+        "echo VAR $SSL_CERT_FILE".to_string(),
+        format!("echo CURL $(curl -sS --max-time 10 {base}/hello.txt)"),
+        format!("echo CURL $({UNPROXIED} curl -sS --max-time 10 {base}/hello.txt)"),
+        format!("echo DENY $({UNPROXIED} curl -s --max-time 10 -o /dev/null -w '%{{http_code}}' {base}/secret/token.txt)"),
+        format!("{UNPROXIED} curl -s --max-time 10 {base}/secret/token.txt | head -c 400; echo"),
+        "export GIT_TERMINAL_PROMPT=0".to_string(),
+        format!("timeout 30 git clone -q {base}/repo.git c1 && echo GIT $(cat c1/README)"),
+        format!("{UNPROXIED} timeout 30 git clone -q {base}/repo.git c2 && echo GIT $(cat c2/README)"),
+        "cat ~/.local/share/cordon/ca/ca-key.pem >/dev/null 2>&1 && echo KEY-READABLE || echo KEY-HIDDEN".to_string(),
+        format!("echo ISSUER $(echo | {UNPROXIED} timeout 10 openssl s_client -connect {name}:443 -servername {name} 2>/dev/null | openssl x509 -noout -issuer)"),
+    ]
+    .join("\n");
+        let o = run(&env, &pol, &script);
+        let out = String::from_utf8_lossy(&o.stdout);
+        let n = |l: &str| out.lines().filter(|x| *x == l).count();
+        assert!(
+            out.contains("VAR /etc/ssl/certs/ca-certificates.crt"),
+            "{}",
+            show(&o)
+        );
+        assert_eq!(n("CURL hello-inspected"), 2, "{}", show(&o));
+        assert_eq!(n("DENY 403"), 1, "{}", show(&o));
+        assert!(
+            out.contains("no-secrets") && out.contains("secrets stay on this side"),
+            "{}",
+            show(&o)
+        );
+        assert!(!out.contains("SHOULD-NOT-LEAVE"), "{}", show(&o));
+        assert_eq!(n("GIT repo-content"), 2, "{}", show(&o));
+        assert_eq!(n("KEY-HIDDEN"), 1, "{}", show(&o));
+        assert!(
+            out.contains("cordon local interception CA"),
+            "the sandbox saw another issuer: {}",
+            show(&o)
+        );
+        // The secret never reached the server; the rest did, through cordon.
+        assert_eq!(srv.count("REQ GET /secret"), 0, "{}", srv.log());
+        assert!(srv.count("REQ GET /hello.txt") >= 2, "{}", srv.log());
+        let log = std::fs::read_to_string(&env.audit).unwrap();
+        let http: Vec<Value> = log
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["layer"] == "http")
+            .collect();
+        assert!(
+            http.iter()
+                .any(|e| e["action"] == "deny" && e["rule"] == "no-secrets"),
+            "{http:?}"
+        );
+        assert!(
+            http.iter()
+                .any(|e| e["action"] == "allow" && e["detail"]["status"] == 200),
+            "{http:?}"
+        );
+    }
+);
+
 // ---- 3. pip download from a local index -------------------------------------------------------
 
 both!(pip_download_from_a_local_index, |env: Env| {

@@ -26,12 +26,15 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use cordon_events::{Action, Layer, NewEvent};
-use cordon_policy::NetworkPlan;
+use cordon_http::{CertAuthority, Interceptor};
+use cordon_policy::{HttpAction, HttpPlan, NetworkPlan};
 use ipnet::IpNet;
 use thiserror::Error;
 use tokio::net::TcpStream;
 
-use crate::{DnsAnswer, DnsDecision, HOST_ALIAS, HostResolver, NetConfig, NetError, Resolver};
+use crate::{
+    DnsAnswer, DnsDecision, HOST_ALIAS, HostResolver, NetConfig, NetError, Resolver, blocked,
+};
 use policy::{Dest, Verdict};
 
 /// Where events go (the session's audit log); called from the gateway's threads.
@@ -45,6 +48,19 @@ pub type SocketLookup =
 
 /// How long the host-side connect may take before the sandbox's SYN is answered with a RST.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Flows (held, live, or in the HTTP layer) one sandbox may have at once. Each may hold about
+/// 2.3 MiB of buffered data in the supervisor (the stack's windows and the relay's buffers),
+/// which no sandbox limit covers: this bounds it (about 1.2 GiB in the worst case) and the
+/// descriptors with it.
+pub(crate) const MAX_FLOWS: usize = 512;
+/// After one direction of a flow has ended, how long the other may sit idle before the flow is
+/// closed: a peer that never answers a half-close must not hold the supervisor's descriptors.
+const HALF_CLOSE_IDLE: Duration = Duration::from_secs(30);
+/// Per-second budget of DNS and refusal events; beyond it they are counted and summarised, so a
+/// flood from inside cannot fill the disk with the audit log.
+const EVENTS_PER_SECOND: u32 = 200;
+/// Process lookups in flight at most; beyond it a flow's event names no process.
+const MAX_OWNER_LOOKUPS: usize = 8;
 
 /// A gateway that cannot start.
 #[derive(Debug, Error)]
@@ -52,6 +68,9 @@ pub enum GatewayError {
     /// The `[dns]`/`[network]` configuration is not usable.
     #[error(transparent)]
     Config(#[from] NetError),
+    /// The HTTP layer cannot start.
+    #[error("HTTP layer: {0}")]
+    Http(String),
     /// An `allow_ips` entry is not a CIDR range.
     #[error("invalid allow_ips entry {0:?}")]
     BadCidr(String),
@@ -89,6 +108,32 @@ pub(crate) struct Shared {
     pub stop: tokio::sync::watch::Sender<bool>,
     /// Relays running now.
     pub live: AtomicUsize,
+    /// The HTTP layer, when interception is on.
+    pub http: OnceLock<HttpLayer>,
+    /// One permit per flow (see [`MAX_FLOWS`]).
+    pub slots: Arc<tokio::sync::Semaphore>,
+    /// Rate limit of the noisy events: (window start, emitted, suppressed).
+    pub noisy: Mutex<(Instant, u32, u64)>,
+    /// Process lookups running.
+    pub lookups: Arc<AtomicUsize>,
+}
+
+/// Layer 3 as the gateway uses it: which flows it takes, and the interceptor that serves them.
+pub(crate) struct HttpLayer {
+    pub plan: HttpPlan,
+    pub interceptor: Arc<Interceptor>,
+}
+
+/// What the gateway does with a TCP flow to a name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum HttpFlow {
+    /// Not for the HTTP layer (no interception, another port, a passthrough host): the
+    /// connection-level policy decides and bytes are spliced.
+    NotHttp,
+    /// The HTTP layer decides each request.
+    Intercept,
+    /// Nothing could let a request through: refuse the connection.
+    Deny(Verdict),
 }
 
 /// The egress gateway of one session.
@@ -155,10 +200,63 @@ impl Gateway {
                 sandbox: OnceLock::new(),
                 stop: tokio::sync::watch::Sender::new(false),
                 live: AtomicUsize::new(0),
+                http: OnceLock::new(),
+                slots: Arc::new(tokio::sync::Semaphore::new(MAX_FLOWS)),
+                noisy: Mutex::new((Instant::now(), 0, 0)),
+                lookups: Arc::new(AtomicUsize::new(0)),
             }),
             publish,
             runtime: None,
         })
+    }
+
+    /// Turns the HTTP layer on: TLS to port 443 and plain HTTP to port 80 (and every request
+    /// through the explicit proxy) are terminated with `ca`'s certificates and decided request
+    /// by request. Reads `[tls] upstream_ca` files now, so a missing one is an error before
+    /// the sandbox starts.
+    pub fn with_http(self, http: &HttpPlan, ca: Arc<CertAuthority>) -> Result<Self, GatewayError> {
+        let mut upstream_ca_pem = Vec::new();
+        for f in &http.upstream_ca {
+            let pem = std::fs::read_to_string(f).map_err(|e| {
+                GatewayError::Http(format!(
+                    "cannot read [tls] upstream_ca {}: {e}",
+                    f.display()
+                ))
+            })?;
+            upstream_ca_pem.push(pem);
+        }
+        // [[http.rule]]s first, in order; then every [[network.allow]] host and port allows its
+        // requests (a connection-level allowance the HTTP rules can narrow).
+        let mut rules: Vec<cordon_http::rules::Rule> = http.rules.iter().map(to_rule).collect();
+        for r in &self.shared.plan.allow {
+            for p in &r.ports {
+                rules.push(cordon_http::rules::Rule {
+                    name: r.label(),
+                    host: r.host.clone(),
+                    port: Some(*p),
+                    action: cordon_http::rules::Action::Allow,
+                    ..Default::default()
+                });
+            }
+        }
+        let shared = self.shared.clone();
+        let interceptor = Interceptor::new(cordon_http::Config {
+            ca,
+            rules,
+            default: to_action(http.default),
+            upstream_ca_pem,
+            connect: Arc::new(move |host, port| {
+                let shared = shared.clone();
+                Box::pin(async move { shared.connect_checked(&host, port).await })
+            }),
+            emit: self.shared.emit.clone(),
+        })
+        .map_err(|e| GatewayError::Http(e.to_string()))?;
+        let _ = self.shared.http.set(HttpLayer {
+            plan: http.clone(),
+            interceptor: Arc::new(interceptor),
+        });
+        Ok(self)
     }
 
     /// Whether `[[publish]]` entries need a way into the sandbox.
@@ -249,6 +347,58 @@ impl Shared {
         (self.emit)(ev);
     }
 
+    /// Emits a DNS or refusal event within the per-second budget; past it, counts it and
+    /// reports the count when the next second starts.
+    pub(crate) fn emit_noisy(&self, ev: NewEvent) {
+        let summary = {
+            let mut n = self.noisy.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            let mut summary = None;
+            if now.duration_since(n.0) >= Duration::from_secs(1) {
+                if n.2 > 0 {
+                    summary = Some(n.2);
+                }
+                *n = (now, 0, 0);
+            }
+            if n.1 >= EVENTS_PER_SECOND {
+                n.2 += 1;
+                return;
+            }
+            n.1 += 1;
+            summary
+        };
+        if let Some(count) = summary {
+            self.emit(
+                NewEvent::new(
+                    Layer::Network,
+                    Action::Log,
+                    format!(
+                        "{count} DNS or refusal events in one second went over the budget of {EVENTS_PER_SECOND}/s and were not logged one by one (a flood from inside the sandbox?)"
+                    ),
+                )
+                .rule("network.event-budget")
+                .detail("suppressed", count),
+            );
+        }
+        self.emit(ev);
+    }
+
+    /// A slot for a new flow, or `None` when the sandbox already has [`MAX_FLOWS`].
+    pub(crate) fn slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let permit = self.slots.clone().try_acquire_owned().ok();
+        if permit.is_none() {
+            self.emit_noisy(
+                NewEvent::new(
+                    Layer::Network,
+                    Action::Deny,
+                    format!("{MAX_FLOWS} connections are open already; new ones are refused until some close"),
+                )
+                .rule("network.max-flows"),
+            );
+        }
+        permit
+    }
+
     /// Decides a flow to `dest:port` and, when allowed, connects on the host: the name is
     /// resolved with the rebinding/SSRF rule and the connect goes to the checked address.
     /// A denial or failure is reported here; the caller only refuses the flow.
@@ -328,28 +478,137 @@ impl Shared {
         Err(())
     }
 
+    /// Reports a flow refused before any connect (see [`HttpFlow::Deny`]).
+    pub(crate) async fn refuse(
+        &self,
+        dest: &Dest,
+        port: u16,
+        via: &'static str,
+        client: Option<(std::net::SocketAddrV4, std::net::SocketAddrV4)>,
+        verdict: Verdict,
+    ) {
+        let reason = verdict.reason.clone();
+        let flow = Flow {
+            dest: dest.clone(),
+            port,
+            via,
+            verdict,
+            addr: None,
+            client,
+            owner: Arc::new(OnceLock::new()),
+            started: Instant::now(),
+        };
+        self.emit_later(flow, Action::Deny, reason).await;
+    }
+
     /// Emits a refused flow's event, naming the process behind it: the lookup runs while the
     /// socket still exists, before the caller refuses the flow (a fraction of a millisecond).
     async fn emit_later(&self, flow: Flow, action: Action, reason: String) {
         self.find_owner(&flow);
         flow.owner_settled().await;
-        self.emit(flow.event(action, &reason));
+        self.emit_noisy(flow.event(action, &reason));
     }
 
     /// Starts the background lookup of the process behind `flow` (see [`owner`]). For an
     /// allowed flow the caller starts it once the flow is answered, so it adds no latency.
     pub(crate) fn find_owner(&self, flow: &Flow) {
+        let busy = self.lookups.load(Ordering::Relaxed) >= MAX_OWNER_LOOKUPS;
         match (flow.client, self.sandbox.get().cloned()) {
-            (Some((local, remote)), Some((init, sockets))) => {
+            (Some((local, remote)), Some((init, sockets))) if !busy => {
                 let slot = flow.owner.clone();
+                let lookups = self.lookups.clone();
+                lookups.fetch_add(1, Ordering::Relaxed);
                 tokio::task::spawn_blocking(move || {
                     let _ = slot.set(sockets(local, remote).and_then(|i| owner::find(init, i)));
+                    lookups.fetch_sub(1, Ordering::Relaxed);
                 });
             }
             _ => {
                 let _ = flow.owner.set(None);
             }
         }
+    }
+
+    /// What happens to a TCP flow to `dest:port` (see [`HttpFlow`]): the HTTP layer takes
+    /// ports 443 and 80.
+    pub(crate) fn http_flow(&self, dest: &Dest, port: u16) -> HttpFlow {
+        self.http_flow_for(dest, port, false)
+    }
+
+    /// [`http_flow`](Self::http_flow), for any port when `any_port` (a plain request through
+    /// the explicit proxy is HTTP whatever its port).
+    pub(crate) fn http_flow_for(&self, dest: &Dest, port: u16, any_port: bool) -> HttpFlow {
+        let (Some(layer), Dest::Name(name)) = (self.http.get(), dest) else {
+            return HttpFlow::NotHttp;
+        };
+        if !(any_port || matches!(port, 80 | 443))
+            || layer
+                .plan
+                .passthrough
+                .iter()
+                .any(|p| cordon_http::glob::host_matches(p, name))
+        {
+            return HttpFlow::NotHttp;
+        }
+        if let Some(rule) = blocked(name, &self.plan.dns_block) {
+            return HttpFlow::Deny(Verdict {
+                allow: false,
+                reason: format!("{name} is on the blocklist ({rule})"),
+                rule,
+            });
+        }
+        if self.http_reachable(layer, name, port) {
+            HttpFlow::Intercept
+        } else {
+            HttpFlow::Deny(Verdict {
+                allow: false,
+                rule: "http.default-deny".into(),
+                reason: format!(
+                    "no [[http.rule]] or [[network.allow]] lets requests to {name}:{port} through"
+                ),
+            })
+        }
+    }
+
+    /// Whether any request to `name:port` could be let through (so the connection is worth
+    /// accepting): an allowing rule for the host, a `[[network.allow]]`, or a default that is
+    /// not `deny`.
+    fn http_reachable(&self, layer: &HttpLayer, name: &str, port: u16) -> bool {
+        layer.plan.default != HttpAction::Deny
+            || self.plan.allowing(name, port).is_some()
+            || layer.plan.rules.iter().any(|r| {
+                r.action != HttpAction::Deny
+                    && r.port.is_none_or(|p| p == port)
+                    && cordon_http::glob::host_matches(&r.host, name)
+            })
+    }
+
+    /// The connect an allowed HTTP request makes: the host-side lookup with the
+    /// rebinding/SSRF rule, then the checked addresses only.
+    pub(crate) async fn connect_checked(&self, name: &str, port: u16) -> io::Result<TcpStream> {
+        let looked_up = match self.host.answer_locally(name) {
+            Some(r) => r,
+            None => {
+                let (host, n) = (self.host.clone(), name.to_string());
+                tokio::task::spawn_blocking(move || host.resolve_for_connect(&n))
+                    .await
+                    .map_err(io::Error::other)?
+            }
+        };
+        let addrs = looked_up
+            .map_err(|r| io::Error::new(io::ErrorKind::PermissionDenied, r.to_string()))?;
+        let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{name} has no address"));
+        for ip in addrs {
+            let sa = SocketAddr::new(ip, port);
+            match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(sa)).await {
+                Ok(Ok(s)) => return Ok(s),
+                Ok(Err(e)) => last = io::Error::new(e.kind(), format!("{sa}: {e}")),
+                Err(_) => {
+                    last = io::Error::new(io::ErrorKind::TimedOut, format!("{sa}: timed out"))
+                }
+            }
+        }
+        Err(last)
     }
 
     /// The destination a sandbox address stands for: a name when it is a fake address the
@@ -388,7 +647,31 @@ impl Shared {
         if let Some(r) = &d.rule {
             ev = ev.rule(r.clone());
         }
-        self.emit(ev);
+        self.emit_noisy(ev);
+    }
+}
+
+fn to_action(a: HttpAction) -> cordon_http::rules::Action {
+    match a {
+        HttpAction::Allow => cordon_http::rules::Action::Allow,
+        HttpAction::Deny => cordon_http::rules::Action::Deny,
+        HttpAction::Ask => cordon_http::rules::Action::Ask,
+        HttpAction::Judge => cordon_http::rules::Action::Judge,
+    }
+}
+
+fn to_rule(r: &cordon_policy::HttpRule) -> cordon_http::rules::Rule {
+    cordon_http::rules::Rule {
+        name: r.name.clone(),
+        host: r.host.clone(),
+        port: r.port,
+        methods: r.methods.clone(),
+        path: r.path.clone(),
+        query: r.query.clone(),
+        headers: r.headers.clone(),
+        max_body: r.max_body,
+        action: to_action(r.action),
+        reason: r.reason.clone(),
     }
 }
 
@@ -494,7 +777,16 @@ where
     let (mut ar, mut aw) = tokio::io::split(a);
     let (mut br, mut bw) = tokio::io::split(b);
     let (up, down) = (AtomicU64::new(0), AtomicU64::new(0));
-    let both = async { tokio::join!(pump(&mut ar, &mut bw, &up), pump(&mut br, &mut aw, &down)) };
+    let (a_done, b_done) = (
+        tokio::sync::watch::Sender::new(false),
+        tokio::sync::watch::Sender::new(false),
+    );
+    let both = async {
+        tokio::join!(
+            pump(&mut ar, &mut bw, &up, &a_done, &b_done),
+            pump(&mut br, &mut aw, &down, &b_done, &a_done)
+        )
+    };
     let mut stop = shared.stop.subscribe();
     let err = tokio::select! {
         (u, d) = both => u.err().or(d.err()),
@@ -506,16 +798,37 @@ where
     (up.into_inner(), down.into_inner(), err)
 }
 
-/// One direction of [`relay`]: copies until end of stream, counting, then sends the FIN.
-async fn pump<R, W>(r: &mut R, w: &mut W, count: &AtomicU64) -> io::Result<()>
+/// One direction of [`relay`]: copies until end of stream, counting, then sends the FIN and
+/// says so (`done`). Once the other direction is done (`other`), a read idle for
+/// [`HALF_CLOSE_IDLE`] ends this one too.
+async fn pump<R, W>(
+    r: &mut R,
+    w: &mut W,
+    count: &AtomicU64,
+    done: &tokio::sync::watch::Sender<bool>,
+    other: &tokio::sync::watch::Sender<bool>,
+) -> io::Result<()>
 where
     R: tokio::io::AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin,
 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut buf = vec![0u8; RELAY_BUFFER];
+    let mut other_rx = other.subscribe();
     let result = loop {
-        match r.read(&mut buf).await {
+        let read = if *other_rx.borrow() {
+            match tokio::time::timeout(HALF_CLOSE_IDLE, r.read(&mut buf)).await {
+                Ok(x) => x,
+                Err(_) => break Ok(()),
+            }
+        } else {
+            // Dropping a pending read loses nothing: data is only taken when it is ready.
+            tokio::select! {
+                x = r.read(&mut buf) => x,
+                _ = other_rx.wait_for(|d| *d) => continue,
+            }
+        };
+        match read {
             Ok(0) => break Ok(()),
             Ok(n) => {
                 if let Err(e) = w.write_all(&buf[..n]).await {
@@ -527,6 +840,7 @@ where
         }
     };
     start_shutdown(w).await;
+    done.send_replace(true);
     result
 }
 

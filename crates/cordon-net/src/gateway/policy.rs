@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use cordon_policy::NetworkPlan;
 use ipnet::IpNet;
 
-use crate::{HOST_ALIAS, blocked};
+use crate::{AddrClass, HOST_ALIAS, blocked};
 
 /// Where a flow is going, as the sandbox named it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,19 +119,56 @@ pub(crate) fn decide(
             };
             deny("network.default-deny".into(), why)
         }
-        Dest::Ip(ip) => match allow_ips.iter().find(|n| n.contains(ip)) {
-            Some(net) => Verdict {
-                allow: true,
-                rule: format!("network.allow_ips {net}"),
-                reason: format!("{ip}:{port} is in allow_ips"),
-            },
-            None => deny(
-                "network.raw-ip".into(),
-                format!(
-                    "{ip} did not come from cordon's DNS; connections to raw addresses are refused unless [network] allow_ips names them"
+        Dest::Ip(ip) => {
+            // ::ffff:a.b.c.d is a.b.c.d.
+            let ip = match ip {
+                IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(*ip, IpAddr::V4),
+                v4 => *v4,
+            };
+            let fake = crate::default_fake_range();
+            let class = crate::classify(ip, fake);
+            if let Some(c @ (AddrClass::Loopback | AddrClass::Unspecified | AddrClass::Multicast)) =
+                class
+            {
+                return deny(
+                    "network.raw-ip".into(),
+                    format!(
+                        "{ip} is {c}: the host's own services are reachable only as {HOST_ALIAS}, on ports a rule names"
+                    ),
+                );
+            }
+            // A private or link-local address only through a range that is itself wholly
+            // non-public: `0.0.0.0/0` opens the internet, not the LAN or cloud metadata.
+            let opens = |n: &IpNet| {
+                n.contains(&ip)
+                    && match class {
+                        None => true,
+                        Some(c) => {
+                            crate::classify(n.network(), fake) == Some(c)
+                                && crate::classify(n.broadcast(), fake) == Some(c)
+                        }
+                    }
+            };
+            match allow_ips.iter().find(|n| opens(n)) {
+                Some(net) => Verdict {
+                    allow: true,
+                    rule: format!("network.allow_ips {net}"),
+                    reason: format!("{ip}:{port} is in allow_ips"),
+                },
+                None if class.is_some() && allow_ips.iter().any(|n| n.contains(&ip)) => deny(
+                    "network.raw-ip".into(),
+                    format!(
+                        "{ip} is a non-public address; only an allow_ips range that is itself non-public (e.g. \"10.1.2.0/24\") opens it"
+                    ),
                 ),
-            ),
-        },
+                None => deny(
+                    "network.raw-ip".into(),
+                    format!(
+                        "{ip} did not come from cordon's DNS; connections to raw addresses are refused unless [network] allow_ips names them"
+                    ),
+                ),
+            }
+        }
     }
 }
 
@@ -215,6 +252,42 @@ mod tests {
             )
             .allow
         );
+    }
+
+    #[test]
+    fn a_wide_range_never_opens_loopback_private_or_metadata() {
+        let p = plan();
+        let all: Vec<IpNet> = vec!["0.0.0.0/0".parse().unwrap(), "::/0".parse().unwrap()];
+        for ip in [
+            "127.0.0.1",
+            "0.0.0.0",
+            "::ffff:127.0.0.1",
+            "::1",
+            "169.254.169.254",
+            "10.0.0.5",
+            "192.168.1.1",
+            "100.64.0.1",
+            "fd00::1",
+        ] {
+            let v = decide(&p, &all, &[], &Dest::Ip(ip.parse().unwrap()), 80);
+            assert!(!v.allow, "{ip}: {v:?}");
+        }
+        assert!(
+            decide(
+                &p,
+                &all,
+                &[],
+                &Dest::Ip("140.82.112.3".parse().unwrap()),
+                443
+            )
+            .allow
+        );
+        // Loopback is never a raw-address destination, whatever the range.
+        let lo: Vec<IpNet> = vec!["127.0.0.0/8".parse().unwrap()];
+        assert!(!decide(&p, &lo, &[], &Dest::Ip("127.0.0.1".parse().unwrap()), 80).allow);
+        // A private range named as such opens it.
+        let lan: Vec<IpNet> = vec!["192.168.1.0/24".parse().unwrap()];
+        assert!(decide(&p, &lan, &[], &Dest::Ip("192.168.1.1".parse().unwrap()), 80).allow);
     }
 
     #[test]

@@ -1,28 +1,96 @@
 //! The explicit proxy on the sandbox's `127.0.0.1:3128` (`HTTP_PROXY` and friends point here),
-//! for tools that prefer a proxy: `CONNECT host:port` is spliced once policy allows it, and a
-//! plain `GET http://host/…` is forwarded with `Connection: close` (one request per upstream
-//! connection, so a keep-alive client cannot slip a second host past the decision). The same
-//! policy as the transparent path decides; the HTTP layer replaces this with interception.
+//! for tools that prefer a proxy. With the HTTP layer on, `CONNECT host:443` and every plain
+//! `http://` request go to it (decided request by request, like the transparent path's 443
+//! and 80). Otherwise `CONNECT host:port` is spliced once policy allows it, and a plain request
+//! is forwarded with `Connection: close` and the `Host` of its target (one request per upstream
+//! connection, so a keep-alive client cannot slip a second host past the decision).
 
+use std::io;
 use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::Shared;
 use super::policy::Dest;
+use super::{HttpFlow, Shared};
 
 /// Largest request head read from the sandbox.
 const MAX_HEAD: usize = 64 << 10;
+/// How long a client may take to send its request head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub(crate) async fn serve(shared: Arc<Shared>, listener: TcpListener) {
     loop {
-        let Ok((conn, _)) = listener.accept().await else {
+        let conn = match listener.accept().await {
+            Ok((c, _)) => c,
+            Err(_) => {
+                // Out of descriptors or memory: back off rather than spin.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Some(slot) = shared.slot() else {
+            let mut conn = conn;
+            tokio::spawn(async move {
+                reply(
+                    &mut conn,
+                    "503 Service Unavailable",
+                    "cordon: too many connections are open; close some and retry\n",
+                )
+                .await;
+            });
             continue;
         };
         let _ = conn.set_nodelay(true);
-        tokio::spawn(handle(shared.clone(), conn));
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            handle(shared, conn).await;
+        });
+    }
+}
+
+/// A stream whose first bytes were already read (the request head): they are read again first.
+struct Prefixed<S> {
+    head: Vec<u8>,
+    at: usize,
+    inner: S,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        if me.at < me.head.len() {
+            let n = (me.head.len() - me.at).min(buf.remaining());
+            buf.put_slice(&me.head[me.at..me.at + n]);
+            me.at += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut me.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
 
@@ -58,9 +126,17 @@ async fn handle(shared: Arc<Shared>, mut conn: TcpStream) {
     let mut buf = Vec::with_capacity(4096);
     let head_len = loop {
         let mut chunk = [0u8; 4096];
-        let n = match conn.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
+        let n = match tokio::time::timeout(HEAD_TIMEOUT, conn.read(&mut chunk)).await {
+            Ok(Ok(0) | Err(_)) => return,
+            Ok(Ok(n)) => n,
+            Err(_) => {
+                return reply(
+                    &mut conn,
+                    "408 Request Timeout",
+                    "cordon proxy: no complete request head within 30 s\n",
+                )
+                .await;
+            }
         };
         buf.extend_from_slice(&chunk[..n]);
         let mut headers = [httparse::EMPTY_HEADER; 128];
@@ -133,13 +209,72 @@ async fn handle(shared: Arc<Shared>, mut conn: TcpStream) {
                 return reply(&mut conn, "403 Forbidden", &format!("cordon: {why}\n")).await;
             }
         },
-        Err(_) => Dest::Name(host.trim_end_matches('.').to_string()),
+        Err(_) => match crate::name::normalize(&host) {
+            Ok(n) => Dest::Name(n),
+            Err(e) => {
+                return reply(
+                    &mut conn,
+                    "400 Bad Request",
+                    &format!("cordon proxy: invalid host name ({e})\n"),
+                )
+                .await;
+            }
+        },
     };
     // The client's socket runs from its address to ours.
     let client = match (conn.peer_addr(), conn.local_addr()) {
         (Ok(std::net::SocketAddr::V4(p)), Ok(std::net::SocketAddr::V4(l))) => Some((p, l)),
         _ => None,
     };
+    // The HTTP layer takes CONNECT to 443 and every plain request (HTTP on any port).
+    if (!connect || port == 443) && shared.http.get().is_some() {
+        let flow = match &dest {
+            Dest::Name(_) => shared.http_flow_for(&dest, port, !connect),
+            Dest::Ip(_) => HttpFlow::NotHttp,
+        };
+        match flow {
+            HttpFlow::Intercept => {
+                let Some(layer) = shared.http.get() else {
+                    return;
+                };
+                let name = dest.host();
+                let i = layer.interceptor.clone();
+                if connect {
+                    if conn
+                        .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    let rest = buf[head_len..].to_vec();
+                    let s = Prefixed {
+                        head: rest,
+                        at: 0,
+                        inner: conn,
+                    };
+                    i.serve_tls(s, name, port).await;
+                } else {
+                    let s = Prefixed {
+                        head: buf,
+                        at: 0,
+                        inner: conn,
+                    };
+                    i.serve_plain(s, name, port).await;
+                }
+                return;
+            }
+            HttpFlow::Deny(v) => {
+                let why = format!(
+                    "cordon: {} (rule {}). The same request by any other route is refused too.\n",
+                    v.reason, v.rule
+                );
+                shared.refuse(&dest, port, "proxy", client, v).await;
+                return reply(&mut conn, "403 Forbidden", &why).await;
+            }
+            HttpFlow::NotHttp => {}
+        }
+    }
     let (mut up, flow) = match shared.open(&dest, port, "proxy", client).await {
         Ok(x) => x,
         Err(()) => {
@@ -181,14 +316,28 @@ async fn handle(shared: Arc<Shared>, mut conn: TcpStream) {
             return;
         }
     } else {
-        // Origin-form request line; hop-by-hop and proxy headers dropped; one request only.
-        let mut head = format!("{method} {path} HTTP/1.1\r\n");
+        // Origin-form request line; the Host of the target (not the client's, which could
+        // name another site behind the same front end); hop-by-hop, proxy and
+        // Connection-listed headers dropped; one request only.
+        let listed: Vec<String> = req
+            .headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+            .flat_map(|h| {
+                String::from_utf8_lossy(h.value)
+                    .split(',')
+                    .map(|t| t.trim().to_ascii_lowercase())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {authority}\r\n");
         for h in req.headers.iter() {
             let n = h.name.to_ascii_lowercase();
             if matches!(
                 n.as_str(),
-                "connection" | "proxy-connection" | "proxy-authorization" | "keep-alive"
-            ) {
+                "host" | "connection" | "proxy-connection" | "proxy-authorization" | "keep-alive"
+            ) || listed.contains(&n)
+            {
                 continue;
             }
             head.push_str(h.name);

@@ -12,8 +12,12 @@ use super::Shared;
 
 pub(crate) async fn serve(shared: Arc<Shared>, p: Publish, listener: TcpListener) {
     loop {
-        let Ok((conn, peer)) = listener.accept().await else {
-            continue;
+        let (conn, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(_) => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
         };
         let shared = shared.clone();
         let p = p.clone();

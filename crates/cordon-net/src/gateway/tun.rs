@@ -22,9 +22,9 @@ use tokio::sync::mpsc;
 use super::packet::{self, Parsed};
 use super::{Flow, Shared};
 
-/// Per-flow socket buffers in the stack (the TCP window): 2 MiB each way keeps a loopback-speed
+/// Per-flow socket buffers in the stack (the TCP window): 1 MiB each way keeps a loopback-speed
 /// stream busy; allocated from fresh pages (see `prefer_fresh_pages_for_large_allocations`).
-const TCP_BUFFER: u32 = 2 << 20;
+const TCP_BUFFER: u32 = 1 << 20;
 const MTU: usize = 65520;
 
 /// The TUN device, non-blocking, for the runtime's reactor.
@@ -56,12 +56,16 @@ impl Tun {
 }
 
 type Key = (SocketAddrV4, SocketAddrV4);
+/// A flow's place among the sandbox's [`super::MAX_FLOWS`]; freed when the flow ends.
+type Slot = tokio::sync::OwnedSemaphorePermit;
 
 enum FlowState {
     /// Deciding and connecting; the client's SYN is held.
     Pending,
     /// Connected on the host; waiting for the stack to hand over the sandbox side.
-    Ready(Box<(TcpStream, Flow)>),
+    Ready(Box<(TcpStream, Flow, Slot)>),
+    /// For the HTTP layer (name, port); waiting for the stack to hand over the sandbox side.
+    Intercept(String, u16, Slot),
     /// Relaying.
     Live,
 }
@@ -111,16 +115,42 @@ pub(crate) async fn run(shared: Arc<Shared>, tun: Tun) {
                 let ready = {
                     let mut f = flows.lock().unwrap_or_else(|p| p.into_inner());
                     match f.insert((src, dst), FlowState::Live) {
-                        Some(FlowState::Ready(ready)) => Some(*ready),
+                        Some(FlowState::Ready(ready)) => Some(Ok(*ready)),
+                        Some(FlowState::Intercept(name, port, slot)) => {
+                            Some(Err((name, port, slot)))
+                        }
                         _ => {
                             f.remove(&(src, dst));
                             None
                         }
                     }
                 };
-                let Some((up, flow)) = ready else { continue };
+                let (up, flow, slot) = match ready {
+                    Some(Ok(r)) => r,
+                    Some(Err((name, port, slot))) => {
+                        let (flows, shared) = (flows.clone(), shared.clone());
+                        tokio::spawn(async move {
+                            let _slot = slot;
+                            if let Some(layer) = shared.http.get() {
+                                let i = layer.interceptor.clone();
+                                if port == 443 {
+                                    i.serve_tls(stream, name, port).await;
+                                } else {
+                                    i.serve_plain(stream, name, port).await;
+                                }
+                            }
+                            flows
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .remove(&(src, dst));
+                        });
+                        continue;
+                    }
+                    None => continue,
+                };
                 let (flows, shared) = (flows.clone(), shared.clone());
                 tokio::spawn(async move {
+                    let _slot = slot;
                     let (u, d, e) = super::relay(&shared, stream, up).await;
                     flow.owner_settled().await;
                     shared.emit(flow.finished(u, d, e.as_ref()));
@@ -159,33 +189,46 @@ pub(crate) async fn run(shared: Arc<Shared>, tun: Tun) {
                         Parsed::Tcp { src, dst, syn_only: true, seq } => {
                             let key = (src, dst);
                             // A retransmitted SYN: still deciding (dropped), or the stack has it.
+                            // A SYN for a flow being decided, or one the stack already has
+                            // (which would make it a second socket), is dropped.
                             let known = {
                                 let mut f = flows.lock().unwrap_or_else(|p| p.into_inner());
-                                match f.get(&key) {
-                                    Some(FlowState::Live) => Some(true),
-                                    Some(_) => Some(false),
-                                    None => {
-                                        f.insert(key, FlowState::Pending);
-                                        None
-                                    }
+                                let known = f.contains_key(&key);
+                                if !known {
+                                    f.insert(key, FlowState::Pending);
                                 }
+                                known
                             };
-                            match known {
-                                Some(true) => {
-                                    if to_stack.send(pkt.to_vec()).await.is_err() {
-                                        return;
-                                    }
-                                    continue;
-                                }
-                                Some(false) => continue,
-                                None => {}
+                            if known {
+                                continue;
                             }
+                            let Some(slot) = shared.slot() else {
+                                flows.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+                                tun.write(&packet::tcp_rst(src, dst, seq)).await;
+                                continue;
+                            };
                             let (shared, flows, tun, inject) =
                                 (shared.clone(), flows.clone(), tun.clone(), inject_tx.clone());
                             let syn = pkt.to_vec();
                             tokio::spawn(async move {
                                 let opened = match shared.dest_for((*dst.ip()).into()) {
-                                    Ok(dest) => shared.open(&dest, dst.port(), "tun", Some((src, dst))).await,
+                                    Ok(dest) => match shared.http_flow(&dest, dst.port()) {
+                                        super::HttpFlow::NotHttp => {
+                                            shared.open(&dest, dst.port(), "tun", Some((src, dst))).await
+                                        }
+                                        super::HttpFlow::Intercept => {
+                                            flows
+                                                .lock()
+                                                .unwrap_or_else(|p| p.into_inner())
+                                                .insert(key, FlowState::Intercept(dest.host(), dst.port(), slot));
+                                            let _ = inject.send(syn);
+                                            return;
+                                        }
+                                        super::HttpFlow::Deny(v) => {
+                                            shared.refuse(&dest, dst.port(), "tun", Some((src, dst)), v).await;
+                                            Err(())
+                                        }
+                                    },
                                     Err(why) => {
                                         shared.emit(
                                             NewEvent::new(Layer::Network, Action::Deny, format!("{dst} — {why}"))
@@ -203,7 +246,7 @@ pub(crate) async fn run(shared: Arc<Shared>, tun: Tun) {
                                         flows
                                             .lock()
                                             .unwrap_or_else(|p| p.into_inner())
-                                            .insert(key, FlowState::Ready(Box::new((up, flow))));
+                                            .insert(key, FlowState::Ready(Box::new((up, flow, slot))));
                                         let _ = inject.send(syn);
                                     }
                                     Err(()) => {
