@@ -8,6 +8,7 @@
 //! connected to, or the SNI it sent for it): a `Host` header naming anything else is refused
 //! (421), so one allowed connection cannot carry requests for another host.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -69,6 +70,8 @@ pub struct Config {
     pub connect: ConnectFn,
     /// Events.
     pub emit: Emit,
+    /// The LLM judge, for `judge` decisions (none: they are refused).
+    pub judge: Option<Arc<crate::judge::Judge>>,
 }
 
 /// Decides and forwards the sandbox's HTTP(S) requests (see the module docs).
@@ -79,6 +82,7 @@ pub struct Interceptor {
     server_alpn: Vec<Vec<u8>>,
     client: Client<Upstream, Body>,
     emit: Emit,
+    judge: Option<Arc<crate::judge::Judge>>,
 }
 
 /// Why the interceptor could not be built.
@@ -96,35 +100,7 @@ impl Interceptor {
     /// Builds the upstream TLS client (the host's roots plus `upstream_ca_pem`, ALPN h2 and
     /// http/1.1) and the connection pool.
     pub fn new(cfg: Config) -> Result<Self, InterceptError> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut roots = rustls::RootCertStore::empty();
-        let native = rustls_native_certs::load_native_certs();
-        roots.add_parsable_certificates(native.certs);
-        for pem in &cfg.upstream_ca_pem {
-            use rustls::pki_types::pem::PemObject;
-            let mut any = false;
-            for c in rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()) {
-                let c = c.map_err(|e| InterceptError::UpstreamCa(e.to_string()))?;
-                roots
-                    .add(c)
-                    .map_err(|e| InterceptError::UpstreamCa(e.to_string()))?;
-                any = true;
-            }
-            if !any {
-                return Err(InterceptError::UpstreamCa(
-                    "no certificate in the PEM".into(),
-                ));
-            }
-        }
-        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        let upstream = Upstream {
-            tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
-            connect: cfg.connect,
-        };
+        let upstream = Upstream::new(cfg.connect, &cfg.upstream_ca_pem)?;
         let client = Client::builder(TokioExecutor::new()).build(upstream);
         Ok(Self {
             ca: cfg.ca,
@@ -133,6 +109,7 @@ impl Interceptor {
             server_alpn: vec![b"h2".to_vec(), b"http/1.1".to_vec()],
             client,
             emit: cfg.emit,
+            judge: cfg.judge,
         })
     }
 
@@ -281,11 +258,72 @@ impl Interceptor {
                 body_len,
             },
         );
-        match d.action {
+        let mut decided_by = d.rule.clone();
+        let mut action = d.action;
+        let mut why_judge = None;
+        // The judge reads the body's first bytes; they are forwarded afterwards, then the rest.
+        let mut prefix: Option<VecDeque<Bytes>> = None;
+        if action == Action::Judge {
+            match &self.judge {
+                Some(judge) => {
+                    let max = judge.config().max_body_bytes;
+                    let (buffered, truncated) = match read_prefix(req.body_mut(), max).await {
+                        Ok(x) => x,
+                        Err(e) => {
+                            return text(
+                                StatusCode::BAD_REQUEST,
+                                format!("cordon: reading the request body: {e}\n"),
+                            );
+                        }
+                    };
+                    let flat: Vec<u8> = buffered.iter().flat_map(|b| b.iter().copied()).collect();
+                    let shown = &flat[..flat.len().min(max)];
+                    let full_url = format!(
+                        "{url}{}",
+                        if query.is_empty() {
+                            String::new()
+                        } else {
+                            format!("?{query}")
+                        }
+                    );
+                    let verdict = judge
+                        .judge(&crate::judge::Question {
+                            method: &method,
+                            url: &full_url,
+                            headers: &headers,
+                            body: shown,
+                            body_truncated: truncated || flat.len() > max,
+                        })
+                        .await;
+                    prefix = Some(buffered);
+                    decided_by = format!("{} → judge", d.rule);
+                    match verdict {
+                        crate::judge::Verdict::Allow(r) => {
+                            action = Action::Allow;
+                            why_judge = Some(r);
+                        }
+                        crate::judge::Verdict::Deny(r) => {
+                            action = Action::Deny;
+                            why_judge = Some(format!("the judge: {r}"));
+                        }
+                        crate::judge::Verdict::Failed(e) => {
+                            action = match judge.config().on_error {
+                                crate::judge::OnError::Deny => Action::Deny,
+                                crate::judge::OnError::Ask => Action::Ask,
+                            };
+                            why_judge = Some(format!("the judge could not decide ({e})"));
+                        }
+                    }
+                }
+                None => why_judge = Some("no judge is configured ([judge] in the policy)".into()),
+            }
+        }
+        match action {
             Action::Allow => {}
             other => {
-                let why = match other {
-                    Action::Deny => d.reason.clone().unwrap_or_else(|| {
+                let why = match (other, &why_judge) {
+                    (_, Some(j)) if other != Action::Ask => j.clone(),
+                    (Action::Deny, _) => d.reason.clone().unwrap_or_else(|| {
                         if d.rule == "default" {
                             "no rule allows it".to_string()
                         } else {
@@ -356,11 +394,23 @@ impl Interceptor {
             parts.headers.insert(header::HOST, v);
         }
         parts.version = hyper::Version::HTTP_11;
-        let out = Request::from_parts(parts, body.boxed());
+        let body = match prefix {
+            Some(p) => PrefixedBody {
+                prefix: p,
+                rest: body,
+            }
+            .boxed(),
+            None => body.boxed(),
+        };
+        let out = Request::from_parts(parts, body);
         match self.client.request(out).await {
             Ok(mut resp) => {
                 let status = resp.status().as_u16();
-                (self.emit)(ev(EvAction::Allow, status, "forwarded", &d.rule));
+                let mut e = ev(EvAction::Allow, status, "forwarded", &decided_by);
+                if let Some(j) = &why_judge {
+                    e = e.detail("judge", j.clone());
+                }
+                (self.emit)(e);
                 if status == 101
                     && let Some(client_up) = client_upgrade
                 {
@@ -382,10 +432,57 @@ impl Interceptor {
             }
             Err(e) => {
                 let why = upstream_error(&e);
-                (self.emit)(ev(EvAction::Error, 502, &why, &d.rule));
+                (self.emit)(ev(EvAction::Error, 502, &why, &decided_by));
                 text(StatusCode::BAD_GATEWAY, format!("cordon: {url}: {why}\n"))
             }
         }
+    }
+}
+
+/// Reads the body's first `max` bytes (or all of it, if shorter); the flag says more follows.
+async fn read_prefix(
+    body: &mut Incoming,
+    max: usize,
+) -> Result<(VecDeque<Bytes>, bool), hyper::Error> {
+    let mut out = VecDeque::new();
+    let mut got = 0;
+    while got < max {
+        match body.frame().await {
+            Some(Ok(f)) => {
+                if let Ok(d) = f.into_data() {
+                    got += d.len();
+                    out.push_back(d);
+                }
+            }
+            Some(Err(e)) => return Err(e),
+            None => return Ok((out, false)),
+        }
+    }
+    Ok((out, !hyper::body::Body::is_end_stream(body)))
+}
+
+/// A body whose first chunks were read already (for the judge): those, then the rest.
+struct PrefixedBody {
+    prefix: VecDeque<Bytes>,
+    rest: Incoming,
+}
+
+impl hyper::body::Body for PrefixedBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>> {
+        if let Some(b) = self.prefix.pop_front() {
+            return Poll::Ready(Some(Ok(hyper::body::Frame::data(b))));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.prefix.is_empty() && self.rest.is_end_stream()
     }
 }
 
@@ -509,9 +606,44 @@ impl rustls::server::ResolvesServerCert for LeafResolver {
 
 /// The upstream connector: the gateway's checked connect, then TLS (for https URIs).
 #[derive(Clone)]
-struct Upstream {
+pub(crate) struct Upstream {
     tls: tokio_rustls::TlsConnector,
     connect: ConnectFn,
+}
+
+impl Upstream {
+    /// TLS verified against the host's roots plus `extra_ca_pem`; ALPN h2 and http/1.1.
+    pub(crate) fn new(connect: ConnectFn, extra_ca_pem: &[String]) -> Result<Self, InterceptError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        let native = rustls_native_certs::load_native_certs();
+        roots.add_parsable_certificates(native.certs);
+        for pem in extra_ca_pem {
+            use rustls::pki_types::pem::PemObject;
+            let mut any = false;
+            for c in rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                let c = c.map_err(|e| InterceptError::UpstreamCa(e.to_string()))?;
+                roots
+                    .add(c)
+                    .map_err(|e| InterceptError::UpstreamCa(e.to_string()))?;
+                any = true;
+            }
+            if !any {
+                return Err(InterceptError::UpstreamCa(
+                    "no certificate in the PEM".into(),
+                ));
+            }
+        }
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Self {
+            tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
+            connect,
+        })
+    }
 }
 
 /// An upstream connection, plain or TLS.
@@ -521,7 +653,7 @@ enum UpStream {
 }
 
 /// [`UpStream`] as hyper sees it, with what the pool needs to know (h2 or not).
-struct UpIo(TokioIo<UpStream>);
+pub(crate) struct UpIo(TokioIo<UpStream>);
 
 impl hyper::rt::Read for UpIo {
     fn poll_read(

@@ -29,7 +29,9 @@
 mod ca;
 pub mod glob;
 pub mod intercept;
+pub mod judge;
 pub mod rules;
 
 pub use ca::{CaError, CertAuthority};
 pub use intercept::{Config, ConnectFn, InterceptError, Interceptor};
+pub use judge::{Judge, JudgeConfig};

@@ -149,6 +149,7 @@ async fn fixture(trust_upstream: bool) -> Fixture {
             upstream_ca_pem: if trust_upstream { vec![up_ca] } else { vec![] },
             connect: Arc::new(move |_host, _port| Box::pin(TcpStream::connect(up))),
             emit: Arc::new(move |e| ev.lock().unwrap().push(e)),
+            judge: None,
         })
         .unwrap(),
     );

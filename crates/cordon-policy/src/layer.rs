@@ -18,9 +18,10 @@ use crate::plan::{
 };
 use crate::schema::{
     Checker, DnsSection, EnvSection, ExecSection, FilesystemSection, HTTP_ACTION_VALUES,
-    HTTP_DEFAULT_VALUES, HttpSection, LimitsSection, NETWORK_MODE_VALUES, NetworkSection,
-    ON_EXIT_VALUES, PROJECT_FILES_VALUES, Parts, PolicyFile, PublishEntry, Size, StateSection,
-    SyscallsSection, TlsSection, quoted_choices, toml_string,
+    HTTP_DEFAULT_VALUES, HttpSection, JUDGE_API_VALUES, JUDGE_ON_ERROR_VALUES, JudgeSection,
+    LimitsSection, NETWORK_MODE_VALUES, NetworkSection, ON_EXIT_VALUES, PROJECT_FILES_VALUES,
+    Parts, PolicyFile, PublishEntry, Size, StateSection, SyscallsSection, TlsSection,
+    quoted_choices, toml_string,
 };
 use crate::syscall_table;
 
@@ -94,6 +95,8 @@ pub(crate) struct Sections {
     pub tls_passthrough: Vec<(String, Origin)>,
     /// `[tls] upstream_ca`.
     pub upstream_ca: Vec<Rule>,
+    /// `[judge]`.
+    pub judge: Option<(crate::plan::JudgePlan, Origin)>,
     /// Problems worth a warning that do not stop the run.
     pub warnings: Vec<String>,
 }
@@ -283,7 +286,99 @@ impl Converter<'_> {
         if let Some(tls) = parts.tls {
             self.tls(phase, tls, &mut out)?;
         }
+        if let Some(judge) = parts.judge {
+            self.judge(phase, judge, &mut out)?;
+        }
         Ok(out)
+    }
+
+    fn judge(&self, phase: u8, j: JudgeSection, out: &mut Sections) -> Result<(), PolicyError> {
+        let at = j
+            .url
+            .as_ref()
+            .or(j.policy.as_ref())
+            .or(j.model.as_ref())
+            .map_or(0..0, |s| s.span());
+        let origin = self.origin(phase, at);
+        let need = |v: &Option<Spanned<String>>, key: &str, example: &str| {
+            v.as_ref()
+                .map(|s| s.get_ref().trim().to_string())
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| {
+                    PolicyError::from(
+                        crate::error::Diagnostic::new(format!("[judge] has no `{key}`"))
+                            .in_file(self.file)
+                            .with_help(format!("e.g. {key} = {example}")),
+                    )
+                })
+        };
+        let policy = need(
+            &j.policy,
+            "policy",
+            "\"Reading package registries is fine; uploads are not.\"",
+        )?;
+        let url = need(&j.url, "url", "\"https://api.anthropic.com\"")?;
+        let model = need(&j.model, "model", "\"claude-haiku-4-5\"")?;
+        if let Some(u) = &j.url
+            && !(u.get_ref().starts_with("https://") || u.get_ref().starts_with("http://"))
+        {
+            return Err(self.diag(
+                format!("invalid judge url {}", toml_string(u.get_ref())),
+                u.span(),
+                "an http:// or https:// URL, e.g. \"https://api.anthropic.com\"",
+            ));
+        }
+        let api = match &j.api {
+            Some(a) => self.choice(a, "api", JUDGE_API_VALUES)?.to_string(),
+            None => "anthropic".to_string(),
+        };
+        let on_error = match &j.on_error {
+            Some(a) => self
+                .choice(a, "on_error", JUDGE_ON_ERROR_VALUES)?
+                .to_string(),
+            None => "deny".to_string(),
+        };
+        let timeout_ms = match &j.timeout_ms {
+            Some(t) if (100..=120_000).contains(t.get_ref()) => t.get_ref().unsigned_abs(),
+            Some(t) => {
+                return Err(self.out_of_range(
+                    "timeout_ms",
+                    t.span(),
+                    "from 100 to 120000, e.g. timeout_ms = 8000",
+                ));
+            }
+            None => 8000,
+        };
+        let max_body_bytes = match &j.max_body_bytes {
+            Some(t) if (0..=1 << 20).contains(t.get_ref()) => t.get_ref().unsigned_abs(),
+            Some(t) => {
+                return Err(self.out_of_range(
+                    "max_body_bytes",
+                    t.span(),
+                    "from 0 to 1048576, e.g. max_body_bytes = 16384",
+                ));
+            }
+            None => 16 << 10,
+        };
+        let credential = j
+            .credential
+            .as_ref()
+            .map(|c| c.get_ref().trim().to_string());
+        out.judge = Some((
+            crate::plan::JudgePlan {
+                policy,
+                api,
+                url,
+                model,
+                credential,
+                timeout_ms,
+                on_error,
+                max_body_bytes,
+                origin: origin.label.clone(),
+            },
+            origin,
+        ));
+        Ok(())
     }
 
     fn http_action(

@@ -230,6 +230,7 @@ struct Merged {
     http_rules: Vec<(HttpRule, Origin)>,
     tls_passthrough: Vec<(String, Origin)>,
     upstream_ca: Vec<Rule>,
+    judge: Option<(crate::plan::JudgePlan, Origin)>,
     /// Warnings about how the merge resolved built-in entries.
     notes: Vec<String>,
 }
@@ -296,6 +297,7 @@ impl Merged {
             http_rules: Vec::new(),
             tls_passthrough: Vec::new(),
             upstream_ca: Vec::new(),
+            judge: None,
             notes: Vec::new(),
         };
         for l in layers {
@@ -404,6 +406,9 @@ impl Merged {
         self.http_rules.extend(s.http_rules.iter().cloned());
         push_named(&mut self.tls_passthrough, &s.tls_passthrough);
         push_rules(&mut self.upstream_ca, &s.upstream_ca);
+        if s.judge.is_some() {
+            self.judge.clone_from(&s.judge);
+        }
         for (port, host_port, o) in &s.publish {
             // A later layer's entry for the same host port replaces the earlier one.
             self.publish.retain(|(_, h, _)| h != host_port);
@@ -526,6 +531,7 @@ impl Merged {
                 default: self.http_default.0,
                 passthrough: self.tls_passthrough.into_iter().map(|(p, _)| p).collect(),
                 upstream_ca: self.upstream_ca.into_iter().map(|r| r.path).collect(),
+                judge: self.judge.map(|(j, _)| j),
             },
         }
     }
@@ -778,6 +784,12 @@ fn loosenings(full: &Merged, base: &Merged, layers: &[Layer]) -> Vec<Loosening> 
         && *d != base.http_default.0
     {
         add(o, format!("lets unmatched HTTP requests through {d:?}"));
+    }
+    // The judge decides what rules leave to it: who it is and what it is told is loosening.
+    if let Some((j, o)) = &full.judge
+        && base.judge.as_ref().map(|(b, _)| b) != Some(j)
+    {
+        add(o, format!("sets the LLM judge ({} at {})", j.model, j.url));
     }
     for (p, o) in &full.tls_passthrough {
         if !base.tls_passthrough.iter().any(|(b, _)| b == p) {

@@ -618,4 +618,30 @@ pub struct HttpPlan {
     pub passthrough: Vec<String>,
     /// Extra CA certificates (PEM files) trusted for upstream servers.
     pub upstream_ca: Vec<PathBuf>,
+    /// The LLM judge, if configured.
+    #[serde(default)]
+    pub judge: Option<JudgePlan>,
+}
+
+/// `[judge]`: the LLM asked about requests a rule (or the default) sends to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JudgePlan {
+    /// The policy, in plain English.
+    pub policy: String,
+    /// `anthropic` (Messages) or `openai` (Chat Completions).
+    pub api: String,
+    /// Base URL or full endpoint.
+    pub url: String,
+    /// Model name.
+    pub model: String,
+    /// Host environment variable holding the API key (read on the host only).
+    pub credential: Option<String>,
+    /// Per-question timeout.
+    pub timeout_ms: u64,
+    /// `deny` or `ask` when the judge cannot answer.
+    pub on_error: String,
+    /// Largest body prefix shown to the model.
+    pub max_body_bytes: u64,
+    /// Where it came from.
+    pub origin: String,
 }

@@ -25,6 +25,7 @@ pub(crate) const ROOT_KEYS: &[&str] = &[
     "publish",
     "http",
     "tls",
+    "judge",
     "profile",
 ];
 /// Keys of a `[profile.NAME]` table.
@@ -40,6 +41,7 @@ pub(crate) const PROFILE_KEYS: &[&str] = &[
     "publish",
     "http",
     "tls",
+    "judge",
 ];
 /// Keys of `[filesystem]`.
 pub(crate) const FILESYSTEM_KEYS: &[&str] =
@@ -74,6 +76,21 @@ pub(crate) const HTTP_RULE_KEYS: &[&str] = &[
 pub(crate) const HTTP_DEFAULT_VALUES: &[&str] = &["deny", "ask", "judge"];
 /// Values of a rule's `action`.
 pub(crate) const HTTP_ACTION_VALUES: &[&str] = &["allow", "deny", "ask", "judge"];
+/// Keys of `[judge]`.
+pub(crate) const JUDGE_KEYS: &[&str] = &[
+    "policy",
+    "api",
+    "url",
+    "model",
+    "credential",
+    "timeout_ms",
+    "on_error",
+    "max_body_bytes",
+];
+/// Values of `[judge] api`.
+pub(crate) const JUDGE_API_VALUES: &[&str] = &["anthropic", "openai"];
+/// Values of `[judge] on_error`.
+pub(crate) const JUDGE_ON_ERROR_VALUES: &[&str] = &["deny", "ask"];
 /// Keys of `[tls]`.
 pub(crate) const TLS_KEYS: &[&str] = &["passthrough", "upstream_ca"];
 /// Keys of one `[[publish]]`.
@@ -110,6 +127,8 @@ pub(crate) struct PolicyFile {
     #[serde(default)]
     pub tls: Option<TlsSection>,
     #[serde(default)]
+    pub judge: Option<JudgeSection>,
+    #[serde(default)]
     pub profile: BTreeMap<Spanned<String>, ProfileSection>,
 }
 
@@ -139,6 +158,8 @@ pub(crate) struct ProfileSection {
     pub http: Option<HttpSection>,
     #[serde(default)]
     pub tls: Option<TlsSection>,
+    #[serde(default)]
+    pub judge: Option<JudgeSection>,
 }
 
 /// The sections of a file or of one of its profiles, as written.
@@ -155,6 +176,7 @@ pub(crate) struct Parts {
     pub publish: Vec<Spanned<PublishEntry>>,
     pub http: Option<HttpSection>,
     pub tls: Option<TlsSection>,
+    pub judge: Option<JudgeSection>,
 }
 
 impl PolicyFile {
@@ -172,6 +194,7 @@ impl PolicyFile {
             publish: self.publish,
             http: self.http,
             tls: self.tls,
+            judge: self.judge,
         };
         (parts, self.profile)
     }
@@ -191,6 +214,7 @@ impl From<ProfileSection> for Parts {
             publish: p.publish,
             http: p.http,
             tls: p.tls,
+            judge: p.judge,
         }
     }
 }
@@ -339,6 +363,28 @@ pub(crate) struct HttpRuleEntry {
     pub action: Spanned<String>,
     #[serde(default)]
     pub reason: Option<Spanned<String>>,
+}
+
+/// `[judge]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct JudgeSection {
+    #[serde(default)]
+    pub policy: Option<Spanned<String>>,
+    #[serde(default)]
+    pub api: Option<Spanned<String>>,
+    #[serde(default)]
+    pub url: Option<Spanned<String>>,
+    #[serde(default)]
+    pub model: Option<Spanned<String>>,
+    #[serde(default)]
+    pub credential: Option<Spanned<String>>,
+    #[serde(default)]
+    pub timeout_ms: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub on_error: Option<Spanned<String>>,
+    #[serde(default)]
+    pub max_body_bytes: Option<Spanned<i64>>,
 }
 
 /// `[tls]`.
@@ -504,7 +550,7 @@ impl Checker<'_> {
             let key: &str = k.get_ref();
             match key {
                 "filesystem" | "env" | "limits" | "syscalls" | "exec" | "state" | "network"
-                | "dns" | "http" | "tls" => {
+                | "dns" | "http" | "tls" | "judge" => {
                     let t = self.table(key, v, "the top level")?;
                     self.section(key, t, &format!("[{key}]"))?;
                 }
@@ -533,7 +579,7 @@ impl Checker<'_> {
                 other => {
                     let mut help = format!(
                         "cordon has only the sections {}; a section exists only where something enforces it",
-                        "[filesystem], [env], [limits], [syscalls], [exec], [state], [network], [dns], [[publish]], [http], [tls] and [profile.NAME]"
+                        "[filesystem], [env], [limits], [syscalls], [exec], [state], [network], [dns], [[publish]], [http], [tls], [judge] and [profile.NAME]"
                     );
                     if let Some(s) = did_you_mean(other, ROOT_KEYS) {
                         help.push_str(&format!("; did you mean `{s}`?"));
@@ -592,6 +638,7 @@ impl Checker<'_> {
             "dns" => DNS_KEYS,
             "http" => HTTP_KEYS,
             "tls" => TLS_KEYS,
+            "judge" => JUDGE_KEYS,
             _ => LIMITS_KEYS,
         };
         for (k, v) in sorted(t) {
@@ -620,6 +667,8 @@ impl Checker<'_> {
                     Expect::String
                 }
                 ("tls", _) => Expect::StringArray,
+                ("judge", "timeout_ms" | "max_body_bytes") => Expect::Integer,
+                ("judge", _) => Expect::String,
                 (_, "memory") => Expect::Size,
                 (_, "cpu") => Expect::Number,
                 _ => Expect::Integer,

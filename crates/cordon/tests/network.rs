@@ -656,6 +656,53 @@ both!(
     }
 );
 
+both!(the_judge_decides_what_a_rule_sends_it, |env: Env| {
+    if !have("curl") {
+        eprintln!("skipped: needs curl");
+        return;
+    }
+    setup(&env);
+    let root = www(&env, "judged", "unused");
+    std::fs::create_dir_all(root.join("judged")).unwrap();
+    std::fs::write(root.join("judged/ok.txt"), "judged-ok").unwrap();
+    std::fs::write(root.join("judged/no.txt"), "judged-no").unwrap();
+    env.own(&root);
+    let srv = Server::http(&root);
+    let judge = Server::start(&["judge"]);
+    let name = "api.example.test";
+    let p = srv.port;
+    let pol = format!(
+        "[dns]\nhosts = {{ \"{name}\" = \"127.0.0.1\" }}\n\
+         [[network.allow]]\nhost = \"{name}\"\nports = [{p}]\n\
+         [[http.rule]]\nname = \"ask-the-judge\"\nhost = \"{name}\"\npath = \"/judged/*\"\naction = \"judge\"\n\
+         [judge]\napi = \"openai\"\nurl = \"http://127.0.0.1:{}\"\nmodel = \"fake\"\n\
+         policy = \"Reading public files is fine.\"\n",
+        judge.port
+    );
+    // Plain requests through the explicit proxy are decided request by request.
+    let script = [
+        format!("echo OK $(curl -sS --max-time 10 http://{name}:{p}/judged/ok.txt)"),
+        format!("echo NO $(curl -s --max-time 10 -o /dev/null -w '%{{http_code}}' http://{name}:{p}/judged/no.txt)"),
+        format!("curl -s --max-time 10 http://{name}:{p}/judged/no.txt; echo"),
+    ]
+    .join("\n");
+    let o = run(&env, &pol, &script);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.lines().any(|l| l == "OK judged-ok"), "{}", show(&o));
+    assert!(out.lines().any(|l| l == "NO 403"), "{}", show(&o));
+    assert!(
+        out.contains("not something this project needs"),
+        "{}",
+        show(&o)
+    );
+    assert!(
+        judge.count("JUDGE http://api.example.test") >= 2,
+        "{}",
+        judge.log()
+    );
+    assert_eq!(srv.count("REQ GET /judged/no.txt"), 0, "{}", srv.log());
+});
+
 // ---- 3. pip download from a local index -------------------------------------------------------
 
 both!(pip_download_from_a_local_index, |env: Env| {

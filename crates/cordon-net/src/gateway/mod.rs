@@ -239,6 +239,48 @@ impl Gateway {
                 });
             }
         }
+        let judge = match &http.judge {
+            Some(j) => {
+                let api_key = match &j.credential {
+                    Some(var) => match std::env::var(var) {
+                        Ok(v) if !v.is_empty() => Some(v),
+                        _ => {
+                            (self.shared.emit)(NewEvent::new(
+                                Layer::Http,
+                                Action::Degraded,
+                                format!(
+                                    "the judge's credential ${var} is not set on the host; asking without a key"
+                                ),
+                            ));
+                            None
+                        }
+                    },
+                    None => None,
+                };
+                let cfg = cordon_http::JudgeConfig {
+                    policy: j.policy.clone(),
+                    api: if j.api == "openai" {
+                        cordon_http::judge::Api::OpenAi
+                    } else {
+                        cordon_http::judge::Api::Anthropic
+                    },
+                    url: j.url.clone(),
+                    model: j.model.clone(),
+                    api_key,
+                    timeout: Duration::from_millis(j.timeout_ms),
+                    on_error: if j.on_error == "ask" {
+                        cordon_http::judge::OnError::Ask
+                    } else {
+                        cordon_http::judge::OnError::Deny
+                    },
+                    max_body_bytes: usize::try_from(j.max_body_bytes).unwrap_or(16 << 10),
+                };
+                Some(Arc::new(
+                    cordon_http::Judge::new(cfg, &upstream_ca_pem).map_err(GatewayError::Http)?,
+                ))
+            }
+            None => None,
+        };
         let shared = self.shared.clone();
         let interceptor = Interceptor::new(cordon_http::Config {
             ca,
@@ -250,6 +292,7 @@ impl Gateway {
                 Box::pin(async move { shared.connect_checked(&host, port).await })
             }),
             emit: self.shared.emit.clone(),
+            judge,
         })
         .map_err(|e| GatewayError::Http(e.to_string()))?;
         let _ = self.shared.http.set(HttpLayer {
