@@ -385,6 +385,28 @@ pub fn sockets(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
+/// A desktop notification where `notify-send` exists and a display is set; never drawn over
+/// the agent's terminal. Fire and forget.
+pub fn desktop_notification(line: &str) {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("notify-send").is_file()))
+        .unwrap_or(false);
+    if found
+        && std::env::var_os("DISPLAY")
+            .or_else(|| std::env::var_os("WAYLAND_DISPLAY"))
+            .is_some()
+    {
+        let _ = std::process::Command::new("notify-send")
+            .arg("cordon: approval needed")
+            .arg(format!("{line}\nRun `cordon approve` to answer."))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map(|mut c| std::thread::spawn(move || c.wait()));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -72,6 +72,8 @@ pub struct Config {
     pub emit: Emit,
     /// The LLM judge, for `judge` decisions (none: they are refused).
     pub judge: Option<Arc<crate::judge::Judge>>,
+    /// A person, for `ask` decisions (none: they are refused).
+    pub asker: Option<Arc<crate::ask::Asker>>,
 }
 
 /// Decides and forwards the sandbox's HTTP(S) requests (see the module docs).
@@ -83,6 +85,7 @@ pub struct Interceptor {
     client: Client<Upstream, Body>,
     emit: Emit,
     judge: Option<Arc<crate::judge::Judge>>,
+    asker: Option<Arc<crate::ask::Asker>>,
 }
 
 /// Why the interceptor could not be built.
@@ -110,6 +113,7 @@ impl Interceptor {
             client,
             emit: cfg.emit,
             judge: cfg.judge,
+            asker: cfg.asker,
         })
     }
 
@@ -318,6 +322,27 @@ impl Interceptor {
                 None => why_judge = Some("no judge is configured ([judge] in the policy)".into()),
             }
         }
+        let mut approved_by = None;
+        if action == Action::Ask
+            && let Some(asker) = &self.asker
+        {
+            let what = format!("{method} {url}{}", redact_query(&query));
+            let a = asker.ask(what, decided_by.clone()).await;
+            let who = match (a.allow, a.timed_out, a.remember) {
+                (_, true, _) => "nobody answered in time".to_string(),
+                (true, _, true) => "a person allowed it for the rest of the session".into(),
+                (true, _, false) => "a person allowed it".into(),
+                (false, _, true) => "a person denied it for the rest of the session".into(),
+                (false, _, false) => "a person denied it".into(),
+            };
+            action = if a.allow { Action::Allow } else { Action::Deny };
+            why_judge = Some(format!(
+                "{}{who}",
+                why_judge.map(|j| format!("{j}; ")).unwrap_or_default()
+            ));
+            decided_by = format!("{decided_by} → ask");
+            approved_by = Some(who);
+        }
         match action {
             Action::Allow => {}
             other => {
@@ -409,6 +434,9 @@ impl Interceptor {
                 let mut e = ev(EvAction::Allow, status, "forwarded", &decided_by);
                 if let Some(j) = &why_judge {
                     e = e.detail("judge", j.clone());
+                }
+                if let Some(who) = &approved_by {
+                    e = e.detail("approved", who.clone());
                 }
                 (self.emit)(e);
                 if status == 101

@@ -26,12 +26,14 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod ask;
 mod ca;
 pub mod glob;
 pub mod intercept;
 pub mod judge;
 pub mod rules;
 
+pub use ask::Asker;
 pub use ca::{CaError, CertAuthority};
 pub use intercept::{Config, ConnectFn, InterceptError, Interceptor};
 pub use judge::{Judge, JudgeConfig};

@@ -150,6 +150,7 @@ async fn fixture(trust_upstream: bool) -> Fixture {
             connect: Arc::new(move |_host, _port| Box::pin(TcpStream::connect(up))),
             emit: Arc::new(move |e| ev.lock().unwrap().push(e)),
             judge: None,
+            asker: None,
         })
         .unwrap(),
     );

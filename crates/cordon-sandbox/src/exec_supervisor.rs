@@ -383,7 +383,7 @@ impl<'a> ExecSupervisor<'a> {
                     return;
                 };
                 let qid = broker.ask("exec", &line, &rule_text, timeout);
-                desktop_notification(&line);
+                cordon_approval::desktop_notification(&line);
                 (self.emit)(
                     self.exec_event(Action::Ask, &line, &rule_text, &n)
                         .detail("question", qid)
@@ -519,26 +519,5 @@ fn action_word(a: ExecAction) -> &'static str {
         ExecAction::Allow => "allow",
         ExecAction::Deny => "deny",
         ExecAction::Ask => "ask",
-    }
-}
-
-/// A desktop notification where `notify-send` exists; never drawn over the agent's terminal.
-fn desktop_notification(line: &str) {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join("notify-send").is_file()))
-        .unwrap_or(false);
-    if found
-        && std::env::var_os("DISPLAY")
-            .or_else(|| std::env::var_os("WAYLAND_DISPLAY"))
-            .is_some()
-    {
-        let _ = std::process::Command::new("notify-send")
-            .arg("cordon: approval needed")
-            .arg(format!("{line}\nRun `cordon approve` to answer."))
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .map(|mut c| std::thread::spawn(move || c.wait()));
     }
 }

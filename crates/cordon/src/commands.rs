@@ -300,7 +300,7 @@ fn run_in_session(
         cordon_sandbox::raise_nofile_limit();
     }
     let mut gateway = match plan.network.mode {
-        cordon_policy::NetMode::Gateway => match start_gateway(&mut plan, sink) {
+        cordon_policy::NetMode::Gateway => match start_gateway(&mut plan, sink, session) {
             Ok(g) => Some(g),
             Err(e) => {
                 eprintln!("cordon: cannot start the egress gateway: {e:#}");
@@ -356,7 +356,11 @@ struct GatewayAttach {
 /// The gateway, with the HTTP layer when cordon's CA can be had (made on first use under the
 /// data directory, which no sandbox sees). Without it, HTTPS is decided per connection only,
 /// said loudly.
-fn start_gateway(plan: &mut cordon_policy::Plan, sink: &cordon_net::Emit) -> Result<GatewayAttach> {
+fn start_gateway(
+    plan: &mut cordon_policy::Plan,
+    sink: &cordon_net::Emit,
+    session: &str,
+) -> Result<GatewayAttach> {
     let gateway = cordon_net::Gateway::new(&plan.network, sink.clone())?;
     let ca = cordon_events::data_dir()
         .ok_or_else(|| anyhow!("no data directory (set HOME or XDG_DATA_HOME)"))
@@ -376,8 +380,17 @@ fn start_gateway(plan: &mut cordon_policy::Plan, sink: &cordon_net::Emit) -> Res
             }
             bundle.push_str("# cordon's interception CA (its key never enters the sandbox)\n");
             bundle.push_str(ca.cert_pem());
+            // `ask` decisions go to a broker of their own next to the exec layer's, so
+            // `cordon approve` lists both.
+            let ask = cordon_approval::default_dir().map(|d| {
+                (
+                    d,
+                    format!("{session}-http"),
+                    Duration::from_secs(plan.exec.ask_timeout_secs),
+                )
+            });
             let gateway = gateway
-                .with_http(&plan.http, ca)
+                .with_http(&plan.http, ca, ask)
                 .context("start the HTTP layer")?;
             Ok(GatewayAttach {
                 gateway,

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use common::{Env, show};
+use common::{Env, approve, show, wait_for_question};
 use serde_json::Value;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/net");
@@ -136,6 +136,7 @@ fn named(hosts: &[&str], allow: &[(&str, &[u16])], extra: &str) -> String {
 fn spawn_run(env: &Env, policy_file: &str, script: &str) -> Child {
     let _ = std::fs::remove_file(&env.audit);
     env.cordon()
+        .env("XDG_RUNTIME_DIR", common::runtime_dir(env))
         .arg("run")
         .arg("--no-tty")
         .arg("--audit")
@@ -701,6 +702,72 @@ both!(the_judge_decides_what_a_rule_sends_it, |env: Env| {
         judge.log()
     );
     assert_eq!(srv.count("REQ GET /judged/no.txt"), 0, "{}", srv.log());
+});
+
+both!(ask_holds_a_request_for_cordon_approve, |env: Env| {
+    if !have("curl") {
+        eprintln!("skipped: needs curl");
+        return;
+    }
+    setup(&env);
+    let root = www(&env, "asked", "unused");
+    std::fs::create_dir_all(root.join("ask")).unwrap();
+    for f in ["a", "b", "c"] {
+        std::fs::write(root.join(format!("ask/{f}.txt")), format!("asked-{f}")).unwrap();
+    }
+    env.own(&root);
+    let srv = Server::http(&root);
+    let name = "api.example.test";
+    let p = srv.port;
+    let pol = policy(
+        &env,
+        &format!(
+            "[dns]\nhosts = {{ \"{name}\" = \"127.0.0.1\" }}\n\
+             [[network.allow]]\nhost = \"{name}\"\nports = [{p}]\n\
+             [[http.rule]]\nname = \"a-person-decides\"\nhost = \"{name}\"\npath = \"/ask/*\"\naction = \"ask\"\n\
+             [exec]\nask_timeout = 3\n"
+        ),
+    );
+    let get = |f: &str| {
+        format!(
+            "echo {f} $(curl -s --max-time 30 -w ' %{{http_code}}' http://{name}:{p}/ask/{f}.txt | tail -c 60)"
+        )
+    };
+    let child = spawn_run(&env, &pol, &[get("a"), get("b"), get("c")].join("\n"));
+    let (id, listing) = wait_for_question(&env, "/ask/a.txt");
+    assert!(listing.contains("a-person-decides"), "{listing}");
+    assert_eq!(
+        srv.count("REQ GET /ask/a.txt"),
+        0,
+        "held, not forwarded yet"
+    );
+    let o = approve(&env, &[&id, "--allow"]);
+    assert!(o.status.success(), "{}", show(&o));
+    let (id, _) = wait_for_question(&env, "/ask/b.txt");
+    let o = approve(&env, &[&id, "--deny"]);
+    assert!(o.status.success(), "{}", show(&o));
+    // c: nobody answers; the 3 s timeout denies.
+    let o = wait_limited(child, Duration::from_secs(60));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.lines().any(|l| l == "a asked-a 200"), "{}", show(&o));
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("b ") && l.ends_with(" 403")),
+        "{}",
+        show(&o)
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("c ") && l.ends_with(" 403")),
+        "{}",
+        show(&o)
+    );
+    assert_eq!(srv.count("REQ GET /ask/a.txt"), 1, "{}", srv.log());
+    assert_eq!(srv.count("REQ GET /ask/b.txt"), 0, "{}", srv.log());
+    assert_eq!(srv.count("REQ GET /ask/c.txt"), 0, "{}", srv.log());
+    let log = std::fs::read_to_string(&env.audit).unwrap();
+    assert!(log.contains("a person allowed it"), "{log}");
+    assert!(log.contains("nobody answered in time"), "{log}");
 });
 
 // ---- 3. pip download from a local index -------------------------------------------------------

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Env, all_output, show};
+use common::{Env, all_output, approve, runtime_dir, show, wait_for_question};
 
 /// A python3 snippet that calls `syscall(nr, args…)` via ctypes and prints `errno=N`
 /// (0 on success).
@@ -282,15 +282,6 @@ both!(builtin_rule_refuses_sudo_explicitly, |env: Env| {
     }
 });
 
-/// The approval brokers' directory the tests point cordon at (`XDG_RUNTIME_DIR`), owned by
-/// the variant's user.
-fn runtime_dir(env: &Env) -> std::path::PathBuf {
-    let runtime = env.base.join("runtime");
-    std::fs::create_dir_all(&runtime).unwrap();
-    env.own(&runtime);
-    runtime
-}
-
 /// `cordon run --no-tty [--audit] [--policy P] -- ARGV…` with the tests' approval runtime
 /// directory. The audit file is optional: two sessions running at once cannot share it.
 fn broker_run(
@@ -310,39 +301,6 @@ fn broker_run(
     }
     c.arg("--").args(argv);
     c
-}
-
-fn approve(env: &Env, args: &[&str]) -> std::process::Output {
-    let mut c = env.cordon();
-    c.env("XDG_RUNTIME_DIR", env.base.join("runtime"))
-        .arg("approve")
-        .args(args);
-    c.output().unwrap()
-}
-
-/// Poll `cordon approve --list` until a question mentioning `needle` appears; returns its id
-/// and the whole listing.
-fn wait_for_question(env: &Env, needle: &str) -> (String, String) {
-    let end = Instant::now() + Duration::from_secs(20);
-    loop {
-        let o = approve(env, &["--list"]);
-        let out = String::from_utf8_lossy(&o.stdout).into_owned();
-        if let Some(line) = out.lines().find(|l| l.contains(needle)) {
-            let id = line
-                .split('#')
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next())
-                .unwrap()
-                .to_string();
-            return (id, out);
-        }
-        assert!(
-            Instant::now() < end,
-            "no question about {needle:?}: {}",
-            show(&o)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 both!(exec_ask_waits_for_cordon_approve, |env: Env| {

@@ -214,7 +214,14 @@ impl Gateway {
     /// through the explicit proxy) are terminated with `ca`'s certificates and decided request
     /// by request. Reads `[tls] upstream_ca` files now, so a missing one is an error before
     /// the sandbox starts.
-    pub fn with_http(self, http: &HttpPlan, ca: Arc<CertAuthority>) -> Result<Self, GatewayError> {
+    /// `ask`: where `ask` decisions go — the approval brokers' directory, this session's name
+    /// there, and how long a question waits before it is denied.
+    pub fn with_http(
+        self,
+        http: &HttpPlan,
+        ca: Arc<CertAuthority>,
+        ask: Option<(std::path::PathBuf, String, Duration)>,
+    ) -> Result<Self, GatewayError> {
         let mut upstream_ca_pem = Vec::new();
         for f in &http.upstream_ca {
             let pem = std::fs::read_to_string(f).map_err(|e| {
@@ -281,6 +288,22 @@ impl Gateway {
             }
             None => None,
         };
+        let asker = match ask {
+            Some((dir, session, timeout)) => {
+                match cordon_http::Asker::start(&dir, &session, timeout) {
+                    Ok(a) => Some(Arc::new(a)),
+                    Err(e) => {
+                        (self.shared.emit)(NewEvent::new(
+                            Layer::Http,
+                            Action::Degraded,
+                            format!("no approval broker for HTTP ({e}): `ask` refuses"),
+                        ));
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
         let shared = self.shared.clone();
         let interceptor = Interceptor::new(cordon_http::Config {
             ca,
@@ -293,6 +316,7 @@ impl Gateway {
             }),
             emit: self.shared.emit.clone(),
             judge,
+            asker,
         })
         .map_err(|e| GatewayError::Http(e.to_string()))?;
         let _ = self.shared.http.set(HttpLayer {

@@ -6,6 +6,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 /// The unprivileged account the tests use when run as root (created by scripts/setup-test-env.sh).
 pub const TEST_USER: &str = "cordon-test";
@@ -345,4 +346,46 @@ macro_rules! both {
             }
         }
     };
+}
+
+/// The approval brokers' directory the tests point cordon at (`XDG_RUNTIME_DIR`), owned by
+/// the variant's user.
+pub fn runtime_dir(env: &Env) -> PathBuf {
+    let runtime = env.base.join("runtime");
+    std::fs::create_dir_all(&runtime).unwrap();
+    env.own(&runtime);
+    runtime
+}
+
+pub fn approve(env: &Env, args: &[&str]) -> std::process::Output {
+    let mut c = env.cordon();
+    c.env("XDG_RUNTIME_DIR", env.base.join("runtime"))
+        .arg("approve")
+        .args(args);
+    c.output().unwrap()
+}
+
+/// Poll `cordon approve --list` until a question mentioning `needle` appears; returns its id
+/// and the whole listing.
+pub fn wait_for_question(env: &Env, needle: &str) -> (String, String) {
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        let o = approve(env, &["--list"]);
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        if let Some(line) = out.lines().find(|l| l.contains(needle)) {
+            let id = line
+                .split('#')
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .unwrap()
+                .to_string();
+            return (id, out);
+        }
+        assert!(
+            Instant::now() < end,
+            "no question about {needle:?}: {}",
+            show(&o)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
