@@ -83,6 +83,8 @@ pub struct Interceptor {
     default: Action,
     server_alpn: Vec<Vec<u8>>,
     client: Client<Upstream, Body>,
+    /// For upgrades (WebSocket): HTTP/1.1 only.
+    client_h1: Client<Upstream, Body>,
     emit: Emit,
     judge: Option<Arc<crate::judge::Judge>>,
     asker: Option<Arc<crate::ask::Asker>>,
@@ -103,14 +105,17 @@ impl Interceptor {
     /// Builds the upstream TLS client (the host's roots plus `upstream_ca_pem`, ALPN h2 and
     /// http/1.1) and the connection pool.
     pub fn new(cfg: Config) -> Result<Self, InterceptError> {
-        let upstream = Upstream::new(cfg.connect, &cfg.upstream_ca_pem)?;
+        let upstream = Upstream::new(cfg.connect.clone(), &cfg.upstream_ca_pem)?;
         let client = Client::builder(TokioExecutor::new()).build(upstream);
+        let h1 = Upstream::with_alpn(cfg.connect, &cfg.upstream_ca_pem, &[b"http/1.1"])?;
+        let client_h1 = Client::builder(TokioExecutor::new()).build(h1);
         Ok(Self {
             ca: cfg.ca,
             rules: cfg.rules,
             default: cfg.default,
             server_alpn: vec![b"h2".to_vec(), b"http/1.1".to_vec()],
             client,
+            client_h1,
             emit: cfg.emit,
             judge: cfg.judge,
             asker: cfg.asker,
@@ -428,7 +433,12 @@ impl Interceptor {
             None => body.boxed(),
         };
         let out = Request::from_parts(parts, body);
-        match self.client.request(out).await {
+        let client = if upgrade.is_some() {
+            &self.client_h1
+        } else {
+            &self.client
+        };
+        match client.request(out).await {
             Ok(mut resp) => {
                 let status = resp.status().as_u16();
                 let mut e = ev(EvAction::Allow, status, "forwarded", &decided_by);
@@ -438,7 +448,9 @@ impl Interceptor {
                 if let Some(who) = &approved_by {
                     e = e.detail("approved", who.clone());
                 }
-                (self.emit)(e);
+                if let Some(n) = body_len {
+                    e = e.detail("bytes_up", n);
+                }
                 if status == 101
                     && let Some(client_up) = client_upgrade
                 {
@@ -456,7 +468,24 @@ impl Interceptor {
                         parts.headers.remove(*h);
                     }
                 }
-                Response::from_parts(parts, body.boxed())
+                if status == 101 {
+                    // The connection now belongs to the upgrade: no body of its own.
+                    (self.emit)(e);
+                    return Response::from_parts(
+                        parts,
+                        Full::new(Bytes::new()).map_err(|n| match n {}).boxed(),
+                    );
+                }
+                // The event goes out when the response has been relayed (or abandoned), with
+                // its size and the time to its last byte: a stream is logged when it ends.
+                let counted = CountingBody {
+                    inner: body,
+                    bytes: 0,
+                    started,
+                    event: Some(e),
+                    emit: self.emit.clone(),
+                };
+                Response::from_parts(parts, counted.boxed())
             }
             Err(e) => {
                 let why = upstream_error(&e);
@@ -487,6 +516,69 @@ async fn read_prefix(
         }
     }
     Ok((out, !hyper::body::Body::is_end_stream(body)))
+}
+
+/// The response body on its way to the sandbox, counted; emits the request's event when it
+/// ends or is dropped.
+struct CountingBody {
+    inner: Incoming,
+    bytes: u64,
+    started: Instant,
+    event: Option<NewEvent>,
+    emit: Emit,
+}
+
+impl CountingBody {
+    fn finish(&mut self, complete: bool) {
+        if let Some(e) = self.event.take() {
+            let mut e = e.detail("bytes_down", self.bytes).detail(
+                "latency_ms",
+                u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            );
+            if !complete {
+                e = e.detail("incomplete", true);
+            }
+            (self.emit)(e);
+        }
+    }
+}
+
+impl hyper::body::Body for CountingBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>> {
+        let r = Pin::new(&mut self.inner).poll_frame(cx);
+        match &r {
+            Poll::Ready(Some(Ok(f))) => {
+                if let Some(d) = f.data_ref() {
+                    self.bytes += d.len() as u64;
+                }
+            }
+            Poll::Ready(None) => self.finish(true),
+            Poll::Ready(Some(Err(_))) => self.finish(false),
+            Poll::Pending => {}
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for CountingBody {
+    fn drop(&mut self) {
+        let done = hyper::body::Body::is_end_stream(&self.inner);
+        self.finish(done);
+    }
 }
 
 /// A body whose first chunks were read already (for the judge): those, then the rest.
@@ -642,6 +734,15 @@ pub(crate) struct Upstream {
 impl Upstream {
     /// TLS verified against the host's roots plus `extra_ca_pem`; ALPN h2 and http/1.1.
     pub(crate) fn new(connect: ConnectFn, extra_ca_pem: &[String]) -> Result<Self, InterceptError> {
+        Self::with_alpn(connect, extra_ca_pem, &[b"h2", b"http/1.1"])
+    }
+
+    /// [`Upstream::new`] offering only `alpn` (HTTP/1.1 alone for upgrades: HTTP/2 has none).
+    pub(crate) fn with_alpn(
+        connect: ConnectFn,
+        extra_ca_pem: &[String],
+        alpn: &[&[u8]],
+    ) -> Result<Self, InterceptError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
         let native = rustls_native_certs::load_native_certs();
@@ -666,7 +767,7 @@ impl Upstream {
             .with_safe_default_protocol_versions()?
             .with_root_certificates(roots)
             .with_no_client_auth();
-        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         Ok(Self {
             tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
             connect,

@@ -46,8 +46,35 @@ fn upstream_tls(names: &[&str]) -> (String, Arc<rustls::ServerConfig>) {
 }
 
 async fn upstream_service(
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
 ) -> Result<Response<http_body_util::combinators::BoxBody<Bytes, hyper::Error>>, hyper::Error> {
+    // An upgrade to a byte-echo protocol, as a WebSocket server would upgrade.
+    if req.uri().path() == "/ws" && req.headers().contains_key("upgrade") {
+        let up = hyper::upgrade::on(&mut req);
+        tokio::spawn(async move {
+            if let Ok(io) = up.await {
+                let mut io = TokioIo::new(io);
+                let mut buf = [0u8; 64];
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                loop {
+                    match io.read(&mut buf).await {
+                        Ok(n) if n > 0 => {
+                            if io.write_all(&buf[..n]).await.is_err() || io.flush().await.is_err() {
+                                break;
+                            }
+                        }
+                        _ => break,
+                    }
+                }
+            }
+        });
+        let mut r = Response::new(Full::new(Bytes::new()).map_err(|n| match n {}).boxed());
+        *r.status_mut() = hyper::StatusCode::SWITCHING_PROTOCOLS;
+        r.headers_mut().insert("upgrade", "echo".parse().unwrap());
+        r.headers_mut()
+            .insert("connection", "upgrade".parse().unwrap());
+        return Ok(r);
+    }
     let version = format!("{:?}", req.version());
     let path = req.uri().path().to_string();
     let host = req
@@ -95,7 +122,7 @@ async fn start_upstream(cfg: Arc<rustls::ServerConfig>) -> SocketAddr {
             tokio::spawn(async move {
                 let Ok(tls) = acc.accept(s).await else { return };
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(
+                    .serve_connection_with_upgrades(
                         TokioIo::new(tls),
                         hyper::service::service_fn(upstream_service),
                     )
@@ -352,4 +379,53 @@ async fn an_unverifiable_server_is_a_502_never_a_pass() {
     assert_eq!(status, 502, "{body}");
     assert!(body.contains("did not verify"), "{body}");
     assert!(body.contains("upstream_ca"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrades_are_spliced_after_the_101() {
+    let f = fixture(true).await;
+    let (tls, _) = connect(&f, "api.example.test", b"http/1.1").await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    tokio::spawn(conn.with_upgrades());
+    let req = Request::get("/ws")
+        .header("host", "api.example.test")
+        .header("connection", "upgrade")
+        .header("upgrade", "echo")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 101);
+    let io = hyper::upgrade::on(resp).await.unwrap();
+    let mut io = TokioIo::new(io);
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    for msg in [&b"ping"[..], b"second message"] {
+        io.write_all(msg).await.unwrap();
+        let mut buf = vec![0u8; msg.len()];
+        tokio::time::timeout(Duration::from_secs(5), io.read_exact(&mut buf))
+            .await
+            .expect("echo in time")
+            .unwrap();
+        assert_eq!(&buf[..], msg);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_carry_bytes_and_time_to_the_last_byte() {
+    let f = fixture(true).await;
+    let (status, body) = h1(&f, get("/hello")).await;
+    assert_eq!(status, 200);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let ev = f.events.lock().unwrap();
+    let e = ev
+        .iter()
+        .find(|e| e.action == cordon_events::Action::Allow)
+        .expect("an allow event");
+    assert_eq!(
+        e.detail["bytes_down"].as_u64(),
+        Some(body.len() as u64),
+        "{e:?}"
+    );
+    assert!(e.detail.get("latency_ms").is_some());
 }
