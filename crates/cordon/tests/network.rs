@@ -657,6 +657,140 @@ both!(
     }
 );
 
+/// An HTTPS server of the test's own on `addr:443` for `name`, serving `root`; with its CA.
+fn https_443(
+    env: &Env,
+    name: &str,
+    addr: &str,
+    root: &Path,
+) -> Option<(Server, std::path::PathBuf)> {
+    if !have("openssl") || std::net::TcpListener::bind((addr, 443)).is_err() {
+        eprintln!("skipped: needs openssl and port 443 on {addr} (root)");
+        return None;
+    }
+    let tls = env.base.join(format!("tls-{addr}"));
+    assert!(make_tls(&tls, name), "openssl failed");
+    let srv = Server::start(&[
+        "http",
+        root.to_str().unwrap(),
+        "--addr",
+        addr,
+        "--port",
+        "443",
+        "--tls",
+        tls.join("srv.pem").to_str().unwrap(),
+        tls.join("srv.key").to_str().unwrap(),
+    ]);
+    Some((srv, tls.join("ca.pem")))
+}
+
+both!(pip_and_npm_install_over_inspected_https, |env: Env| {
+    let npm = Command::new("npm")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let pip = Command::new(PY)
+        .args(["-m", "pip", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !npm || !pip {
+        eprintln!("skipped: needs npm and pip");
+        return;
+    }
+    setup(&env);
+    let name = "pkgs.example.test";
+    let addr = if env.who == common::Who::Root {
+        "127.0.0.23"
+    } else {
+        "127.0.0.24"
+    };
+    let root = env.base.join("pkgs443");
+    std::fs::create_dir_all(&root).unwrap();
+    for args in [
+        vec!["wheel", root.to_str().unwrap()],
+        vec!["npm", root.to_str().unwrap(), "https://pkgs.example.test"],
+    ] {
+        let o = Command::new(PY)
+            .arg(format!("{FIXTURES}/netfix.py"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", show(&o));
+    }
+    env.own(&root);
+    let Some((srv, ca)) = https_443(&env, name, addr, &root) else {
+        return;
+    };
+    let pol = format!(
+        "[dns]\nhosts = {{ \"{name}\" = \"{addr}\" }}\n\
+         [[network.allow]]\nhost = \"{name}\"\nports = [443]\n\
+         [tls]\nupstream_ca = \"{}\"\n",
+        ca.display()
+    );
+    // No certificate flags: pip (PIP_CERT) and npm (NODE_EXTRA_CA_CERTS) trust the bundle.
+    let script = format!(
+        "timeout 90 {PY} -m pip download --no-deps --no-cache-dir --disable-pip-version-check \
+           --no-input --timeout 20 --retries 0 --index-url https://{name}/simple/ cordonprobe -d dl >&2 \
+           && ls dl | sed 's/^/PIP /'\n\
+         mkdir n && cd n && echo '{{}}' > package.json && {UNPROXIED} timeout 90 npm install \
+           --registry https://{name}/ --cache ../npmcache --no-audit --no-fund --no-update-notifier \
+           --fetch-retries 0 cordonprobe >&2 && node -e \"console.log('NPM', require('cordonprobe').probe)\""
+    );
+    let o = run(&env, &pol, &script);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("PIP cordonprobe-0.1-py3-none-any.whl"),
+        "{}",
+        show(&o)
+    );
+    assert!(out.contains("NPM cordon-npm-ok"), "{}", show(&o));
+    assert!(
+        srv.count("REQ GET /tarballs/cordonprobe-0.1.0.tgz") >= 1,
+        "{}",
+        srv.log()
+    );
+    let log = std::fs::read_to_string(&env.audit).unwrap();
+    assert!(
+        log.contains("\"layer\":\"http\""),
+        "requests went through the HTTP layer"
+    );
+});
+
+both!(passthrough_hosts_are_never_intercepted, |env: Env| {
+    if !have("curl") {
+        eprintln!("skipped: needs curl");
+        return;
+    }
+    setup(&env);
+    let name = "pinned.example.test";
+    let addr = if env.who == common::Who::Root {
+        "127.0.0.25"
+    } else {
+        "127.0.0.26"
+    };
+    let root = www(&env, "pinned", "hello-pinned");
+    let Some((srv, ca)) = https_443(&env, name, addr, &root) else {
+        return;
+    };
+    env.write("pinned-ca.pem", &std::fs::read_to_string(&ca).unwrap());
+    let pol = format!(
+        "[dns]\nhosts = {{ \"{name}\" = \"{addr}\" }}\n\
+         [[network.allow]]\nhost = \"{name}\"\nports = [443]\n\
+         [tls]\npassthrough = [\"*.example.test\"]\n"
+    );
+    // The client pins the server's own CA: that only works if cordon stays out of the way.
+    let script = [
+        format!("echo A $({UNPROXIED} curl -sS --max-time 10 --cacert pinned-ca.pem https://{name}/hello.txt)"),
+        format!("echo B $(curl -sS --max-time 10 --cacert pinned-ca.pem https://{name}/hello.txt)"),
+    ]
+    .join("\n");
+    let o = run(&env, &pol, &script);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.lines().any(|l| l == "A hello-pinned"), "{}", show(&o));
+    assert!(out.lines().any(|l| l == "B hello-pinned"), "{}", show(&o));
+    assert!(srv.count("REQ GET /hello.txt") >= 2, "{}", srv.log());
+});
+
 both!(the_judge_decides_what_a_rule_sends_it, |env: Env| {
     if !have("curl") {
         eprintln!("skipped: needs curl");
