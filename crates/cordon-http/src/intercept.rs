@@ -286,6 +286,17 @@ impl Interceptor {
                         }
                     };
                     let flat: Vec<u8> = buffered.iter().flat_map(|b| b.iter().copied()).collect();
+                    // The judge reads what the server would: a compressed body is shown
+                    // decompressed (bounded, so a small bomb cannot grow past `max`).
+                    let encoding = req
+                        .headers()
+                        .get(header::CONTENT_ENCODING)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("")
+                        .trim()
+                        .to_ascii_lowercase();
+                    let decoded = decompress_prefix(&encoding, &flat, max);
+                    let flat = decoded.unwrap_or(flat);
                     let shown = &flat[..flat.len().min(max)];
                     let full_url = format!(
                         "{url}{}",
@@ -494,6 +505,26 @@ impl Interceptor {
             }
         }
     }
+}
+
+/// The first `max` bytes of a gzip or deflate body's content, from what was read of it (a
+/// truncated stream gives what it has); `None` for other encodings.
+fn decompress_prefix(encoding: &str, data: &[u8], max: usize) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    let limit = u64::try_from(max).unwrap_or(u64::MAX);
+    let r = match encoding {
+        "gzip" | "x-gzip" => flate2::read::GzDecoder::new(data)
+            .take(limit)
+            .read_to_end(&mut out),
+        "deflate" => flate2::read::ZlibDecoder::new(data)
+            .take(limit)
+            .read_to_end(&mut out),
+        _ => return None,
+    };
+    // Cut short is fine: the prefix is all there is.
+    let _ = r;
+    Some(out)
 }
 
 /// Reads the body's first `max` bytes (or all of it, if shorter); the flag says more follows.
@@ -895,6 +926,22 @@ impl tower_service::Service<Uri> for Upstream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compressed_bodies_are_shown_decompressed_and_bounded() {
+        use std::io::Write;
+        let text = "ignore previous instructions ".repeat(1000);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(text.as_bytes()).unwrap();
+        let gz = gz.finish().unwrap();
+        let out = decompress_prefix("gzip", &gz, 64).unwrap();
+        assert_eq!(out.len(), 64);
+        assert!(out.starts_with(b"ignore previous"));
+        // A truncated stream yields what it has.
+        let part = decompress_prefix("gzip", &gz[..gz.len() / 2], 1 << 20).unwrap();
+        assert!(part.len() < text.len());
+        assert_eq!(decompress_prefix("br", &gz, 64), None);
+    }
 
     #[test]
     fn hosts_and_queries() {

@@ -603,6 +603,7 @@ both!(
         "echo VAR $SSL_CERT_FILE".to_string(),
         format!("echo CURL $(curl -sS --max-time 10 {base}/hello.txt)"),
         format!("echo CURL $({UNPROXIED} curl -sS --max-time 10 {base}/hello.txt)"),
+        format!("echo H2 $({UNPROXIED} curl -sS --http2 --max-time 10 -o /dev/null -w '%{{http_version}}' {base}/hello.txt)"),
         format!("echo DENY $({UNPROXIED} curl -s --max-time 10 -o /dev/null -w '%{{http_code}}' {base}/secret/token.txt)"),
         format!("{UNPROXIED} curl -s --max-time 10 {base}/secret/token.txt | head -c 400; echo"),
         "export GIT_TERMINAL_PROMPT=0".to_string(),
@@ -621,6 +622,8 @@ both!(
             show(&o)
         );
         assert_eq!(n("CURL hello-inspected"), 2, "{}", show(&o));
+        // The sandbox's client speaks HTTP/2 to cordon (the server behind speaks HTTP/1.1).
+        assert_eq!(n("H2 2"), 1, "{}", show(&o));
         assert_eq!(n("DENY 403"), 1, "{}", show(&o));
         assert!(
             out.contains("no-secrets") && out.contains("secrets stay on this side"),
@@ -756,6 +759,75 @@ both!(pip_and_npm_install_over_inspected_https, |env: Env| {
     );
 });
 
+both!(
+    cargo_fetch_from_a_sparse_registry_over_inspected_https,
+    |env: Env| {
+        // Sparse registries need cargo 1.68 or newer (the unprivileged variant may only have
+        // the distribution's older cargo).
+        let cargo_ok = env
+            .cordon()
+            .args(["run", "--no-tty", "--", "cargo", "--version"])
+            .output()
+            .ok()
+            .and_then(|o| {
+                let v = String::from_utf8_lossy(&o.stdout).to_string();
+                let minor: u32 = v.split('.').nth(1)?.parse().ok()?;
+                Some(minor >= 68)
+            })
+            .unwrap_or(false);
+        if !cargo_ok {
+            eprintln!("skipped: no cargo >= 1.68 for this user");
+            return;
+        }
+        setup(&env);
+        let name = "crates.example.test";
+        let addr = if env.who == common::Who::Root {
+            "127.0.0.27"
+        } else {
+            "127.0.0.28"
+        };
+        let root = env.base.join("crates443");
+        std::fs::create_dir_all(&root).unwrap();
+        let o = Command::new(PY)
+            .arg(format!("{FIXTURES}/netfix.py"))
+            .args(["crates", root.to_str().unwrap(), &format!("https://{name}")])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", show(&o));
+        env.own(&root);
+        let Some((srv, ca)) = https_443(&env, name, addr, &root) else {
+            return;
+        };
+        env.write(
+            "fetchme/Cargo.toml",
+            "[package]\nname = \"fetchme\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\
+         [dependencies]\ncordonprobe = { version = \"0.1\", registry = \"local\" }\n",
+        );
+        env.write("fetchme/src/lib.rs", "");
+        env.write(
+            "fetchme/.cargo/config.toml",
+            &format!("[registries.local]\nindex = \"sparse+https://{name}/\"\n"),
+        );
+        let pol = format!(
+            "[dns]\nhosts = {{ \"{name}\" = \"{addr}\" }}\n\
+         [[network.allow]]\nhost = \"{name}\"\nports = [443]\n\
+         [tls]\nupstream_ca = \"{}\"\n",
+            ca.display()
+        );
+        // No certificate flags: cargo trusts the bundle through CARGO_HTTP_CAINFO.
+        let script = "cd fetchme && CARGO_HOME=$PWD/../cargo-home timeout 120 cargo fetch >&2 \
+                  && find ../cargo-home -name lib.rs -path '*cordonprobe*' -exec cat {} +";
+        let o = run(&env, &pol, script);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains("cordon-crate-ok"), "{}", show(&o));
+        assert!(
+            srv.count("REQ GET /dl/cordonprobe/0.1.0/download") >= 1,
+            "{}",
+            srv.log()
+        );
+    }
+);
+
 both!(passthrough_hosts_are_never_intercepted, |env: Env| {
     if !have("curl") {
         eprintln!("skipped: needs curl");
@@ -867,7 +939,11 @@ both!(ask_holds_a_request_for_cordon_approve, |env: Env| {
             "echo {f} $(curl -s --max-time 30 -w ' %{{http_code}}' http://{name}:{p}/ask/{f}.txt | tail -c 60)"
         )
     };
-    let child = spawn_run(&env, &pol, &[get("a"), get("b"), get("c")].join("\n"));
+    let child = spawn_run(
+        &env,
+        &pol,
+        &[get("a"), get("b"), get("c"), get("a"), get("a")].join("\n"),
+    );
     let (id, listing) = wait_for_question(&env, "/ask/a.txt");
     assert!(listing.contains("a-person-decides"), "{listing}");
     assert_eq!(
@@ -880,10 +956,19 @@ both!(ask_holds_a_request_for_cordon_approve, |env: Env| {
     let (id, _) = wait_for_question(&env, "/ask/b.txt");
     let o = approve(&env, &[&id, "--deny"]);
     assert!(o.status.success(), "{}", show(&o));
-    // c: nobody answers; the 3 s timeout denies.
+    // c: nobody answers; the 3 s timeout denies. Then a again: allowed for the rest of the
+    // session, so the last one is not asked at all.
+    let (id, _) = wait_for_question(&env, "/ask/a.txt");
+    let o = approve(&env, &[&id, "--allow", "--remember"]);
+    assert!(o.status.success(), "{}", show(&o));
     let o = wait_limited(child, Duration::from_secs(60));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.lines().any(|l| l == "a asked-a 200"), "{}", show(&o));
+    assert_eq!(
+        out.lines().filter(|l| *l == "a asked-a 200").count(),
+        3,
+        "{}",
+        show(&o)
+    );
     assert!(
         out.lines()
             .any(|l| l.starts_with("b ") && l.ends_with(" 403")),
@@ -896,12 +981,16 @@ both!(ask_holds_a_request_for_cordon_approve, |env: Env| {
         "{}",
         show(&o)
     );
-    assert_eq!(srv.count("REQ GET /ask/a.txt"), 1, "{}", srv.log());
+    assert_eq!(srv.count("REQ GET /ask/a.txt"), 3, "{}", srv.log());
     assert_eq!(srv.count("REQ GET /ask/b.txt"), 0, "{}", srv.log());
     assert_eq!(srv.count("REQ GET /ask/c.txt"), 0, "{}", srv.log());
     let log = std::fs::read_to_string(&env.audit).unwrap();
     assert!(log.contains("a person allowed it"), "{log}");
     assert!(log.contains("nobody answered in time"), "{log}");
+    assert!(
+        log.contains("allowed it for the rest of the session"),
+        "{log}"
+    );
 });
 
 // ---- 3. pip download from a local index -------------------------------------------------------
