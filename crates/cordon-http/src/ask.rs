@@ -1,6 +1,8 @@
 //! Asking a person: `ask` decisions hold the request while the approval broker (the same one
 //! `cordon approve` talks to) waits for an answer; a timeout denies. "Always for this
-//! session" answers are remembered per rule.
+//! session" answers are remembered for the rule *and* the method and host asked about, so one
+//! "always" for an unmatched request never opens every host. At most a few questions wait at
+//! once: a flood of them is denied rather than shown.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -13,8 +15,12 @@ use tokio::sync::oneshot;
 struct Pending {
     what: String,
     rule: String,
+    scope: String,
     reply: oneshot::Sender<Answer>,
 }
+
+/// Questions waiting at once; more are denied without asking.
+const MAX_PENDING: usize = 16;
 
 /// A broker on its own thread, answering the HTTP layer's questions.
 #[derive(Debug)]
@@ -39,16 +45,22 @@ impl Asker {
                     // New questions (or the layer went away: stop once nothing waits).
                     match rx.recv_timeout(Duration::from_millis(50)) {
                         Ok(p) => {
-                            if let Some(allow) = remembered.get(&p.rule) {
+                            if let Some(allow) = remembered.get(&p.scope) {
                                 let _ = p.reply.send(Answer {
                                     allow: *allow,
                                     remember: true,
                                     timed_out: false,
                                 });
+                            } else if waiting.len() >= MAX_PENDING {
+                                let _ = p.reply.send(Answer {
+                                    allow: false,
+                                    remember: false,
+                                    timed_out: false,
+                                });
                             } else {
                                 cordon_approval::desktop_notification(&p.what);
                                 let id = broker.ask("http", &p.what, &p.rule, timeout);
-                                waiting.insert(id, (p.rule, p.reply));
+                                waiting.insert(id, (p.scope, p.reply));
                             }
                         }
                         Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -66,9 +78,9 @@ impl Asker {
                         waiting.remove(&id);
                     }
                     for (id, answer) in broker.serve().into_iter().chain(broker.expire()) {
-                        if let Some((rule, reply)) = waiting.remove(&id) {
+                        if let Some((scope, reply)) = waiting.remove(&id) {
                             if answer.remember && !answer.timed_out {
-                                remembered.insert(rule, answer.allow);
+                                remembered.insert(scope, answer.allow);
                             }
                             let _ = reply.send(answer);
                         }
@@ -84,10 +96,20 @@ impl Asker {
         &self.socket
     }
 
-    /// Holds until a person answers (or the timeout denies). `what` is shown to them.
-    pub async fn ask(&self, what: String, rule: String) -> Answer {
+    /// Holds until a person answers (or the timeout denies). `what` is shown to them; an
+    /// "always" answer covers later questions with the same `scope`.
+    pub async fn ask(&self, what: String, rule: String, scope: String) -> Answer {
         let (reply, rx) = oneshot::channel();
-        if self.tx.send(Pending { what, rule, reply }).is_err() {
+        if self
+            .tx
+            .send(Pending {
+                what,
+                rule,
+                scope,
+                reply,
+            })
+            .is_err()
+        {
             return Answer {
                 allow: false,
                 remember: false,

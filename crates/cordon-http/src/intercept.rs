@@ -42,6 +42,18 @@ pub type ConnectFn = Arc<
 >;
 
 type Body = BoxBody<Bytes, hyper::Error>;
+/// The upgraded connections of one sandbox connection.
+type Tunnels = Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>;
+
+/// Concurrent HTTP/2 streams one sandbox connection may have (each may hold an upstream
+/// request): bounds what one flow can make the supervisor open.
+const MAX_STREAMS: u32 = 32;
+/// Upstream requests in flight at once, all flows together (each holds a socket).
+const MAX_UPSTREAM: usize = 1024;
+/// Largest request head (HTTP/1 buffer, HTTP/2 header list).
+const MAX_HEADERS: u32 = 64 << 10;
+/// How long the judge may wait for a request body's first bytes.
+const BODY_PREFIX_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1): never forwarded.
 const HOP_BY_HOP: &[&str] = &[
@@ -85,6 +97,8 @@ pub struct Interceptor {
     client: Client<Upstream, Body>,
     /// For upgrades (WebSocket): HTTP/1.1 only.
     client_h1: Client<Upstream, Body>,
+    /// One permit per upstream request in flight (held until its response has been relayed).
+    upstream: Arc<tokio::sync::Semaphore>,
     emit: Emit,
     judge: Option<Arc<crate::judge::Judge>>,
     asker: Option<Arc<crate::ask::Asker>>,
@@ -106,9 +120,13 @@ impl Interceptor {
     /// http/1.1) and the connection pool.
     pub fn new(cfg: Config) -> Result<Self, InterceptError> {
         let upstream = Upstream::new(cfg.connect.clone(), &cfg.upstream_ca_pem)?;
-        let client = Client::builder(TokioExecutor::new()).build(upstream);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(32)
+            .build(upstream);
         let h1 = Upstream::with_alpn(cfg.connect, &cfg.upstream_ca_pem, &[b"http/1.1"])?;
-        let client_h1 = Client::builder(TokioExecutor::new()).build(h1);
+        let client_h1 = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(8)
+            .build(h1);
         Ok(Self {
             ca: cfg.ca,
             rules: cfg.rules,
@@ -116,6 +134,7 @@ impl Interceptor {
             server_alpn: vec![b"h2".to_vec(), b"http/1.1".to_vec()],
             client,
             client_h1,
+            upstream: Arc::new(tokio::sync::Semaphore::new(MAX_UPSTREAM)),
             emit: cfg.emit,
             judge: cfg.judge,
             asker: cfg.asker,
@@ -175,14 +194,28 @@ impl Interceptor {
         I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
     {
         let me = self.clone();
+        // Upgraded connections (WebSocket) outlive the HTTP exchange; the caller's hold on the
+        // flow lasts until they end too.
+        let tunnels: Tunnels = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let t = tunnels.clone();
         let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
             let me = me.clone();
             let host = host.clone();
-            async move { Ok::<_, hyper::Error>(me.handle(req, &host, port, scheme).await) }
+            let t = t.clone();
+            async move { Ok::<_, hyper::Error>(me.handle(req, &host, port, scheme, &t).await) }
         });
-        let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-            .serve_connection_with_upgrades(io, svc)
-            .await;
+        let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        builder
+            .http2()
+            .max_concurrent_streams(MAX_STREAMS)
+            .max_header_list_size(MAX_HEADERS);
+        builder.http1().max_buf_size(MAX_HEADERS as usize);
+        let _ = builder.serve_connection_with_upgrades(io, svc).await;
+        let pending: Vec<_> =
+            std::mem::take(&mut *tunnels.lock().unwrap_or_else(|p| p.into_inner()));
+        for t in pending {
+            let _ = t.await;
+        }
     }
 
     async fn handle(
@@ -191,10 +224,21 @@ impl Interceptor {
         host: &str,
         port: u16,
         scheme: &'static str,
+        tunnels: &Tunnels,
     ) -> Response<Body> {
         let started = Instant::now();
         let method = req.method().as_str().to_string();
-        let path = req.uri().path().to_string();
+        let raw_path = req.uri().path().to_string();
+        // Rules match the path as the server will read it, so an encoding cannot slip past.
+        let path = match normalize_path(&raw_path) {
+            Ok(p) => p,
+            Err(why) => {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    format!("cordon: refused an ambiguous path ({why})\n"),
+                );
+            }
+        };
         let query = req.uri().query().unwrap_or("").to_string();
         let url = format!("{scheme}://{host}{}{path}", port_suffix(scheme, port));
         let ev = |action: EvAction, status: u16, reason: &str, rule: &str| {
@@ -215,9 +259,17 @@ impl Interceptor {
                 u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             )
         };
-        // The connection's host decides; a Host header naming another is refused.
-        if let Some(claimed) = request_host(&req)
-            && !same_host(&claimed, host, port, scheme)
+        // The connection's host decides; an authority or any Host header naming another (or
+        // two Host headers) is refused, and what goes upstream carries the connection's host.
+        let claims = request_hosts(&req);
+        if let Some(claimed) = claims
+            .iter()
+            .find(|c| !same_host(c, host, port, scheme))
+            .cloned()
+            .or_else(|| {
+                (req.headers().get_all(header::HOST).iter().count() > 1)
+                    .then(|| "two Host headers".to_string())
+            })
         {
             (self.emit)(ev(
                 EvAction::Deny,
@@ -276,9 +328,14 @@ impl Interceptor {
             match &self.judge {
                 Some(judge) => {
                     let max = judge.config().max_body_bytes;
-                    let (buffered, truncated) = match read_prefix(req.body_mut(), max).await {
+                    let prefix_read =
+                        tokio::time::timeout(BODY_PREFIX_TIMEOUT, read_prefix(req.body_mut(), max))
+                            .await
+                            .unwrap_or_else(|_| Err(None));
+                    let (buffered, truncated) = match prefix_read {
                         Ok(x) => x,
                         Err(e) => {
+                            let e = e.map_or("timed out".to_string(), |e| e.to_string());
                             return text(
                                 StatusCode::BAD_REQUEST,
                                 format!("cordon: reading the request body: {e}\n"),
@@ -295,8 +352,17 @@ impl Interceptor {
                         .unwrap_or("")
                         .trim()
                         .to_ascii_lowercase();
-                    let decoded = decompress_prefix(&encoding, &flat, max);
-                    let flat = decoded.unwrap_or(flat);
+                    let (flat, decode_note) = match decompress_prefix(&encoding, &flat, max + 1) {
+                        Some(Ok(d)) => (d, None),
+                        // Claimed compressed but is not: the judge sees the raw bytes and why.
+                        Some(Err(e)) => (
+                            flat,
+                            Some(format!(
+                                "Content-Encoding {encoding} but the body does not decode ({e})"
+                            )),
+                        ),
+                        None => (flat, None),
+                    };
                     let shown = &flat[..flat.len().min(max)];
                     let full_url = format!(
                         "{url}{}",
@@ -313,6 +379,7 @@ impl Interceptor {
                             headers: &headers,
                             body: shown,
                             body_truncated: truncated || flat.len() > max,
+                            note: decode_note.as_deref(),
                         })
                         .await;
                     prefix = Some(buffered);
@@ -343,7 +410,8 @@ impl Interceptor {
             && let Some(asker) = &self.asker
         {
             let what = format!("{method} {url}{}", redact_query(&query));
-            let a = asker.ask(what, decided_by.clone()).await;
+            let scope = format!("{decided_by} {method} {host}:{port}");
+            let a = asker.ask(what, decided_by.clone(), scope).await;
             let who = match (a.allow, a.timed_out, a.remember) {
                 (_, true, _) => "nobody answered in time".to_string(),
                 (true, _, true) => "a person allowed it for the rest of the session".into(),
@@ -387,7 +455,16 @@ impl Interceptor {
             }
         }
         // Forward: absolute URI to the real server, hop-by-hop headers dropped.
-        let upgrade = req.headers().get(header::UPGRADE).cloned();
+        // Only WebSocket may take the connection over: any other upgrade (h2c above all)
+        // would tunnel requests past the rules.
+        let upgrade = req
+            .headers()
+            .get(header::UPGRADE)
+            .filter(|v| {
+                v.to_str()
+                    .is_ok_and(|u| u.trim().eq_ignore_ascii_case("websocket"))
+            })
+            .cloned();
         let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
         let pq = parts
@@ -424,16 +501,10 @@ impl Interceptor {
                 .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
             parts.headers.insert(header::UPGRADE, u.clone());
         }
-        // HTTP/2 from the sandbox, HTTP/1.1 to the server: the server needs a Host header.
-        if !parts.headers.contains_key(header::HOST)
-            && let Ok(v) = HeaderValue::from_str(&authority(
-                host,
-                port,
-                if scheme == "http" { 80 } else { 443 },
-            ))
-        {
-            parts.headers.insert(header::HOST, v);
-        }
+        // The sandbox's Host never goes upstream: the client sets the connection's own (from
+        // the URI) for HTTP/1.1 and sends it as :authority for HTTP/2 (a Host beside it makes
+        // servers refuse the request).
+        parts.headers.remove(header::HOST);
         parts.version = hyper::Version::HTTP_11;
         let body = match prefix {
             Some(p) => PrefixedBody {
@@ -449,6 +520,25 @@ impl Interceptor {
         } else {
             &self.client
         };
+        let permit =
+            match tokio::time::timeout(BODY_PREFIX_TIMEOUT, self.upstream.clone().acquire_owned())
+                .await
+            {
+                Ok(Ok(p)) => p,
+                _ => {
+                    (self.emit)(ev(
+                        EvAction::Error,
+                        503,
+                        "too many requests in flight",
+                        &decided_by,
+                    ));
+                    return text(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "cordon: too many requests are in flight; retry shortly\n".into(),
+                    );
+                }
+            };
+        let mut permit = Some(permit);
         match client.request(out).await {
             Ok(mut resp) => {
                 let status = resp.status().as_u16();
@@ -466,12 +556,15 @@ impl Interceptor {
                     && let Some(client_up) = client_upgrade
                 {
                     let server_up = hyper::upgrade::on(&mut resp);
-                    tokio::spawn(async move {
+                    let held = permit.take();
+                    let task = tokio::spawn(async move {
+                        let _permit = held;
                         if let (Ok(c), Ok(s)) = (client_up.await, server_up.await) {
                             let (mut c, mut s) = (TokioIo::new(c), TokioIo::new(s));
                             let _ = tokio::io::copy_bidirectional(&mut c, &mut s).await;
                         }
                     });
+                    tunnels.lock().unwrap_or_else(|p| p.into_inner()).push(task);
                 }
                 let (mut parts, body) = resp.into_parts();
                 if status != 101 {
@@ -490,6 +583,7 @@ impl Interceptor {
                 // The event goes out when the response has been relayed (or abandoned), with
                 // its size and the time to its last byte: a stream is logged when it ends.
                 let counted = CountingBody {
+                    _permit: permit,
                     inner: body,
                     bytes: 0,
                     started,
@@ -507,14 +601,15 @@ impl Interceptor {
     }
 }
 
-/// The first `max` bytes of a gzip or deflate body's content, from what was read of it (a
-/// truncated stream gives what it has); `None` for other encodings.
-fn decompress_prefix(encoding: &str, data: &[u8], max: usize) -> Option<Vec<u8>> {
+/// The first `max` bytes of a gzip (every member) or deflate body's content, from what was
+/// read of it: a stream cut short gives what it has; one that does not decode at all is an
+/// error. `None` for other encodings (shown as they are).
+fn decompress_prefix(encoding: &str, data: &[u8], max: usize) -> Option<Result<Vec<u8>, String>> {
     use std::io::Read;
     let mut out = Vec::new();
     let limit = u64::try_from(max).unwrap_or(u64::MAX);
     let r = match encoding {
-        "gzip" | "x-gzip" => flate2::read::GzDecoder::new(data)
+        "gzip" | "x-gzip" => flate2::read::MultiGzDecoder::new(data)
             .take(limit)
             .read_to_end(&mut out),
         "deflate" => flate2::read::ZlibDecoder::new(data)
@@ -522,16 +617,19 @@ fn decompress_prefix(encoding: &str, data: &[u8], max: usize) -> Option<Vec<u8>>
             .read_to_end(&mut out),
         _ => return None,
     };
-    // Cut short is fine: the prefix is all there is.
-    let _ = r;
-    Some(out)
+    Some(match r {
+        Ok(_) => Ok(out),
+        // Cut short after some content: the prefix is all there is.
+        Err(_) if !out.is_empty() => Ok(out),
+        Err(e) => Err(e.to_string()),
+    })
 }
 
 /// Reads the body's first `max` bytes (or all of it, if shorter); the flag says more follows.
 async fn read_prefix(
     body: &mut Incoming,
     max: usize,
-) -> Result<(VecDeque<Bytes>, bool), hyper::Error> {
+) -> Result<(VecDeque<Bytes>, bool), Option<hyper::Error>> {
     let mut out = VecDeque::new();
     let mut got = 0;
     while got < max {
@@ -542,7 +640,7 @@ async fn read_prefix(
                     out.push_back(d);
                 }
             }
-            Some(Err(e)) => return Err(e),
+            Some(Err(e)) => return Err(Some(e)),
             None => return Ok((out, false)),
         }
     }
@@ -552,6 +650,7 @@ async fn read_prefix(
 /// The response body on its way to the sandbox, counted; emits the request's event when it
 /// ends or is dropped.
 struct CountingBody {
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
     inner: Incoming,
     bytes: u64,
     started: Instant,
@@ -637,6 +736,56 @@ impl hyper::body::Body for PrefixedBody {
     }
 }
 
+/// The path as a server reads it, for rule matching: percent-escapes decoded once, empty and
+/// `.` segments dropped, `..` resolved. Encoded `/`, `\\` or NUL, a raw `\\`, a `..` above
+/// the root, or invalid escapes are refused: no rule can be written for what they mean.
+fn normalize_path(raw: &str) -> Result<String, &'static str> {
+    let b = raw.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = |c: u8| (c as char).to_digit(16);
+            let (Some(h), Some(l)) = (
+                b.get(i + 1).and_then(|c| hex(*c)),
+                b.get(i + 2).and_then(|c| hex(*c)),
+            ) else {
+                return Err("an invalid percent-escape");
+            };
+            let v = (h * 16 + l) as u8;
+            if matches!(v, b'/' | b'\\' | 0) {
+                return Err("an encoded '/', '\\' or NUL");
+            }
+            out.push(v);
+            i += 3;
+        } else {
+            if b[i] == b'\\' {
+                return Err("a backslash");
+            }
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    let decoded = String::from_utf8(out).map_err(|_| "bytes that are not UTF-8")?;
+    let mut segs: Vec<&str> = Vec::new();
+    for seg in decoded.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                if segs.pop().is_none() {
+                    return Err("'..' above the root");
+                }
+            }
+            s => segs.push(s),
+        }
+    }
+    let mut p = format!("/{}", segs.join("/"));
+    if decoded.ends_with('/') && !segs.is_empty() {
+        p.push('/');
+    }
+    Ok(p)
+}
+
 fn port_suffix(scheme: &str, port: u16) -> String {
     match (scheme, port) {
         ("https", 443) | ("http", 80) => String::new(),
@@ -657,17 +806,22 @@ fn authority(host: &str, port: u16, default: u16) -> String {
     }
 }
 
-/// The host a request names: HTTP/2's authority, else the Host header.
-fn request_host<B>(req: &Request<B>) -> Option<String> {
-    req.uri()
+/// Every host a request names: its authority (HTTP/2, absolute-form) and each Host header.
+/// A Host header that is not text counts as a name no connection has.
+fn request_hosts<B>(req: &Request<B>) -> Vec<String> {
+    let mut out: Vec<String> = req
+        .uri()
         .authority()
         .map(|a| a.as_str().to_string())
-        .or_else(|| {
-            req.headers()
-                .get(header::HOST)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        })
+        .into_iter()
+        .collect();
+    for v in req.headers().get_all(header::HOST) {
+        out.push(
+            v.to_str()
+                .map_or_else(|_| "\u{fffd}".to_string(), str::to_string),
+        );
+    }
+    out
 }
 
 /// Whether `claimed` (`host[:port]`) names the connection's host and port.
@@ -699,7 +853,8 @@ fn redact_query(q: &str) -> String {
         .split('&')
         .map(|kv| match kv.split_once('=') {
             Some((k, _)) => format!("{k}=…"),
-            None => kv.to_string(),
+            // A bare item may be the secret itself (`?sk-live-…`).
+            None => "…".to_string(),
         })
         .collect();
     format!("?{}", parts.join("&"))
@@ -934,13 +1089,59 @@ mod tests {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         gz.write_all(text.as_bytes()).unwrap();
         let gz = gz.finish().unwrap();
-        let out = decompress_prefix("gzip", &gz, 64).unwrap();
+        let out = decompress_prefix("gzip", &gz, 64).unwrap().unwrap();
         assert_eq!(out.len(), 64);
         assert!(out.starts_with(b"ignore previous"));
         // A truncated stream yields what it has.
-        let part = decompress_prefix("gzip", &gz[..gz.len() / 2], 1 << 20).unwrap();
+        let part = decompress_prefix("gzip", &gz[..gz.len() / 2], 1 << 20)
+            .unwrap()
+            .unwrap();
         assert!(part.len() < text.len());
         assert_eq!(decompress_prefix("br", &gz, 64), None);
+        // Every gzip member is read.
+        let member = |t: &[u8]| {
+            let mut g = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            g.write_all(t).unwrap();
+            g.finish().unwrap()
+        };
+        let two = [member(b"hello "), member(b"token=SECRET")].concat();
+        let out = decompress_prefix("gzip", &two, 1024).unwrap().unwrap();
+        assert_eq!(out, b"hello token=SECRET");
+        // Plain text labelled gzip is an error (the caller shows it raw, saying so).
+        assert!(
+            decompress_prefix("gzip", b"token=SECRET", 64)
+                .unwrap()
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn paths_are_matched_as_servers_read_them() {
+        for (raw, want) in [
+            ("/secret", "/secret"),
+            ("/%73ecret", "/secret"),
+            ("//secret", "/secret"),
+            ("/x/../secret", "/secret"),
+            ("/./secret", "/secret"),
+            ("/a/b/", "/a/b/"),
+            ("/", "/"),
+            ("/caf%C3%A9", "/café"),
+        ] {
+            assert_eq!(normalize_path(raw).as_deref(), Ok(want), "{raw}");
+        }
+        for bad in [
+            "/%2fsecret",
+            "/%2Fsecret",
+            "/a%5cb",
+            "/a\\b",
+            "/%00",
+            "/..",
+            "/a/../../x",
+            "/%zz",
+            "/%4",
+        ] {
+            assert!(normalize_path(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
@@ -966,7 +1167,7 @@ mod tests {
         assert!(!same_host("evil.test", "api.example.test", 443, "https"));
         assert!(same_host("x.test:8080", "x.test", 8080, "http"));
         assert!(!same_host("x.test:zz", "x.test", 80, "http"));
-        assert_eq!(redact_query("key=secret&page=2&flag"), "?key=…&page=…&flag");
+        assert_eq!(redact_query("key=secret&page=2&flag"), "?key=…&page=…&…");
         assert_eq!(redact_query(""), "");
         assert_eq!(authority("::1", 8443, 443), "[::1]:8443");
         assert_eq!(authority("a.test", 443, 443), "a.test");

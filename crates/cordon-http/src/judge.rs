@@ -88,19 +88,42 @@ pub struct Question<'a> {
     pub body: &'a [u8],
     /// Whether the body was longer than what is shown.
     pub body_truncated: bool,
+    /// Something the judge should know about the body (e.g. it claims an encoding it lacks).
+    pub note: Option<&'a str>,
 }
 
-/// Headers whose values never reach the model.
+/// Headers whose values never reach the model: these, and any whose name mentions a token,
+/// key, secret, password, session, cookie or auth.
 const SECRET_HEADERS: &[&str] = &[
     "authorization",
     "proxy-authorization",
     "cookie",
     "set-cookie",
-    "x-api-key",
-    "api-key",
-    "x-auth-token",
-    "x-amz-security-token",
 ];
+const SECRET_WORDS: &[&str] = &[
+    "token", "key", "secret", "passw", "session", "cookie", "auth", "sig",
+];
+
+fn secret_name(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    SECRET_HEADERS.contains(&n.as_str()) || SECRET_WORDS.iter().any(|w| n.contains(w))
+}
+
+/// The URL with the values of secret-looking query parameters (and bare items) redacted.
+fn redact_url(url: &str) -> String {
+    let Some((base, q)) = url.split_once('?') else {
+        return url.to_string();
+    };
+    let parts: Vec<String> = q
+        .split('&')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, _)) if secret_name(k) => format!("{k}=[redacted]"),
+            Some(_) => kv.to_string(),
+            None => "[redacted]".to_string(),
+        })
+        .collect();
+    format!("{base}?{}", parts.join("&"))
+}
 const CACHE_TTL: Duration = Duration::from_secs(300);
 const MAX_CACHE: usize = 4096;
 const MAX_CONCURRENT: usize = 4;
@@ -193,10 +216,14 @@ impl Judge {
                 "the judge failed {n} times in a row; not asked again for a while"
             ));
         }
-        let Ok(_permit) = self.permits.acquire().await else {
-            return Verdict::Failed("the judge is shutting down".into());
+        // Waiting for a turn counts against the timeout too.
+        let asked = async {
+            let Ok(_permit) = self.permits.acquire().await else {
+                return Verdict::Failed("the judge is shutting down".into());
+            };
+            self.ask(q).await
         };
-        let verdict = match tokio::time::timeout(self.cfg.timeout, self.ask(q)).await {
+        let verdict = match tokio::time::timeout(self.cfg.timeout, asked).await {
             Ok(v) => v,
             Err(_) => Verdict::Failed(format!(
                 "no answer within {} ms",
@@ -215,7 +242,8 @@ impl Judge {
                 _ => *b = (0, None),
             }
         }
-        if !matches!(verdict, Verdict::Failed(_)) {
+        // A body longer than what the judge saw is never cached: another tail would share it.
+        if !matches!(verdict, Verdict::Failed(_)) && !q.body_truncated {
             let mut c = self.cache.lock().unwrap_or_else(|p| p.into_inner());
             if c.len() >= MAX_CACHE {
                 c.clear();
@@ -257,25 +285,27 @@ impl Judge {
             .headers
             .iter()
             .map(|(k, v)| {
-                let v = if SECRET_HEADERS.contains(&k.to_ascii_lowercase().as_str()) {
-                    "[redacted]".to_string()
+                let v = if secret_name(k) {
+                    format!("[redacted, {} bytes]", v.len())
                 } else {
                     v.clone()
                 };
                 json!([k, v])
             })
             .collect();
+        // Everything that came from the sandbox — the recent decisions too, whose paths it
+        // chose — is inside the quoted data.
         let quoted = json!({
             "method": q.method,
-            "url": q.url,
+            "url": redact_url(q.url),
             "headers": headers,
             "body": String::from_utf8_lossy(q.body),
             "body_truncated": q.body_truncated,
+            "body_note": q.note,
+            "recent_decisions_in_this_session": recent,
         });
         let user = format!(
-            "Recent decisions in this session (context, oldest first): {}\n\n\
-             BEGIN UNTRUSTED REQUEST\n{}\nEND UNTRUSTED REQUEST",
-            serde_json::to_string(&recent).unwrap_or_default(),
+            "BEGIN UNTRUSTED REQUEST\n{}\nEND UNTRUSTED REQUEST",
             serde_json::to_string_pretty(&quoted).unwrap_or_default()
         );
         let body = match self.cfg.api {
@@ -369,7 +399,13 @@ fn strip_query(url: &str) -> &str {
 
 fn cache_key(q: &Question<'_>) -> [u8; 32] {
     let mut h = Sha256::new();
-    for part in [q.method.as_bytes(), q.url.as_bytes(), q.body] {
+    let mut parts: Vec<&[u8]> = vec![q.method.as_bytes(), q.url.as_bytes(), q.body];
+    for (k, v) in q.headers {
+        parts.push(k.as_bytes());
+        parts.push(v.as_bytes());
+    }
+    parts.push(q.note.unwrap_or("").as_bytes());
+    for part in parts {
         h.update((part.len() as u64).to_le_bytes());
         h.update(part);
     }

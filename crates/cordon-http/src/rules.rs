@@ -1,47 +1,10 @@
-//! Ordered request rules: the first rule that matches a request decides it; none matching
-//! leaves it to the default. Every decision carries the name of what decided.
+//! Ordered request rules — the policy's `[[http.rule]]`s, as the plan holds them: the first
+//! rule that matches a request decides it; none matching leaves it to the default. Every
+//! decision carries the name of what decided.
 
 use crate::glob::{host_matches, matches};
 
-/// What a rule does with a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Action {
-    /// Forward it.
-    Allow,
-    /// Answer 403 with the reason.
-    #[default]
-    Deny,
-    /// Hold it and ask a person.
-    Ask,
-    /// Ask the LLM judge.
-    Judge,
-}
-
-/// One rule. Empty lists and `None` match anything.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Rule {
-    /// Shown in events and 403 bodies.
-    pub name: String,
-    /// Host glob (`*.x` = any name below x).
-    pub host: String,
-    /// Port, if the rule is for one.
-    pub port: Option<u16>,
-    /// Methods, upper-case (`GET`, `POST`); empty = any.
-    pub methods: Vec<String>,
-    /// Path glob (without the query).
-    pub path: Option<String>,
-    /// Query-string glob (without the `?`).
-    pub query: Option<String>,
-    /// Header globs: (lower-case name, value glob); all must match.
-    pub headers: Vec<(String, String)>,
-    /// Largest request body this rule matches (by `Content-Length`; a body of unknown length
-    /// does not match a rule with a limit).
-    pub max_body: Option<u64>,
-    /// What to do.
-    pub action: Action,
-    /// Told to the client when the rule denies (shown to the model).
-    pub reason: Option<String>,
-}
+pub use cordon_policy::{HttpAction as Action, HttpRule as Rule};
 
 /// The parts of a request rules look at.
 #[derive(Debug, Clone, Copy, Default)]
@@ -73,32 +36,31 @@ pub struct Decision {
     pub reason: Option<String>,
 }
 
-impl Rule {
-    /// Whether this rule matches `req`.
-    pub fn matches(&self, req: &Request<'_>) -> bool {
-        host_matches(&self.host, req.host)
-            && self.port.is_none_or(|p| p == req.port)
-            && (self.methods.is_empty()
-                || self
-                    .methods
-                    .iter()
-                    .any(|m| m.eq_ignore_ascii_case(req.method)))
-            && self.path.as_deref().is_none_or(|p| matches(p, req.path))
-            && self.query.as_deref().is_none_or(|q| matches(q, req.query))
-            && self.headers.iter().all(|(name, glob)| {
-                req.headers
-                    .iter()
-                    .any(|(n, v)| n.eq_ignore_ascii_case(name) && matches(glob, v))
-            })
-            && self
-                .max_body
-                .is_none_or(|max| req.body_len.is_some_and(|len| len <= max))
-    }
+/// Whether `rule` matches `req`. A body of unknown length does not match a rule with a
+/// `max_body`.
+pub fn rule_matches(rule: &Rule, req: &Request<'_>) -> bool {
+    host_matches(&rule.host, req.host)
+        && rule.port.is_none_or(|p| p == req.port)
+        && (rule.methods.is_empty()
+            || rule
+                .methods
+                .iter()
+                .any(|m| m.eq_ignore_ascii_case(req.method)))
+        && rule.path.as_deref().is_none_or(|p| matches(p, req.path))
+        && rule.query.as_deref().is_none_or(|q| matches(q, req.query))
+        && rule.headers.iter().all(|(name, glob)| {
+            req.headers
+                .iter()
+                .any(|(n, v)| n.eq_ignore_ascii_case(name) && matches(glob, v))
+        })
+        && rule
+            .max_body
+            .is_none_or(|max| req.body_len.is_some_and(|len| len <= max))
 }
 
 /// The first matching rule's decision, else `default` (rule name `default`).
 pub fn decide(rules: &[Rule], default: Action, req: &Request<'_>) -> Decision {
-    match rules.iter().find(|r| r.matches(req)) {
+    match rules.iter().find(|r| rule_matches(r, req)) {
         Some(r) => Decision {
             action: r.action,
             rule: r.name.clone(),
@@ -192,16 +154,16 @@ mod tests {
             body_len: Some(10),
             ..req("POST", "x.test", "/")
         };
-        assert!(r.matches(&q));
+        assert!(rule_matches(&r, &q));
         q.body_len = None;
-        assert!(!r.matches(&q), "unknown length does not fit a limit");
+        assert!(!rule_matches(&r, &q), "unknown length does not fit a limit");
         q.body_len = Some(2048);
-        assert!(!r.matches(&q));
+        assert!(!rule_matches(&r, &q));
         q.body_len = Some(10);
         q.port = 443;
-        assert!(!r.matches(&q));
+        assert!(!rule_matches(&r, &q));
         q.port = 8443;
         q.headers = &[];
-        assert!(!r.matches(&q));
+        assert!(!rule_matches(&r, &q));
     }
 }

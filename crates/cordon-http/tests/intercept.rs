@@ -70,7 +70,8 @@ async fn upstream_service(
         });
         let mut r = Response::new(Full::new(Bytes::new()).map_err(|n| match n {}).boxed());
         *r.status_mut() = hyper::StatusCode::SWITCHING_PROTOCOLS;
-        r.headers_mut().insert("upgrade", "echo".parse().unwrap());
+        r.headers_mut()
+            .insert("upgrade", "websocket".parse().unwrap());
         r.headers_mut()
             .insert("connection", "upgrade".parse().unwrap());
         return Ok(r);
@@ -392,7 +393,7 @@ async fn upgrades_are_spliced_after_the_101() {
     let req = Request::get("/ws")
         .header("host", "api.example.test")
         .header("connection", "upgrade")
-        .header("upgrade", "echo")
+        .header("upgrade", "websocket")
         .body(Full::new(Bytes::new()))
         .unwrap();
     let resp = send.send_request(req).await.unwrap();
@@ -428,4 +429,68 @@ async fn events_carry_bytes_and_time_to_the_last_byte() {
         "{e:?}"
     );
     assert!(e.detail.get("latency_ms").is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_second_host_rides_an_allowed_connection() {
+    let f = fixture(true).await;
+    // Absolute-form naming the right host, with a Host header naming another.
+    let req = Request::get("https://api.example.test/hello")
+        .header("host", "evil.example")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    assert_eq!(h1(&f, req).await.0, 421);
+    // Two Host headers.
+    let req = Request::get("/hello")
+        .header("host", "api.example.test")
+        .header("host", "evil.example")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    assert_eq!(h1(&f, req).await.0, 421);
+    // HTTP/2: :authority right, a host header wrong.
+    let (tls, _) = connect(&f, "api.example.test", b"h2").await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let req = Request::get("https://api.example.test/hello")
+        .header("host", "evil.example")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    assert_eq!(send.send_request(req).await.unwrap().status(), 421);
+    // What goes upstream carries the connection's host, never the client's own header.
+    let req = Request::get("https://api.example.test/hello")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert!(String::from_utf8_lossy(&body).contains("host=api.example.test"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encoded_paths_meet_the_rules_as_the_server_reads_them() {
+    let f = fixture(true).await;
+    for path in ["/%73ecret", "//secret", "/x/../secret", "/./secret"] {
+        let (status, body) = h1(&f, get(path)).await;
+        assert_eq!(status, 403, "{path}: {body}");
+        assert!(body.contains("no-secrets"), "{path}: {body}");
+    }
+    for path in ["/%2fsecret", "/a%5csecret", "/%00"] {
+        assert_eq!(h1(&f, get(path)).await.0, 400, "{path}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_websocket_may_take_a_connection_over() {
+    let f = fixture(true).await;
+    let req = Request::get("/ws")
+        .header("host", "api.example.test")
+        .header("connection", "upgrade")
+        .header("upgrade", "h2c")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let (status, body) = h1(&f, req).await;
+    assert_ne!(status, 101, "{body}");
 }

@@ -131,6 +131,7 @@ fn q<'a>(url: &'a str, body: &'a [u8], headers: &'a [(String, String)]) -> Quest
         headers,
         body,
         body_truncated: false,
+        note: None,
     }
 }
 
@@ -174,7 +175,7 @@ async fn both_apis_allow_and_deny_with_reasons() {
     // The agent's own secrets never reach the judge.
     let text = body.to_string();
     assert!(!text.contains("sk-secret-agent-token"), "{text}");
-    assert!(text.contains("[redacted]"), "{text}");
+    assert!(text.contains("[redacted, 28 bytes]"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -206,9 +207,20 @@ async fn verdicts_are_cached_and_the_breaker_opens() {
         ));
     }
     assert_eq!(seen.lock().unwrap().len(), 1, "cached after the first");
-    // Another body is another question.
+    // Another body is another question; so are other headers; a body longer than what the
+    // judge saw is never answered from the cache.
     j.judge(&q("https://r.test/x?y=1", b"other", &[])).await;
     assert_eq!(seen.lock().unwrap().len(), 2);
+    let h = vec![("x-leak".to_string(), "SECRET".to_string())];
+    j.judge(&q("https://r.test/x?y=1", b"same", &h)).await;
+    assert_eq!(seen.lock().unwrap().len(), 3);
+    let long = Question {
+        body_truncated: true,
+        ..q("https://r.test/long", b"head", &[])
+    };
+    j.judge(&long).await;
+    j.judge(&long).await;
+    assert_eq!(seen.lock().unwrap().len(), 5);
 
     let bad = judge(addr, Api::OpenAi, "error");
     for _ in 0..5 {
@@ -238,6 +250,7 @@ async fn a_body_instructing_the_judge_arrives_fenced_as_data() {
             headers: &[],
             body,
             body_truncated: true,
+            note: None,
         })
         .await;
     assert!(matches!(v, Verdict::Deny(_)), "{v:?}");
@@ -260,4 +273,9 @@ async fn a_body_instructing_the_judge_arrives_fenced_as_data() {
     // Quoted as JSON: the body's own quotes are escaped, so it cannot close the fence.
     assert!(fenced.contains(r#""body": "{\"note\":"#), "{user}");
     assert!(fenced.contains("\"body_truncated\": true"), "{user}");
+    // Recent decisions (their paths were the sandbox's choice) are quoted data too.
+    assert!(
+        fenced.contains("recent_decisions_in_this_session"),
+        "{user}"
+    );
 }

@@ -579,8 +579,8 @@ pub enum HttpAction {
     Judge,
 }
 
-/// One `[[http.rule]]`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One `[[http.rule]]`. Empty lists and `None` match anything.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HttpRule {
     /// Its name in events and 403 bodies (`http.rule FILE:LINE` when unnamed).
     pub name: String,

@@ -12,37 +12,19 @@ use toml::de::{DeTable, DeValue};
 
 use crate::error::{Diagnostic, backticked, did_you_mean};
 
+/// The sections a file and each of its profiles may have, then `extra` keys.
+macro_rules! section_keys {
+    ($($extra:literal),*) => {
+        &[
+            "filesystem", "env", "limits", "syscalls", "exec", "state", "network", "dns",
+            "publish", "http", "tls", "judge" $(, $extra)*
+        ]
+    };
+}
 /// Top-level keys of a policy file.
-pub(crate) const ROOT_KEYS: &[&str] = &[
-    "filesystem",
-    "env",
-    "limits",
-    "syscalls",
-    "exec",
-    "state",
-    "network",
-    "dns",
-    "publish",
-    "http",
-    "tls",
-    "judge",
-    "profile",
-];
+pub(crate) const ROOT_KEYS: &[&str] = section_keys!("profile");
 /// Keys of a `[profile.NAME]` table.
-pub(crate) const PROFILE_KEYS: &[&str] = &[
-    "filesystem",
-    "env",
-    "limits",
-    "syscalls",
-    "exec",
-    "state",
-    "network",
-    "dns",
-    "publish",
-    "http",
-    "tls",
-    "judge",
-];
+pub(crate) const PROFILE_KEYS: &[&str] = section_keys!();
 /// Keys of `[filesystem]`.
 pub(crate) const FILESYSTEM_KEYS: &[&str] =
     &["readable", "writable", "deny", "read_only", "landlock"];

@@ -139,7 +139,8 @@ pub struct ApproveArgs {
     /// Deny it.
     #[arg(long, requires = "id")]
     pub deny: bool,
-    /// Apply the answer to every later question from the same rule in that session.
+    /// Apply the answer to every later question from the same rule in that session (for HTTP:
+    /// the same rule, method and host).
     #[arg(long)]
     pub remember: bool,
     /// The session the question belongs to (needed when several sessions hold the same id).

@@ -559,36 +559,17 @@ both!(
             return;
         }
         // Port 443 needs root on the host side; each variant gets a loopback address of its own.
-        let addr = if env.who == common::Who::Root {
-            "127.0.0.21"
-        } else {
-            "127.0.0.22"
-        };
-        if std::net::TcpListener::bind((addr, 443)).is_err() {
-            eprintln!("skipped: cannot listen on {addr}:443 here (not root?)");
-            return;
-        }
+        let addr = &variant_addr(&env, 21);
         setup(&env);
         let name = "secure.example.test";
-        let tls = env.base.join("tls443");
-        assert!(make_tls(&tls, name), "openssl failed");
         let root = www(&env, "www443", "hello-inspected");
         assert!(make_repo(&root), "git repo setup failed");
         std::fs::create_dir_all(root.join("secret")).unwrap();
         std::fs::write(root.join("secret/token.txt"), "SHOULD-NOT-LEAVE").unwrap();
         env.own(&root);
-        let srv = Server::start(&[
-            "http",
-            root.to_str().unwrap(),
-            "--addr",
-            addr,
-            "--port",
-            "443",
-            "--tls",
-            tls.join("srv.pem").to_str().unwrap(),
-            tls.join("srv.key").to_str().unwrap(),
-        ]);
-        let ca = tls.join("ca.pem");
+        let Some((srv, ca)) = https_443(&env, name, addr, &root) else {
+            return;
+        };
         let pol = format!(
             "[dns]\nhosts = {{ \"{name}\" = \"{addr}\" }}\n\
          [[network.allow]]\nhost = \"{name}\"\nports = [443]\n\
@@ -660,6 +641,27 @@ both!(
     }
 );
 
+/// A loopback address of this variant's own (`127.0.0.BASE` as root, `.BASE+1` as the user), so
+/// both variants can listen on port 443 at once.
+fn variant_addr(env: &Env, base: u8) -> String {
+    let last = if env.who == common::Who::Root {
+        base
+    } else {
+        base + 1
+    };
+    format!("127.0.0.{last}")
+}
+
+/// Runs a fixture generator of netfix.py (`wheel`, `npm`, `crates`) and asserts it worked.
+fn make_fixture(args: &[&str]) {
+    let o = Command::new(PY)
+        .arg(format!("{FIXTURES}/netfix.py"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+}
+
 /// An HTTPS server of the test's own on `addr:443` for `name`, serving `root`; with its CA.
 fn https_443(
     env: &Env,
@@ -702,24 +704,11 @@ both!(pip_and_npm_install_over_inspected_https, |env: Env| {
     }
     setup(&env);
     let name = "pkgs.example.test";
-    let addr = if env.who == common::Who::Root {
-        "127.0.0.23"
-    } else {
-        "127.0.0.24"
-    };
+    let addr = &variant_addr(&env, 23);
     let root = env.base.join("pkgs443");
     std::fs::create_dir_all(&root).unwrap();
-    for args in [
-        vec!["wheel", root.to_str().unwrap()],
-        vec!["npm", root.to_str().unwrap(), "https://pkgs.example.test"],
-    ] {
-        let o = Command::new(PY)
-            .arg(format!("{FIXTURES}/netfix.py"))
-            .args(&args)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", show(&o));
-    }
+    make_fixture(&["wheel", root.to_str().unwrap()]);
+    make_fixture(&["npm", root.to_str().unwrap(), "https://pkgs.example.test"]);
     env.own(&root);
     let Some((srv, ca)) = https_443(&env, name, addr, &root) else {
         return;
@@ -781,19 +770,10 @@ both!(
         }
         setup(&env);
         let name = "crates.example.test";
-        let addr = if env.who == common::Who::Root {
-            "127.0.0.27"
-        } else {
-            "127.0.0.28"
-        };
+        let addr = &variant_addr(&env, 27);
         let root = env.base.join("crates443");
         std::fs::create_dir_all(&root).unwrap();
-        let o = Command::new(PY)
-            .arg(format!("{FIXTURES}/netfix.py"))
-            .args(["crates", root.to_str().unwrap(), &format!("https://{name}")])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", show(&o));
+        make_fixture(&["crates", root.to_str().unwrap(), &format!("https://{name}")]);
         env.own(&root);
         let Some((srv, ca)) = https_443(&env, name, addr, &root) else {
             return;
@@ -828,6 +808,57 @@ both!(
     }
 );
 
+both!(
+    a_connect_tunnel_to_port_80_is_inspected_like_the_rest,
+    |env: Env| {
+        if !have("curl") {
+            eprintln!("skipped: needs curl");
+            return;
+        }
+        let addr = &variant_addr(&env, 29);
+        if std::net::TcpListener::bind((addr.as_str(), 80)).is_err() {
+            eprintln!("skipped: cannot listen on {addr}:80 here (not root?)");
+            return;
+        }
+        setup(&env);
+        let name = "plain.example.test";
+        let root = www(&env, "plain80", "hello-80");
+        std::fs::create_dir_all(root.join("secret")).unwrap();
+        std::fs::write(root.join("secret/x.txt"), "SHOULD-NOT-LEAVE").unwrap();
+        env.own(&root);
+        let srv = Server::start(&[
+            "http",
+            root.to_str().unwrap(),
+            "--addr",
+            addr,
+            "--port",
+            "80",
+        ]);
+        let pol = format!(
+            "[dns]\nhosts = {{ \"{name}\" = \"{addr}\" }}\n\
+         [[network.allow]]\nhost = \"{name}\"\nports = [80]\n\
+         [[http.rule]]\nname = \"no-secrets\"\nhost = \"{name}\"\npath = \"/secret*\"\naction = \"deny\"\n"
+        );
+        let tunnel =
+            format!("curl -s -p -x {PROXY} --max-time 10 -o /dev/null -w '%{{http_code}}'");
+        let script = [
+            format!("echo OK $({tunnel} http://{name}/hello.txt)"),
+            format!("echo SECRET $({tunnel} http://{name}/secret/x.txt)"),
+            format!("echo ENCODED $({tunnel} http://{name}/%73ecret/x.txt)"),
+            format!(
+                "echo FRONTED $({tunnel} -H 'Host: evil.example.test' http://{name}/hello.txt)"
+            ),
+        ]
+        .join("\n");
+        let o = run(&env, &pol, &script);
+        let out = String::from_utf8_lossy(&o.stdout);
+        for want in ["OK 200", "SECRET 403", "ENCODED 403", "FRONTED 421"] {
+            assert!(out.lines().any(|l| l == want), "{want}: {}", show(&o));
+        }
+        assert_eq!(srv.count("REQ GET /secret"), 0, "{}", srv.log());
+    }
+);
+
 both!(passthrough_hosts_are_never_intercepted, |env: Env| {
     if !have("curl") {
         eprintln!("skipped: needs curl");
@@ -835,11 +866,7 @@ both!(passthrough_hosts_are_never_intercepted, |env: Env| {
     }
     setup(&env);
     let name = "pinned.example.test";
-    let addr = if env.who == common::Who::Root {
-        "127.0.0.25"
-    } else {
-        "127.0.0.26"
-    };
+    let addr = &variant_addr(&env, 25);
     let root = www(&env, "pinned", "hello-pinned");
     let Some((srv, ca)) = https_443(&env, name, addr, &root) else {
         return;
@@ -1059,12 +1086,7 @@ both!(npm_install_from_a_local_registry, |env: Env| {
     let srv = Server::http(&root);
     let name = "npm.example.test";
     let url = format!("http://{name}:{}", srv.port);
-    let o = Command::new(PY)
-        .arg(format!("{FIXTURES}/netfix.py"))
-        .args(["npm", root.to_str().unwrap(), &url])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", show(&o));
+    make_fixture(&["npm", root.to_str().unwrap(), &url]);
     env.own(&root);
     let pol = named(&[name], &[(name, &[srv.port])], "");
     // Two fresh projects: one through the proxy variables, one without them.

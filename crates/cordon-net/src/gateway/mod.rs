@@ -234,14 +234,15 @@ impl Gateway {
         }
         // [[http.rule]]s first, in order; then every [[network.allow]] host and port allows its
         // requests (a connection-level allowance the HTTP rules can narrow).
-        let mut rules: Vec<cordon_http::rules::Rule> = http.rules.iter().map(to_rule).collect();
+        let mut rules = http.rules.clone();
         for r in &self.shared.plan.allow {
             for p in &r.ports {
-                rules.push(cordon_http::rules::Rule {
+                rules.push(cordon_policy::HttpRule {
                     name: r.label(),
                     host: r.host.clone(),
                     port: Some(*p),
-                    action: cordon_http::rules::Action::Allow,
+                    action: HttpAction::Allow,
+                    origin: r.origin.clone(),
                     ..Default::default()
                 });
             }
@@ -308,7 +309,7 @@ impl Gateway {
         let interceptor = Interceptor::new(cordon_http::Config {
             ca,
             rules,
-            default: to_action(http.default),
+            default: http.default,
             upstream_ca_pem,
             connect: Arc::new(move |host, port| {
                 let shared = shared.clone();
@@ -478,16 +479,7 @@ impl Shared {
     ) -> Result<(TcpStream, Flow), ()> {
         let block = &self.plan.dns_block;
         let verdict = policy::decide(&self.plan, &self.allow_ips, block, dest, port);
-        let mut flow = Flow {
-            dest: dest.clone(),
-            port,
-            via,
-            verdict,
-            addr: None,
-            client,
-            owner: Arc::new(OnceLock::new()),
-            started: Instant::now(),
-        };
+        let mut flow = Flow::new(dest, port, via, verdict, client);
         if !flow.verdict.allow {
             let reason = flow.verdict.reason.clone();
             self.emit_later(flow, Action::Deny, reason).await;
@@ -555,16 +547,7 @@ impl Shared {
         verdict: Verdict,
     ) {
         let reason = verdict.reason.clone();
-        let flow = Flow {
-            dest: dest.clone(),
-            port,
-            via,
-            verdict,
-            addr: None,
-            client,
-            owner: Arc::new(OnceLock::new()),
-            started: Instant::now(),
-        };
+        let flow = Flow::new(dest, port, via, verdict, client);
         self.emit_later(flow, Action::Deny, reason).await;
     }
 
@@ -718,30 +701,6 @@ impl Shared {
     }
 }
 
-fn to_action(a: HttpAction) -> cordon_http::rules::Action {
-    match a {
-        HttpAction::Allow => cordon_http::rules::Action::Allow,
-        HttpAction::Deny => cordon_http::rules::Action::Deny,
-        HttpAction::Ask => cordon_http::rules::Action::Ask,
-        HttpAction::Judge => cordon_http::rules::Action::Judge,
-    }
-}
-
-fn to_rule(r: &cordon_policy::HttpRule) -> cordon_http::rules::Rule {
-    cordon_http::rules::Rule {
-        name: r.name.clone(),
-        host: r.host.clone(),
-        port: r.port,
-        methods: r.methods.clone(),
-        path: r.path.clone(),
-        query: r.query.clone(),
-        headers: r.headers.clone(),
-        max_body: r.max_body,
-        action: to_action(r.action),
-        reason: r.reason.clone(),
-    }
-}
-
 /// One flow's facts, for its events.
 pub(crate) struct Flow {
     pub dest: Dest,
@@ -756,6 +715,25 @@ pub(crate) struct Flow {
 }
 
 impl Flow {
+    fn new(
+        dest: &Dest,
+        port: u16,
+        via: &'static str,
+        verdict: Verdict,
+        client: Option<(std::net::SocketAddrV4, std::net::SocketAddrV4)>,
+    ) -> Self {
+        Flow {
+            dest: dest.clone(),
+            port,
+            via,
+            verdict,
+            addr: None,
+            client,
+            owner: Arc::new(OnceLock::new()),
+            started: Instant::now(),
+        }
+    }
+
     /// Waits (at most 200 ms) for the background owner lookup, so the event can name the
     /// process.
     pub(crate) async fn owner_settled(&self) {

@@ -1,7 +1,7 @@
 //! The explicit proxy on the sandbox's `127.0.0.1:3128` (`HTTP_PROXY` and friends point here),
-//! for tools that prefer a proxy. With the HTTP layer on, `CONNECT host:443` and every plain
-//! `http://` request go to it (decided request by request, like the transparent path's 443
-//! and 80). Otherwise `CONNECT host:port` is spliced once policy allows it, and a plain request
+//! for tools that prefer a proxy. With the HTTP layer on, `CONNECT host:443` (and `:80`) and
+//! every plain `http://` request go to it (decided request by request, like the transparent
+//! path's 443 and 80). Otherwise `CONNECT host:port` is spliced once policy allows it, and a plain request
 //! is forwarded with `Connection: close` and the `Host` of its target (one request per upstream
 //! connection, so a keep-alive client cannot slip a second host past the decision).
 
@@ -226,8 +226,9 @@ async fn handle(shared: Arc<Shared>, mut conn: TcpStream) {
         (Ok(std::net::SocketAddr::V4(p)), Ok(std::net::SocketAddr::V4(l))) => Some((p, l)),
         _ => None,
     };
-    // The HTTP layer takes CONNECT to 443 and every plain request (HTTP on any port).
-    if (!connect || port == 443) && shared.http.get().is_some() {
+    // The HTTP layer takes CONNECT to 443 (TLS) and to 80 (plain HTTP inside the tunnel), and
+    // every plain request (HTTP on any port): the same ports the transparent path gives it.
+    if (!connect || matches!(port, 80 | 443)) && shared.http.get().is_some() {
         let flow = match &dest {
             Dest::Name(_) => shared.http_flow_for(&dest, port, !connect),
             Dest::Ip(_) => HttpFlow::NotHttp,
@@ -253,7 +254,11 @@ async fn handle(shared: Arc<Shared>, mut conn: TcpStream) {
                         at: 0,
                         inner: conn,
                     };
-                    i.serve_tls(s, name, port).await;
+                    if port == 443 {
+                        i.serve_tls(s, name, port).await;
+                    } else {
+                        i.serve_plain(s, name, port).await;
+                    }
                 } else {
                     let s = Prefixed {
                         head: buf,
