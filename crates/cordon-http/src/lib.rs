@@ -28,6 +28,7 @@
 
 pub mod ask;
 mod ca;
+pub mod dlp;
 pub mod glob;
 pub mod intercept;
 pub mod judge;
