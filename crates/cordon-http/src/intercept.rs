@@ -86,6 +86,97 @@ pub struct Config {
     pub judge: Option<Arc<crate::judge::Judge>>,
     /// A person, for `ask` decisions (none: they are refused).
     pub asker: Option<Arc<crate::ask::Asker>>,
+    /// Credentials swapped in at the wire.
+    pub credentials: Vec<WireCredential>,
+}
+
+/// A credential as the interceptor holds it: the sandbox's placeholder and the real value.
+#[derive(Clone)]
+pub struct WireCredential {
+    /// Name, for events.
+    pub name: String,
+    /// What the sandbox holds.
+    pub placeholder: String,
+    /// The real value (never logged, never sent anywhere but `hosts`).
+    pub real: String,
+    /// Host globs it may go to.
+    pub hosts: Vec<String>,
+    /// The header it travels in (lower-case).
+    pub header: String,
+    /// `{}`-format of the header value when injected (`Basic …` is base64-encoded).
+    pub format: String,
+    /// Set the header on every request to `hosts`.
+    pub inject: bool,
+}
+
+impl std::fmt::Debug for WireCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WireCredential")
+            .field("name", &self.name)
+            .field("hosts", &self.hosts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WireCredential {
+    /// The header value to inject.
+    fn formatted(&self) -> String {
+        let v = self.format.replace("{}", &self.real);
+        match v.strip_prefix("Basic ") {
+            Some(userpass) => format!("Basic {}", b64(userpass.as_bytes())),
+            None => v,
+        }
+    }
+}
+
+fn b64(v: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in v.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        out.push(T[(n >> 18) as usize & 63] as char);
+        out.push(T[(n >> 12) as usize & 63] as char);
+        out.push(if c.len() > 1 {
+            T[(n >> 6) as usize & 63] as char
+        } else {
+            '='
+        });
+        out.push(if c.len() > 2 {
+            T[n as usize & 63] as char
+        } else {
+            '='
+        });
+    }
+    out
+}
+
+fn unb64(s: &str) -> Option<Vec<u8>> {
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'+' | b'-' => Some(62),
+        b'/' | b'_' => Some(63),
+        _ => None,
+    };
+    let bytes: Vec<u8> = s.trim().bytes().filter(|b| *b != b'=').collect();
+    let mut out = Vec::new();
+    for c in bytes.chunks(4) {
+        let mut n = 0u32;
+        for (i, b) in c.iter().enumerate() {
+            n |= u32::from(val(*b)?) << (18 - 6 * i);
+        }
+        out.push((n >> 16) as u8);
+        if c.len() > 2 {
+            out.push((n >> 8) as u8);
+        }
+        if c.len() > 3 {
+            out.push(n as u8);
+        }
+    }
+    Some(out)
 }
 
 /// Decides and forwards the sandbox's HTTP(S) requests (see the module docs).
@@ -102,6 +193,7 @@ pub struct Interceptor {
     emit: Emit,
     judge: Option<Arc<crate::judge::Judge>>,
     asker: Option<Arc<crate::ask::Asker>>,
+    credentials: Vec<WireCredential>,
 }
 
 /// Why the interceptor could not be built.
@@ -138,6 +230,7 @@ impl Interceptor {
             emit: cfg.emit,
             judge: cfg.judge,
             asker: cfg.asker,
+            credentials: cfg.credentials,
         })
     }
 
@@ -216,6 +309,99 @@ impl Interceptor {
         for t in pending {
             let _ = t.await;
         }
+    }
+
+    /// Swaps placeholders for real values where allowed (the credential's header, to its
+    /// hosts, also inside a Basic value), injects where configured, and reports a
+    /// placeholder anywhere else as `(credential, where)`.
+    fn swap_credentials(
+        &self,
+        parts: &mut hyper::http::request::Parts,
+        host: &str,
+        path_and_query: &str,
+        body_prefix: Option<&VecDeque<Bytes>>,
+    ) -> Result<(), (String, String)> {
+        for c in &self.credentials {
+            let ours = c.hosts.iter().any(|h| crate::glob::host_matches(h, host));
+            if path_and_query.contains(&c.placeholder) {
+                return Err((c.name.clone(), "in the URL".into()));
+            }
+            if let Some(body) = body_prefix {
+                let flat: Vec<u8> = body.iter().flat_map(|b| b.iter().copied()).collect();
+                if flat
+                    .windows(c.placeholder.len())
+                    .any(|w| w == c.placeholder.as_bytes())
+                {
+                    return Err((c.name.clone(), "in the body".into()));
+                }
+            }
+            let names: Vec<hyper::header::HeaderName> = parts.headers.keys().cloned().collect();
+            for name in names {
+                let values: Vec<HeaderValue> =
+                    parts.headers.get_all(&name).iter().cloned().collect();
+                let mut changed = false;
+                let mut out = Vec::new();
+                for v in values {
+                    let text = String::from_utf8_lossy(v.as_bytes()).into_owned();
+                    let basic = text
+                        .strip_prefix("Basic ")
+                        .and_then(unb64)
+                        .map(|d| String::from_utf8_lossy(&d).into_owned());
+                    let plain_hit = text.contains(&c.placeholder);
+                    let basic_hit = basic.as_ref().is_some_and(|b| b.contains(&c.placeholder));
+                    if !plain_hit && !basic_hit {
+                        out.push(v);
+                        continue;
+                    }
+                    if !ours || name.as_str() != c.header {
+                        let place = if ours {
+                            format!(
+                                "in header {} (only {} may carry it)",
+                                name.as_str(),
+                                c.header
+                            )
+                        } else {
+                            format!("to {host}, which is not one of its hosts")
+                        };
+                        return Err((c.name.clone(), place));
+                    }
+                    let swapped = if plain_hit {
+                        text.replace(&c.placeholder, &c.real)
+                    } else {
+                        let inner = basic.unwrap_or_default().replace(&c.placeholder, &c.real);
+                        format!("Basic {}", b64(inner.as_bytes()))
+                    };
+                    match HeaderValue::from_str(&swapped) {
+                        Ok(mut hv) => {
+                            hv.set_sensitive(true);
+                            out.push(hv);
+                            changed = true;
+                        }
+                        Err(_) => {
+                            return Err((
+                                c.name.clone(),
+                                "in a header it cannot be written to".into(),
+                            ));
+                        }
+                    }
+                }
+                if changed {
+                    parts.headers.remove(&name);
+                    for v in out {
+                        parts.headers.append(name.clone(), v);
+                    }
+                }
+            }
+            if ours
+                && c.inject
+                && let Ok(name) = hyper::header::HeaderName::from_bytes(c.header.as_bytes())
+                && let Ok(mut hv) = HeaderValue::from_str(&c.formatted())
+            {
+                hv.set_sensitive(true);
+                parts.headers.insert(name, hv);
+            }
+        }
+        Ok(())
     }
 
     async fn handle(
@@ -505,6 +691,30 @@ impl Interceptor {
         // the URI) for HTTP/1.1 and sends it as :authority for HTTP/2 (a Host beside it makes
         // servers refuse the request).
         parts.headers.remove(header::HOST);
+        // Credentials at the wire: placeholders become real values only in the named header of
+        // requests to the credential's hosts; anywhere else a placeholder is a leak.
+        if let Err(leak) = self.swap_credentials(&mut parts, host, &pq, prefix.as_ref()) {
+            (self.emit)(
+                NewEvent::new(
+                    Layer::Credentials,
+                    EvAction::Deny,
+                    format!(
+                        "{method} {url}: the placeholder of credential `{}` was sent {}",
+                        leak.0, leak.1
+                    ),
+                )
+                .rule(format!("credential-leak:{}", leak.0))
+                .detail("method", method.clone())
+                .detail("url", format!("{url}{}", redact_query(&query))),
+            );
+            return text(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "cordon: credential `{}` may only go to its own hosts, in its own header; this request sent it {}. Refused.\n",
+                    leak.0, leak.1
+                ),
+            );
+        }
         parts.version = hyper::Version::HTTP_11;
         let body = match prefix {
             Some(p) => PrefixedBody {
@@ -570,6 +780,28 @@ impl Interceptor {
                 if status != 101 {
                     for h in HOP_BY_HOP {
                         parts.headers.remove(*h);
+                    }
+                }
+                // A server echoing a real value back never shows it to the sandbox.
+                for c in &self.credentials {
+                    let names: Vec<hyper::header::HeaderName> =
+                        parts.headers.keys().cloned().collect();
+                    for name in names {
+                        let vals: Vec<HeaderValue> =
+                            parts.headers.get_all(&name).iter().cloned().collect();
+                        if vals
+                            .iter()
+                            .any(|v| String::from_utf8_lossy(v.as_bytes()).contains(&c.real))
+                        {
+                            parts.headers.remove(&name);
+                            for v in vals {
+                                let t = String::from_utf8_lossy(v.as_bytes())
+                                    .replace(&c.real, &c.placeholder);
+                                if let Ok(hv) = HeaderValue::from_str(&t) {
+                                    parts.headers.append(name.clone(), hv);
+                                }
+                            }
+                        }
                     }
                 }
                 if status == 101 {

@@ -36,5 +36,5 @@ pub mod rules;
 
 pub use ask::Asker;
 pub use ca::{CaError, CertAuthority};
-pub use intercept::{Config, ConnectFn, InterceptError, Interceptor};
+pub use intercept::{Config, ConnectFn, InterceptError, Interceptor, WireCredential};
 pub use judge::{Judge, JudgeConfig};

@@ -179,6 +179,7 @@ async fn fixture(trust_upstream: bool) -> Fixture {
             emit: Arc::new(move |e| ev.lock().unwrap().push(e)),
             judge: None,
             asker: None,
+            credentials: vec![],
         })
         .unwrap(),
     );

@@ -97,6 +97,8 @@ pub(crate) struct Sections {
     pub upstream_ca: Vec<Rule>,
     /// `[judge]`.
     pub judge: Option<(crate::plan::JudgePlan, Origin)>,
+    /// `[credentials.NAME]`.
+    pub credentials: Vec<(crate::plan::CredentialPlan, Origin)>,
     /// Problems worth a warning that do not stop the run.
     pub warnings: Vec<String>,
 }
@@ -289,7 +291,109 @@ impl Converter<'_> {
         if let Some(judge) = parts.judge {
             self.judge(phase, judge, &mut out)?;
         }
+        for (name, entry) in &parts.credentials {
+            let c = self.credential(phase, name, entry)?;
+            out.credentials.push(c);
+        }
         Ok(out)
+    }
+
+    fn credential(
+        &self,
+        phase: u8,
+        name: &Spanned<String>,
+        entry: &Spanned<crate::schema::CredentialEntry>,
+    ) -> Result<(crate::plan::CredentialPlan, Origin), PolicyError> {
+        let e = entry.get_ref();
+        let origin = self.origin(phase, name.span());
+        let src = e.source.get_ref();
+        let source = match (&src.env, &src.file, &src.command) {
+            (Some(v), None, None) if !v.trim().is_empty() => {
+                crate::plan::CredentialSource::Env(v.trim().to_string())
+            }
+            (None, Some(f), None) => {
+                let located = Spanned::new(e.source.span(), f.clone());
+                let p = self
+                    .paths(phase, std::slice::from_ref(&located), "source.file", false)?
+                    .pop()
+                    .map(|r| r.path)
+                    .unwrap_or_default();
+                crate::plan::CredentialSource::File(p)
+            }
+            (None, None, Some(cmd)) if !cmd.is_empty() && !cmd[0].is_empty() => {
+                crate::plan::CredentialSource::Command(cmd.clone())
+            }
+            _ => {
+                return Err(self.diag(
+                    format!("[credentials.{}] needs exactly one source", name.get_ref()),
+                    e.source.span(),
+                    "source = { env = \"VAR\" }, { file = \"~/.config/x/key\" } or { command = [\"gh\", \"auth\", \"token\"] }",
+                ));
+            }
+        };
+        if e.hosts.is_empty() {
+            return Err(self.diag(
+                format!("[credentials.{}] has no hosts", name.get_ref()),
+                entry.span(),
+                "name where the real value may go, e.g. hosts = [\"api.anthropic.com\"]",
+            ));
+        }
+        let mut hosts = Vec::new();
+        for h in &e.hosts {
+            hosts.push(self.host_glob(h)?);
+        }
+        let header = e.header.as_ref().map_or("authorization".to_string(), |h| {
+            h.get_ref().trim().to_ascii_lowercase()
+        });
+        if header.is_empty()
+            || !header
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        {
+            return Err(self.diag(
+                format!("invalid header name for [credentials.{}]", name.get_ref()),
+                e.header.as_ref().map_or(entry.span(), |h| h.span()),
+                "e.g. header = \"x-api-key\" or header = \"authorization\"",
+            ));
+        }
+        let format = e
+            .format
+            .as_ref()
+            .map_or("{}".to_string(), |f| f.get_ref().clone());
+        if !format.contains("{}") {
+            return Err(self.diag(
+                "a credential's format needs `{}` where the value goes".to_string(),
+                e.format.as_ref().map_or(entry.span(), |f| f.span()),
+                "e.g. format = \"Bearer {}\" or format = \"Basic x-access-token:{}\"",
+            ));
+        }
+        let env = match &e.env {
+            Some(v) => {
+                let n = v.get_ref().trim().to_string();
+                if n.is_empty() || !n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                    return Err(self.diag(
+                        format!("invalid variable name {}", toml_string(v.get_ref())),
+                        v.span(),
+                        "e.g. env = \"ANTHROPIC_API_KEY\"",
+                    ));
+                }
+                Some(n)
+            }
+            None => None,
+        };
+        Ok((
+            crate::plan::CredentialPlan {
+                name: name.get_ref().clone(),
+                env,
+                source,
+                hosts,
+                header,
+                format,
+                inject: e.inject.as_ref().is_some_and(|i| *i.get_ref()),
+                origin: origin.label.clone(),
+            },
+            origin,
+        ))
     }
 
     fn judge(&self, phase: u8, j: JudgeSection, out: &mut Sections) -> Result<(), PolicyError> {

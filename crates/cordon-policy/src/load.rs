@@ -231,6 +231,7 @@ struct Merged {
     tls_passthrough: Vec<(String, Origin)>,
     upstream_ca: Vec<Rule>,
     judge: Option<(crate::plan::JudgePlan, Origin)>,
+    credentials: Vec<(crate::plan::CredentialPlan, Origin)>,
     /// Warnings about how the merge resolved built-in entries.
     notes: Vec<String>,
 }
@@ -298,6 +299,7 @@ impl Merged {
             tls_passthrough: Vec::new(),
             upstream_ca: Vec::new(),
             judge: None,
+            credentials: Vec::new(),
             notes: Vec::new(),
         };
         for l in layers {
@@ -408,6 +410,11 @@ impl Merged {
         push_rules(&mut self.upstream_ca, &s.upstream_ca);
         if s.judge.is_some() {
             self.judge.clone_from(&s.judge);
+        }
+        for (c, o) in &s.credentials {
+            // A later layer's credential of the same name replaces the earlier one.
+            self.credentials.retain(|(x, _)| x.name != c.name);
+            self.credentials.push((c.clone(), o.clone()));
         }
         for (port, host_port, o) in &s.publish {
             // A later layer's entry for the same host port replaces the earlier one.
@@ -533,6 +540,7 @@ impl Merged {
                 upstream_ca: self.upstream_ca.into_iter().map(|r| r.path).collect(),
                 judge: self.judge.map(|(j, _)| j),
             },
+            credentials: self.credentials.into_iter().map(|(c, _)| c).collect(),
         }
     }
 }
@@ -784,6 +792,12 @@ fn loosenings(full: &Merged, base: &Merged, layers: &[Layer]) -> Vec<Loosening> 
         && *d != base.http_default.0
     {
         add(o, format!("lets unmatched HTTP requests through {d:?}"));
+    }
+    // A credential sends a real secret somewhere: who defines where is loosening.
+    for (c, o) in &full.credentials {
+        if !base.credentials.iter().any(|(b, _)| b == c) {
+            add(o, format!("sends credential `{}` to {:?}", c.name, c.hosts));
+        }
     }
     // The judge decides what rules leave to it: who it is and what it is told is loosening.
     if let Some((j, o)) = &full.judge

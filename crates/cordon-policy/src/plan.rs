@@ -36,6 +36,9 @@ pub struct Plan {
     /// HTTP(S) interception (layer 3).
     #[serde(default)]
     pub http: HttpPlan,
+    /// Credentials injected at the wire (layer 1b).
+    #[serde(default)]
+    pub credentials: Vec<CredentialPlan>,
 }
 
 /// How Landlock is treated when the kernel lacks it.
@@ -642,6 +645,41 @@ pub struct JudgePlan {
     pub on_error: String,
     /// Largest body prefix shown to the model.
     pub max_body_bytes: u64,
+    /// Where it came from.
+    pub origin: String,
+}
+
+/// Where a credential's real value comes from (read on the host only).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CredentialSource {
+    /// A host environment variable.
+    Env(String),
+    /// A file (its contents, trimmed).
+    File(PathBuf),
+    /// A command's standard output, trimmed (`gh auth token`).
+    Command(Vec<String>),
+}
+
+/// `[credentials.NAME]`: the sandbox holds a placeholder; the HTTP layer swaps in the real
+/// value only in requests to `hosts`, only in `header`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CredentialPlan {
+    /// Its name in events.
+    pub name: String,
+    /// The sandbox variable that holds the placeholder, if any.
+    pub env: Option<String>,
+    /// Where the real value comes from.
+    pub source: CredentialSource,
+    /// Host globs the real value may go to.
+    pub hosts: Vec<String>,
+    /// The header it travels in (lower-case).
+    pub header: String,
+    /// How the header's value is written when injected: `{}` is the value; `Basic …` is
+    /// base64-encoded after the scheme.
+    pub format: String,
+    /// Set the header on every request to `hosts`, whatever the client sent.
+    pub inject: bool,
     /// Where it came from.
     pub origin: String,
 }

@@ -274,6 +274,33 @@ impl Plan {
             .map(|p| toml_string(&p.display().to_string()))
             .collect();
         let _ = writeln!(out, "upstream_ca = [{}]", ca.join(", "));
+        for c in &self.credentials {
+            let _ = writeln!(
+                out,
+                "\n[credentials.{}] # {}",
+                crate::schema::quote_key(&c.name),
+                comment(&c.origin)
+            );
+            if let Some(e) = &c.env {
+                let _ = writeln!(out, "env = {}", toml_string(e));
+            }
+            let source = match &c.source {
+                crate::plan::CredentialSource::Env(v) => format!("{{ env = {} }}", toml_string(v)),
+                crate::plan::CredentialSource::File(p) => {
+                    format!("{{ file = {} }}", toml_string(&p.display().to_string()))
+                }
+                crate::plan::CredentialSource::Command(argv) => {
+                    let a: Vec<String> = argv.iter().map(|x| toml_string(x)).collect();
+                    format!("{{ command = [{}] }}", a.join(", "))
+                }
+            };
+            let _ = writeln!(out, "source = {source}");
+            let h: Vec<String> = c.hosts.iter().map(|x| toml_string(x)).collect();
+            let _ = writeln!(out, "hosts = [{}]", h.join(", "));
+            let _ = writeln!(out, "header = {}", toml_string(&c.header));
+            let _ = writeln!(out, "format = {}", toml_string(&c.format));
+            let _ = writeln!(out, "inject = {}", c.inject);
+        }
         out
     }
 }
@@ -374,6 +401,20 @@ mod tests {
                 passthrough: vec!["*.pinned.example".into()],
                 ..Default::default()
             },
+            credentials: vec![crate::plan::CredentialPlan {
+                name: "gh".into(),
+                env: Some("GH_TOKEN".into()),
+                source: crate::plan::CredentialSource::Command(vec![
+                    "gh".into(),
+                    "auth".into(),
+                    "token".into(),
+                ]),
+                hosts: vec!["github.com".into()],
+                header: "authorization".into(),
+                format: "Basic x-access-token:{}".into(),
+                inject: true,
+                origin: "/p/cordon.toml:30".into(),
+            }],
         }
     }
 

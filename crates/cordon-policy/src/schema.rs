@@ -22,7 +22,7 @@ macro_rules! section_keys {
     };
 }
 /// Top-level keys of a policy file.
-pub(crate) const ROOT_KEYS: &[&str] = section_keys!("profile");
+pub(crate) const ROOT_KEYS: &[&str] = section_keys!("credentials", "profile");
 /// Keys of a `[profile.NAME]` table.
 pub(crate) const PROFILE_KEYS: &[&str] = section_keys!();
 /// Keys of `[filesystem]`.
@@ -73,6 +73,9 @@ pub(crate) const JUDGE_KEYS: &[&str] = &[
 pub(crate) const JUDGE_API_VALUES: &[&str] = &["anthropic", "openai"];
 /// Values of `[judge] on_error`.
 pub(crate) const JUDGE_ON_ERROR_VALUES: &[&str] = &["deny", "ask"];
+/// Keys of one `[credentials.NAME]`.
+pub(crate) const CREDENTIAL_KEYS: &[&str] =
+    &["env", "source", "hosts", "header", "format", "inject"];
 /// Keys of `[tls]`.
 pub(crate) const TLS_KEYS: &[&str] = &["passthrough", "upstream_ca"];
 /// Keys of one `[[publish]]`.
@@ -111,7 +114,37 @@ pub(crate) struct PolicyFile {
     #[serde(default)]
     pub judge: Option<JudgeSection>,
     #[serde(default)]
+    pub credentials: BTreeMap<Spanned<String>, Spanned<CredentialEntry>>,
+    #[serde(default)]
     pub profile: BTreeMap<Spanned<String>, ProfileSection>,
+}
+
+/// One `[credentials.NAME]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CredentialEntry {
+    #[serde(default)]
+    pub env: Option<Spanned<String>>,
+    pub source: Spanned<SourceEntry>,
+    pub hosts: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub header: Option<Spanned<String>>,
+    #[serde(default)]
+    pub format: Option<Spanned<String>>,
+    #[serde(default)]
+    pub inject: Option<Spanned<bool>>,
+}
+
+/// Where a credential's real value comes from.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SourceEntry {
+    #[serde(default)]
+    pub env: Option<String>,
+    #[serde(default)]
+    pub file: Option<String>,
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
 }
 
 /// `[profile.NAME]`: the same sections as the top level, applied when NAME is selected.
@@ -159,6 +192,7 @@ pub(crate) struct Parts {
     pub http: Option<HttpSection>,
     pub tls: Option<TlsSection>,
     pub judge: Option<JudgeSection>,
+    pub credentials: BTreeMap<Spanned<String>, Spanned<CredentialEntry>>,
 }
 
 impl PolicyFile {
@@ -177,6 +211,7 @@ impl PolicyFile {
             http: self.http,
             tls: self.tls,
             judge: self.judge,
+            credentials: self.credentials,
         };
         (parts, self.profile)
     }
@@ -197,6 +232,7 @@ impl From<ProfileSection> for Parts {
             http: p.http,
             tls: p.tls,
             judge: p.judge,
+            credentials: BTreeMap::new(),
         }
     }
 }
@@ -537,6 +573,28 @@ impl Checker<'_> {
                     self.section(key, t, &format!("[{key}]"))?;
                 }
                 "publish" => self.value(key, v, "the top level", PUBLISH)?,
+                "credentials" => {
+                    let t = self.table(key, v, "the top level")?;
+                    for (name, cv) in sorted(t) {
+                        let name: &str = name.get_ref();
+                        let header = format!("[credentials.{}]", quote_key(name));
+                        let ct = self.table(&header, cv, "[credentials]")?;
+                        for (k, v) in sorted(ct) {
+                            let ck: &str = k.get_ref();
+                            if !CREDENTIAL_KEYS.contains(&ck) {
+                                return Err(self.unknown(ck, k.span(), &header, CREDENTIAL_KEYS));
+                            }
+                            match ck {
+                                "source" => {
+                                    self.table(ck, v, &header)?;
+                                }
+                                "hosts" => self.value(ck, v, &header, Expect::StringArray)?,
+                                "inject" => self.value(ck, v, &header, Expect::Boolean)?,
+                                _ => self.value(ck, v, &header, Expect::String)?,
+                            }
+                        }
+                    }
+                }
                 "profile" => {
                     let t = self.table(key, v, "the top level")?;
                     for (name, pv) in sorted(t) {
@@ -561,7 +619,7 @@ impl Checker<'_> {
                 other => {
                     let mut help = format!(
                         "cordon has only the sections {}; a section exists only where something enforces it",
-                        "[filesystem], [env], [limits], [syscalls], [exec], [state], [network], [dns], [[publish]], [http], [tls], [judge] and [profile.NAME]"
+                        "[filesystem], [env], [limits], [syscalls], [exec], [state], [network], [dns], [[publish]], [http], [tls], [judge], [credentials.NAME] and [profile.NAME]"
                     );
                     if let Some(s) = did_you_mean(other, ROOT_KEYS) {
                         help.push_str(&format!("; did you mean `{s}`?"));

@@ -345,6 +345,93 @@ fn run_in_session(
     }
 }
 
+/// Reads each `[credentials.NAME]` source on the host, makes the session's placeholder for it,
+/// and puts the placeholder (never the value) in the sandbox's environment. A source that
+/// does not resolve is a warning: that credential is simply absent inside.
+fn resolve_credentials(
+    plan: &mut cordon_policy::Plan,
+    sink: &cordon_net::Emit,
+) -> Vec<cordon_http::WireCredential> {
+    let mut out = Vec::new();
+    for c in plan.credentials.clone() {
+        let value = read_credential(&c.source);
+        // The source variable itself never passes into the sandbox.
+        if let cordon_policy::CredentialSource::Env(v) = &c.source {
+            plan.env.pass.retain(|p| p != v);
+        }
+        let Some(real) = value else {
+            let _ = writeln!(
+                std::io::stderr(),
+                "cordon: warning: credential `{}` did not resolve ({:?}); it is absent in the sandbox",
+                c.name,
+                c.source
+            );
+            sink(
+                NewEvent::new(
+                    Layer::Credentials,
+                    Action::Degraded,
+                    format!("credential `{}` did not resolve", c.name),
+                )
+                .rule(format!("credentials.{}", c.name)),
+            );
+            continue;
+        };
+        let placeholder = placeholder_for(&real);
+        if let Some(env) = &c.env {
+            plan.env.set.insert(env.clone(), placeholder.clone());
+        }
+        sink(
+            NewEvent::new(
+                Layer::Credentials,
+                Action::Apply,
+                format!("credential `{}`: the sandbox holds a placeholder; the real value goes only to {:?} in {}", c.name, c.hosts, c.header),
+            )
+            .rule(format!("credentials.{}", c.name)),
+        );
+        out.push(cordon_http::WireCredential {
+            name: c.name.clone(),
+            placeholder,
+            real,
+            hosts: c.hosts.clone(),
+            header: c.header.clone(),
+            format: c.format.clone(),
+            inject: c.inject,
+        });
+    }
+    out
+}
+
+/// A credential's real value, read on the host (trimmed); `None` when it does not resolve.
+fn read_credential(source: &cordon_policy::CredentialSource) -> Option<String> {
+    match source {
+        cordon_policy::CredentialSource::Env(v) => std::env::var(v).ok(),
+        cordon_policy::CredentialSource::File(p) => std::fs::read_to_string(p).ok(),
+        cordon_policy::CredentialSource::Command(argv) => std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned()),
+    }
+    .map(|v| v.trim().to_string())
+    .filter(|v| !v.is_empty())
+}
+
+/// An unguessable `cordon-` placeholder, as long as the real value where that is long enough
+/// for clients that check lengths.
+fn placeholder_for(real: &str) -> String {
+    let mut bytes = [0u8; 64];
+    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| {
+        use std::io::Read;
+        f.read_exact(&mut bytes)
+    });
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let len = real.len().clamp(32, 120);
+    format!("cordon-{}", &hex[..len - 7])
+}
+
 /// The egress gateway as the sandbox crate sees it.
 struct GatewayAttach {
     gateway: cordon_net::Gateway,
@@ -362,6 +449,12 @@ fn start_gateway(
     session: &str,
 ) -> Result<GatewayAttach> {
     let gateway = cordon_net::Gateway::new(&plan.network, sink.clone())?;
+    // A credential's source variable never passes into the sandbox, resolved or not.
+    for c in &plan.credentials {
+        if let cordon_policy::CredentialSource::Env(v) = &c.source {
+            plan.env.pass.retain(|p| p != v);
+        }
+    }
     let ca = cordon_events::data_dir()
         .ok_or_else(|| anyhow!("no data directory (set HOME or XDG_DATA_HOME)"))
         .and_then(|d| {
@@ -389,8 +482,9 @@ fn start_gateway(
                     Duration::from_secs(plan.exec.ask_timeout_secs),
                 )
             });
+            let credentials = resolve_credentials(plan, sink);
             let gateway = gateway
-                .with_http(&plan.http, ca, ask)
+                .with_http(&plan.http, ca, ask, credentials)
                 .context("start the HTTP layer")?;
             Ok(GatewayAttach {
                 gateway,
@@ -513,6 +607,17 @@ fn check(a: CheckArgs) -> i32 {
                     lo.what,
                     lo.file.display()
                 );
+            }
+            // Which credentials resolve here — never their values.
+            for c in &l.plan.credentials {
+                if read_credential(&c.source).is_some() {
+                    eprintln!("cordon: credential `{}` resolves", c.name);
+                } else {
+                    eprintln!(
+                        "cordon: warning: credential `{}` does not resolve ({:?}): it would be absent in the sandbox",
+                        c.name, c.source
+                    );
+                }
             }
             0
         }

@@ -31,6 +31,33 @@ both!(check_prints_the_effective_policy, |env: Env| {
 });
 
 // Broken policies, one message each that name file, line and column and say how to fix it.
+both!(
+    check_says_which_credentials_resolve_without_values,
+    |env: Env| {
+        let f = env.base.join("creds.toml");
+        let secret = env.base.join("token.txt");
+        std::fs::write(&secret, "s3cr3t-value-here\n").unwrap();
+        let text = format!(
+            "[credentials.here]\nsource = {{ command = [\"cat\", \"{}\"] }}\nhosts = [\"a.test\"]\n\
+         [credentials.gone]\nsource = {{ env = \"CORDON_TEST_UNSET_VAR\" }}\nhosts = [\"a.test\"]\n",
+            secret.display()
+        );
+        std::fs::write(&f, text).unwrap();
+        env.own(&f);
+        env.own(&secret);
+        let o = cordon(&env, &["check", f.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        assert!(err.contains("credential `here` resolves"), "{err}");
+        assert!(err.contains("credential `gone` does not resolve"), "{err}");
+        assert!(
+            !all_output(&o).contains("s3cr3t-value-here"),
+            "{}",
+            show(&o)
+        );
+    }
+);
+
 both!(broken_policies_get_located_messages, |env: Env| {
     let cases: &[(&str, &str, &str)] = &[
         ("[filesystem\n", ":1:12", "invalid TOML"),
@@ -66,6 +93,16 @@ both!(broken_policies_get_located_messages, |env: Env| {
             "IPv4 or IPv6",
         ),
         ("[[publish]]\nport = 70000\n", ":2:8", "65535"),
+        (
+            "[credentials.x]\nsource = { env = \"A\", file = \"/b\" }\nhosts = [\"a.test\"]\n",
+            ":2:",
+            "exactly one source",
+        ),
+        (
+            "[credentials.x]\nsource = { env = \"A\" }\nhosts = [\"a.test\"]\nformat = \"Bearer\"\n",
+            ":4:",
+            "`{}`",
+        ),
         (
             "[filesystem]\nwriteable = [\"/x\"]\n",
             ":2:1",

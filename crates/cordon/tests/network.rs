@@ -859,6 +859,106 @@ both!(
     }
 );
 
+both!(
+    credentials_are_swapped_in_at_the_wire_and_never_held_inside,
+    |env: Env| {
+        if !have("curl") {
+            eprintln!("skipped: needs curl");
+            return;
+        }
+        let addr = &variant_addr(&env, 31);
+        setup(&env);
+        let root = www(&env, "creds", "hello-creds");
+        let Some((srv, ca)) = https_443(&env, "api.example.test", addr, &root) else {
+            return;
+        };
+        // The server's certificate names api.example.test only; "other" is the same server by
+        // another allowed name, reached over plain HTTP through the proxy.
+        let plain = Server::http(&root);
+        let real = "REAL-SECRET-VALUE-0123456789abcdef";
+        let gh = "ghs-real-token-0123456789";
+        let pol = format!(
+            "[dns]\nhosts = {{ \"api.example.test\" = \"{addr}\", \"other.example.test\" = \"127.0.0.1\" }}\n\
+         [[network.allow]]\nhost = \"api.example.test\"\nports = [443]\n\
+         [[network.allow]]\nhost = \"other.example.test\"\nports = [{}]\n\
+         [tls]\nupstream_ca = \"{}\"\n\
+         [credentials.demo]\nenv = \"DEMO_KEY\"\nsource = {{ env = \"CORDON_TEST_REAL_KEY\" }}\n\
+         hosts = [\"api.example.test\"]\nheader = \"x-api-key\"\n\
+         [credentials.gh]\nenv = \"GH_TOKEN\"\nsource = {{ command = [\"printf\", \"{gh}\"] }}\n\
+         hosts = [\"api.example.test\"]\nheader = \"authorization\"\n\
+         format = \"Basic x-access-token:{{}}\"\ninject = true\n",
+            plain.port,
+            ca.display()
+        );
+        let p = policy(&env, &pol);
+        // The secrets themselves never appear in the script (it is logged): their hashes do.
+        let sha = |v: &str| {
+            let o = Command::new("sh")
+                .args(["-c", &format!("printf '%s' '{v}' | sha256sum | cut -c1-64")])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&o.stdout).trim().to_string()
+        };
+        let (h1, h2) = (sha(real), sha(gh));
+        let script = format!(
+            "echo KEY ${{DEMO_KEY%%-*}} ${{#DEMO_KEY}}\n\
+         echo ENVHITS $(for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do tr '\\0' '\\n' < $f 2>/dev/null; done \
+           | while IFS= read -r l; do printf '%s' \"${{l#*=}}\" | sha256sum; printf '%s' \"$l\" | sha256sum; done \
+           | grep -c -e {h1} -e {h2})\n\
+         echo OK $({UNPROXIED} curl -sS --max-time 10 -H \"x-api-key: $DEMO_KEY\" https://api.example.test/hello.txt)\n\
+         echo LEAK-HOST $(curl -s --max-time 10 -o /dev/null -w '%{{http_code}}' -H \"x-api-key: $DEMO_KEY\" http://other.example.test:{}/hello.txt)\n\
+         echo LEAK-HEADER $({UNPROXIED} curl -s --max-time 10 -o /dev/null -w '%{{http_code}}' -H \"x-other: $DEMO_KEY\" https://api.example.test/hello.txt)\n\
+         echo LEAK-URL $({UNPROXIED} curl -s --max-time 10 -o /dev/null -w '%{{http_code}}' \"https://api.example.test/hello.txt?k=$DEMO_KEY\")",
+            plain.port
+        );
+        let _ = std::fs::remove_file(&env.audit);
+        let o = env
+            .cordon()
+            .env("XDG_RUNTIME_DIR", common::runtime_dir(&env))
+            .env("CORDON_TEST_REAL_KEY", real)
+            .args(["run", "--no-tty", "--audit"])
+            .arg(&env.audit)
+            .args(["--policy", &p, "--", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains(&format!("KEY cordon {}", real.len())),
+            "{}",
+            show(&o)
+        );
+        assert!(out.lines().any(|l| l == "ENVHITS 0"), "{}", show(&o));
+        assert!(out.lines().any(|l| l == "OK hello-creds"), "{}", show(&o));
+        for want in ["LEAK-HOST 403", "LEAK-HEADER 403", "LEAK-URL 403"] {
+            assert!(out.lines().any(|l| l == want), "{want}: {}", show(&o));
+        }
+        assert!(!out.contains(real) && !out.contains(gh), "{}", show(&o));
+        // The server got the real values — the swapped one and the injected one — and never a
+        // placeholder; the other host got nothing.
+        let log = srv.log();
+        assert!(log.contains(&format!("HDR x-api-key: {real}")), "{log}");
+        let basic = {
+            let o = Command::new("sh")
+                .args(["-c", &format!("printf 'x-access-token:{gh}' | base64")])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&o.stdout).trim().to_string()
+        };
+        assert!(
+            log.contains(&format!("HDR authorization: Basic {basic}")),
+            "{log}"
+        );
+        assert!(!log.contains("cordon-"), "{log}");
+        assert_eq!(plain.count("REQ"), 0, "{}", plain.log());
+        let audit = std::fs::read_to_string(&env.audit).unwrap();
+        assert!(audit.contains("credential-leak:demo"), "{audit}");
+        assert!(
+            !audit.contains(real) && !audit.contains(gh),
+            "the audit log holds a secret"
+        );
+    }
+);
+
 both!(passthrough_hosts_are_never_intercepted, |env: Env| {
     if !have("curl") {
         eprintln!("skipped: needs curl");

@@ -221,6 +221,7 @@ impl Gateway {
         http: &HttpPlan,
         ca: Arc<CertAuthority>,
         ask: Option<(std::path::PathBuf, String, Duration)>,
+        credentials: Vec<cordon_http::WireCredential>,
     ) -> Result<Self, GatewayError> {
         let mut upstream_ca_pem = Vec::new();
         for f in &http.upstream_ca {
@@ -318,6 +319,7 @@ impl Gateway {
             emit: self.shared.emit.clone(),
             judge,
             asker,
+            credentials,
         })
         .map_err(|e| GatewayError::Http(e.to_string()))?;
         let _ = self.shared.http.set(HttpLayer {
