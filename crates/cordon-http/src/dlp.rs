@@ -133,22 +133,8 @@ fn find(hay: &[u8], needle: &[u8]) -> bool {
 }
 
 fn base64(v: &[u8]) -> Vec<u8> {
-    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = Vec::new();
-    for c in v.chunks(3) {
-        let n = (u32::from(c[0]) << 16)
-            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*c.get(2).unwrap_or(&0));
-        out.push(T[(n >> 18) as usize & 63]);
-        out.push(T[(n >> 12) as usize & 63]);
-        if c.len() > 1 {
-            out.push(T[(n >> 6) as usize & 63]);
-        }
-        if c.len() > 2 {
-            out.push(T[n as usize & 63]);
-        }
-    }
-    out
+    // Unpadded: the encoded secret is searched for inside longer base64 text.
+    crate::b64::encode(v, false).into_bytes()
 }
 
 fn percent(v: &[u8]) -> Vec<u8> {

@@ -123,60 +123,10 @@ impl WireCredential {
     fn formatted(&self) -> String {
         let v = self.format.replace("{}", &self.real);
         match v.strip_prefix("Basic ") {
-            Some(userpass) => format!("Basic {}", b64(userpass.as_bytes())),
+            Some(userpass) => format!("Basic {}", crate::b64::encode(userpass.as_bytes(), true)),
             None => v,
         }
     }
-}
-
-fn b64(v: &[u8]) -> String {
-    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for c in v.chunks(3) {
-        let n = (u32::from(c[0]) << 16)
-            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*c.get(2).unwrap_or(&0));
-        out.push(T[(n >> 18) as usize & 63] as char);
-        out.push(T[(n >> 12) as usize & 63] as char);
-        out.push(if c.len() > 1 {
-            T[(n >> 6) as usize & 63] as char
-        } else {
-            '='
-        });
-        out.push(if c.len() > 2 {
-            T[n as usize & 63] as char
-        } else {
-            '='
-        });
-    }
-    out
-}
-
-fn unb64(s: &str) -> Option<Vec<u8>> {
-    let val = |c: u8| match c {
-        b'A'..=b'Z' => Some(c - b'A'),
-        b'a'..=b'z' => Some(c - b'a' + 26),
-        b'0'..=b'9' => Some(c - b'0' + 52),
-        b'+' | b'-' => Some(62),
-        b'/' | b'_' => Some(63),
-        _ => None,
-    };
-    let bytes: Vec<u8> = s.trim().bytes().filter(|b| *b != b'=').collect();
-    let mut out = Vec::new();
-    for c in bytes.chunks(4) {
-        let mut n = 0u32;
-        for (i, b) in c.iter().enumerate() {
-            n |= u32::from(val(*b)?) << (18 - 6 * i);
-        }
-        out.push((n >> 16) as u8);
-        if c.len() > 2 {
-            out.push((n >> 8) as u8);
-        }
-        if c.len() > 3 {
-            out.push(n as u8);
-        }
-    }
-    Some(out)
 }
 
 /// Decides and forwards the sandbox's HTTP(S) requests (see the module docs).
@@ -345,7 +295,7 @@ impl Interceptor {
                     let text = String::from_utf8_lossy(v.as_bytes()).into_owned();
                     let basic = text
                         .strip_prefix("Basic ")
-                        .and_then(unb64)
+                        .and_then(crate::b64::decode)
                         .map(|d| String::from_utf8_lossy(&d).into_owned());
                     let plain_hit = text.contains(&c.placeholder);
                     let basic_hit = basic.as_ref().is_some_and(|b| b.contains(&c.placeholder));
@@ -369,7 +319,7 @@ impl Interceptor {
                         text.replace(&c.placeholder, &c.real)
                     } else {
                         let inner = basic.unwrap_or_default().replace(&c.placeholder, &c.real);
-                        format!("Basic {}", b64(inner.as_bytes()))
+                        format!("Basic {}", crate::b64::encode(inner.as_bytes(), true))
                     };
                     match HeaderValue::from_str(&swapped) {
                         Ok(mut hv) => {

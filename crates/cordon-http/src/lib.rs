@@ -27,6 +27,7 @@
 #![deny(missing_docs)]
 
 pub mod ask;
+mod b64;
 mod ca;
 pub mod dlp;
 pub mod glob;
