@@ -32,9 +32,7 @@ use ipnet::IpNet;
 use thiserror::Error;
 use tokio::net::TcpStream;
 
-use crate::{
-    DnsAnswer, DnsDecision, HOST_ALIAS, HostResolver, NetConfig, NetError, Resolver, blocked,
-};
+use crate::{DnsAnswer, DnsDecision, HOST_ALIAS, HostResolver, NetConfig, NetError, Resolver};
 use policy::{Dest, Verdict};
 
 /// Where events go (the session's audit log); called from the gateway's threads.
@@ -471,72 +469,83 @@ impl Shared {
 
     /// Decides a flow to `dest:port` and, when allowed, connects on the host: the name is
     /// resolved with the rebinding/SSRF rule and the connect goes to the checked address.
-    /// A denial or failure is reported here; the caller only refuses the flow.
+    /// A denial or failure is reported here; the caller only refuses the flow, and learns from
+    /// the returned verdict whether policy refused it (`allow` false) or it was allowed but
+    /// could not be reached (`allow` true).
     pub(crate) async fn open(
         &self,
         dest: &Dest,
         port: u16,
         via: &'static str,
         client: Option<(std::net::SocketAddrV4, std::net::SocketAddrV4)>,
-    ) -> Result<(TcpStream, Flow), ()> {
-        let block = &self.plan.dns_block;
-        let verdict = policy::decide(&self.plan, &self.allow_ips, block, dest, port);
+    ) -> Result<(TcpStream, Flow), Verdict> {
+        let blocked = |n: &str| self.host.blocked(n);
+        let verdict = policy::decide(&self.plan, &self.allow_ips, &blocked, dest, port);
         let mut flow = Flow::new(dest, port, via, verdict, client);
         if !flow.verdict.allow {
-            let reason = flow.verdict.reason.clone();
+            let (verdict, reason) = (flow.verdict.clone(), flow.verdict.reason.clone());
             self.emit_later(flow, Action::Deny, reason).await;
-            return Err(());
+            return Err(verdict);
         }
         let addrs = match dest {
             Dest::Ip(ip) => vec![*ip],
-            Dest::Name(name) => {
-                // Static answers need no thread; a real lookup blocks, so it gets one.
-                let looked_up = match self.host.answer_locally(name) {
-                    Some(r) => Ok(r),
-                    None => {
-                        let host = self.host.clone();
-                        let name = name.clone();
-                        tokio::task::spawn_blocking(move || host.resolve_for_connect(&name)).await
-                    }
-                };
-                match looked_up {
-                    Ok(Ok(a)) => a,
-                    Ok(Err(refusal)) => {
-                        if let Some(rule) = refusal.rule() {
+            Dest::Name(name) => match self.lookup(name).await {
+                Ok(a) => a,
+                Err(Some(refusal)) => {
+                    let (action, reason) = match refusal.rule() {
+                        // A policy refusal (blocklist, rebinding, host alias).
+                        Some(rule) => {
                             flow.verdict.rule = rule;
+                            flow.verdict.allow = false;
+                            flow.verdict.reason = refusal.to_string();
+                            (Action::Deny, refusal.to_string())
                         }
-                        self.emit_later(flow, Action::Deny, refusal.to_string())
-                            .await;
-                        return Err(());
-                    }
-                    Err(e) => {
-                        self.emit_later(flow, Action::Error, format!("lookup task failed: {e}"))
-                            .await;
-                        return Err(());
-                    }
+                        None => (Action::Error, refusal.to_string()),
+                    };
+                    let verdict = flow.verdict.clone();
+                    self.emit_later(flow, action, reason).await;
+                    return Err(verdict);
                 }
-            }
+                Err(None) => {
+                    let verdict = flow.verdict.clone();
+                    self.emit_later(flow, Action::Error, "lookup task failed".into())
+                        .await;
+                    return Err(verdict);
+                }
+            },
         };
-        let mut last = String::from("no address");
-        for ip in addrs {
-            let sa = SocketAddr::new(ip, port);
-            match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(sa)).await {
-                Ok(Ok(s)) => {
-                    let _ = s.set_nodelay(true);
-                    flow.addr = Some(sa);
-                    return Ok((s, flow));
-                }
-                Ok(Err(e)) => last = format!("{sa}: {e}"),
-                Err(_) => last = format!("{sa}: timed out"),
+        match connect_any(&addrs, port).await {
+            Ok((s, sa)) => {
+                let _ = s.set_nodelay(true);
+                flow.addr = Some(sa);
+                Ok((s, flow))
+            }
+            Err(last) => {
+                let verdict = flow.verdict.clone();
+                self.emit_later(
+                    flow,
+                    Action::Error,
+                    format!("allowed, but the connect failed: {last}"),
+                )
+                .await;
+                Err(verdict)
             }
         }
-        self.emit_later(
-            flow,
-            Action::Error,
-            format!("allowed, but the connect failed: {last}"),
-        )
-        .await;
-        Err(())
+    }
+
+    /// The host-side lookup of `name` with the rebinding/SSRF rule: static answers at once, a
+    /// real lookup on the blocking pool. `Err(None)` when that task itself failed.
+    async fn lookup(&self, name: &str) -> Result<Vec<IpAddr>, Option<crate::Refusal>> {
+        let looked_up = match self.host.answer_locally(name) {
+            Some(r) => r,
+            None => {
+                let (host, n) = (self.host.clone(), name.to_string());
+                tokio::task::spawn_blocking(move || host.resolve_for_connect(&n))
+                    .await
+                    .map_err(|_| None)?
+            }
+        };
+        looked_up.map_err(Some)
     }
 
     /// Reports a flow refused before any connect (see [`HttpFlow::Deny`]).
@@ -602,7 +611,7 @@ impl Shared {
         {
             return HttpFlow::NotHttp;
         }
-        if let Some(rule) = blocked(name, &self.plan.dns_block) {
+        if let Some(rule) = self.host.blocked(name) {
             return HttpFlow::Deny(Verdict {
                 allow: false,
                 reason: format!("{name} is on the blocklist ({rule})"),
@@ -638,29 +647,14 @@ impl Shared {
     /// The connect an allowed HTTP request makes: the host-side lookup with the
     /// rebinding/SSRF rule, then the checked addresses only.
     pub(crate) async fn connect_checked(&self, name: &str, port: u16) -> io::Result<TcpStream> {
-        let looked_up = match self.host.answer_locally(name) {
-            Some(r) => r,
-            None => {
-                let (host, n) = (self.host.clone(), name.to_string());
-                tokio::task::spawn_blocking(move || host.resolve_for_connect(&n))
-                    .await
-                    .map_err(io::Error::other)?
-            }
-        };
-        let addrs = looked_up
-            .map_err(|r| io::Error::new(io::ErrorKind::PermissionDenied, r.to_string()))?;
-        let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{name} has no address"));
-        for ip in addrs {
-            let sa = SocketAddr::new(ip, port);
-            match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(sa)).await {
-                Ok(Ok(s)) => return Ok(s),
-                Ok(Err(e)) => last = io::Error::new(e.kind(), format!("{sa}: {e}")),
-                Err(_) => {
-                    last = io::Error::new(io::ErrorKind::TimedOut, format!("{sa}: timed out"))
-                }
-            }
-        }
-        Err(last)
+        let addrs = self.lookup(name).await.map_err(|r| match r {
+            Some(r) => io::Error::new(io::ErrorKind::PermissionDenied, r.to_string()),
+            None => io::Error::other("lookup task failed"),
+        })?;
+        connect_any(&addrs, port)
+            .await
+            .map(|(s, _)| s)
+            .map_err(io::Error::other)
     }
 
     /// The destination a sandbox address stands for: a name when it is a fake address the
@@ -803,6 +797,21 @@ async fn serve_dns(shared: Arc<Shared>, sock: tokio::net::UdpSocket) {
             let _ = sock.send_to(&reply, from).await;
         }
     }
+}
+
+/// Connects to the first of `addrs` that answers within [`CONNECT_TIMEOUT`]; the error says
+/// what the last attempt met.
+async fn connect_any(addrs: &[IpAddr], port: u16) -> Result<(TcpStream, SocketAddr), String> {
+    let mut last = String::from("no address");
+    for ip in addrs {
+        let sa = SocketAddr::new(*ip, port);
+        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(sa)).await {
+            Ok(Ok(s)) => return Ok((s, sa)),
+            Ok(Err(e)) => last = format!("{sa}: {e}"),
+            Err(_) => last = format!("{sa}: timed out"),
+        }
+    }
+    Err(last)
 }
 
 /// Copy buffer per direction: large, so a bulk transfer moves in few big writes.

@@ -282,14 +282,7 @@ async fn handle(shared: Arc<Shared>, mut conn: TcpStream) {
     }
     let (mut up, flow) = match shared.open(&dest, port, "proxy", client).await {
         Ok(x) => x,
-        Err(()) => {
-            let verdict = super::policy::decide(
-                &shared.plan,
-                &shared.allow_ips,
-                &shared.plan.dns_block,
-                &dest,
-                port,
-            );
+        Err(verdict) => {
             let (status, why) = if verdict.allow {
                 (
                     "502 Bad Gateway",

@@ -214,7 +214,8 @@ pub(crate) async fn run(shared: Arc<Shared>, tun: Tun) {
                                 let opened = match shared.dest_for((*dst.ip()).into()) {
                                     Ok(dest) => match shared.http_flow(&dest, dst.port()) {
                                         super::HttpFlow::NotHttp => {
-                                            shared.open(&dest, dst.port(), "tun", Some((src, dst))).await
+                                            // Refused or unreachable alike: the event is out, a RST follows.
+                                            shared.open(&dest, dst.port(), "tun", Some((src, dst))).await.map_err(drop)
                                         }
                                         super::HttpFlow::Intercept => {
                                             flows
