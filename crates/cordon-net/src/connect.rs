@@ -109,6 +109,13 @@ impl HostResolver {
         Self { cfg }
     }
 
+    /// The blocklist rule that blocks `name` (built-in or `[dns] block`), with the patterns
+    /// compiled once for the session rather than per call as [`crate::blocked`] does.
+    pub fn blocked(&self, name: &str) -> Option<String> {
+        let norm = name::normalize(name).ok()?;
+        self.cfg.blocklist.check(&norm)
+    }
+
     /// [`resolve_for_connect`](Self::resolve_for_connect)'s answer when it needs no lookup
     /// (an invalid or blocked name, a `hosts` entry, the host alias); `None` when it must ask a
     /// resolver — then call `resolve_for_connect` where blocking is fine.

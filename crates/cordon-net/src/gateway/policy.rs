@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use cordon_policy::NetworkPlan;
 use ipnet::IpNet;
 
-use crate::{AddrClass, HOST_ALIAS, blocked};
+use crate::{AddrClass, HOST_ALIAS};
 
 /// Where a flow is going, as the sandbox named it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,7 +87,7 @@ pub(crate) fn proto_guess(port: u16) -> &'static str {
 pub(crate) fn decide(
     plan: &NetworkPlan,
     allow_ips: &[IpNet],
-    block: &[String],
+    blocked: &dyn Fn(&str) -> Option<String>,
     dest: &Dest,
     port: u16,
 ) -> Verdict {
@@ -98,7 +98,7 @@ pub(crate) fn decide(
     };
     match dest {
         Dest::Name(name) => {
-            if let Some(rule) = blocked(name, block) {
+            if let Some(rule) = blocked(name) {
                 return deny(rule.clone(), format!("{name} is on the blocklist ({rule})"));
             }
             if let Some(r) = plan.allowing(name, port) {
@@ -200,6 +200,11 @@ mod tests {
         }
     }
 
+    /// The built-in blocklist only.
+    fn builtin(n: &str) -> Option<String> {
+        crate::blocked(n, &[])
+    }
+
     fn name(n: &str) -> Dest {
         Dest::Name(n.into())
     }
@@ -207,18 +212,18 @@ mod tests {
     #[test]
     fn names_need_a_rule_naming_host_and_port() {
         let (p, ips) = (plan(), Vec::new());
-        assert!(decide(&p, &ips, &[], &name("github.com"), 22).allow);
-        assert!(decide(&p, &ips, &[], &name("registry.npmjs.org"), 443).allow);
-        assert!(!decide(&p, &ips, &[], &name("npmjs.org"), 443).allow);
-        assert!(!decide(&p, &ips, &[], &name("github.com"), 80).allow);
-        let v = decide(&p, &ips, &[], &name("evil.example"), 443);
+        assert!(decide(&p, &ips, &builtin, &name("github.com"), 22).allow);
+        assert!(decide(&p, &ips, &builtin, &name("registry.npmjs.org"), 443).allow);
+        assert!(!decide(&p, &ips, &builtin, &name("npmjs.org"), 443).allow);
+        assert!(!decide(&p, &ips, &builtin, &name("github.com"), 80).allow);
+        let v = decide(&p, &ips, &builtin, &name("evil.example"), 443);
         assert!(!v.allow);
         assert_eq!(v.rule, "network.default-deny");
-        let v = decide(&p, &ips, &[], &name("github.com"), 25);
+        let v = decide(&p, &ips, &builtin, &name("github.com"), 25);
         assert!(v.reason.contains("SMTP"), "{v:?}");
-        let v = decide(&p, &ips, &[], &name(HOST_ALIAS), 5432);
+        let v = decide(&p, &ips, &builtin, &name(HOST_ALIAS), 5432);
         assert!(v.reason.contains("host's loopback"), "{v:?}");
-        assert!(decide(&p, &ips, &[], &name(HOST_ALIAS), 11434).allow);
+        assert!(decide(&p, &ips, &builtin, &name(HOST_ALIAS), 11434).allow);
     }
 
     #[test]
@@ -229,9 +234,15 @@ mod tests {
             ports: vec![443],
             origin: "test".into(),
         });
-        let v = decide(&p, &[], &[], &name("webhook.site"), 443);
+        let v = decide(&p, &[], &builtin, &name("webhook.site"), 443);
         assert!(!v.allow && v.reason.contains("blocklist"), "{v:?}");
-        let v = decide(&p, &[], &["github.com".into()], &name("github.com"), 443);
+        let v = decide(
+            &p,
+            &[],
+            &|n: &str| crate::blocked(n, &["github.com".into()]),
+            &name("github.com"),
+            443,
+        );
         assert!(!v.allow, "{v:?}");
     }
 
@@ -239,14 +250,29 @@ mod tests {
     fn raw_addresses_only_through_allow_ips() {
         let ips: Vec<IpNet> = vec!["10.1.2.0/24".parse().unwrap()];
         let p = plan();
-        assert!(decide(&p, &ips, &[], &Dest::Ip("10.1.2.7".parse().unwrap()), 5432).allow);
-        let v = decide(&p, &ips, &[], &Dest::Ip("10.1.3.7".parse().unwrap()), 5432);
+        assert!(
+            decide(
+                &p,
+                &ips,
+                &builtin,
+                &Dest::Ip("10.1.2.7".parse().unwrap()),
+                5432
+            )
+            .allow
+        );
+        let v = decide(
+            &p,
+            &ips,
+            &builtin,
+            &Dest::Ip("10.1.3.7".parse().unwrap()),
+            5432,
+        );
         assert_eq!((v.allow, v.rule.as_str()), (false, "network.raw-ip"));
         assert!(
             !decide(
                 &p,
                 &[],
-                &[],
+                &builtin,
                 &Dest::Ip("140.82.112.3".parse().unwrap()),
                 443
             )
@@ -269,14 +295,14 @@ mod tests {
             "100.64.0.1",
             "fd00::1",
         ] {
-            let v = decide(&p, &all, &[], &Dest::Ip(ip.parse().unwrap()), 80);
+            let v = decide(&p, &all, &builtin, &Dest::Ip(ip.parse().unwrap()), 80);
             assert!(!v.allow, "{ip}: {v:?}");
         }
         assert!(
             decide(
                 &p,
                 &all,
-                &[],
+                &builtin,
                 &Dest::Ip("140.82.112.3".parse().unwrap()),
                 443
             )
@@ -284,10 +310,28 @@ mod tests {
         );
         // Loopback is never a raw-address destination, whatever the range.
         let lo: Vec<IpNet> = vec!["127.0.0.0/8".parse().unwrap()];
-        assert!(!decide(&p, &lo, &[], &Dest::Ip("127.0.0.1".parse().unwrap()), 80).allow);
+        assert!(
+            !decide(
+                &p,
+                &lo,
+                &builtin,
+                &Dest::Ip("127.0.0.1".parse().unwrap()),
+                80
+            )
+            .allow
+        );
         // A private range named as such opens it.
         let lan: Vec<IpNet> = vec!["192.168.1.0/24".parse().unwrap()];
-        assert!(decide(&p, &lan, &[], &Dest::Ip("192.168.1.1".parse().unwrap()), 80).allow);
+        assert!(
+            decide(
+                &p,
+                &lan,
+                &builtin,
+                &Dest::Ip("192.168.1.1".parse().unwrap()),
+                80
+            )
+            .allow
+        );
     }
 
     #[test]
