@@ -161,11 +161,13 @@ impl Interceptor {
     /// Builds the upstream TLS client (the host's roots plus `upstream_ca_pem`, ALPN h2 and
     /// http/1.1) and the connection pool.
     pub fn new(cfg: Config) -> Result<Self, InterceptError> {
-        let upstream = Upstream::new(cfg.connect.clone(), &cfg.upstream_ca_pem)?;
+        let roots = upstream_roots(&cfg.upstream_ca_pem)?;
+        let upstream =
+            Upstream::with_roots(cfg.connect.clone(), roots.clone(), &[b"h2", b"http/1.1"])?;
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(32)
             .build(upstream);
-        let h1 = Upstream::with_alpn(cfg.connect, &cfg.upstream_ca_pem, &[b"http/1.1"])?;
+        let h1 = Upstream::with_roots(cfg.connect, roots, &[b"http/1.1"])?;
         let client_h1 = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(8)
             .build(h1);
@@ -1102,35 +1104,21 @@ pub(crate) struct Upstream {
 impl Upstream {
     /// TLS verified against the host's roots plus `extra_ca_pem`; ALPN h2 and http/1.1.
     pub(crate) fn new(connect: ConnectFn, extra_ca_pem: &[String]) -> Result<Self, InterceptError> {
-        Self::with_alpn(connect, extra_ca_pem, &[b"h2", b"http/1.1"])
+        Self::with_roots(
+            connect,
+            upstream_roots(extra_ca_pem)?,
+            &[b"h2", b"http/1.1"],
+        )
     }
 
-    /// [`Upstream::new`] offering only `alpn` (HTTP/1.1 alone for upgrades: HTTP/2 has none).
-    pub(crate) fn with_alpn(
+    /// An upstream connector trusting `roots`, offering only `alpn` (HTTP/1.1 alone for
+    /// upgrades: HTTP/2 has none).
+    pub(crate) fn with_roots(
         connect: ConnectFn,
-        extra_ca_pem: &[String],
+        roots: Arc<rustls::RootCertStore>,
         alpn: &[&[u8]],
     ) -> Result<Self, InterceptError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut roots = rustls::RootCertStore::empty();
-        let native = rustls_native_certs::load_native_certs();
-        roots.add_parsable_certificates(native.certs);
-        for pem in extra_ca_pem {
-            use rustls::pki_types::pem::PemObject;
-            let mut any = false;
-            for c in rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()) {
-                let c = c.map_err(|e| InterceptError::UpstreamCa(e.to_string()))?;
-                roots
-                    .add(c)
-                    .map_err(|e| InterceptError::UpstreamCa(e.to_string()))?;
-                any = true;
-            }
-            if !any {
-                return Err(InterceptError::UpstreamCa(
-                    "no certificate in the PEM".into(),
-                ));
-            }
-        }
         let mut tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()?
             .with_root_certificates(roots)
@@ -1141,6 +1129,32 @@ impl Upstream {
             connect,
         })
     }
+}
+
+/// The roots upstream servers are verified against: the host's own, plus `extra_ca_pem`
+/// (`[tls] upstream_ca`). Read from disk once per connector set, not per connector.
+pub(crate) fn upstream_roots(
+    extra_ca_pem: &[String],
+) -> Result<Arc<rustls::RootCertStore>, InterceptError> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+    for pem in extra_ca_pem {
+        let mut any = false;
+        for c in rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            let c = c.map_err(|e| InterceptError::UpstreamCa(e.to_string()))?;
+            roots
+                .add(c)
+                .map_err(|e| InterceptError::UpstreamCa(e.to_string()))?;
+            any = true;
+        }
+        if !any {
+            return Err(InterceptError::UpstreamCa(
+                "no certificate in the PEM".into(),
+            ));
+        }
+    }
+    Ok(Arc::new(roots))
 }
 
 /// An upstream connection, plain or TLS.
