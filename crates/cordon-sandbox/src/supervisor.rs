@@ -474,40 +474,42 @@ pub fn run_with_network(
 /// `/etc/resolv.conf` is a link into a masked directory (systemd-resolved's stub under /run),
 /// it is left dangling: glibc then asks 127.0.0.1, which is the same place.
 fn resolv_conf(layout: &mut layout::Layout) {
-    let Ok(target) = std::fs::canonicalize("/etc/resolv.conf") else {
-        return;
-    };
-    if layout.masks().any(|(m, _)| target.starts_with(m)) || !target.is_file() {
-        return;
+    bind_content(
+        layout,
+        "/etc/resolv.conf",
+        "# written by cordon: the egress gateway answers here\nnameserver 127.0.0.1\noptions edns0\n",
+    );
+}
+
+/// Binds a read-only file holding `content` over the regular file `path` leads to (through
+/// links), unless that lies in a masked directory; returns the file it covered.
+fn bind_content(layout: &mut layout::Layout, path: &str, content: &str) -> Option<PathBuf> {
+    let target = std::fs::canonicalize(path).ok()?;
+    if !target.is_file() || layout.masks().any(|(m, _)| target.starts_with(m)) {
+        return None;
+    }
+    let covered = layout
+        .mounts
+        .iter()
+        .any(|m| matches!(m, MountOp::Content { path, .. } if *path == target));
+    if covered {
+        return None;
     }
     layout.mounts.push(MountOp::Content {
-        path: target,
-        content: "# written by cordon: the egress gateway answers here\nnameserver 127.0.0.1\noptions edns0\n"
-            .into(),
+        path: target.clone(),
+        content: content.to_string(),
     });
+    Some(target)
 }
 
 /// Binds `bundle` over every distribution bundle file this host has (once per real file);
 /// returns the path the variables should name.
 fn trust_bundle(layout: &mut layout::Layout, bundle: &str) -> Option<String> {
-    let mut done: Vec<PathBuf> = Vec::new();
     let mut first = None;
     for p in crate::net::BUNDLE_PATHS {
-        let Ok(target) = std::fs::canonicalize(p) else {
-            continue;
-        };
-        if !target.is_file() || done.contains(&target) {
-            continue;
+        if bind_content(layout, p, bundle).is_some() {
+            first.get_or_insert_with(|| (*p).to_string());
         }
-        if layout.masks().any(|(m, _)| target.starts_with(m)) {
-            continue;
-        }
-        layout.mounts.push(MountOp::Content {
-            path: target.clone(),
-            content: bundle.to_string(),
-        });
-        first.get_or_insert_with(|| (*p).to_string());
-        done.push(target);
     }
     first
 }
