@@ -13,15 +13,15 @@ use crate::error::backticked;
 use crate::error::{Diagnostic, PolicyError, did_you_mean};
 use crate::expand::{ExpandError, Vars, expand, uses_home};
 use crate::plan::{
-    BUILTIN_CONDITIONAL_SYSCALLS, BUILTIN_DENIED_SYSCALLS, ExecAction, HttpAction, HttpRule,
-    LandlockMode, NetMode, OnExit, ProjectFiles, SyscallsPlan,
+    BUILTIN_CONDITIONAL_SYSCALLS, BUILTIN_DENIED_SYSCALLS, DlpAction, DlpAllow, ExecAction,
+    HttpAction, HttpRule, LandlockMode, NetMode, OnExit, ProjectFiles, SyscallsPlan,
 };
 use crate::schema::{
-    Checker, DnsSection, EnvSection, ExecSection, FilesystemSection, HTTP_ACTION_VALUES,
-    HTTP_DEFAULT_VALUES, HttpSection, JUDGE_API_VALUES, JUDGE_ON_ERROR_VALUES, JudgeSection,
-    LimitsSection, NETWORK_MODE_VALUES, NetworkSection, ON_EXIT_VALUES, PROJECT_FILES_VALUES,
-    Parts, PolicyFile, PublishEntry, Size, StateSection, SyscallsSection, TlsSection,
-    quoted_choices, toml_string,
+    Checker, DLP_ACTION_VALUES, DlpSection, DnsSection, EnvSection, ExecSection, FilesystemSection,
+    HTTP_ACTION_VALUES, HTTP_DEFAULT_VALUES, HttpSection, JUDGE_API_VALUES, JUDGE_ON_ERROR_VALUES,
+    JudgeSection, LimitsSection, NETWORK_MODE_VALUES, NetworkSection, ON_EXIT_VALUES,
+    PROJECT_FILES_VALUES, Parts, PolicyFile, PublishEntry, Size, StateSection, SyscallsSection,
+    TlsSection, quoted_choices, toml_string,
 };
 use crate::syscall_table;
 
@@ -99,6 +99,12 @@ pub(crate) struct Sections {
     pub judge: Option<(crate::plan::JudgePlan, Origin)>,
     /// `[credentials.NAME]`.
     pub credentials: Vec<(crate::plan::CredentialPlan, Origin)>,
+    /// `[dlp] action`.
+    pub dlp_action: Option<(DlpAction, Origin)>,
+    /// `[dlp] max_body_bytes`.
+    pub dlp_max_body: Option<(u64, Origin)>,
+    /// `[[dlp.allow]]`.
+    pub dlp_allow: Vec<(DlpAllow, Origin)>,
     /// Problems worth a warning that do not stop the run.
     pub warnings: Vec<String>,
 }
@@ -291,6 +297,9 @@ impl Converter<'_> {
         if let Some(judge) = parts.judge {
             self.judge(phase, judge, &mut out)?;
         }
+        if let Some(dlp) = parts.dlp {
+            self.dlp(phase, dlp, &mut out)?;
+        }
         for (name, entry) in &parts.credentials {
             let c = self.credential(phase, name, entry)?;
             out.credentials.push(c);
@@ -342,13 +351,50 @@ impl Converter<'_> {
         for h in &e.hosts {
             hosts.push(self.host_glob(h)?);
         }
-        let header = e.header.as_ref().map_or("authorization".to_string(), |h| {
-            h.get_ref().trim().to_ascii_lowercase()
-        });
-        if header.is_empty()
-            || !header
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        let query = match (&e.query, &e.header) {
+            (Some(q), Some(_)) => {
+                return Err(self.diag(
+                    format!(
+                        "[credentials.{}] has both `header` and `query`",
+                        name.get_ref()
+                    ),
+                    q.span(),
+                    "a credential travels in one place: keep `header` or `query`",
+                ));
+            }
+            (Some(q), None) => {
+                let n = q.get_ref().trim().to_string();
+                if n.is_empty()
+                    || !n
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+                {
+                    return Err(self.diag(
+                        format!("invalid query parameter name {}", toml_string(q.get_ref())),
+                        q.span(),
+                        "e.g. query = \"key\" (the parameter the API reads the key from)",
+                    ));
+                }
+                Some(n)
+            }
+            (None, _) => None,
+        };
+        let header = match (&query, &e.header) {
+            (Some(_), _) => String::new(),
+            (None, h) => h.as_ref().map_or("authorization".to_string(), |h| {
+                h.get_ref().trim().to_ascii_lowercase()
+            }),
+        };
+        let files = self
+            .paths(phase, &e.files, "files", false)?
+            .into_iter()
+            .map(|r| r.path)
+            .collect();
+        if query.is_none()
+            && (header.is_empty()
+                || !header
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-'))
         {
             return Err(self.diag(
                 format!("invalid header name for [credentials.{}]", name.get_ref()),
@@ -388,12 +434,87 @@ impl Converter<'_> {
                 source,
                 hosts,
                 header,
+                query,
+                files,
                 format,
                 inject: e.inject.as_ref().is_some_and(|i| *i.get_ref()),
                 origin: origin.label.clone(),
             },
             origin,
         ))
+    }
+
+    fn dlp(&self, phase: u8, d: DlpSection, out: &mut Sections) -> Result<(), PolicyError> {
+        if let Some(v) = &d.action {
+            let a = match self.choice(v, "action", DLP_ACTION_VALUES)? {
+                "deny" => DlpAction::Deny,
+                "ask" => DlpAction::Ask,
+                "log" => DlpAction::Log,
+                _ => DlpAction::Off,
+            };
+            out.dlp_action = Some((a, self.origin(phase, v.span())));
+        }
+        if let Some(t) = &d.max_body_bytes {
+            if !(0..=16 << 20).contains(t.get_ref()) {
+                return Err(self.out_of_range(
+                    "max_body_bytes",
+                    t.span(),
+                    "from 0 to 16777216, e.g. max_body_bytes = 65536",
+                ));
+            }
+            out.dlp_max_body = Some((t.get_ref().unsigned_abs(), self.origin(phase, t.span())));
+        }
+        for a in &d.allow {
+            let e = a.get_ref();
+            let origin = self.origin(phase, a.span());
+            if e.kinds.is_empty() || e.hosts.is_empty() {
+                return Err(self.diag(
+                    "a [[dlp.allow]] entry needs at least one kind and one host".to_string(),
+                    a.span(),
+                    "e.g. kinds = [\"jwt\"] and hosts = [\"auth.example.com\"]",
+                ));
+            }
+            let mut kinds = Vec::new();
+            for k in &e.kinds {
+                // `known:NAME` keeps its case: it names a variable or a credential.
+                let raw = k.get_ref().trim();
+                let kind = match raw.split_once(':') {
+                    Some((p, n)) if p.eq_ignore_ascii_case("known") => format!("known:{n}"),
+                    _ => raw.to_ascii_lowercase(),
+                };
+                let known = kind == "*"
+                    || kind.strip_prefix("known:").is_some_and(|n| !n.is_empty())
+                    || crate::plan::DLP_KINDS.contains(&kind.as_str());
+                if !known {
+                    let mut help = format!(
+                        "expected \"*\", \"known:NAME\" or one of {}",
+                        quoted_choices(crate::plan::DLP_KINDS)
+                    );
+                    if let Some(s) = did_you_mean(&kind, crate::plan::DLP_KINDS) {
+                        help.push_str(&format!("; did you mean \"{s}\"?"));
+                    }
+                    return Err(self.diag(
+                        format!("unknown secret kind {}", toml_string(k.get_ref())),
+                        k.span(),
+                        help,
+                    ));
+                }
+                kinds.push(kind);
+            }
+            let mut hosts = Vec::new();
+            for h in &e.hosts {
+                hosts.push(self.host_glob(h)?);
+            }
+            out.dlp_allow.push((
+                DlpAllow {
+                    kinds,
+                    hosts,
+                    origin: origin.label.clone(),
+                },
+                origin,
+            ));
+        }
+        Ok(())
     }
 
     fn judge(&self, phase: u8, j: JudgeSection, out: &mut Sections) -> Result<(), PolicyError> {

@@ -232,6 +232,9 @@ struct Merged {
     upstream_ca: Vec<Rule>,
     judge: Option<(crate::plan::JudgePlan, Origin)>,
     credentials: Vec<(crate::plan::CredentialPlan, Origin)>,
+    dlp_action: (crate::plan::DlpAction, Option<Origin>),
+    dlp_max_body: (u64, Option<Origin>),
+    dlp_allow: Vec<(crate::plan::DlpAllow, Origin)>,
     /// Warnings about how the merge resolved built-in entries.
     notes: Vec<String>,
 }
@@ -300,6 +303,9 @@ impl Merged {
             upstream_ca: Vec::new(),
             judge: None,
             credentials: Vec::new(),
+            dlp_action: (crate::plan::DlpAction::Deny, None),
+            dlp_max_body: (crate::plan::DlpPlan::default().max_body_bytes, None),
+            dlp_allow: Vec::new(),
             notes: Vec::new(),
         };
         for l in layers {
@@ -410,6 +416,21 @@ impl Merged {
         push_rules(&mut self.upstream_ca, &s.upstream_ca);
         if s.judge.is_some() {
             self.judge.clone_from(&s.judge);
+        }
+        if let Some((a, o)) = &s.dlp_action {
+            self.dlp_action = (*a, Some(o.clone()));
+        }
+        if let Some((n, o)) = &s.dlp_max_body {
+            self.dlp_max_body = (*n, Some(o.clone()));
+        }
+        for (a, o) in &s.dlp_allow {
+            if !self
+                .dlp_allow
+                .iter()
+                .any(|(x, _)| x.kinds == a.kinds && x.hosts == a.hosts)
+            {
+                self.dlp_allow.push((a.clone(), o.clone()));
+            }
         }
         for (c, o) in &s.credentials {
             // A later layer's credential of the same name replaces the earlier one.
@@ -539,6 +560,11 @@ impl Merged {
                 passthrough: self.tls_passthrough.into_iter().map(|(p, _)| p).collect(),
                 upstream_ca: self.upstream_ca.into_iter().map(|r| r.path).collect(),
                 judge: self.judge.map(|(j, _)| j),
+                dlp: crate::plan::DlpPlan {
+                    action: self.dlp_action.0,
+                    max_body_bytes: self.dlp_max_body.0,
+                    allow: self.dlp_allow.into_iter().map(|(a, _)| a).collect(),
+                },
             },
             credentials: self.credentials.into_iter().map(|(c, _)| c).collect(),
         }
@@ -797,6 +823,37 @@ fn loosenings(full: &Merged, base: &Merged, layers: &[Layer]) -> Vec<Loosening> 
     for (c, o) in &full.credentials {
         if !base.credentials.iter().any(|(b, _)| b == c) {
             add(o, format!("sends credential `{}` to {:?}", c.name, c.hosts));
+        }
+    }
+    // Secret scanning: a weaker action, a shorter scanned prefix or a new exemption lets a
+    // secret out that the base policy would have stopped.
+    if let (a, Some(o)) = (&full.dlp_action.0, &full.dlp_action.1)
+        && *a != crate::plan::DlpAction::Deny
+        && *a != base.dlp_action.0
+    {
+        add(
+            o,
+            format!("lets requests carrying secrets through ([dlp] action = {a:?})"),
+        );
+    }
+    if let (n, Some(o)) = (full.dlp_max_body.0, &full.dlp_max_body.1)
+        && n < base.dlp_max_body.0
+    {
+        add(
+            o,
+            format!("scans only the first {n} bytes of request bodies for secrets"),
+        );
+    }
+    for (a, o) in &full.dlp_allow {
+        if !base
+            .dlp_allow
+            .iter()
+            .any(|(b, _)| b.kinds == a.kinds && b.hosts == a.hosts)
+        {
+            add(
+                o,
+                format!("lets secrets of kinds {:?} go to {:?}", a.kinds, a.hosts),
+            );
         }
     }
     // The judge decides what rules leave to it: who it is and what it is told is loosening.

@@ -624,6 +624,71 @@ pub struct HttpPlan {
     /// The LLM judge, if configured.
     #[serde(default)]
     pub judge: Option<JudgePlan>,
+    /// Outbound secret scanning.
+    #[serde(default)]
+    pub dlp: DlpPlan,
+}
+
+/// The kinds of secret the scanner knows by shape (`[[dlp.allow]] kinds`); `known:NAME` names
+/// a secret known by value.
+pub const DLP_KINDS: &[&str] = &[
+    "aws-access-key",
+    "github-token",
+    "gitlab-token",
+    "slack-token",
+    "stripe-key",
+    "anthropic-key",
+    "openai-key",
+    "private-key",
+    "jwt",
+];
+
+/// What a request carrying a secret gets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DlpAction {
+    /// Refused (403) with a redacted event.
+    #[default]
+    Deny,
+    /// A person decides (refused when nobody can be asked).
+    Ask,
+    /// Forwarded, with a redacted event.
+    Log,
+    /// No scanning at all (an explicit opt-out).
+    Off,
+}
+
+/// `[dlp]`: outbound secret scanning of every inspected request's URL, headers and body
+/// prefix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DlpPlan {
+    /// What a finding does.
+    pub action: DlpAction,
+    /// How much of each body is scanned.
+    pub max_body_bytes: u64,
+    /// Kinds of secret that may go to some hosts (beyond each token's own issuer).
+    pub allow: Vec<DlpAllow>,
+}
+
+impl Default for DlpPlan {
+    fn default() -> Self {
+        Self {
+            action: DlpAction::Deny,
+            max_body_bytes: 64 << 10,
+            allow: Vec::new(),
+        }
+    }
+}
+
+/// `[[dlp.allow]]`: these kinds may go to these hosts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DlpAllow {
+    /// Finding kinds (`jwt`, `github-token`, `known:NAME`, …; `*` for all).
+    pub kinds: Vec<String>,
+    /// Host globs.
+    pub hosts: Vec<String>,
+    /// Where it came from.
+    pub origin: String,
 }
 
 /// `[judge]`: the LLM asked about requests a rule (or the default) sends to it.
@@ -673,8 +738,14 @@ pub struct CredentialPlan {
     pub source: CredentialSource,
     /// Host globs the real value may go to.
     pub hosts: Vec<String>,
-    /// The header it travels in (lower-case).
+    /// The header it travels in (lower-case); empty when it travels in `query`.
     pub header: String,
+    /// The query parameter it travels in instead of a header.
+    #[serde(default)]
+    pub query: Option<String>,
+    /// Files shown inside as copies with the real value replaced by the placeholder.
+    #[serde(default)]
+    pub files: Vec<PathBuf>,
     /// How the header's value is written when injected: `{}` is the value; `Basic …` is
     /// base64-encoded after the scheme.
     pub format: String,

@@ -274,6 +274,27 @@ impl Plan {
             .map(|p| toml_string(&p.display().to_string()))
             .collect();
         let _ = writeln!(out, "upstream_ca = [{}]", ca.join(", "));
+        let dlp = &http.dlp;
+        let _ = writeln!(out, "\n[dlp]");
+        let _ = writeln!(
+            out,
+            "# Secrets (token shapes, credentials' and secret-looking host variables' values) in a request's URL, headers or body prefix."
+        );
+        let a = match dlp.action {
+            crate::plan::DlpAction::Deny => "deny",
+            crate::plan::DlpAction::Ask => "ask",
+            crate::plan::DlpAction::Log => "log",
+            crate::plan::DlpAction::Off => "off",
+        };
+        let _ = writeln!(out, "action = \"{a}\"");
+        let _ = writeln!(out, "max_body_bytes = {}", dlp.max_body_bytes);
+        for a in &dlp.allow {
+            let _ = writeln!(out, "\n[[dlp.allow]] # {}", comment(&a.origin));
+            let k: Vec<String> = a.kinds.iter().map(|x| toml_string(x)).collect();
+            let _ = writeln!(out, "kinds = [{}]", k.join(", "));
+            let h: Vec<String> = a.hosts.iter().map(|x| toml_string(x)).collect();
+            let _ = writeln!(out, "hosts = [{}]", h.join(", "));
+        }
         for c in &self.credentials {
             let _ = writeln!(
                 out,
@@ -297,7 +318,22 @@ impl Plan {
             let _ = writeln!(out, "source = {source}");
             let h: Vec<String> = c.hosts.iter().map(|x| toml_string(x)).collect();
             let _ = writeln!(out, "hosts = [{}]", h.join(", "));
-            let _ = writeln!(out, "header = {}", toml_string(&c.header));
+            match &c.query {
+                Some(q) => {
+                    let _ = writeln!(out, "query = {}", toml_string(q));
+                }
+                None => {
+                    let _ = writeln!(out, "header = {}", toml_string(&c.header));
+                }
+            }
+            if !c.files.is_empty() {
+                let f: Vec<String> = c
+                    .files
+                    .iter()
+                    .map(|p| toml_string(&p.display().to_string()))
+                    .collect();
+                let _ = writeln!(out, "files = [{}]", f.join(", "));
+            }
             let _ = writeln!(out, "format = {}", toml_string(&c.format));
             let _ = writeln!(out, "inject = {}", c.inject);
         }
@@ -411,6 +447,8 @@ mod tests {
                 ]),
                 hosts: vec!["github.com".into()],
                 header: "authorization".into(),
+                query: None,
+                files: vec!["/home/u/.config/gh/hosts.yml".into()],
                 format: "Basic x-access-token:{}".into(),
                 inject: true,
                 origin: "/p/cordon.toml:30".into(),

@@ -17,7 +17,7 @@ macro_rules! section_keys {
     ($($extra:literal),*) => {
         &[
             "filesystem", "env", "limits", "syscalls", "exec", "state", "network", "dns",
-            "publish", "http", "tls", "judge" $(, $extra)*
+            "publish", "http", "tls", "judge", "dlp" $(, $extra)*
         ]
     };
 }
@@ -74,8 +74,15 @@ pub(crate) const JUDGE_API_VALUES: &[&str] = &["anthropic", "openai"];
 /// Values of `[judge] on_error`.
 pub(crate) const JUDGE_ON_ERROR_VALUES: &[&str] = &["deny", "ask"];
 /// Keys of one `[credentials.NAME]`.
-pub(crate) const CREDENTIAL_KEYS: &[&str] =
-    &["env", "source", "hosts", "header", "format", "inject"];
+pub(crate) const CREDENTIAL_KEYS: &[&str] = &[
+    "env", "source", "hosts", "header", "query", "format", "inject", "files",
+];
+/// Keys of `[dlp]`.
+pub(crate) const DLP_KEYS: &[&str] = &["action", "max_body_bytes", "allow"];
+/// Keys of one `[[dlp.allow]]`.
+pub(crate) const DLP_ALLOW_KEYS: &[&str] = &["kinds", "hosts"];
+/// Values of `[dlp] action`.
+pub(crate) const DLP_ACTION_VALUES: &[&str] = &["deny", "ask", "log", "off"];
 /// Keys of `[tls]`.
 pub(crate) const TLS_KEYS: &[&str] = &["passthrough", "upstream_ca"];
 /// Keys of one `[[publish]]`.
@@ -114,6 +121,8 @@ pub(crate) struct PolicyFile {
     #[serde(default)]
     pub judge: Option<JudgeSection>,
     #[serde(default)]
+    pub dlp: Option<DlpSection>,
+    #[serde(default)]
     pub credentials: BTreeMap<Spanned<String>, Spanned<CredentialEntry>>,
     #[serde(default)]
     pub profile: BTreeMap<Spanned<String>, ProfileSection>,
@@ -130,9 +139,13 @@ pub(crate) struct CredentialEntry {
     #[serde(default)]
     pub header: Option<Spanned<String>>,
     #[serde(default)]
+    pub query: Option<Spanned<String>>,
+    #[serde(default)]
     pub format: Option<Spanned<String>>,
     #[serde(default)]
     pub inject: Option<Spanned<bool>>,
+    #[serde(default)]
+    pub files: Vec<Spanned<String>>,
 }
 
 /// Where a credential's real value comes from.
@@ -175,6 +188,8 @@ pub(crate) struct ProfileSection {
     pub tls: Option<TlsSection>,
     #[serde(default)]
     pub judge: Option<JudgeSection>,
+    #[serde(default)]
+    pub dlp: Option<DlpSection>,
 }
 
 /// The sections of a file or of one of its profiles, as written.
@@ -192,6 +207,7 @@ pub(crate) struct Parts {
     pub http: Option<HttpSection>,
     pub tls: Option<TlsSection>,
     pub judge: Option<JudgeSection>,
+    pub dlp: Option<DlpSection>,
     pub credentials: BTreeMap<Spanned<String>, Spanned<CredentialEntry>>,
 }
 
@@ -211,6 +227,7 @@ impl PolicyFile {
             http: self.http,
             tls: self.tls,
             judge: self.judge,
+            dlp: self.dlp,
             credentials: self.credentials,
         };
         (parts, self.profile)
@@ -232,6 +249,7 @@ impl From<ProfileSection> for Parts {
             http: p.http,
             tls: p.tls,
             judge: p.judge,
+            dlp: p.dlp,
             credentials: BTreeMap::new(),
         }
     }
@@ -405,6 +423,26 @@ pub(crate) struct JudgeSection {
     pub max_body_bytes: Option<Spanned<i64>>,
 }
 
+/// `[dlp]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DlpSection {
+    #[serde(default)]
+    pub action: Option<Spanned<String>>,
+    #[serde(default)]
+    pub max_body_bytes: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub allow: Vec<Spanned<DlpAllowEntry>>,
+}
+
+/// One `[[dlp.allow]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DlpAllowEntry {
+    pub kinds: Vec<Spanned<String>>,
+    pub hosts: Vec<Spanned<String>>,
+}
+
 /// `[tls]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -568,7 +606,7 @@ impl Checker<'_> {
             let key: &str = k.get_ref();
             match key {
                 "filesystem" | "env" | "limits" | "syscalls" | "exec" | "state" | "network"
-                | "dns" | "http" | "tls" | "judge" => {
+                | "dns" | "http" | "tls" | "judge" | "dlp" => {
                     let t = self.table(key, v, "the top level")?;
                     self.section(key, t, &format!("[{key}]"))?;
                 }
@@ -588,7 +626,9 @@ impl Checker<'_> {
                                 "source" => {
                                     self.table(ck, v, &header)?;
                                 }
-                                "hosts" => self.value(ck, v, &header, Expect::StringArray)?,
+                                "hosts" | "files" => {
+                                    self.value(ck, v, &header, Expect::StringArray)?
+                                }
                                 "inject" => self.value(ck, v, &header, Expect::Boolean)?,
                                 _ => self.value(ck, v, &header, Expect::String)?,
                             }
@@ -619,7 +659,7 @@ impl Checker<'_> {
                 other => {
                     let mut help = format!(
                         "cordon has only the sections {}; a section exists only where something enforces it",
-                        "[filesystem], [env], [limits], [syscalls], [exec], [state], [network], [dns], [[publish]], [http], [tls], [judge], [credentials.NAME] and [profile.NAME]"
+                        "[filesystem], [env], [limits], [syscalls], [exec], [state], [network], [dns], [[publish]], [http], [tls], [judge], [dlp], [credentials.NAME] and [profile.NAME]"
                     );
                     if let Some(s) = did_you_mean(other, ROOT_KEYS) {
                         help.push_str(&format!("; did you mean `{s}`?"));
@@ -679,6 +719,7 @@ impl Checker<'_> {
             "http" => HTTP_KEYS,
             "tls" => TLS_KEYS,
             "judge" => JUDGE_KEYS,
+            "dlp" => DLP_KEYS,
             _ => LIMITS_KEYS,
         };
         for (k, v) in sorted(t) {
@@ -709,6 +750,8 @@ impl Checker<'_> {
                 ("tls", _) => Expect::StringArray,
                 ("judge", "timeout_ms" | "max_body_bytes") => Expect::Integer,
                 ("judge", _) => Expect::String,
+                ("dlp", "action") => Expect::String,
+                ("dlp", "allow") => DLP_ALLOW,
                 (_, "memory") => Expect::Size,
                 (_, "cpu") => Expect::Number,
                 _ => Expect::Integer,
@@ -796,7 +839,7 @@ impl Checker<'_> {
                         let e = match ik {
                             "ports" => Expect::IntegerArray,
                             "port" | "host_port" | "max_body" => Expect::Integer,
-                            "methods" => Expect::StringArray,
+                            "methods" | "kinds" | "hosts" => Expect::StringArray,
                             "headers" => Expect::StringTable,
                             _ => Expect::String,
                         };
@@ -938,6 +981,13 @@ const HTTP_RULE: Expect = Expect::Tables {
     keys: HTTP_RULE_KEYS,
     required: &["host", "action"],
     example: "host = \"api.anthropic.com\" and action = \"allow\"",
+};
+
+const DLP_ALLOW: Expect = Expect::Tables {
+    what: "dlp.allow",
+    keys: DLP_ALLOW_KEYS,
+    required: DLP_ALLOW_KEYS,
+    example: "kinds = [\"jwt\"] and hosts = [\"auth.example.com\"]",
 };
 
 const PUBLISH: Expect = Expect::Tables {

@@ -1461,3 +1461,61 @@ fn no_panic_on_odd_inputs() {
         }
     }
 }
+
+#[test]
+fn secret_scanning_is_on_by_default_and_loosening_it_needs_trust() {
+    let env = Env::new();
+    let l = env.load();
+    assert_eq!(l.plan.http.dlp.action, cordon_policy::DlpAction::Deny);
+    assert_eq!(l.plan.http.dlp.max_body_bytes, 65536);
+    assert!(l.plan.http.dlp.allow.is_empty());
+    env.project(
+        "[dlp]\naction = \"log\"\nmax_body_bytes = 1024\n\
+         [[dlp.allow]]\nkinds = [\"jwt\", \"known:DB_PASSWORD\"]\nhosts = [\"auth.example.com\"]\n\
+         [credentials.gemini]\nsource = { env = \"GEMINI_KEY\" }\nhosts = [\"*.googleapis.com\"]\nquery = \"key\"\n\
+         files = [\"~/.config/x/key.json\"]\n",
+    );
+    let l = env.load();
+    let whats: Vec<&str> = l
+        .untrusted_loosening
+        .iter()
+        .map(|x| x.what.as_str())
+        .collect();
+    assert!(
+        whats.iter().any(|w| w.contains("[dlp] action = Log")),
+        "{whats:?}"
+    );
+    assert!(
+        whats.iter().any(|w| w.contains("first 1024 bytes")),
+        "{whats:?}"
+    );
+    assert!(
+        whats
+            .iter()
+            .any(|w| w.contains("kinds [\"jwt\", \"known:DB_PASSWORD\"]")),
+        "{whats:?}"
+    );
+    let c = &l.plan.credentials[0];
+    assert_eq!(c.query.as_deref(), Some("key"));
+    assert_eq!(c.header, "");
+    assert_eq!(c.files, [env.home.join(".config/x/key.json")]);
+    // What `cordon check` prints loads back to the same plan.
+    let text = l.plan.to_toml();
+    assert!(text.contains("[dlp]\n"), "{text}");
+    assert!(text.contains("query = \"key\""), "{text}");
+    let again = env.home.join("again.toml");
+    fs::write(&again, &text).unwrap();
+    let mut o = env.opts();
+    o.user_config = None;
+    o.policy_file = Some(again);
+    let l2 = load(&o).unwrap();
+    assert_eq!(l2.plan.http.dlp.action, cordon_policy::DlpAction::Log);
+    assert_eq!(l2.plan.http.dlp.max_body_bytes, 1024);
+    assert_eq!(
+        l2.plan.http.dlp.allow[0].kinds,
+        l.plan.http.dlp.allow[0].kinds
+    );
+    assert_eq!(l2.plan.credentials[0].query.as_deref(), Some("key"));
+    env.trust_project();
+    assert!(env.load().untrusted_loosening.is_empty());
+}

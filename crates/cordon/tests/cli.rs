@@ -104,6 +104,27 @@ both!(broken_policies_get_located_messages, |env: Env| {
             "`{}`",
         ),
         (
+            "[credentials.x]\nsource = { env = \"A\" }\nhosts = [\"a.test\"]\nheader = \"x-k\"\nquery = \"key\"\n",
+            ":5:",
+            "one place",
+        ),
+        (
+            "[dlp]\naction = \"warn\"\n",
+            ":2:10",
+            "\"deny\", \"ask\", \"log\" or \"off\"",
+        ),
+        (
+            "[[dlp.allow]]\nkinds = [\"jwts\"]\nhosts = [\"a.test\"]\n",
+            ":2:",
+            "did you mean",
+        ),
+        (
+            "[[dlp.allow]]\nkinds = [\"jwt\"]\n",
+            ":1:",
+            "has no `hosts`",
+        ),
+        ("[dlp]\nmax_body_bytes = -1\n", ":2:", "16777216"),
+        (
             "[filesystem]\nwriteable = [\"/x\"]\n",
             ":2:1",
             "did you mean `writable`",
