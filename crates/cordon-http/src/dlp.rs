@@ -3,10 +3,25 @@
 //! caller knows (configured credentials, secret-looking host variables) — also in their
 //! base64 and percent-encoded forms — in a request's URL, headers or body prefix.
 //!
-//! Findings never carry the secret: only its kind, where it was, and a redacted preview.
-//! Not wired into the interceptor yet (issue 6 decides where and with what action).
+//! A token going to its own issuer (an Anthropic key to `*.anthropic.com`) is how it is used,
+//! not a leak: each shape names its issuers, each known value the hosts it may go to, and
+//! [`Exemption`]s add more. Findings never carry the secret: only its kind, where it was,
+//! and a redacted preview.
+//!
+//! ```
+//! use cordon_http::dlp::{Place, Scanner};
+//! let s = Scanner::new(Vec::new(), Vec::new());
+//! let key = format!("AKIA{}", "Q".repeat(16));
+//! let url = format!("https://paste.example/?k={key}");
+//! let f = s.scan_request("paste.example", &url, &[], b"");
+//! assert_eq!(f[0].kind, "aws-access-key");
+//! assert_eq!(f[0].place, Place::Url);
+//! // The same key going to AWS is not a finding.
+//! assert!(s.scan_request("sts.amazonaws.com", &url, &[], b"").is_empty());
+//! ```
 
-use regex::bytes::Regex;
+use aho_corasick::AhoCorasick;
+use regex::bytes::{Regex, RegexSet};
 
 /// Where in a request a secret was seen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,6 +32,17 @@ pub enum Place {
     Header,
     /// The body (prefix).
     Body,
+}
+
+impl Place {
+    /// `URL`, `header` or `body`, for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Place::Url => "URL",
+            Place::Header => "header",
+            Place::Body => "body",
+        }
+    }
 }
 
 /// One secret seen.
@@ -30,93 +56,292 @@ pub struct Finding {
     pub preview: String,
 }
 
-/// The token shapes, as (kind, pattern). Word-bounded and long enough that ordinary text,
-/// hashes, lockfiles and base64 images do not match.
-const SHAPES: &[(&str, &str)] = &[
-    ("aws-access-key", r"(?-u)\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
-    ("github-token", r"(?-u)\bgh[pousr]_[A-Za-z0-9]{36,255}\b"),
-    ("github-token", r"(?-u)\bgithub_pat_[A-Za-z0-9_]{60,255}\b"),
-    ("gitlab-token", r"(?-u)\bglpat-[A-Za-z0-9_\-]{20,}"),
-    ("slack-token", r"(?-u)\bxox[abposr]-[A-Za-z0-9\-]{10,}"),
-    ("stripe-key", r"(?-u)\b[sr]k_live_[A-Za-z0-9]{20,}\b"),
-    ("anthropic-key", r"(?-u)\bsk-ant-[A-Za-z0-9_\-]{32,}"),
+/// A secret known by value.
+#[derive(Clone)]
+pub struct Known {
+    /// Its name (`known:NAME` in findings).
+    pub name: String,
+    /// The value (never shown).
+    pub value: String,
+    /// Host globs it may go to.
+    pub hosts: Vec<String>,
+}
+
+impl std::fmt::Debug for Known {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Known")
+            .field("name", &self.name)
+            .field("hosts", &self.hosts)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Kinds of secret that may go to some hosts (`[[dlp.allow]]`).
+#[derive(Debug, Clone, Default)]
+pub struct Exemption {
+    /// Finding kinds; `*` for all.
+    pub kinds: Vec<String>,
+    /// Host globs.
+    pub hosts: Vec<String>,
+}
+
+/// The token shapes: (kind, pattern, the issuer's hosts). Word-bounded and long enough that
+/// ordinary text, hashes, lockfiles and base64 images do not match.
+const SHAPES: &[(&str, &str, &[&str])] = &[
+    (
+        "aws-access-key",
+        r"(?-u)\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+        &["amazonaws.com", "*.amazonaws.com", "*.aws.amazon.com"],
+    ),
+    (
+        "github-token",
+        r"(?-u)\bgh[pousr]_[A-Za-z0-9]{36,255}\b",
+        GITHUB,
+    ),
+    (
+        "github-token",
+        r"(?-u)\bgithub_pat_[A-Za-z0-9_]{60,255}\b",
+        GITHUB,
+    ),
+    (
+        "gitlab-token",
+        r"(?-u)\bglpat-[A-Za-z0-9_\-]{20,}",
+        &["gitlab.com", "*.gitlab.com"],
+    ),
+    (
+        "slack-token",
+        r"(?-u)\bxox[abposr]-[A-Za-z0-9\-]{10,}",
+        &["slack.com", "*.slack.com"],
+    ),
+    (
+        "stripe-key",
+        r"(?-u)\b[sr]k_live_[A-Za-z0-9]{20,}\b",
+        &["api.stripe.com", "*.stripe.com"],
+    ),
+    (
+        "anthropic-key",
+        r"(?-u)\bsk-ant-[A-Za-z0-9_\-]{32,}",
+        &["anthropic.com", "*.anthropic.com"],
+    ),
     (
         "openai-key",
         r"(?-u)\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{40,}",
+        &["openai.com", "*.openai.com"],
     ),
     (
         "private-key",
         r"(?-u)-----BEGIN (?:[A-Z0-9]+ )?PRIVATE KEY-----",
+        &[],
     ),
     (
         "jwt",
         r"(?-u)\beyJ[A-Za-z0-9_\-]{10,}\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{16,}",
+        &[],
     ),
+];
+
+const GITHUB: &[&str] = &[
+    "github.com",
+    "*.github.com",
+    "*.githubusercontent.com",
+    "ghcr.io",
 ];
 
 /// Secrets known by value are only matched when at least this long (shorter values would
 /// match ordinary text).
 const MIN_KNOWN: usize = 8;
 
-/// The scanner: compiled shapes plus known values (and their encodings).
+/// The scanner: compiled shapes plus known values (and their encodings), and where each kind
+/// may go.
 #[derive(Debug)]
 pub struct Scanner {
+    set: RegexSet,
     shapes: Vec<(&'static str, Regex)>,
-    known: Vec<(String, Vec<u8>)>,
+    /// Every form of every known value, one automaton; `forms[i]` names pattern `i`.
+    known: Option<AhoCorasick>,
+    forms: Vec<(String, usize)>,
+    /// Per kind: the hosts it may go to.
+    allowed: Vec<(String, Vec<String>)>,
 }
 
 impl Scanner {
-    /// A scanner for the built-in shapes and `known` (name, value) secrets.
-    pub fn new(known: &[(String, String)]) -> Self {
-        let shapes = SHAPES
+    /// A scanner for the built-in shapes and `known` secrets, with `exemptions` beyond each
+    /// shape's issuers. A known value that also has a known shape may go to that shape's
+    /// issuers too (the host's `GITHUB_TOKEN` to GitHub).
+    pub fn new(known: Vec<Known>, exemptions: Vec<Exemption>) -> Self {
+        let set =
+            RegexSet::new(SHAPES.iter().map(|(_, p, _)| *p)).unwrap_or_else(|_| RegexSet::empty());
+        let shapes: Vec<(&'static str, Regex)> = SHAPES
             .iter()
-            .filter_map(|(k, p)| Regex::new(p).ok().map(|r| (*k, r)))
+            .filter_map(|(k, p, _)| Regex::new(p).ok().map(|r| (*k, r)))
             .collect();
-        let mut k = Vec::new();
-        for (name, value) in known {
-            if value.len() < MIN_KNOWN {
+        let mut allowed: Vec<(String, Vec<String>)> = Vec::new();
+        let mut allow =
+            |kind: &str, hosts: &[String]| match allowed.iter_mut().find(|(k, _)| k == kind) {
+                Some((_, h)) => h.extend(hosts.iter().cloned()),
+                None => allowed.push((kind.to_string(), hosts.to_vec())),
+            };
+        for (kind, _, issuers) in SHAPES {
+            let hosts: Vec<String> = issuers.iter().map(|h| h.to_string()).collect();
+            allow(kind, &hosts);
+        }
+        let mut patterns: Vec<Vec<u8>> = Vec::new();
+        let mut forms = Vec::new();
+        for k in &known {
+            if k.value.len() < MIN_KNOWN {
                 continue;
             }
-            let v = value.as_bytes();
+            let kind = format!("known:{}", k.name);
+            let mut hosts = k.hosts.clone();
+            for (shape, re) in &shapes {
+                if re.is_match(k.value.as_bytes())
+                    && let Some((_, _, issuers)) = SHAPES.iter().find(|(s, _, _)| s == shape)
+                {
+                    hosts.extend(issuers.iter().map(|h| h.to_string()));
+                }
+            }
+            allow(&kind, &hosts);
+            let v = k.value.as_bytes();
             for form in [v.to_vec(), base64(v), percent(v)] {
-                if !k.iter().any(|(_, f): &(String, Vec<u8>)| *f == form) {
-                    k.push((format!("known:{name}"), form));
+                if !patterns.contains(&form) {
+                    forms.push((kind.clone(), form.len()));
+                    patterns.push(form);
                 }
             }
         }
-        Self { shapes, known: k }
-    }
-
-    /// Every secret in `data`, found at `place`.
-    pub fn scan(&self, data: &[u8], place: Place) -> Vec<Finding> {
-        let mut out = Vec::new();
-        for (kind, re) in &self.shapes {
-            for m in re.find_iter(data) {
-                out.push(finding(kind, place, m.as_bytes()));
+        for e in exemptions {
+            for kind in &e.kinds {
+                allow(kind, &e.hosts);
             }
         }
-        for (kind, form) in &self.known {
-            if find(data, form) {
-                out.push(finding(kind, place, form));
+        let known = (!patterns.is_empty())
+            .then(|| AhoCorasick::new(&patterns).ok())
+            .flatten();
+        Self {
+            set,
+            shapes,
+            known,
+            forms,
+            allowed,
+        }
+    }
+
+    /// Every secret in `data`, found at `place` (wherever it goes).
+    pub fn scan(&self, data: &[u8], place: Place) -> Vec<Finding> {
+        let mut out = Vec::new();
+        // One pass says whether any shape is there at all; most data has none.
+        let hits = self.set.matches(data);
+        if hits.matched_any() {
+            for (i, (kind, re)) in self.shapes.iter().enumerate() {
+                if !hits.matched(i) {
+                    continue;
+                }
+                for m in re.find_iter(data) {
+                    // AWS's documentation keys (`AKIAIOSFODNN7EXAMPLE`) are everywhere in
+                    // tests and READMEs, and open nothing.
+                    if m.as_bytes().ends_with(b"EXAMPLE") {
+                        continue;
+                    }
+                    out.push(finding(kind, place, m.as_bytes()));
+                }
+            }
+        }
+        if let Some(ac) = &self.known {
+            for m in ac.find_overlapping_iter(data) {
+                let (kind, len) = &self.forms[m.pattern().as_usize()];
+                let f = finding(kind, place, &data[m.start()..m.start() + len]);
+                if !out.contains(&f) {
+                    out.push(f);
+                }
             }
         }
         out
     }
 
-    /// Scans a whole request: URL, each header value, the body prefix.
+    /// Whether a secret of `kind` may go to `host`.
+    pub fn exempt(&self, kind: &str, host: &str) -> bool {
+        self.allowed
+            .iter()
+            .filter(|(k, _)| k == kind || k == "*")
+            .flat_map(|(_, hosts)| hosts)
+            .any(|h| crate::glob::host_matches(h, host))
+    }
+
+    /// Scans a whole request to `host`: URL, each header value, the body prefix. Secrets that
+    /// may go to `host` are left out.
     pub fn scan_request(
         &self,
+        host: &str,
         url: &str,
         headers: &[(String, String)],
         body: &[u8],
     ) -> Vec<Finding> {
         let mut out = self.scan(url.as_bytes(), Place::Url);
+        // The server reads the URL decoded: so does the scan (a PEM header's spaces are %20).
+        if url.contains(['%', '+']) {
+            for f in self.scan(&percent_decode(url.as_bytes()), Place::Url) {
+                if !out.contains(&f) {
+                    out.push(f);
+                }
+            }
+        }
         for (_, v) in headers {
             out.extend(self.scan(v.as_bytes(), Place::Header));
         }
         out.extend(self.scan(body, Place::Body));
+        out.retain(|f| !self.exempt(&f.kind, host));
         out
     }
+}
+
+/// `text` with every token shape replaced by its redacted preview (`ghp_… (40 chars)`): for
+/// what goes into events — command lines, URL paths — which may carry a secret.
+pub fn redact(text: &str) -> std::borrow::Cow<'_, str> {
+    static SHAPES_ONE: std::sync::LazyLock<Option<Regex>> = std::sync::LazyLock::new(|| {
+        let all: Vec<String> = SHAPES.iter().map(|(_, p, _)| format!("(?:{p})")).collect();
+        Regex::new(&all.join("|")).ok()
+    });
+    let Some(re) = SHAPES_ONE.as_ref() else {
+        return std::borrow::Cow::Borrowed(text);
+    };
+    if !re.is_match(text.as_bytes()) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let out = re.replace_all(text.as_bytes(), |c: &regex::bytes::Captures<'_>| {
+        let m = c.get(0).map_or(&b""[..], |m| m.as_bytes());
+        let head = String::from_utf8_lossy(&m[..m.len().min(4)]).into_owned();
+        format!("{head}… ({} chars)", m.len()).into_bytes()
+    });
+    std::borrow::Cow::Owned(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// Whether a host variable is worth scanning for by value: a name that says it holds a
+/// secret (not merely a vendor prefix: `AWS_REGION` is not one) and a value that looks like
+/// one (long, no spaces, letters and digits) — so ordinary words never become findings.
+pub fn secret_variable(name: &str, value: &str) -> bool {
+    const PARTS: &[&str] = &[
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "CREDENTIAL",
+        "API_KEY",
+        "APIKEY",
+        "PRIVATE_KEY",
+        "ACCESS_KEY",
+        "SESSION_KEY",
+    ];
+    let upper = name.to_ascii_uppercase();
+    let named = PARTS.iter().any(|p| upper.contains(p))
+        || upper.ends_with("_KEY")
+        || upper.ends_with("_PAT");
+    let v = value.trim();
+    named
+        && v.len() >= 16
+        && !v.bytes().any(|b| b.is_ascii_whitespace())
+        && !v.starts_with('/')
+        && v.bytes().any(|b| b.is_ascii_digit())
+        && v.bytes().any(|b| b.is_ascii_alphabetic())
 }
 
 fn finding(kind: &str, place: Place, secret: &[u8]) -> Finding {
@@ -128,13 +353,32 @@ fn finding(kind: &str, place: Place, secret: &[u8]) -> Finding {
     }
 }
 
-fn find(hay: &[u8], needle: &[u8]) -> bool {
-    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
-}
-
 fn base64(v: &[u8]) -> Vec<u8> {
     // Unpadded: the encoded secret is searched for inside longer base64 text.
     crate::b64::encode(v, false).into_bytes()
+}
+
+/// `%XX` decoded and `+` read as a space (query strings); invalid escapes kept as they are.
+fn percent_decode(v: &[u8]) -> Vec<u8> {
+    let hex = |b: u8| char::from(b).to_digit(16);
+    let mut out = Vec::with_capacity(v.len());
+    let mut i = 0;
+    while i < v.len() {
+        match v[i] {
+            b'%' if i + 2 < v.len() => match (hex(v[i + 1]), hex(v[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    out
 }
 
 fn percent(v: &[u8]) -> Vec<u8> {
@@ -147,6 +391,68 @@ fn percent(v: &[u8]) -> Vec<u8> {
         }
     }
     out
+}
+
+/// Replaces real values with their placeholders in a stream of chunks (a response body on its
+/// way into the sandbox), also where a value is split across chunks: the last `longest - 1`
+/// bytes are held back until the next chunk (or the end) shows whether they start a value.
+/// Placeholders are as long as their values, so lengths never change.
+#[derive(Debug, Clone)]
+pub struct Scrubber {
+    ac: AhoCorasick,
+    with: Vec<Vec<u8>>,
+    hold: usize,
+    tail: Vec<u8>,
+}
+
+impl Scrubber {
+    /// `None` when there is nothing to scrub. Each pair is (real, placeholder), equal length.
+    pub fn new(pairs: &[(String, String)]) -> Option<Self> {
+        let pairs: Vec<&(String, String)> = pairs
+            .iter()
+            .filter(|(r, p)| !r.is_empty() && r.len() == p.len())
+            .collect();
+        let hold = pairs.iter().map(|(r, _)| r.len()).max()?.saturating_sub(1);
+        let ac = AhoCorasick::builder()
+            .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+            .build(pairs.iter().map(|(r, _)| r.as_bytes()))
+            .ok()?;
+        Some(Self {
+            ac,
+            with: pairs.iter().map(|(_, p)| p.as_bytes().to_vec()).collect(),
+            hold,
+            tail: Vec::new(),
+        })
+    }
+
+    /// Takes the next chunk; returns what can be passed on now.
+    pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
+        let mut buf = std::mem::take(&mut self.tail);
+        buf.extend_from_slice(chunk);
+        let mut out = Vec::with_capacity(buf.len());
+        let mut at = 0;
+        for m in self.ac.find_iter(&buf) {
+            out.extend_from_slice(&buf[at..m.start()]);
+            out.extend_from_slice(&self.with[m.pattern().as_usize()]);
+            at = m.end();
+        }
+        out.extend_from_slice(&buf[at..]);
+        // Hold back what could be the start of a value that the next chunk completes; never
+        // bytes that are already a replaced placeholder.
+        let keep = self.hold.min(buf.len() - at);
+        self.tail = out.split_off(out.len() - keep);
+        out
+    }
+
+    /// How many bytes are held back now.
+    pub fn holding(&self) -> usize {
+        self.tail.len()
+    }
+
+    /// The end of the stream: whatever was held back.
+    pub fn finish(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.tail)
+    }
 }
 
 #[cfg(test)]
@@ -182,12 +488,12 @@ mod tests {
 
     #[test]
     fn each_shape_is_caught_in_url_header_and_body() {
-        let s = Scanner::new(&[]);
+        let s = Scanner::new(Vec::new(), Vec::new());
         for (kind, token) in samples() {
             let url = format!("https://x.test/upload?d={token}");
             let headers = vec![("x-data".to_string(), format!("Bearer {token}"))];
             let body = format!("{{\"note\": \"{token}\"}}");
-            let f = s.scan_request(&url, &headers, body.as_bytes());
+            let f = s.scan_request("x.test", &url, &headers, body.as_bytes());
             let places: Vec<Place> = f
                 .iter()
                 .filter(|x| x.kind == kind)
@@ -205,10 +511,15 @@ mod tests {
     #[test]
     fn known_values_are_caught_in_their_encodings() {
         let secret = "hunter2-but-longer!".to_string();
-        let s = Scanner::new(&[
-            ("db".into(), secret.clone()),
-            ("short".into(), "abc".into()),
-        ]);
+        let known = |name: &str, value: &str| Known {
+            name: name.into(),
+            value: value.into(),
+            hosts: vec!["db.example".into()],
+        };
+        let s = Scanner::new(
+            vec![known("db", &secret), known("short", "abc")],
+            Vec::new(),
+        );
         assert_eq!(kinds(&s.scan(secret.as_bytes(), Place::Body)), ["known:db"]);
         assert_eq!(
             kinds(&s.scan(&base64(secret.as_bytes()), Place::Body)),
@@ -228,7 +539,7 @@ mod tests {
 
     #[test]
     fn ordinary_traffic_is_clean() {
-        let s = Scanner::new(&[]);
+        let s = Scanner::new(Vec::new(), Vec::new());
         let json = br#"{"model":"claude","messages":[{"role":"user","content":"Refactor the parser; keep the skeleton and ask before deleting files."}],"max_tokens":1024}"#;
         let lock = br#""node_modules/left-pad": {"version": "1.3.0", "resolved": "https://registry.npmjs.org/left-pad/-/left-pad-1.3.0.tgz", "integrity": "sha512-XI5MPzVNApjAyhQzphX8BkmKsKUxD4LdyK24iZeQ9Zc+JvMJ7nv7yrYzwk3M5FLAZBd03fV9rH0hwW8rtrG1PQ=="}"#;
         let mut png = b"data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==".to_vec();
@@ -241,6 +552,7 @@ mod tests {
             &sha[..],
             b"task-skeleton sk-learn",
             b"AKIA is a prefix",
+            b"aws_access_key_id = AKIAIOSFODNN7EXAMPLE",
         ] {
             let f = s.scan(data, Place::Body);
             assert!(
@@ -249,5 +561,121 @@ mod tests {
                 String::from_utf8_lossy(&data[..data.len().min(80)])
             );
         }
+    }
+
+    #[test]
+    fn the_kinds_are_the_policys() {
+        let mut kinds: Vec<&str> = SHAPES.iter().map(|(k, _, _)| *k).collect();
+        kinds.dedup();
+        assert_eq!(kinds, cordon_policy::DLP_KINDS);
+    }
+
+    #[test]
+    fn secrets_may_go_to_their_issuers_and_exempted_hosts_only() {
+        let ghp = format!("ghp_{}", "a".repeat(36));
+        let jwt = format!(
+            "eyJ{}.eyJ{}.{}",
+            "h".repeat(20),
+            "p".repeat(20),
+            "s".repeat(30)
+        );
+        let s = Scanner::new(
+            vec![
+                Known {
+                    name: "GITHUB_TOKEN".into(),
+                    value: ghp.clone(),
+                    hosts: Vec::new(),
+                },
+                Known {
+                    name: "db".into(),
+                    value: "db-password-0123456789".into(),
+                    hosts: vec!["db.internal".into()],
+                },
+            ],
+            vec![Exemption {
+                kinds: vec!["jwt".into()],
+                hosts: vec!["*.auth.example".into()],
+            }],
+        );
+        let h = |v: &str| vec![("authorization".to_string(), format!("Bearer {v}"))];
+        assert!(
+            s.scan_request("api.github.com", "/user", &h(&ghp), b"")
+                .is_empty()
+        );
+        let leak = s.scan_request("paste.example", "/", &h(&ghp), b"");
+        assert_eq!(kinds(&leak), ["github-token", "known:GITHUB_TOKEN"]);
+        assert!(
+            s.scan_request("id.auth.example", "/", &h(&jwt), b"")
+                .is_empty()
+        );
+        assert_eq!(
+            kinds(&s.scan_request("auth.example", "/", &h(&jwt), b"")),
+            ["jwt"]
+        );
+        let body = b"password=db-password-0123456789";
+        assert!(s.scan_request("db.internal", "/", &[], body).is_empty());
+        assert_eq!(
+            kinds(&s.scan_request("elsewhere.example", "/", &[], body)),
+            ["known:db"]
+        );
+    }
+
+    #[test]
+    fn redaction_keeps_only_a_preview() {
+        for (_, token) in samples() {
+            let line = format!("curl -H 'x: {token}' https://x.test/");
+            let r = redact(&line);
+            assert!(!r.contains(&token[4..]), "{r}");
+            assert!(
+                r.contains(&format!("{}… ({} chars)", &token[..4], token.len())),
+                "{r}"
+            );
+        }
+        assert!(matches!(
+            redact("cargo build -j2"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
+
+    #[test]
+    fn only_variables_that_hold_secrets_are_scanned_for() {
+        assert!(secret_variable(
+            "GITHUB_TOKEN",
+            "ghp_0123456789abcdefABCDEF"
+        ));
+        assert!(secret_variable(
+            "MY_SERVICE_API_KEY",
+            "k3y-0123456789abcdef"
+        ));
+        assert!(!secret_variable("AWS_REGION", "us-east-1"));
+        assert!(!secret_variable("GIT_AUTHOR_NAME", "Jane Doe the Second 2"));
+        assert!(!secret_variable(
+            "GITHUB_WORKSPACE",
+            "/home/runner/work/x/x1"
+        ));
+        assert!(!secret_variable("NPM_TOKEN", "short1"));
+        assert!(!secret_variable(
+            "PASSWORD_HINT",
+            "the name of my first dog 1"
+        ));
+    }
+
+    #[test]
+    fn the_scrubber_replaces_values_split_across_chunks() {
+        let real = "REAL-0123456789-secret";
+        let ph = "cordon-abcdefghijklmno";
+        assert_eq!(real.len(), ph.len());
+        let text = format!("a{real}b{real}c and {real}");
+        let want = text.replace(real, ph);
+        for split in [1, 2, 3, 5, 7, 11, 64] {
+            let mut s = Scrubber::new(&[(real.to_string(), ph.to_string())]).unwrap();
+            let mut got = Vec::new();
+            for chunk in text.as_bytes().chunks(split) {
+                got.extend(s.push(chunk));
+            }
+            got.extend(s.finish());
+            assert_eq!(String::from_utf8(got).unwrap(), want, "chunks of {split}");
+        }
+        assert!(Scrubber::new(&[]).is_none());
     }
 }

@@ -52,8 +52,14 @@ const MAX_STREAMS: u32 = 32;
 const MAX_UPSTREAM: usize = 1024;
 /// Largest request head (HTTP/1 buffer, HTTP/2 header list).
 const MAX_HEADERS: u32 = 64 << 10;
-/// How long the judge may wait for a request body's first bytes.
+/// How long a request body's first bytes may take to arrive (they are read before anything
+/// leaves: secret scanning, placeholder checks and the judge need them).
 const BODY_PREFIX_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// A body of unknown length (chunked, HTTP/2 streaming) that pauses this long is decided on
+/// what arrived so far: a client that streams and waits for the server must not stall.
+const BODY_PREFIX_IDLE: std::time::Duration = std::time::Duration::from_secs(2);
+/// How much of a body is searched for placeholders when no `[dlp]` scan reads more.
+const PLACEHOLDER_BODY_BYTES: usize = 64 << 10;
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1): never forwarded.
 const HOP_BY_HOP: &[&str] = &[
@@ -88,6 +94,19 @@ pub struct Config {
     pub asker: Option<Arc<crate::ask::Asker>>,
     /// Credentials swapped in at the wire.
     pub credentials: Vec<WireCredential>,
+    /// Outbound secret scanning (none: off).
+    pub dlp: Option<Dlp>,
+}
+
+/// Outbound secret scanning as the interceptor applies it to every request it forwards.
+#[derive(Debug)]
+pub struct Dlp {
+    /// What to look for, and where each kind may go.
+    pub scanner: crate::dlp::Scanner,
+    /// What a finding does.
+    pub action: cordon_policy::DlpAction,
+    /// How much of each body is scanned.
+    pub max_body: usize,
 }
 
 /// A credential as the interceptor holds it: the sandbox's placeholder and the real value.
@@ -101,8 +120,10 @@ pub struct WireCredential {
     pub real: String,
     /// Host globs it may go to.
     pub hosts: Vec<String>,
-    /// The header it travels in (lower-case).
+    /// The header it travels in (lower-case); empty when it travels in `query`.
     pub header: String,
+    /// The query parameter it travels in instead of a header.
+    pub query: Option<String>,
     /// `{}`-format of the header value when injected (`Basic …` is base64-encoded).
     pub format: String,
     /// Set the header on every request to `hosts`.
@@ -144,6 +165,9 @@ pub struct Interceptor {
     judge: Option<Arc<crate::judge::Judge>>,
     asker: Option<Arc<crate::ask::Asker>>,
     credentials: Vec<WireCredential>,
+    dlp: Option<Dlp>,
+    /// Real values back to placeholders in responses (none without credentials).
+    scrub: Option<crate::dlp::Scrubber>,
 }
 
 /// Why the interceptor could not be built.
@@ -182,7 +206,14 @@ impl Interceptor {
             emit: cfg.emit,
             judge: cfg.judge,
             asker: cfg.asker,
+            scrub: crate::dlp::Scrubber::new(
+                &cfg.credentials
+                    .iter()
+                    .map(|c| (c.real.clone(), c.placeholder.clone()))
+                    .collect::<Vec<_>>(),
+            ),
             credentials: cfg.credentials,
+            dlp: cfg.dlp,
         })
     }
 
@@ -263,89 +294,114 @@ impl Interceptor {
         }
     }
 
-    /// Swaps placeholders for real values where allowed (the credential's header, to its
-    /// hosts, also inside a Basic value), injects where configured, and reports a
-    /// placeholder anywhere else as `(credential, where)`.
+    /// Swaps placeholders for real values where allowed (the credential's header — also inside
+    /// a Basic value — or query parameter, to its hosts), injects where configured, and reports
+    /// a placeholder anywhere else (another host, header or parameter, the path, the body) as
+    /// `(credential, where)`.
     fn swap_credentials(
         &self,
         parts: &mut hyper::http::request::Parts,
         host: &str,
-        path_and_query: &str,
-        body_prefix: Option<&VecDeque<Bytes>>,
+        body: &[u8],
     ) -> Result<(), (String, String)> {
         for c in &self.credentials {
             let ours = c.hosts.iter().any(|h| crate::glob::host_matches(h, host));
-            if path_and_query.contains(&c.placeholder) {
-                return Err((c.name.clone(), "in the URL".into()));
+            let leak = |place: String| (c.name.clone(), place);
+            let elsewhere = || format!("to {host}, which is not one of its hosts");
+            let pq = parts
+                .uri
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .to_string();
+            let (path, query) = pq.split_once('?').unwrap_or((&pq, ""));
+            if path.contains(&c.placeholder) {
+                return Err(leak("in the URL path".into()));
             }
-            if let Some(body) = body_prefix {
-                let flat: Vec<u8> = body.iter().flat_map(|b| b.iter().copied()).collect();
-                if flat
+            let mut new_query = None;
+            if query.contains(&c.placeholder) || (ours && c.inject && c.query.is_some()) {
+                let Some(param) = c.query.as_deref().filter(|_| ours) else {
+                    return Err(leak(if ours {
+                        "in the URL query (only its header may carry it)".into()
+                    } else {
+                        elsewhere()
+                    }));
+                };
+                let mut pairs = Vec::new();
+                for kv in query.split('&').filter(|kv| !kv.is_empty()) {
+                    let name = kv.split_once('=').map_or(kv, |(k, _)| k);
+                    if name == param {
+                        if !c.inject {
+                            pairs.push(kv.replace(&c.placeholder, &percent_encode(&c.real)));
+                        }
+                    } else if kv.contains(&c.placeholder) {
+                        return Err(leak(format!(
+                            "in query parameter {name} (only {param} may carry it)"
+                        )));
+                    } else {
+                        pairs.push(kv.to_string());
+                    }
+                }
+                if c.inject {
+                    pairs.push(format!("{param}={}", percent_encode(&c.real)));
+                }
+                new_query = Some(format!("{path}?{}", pairs.join("&")));
+            }
+            if !c.placeholder.is_empty()
+                && body
                     .windows(c.placeholder.len())
                     .any(|w| w == c.placeholder.as_bytes())
-                {
-                    return Err((c.name.clone(), "in the body".into()));
-                }
+            {
+                return Err(leak("in the body".into()));
             }
-            let names: Vec<hyper::header::HeaderName> = parts.headers.keys().cloned().collect();
-            for name in names {
-                let values: Vec<HeaderValue> =
-                    parts.headers.get_all(&name).iter().cloned().collect();
-                let mut changed = false;
-                let mut out = Vec::new();
-                for v in values {
-                    let text = String::from_utf8_lossy(v.as_bytes()).into_owned();
-                    let basic = text
-                        .strip_prefix("Basic ")
-                        .and_then(crate::b64::decode)
-                        .map(|d| String::from_utf8_lossy(&d).into_owned());
-                    let plain_hit = text.contains(&c.placeholder);
-                    let basic_hit = basic.as_ref().is_some_and(|b| b.contains(&c.placeholder));
-                    if !plain_hit && !basic_hit {
-                        out.push(v);
-                        continue;
-                    }
-                    if !ours || name.as_str() != c.header {
-                        let place = if ours {
-                            format!(
-                                "in header {} (only {} may carry it)",
-                                name.as_str(),
-                                c.header
-                            )
-                        } else {
-                            format!("to {host}, which is not one of its hosts")
-                        };
-                        return Err((c.name.clone(), place));
-                    }
-                    let swapped = if plain_hit {
-                        text.replace(&c.placeholder, &c.real)
-                    } else {
-                        let inner = basic.unwrap_or_default().replace(&c.placeholder, &c.real);
-                        format!("Basic {}", crate::b64::encode(inner.as_bytes(), true))
-                    };
-                    match HeaderValue::from_str(&swapped) {
-                        Ok(mut hv) => {
-                            hv.set_sensitive(true);
-                            out.push(hv);
-                            changed = true;
-                        }
-                        Err(_) => {
-                            return Err((
-                                c.name.clone(),
-                                "in a header it cannot be written to".into(),
-                            ));
-                        }
-                    }
+            rewrite_headers(&mut parts.headers, |name, v| {
+                let text = String::from_utf8_lossy(v.as_bytes());
+                let basic = text
+                    .strip_prefix("Basic ")
+                    .and_then(crate::b64::decode)
+                    .map(|d| String::from_utf8_lossy(&d).into_owned());
+                let plain_hit = text.contains(&c.placeholder);
+                let basic_hit = basic.as_ref().is_some_and(|b| b.contains(&c.placeholder));
+                if !plain_hit && !basic_hit {
+                    return Ok(None);
                 }
-                if changed {
-                    parts.headers.remove(&name);
-                    for v in out {
-                        parts.headers.append(name.clone(), v);
+                if !ours {
+                    return Err(leak(elsewhere()));
+                }
+                if c.header.is_empty() || name.as_str() != c.header {
+                    let only = c
+                        .query
+                        .as_ref()
+                        .map_or_else(|| c.header.clone(), |q| format!("query parameter {q}"));
+                    return Err(leak(format!(
+                        "in header {} (only {only} may carry it)",
+                        name.as_str()
+                    )));
+                }
+                let swapped = if plain_hit {
+                    text.replace(&c.placeholder, &c.real)
+                } else {
+                    let inner = basic.unwrap_or_default().replace(&c.placeholder, &c.real);
+                    format!("Basic {}", crate::b64::encode(inner.as_bytes(), true))
+                };
+                match HeaderValue::from_str(&swapped) {
+                    Ok(mut hv) => {
+                        hv.set_sensitive(true);
+                        Ok(Some(hv))
                     }
+                    Err(_) => Err(leak("in a header it cannot be written to".into())),
+                }
+            })?;
+            if let Some(pq) = new_query {
+                let mut up = parts.uri.clone().into_parts();
+                up.path_and_query = pq.parse().ok();
+                match Uri::from_parts(up) {
+                    Ok(u) => parts.uri = u,
+                    Err(_) => return Err(leak("in a URL it cannot be written to".into())),
                 }
             }
             if ours
                 && c.inject
+                && c.query.is_none()
                 && let Ok(name) = hyper::header::HeaderName::from_bytes(c.header.as_bytes())
                 && let Ok(mut hv) = HeaderValue::from_str(&c.formatted())
             {
@@ -354,6 +410,79 @@ impl Interceptor {
             }
         }
         Ok(())
+    }
+
+    /// The secret-scanning verdict for a request: `Err(response)` when it must not leave.
+    async fn scan_secrets(
+        &self,
+        host: &str,
+        target: &str,
+        headers: &[(String, String)],
+        body: &[u8],
+        describe: &(dyn Fn(EvAction, String, &str) -> NewEvent + Sync),
+    ) -> Result<(), String> {
+        let Some(dlp) = &self.dlp else {
+            return Ok(());
+        };
+        let findings = dlp.scanner.scan_request(host, target, headers, body);
+        if findings.is_empty() {
+            return Ok(());
+        }
+        let mut kinds: Vec<&str> = findings.iter().map(|f| f.kind.as_str()).collect();
+        kinds.dedup();
+        let what = findings
+            .iter()
+            .map(|f| format!("{} in the {} ({})", f.kind, f.place.name(), f.preview))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let rule = format!("dlp:{}", kinds.join(","));
+        let (allowed, outcome) = match dlp.action {
+            cordon_policy::DlpAction::Log => {
+                (true, "forwarded ([dlp] action = \"log\")".to_string())
+            }
+            cordon_policy::DlpAction::Deny | cordon_policy::DlpAction::Off => {
+                (false, "refused".to_string())
+            }
+            cordon_policy::DlpAction::Ask => match &self.asker {
+                Some(asker) => {
+                    let a = asker
+                        .ask(
+                            format!("{} carries a secret: {what}", describe_target(host, target)),
+                            rule.clone(),
+                            format!("{rule} {host}"),
+                        )
+                        .await;
+                    let who = match (a.allow, a.timed_out) {
+                        (_, true) => "nobody answered in time; refused",
+                        (true, _) => "a person allowed it",
+                        (false, _) => "a person denied it",
+                    };
+                    (a.allow, who.to_string())
+                }
+                None => (false, "nobody can be asked; refused".to_string()),
+            },
+        };
+        let action = match (allowed, dlp.action) {
+            (true, cordon_policy::DlpAction::Log) => EvAction::Log,
+            (true, _) => EvAction::Allow,
+            (false, _) => EvAction::Deny,
+        };
+        (self.emit)(
+            describe(
+                action,
+                format!("carries a secret ({what}); {outcome}"),
+                &rule,
+            )
+            .detail("kinds", kinds.join(",")),
+        );
+        if allowed {
+            return Ok(());
+        }
+        let quoted: Vec<String> = kinds.iter().map(|k| format!("\"{k}\"")).collect();
+        Err(format!(
+            "it carries a secret ({what}). A secret may only go to its own service. If this one is meant for {host}, the user can add to the policy:\n[[dlp.allow]]\nkinds = [{}]\nhosts = [\"{host}\"]\n",
+            quoted.join(", ")
+        ))
     }
 
     async fn handle(
@@ -378,7 +507,12 @@ impl Interceptor {
             }
         };
         let query = req.uri().query().unwrap_or("").to_string();
-        let url = format!("{scheme}://{host}{}{path}", port_suffix(scheme, port));
+        // Events and refusals name the URL with any token in its path redacted.
+        let url = format!(
+            "{scheme}://{host}{}{}",
+            port_suffix(scheme, port),
+            crate::dlp::redact(&path)
+        );
         let ev = |action: EvAction, status: u16, reason: &str, rule: &str| {
             NewEvent::new(
                 Layer::Http,
@@ -460,48 +594,99 @@ impl Interceptor {
         let mut decided_by = d.rule.clone();
         let mut action = d.action;
         let mut why_judge = None;
-        // The judge reads the body's first bytes; they are forwarded afterwards, then the rest.
+        // The body's first bytes are read before anything leaves — secret scanning, placeholder
+        // checks and the judge read them — and forwarded afterwards, then the rest.
+        let judge_max = match (&self.judge, action) {
+            (Some(j), Action::Judge) => j.config().max_body_bytes,
+            _ => 0,
+        };
+        let want = if action == Action::Deny {
+            0
+        } else {
+            let placeholders = if self.credentials.is_empty() {
+                0
+            } else {
+                PLACEHOLDER_BODY_BYTES
+            };
+            judge_max
+                .max(self.dlp.as_ref().map_or(0, |d| d.max_body))
+                .max(placeholders)
+        };
         let mut prefix: Option<VecDeque<Bytes>> = None;
+        let mut scanned: Vec<u8> = Vec::new();
+        let mut body_truncated = false;
+        let mut decode_note = None;
+        if want > 0 && !hyper::body::Body::is_end_stream(req.body()) {
+            let idle = body_len.is_none().then_some(BODY_PREFIX_IDLE);
+            let prefix_read =
+                tokio::time::timeout(BODY_PREFIX_TIMEOUT, read_prefix(req.body_mut(), want, idle))
+                    .await
+                    .unwrap_or_else(|_| Err(None));
+            let (buffered, truncated) = match prefix_read {
+                Ok(x) => x,
+                Err(e) => {
+                    let e = e.map_or("timed out".to_string(), |e| e.to_string());
+                    return text(
+                        StatusCode::BAD_REQUEST,
+                        format!("cordon: reading the request body: {e}\n"),
+                    );
+                }
+            };
+            let flat: Vec<u8> = buffered.iter().flat_map(|b| b.iter().copied()).collect();
+            // What the server would read: a compressed body is scanned (and shown to the
+            // judge) decompressed, bounded so a small bomb cannot grow past `want`.
+            let encoding = req
+                .headers()
+                .get(header::CONTENT_ENCODING)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase();
+            let flat = match decompress_prefix(&encoding, &flat, want + 1) {
+                Some(Ok(d)) => d,
+                // Claimed compressed but is not: the raw bytes, and the judge is told why.
+                Some(Err(e)) => {
+                    decode_note = Some(format!(
+                        "Content-Encoding {encoding} but the body does not decode ({e})"
+                    ));
+                    flat
+                }
+                None => flat,
+            };
+            body_truncated = truncated || flat.len() > want;
+            scanned = flat;
+            prefix = Some(buffered);
+        }
+        if action != Action::Deny {
+            let target = req
+                .uri()
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .to_string();
+            let describe = |a: EvAction, what: String, rule: &str| {
+                NewEvent::new(
+                    Layer::Credentials,
+                    a,
+                    format!("{method} {url}{}: {what}", redact_query(&query)),
+                )
+                .rule(rule.to_string())
+                .detail("method", method.clone())
+                .detail("url", format!("{url}{}", redact_query(&query)))
+            };
+            if let Err(why) = self
+                .scan_secrets(host, &target, &headers, &scanned, &describe)
+                .await
+            {
+                return text(
+                    StatusCode::FORBIDDEN,
+                    format!("cordon: {method} {url} was refused: {why}"),
+                );
+            }
+        }
         if action == Action::Judge {
             match &self.judge {
                 Some(judge) => {
-                    let max = judge.config().max_body_bytes;
-                    let prefix_read =
-                        tokio::time::timeout(BODY_PREFIX_TIMEOUT, read_prefix(req.body_mut(), max))
-                            .await
-                            .unwrap_or_else(|_| Err(None));
-                    let (buffered, truncated) = match prefix_read {
-                        Ok(x) => x,
-                        Err(e) => {
-                            let e = e.map_or("timed out".to_string(), |e| e.to_string());
-                            return text(
-                                StatusCode::BAD_REQUEST,
-                                format!("cordon: reading the request body: {e}\n"),
-                            );
-                        }
-                    };
-                    let flat: Vec<u8> = buffered.iter().flat_map(|b| b.iter().copied()).collect();
-                    // The judge reads what the server would: a compressed body is shown
-                    // decompressed (bounded, so a small bomb cannot grow past `max`).
-                    let encoding = req
-                        .headers()
-                        .get(header::CONTENT_ENCODING)
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or("")
-                        .trim()
-                        .to_ascii_lowercase();
-                    let (flat, decode_note) = match decompress_prefix(&encoding, &flat, max + 1) {
-                        Some(Ok(d)) => (d, None),
-                        // Claimed compressed but is not: the judge sees the raw bytes and why.
-                        Some(Err(e)) => (
-                            flat,
-                            Some(format!(
-                                "Content-Encoding {encoding} but the body does not decode ({e})"
-                            )),
-                        ),
-                        None => (flat, None),
-                    };
-                    let shown = &flat[..flat.len().min(max)];
+                    let shown = &scanned[..scanned.len().min(judge_max)];
                     let full_url = format!(
                         "{url}{}",
                         if query.is_empty() {
@@ -516,11 +701,10 @@ impl Interceptor {
                             url: &full_url,
                             headers: &headers,
                             body: shown,
-                            body_truncated: truncated || flat.len() > max,
+                            body_truncated: body_truncated || scanned.len() > judge_max,
                             note: decode_note.as_deref(),
                         })
                         .await;
-                    prefix = Some(buffered);
                     decided_by = format!("{} → judge", d.rule);
                     match verdict {
                         crate::judge::Verdict::Allow(r) => {
@@ -643,9 +827,9 @@ impl Interceptor {
         // the URI) for HTTP/1.1 and sends it as :authority for HTTP/2 (a Host beside it makes
         // servers refuse the request).
         parts.headers.remove(header::HOST);
-        // Credentials at the wire: placeholders become real values only in the named header of
-        // requests to the credential's hosts; anywhere else a placeholder is a leak.
-        if let Err(leak) = self.swap_credentials(&mut parts, host, &pq, prefix.as_ref()) {
+        // Credentials at the wire: placeholders become real values only in the named header (or
+        // query parameter) of requests to the credential's hosts; anywhere else one is a leak.
+        if let Err(leak) = self.swap_credentials(&mut parts, host, &scanned) {
             (self.emit)(
                 NewEvent::new(
                     Layer::Credentials,
@@ -734,27 +918,17 @@ impl Interceptor {
                         parts.headers.remove(*h);
                     }
                 }
-                // A server echoing a real value back never shows it to the sandbox.
-                for c in &self.credentials {
-                    let names: Vec<hyper::header::HeaderName> =
-                        parts.headers.keys().cloned().collect();
-                    for name in names {
-                        let vals: Vec<HeaderValue> =
-                            parts.headers.get_all(&name).iter().cloned().collect();
-                        if vals
-                            .iter()
-                            .any(|v| String::from_utf8_lossy(v.as_bytes()).contains(&c.real))
-                        {
-                            parts.headers.remove(&name);
-                            for v in vals {
-                                let t = String::from_utf8_lossy(v.as_bytes())
-                                    .replace(&c.real, &c.placeholder);
-                                if let Ok(hv) = HeaderValue::from_str(&t) {
-                                    parts.headers.append(name.clone(), hv);
-                                }
-                            }
-                        }
-                    }
+                // A server echoing a real value back never shows it to the sandbox: headers
+                // here, the body as it streams (CountingBody).
+                if let Some(scrub) = &self.scrub {
+                    let _ = rewrite_headers::<()>(&mut parts.headers, |_, v| {
+                        let mut s = scrub.clone();
+                        let mut out = s.push(v.as_bytes());
+                        out.extend(s.finish());
+                        Ok((out != v.as_bytes())
+                            .then(|| HeaderValue::from_bytes(&out).ok())
+                            .flatten())
+                    });
                 }
                 if status == 101 {
                     // The connection now belongs to the upgrade: no body of its own.
@@ -769,6 +943,8 @@ impl Interceptor {
                 let counted = CountingBody {
                     _permit: permit,
                     inner: body,
+                    scrub: self.scrub.clone(),
+                    pending: None,
                     bytes: 0,
                     started,
                     event: Some(e),
@@ -809,15 +985,24 @@ fn decompress_prefix(encoding: &str, data: &[u8], max: usize) -> Option<Result<V
     })
 }
 
-/// Reads the body's first `max` bytes (or all of it, if shorter); the flag says more follows.
+/// Reads the body's first `max` bytes (or all of it, if shorter; or what came before a pause
+/// of `idle`); the flag says more follows.
 async fn read_prefix(
     body: &mut Incoming,
     max: usize,
+    idle: Option<std::time::Duration>,
 ) -> Result<(VecDeque<Bytes>, bool), Option<hyper::Error>> {
     let mut out = VecDeque::new();
     let mut got = 0;
     while got < max {
-        match body.frame().await {
+        let next = match idle {
+            Some(idle) => match tokio::time::timeout(idle, body.frame()).await {
+                Ok(f) => f,
+                Err(_) => return Ok((out, true)),
+            },
+            None => body.frame().await,
+        };
+        match next {
             Some(Ok(f)) => {
                 if let Ok(d) = f.into_data() {
                     got += d.len();
@@ -831,11 +1016,14 @@ async fn read_prefix(
     Ok((out, !hyper::body::Body::is_end_stream(body)))
 }
 
-/// The response body on its way to the sandbox, counted; emits the request's event when it
-/// ends or is dropped.
+/// The response body on its way to the sandbox, counted and scrubbed of real credential
+/// values; emits the request's event when it ends or is dropped.
 struct CountingBody {
     _permit: Option<tokio::sync::OwnedSemaphorePermit>,
     inner: Incoming,
+    scrub: Option<crate::dlp::Scrubber>,
+    /// A trailers frame held while the scrubber's last bytes go first.
+    pending: Option<hyper::body::Frame<Bytes>>,
     bytes: u64,
     started: Instant,
     event: Option<NewEvent>,
@@ -865,22 +1053,58 @@ impl hyper::body::Body for CountingBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>> {
-        let r = Pin::new(&mut self.inner).poll_frame(cx);
-        match &r {
-            Poll::Ready(Some(Ok(f))) => {
-                if let Some(d) = f.data_ref() {
-                    self.bytes += d.len() as u64;
-                }
-            }
-            Poll::Ready(None) => self.finish(true),
-            Poll::Ready(Some(Err(_))) => self.finish(false),
-            Poll::Pending => {}
+        use hyper::body::Frame;
+        if let Some(f) = self.pending.take() {
+            return Poll::Ready(Some(Ok(f)));
         }
-        r
+        loop {
+            let r = std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx));
+            let held = |me: &mut Self| me.scrub.as_mut().map(|s| s.finish()).unwrap_or_default();
+            return Poll::Ready(match r {
+                Some(Ok(f)) => match f.into_data() {
+                    Ok(d) => {
+                        self.bytes += d.len() as u64;
+                        let Some(s) = self.scrub.as_mut() else {
+                            return Poll::Ready(Some(Ok(Frame::data(d))));
+                        };
+                        let out = s.push(&d);
+                        if out.is_empty() {
+                            // All held back: an empty chunk would end an HTTP/1 body.
+                            continue;
+                        }
+                        Some(Ok(Frame::data(Bytes::from(out))))
+                    }
+                    Err(trailers) => {
+                        let rest = held(&mut self);
+                        if rest.is_empty() {
+                            Some(Ok(trailers))
+                        } else {
+                            self.pending = Some(trailers);
+                            Some(Ok(Frame::data(Bytes::from(rest))))
+                        }
+                    }
+                },
+                None => {
+                    let rest = held(&mut self);
+                    if rest.is_empty() {
+                        self.finish(true);
+                        None
+                    } else {
+                        Some(Ok(Frame::data(Bytes::from(rest))))
+                    }
+                }
+                Some(Err(e)) => {
+                    self.finish(false);
+                    Some(Err(e))
+                }
+            });
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.pending.is_none()
+            && self.scrub.as_ref().is_none_or(|s| s.holding() == 0)
+            && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> hyper::body::SizeHint {
@@ -1026,6 +1250,54 @@ fn same_host(claimed: &str, host: &str, port: u16, scheme: &str) -> bool {
         .trim_end_matches(']')
         .trim_end_matches('.');
     h == host.trim_end_matches('.').to_ascii_lowercase() && p == port
+}
+
+/// Rewrites every header value `f` replaces (`Ok(Some(new))`), keeping the order of a name's
+/// values and every other header as it was.
+fn rewrite_headers<E>(
+    headers: &mut hyper::HeaderMap,
+    mut f: impl FnMut(&hyper::header::HeaderName, &HeaderValue) -> Result<Option<HeaderValue>, E>,
+) -> Result<(), E> {
+    let names: Vec<hyper::header::HeaderName> = headers.keys().cloned().collect();
+    for name in names {
+        let mut changed = false;
+        let mut out = Vec::new();
+        for v in headers.get_all(&name) {
+            match f(&name, v)? {
+                Some(new) => {
+                    out.push(new);
+                    changed = true;
+                }
+                None => out.push(v.clone()),
+            }
+        }
+        if changed {
+            headers.remove(&name);
+            for v in out {
+                headers.append(name.clone(), v);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A query value, percent-encoded (RFC 3986 unreserved characters kept).
+fn percent_encode(v: &str) -> String {
+    let mut out = String::new();
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `host` and the target with its query values hidden, for a question to a person.
+fn describe_target(host: &str, target: &str) -> String {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    format!("a request to {host}{path}{}", redact_query(query))
 }
 
 /// `?a=…&b=…`: names kept, values hidden (tokens travel in query strings).

@@ -7,6 +7,11 @@
 //!   sandbox only ever sees the CA *certificate*, in its trust bundle.
 //! - [`rules`]: ordered request rules, first match wins — host glob, port, method, path and
 //!   query globs, header globs, body size — each decision naming its rule.
+//! - [`Interceptor`]: decides and forwards each request; swaps credential placeholders for
+//!   real values at the wire ([`WireCredential`]) and scrubs them from responses. Trust
+//!   boundary: real values live here only, never in what goes back into the sandbox.
+//! - [`dlp`]: outbound secret scanning (token shapes, known values, their encodings), with
+//!   each kind's issuers exempt.
 //!
 //! Requests come from the sandbox: every input is hostile, nothing here panics on it.
 //!

@@ -18,6 +18,10 @@ use tokio::net::{TcpListener, TcpStream};
 
 type Events = Arc<Mutex<Vec<NewEvent>>>;
 
+/// What the upstream server received (`/headers` requests): target and headers, one string
+/// per request.
+static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
 /// A CA of the test's own and a server certificate for `names`, as (CA PEM, server config).
 fn upstream_tls(names: &[&str]) -> (String, Arc<rustls::ServerConfig>) {
     let ca_key = KeyPair::generate().unwrap();
@@ -104,6 +108,20 @@ async fn upstream_service(
             let b = req.into_body().collect().await?.to_bytes();
             Full::new(b).map_err(|n| match n {}).boxed()
         }
+        // What arrived, echoed back in 5-byte chunks (a value split across chunks).
+        "/headers" => {
+            let mut seen = format!("{}\n", req.uri());
+            for (k, v) in req.headers() {
+                seen.push_str(&format!("{k}: {}\n", String::from_utf8_lossy(v.as_bytes())));
+            }
+            SEEN.lock().unwrap().push(seen.clone());
+            let chunks: Vec<Result<Frame<Bytes>, hyper::Error>> = seen
+                .into_bytes()
+                .chunks(5)
+                .map(|c| Ok(Frame::data(Bytes::copy_from_slice(c))))
+                .collect();
+            StreamBody::new(futures::stream::iter(chunks)).boxed()
+        }
         _ => Full::new(Bytes::from(format!(
             "upstream {path} {version} host={host}"
         )))
@@ -142,6 +160,14 @@ struct Fixture {
 }
 
 async fn fixture(trust_upstream: bool) -> Fixture {
+    fixture_with(trust_upstream, vec![], None).await
+}
+
+async fn fixture_with(
+    trust_upstream: bool,
+    credentials: Vec<cordon_http::WireCredential>,
+    dlp: Option<cordon_http::intercept::Dlp>,
+) -> Fixture {
     let (up_ca, up_cfg) = upstream_tls(&["api.example.test"]);
     let up = start_upstream(up_cfg).await;
     let dir = tempfile::tempdir().unwrap();
@@ -179,7 +205,8 @@ async fn fixture(trust_upstream: bool) -> Fixture {
             emit: Arc::new(move |e| ev.lock().unwrap().push(e)),
             judge: None,
             asker: None,
-            credentials: vec![],
+            credentials,
+            dlp,
         })
         .unwrap(),
     );
@@ -494,4 +521,271 @@ async fn only_websocket_may_take_a_connection_over() {
         .unwrap();
     let (status, body) = h1(&f, req).await;
     assert_ne!(status, 101, "{body}");
+}
+
+// ---- credentials at the wire and secret scanning ------------------------------------------
+
+/// Sample tokens of every shape, built at run time so no real-looking token sits in the
+/// source as one string.
+fn tokens() -> Vec<(&'static str, String)> {
+    let r = |c: &str, n: usize| c.repeat(n);
+    vec![
+        ("aws-access-key", format!("AKIA{}", r("Q", 16))),
+        ("github-token", format!("ghp_{}", r("a1", 18))),
+        ("gitlab-token", format!("glpat-{}", r("x", 20))),
+        ("slack-token", format!("xoxb-{}", r("1", 24))),
+        ("stripe-key", format!("sk_live_{}", r("Z", 24))),
+        ("anthropic-key", format!("sk-ant-api03-{}", r("k", 40))),
+        ("openai-key", format!("sk-proj-{}", r("p", 48))),
+        (
+            "private-key",
+            format!("-----BEGIN {}PRIVATE KEY-----", "RSA "),
+        ),
+        (
+            "jwt",
+            format!("eyJ{}.eyJ{}.{}", r("h", 20), r("p", 20), r("s", 30)),
+        ),
+    ]
+}
+
+fn dlp(
+    action: cordon_policy::DlpAction,
+    exemptions: Vec<cordon_http::dlp::Exemption>,
+) -> cordon_http::intercept::Dlp {
+    cordon_http::intercept::Dlp {
+        scanner: cordon_http::dlp::Scanner::new(
+            vec![cordon_http::dlp::Known {
+                name: "DB_PASSWORD".into(),
+                value: "db-pass-0123456789abcdef".into(),
+                hosts: Vec::new(),
+            }],
+            exemptions,
+        ),
+        action,
+        max_body: 64 << 10,
+    }
+}
+
+fn post(path: &str, body: impl Into<Bytes>, headers: &[(&str, &str)]) -> Request<Full<Bytes>> {
+    let mut b = Request::post(path).header("host", "api.example.test");
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    b.body(Full::new(body.into())).unwrap()
+}
+
+fn with_header(path: &str, name: &str, value: &str) -> Request<Full<Bytes>> {
+    Request::get(path)
+        .header("host", "api.example.test")
+        .header(name, value)
+        .body(Full::new(Bytes::new()))
+        .unwrap()
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_are_caught_in_url_headers_and_body_and_clean_requests_pass() {
+    let f = fixture_with(
+        true,
+        vec![],
+        Some(dlp(cordon_policy::DlpAction::Deny, vec![])),
+    )
+    .await;
+    let mut all = tokens();
+    all.push(("known:DB_PASSWORD", "db-pass-0123456789abcdef".to_string()));
+    for (kind, token) in &all {
+        let enc: String = token.replace(' ', "%20");
+        let tries = [
+            ("URL", get(&format!("/hello?note={enc}"))),
+            ("header", with_header("/hello", "x-note", token)),
+            (
+                "body",
+                post(
+                    "/echo",
+                    format!("{{\"note\": \"{token}\"}}"),
+                    &[("content-type", "application/json")],
+                ),
+            ),
+            (
+                "gzip body",
+                post(
+                    "/echo",
+                    gzip(format!("note={token}").as_bytes()),
+                    &[("content-encoding", "gzip")],
+                ),
+            ),
+        ];
+        for (place, req) in tries {
+            let (status, body) = h1(&f, req).await;
+            assert_eq!(status, 403, "{kind} in the {place} must be refused: {body}");
+            assert!(body.contains(kind), "the refusal names the kind: {body}");
+            assert!(body.contains("[[dlp.allow]]"), "and the fix: {body}");
+            assert!(!body.contains(&token[6..]), "never the secret: {body}");
+        }
+    }
+    let events = f.events.lock().unwrap().clone();
+    let refusals: Vec<&NewEvent> = events
+        .iter()
+        .filter(|e| e.rule.as_deref().is_some_and(|r| r.starts_with("dlp:")))
+        .collect();
+    assert_eq!(refusals.len(), all.len() * 4, "{events:?}");
+    let logged = format!("{events:?}");
+    for (_, token) in &all {
+        assert!(!logged.contains(&token[6..]), "an event holds a secret");
+    }
+
+    // Ordinary traffic: JSON, a base64 image, a lockfile, a long random-looking body.
+    let mut png = String::from(
+        "{\"image\": \"data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==",
+    );
+    png.push_str(&"QUJD".repeat(4000));
+    png.push_str("\"}");
+    let lock = r#"{"packages": {"node_modules/left-pad": {"version": "1.3.0", "resolved": "https://registry.npmjs.org/left-pad/-/left-pad-1.3.0.tgz", "integrity": "sha512-XI5MPzVNApjAyhQzphX8BkmKsKUxD4LdyK24iZeQ9Zc+JvMJ7nv7yrYzwk3M5FLAZBd03fV9rH0hwW8rtrG1PQ=="}}}"#;
+    let cargo_lock = "[[package]]\nname = \"serde\"\nversion = \"1.0.228\"\nsource = \"registry+https://github.com/rust-lang/crates.io-index\"\nchecksum = \"9a8e94ea7f378bd32cbbd37198a4a91436180c5bb472411e48b5ec2e2124ae9e\"\n";
+    let chat = r#"{"model": "claude-sonnet", "max_tokens": 1024, "messages": [{"role": "user", "content": "Rename the token parser and keep the API key handling as it is; ask-before-delete."}]}"#;
+    for body in [png.as_str(), lock, cargo_lock, chat] {
+        let (status, echoed) = h1(&f, post("/echo", body.to_string(), &[])).await;
+        assert_eq!(status, 200, "false positive on {}", &body[..60]);
+        assert_eq!(echoed, body);
+    }
+    let (status, _) = h1(&f, get("/hello?q=sk-learn+skeleton&page=2")).await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_may_go_where_the_policy_says_and_log_lets_them_through() {
+    let jwt = tokens().into_iter().find(|(k, _)| *k == "jwt").unwrap().1;
+    let exempt = vec![cordon_http::dlp::Exemption {
+        kinds: vec!["jwt".into()],
+        hosts: vec!["api.example.test".into()],
+    }];
+    let f = fixture_with(
+        true,
+        vec![],
+        Some(dlp(cordon_policy::DlpAction::Deny, exempt)),
+    )
+    .await;
+    let (status, body) = h1(
+        &f,
+        with_header("/hello", "authorization", &format!("Bearer {jwt}")),
+    )
+    .await;
+    assert_eq!(status, 200, "an exempted kind goes to its host: {body}");
+    let aws = &tokens()[0].1;
+    let (status, _) = h1(&f, with_header("/hello", "x-key", aws)).await;
+    assert_eq!(status, 403, "other kinds stay refused");
+
+    let f = fixture_with(
+        true,
+        vec![],
+        Some(dlp(cordon_policy::DlpAction::Log, vec![])),
+    )
+    .await;
+    let (status, _) = h1(&f, with_header("/hello", "x-key", aws)).await;
+    assert_eq!(status, 200, "log forwards");
+    let events = f.events.lock().unwrap().clone();
+    assert!(
+        events.iter().any(|e| e.action == cordon_events::Action::Log
+            && e.rule.as_deref() == Some("dlp:aws-access-key")),
+        "{events:?}"
+    );
+
+    // `ask` with nobody to ask is a refusal, never a pass.
+    let f = fixture_with(
+        true,
+        vec![],
+        Some(dlp(cordon_policy::DlpAction::Ask, vec![])),
+    )
+    .await;
+    let (status, _) = h1(&f, with_header("/hello", "x-key", aws)).await;
+    assert_eq!(status, 403);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn placeholders_become_real_values_only_where_the_credential_goes() {
+    let real_q = "query-real-value-0123456789";
+    let ph_q = &format!("cordon-{}", "q".repeat(real_q.len() - 7));
+    let real_h = "header-real-value-0123456789";
+    let ph_h = &format!("cordon-{}", "h".repeat(real_h.len() - 7));
+    assert_eq!((real_q.len(), real_h.len()), (ph_q.len(), ph_h.len()));
+    let cred = |name: &str, real: &str, ph: &str, header: &str, query: Option<&str>| {
+        cordon_http::WireCredential {
+            name: name.into(),
+            placeholder: ph.into(),
+            real: real.into(),
+            hosts: vec!["api.example.test".into()],
+            header: header.into(),
+            query: query.map(str::to_string),
+            format: "{}".into(),
+            inject: false,
+        }
+    };
+    let f = fixture_with(
+        true,
+        vec![
+            cred("q", real_q, ph_q, "", Some("key")),
+            cred("h", real_h, ph_h, "x-api-key", None),
+        ],
+        Some(dlp(cordon_policy::DlpAction::Deny, vec![])),
+    )
+    .await;
+    let req = Request::get(format!("/headers?key={ph_q}&page=1"))
+        .header("host", "api.example.test")
+        .header("x-api-key", ph_h)
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let (status, body) = h1(&f, req).await;
+    assert_eq!(status, 200, "{body}");
+    let seen = SEEN.lock().unwrap().clone();
+    let got = seen
+        .iter()
+        .find(|s| s.contains("page=1"))
+        .unwrap_or_else(|| panic!("upstream saw {seen:?}"));
+    assert!(
+        got.contains(&format!("key={real_q}&page=1")),
+        "query swapped: {got}"
+    );
+    assert!(
+        got.contains(&format!("x-api-key: {real_h}")),
+        "header swapped: {got}"
+    );
+    assert!(!got.contains("cordon-"), "no placeholder upstream: {got}");
+    // The server echoed both real values back, split across 5-byte chunks: the sandbox sees
+    // its placeholders, never the values.
+    assert!(!body.contains(real_q) && !body.contains(real_h), "{body}");
+    assert!(body.contains(ph_q) && body.contains(ph_h), "{body}");
+
+    // Anywhere else, a placeholder is a leak.
+    for (req, place) in [
+        (
+            get(&format!("/headers?other={ph_q}")),
+            "query parameter other",
+        ),
+        (
+            with_header("/headers", "x-api-key", ph_q),
+            "header x-api-key",
+        ),
+        (get(&format!("/headers?key={ph_h}")), "URL query"),
+        (post("/echo", format!("k={ph_h}"), &[]), "body"),
+    ] {
+        let (status, body) = h1(&f, req).await;
+        assert_eq!(status, 403, "{place}: {body}");
+        assert!(body.contains(place), "names where: {body}");
+    }
+    let events = f.events.lock().unwrap().clone();
+    let leaks = events
+        .iter()
+        .filter(|e| {
+            e.rule
+                .as_deref()
+                .is_some_and(|r| r.starts_with("credential-leak:"))
+        })
+        .count();
+    assert_eq!(leaks, 4, "{events:?}");
 }

@@ -34,8 +34,15 @@ pub enum MountOp {
     Pin { path: PathBuf },
     /// Make an already-visible path read-only, even inside a writable bind.
     ReadOnly { path: PathBuf },
-    /// Hide a directory under an empty, unreadable, read-only tmpfs.
-    MaskDir { path: PathBuf, rule: String },
+    /// Hide a directory under an empty, unreadable, read-only tmpfs — or, where `shown` has
+    /// files (masked copies of credential files, by path relative to the directory), a
+    /// read-only tmpfs holding only those.
+    MaskDir {
+        path: PathBuf,
+        rule: String,
+        #[serde(default)]
+        shown: Vec<(PathBuf, String)>,
+    },
     /// Hide a file (or socket) under an empty, unreadable file.
     MaskFile { path: PathBuf, rule: String },
     /// A read-only file with this content bound over an existing file (`/etc/resolv.conf`).
@@ -107,11 +114,61 @@ impl Layout {
     /// Masked paths with the rule that masked them.
     pub fn masks(&self) -> impl Iterator<Item = (&Path, &str)> {
         self.mounts.iter().filter_map(|m| match m {
-            MountOp::MaskDir { path, rule } | MountOp::MaskFile { path, rule } => {
+            MountOp::MaskDir { path, rule, .. } | MountOp::MaskFile { path, rule } => {
                 Some((path.as_path(), rule.as_str()))
             }
             _ => None,
         })
+    }
+}
+
+impl Layout {
+    /// Shows `content` at the host file `path` instead of what it holds — a masked copy of a
+    /// credential file, its secret replaced: inside a masked directory the mask holds just
+    /// this file; a masked file becomes this content; an unmasked one is covered by it.
+    /// Landlock may read it (the mask's exclusion stays for everything else). Returns where
+    /// it is shown, or why it cannot be.
+    pub fn show_copy(&mut self, path: &Path, content: &str) -> Result<PathBuf, String> {
+        let target = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        if !target.is_file() {
+            return Err(format!("{} is not a regular file", target.display()));
+        }
+        let mut placed = false;
+        for m in &mut self.mounts {
+            match m {
+                MountOp::MaskFile { path, .. } if *path == target => {
+                    *m = MountOp::Content {
+                        path: target.clone(),
+                        content: content.to_string(),
+                    };
+                    placed = true;
+                    break;
+                }
+                MountOp::MaskDir { path, shown, .. } if target.starts_with(&*path) => {
+                    let rel = target
+                        .strip_prefix(&*path)
+                        .map(Path::to_path_buf)
+                        .unwrap_or_default();
+                    shown.retain(|(p, _)| *p != rel);
+                    shown.push((rel, content.to_string()));
+                    placed = true;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        if !placed {
+            self.mounts
+                .retain(|m| !matches!(m, MountOp::Content { path, .. } if *path == target));
+            self.mounts.push(MountOp::Content {
+                path: target.clone(),
+                content: content.to_string(),
+            });
+        }
+        if !self.landlock.read.contains(&target) {
+            self.landlock.read.push(target.clone());
+        }
+        Ok(target)
     }
 }
 
@@ -344,7 +401,11 @@ pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
         }
         done.push(p.clone());
         if meta.is_dir() {
-            layout.mounts.push(MountOp::MaskDir { path: p, rule });
+            layout.mounts.push(MountOp::MaskDir {
+                path: p,
+                rule,
+                shown: Vec::new(),
+            });
         } else {
             layout.mounts.push(MountOp::MaskFile { path: p, rule });
         }
@@ -522,6 +583,61 @@ mod tests {
         );
         assert!(!l.mounts.iter().any(|m| m.path() == home.join(".aws")));
         assert!(!l.mounts.iter().any(|m| m.path() == proj.join(".envrc")));
+    }
+
+    #[test]
+    fn masked_copies_replace_what_they_cover_and_only_that() {
+        let t = tempfile::tempdir().unwrap();
+        let home = t.path().canonicalize().unwrap();
+        std::fs::create_dir_all(home.join(".config/gh")).unwrap();
+        std::fs::write(home.join(".config/gh/hosts.yml"), "token: real").unwrap();
+        std::fs::write(home.join(".config/gh/config.yml"), "x").unwrap();
+        std::fs::write(home.join(".netrc"), "password real").unwrap();
+        std::fs::write(home.join("open.key"), "real").unwrap();
+        let mut l = prepare(&plan(
+            &[Path::new("/")],
+            &[],
+            &[&home.join(".config/gh"), &home.join(".netrc")],
+            &[],
+        ));
+        for (f, c) in [
+            (".config/gh/hosts.yml", "token: ph"),
+            (".netrc", "password ph"),
+            ("open.key", "ph"),
+        ] {
+            assert_eq!(l.show_copy(&home.join(f), c).unwrap(), home.join(f));
+            assert!(l.landlock.read.contains(&home.join(f)), "{f}");
+        }
+        let gh = l
+            .mounts
+            .iter()
+            .find_map(|m| match m {
+                MountOp::MaskDir { path, shown, .. } if *path == home.join(".config/gh") => {
+                    Some(shown.clone())
+                }
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(gh, [(PathBuf::from("hosts.yml"), "token: ph".to_string())]);
+        let content = |p: PathBuf| {
+            l.mounts
+                .iter()
+                .any(|m| matches!(m, MountOp::Content { path, .. } if *path == p))
+        };
+        assert!(
+            content(home.join(".netrc")),
+            "the masked file becomes the copy"
+        );
+        assert!(
+            content(home.join("open.key")),
+            "an unmasked file is covered"
+        );
+        assert!(!l.masks().any(|(p, _)| p == home.join(".netrc")));
+        assert!(l.show_copy(&home.join("missing"), "x").is_err());
+        assert!(
+            l.show_copy(&home.join(".config"), "x").is_err(),
+            "not a file"
+        );
     }
 
     #[test]

@@ -209,13 +209,32 @@ fn apply(op: &MountOp, tmpfs_size: Option<u64>) -> Result<(), MountError> {
             sys::bind(&dst, &dst, true).ctx(at.clone())?;
             sys::mount_setattr(&dst, true, RO).ctx(at)?;
         }
-        MountOp::MaskDir { .. } => {
+        MountOp::MaskDir { shown, .. } if shown.is_empty() => {
             tmpfs(
                 &dst,
                 "mode=000,size=4k,nr_inodes=2",
                 libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
             )
             .ctx(at.clone())?;
+            sys::mount_setattr(&dst, false, RO).ctx(at)?;
+        }
+        MountOp::MaskDir { shown, .. } => {
+            // Only the masked copies, read-only; nothing else of the directory.
+            tmpfs(
+                &dst,
+                "mode=0555,size=1m,nr_inodes=256",
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            )
+            .ctx(at.clone())?;
+            for (rel, content) in shown {
+                let file = dst.join(rel);
+                if let Some(parent) = file.parent() {
+                    std::fs::create_dir_all(parent).ctx(at.clone())?;
+                }
+                std::fs::write(&file, content).ctx(at.clone())?;
+                std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o444))
+                    .ctx(at.clone())?;
+            }
             sys::mount_setattr(&dst, false, RO).ctx(at)?;
         }
         MountOp::MaskFile { .. } => {

@@ -54,6 +54,9 @@ pub struct Command {
     pub session: String,
     /// Protected paths made copy-on-write for this session.
     pub staged: Vec<crate::layout::Staged>,
+    /// Host files shown with other content (masked copies of credential files, the secret
+    /// replaced by its placeholder), wherever they are masked or not.
+    pub shown: Vec<(PathBuf, String)>,
 }
 
 /// How the sandboxed command ended.
@@ -151,6 +154,21 @@ pub fn run_with_network(
         None
     };
     let mut layout = layout::prepare_with_state(&fs, &cmd.staged);
+    for (path, content) in &cmd.shown {
+        match layout.show_copy(path, content) {
+            Ok(at) => emit(NewEvent::new(
+                Layer::Filesystem,
+                Action::Apply,
+                format!("{} is shown as a masked copy", at.display()),
+            )),
+            // Never the real file instead: the command does not start.
+            Err(e) => {
+                return Err(SandboxError::Usage(format!(
+                    "cannot show a masked copy of {e}"
+                )));
+            }
+        }
+    }
     let net_setup = match (plan.network.mode, &net) {
         (NetMode::Host, _) => NetSetup::Host,
         (NetMode::Gateway, Some(n)) => NetSetup::Gateway {

@@ -256,6 +256,7 @@ fn run_in_session(
         },
         session: session.to_string(),
         staged: Vec::new(),
+        shown: Vec::new(),
     };
     let mut cmd = cmd;
     let staged = match crate::state::begin(&loaded.plan, session, emit) {
@@ -309,6 +310,9 @@ fn run_in_session(
         },
         _ => None,
     };
+    if let Some(g) = &gateway {
+        cmd.shown.clone_from(&g.shown);
+    }
     let net = gateway
         .as_mut()
         .map(|g| g as &mut dyn cordon_sandbox::NetAttach);
@@ -346,13 +350,16 @@ fn run_in_session(
 }
 
 /// Reads each `[credentials.NAME]` source on the host, makes the session's placeholder for it,
-/// and puts the placeholder (never the value) in the sandbox's environment. A source that
-/// does not resolve is a warning: that credential is simply absent inside.
+/// and puts the placeholder (never the value) in the sandbox's environment and in masked
+/// copies of its `files` (returned: path, content). A source that does not resolve is a
+/// warning: that credential is simply absent inside. A file that does not hold the value as
+/// written stays hidden.
 fn resolve_credentials(
     plan: &mut cordon_policy::Plan,
     sink: &cordon_net::Emit,
-) -> Vec<cordon_http::WireCredential> {
+) -> (Vec<cordon_http::WireCredential>, Vec<(PathBuf, String)>) {
     let mut out = Vec::new();
+    let mut shown = Vec::new();
     for c in plan.credentials.clone() {
         let value = read_credential(&c.source);
         // The source variable itself never passes into the sandbox.
@@ -380,6 +387,42 @@ fn resolve_credentials(
         if let Some(env) = &c.env {
             plan.env.set.insert(env.clone(), placeholder.clone());
         }
+        for f in &c.files {
+            let masked = std::fs::read_to_string(f)
+                .map_err(|e| e.to_string())
+                .and_then(|t| {
+                    t.contains(&real)
+                        .then(|| t.replace(&real, &placeholder))
+                        .ok_or_else(|| "it does not hold the credential's value as written".into())
+                });
+            match masked {
+                Ok(content) => shown.push((f.clone(), content)),
+                Err(why) => {
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "cordon: warning: credential `{}`: {} stays hidden ({why})",
+                        c.name,
+                        f.display()
+                    );
+                    sink(
+                        NewEvent::new(
+                            Layer::Credentials,
+                            Action::Degraded,
+                            format!(
+                                "credential `{}`: no masked copy of {} ({why}); it stays hidden",
+                                c.name,
+                                f.display()
+                            ),
+                        )
+                        .rule(format!("credentials.{}", c.name)),
+                    );
+                    plan.filesystem.deny.push(cordon_policy::PathRule::new(
+                        f,
+                        format!("credentials.{}: files", c.name),
+                    ));
+                }
+            }
+        }
         sink(
             NewEvent::new(
                 Layer::Credentials,
@@ -394,11 +437,12 @@ fn resolve_credentials(
             real,
             hosts: c.hosts.clone(),
             header: c.header.clone(),
+            query: c.query.clone(),
             format: c.format.clone(),
             inject: c.inject,
         });
     }
-    out
+    (out, shown)
 }
 
 /// A credential's real value, read on the host (trimmed); `None` when it does not resolve.
@@ -438,6 +482,8 @@ struct GatewayAttach {
     emit: cordon_net::Emit,
     /// The sandbox's trust bundle when the HTTP layer intercepts.
     bundle: Option<String>,
+    /// Masked copies of credential files.
+    shown: Vec<(PathBuf, String)>,
 }
 
 /// The gateway, with the HTTP layer when cordon's CA can be had (made on first use under the
@@ -449,10 +495,18 @@ fn start_gateway(
     session: &str,
 ) -> Result<GatewayAttach> {
     let gateway = cordon_net::Gateway::new(&plan.network, sink.clone())?;
-    // A credential's source variable never passes into the sandbox, resolved or not.
+    // A credential's source never enters the sandbox, resolved or not: its variable does not
+    // pass and its file is hidden (a masked copy may be shown there instead).
     for c in &plan.credentials {
-        if let cordon_policy::CredentialSource::Env(v) = &c.source {
-            plan.env.pass.retain(|p| p != v);
+        match &c.source {
+            cordon_policy::CredentialSource::Env(v) => plan.env.pass.retain(|p| p != v),
+            cordon_policy::CredentialSource::File(f) => {
+                plan.filesystem.deny.push(cordon_policy::PathRule::new(
+                    f,
+                    format!("credentials.{}: source", c.name),
+                ));
+            }
+            cordon_policy::CredentialSource::Command(_) => {}
         }
     }
     let ca = cordon_events::data_dir()
@@ -482,14 +536,28 @@ fn start_gateway(
                     Duration::from_secs(plan.exec.ask_timeout_secs),
                 )
             });
-            let credentials = resolve_credentials(plan, sink);
+            let (credentials, shown) = resolve_credentials(plan, sink);
+            // Secret scanning also looks for the host's secret-looking variables by value;
+            // credential sources are already known with their hosts.
+            let host_secrets = std::env::vars()
+                .filter(|(k, v)| {
+                    cordon_http::dlp::secret_variable(k, v)
+                        && !credentials.iter().any(|c| &c.real == v)
+                })
+                .map(|(name, value)| cordon_http::dlp::Known {
+                    name,
+                    value,
+                    hosts: Vec::new(),
+                })
+                .collect();
             let gateway = gateway
-                .with_http(&plan.http, ca, ask, credentials)
+                .with_http(&plan.http, ca, ask, credentials, host_secrets)
                 .context("start the HTTP layer")?;
             Ok(GatewayAttach {
                 gateway,
                 emit: sink.clone(),
                 bundle: Some(bundle),
+                shown,
             })
         }
         Err(e) => {
@@ -506,6 +574,7 @@ fn start_gateway(
                 gateway,
                 emit: sink.clone(),
                 bundle: None,
+                shown: Vec::new(),
             })
         }
     }
@@ -698,6 +767,7 @@ fn doctor_end_to_end() -> Result<()> {
             tty: cordon_sandbox::TtyMode::Never,
             session: format!("doctor-{}", std::process::id()),
             staged: Vec::new(),
+            shown: Vec::new(),
         };
         let outcome = cordon_sandbox::run(&loaded.plan, &cmd, &|_| {})?;
         if outcome.code() != 0 {

@@ -220,6 +220,7 @@ impl Gateway {
         ca: Arc<CertAuthority>,
         ask: Option<(std::path::PathBuf, String, Duration)>,
         credentials: Vec<cordon_http::WireCredential>,
+        host_secrets: Vec<cordon_http::dlp::Known>,
     ) -> Result<Self, GatewayError> {
         let mut upstream_ca_pem = Vec::new();
         for f in &http.upstream_ca {
@@ -305,6 +306,41 @@ impl Gateway {
             None => None,
         };
         let shared = self.shared.clone();
+        // Secret scanning looks for every credential's real value (it may go to its own hosts)
+        // and the host's secret-looking variables (to their token's issuer, if any).
+        let mut known: Vec<cordon_http::dlp::Known> = credentials
+            .iter()
+            .map(|c| cordon_http::dlp::Known {
+                name: c.name.clone(),
+                value: c.real.clone(),
+                hosts: c.hosts.clone(),
+            })
+            .collect();
+        known.extend(host_secrets);
+        let dlp = (http.dlp.action != cordon_policy::DlpAction::Off).then(|| {
+            cordon_http::intercept::Dlp {
+                scanner: cordon_http::dlp::Scanner::new(
+                    known,
+                    http.dlp
+                        .allow
+                        .iter()
+                        .map(|a| cordon_http::dlp::Exemption {
+                            kinds: a.kinds.clone(),
+                            hosts: a.hosts.clone(),
+                        })
+                        .collect(),
+                ),
+                action: http.dlp.action,
+                max_body: usize::try_from(http.dlp.max_body_bytes).unwrap_or(usize::MAX),
+            }
+        });
+        if dlp.is_none() {
+            (self.shared.emit)(NewEvent::new(
+                Layer::Credentials,
+                Action::Degraded,
+                "outbound secret scanning is off ([dlp] action = \"off\")",
+            ));
+        }
         let interceptor = Interceptor::new(cordon_http::Config {
             ca,
             rules,
@@ -318,6 +354,7 @@ impl Gateway {
             judge,
             asker,
             credentials,
+            dlp,
         })
         .map_err(|e| GatewayError::Http(e.to_string()))?;
         let _ = self.shared.http.set(HttpLayer {
@@ -757,7 +794,10 @@ impl Flow {
             ev = ev.detail("addr", a.to_string());
         }
         if let Some(Some(o)) = self.owner.get() {
-            ev = ev.detail("pid", o.pid).detail("cmdline", o.cmdline.clone());
+            // A command line may carry a token (`curl -H 'authorization: …'`): never logged.
+            ev = ev
+                .detail("pid", o.pid)
+                .detail("cmdline", cordon_http::dlp::redact(&o.cmdline).into_owned());
         }
         if self.dest == Dest::Name(HOST_ALIAS.into()) {
             ev = ev.detail("host_loopback", true);
