@@ -267,6 +267,25 @@ impl Scanner {
             .any(|h| crate::glob::host_matches(h, host))
     }
 
+    /// `text` with every secret this scanner knows replaced: token shapes by a redacted
+    /// preview ([`redact`]), known values (in any of their encodings) by their name — for
+    /// what goes into events and questions.
+    pub fn redact<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
+        let shaped = redact(text);
+        let Some(ac) = &self.known else {
+            return shaped;
+        };
+        if !ac.is_match(shaped.as_bytes()) {
+            return shaped;
+        }
+        let mut out = Vec::new();
+        ac.replace_all_with_bytes(shaped.as_bytes(), &mut out, |m, _, dst| {
+            dst.extend_from_slice(format!("‹{}›", self.forms[m.pattern().as_usize()].0).as_bytes());
+            true
+        });
+        std::borrow::Cow::Owned(String::from_utf8_lossy(&out).into_owned())
+    }
+
     /// Scans a whole request to `host`: URL, each header value, the body prefix. Secrets that
     /// may go to `host` are left out.
     pub fn scan_request(
@@ -394,53 +413,82 @@ fn percent(v: &[u8]) -> Vec<u8> {
 }
 
 /// Replaces real values with their placeholders in a stream of chunks (a response body on its
-/// way into the sandbox), also where a value is split across chunks: the last `longest - 1`
-/// bytes are held back until the next chunk (or the end) shows whether they start a value.
-/// Placeholders are as long as their values, so lengths never change.
+/// way into the sandbox), also where a value is split across chunks: bytes at the end of a
+/// chunk that could begin a value are held back until the next chunk (or the end) shows
+/// whether they do — only those, so a stream that pauses is not delayed. Where one value
+/// begins another, the longest wins, as in one pass over the whole.
 #[derive(Debug, Clone)]
 pub struct Scrubber {
     ac: AhoCorasick,
+    reals: Vec<Vec<u8>>,
     with: Vec<Vec<u8>>,
     hold: usize,
     tail: Vec<u8>,
+    resize: bool,
 }
 
 impl Scrubber {
-    /// `None` when there is nothing to scrub. Each pair is (real, placeholder), equal length.
+    /// `None` when there is nothing to scrub. Each pair is (real, placeholder).
     pub fn new(pairs: &[(String, String)]) -> Option<Self> {
-        let pairs: Vec<&(String, String)> = pairs
-            .iter()
-            .filter(|(r, p)| !r.is_empty() && r.len() == p.len())
-            .collect();
-        let hold = pairs.iter().map(|(r, _)| r.len()).max()?.saturating_sub(1);
+        let mut seen: Vec<&(String, String)> = Vec::new();
+        for p in pairs {
+            if !p.0.is_empty() && !seen.iter().any(|q| q.0 == p.0) {
+                seen.push(p);
+            }
+        }
+        let hold = seen.iter().map(|(r, _)| r.len()).max()?.saturating_sub(1);
         let ac = AhoCorasick::builder()
             .match_kind(aho_corasick::MatchKind::LeftmostLongest)
-            .build(pairs.iter().map(|(r, _)| r.as_bytes()))
+            .build(seen.iter().map(|(r, _)| r.as_bytes()))
             .ok()?;
         Some(Self {
             ac,
-            with: pairs.iter().map(|(_, p)| p.as_bytes().to_vec()).collect(),
+            reals: seen.iter().map(|(r, _)| r.as_bytes().to_vec()).collect(),
+            with: seen.iter().map(|(_, p)| p.as_bytes().to_vec()).collect(),
             hold,
             tail: Vec::new(),
+            resize: seen.iter().any(|(r, p)| r.len() != p.len()),
         })
+    }
+
+    /// Whether scrubbing can change a body's length (a placeholder not as long as its value).
+    pub fn changes_length(&self) -> bool {
+        self.resize
+    }
+
+    /// Replaces the matches in `buf` that start before `upto`; returns the output and where
+    /// the consumed part ends.
+    fn replace(&self, buf: &[u8], upto: usize) -> (Vec<u8>, usize) {
+        let mut out = Vec::with_capacity(buf.len());
+        let mut at = 0;
+        for m in self.ac.find_iter(buf) {
+            if m.start() >= upto {
+                break;
+            }
+            out.extend_from_slice(&buf[at..m.start()]);
+            out.extend_from_slice(&self.with[m.pattern().as_usize()]);
+            at = m.end();
+        }
+        (out, at)
     }
 
     /// Takes the next chunk; returns what can be passed on now.
     pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
         let mut buf = std::mem::take(&mut self.tail);
         buf.extend_from_slice(chunk);
-        let mut out = Vec::with_capacity(buf.len());
-        let mut at = 0;
-        for m in self.ac.find_iter(&buf) {
-            out.extend_from_slice(&buf[at..m.start()]);
-            out.extend_from_slice(&self.with[m.pattern().as_usize()]);
-            at = m.end();
-        }
-        out.extend_from_slice(&buf[at..]);
-        // Hold back what could be the start of a value that the next chunk completes; never
-        // bytes that are already a replaced placeholder.
-        let keep = self.hold.min(buf.len() - at);
-        self.tail = out.split_off(out.len() - keep);
+        // The first place from which the rest could still grow into a value.
+        let len = buf.len();
+        let pend = (len.saturating_sub(self.hold)..len)
+            .find(|&i| {
+                self.reals
+                    .iter()
+                    .any(|r| r.len() > len - i && r.starts_with(&buf[i..]))
+            })
+            .unwrap_or(len);
+        let (mut out, at) = self.replace(&buf, pend);
+        let cut = at.max(pend);
+        out.extend_from_slice(&buf[at..cut]);
+        self.tail = buf.split_off(cut);
         out
     }
 
@@ -449,9 +497,19 @@ impl Scrubber {
         self.tail.len()
     }
 
-    /// The end of the stream: whatever was held back.
+    /// The end of the stream: what was held back, scrubbed.
     pub fn finish(&mut self) -> Vec<u8> {
-        std::mem::take(&mut self.tail)
+        let buf = std::mem::take(&mut self.tail);
+        let (mut out, at) = self.replace(&buf, buf.len());
+        out.extend_from_slice(&buf[at..]);
+        out
+    }
+
+    /// One whole value (a header), scrubbed.
+    pub fn scrub_all(&self, v: &[u8]) -> Vec<u8> {
+        let (mut out, at) = self.replace(v, v.len());
+        out.extend_from_slice(&v[at..]);
+        out
     }
 }
 
@@ -638,6 +696,24 @@ mod tests {
     }
 
     #[test]
+    fn a_scanner_redacts_its_known_values_by_name() {
+        let s = Scanner::new(
+            vec![Known {
+                name: "DB_PASSWORD".into(),
+                value: "db pass/0123456789".into(),
+                hosts: Vec::new(),
+            }],
+            Vec::new(),
+        );
+        let ghp = format!("ghp_{}", "a".repeat(36));
+        let line = format!("/x/db%20pass%2F0123456789/{ghp} psql -W 'db pass/0123456789'");
+        let r = s.redact(&line);
+        assert!(!r.contains("0123456789"), "{r}");
+        assert_eq!(r.matches("‹known:DB_PASSWORD›").count(), 2, "{r}");
+        assert!(r.contains("ghp_… (40 chars)"), "{r}");
+    }
+
+    #[test]
     fn only_variables_that_hold_secrets_are_scanned_for() {
         assert!(secret_variable(
             "GITHUB_TOKEN",
@@ -677,5 +753,42 @@ mod tests {
             assert_eq!(String::from_utf8(got).unwrap(), want, "chunks of {split}");
         }
         assert!(Scrubber::new(&[]).is_none());
+    }
+
+    #[test]
+    fn the_scrubber_agrees_with_one_pass_at_every_split() {
+        let pairs = vec![
+            ("abcd".to_string(), "PH-1".to_string()),
+            ("abcdefgh".to_string(), "PH-LONG!".to_string()),
+            ("cdxy".to_string(), "zz".to_string()),
+        ];
+        let text = "xxabcdefgh..abcd..abcdxy..cdxy.abc";
+        let whole = {
+            let s = Scrubber::new(&pairs).unwrap();
+            String::from_utf8(s.scrub_all(text.as_bytes())).unwrap()
+        };
+        assert_eq!(whole, "xxPH-LONG!..PH-1..PH-1xy..zz.abc");
+        for i in 0..=text.len() {
+            for j in i..=text.len() {
+                let mut s = Scrubber::new(&pairs).unwrap();
+                let mut got = s.push(&text.as_bytes()[..i]);
+                got.extend(s.push(&text.as_bytes()[i..j]));
+                got.extend(s.push(&text.as_bytes()[j..]));
+                got.extend(s.finish());
+                assert_eq!(String::from_utf8(got).unwrap(), whole, "split at {i}, {j}");
+            }
+        }
+        assert!(Scrubber::new(&pairs).unwrap().changes_length());
+    }
+
+    #[test]
+    fn the_scrubber_holds_back_only_what_could_begin_a_value() {
+        let mut s = Scrubber::new(&[("secret-value".into(), "cordon-xxxxx".into())]).unwrap();
+        assert_eq!(s.push(b"data: hello\n\n"), b"data: hello\n\n");
+        assert_eq!(s.holding(), 0);
+        assert_eq!(s.push(b"x secr"), b"x ");
+        assert_eq!(s.holding(), 4);
+        assert_eq!(s.push(b"et-value!"), b"cordon-xxxxx!");
+        assert!(!s.changes_length());
     }
 }

@@ -140,9 +140,10 @@ impl std::fmt::Debug for WireCredential {
 }
 
 impl WireCredential {
-    /// The header value to inject.
-    fn formatted(&self) -> String {
-        let v = self.format.replace("{}", &self.real);
+    /// The header value to inject, holding `value` (the real one, or the placeholder to say
+    /// what the sandbox would have sent).
+    fn formatted(&self, value: &str) -> String {
+        let v = self.format.replace("{}", value);
         match v.strip_prefix("Basic ") {
             Some(userpass) => format!("Basic {}", crate::b64::encode(userpass.as_bytes(), true)),
             None => v,
@@ -295,19 +296,23 @@ impl Interceptor {
     }
 
     /// Swaps placeholders for real values where allowed (the credential's header — also inside
-    /// a Basic value — or query parameter, to its hosts), injects where configured, and reports
-    /// a placeholder anywhere else (another host, header or parameter, the path, the body) as
-    /// `(credential, where)`.
+    /// a Basic value — or query parameter, to its hosts, over TLS), injects where configured,
+    /// and reports a placeholder anywhere else (another host, header or parameter, the path,
+    /// the body, plain HTTP) as `(credential, where)`. Returns, for scrubbing the response,
+    /// each form a real value was sent in with the form the sandbox knows it by.
     fn swap_credentials(
         &self,
         parts: &mut hyper::http::request::Parts,
         host: &str,
         body: &[u8],
-    ) -> Result<(), (String, String)> {
+    ) -> Result<Vec<(String, String)>, (String, String)> {
+        let mut sent = Vec::new();
+        let cleartext = parts.uri.scheme_str() != Some("https");
         for c in &self.credentials {
             let ours = c.hosts.iter().any(|h| crate::glob::host_matches(h, host));
             let leak = |place: String| (c.name.clone(), place);
             let elsewhere = || format!("to {host}, which is not one of its hosts");
+            let before = sent.len();
             let pq = parts
                 .uri
                 .path_and_query()
@@ -326,38 +331,47 @@ impl Interceptor {
                         elsewhere()
                     }));
                 };
+                let real = percent_encode(&c.real);
                 let mut pairs = Vec::new();
                 for kv in query.split('&').filter(|kv| !kv.is_empty()) {
-                    let name = kv.split_once('=').map_or(kv, |(k, _)| k);
-                    if name == param {
-                        if !c.inject {
-                            pairs.push(kv.replace(&c.placeholder, &percent_encode(&c.real)));
+                    let (name, value) = kv.split_once('=').unwrap_or((kv, ""));
+                    if !kv.contains(&c.placeholder) {
+                        if !(c.inject && name == param) {
+                            pairs.push(kv.to_string());
                         }
-                    } else if kv.contains(&c.placeholder) {
-                        return Err(leak(format!(
-                            "in query parameter {name} (only {param} may carry it)"
-                        )));
+                    } else if name == param && value == c.placeholder && !c.inject {
+                        // Only the parameter's whole value: `key=PH;q=PH` would copy it.
+                        pairs.push(format!("{param}={real}"));
+                    } else if name == param && c.inject {
+                        // Overwritten below.
                     } else {
-                        pairs.push(kv.to_string());
+                        let place = if kv.contains('=') && name != param {
+                            format!("in query parameter {name} (only {param} may carry it)")
+                        } else {
+                            format!("in the URL query, not as the whole value of {param}")
+                        };
+                        return Err(leak(place));
                     }
                 }
                 if c.inject {
-                    pairs.push(format!("{param}={}", percent_encode(&c.real)));
+                    pairs.push(format!("{param}={real}"));
                 }
+                sent.push((real, c.placeholder.clone()));
                 new_query = Some(format!("{path}?{}", pairs.join("&")));
             }
             if !c.placeholder.is_empty()
-                && body
-                    .windows(c.placeholder.len())
-                    .any(|w| w == c.placeholder.as_bytes())
+                && memchr::memmem::find(body, c.placeholder.as_bytes()).is_some()
             {
                 return Err(leak("in the body".into()));
             }
             rewrite_headers(&mut parts.headers, |name, v| {
                 let text = String::from_utf8_lossy(v.as_bytes());
-                let basic = text
-                    .strip_prefix("Basic ")
-                    .and_then(crate::b64::decode)
+                let trimmed = text.trim();
+                // The scheme is case-insensitive (RFC 9110 11.1).
+                let basic = trimmed
+                    .get(..6)
+                    .filter(|s| s.eq_ignore_ascii_case("basic "))
+                    .and_then(|_| crate::b64::decode(trimmed[6..].trim()))
                     .map(|d| String::from_utf8_lossy(&d).into_owned());
                 let plain_hit = text.contains(&c.placeholder);
                 let basic_hit = basic.as_ref().is_some_and(|b| b.contains(&c.placeholder));
@@ -380,12 +394,16 @@ impl Interceptor {
                 let swapped = if plain_hit {
                     text.replace(&c.placeholder, &c.real)
                 } else {
-                    let inner = basic.unwrap_or_default().replace(&c.placeholder, &c.real);
-                    format!("Basic {}", crate::b64::encode(inner.as_bytes(), true))
+                    let inner = basic.unwrap_or_default();
+                    let real =
+                        crate::b64::encode(inner.replace(&c.placeholder, &c.real).as_bytes(), true);
+                    sent.push((real.clone(), crate::b64::encode(inner.as_bytes(), true)));
+                    format!("Basic {real}")
                 };
                 match HeaderValue::from_str(&swapped) {
                     Ok(mut hv) => {
                         hv.set_sensitive(true);
+                        sent.push((c.real.clone(), c.placeholder.clone()));
                         Ok(Some(hv))
                     }
                     Err(_) => Err(leak("in a header it cannot be written to".into())),
@@ -403,13 +421,29 @@ impl Interceptor {
                 && c.inject
                 && c.query.is_none()
                 && let Ok(name) = hyper::header::HeaderName::from_bytes(c.header.as_bytes())
-                && let Ok(mut hv) = HeaderValue::from_str(&c.formatted())
+                && let Ok(mut hv) = HeaderValue::from_str(&c.formatted(&c.real))
             {
                 hv.set_sensitive(true);
                 parts.headers.insert(name, hv);
+                sent.push((c.formatted(&c.real), c.formatted(&c.placeholder)));
+                sent.push((c.real.clone(), c.placeholder.clone()));
+            }
+            if cleartext && sent.len() > before {
+                return Err(leak(
+                    "over plain HTTP (a credential only travels over TLS)".into(),
+                ));
             }
         }
-        Ok(())
+        Ok(sent)
+    }
+
+    /// `text` with every secret the scanner knows (token shapes, known values) redacted, for
+    /// events.
+    pub fn redact<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
+        match &self.dlp {
+            Some(d) => d.scanner.redact(text),
+            None => crate::dlp::redact(text),
+        }
     }
 
     /// The secret-scanning verdict for a request: `Err(response)` when it must not leave.
@@ -429,6 +463,7 @@ impl Interceptor {
             return Ok(());
         }
         let mut kinds: Vec<&str> = findings.iter().map(|f| f.kind.as_str()).collect();
+        kinds.sort_unstable();
         kinds.dedup();
         let what = findings
             .iter()
@@ -447,7 +482,10 @@ impl Interceptor {
                 Some(asker) => {
                     let a = asker
                         .ask(
-                            format!("{} carries a secret: {what}", describe_target(host, target)),
+                            format!(
+                                "{} carries a secret: {what}",
+                                describe_target(host, &self.redact(target))
+                            ),
                             rule.clone(),
                             format!("{rule} {host}"),
                         )
@@ -511,7 +549,7 @@ impl Interceptor {
         let url = format!(
             "{scheme}://{host}{}{}",
             port_suffix(scheme, port),
-            crate::dlp::redact(&path)
+            self.redact(&path)
         );
         let ev = |action: EvAction, status: u16, reason: &str, rule: &str| {
             NewEvent::new(
@@ -829,28 +867,48 @@ impl Interceptor {
         parts.headers.remove(header::HOST);
         // Credentials at the wire: placeholders become real values only in the named header (or
         // query parameter) of requests to the credential's hosts; anywhere else one is a leak.
-        if let Err(leak) = self.swap_credentials(&mut parts, host, &scanned) {
-            (self.emit)(
-                NewEvent::new(
-                    Layer::Credentials,
-                    EvAction::Deny,
+        let sent = match self.swap_credentials(&mut parts, host, &scanned) {
+            Ok(sent) => sent,
+            Err(leak) => {
+                (self.emit)(
+                    NewEvent::new(
+                        Layer::Credentials,
+                        EvAction::Deny,
+                        format!(
+                            "{method} {url}: the placeholder of credential `{}` was sent {}",
+                            leak.0, leak.1
+                        ),
+                    )
+                    .rule(format!("credential-leak:{}", leak.0))
+                    .detail("method", method.clone())
+                    .detail("url", format!("{url}{}", redact_query(&query))),
+                );
+                return text(
+                    StatusCode::FORBIDDEN,
                     format!(
-                        "{method} {url}: the placeholder of credential `{}` was sent {}",
+                        "cordon: credential `{}` may only go to its own hosts, in its own header; this request sent it {}. Refused.\n",
                         leak.0, leak.1
                     ),
-                )
-                .rule(format!("credential-leak:{}", leak.0))
-                .detail("method", method.clone())
-                .detail("url", format!("{url}{}", redact_query(&query))),
+                );
+            }
+        };
+        // A response to a request that carried a real value is scrubbed of every form it was
+        // sent in — which needs it uncompressed.
+        let scrub = if sent.is_empty() {
+            self.scrub.clone()
+        } else {
+            parts.headers.insert(
+                header::ACCEPT_ENCODING,
+                HeaderValue::from_static("identity"),
             );
-            return text(
-                StatusCode::FORBIDDEN,
-                format!(
-                    "cordon: credential `{}` may only go to its own hosts, in its own header; this request sent it {}. Refused.\n",
-                    leak.0, leak.1
-                ),
-            );
-        }
+            let mut pairs: Vec<(String, String)> = self
+                .credentials
+                .iter()
+                .map(|c| (c.real.clone(), c.placeholder.clone()))
+                .collect();
+            pairs.extend(sent.iter().cloned());
+            crate::dlp::Scrubber::new(&pairs)
+        };
         parts.version = hyper::Version::HTTP_11;
         let body = match prefix {
             Some(p) => PrefixedBody {
@@ -919,16 +977,30 @@ impl Interceptor {
                     }
                 }
                 // A server echoing a real value back never shows it to the sandbox: headers
-                // here, the body as it streams (CountingBody).
-                if let Some(scrub) = &self.scrub {
-                    let _ = rewrite_headers::<()>(&mut parts.headers, |_, v| {
-                        let mut s = scrub.clone();
-                        let mut out = s.push(v.as_bytes());
-                        out.extend(s.finish());
-                        Ok((out != v.as_bytes())
-                            .then(|| HeaderValue::from_bytes(&out).ok())
-                            .flatten())
-                    });
+                // here, the body as it streams (CountingBody), trailers at its end.
+                if let Some(scrub) = &scrub {
+                    scrub_headers(scrub, &mut parts.headers);
+                    let encoded = parts
+                        .headers
+                        .get(header::CONTENT_ENCODING)
+                        .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
+                    if encoded && !sent.is_empty() {
+                        (self.emit)(ev(
+                            EvAction::Deny,
+                            502,
+                            "the response is compressed although asked not to be; it cannot be scrubbed of the credential",
+                            &decided_by,
+                        ));
+                        return text(
+                            StatusCode::BAD_GATEWAY,
+                            format!(
+                                "cordon: {url} answered a request carrying a credential with a compressed body, which cordon cannot check for the credential's value; refused\n"
+                            ),
+                        );
+                    }
+                    if scrub.changes_length() {
+                        parts.headers.remove(header::CONTENT_LENGTH);
+                    }
                 }
                 if status == 101 {
                     // The connection now belongs to the upgrade: no body of its own.
@@ -943,7 +1015,7 @@ impl Interceptor {
                 let counted = CountingBody {
                     _permit: permit,
                     inner: body,
-                    scrub: self.scrub.clone(),
+                    scrub,
                     pending: None,
                     bytes: 0,
                     started,
@@ -1008,6 +1080,11 @@ async fn read_prefix(
                     got += d.len();
                     out.push_back(d);
                 }
+                // A body of known length is complete once it has all arrived: no round trip
+                // to the connection task for the end.
+                if hyper::body::Body::is_end_stream(body) {
+                    return Ok((out, false));
+                }
             }
             Some(Err(e)) => return Err(Some(e)),
             None => return Ok((out, false)),
@@ -1067,14 +1144,20 @@ impl hyper::body::Body for CountingBody {
                         let Some(s) = self.scrub.as_mut() else {
                             return Poll::Ready(Some(Ok(Frame::data(d))));
                         };
-                        let out = s.push(&d);
+                        let mut out = s.push(&d);
+                        if self.inner.is_end_stream() {
+                            out.extend(held(&mut self));
+                        }
                         if out.is_empty() {
                             // All held back: an empty chunk would end an HTTP/1 body.
                             continue;
                         }
                         Some(Ok(Frame::data(Bytes::from(out))))
                     }
-                    Err(trailers) => {
+                    Err(mut trailers) => {
+                        if let (Some(s), Some(t)) = (&self.scrub, trailers.trailers_mut()) {
+                            scrub_headers(s, t);
+                        }
                         let rest = held(&mut self);
                         if rest.is_empty() {
                             Some(Ok(trailers))
@@ -1108,7 +1191,19 @@ impl hyper::body::Body for CountingBody {
     }
 
     fn size_hint(&self) -> hyper::body::SizeHint {
-        self.inner.size_hint()
+        match &self.scrub {
+            Some(s) if s.changes_length() => hyper::body::SizeHint::default(),
+            Some(s) => {
+                let mut h = self.inner.size_hint();
+                let held = s.holding() as u64;
+                h.set_lower(h.lower() + held);
+                if let Some(u) = h.upper() {
+                    h.set_upper(u + held);
+                }
+                h
+            }
+            None => self.inner.size_hint(),
+        }
     }
 }
 
@@ -1250,6 +1345,16 @@ fn same_host(claimed: &str, host: &str, port: u16, scheme: &str) -> bool {
         .trim_end_matches(']')
         .trim_end_matches('.');
     h == host.trim_end_matches('.').to_ascii_lowercase() && p == port
+}
+
+/// Replaces real values with placeholders in every header value.
+fn scrub_headers(scrub: &crate::dlp::Scrubber, headers: &mut hyper::HeaderMap) {
+    let _ = rewrite_headers::<()>(headers, |_, v| {
+        let out = scrub.scrub_all(v.as_bytes());
+        Ok((out != v.as_bytes())
+            .then(|| HeaderValue::from_bytes(&out).ok())
+            .flatten())
+    });
 }
 
 /// Rewrites every header value `f` replaces (`Ok(Some(new))`), keeping the order of a name's

@@ -108,6 +108,17 @@ async fn upstream_service(
             let b = req.into_body().collect().await?.to_bytes();
             Full::new(b).map_err(|n| match n {}).boxed()
         }
+        // A compressed answer, whatever was asked.
+        "/gzip" => {
+            let mut r = Response::new(
+                Full::new(Bytes::from_static(b"\x1f\x8b"))
+                    .map_err(|n| match n {})
+                    .boxed(),
+            );
+            r.headers_mut()
+                .insert("content-encoding", "gzip".parse().unwrap());
+            return Ok(r);
+        }
         // What arrived, echoed back in 5-byte chunks (a value split across chunks).
         "/headers" => {
             let mut seen = format!("{}\n", req.uri());
@@ -156,6 +167,8 @@ struct Fixture {
     _dir: tempfile::TempDir,
     ca: Arc<CertAuthority>,
     front: SocketAddr,
+    /// Plain HTTP made to api.example.test:80.
+    plain: SocketAddr,
     events: Events,
 }
 
@@ -213,6 +226,15 @@ async fn fixture_with(
     // The "sandbox side": every connection here was made to api.example.test:443.
     let front = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let front_addr = front.local_addr().unwrap();
+    let plain = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let plain_addr = plain.local_addr().unwrap();
+    let i = interceptor.clone();
+    tokio::spawn(async move {
+        loop {
+            let (s, _) = plain.accept().await.unwrap();
+            tokio::spawn(i.clone().serve_plain(s, "api.example.test".into(), 80));
+        }
+    });
     tokio::spawn(async move {
         loop {
             let (s, _) = front.accept().await.unwrap();
@@ -227,6 +249,7 @@ async fn fixture_with(
         _dir: dir,
         ca,
         front: front_addr,
+        plain: plain_addr,
         events,
     }
 }
@@ -788,4 +811,145 @@ async fn placeholders_become_real_values_only_where_the_credential_goes() {
         })
         .count();
     assert_eq!(leaks, 4, "{events:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_form_a_value_was_sent_in_is_scrubbed_and_cleartext_refused() {
+    let real = "basic-real-value-0123456789";
+    let ph = &format!("cordon-{}", "b".repeat(real.len() - 7));
+    let cred = cordon_http::WireCredential {
+        name: "b".into(),
+        placeholder: ph.clone(),
+        real: real.into(),
+        hosts: vec!["api.example.test".into()],
+        header: "authorization".into(),
+        query: None,
+        format: "Basic x-access-token:{}".into(),
+        inject: false,
+    };
+    let f = fixture_with(true, vec![cred.clone()], None).await;
+    let b64 = |s: &str| {
+        use std::io::Write;
+        let mut out = Vec::new();
+        let mut e = base64_encoder(&mut out);
+        e.write_all(s.as_bytes()).unwrap();
+        drop(e);
+        String::from_utf8(out).unwrap()
+    };
+    // A lowercase scheme is still Basic; the server echoes what it got, base64 and all.
+    let (status, body) = h1(
+        &f,
+        with_header(
+            "/headers",
+            "authorization",
+            &format!("basic {}", b64(&format!("me:{ph}"))),
+        ),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let seen = SEEN.lock().unwrap().clone();
+    assert!(
+        seen.iter().any(|s| s.contains(&format!(
+            "authorization: Basic {}",
+            b64(&format!("me:{real}"))
+        ))),
+        "{seen:?}"
+    );
+    assert!(
+        !body.contains(&b64(&format!("me:{real}"))),
+        "the echoed base64 form is scrubbed: {body}"
+    );
+    assert!(body.contains(&b64(&format!("me:{ph}"))), "{body}");
+    // `key=PH;q=PH`-style tricks and compressed answers.
+    let (status, body) = h1(&f, with_header("/gzip", "authorization", ph)).await;
+    assert_eq!(
+        status, 502,
+        "a compressed answer to a request carrying a credential: {body}"
+    );
+    let (status, body) = h1(&f, get("/gzip")).await;
+    assert_eq!(status, 200, "without a credential it passes: {body}");
+    // Over plain HTTP a credential never travels.
+    let tcp = TcpStream::connect(f.plain).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let r = send
+        .send_request(with_header("/headers", "authorization", ph))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    assert!(
+        String::from_utf8_lossy(&body).contains("plain HTTP"),
+        "{body:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_credentials_swap_only_a_whole_value() {
+    let real = "query-real-value-0123456789";
+    let ph = &format!("cordon-{}", "q".repeat(real.len() - 7));
+    let cred = cordon_http::WireCredential {
+        name: "q".into(),
+        placeholder: ph.clone(),
+        real: real.into(),
+        hosts: vec!["api.example.test".into()],
+        header: String::new(),
+        query: Some("key".into()),
+        format: "{}".into(),
+        inject: false,
+    };
+    let f = fixture_with(true, vec![cred], None).await;
+    let (status, body) = h1(&f, get(&format!("/headers?key={ph};q={ph}"))).await;
+    assert_eq!(status, 403, "{body}");
+    let (status, body) = h1(&f, get(&format!("/headers?key=x{ph}"))).await;
+    assert_eq!(status, 403, "{body}");
+    let (status, body) = h1(&f, get(&format!("/headers?{ph}"))).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        !body.contains(ph.as_str()),
+        "a bare item is not echoed in the refusal: {body}"
+    );
+}
+
+/// A minimal base64 writer for the tests (standard alphabet, padded).
+fn base64_encoder(out: &mut Vec<u8>) -> B64<'_> {
+    B64 {
+        out,
+        buf: Vec::new(),
+    }
+}
+
+struct B64<'a> {
+    out: &'a mut Vec<u8>,
+    buf: Vec<u8>,
+}
+
+impl std::io::Write for B64<'_> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for B64<'_> {
+    fn drop(&mut self) {
+        const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        for c in self.buf.chunks(3) {
+            let n = (u32::from(c[0]) << 16)
+                | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+                | u32::from(*c.get(2).unwrap_or(&0));
+            for i in 0..4 {
+                if i <= c.len() {
+                    self.out.push(A[((n >> (18 - 6 * i)) & 63) as usize]);
+                } else {
+                    self.out.push(b'=');
+                }
+            }
+        }
+    }
 }

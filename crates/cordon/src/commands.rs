@@ -296,6 +296,7 @@ fn run_in_session(
             "built-in: cordon's own state",
         ));
     }
+    hide_credential_sources(&mut plan);
     if plan.network.mode == cordon_policy::NetMode::Gateway {
         cordon_sandbox::prefer_fresh_pages_for_large_allocations();
         cordon_sandbox::raise_nofile_limit();
@@ -349,24 +350,60 @@ fn run_in_session(
     }
 }
 
+/// A credential's source never enters the sandbox, whatever the network mode and whether or
+/// not it resolves: its variable does not pass, its file is hidden, and so are the files it
+/// lists (a masked copy is shown there instead when the HTTP layer holds the credential).
+fn hide_credential_sources(plan: &mut cordon_policy::Plan) {
+    for c in plan.credentials.clone() {
+        match &c.source {
+            cordon_policy::CredentialSource::Env(v) => plan.env.pass.retain(|p| p != v),
+            cordon_policy::CredentialSource::File(f) => {
+                plan.filesystem.deny.push(cordon_policy::PathRule::new(
+                    f,
+                    format!("credentials.{}: source", c.name),
+                ));
+            }
+            cordon_policy::CredentialSource::Command(_) => {}
+        }
+        for f in &c.files {
+            plan.filesystem.deny.push(cordon_policy::PathRule::new(
+                f,
+                format!("credentials.{}: files", c.name),
+            ));
+        }
+    }
+}
+
+/// The host's variables that look like secrets, by value (for secret scanning); those that
+/// are a credential's value are known through the credential already.
+fn host_secrets(credentials: &[cordon_http::WireCredential]) -> Vec<cordon_http::dlp::Known> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .map(|(k, v)| (k, v.trim().to_string()))
+        .filter(|(k, v)| {
+            cordon_http::dlp::secret_variable(k, v) && !credentials.iter().any(|c| &c.real == v)
+        })
+        .map(|(name, value)| cordon_http::dlp::Known {
+            name,
+            value,
+            hosts: Vec::new(),
+        })
+        .collect()
+}
+
 /// Reads each `[credentials.NAME]` source on the host, makes the session's placeholder for it,
 /// and puts the placeholder (never the value) in the sandbox's environment and in masked
-/// copies of its `files` (returned: path, content). A source that does not resolve is a
-/// warning: that credential is simply absent inside. A file that does not hold the value as
-/// written stays hidden.
+/// copies of the files credentials list (returned: path, content). A source that does not
+/// resolve is a warning: that credential is simply absent inside. A file is shown only when
+/// every credential listing it had its value replaced there and nothing secret is left in it
+/// (no token shape, no other known value); otherwise it stays hidden, with a warning.
 fn resolve_credentials(
     plan: &mut cordon_policy::Plan,
     sink: &cordon_net::Emit,
 ) -> (Vec<cordon_http::WireCredential>, Vec<(PathBuf, String)>) {
     let mut out = Vec::new();
-    let mut shown = Vec::new();
     for c in plan.credentials.clone() {
-        let value = read_credential(&c.source);
-        // The source variable itself never passes into the sandbox.
-        if let cordon_policy::CredentialSource::Env(v) = &c.source {
-            plan.env.pass.retain(|p| p != v);
-        }
-        let Some(real) = value else {
+        let Some(real) = read_credential(&c.source) else {
             let _ = writeln!(
                 std::io::stderr(),
                 "cordon: warning: credential `{}` did not resolve ({:?}); it is absent in the sandbox",
@@ -387,47 +424,18 @@ fn resolve_credentials(
         if let Some(env) = &c.env {
             plan.env.set.insert(env.clone(), placeholder.clone());
         }
-        for f in &c.files {
-            let masked = std::fs::read_to_string(f)
-                .map_err(|e| e.to_string())
-                .and_then(|t| {
-                    t.contains(&real)
-                        .then(|| t.replace(&real, &placeholder))
-                        .ok_or_else(|| "it does not hold the credential's value as written".into())
-                });
-            match masked {
-                Ok(content) => shown.push((f.clone(), content)),
-                Err(why) => {
-                    let _ = writeln!(
-                        std::io::stderr(),
-                        "cordon: warning: credential `{}`: {} stays hidden ({why})",
-                        c.name,
-                        f.display()
-                    );
-                    sink(
-                        NewEvent::new(
-                            Layer::Credentials,
-                            Action::Degraded,
-                            format!(
-                                "credential `{}`: no masked copy of {} ({why}); it stays hidden",
-                                c.name,
-                                f.display()
-                            ),
-                        )
-                        .rule(format!("credentials.{}", c.name)),
-                    );
-                    plan.filesystem.deny.push(cordon_policy::PathRule::new(
-                        f,
-                        format!("credentials.{}: files", c.name),
-                    ));
-                }
-            }
-        }
+        let place = c
+            .query
+            .as_ref()
+            .map_or_else(|| c.header.clone(), |q| format!("query parameter {q}"));
         sink(
             NewEvent::new(
                 Layer::Credentials,
                 Action::Apply,
-                format!("credential `{}`: the sandbox holds a placeholder; the real value goes only to {:?} in {}", c.name, c.hosts, c.header),
+                format!(
+                    "credential `{}`: the sandbox holds a placeholder; the real value goes only to {:?} in {place}",
+                    c.name, c.hosts
+                ),
             )
             .rule(format!("credentials.{}", c.name)),
         );
@@ -441,6 +449,74 @@ fn resolve_credentials(
             format: c.format.clone(),
             inject: c.inject,
         });
+    }
+    // Masked copies: one per file, every credential's value replaced.
+    let mut files: Vec<(PathBuf, Vec<String>)> = Vec::new();
+    for c in &plan.credentials {
+        for f in &c.files {
+            match files.iter_mut().find(|(p, _)| p == f) {
+                Some((_, names)) => names.push(c.name.clone()),
+                None => files.push((f.clone(), vec![c.name.clone()])),
+            }
+        }
+    }
+    let mut known: Vec<cordon_http::dlp::Known> = out
+        .iter()
+        .map(|c| cordon_http::dlp::Known {
+            name: c.name.clone(),
+            value: c.real.clone(),
+            hosts: Vec::new(),
+        })
+        .collect();
+    known.extend(host_secrets(&out));
+    let leftover = cordon_http::dlp::Scanner::new(known, Vec::new());
+    let mut shown = Vec::new();
+    for (path, names) in files {
+        let masked = std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|mut text| {
+                for name in &names {
+                    let c = out
+                        .iter()
+                        .find(|c| &c.name == name)
+                        .ok_or_else(|| format!("credential `{name}` did not resolve"))?;
+                    if !text.contains(&c.real) {
+                        return Err(format!(
+                            "it does not hold credential `{name}`'s value as written"
+                        ));
+                    }
+                    text = text.replace(&c.real, &c.placeholder);
+                }
+                let left = leftover.scan(text.as_bytes(), cordon_http::dlp::Place::Body);
+                if let Some(f) = left.first() {
+                    return Err(format!(
+                        "it holds another secret ({}), which no credential covers",
+                        f.kind
+                    ));
+                }
+                Ok(text)
+            });
+        match masked {
+            Ok(content) => shown.push((path, content)),
+            Err(why) => {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "cordon: warning: {} stays hidden: {why}",
+                    path.display()
+                );
+                sink(
+                    NewEvent::new(
+                        Layer::Credentials,
+                        Action::Degraded,
+                        format!(
+                            "no masked copy of {} ({why}); it stays hidden",
+                            path.display()
+                        ),
+                    )
+                    .rule(format!("credentials.{}", names.join(","))),
+                );
+            }
+        }
     }
     (out, shown)
 }
@@ -466,13 +542,23 @@ fn read_credential(source: &cordon_policy::CredentialSource) -> Option<String> {
 /// An unguessable `cordon-` placeholder, as long as the real value where that is long enough
 /// for clients that check lengths.
 fn placeholder_for(real: &str) -> String {
-    let mut bytes = [0u8; 64];
-    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| {
+    // As long as the value (so scrubbing a response keeps its length), at least 12.
+    let len = real.len().max(12);
+    let mut bytes = vec![0u8; len.div_ceil(2)];
+    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| {
         use std::io::Read;
         f.read_exact(&mut bytes)
     });
+    if read.is_err() {
+        // No /dev/urandom: std's per-process random hash keys, never a constant.
+        use std::hash::{BuildHasher, Hasher};
+        for (i, chunk) in bytes.chunks_mut(8).enumerate() {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_usize(i);
+            chunk.copy_from_slice(&h.finish().to_le_bytes()[..chunk.len()]);
+        }
+    }
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let len = real.len().clamp(32, 120);
     format!("cordon-{}", &hex[..len - 7])
 }
 
@@ -495,20 +581,6 @@ fn start_gateway(
     session: &str,
 ) -> Result<GatewayAttach> {
     let gateway = cordon_net::Gateway::new(&plan.network, sink.clone())?;
-    // A credential's source never enters the sandbox, resolved or not: its variable does not
-    // pass and its file is hidden (a masked copy may be shown there instead).
-    for c in &plan.credentials {
-        match &c.source {
-            cordon_policy::CredentialSource::Env(v) => plan.env.pass.retain(|p| p != v),
-            cordon_policy::CredentialSource::File(f) => {
-                plan.filesystem.deny.push(cordon_policy::PathRule::new(
-                    f,
-                    format!("credentials.{}: source", c.name),
-                ));
-            }
-            cordon_policy::CredentialSource::Command(_) => {}
-        }
-    }
     let ca = cordon_events::data_dir()
         .ok_or_else(|| anyhow!("no data directory (set HOME or XDG_DATA_HOME)"))
         .and_then(|d| {
@@ -537,19 +609,8 @@ fn start_gateway(
                 )
             });
             let (credentials, shown) = resolve_credentials(plan, sink);
-            // Secret scanning also looks for the host's secret-looking variables by value;
-            // credential sources are already known with their hosts.
-            let host_secrets = std::env::vars()
-                .filter(|(k, v)| {
-                    cordon_http::dlp::secret_variable(k, v)
-                        && !credentials.iter().any(|c| &c.real == v)
-                })
-                .map(|(name, value)| cordon_http::dlp::Known {
-                    name,
-                    value,
-                    hosts: Vec::new(),
-                })
-                .collect();
+            // Secret scanning also looks for the host's secret-looking variables by value.
+            let host_secrets = host_secrets(&credentials);
             let gateway = gateway
                 .with_http(&plan.http, ca, ask, credentials, host_secrets)
                 .context("start the HTTP layer")?;

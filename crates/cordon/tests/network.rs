@@ -890,6 +890,16 @@ both!(
         std::fs::write(gh_dir.join("config.yml"), "editor: vi\n").unwrap();
         std::fs::create_dir_all(env.home.join("keys")).unwrap();
         std::fs::write(env.home.join("keys/filed"), format!("{filed}\n")).unwrap();
+        // A file holding a credential's value and another secret no credential covers: it
+        // is never shown, masked or not.
+        let other_token = format!("ghp_{}", "z9".repeat(18));
+        std::fs::write(
+            env.home.join(".netrc"),
+            format!(
+                "machine a login x password {real}\nmachine b login y password {other_token}\n"
+            ),
+        )
+        .unwrap();
         env.own(&env.home);
         let pol = format!(
             "[dns]\nhosts = {{ \"api.example.test\" = \"{addr}\", \"other.example.test\" = \"127.0.0.1\" }}\n\
@@ -902,7 +912,9 @@ both!(
          hosts = [\"api.example.test\"]\nheader = \"authorization\"\n\
          format = \"Basic x-access-token:{{}}\"\ninject = true\nfiles = [\"~/.config/gh/hosts.yml\"]\n\
          [credentials.filed]\nenv = \"FILED_KEY\"\nsource = {{ file = \"~/keys/filed\" }}\n\
-         hosts = [\"api.example.test\"]\nheader = \"x-filed\"\n",
+         hosts = [\"api.example.test\"]\nheader = \"x-filed\"\n\
+         [credentials.netrc]\nsource = {{ env = \"CORDON_TEST_REAL_KEY\" }}\nhosts = [\"api.example.test\"]\n\
+         header = \"x-netrc\"\nfiles = [\"~/.netrc\"]\n",
             plain.port,
             ca.display()
         );
@@ -926,6 +938,7 @@ both!(
            | grep -c -e {h1} -e {h2} -e {h3})\n\
          echo GHFILE $(grep -c \"oauth_token: $GH_TOKEN\" ~/.config/gh/hosts.yml) $(ls -A ~/.config/gh | tr '\\n' ' ')\n\
          echo KEYFILE $(cat ~/keys/filed >/dev/null 2>&1 && echo readable || echo hidden)\n\
+         echo NETRC $(grep -c machine ~/.netrc 2>/dev/null || echo hidden)\n\
          echo CONTROL $(printf '%s\\n' \"$GH_TOKEN\" | grep -rlF -f - \"$HOME\" 2>/dev/null | wc -l)\n\
          echo FILEHITS $(printf '%s\\n' {r1} {r2} {r3} | rev | grep -rlF -f - \"$HOME\" \"$PWD\" /tmp /etc 2>/dev/null | wc -l)\n\
          echo OK $({UNPROXIED} curl -sS --max-time 10 -H \"x-api-key: $DEMO_KEY\" https://api.example.test/hello.txt)\n\
@@ -960,6 +973,11 @@ both!(
             show(&o)
         );
         assert!(out.lines().any(|l| l == "KEYFILE hidden"), "{}", show(&o));
+        assert!(
+            out.lines().any(|l| l == "NETRC hidden" || l == "NETRC 0"),
+            "a file with a secret no credential covers stays masked: {}",
+            show(&o)
+        );
         assert!(
             out.lines().any(|l| l == "CONTROL 1"),
             "the search finds the placeholder's copy: {}",
@@ -1193,6 +1211,33 @@ both!(
         assert_eq!(srv.count("AUTH bad"), 0, "{}", srv.log());
         let audit = std::fs::read_to_string(&env.audit).unwrap();
         assert!(!audit.contains(token), "the audit log holds the token");
+    }
+);
+
+both!(
+    credential_files_stay_hidden_without_the_http_layer,
+    |env: Env| {
+        // No gateway, no HTTP layer: no placeholder either, and the source and listed files
+        // are still hidden (they would otherwise be plain readable files of the home).
+        std::fs::write(env.home.join("src.key"), "source-secret-0123456789\n").unwrap();
+        std::fs::write(
+            env.home.join("tool.json"),
+            "{\"token\": \"source-secret-0123456789\"}\n",
+        )
+        .unwrap();
+        env.own(&env.home);
+        let pol = "[network]\nmode = \"none\"\n\
+             [credentials.tool]\nenv = \"TOOL_KEY\"\nsource = { file = \"~/src.key\" }\n\
+             hosts = [\"api.example.test\"]\nfiles = [\"~/tool.json\"]\n";
+        let o = run(
+            &env,
+            pol,
+            "for f in ~/src.key ~/tool.json; do cat $f >/dev/null 2>&1 && echo SEEN $f || echo HIDDEN; done; echo KEY=${TOOL_KEY:-unset}",
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(out.matches("HIDDEN").count(), 2, "{}", show(&o));
+        assert!(out.contains("KEY=unset"), "{}", show(&o));
+        assert!(!out.contains("source-secret"), "{}", show(&o));
     }
 );
 

@@ -615,9 +615,21 @@ impl Shared {
             (Some((local, remote)), Some((init, sockets))) if !busy => {
                 let slot = flow.owner.clone();
                 let lookups = self.lookups.clone();
+                let http = self.http.get().map(|h| h.interceptor.clone());
                 lookups.fetch_add(1, Ordering::Relaxed);
                 tokio::task::spawn_blocking(move || {
-                    let _ = slot.set(sockets(local, remote).and_then(|i| owner::find(init, i)));
+                    // A command line may carry a secret (`curl -H 'authorization: …'`): what
+                    // the events keep is redacted.
+                    let found = sockets(local, remote)
+                        .and_then(|i| owner::find(init, i))
+                        .map(|mut o| {
+                            o.cmdline = match &http {
+                                Some(i) => i.redact(&o.cmdline).into_owned(),
+                                None => cordon_http::dlp::redact(&o.cmdline).into_owned(),
+                            };
+                            o
+                        });
+                    let _ = slot.set(found);
                     lookups.fetch_sub(1, Ordering::Relaxed);
                 });
             }
@@ -794,10 +806,7 @@ impl Flow {
             ev = ev.detail("addr", a.to_string());
         }
         if let Some(Some(o)) = self.owner.get() {
-            // A command line may carry a token (`curl -H 'authorization: …'`): never logged.
-            ev = ev
-                .detail("pid", o.pid)
-                .detail("cmdline", cordon_http::dlp::redact(&o.cmdline).into_owned());
+            ev = ev.detail("pid", o.pid).detail("cmdline", o.cmdline.clone());
         }
         if self.dest == Dest::Name(HOST_ALIAS.into()) {
             ev = ev.detail("host_loopback", true);

@@ -1,0 +1,202 @@
+//! Layer 1b's added latency per request, in-process: a keep-alive HTTP/1.1 client POSTs
+//! bodies through the interceptor (plain HTTP in, plain HTTP out) to a local server that reads
+//! the whole body and answers, with and without credentials + secret scanning, interleaved in
+//! the same run. `cargo bench -p cordon-http --bench forward` prints a table.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cordon_http::dlp::{Known, Scanner};
+use cordon_http::intercept::Dlp;
+use cordon_http::rules::{Action, Rule};
+use cordon_http::{CertAuthority, Config, Interceptor, WireCredential};
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+
+const REAL: &str = "real-bench-key-0123456789abcdef";
+const PH: &str = "cordon-0123456789abcdef01234567";
+
+async fn upstream() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let a = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (s, _) = l.accept().await.unwrap();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                    let n = req.into_body().collect().await?.to_bytes().len();
+                    Ok::<_, hyper::Error>(Response::new(Full::new(Bytes::from(format!("{n}\n")))))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(s), svc)
+                    .await;
+            });
+        }
+    });
+    a
+}
+
+async fn front(up: SocketAddr, secure: bool, ca: Arc<CertAuthority>) -> SocketAddr {
+    let (credentials, dlp) = if secure {
+        (
+            vec![WireCredential {
+                name: "bench".into(),
+                placeholder: PH.into(),
+                real: REAL.into(),
+                hosts: vec!["bench.test".into()],
+                header: "x-api-key".into(),
+                query: None,
+                format: "{}".into(),
+                inject: false,
+            }],
+            Some(Dlp {
+                scanner: Scanner::new(
+                    vec![
+                        Known {
+                            name: "bench".into(),
+                            value: REAL.into(),
+                            hosts: vec!["bench.test".into()],
+                        },
+                        Known {
+                            name: "DB_PASSWORD".into(),
+                            value: "db-bench-Pass-0123456789".into(),
+                            hosts: Vec::new(),
+                        },
+                    ],
+                    Vec::new(),
+                ),
+                action: cordon_policy::DlpAction::Deny,
+                max_body: 64 << 10,
+            }),
+        )
+    } else {
+        (Vec::new(), None)
+    };
+    let i = Arc::new(
+        Interceptor::new(Config {
+            ca,
+            rules: vec![Rule {
+                name: "bench".into(),
+                host: "bench.test".into(),
+                action: Action::Allow,
+                ..Rule::default()
+            }],
+            default: Action::Deny,
+            upstream_ca_pem: Vec::new(),
+            connect: Arc::new(move |_, _| Box::pin(TcpStream::connect(up))),
+            emit: Arc::new(|_| {}),
+            judge: None,
+            asker: None,
+            credentials,
+            dlp,
+        })
+        .unwrap(),
+    );
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let a = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (s, _) = l.accept().await.unwrap();
+            tokio::spawn(i.clone().serve_plain(s, "bench.test".into(), 80));
+        }
+    });
+    a
+}
+
+fn body(size: usize) -> Bytes {
+    let words = [
+        "the",
+        "quick",
+        "fox",
+        "refactors",
+        "a",
+        "parser",
+        "keeps",
+        "tests",
+        "green",
+    ];
+    let mut s = String::from("{\"content\": \"");
+    let mut i = 7usize;
+    while s.len() < size - 2 {
+        i = i.wrapping_mul(2_654_435_761).wrapping_add(1);
+        s.push_str(words[i % words.len()]);
+        s.push(' ');
+    }
+    s.truncate(size - 2);
+    s.push_str("\"}");
+    Bytes::from(s)
+}
+
+async fn client(front: SocketAddr) -> hyper::client::conn::http1::SendRequest<Full<Bytes>> {
+    let s = TcpStream::connect(front).await.unwrap();
+    s.set_nodelay(true).unwrap();
+    let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    send
+}
+
+async fn one(send: &mut hyper::client::conn::http1::SendRequest<Full<Bytes>>, b: &Bytes) -> f64 {
+    let req = Request::post("/v1/messages")
+        .header("host", "bench.test")
+        .header("content-type", "application/json")
+        .header("x-api-key", PH)
+        .body(Full::new(b.clone()))
+        .unwrap();
+    let t = Instant::now();
+    send.ready().await.unwrap();
+    let r = send.send_request(req).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let _ = r.into_body().collect().await.unwrap();
+    t.elapsed().as_secs_f64() * 1e6
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() as f64 - 1.0) * p) as usize]
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let dir = std::env::temp_dir().join(format!("cordon-bench-{}", std::process::id()));
+        let ca = Arc::new(CertAuthority::load_or_create(&dir.join("ca")).unwrap());
+        let up = upstream().await;
+        let plain = front(up, false, ca.clone()).await;
+        let secure = front(up, true, ca).await;
+        println!("| body | plain p50 µs | + credentials & scanning p50 µs | ratio p50 | plain p99 | secured p99 | ratio p99 |");
+        println!("|---|---|---|---|---|---|---|");
+        for size in [1 << 10, 16 << 10, 64 << 10] {
+            let b = body(size);
+            let (mut p, mut s) = (client(plain).await, client(secure).await);
+            let (mut tp, mut ts) = (Vec::new(), Vec::new());
+            for i in 0..4200 {
+                // Interleaved, so drift and noise hit both paths alike.
+                let a = one(&mut p, &b).await;
+                let c = one(&mut s, &b).await;
+                if i >= 200 {
+                    tp.push(a);
+                    ts.push(c);
+                }
+            }
+            let (p50, s50) = (pct(&mut tp, 0.5), pct(&mut ts, 0.5));
+            let (p99, s99) = (pct(&mut tp, 0.99), pct(&mut ts, 0.99));
+            println!(
+                "| {} KiB | {p50:.1} | {s50:.1} | {:.3}x | {p99:.1} | {s99:.1} | {:.3}x |",
+                size >> 10,
+                s50 / p50,
+                s99 / p99
+            );
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    });
+}
