@@ -1,7 +1,8 @@
 //! Layer 1b's added latency per request, in-process: a keep-alive HTTP/1.1 client POSTs
-//! bodies through the interceptor (plain HTTP in, plain HTTP out) to a local server that reads
-//! the whole body and answers, with and without credentials + secret scanning, interleaved in
-//! the same run. `cargo bench -p cordon-http --bench forward` prints a table.
+//! bodies through the interceptor (over TLS with cordon's CA, as the sandbox's clients do) to a
+//! local HTTPS server that reads the whole body and answers — the
+//! plain path, and with a credential swapped in and secret scanning on — interleaved in the
+//! same run. `cargo bench -p cordon-http --bench forward` prints a table.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,13 +21,42 @@ use tokio::net::{TcpListener, TcpStream};
 const REAL: &str = "real-bench-key-0123456789abcdef";
 const PH: &str = "cordon-0123456789abcdef01234567";
 
-async fn upstream() -> SocketAddr {
+/// A local HTTPS server with a CA of its own; returns its address and the CA (PEM).
+async fn upstream() -> (SocketAddr, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["bench.test".to_string()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![leaf.der().clone()],
+        rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+    )
+    .unwrap();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let a = l.local_addr().unwrap();
     tokio::spawn(async move {
         loop {
             let (s, _) = l.accept().await.unwrap();
+            let acceptor = acceptor.clone();
             tokio::spawn(async move {
+                let Ok(s) = acceptor.accept(s).await else {
+                    return;
+                };
                 let svc = hyper::service::service_fn(|req: Request<Incoming>| async move {
                     let n = req.into_body().collect().await?.to_bytes().len();
                     Ok::<_, hyper::Error>(Response::new(Full::new(Bytes::from(format!("{n}\n")))))
@@ -37,10 +67,10 @@ async fn upstream() -> SocketAddr {
             });
         }
     });
-    a
+    (a, ca_cert.pem())
 }
 
-async fn front(up: SocketAddr, secure: bool, ca: Arc<CertAuthority>) -> SocketAddr {
+async fn front(up: SocketAddr, up_ca: String, secure: bool, ca: Arc<CertAuthority>) -> SocketAddr {
     let (credentials, dlp) = if secure {
         (
             vec![WireCredential {
@@ -54,7 +84,7 @@ async fn front(up: SocketAddr, secure: bool, ca: Arc<CertAuthority>) -> SocketAd
                 inject: false,
             }],
             Some(Dlp {
-                scanner: Scanner::new(
+                scanner: Arc::new(Scanner::new(
                     vec![
                         Known {
                             name: "bench".into(),
@@ -68,7 +98,7 @@ async fn front(up: SocketAddr, secure: bool, ca: Arc<CertAuthority>) -> SocketAd
                         },
                     ],
                     Vec::new(),
-                ),
+                )),
                 action: cordon_policy::DlpAction::Deny,
                 max_body: 64 << 10,
             }),
@@ -86,7 +116,7 @@ async fn front(up: SocketAddr, secure: bool, ca: Arc<CertAuthority>) -> SocketAd
                 ..Rule::default()
             }],
             default: Action::Deny,
-            upstream_ca_pem: Vec::new(),
+            upstream_ca_pem: vec![up_ca],
             connect: Arc::new(move |_, _| Box::pin(TcpStream::connect(up))),
             emit: Arc::new(|_| {}),
             judge: None,
@@ -101,7 +131,7 @@ async fn front(up: SocketAddr, secure: bool, ca: Arc<CertAuthority>) -> SocketAd
     tokio::spawn(async move {
         loop {
             let (s, _) = l.accept().await.unwrap();
-            tokio::spawn(i.clone().serve_plain(s, "bench.test".into(), 80));
+            tokio::spawn(i.clone().serve_tls(s, "bench.test".into(), 443));
         }
     });
     a
@@ -131,9 +161,27 @@ fn body(size: usize) -> Bytes {
     Bytes::from(s)
 }
 
-async fn client(front: SocketAddr) -> hyper::client::conn::http1::SendRequest<Full<Bytes>> {
+async fn client(
+    front: SocketAddr,
+    ca: &CertAuthority,
+) -> hyper::client::conn::http1::SendRequest<Full<Bytes>> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.cert_der().clone()).unwrap();
+    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     let s = TcpStream::connect(front).await.unwrap();
     s.set_nodelay(true).unwrap();
+    let name = rustls::pki_types::ServerName::try_from("bench.test").unwrap();
+    let s = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(name, s)
+        .await
+        .unwrap();
     let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s))
         .await
         .unwrap();
@@ -151,8 +199,9 @@ async fn one(send: &mut hyper::client::conn::http1::SendRequest<Full<Bytes>>, b:
     let t = Instant::now();
     send.ready().await.unwrap();
     let r = send.send_request(req).await.unwrap();
-    assert_eq!(r.status(), 200);
-    let _ = r.into_body().collect().await.unwrap();
+    let status = r.status();
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(status, 200, "{body:?}");
     t.elapsed().as_secs_f64() * 1e6
 }
 
@@ -170,14 +219,14 @@ fn main() {
     rt.block_on(async {
         let dir = std::env::temp_dir().join(format!("cordon-bench-{}", std::process::id()));
         let ca = Arc::new(CertAuthority::load_or_create(&dir.join("ca")).unwrap());
-        let up = upstream().await;
-        let plain = front(up, false, ca.clone()).await;
-        let secure = front(up, true, ca).await;
+        let (up, up_ca) = upstream().await;
+        let plain = front(up, up_ca.clone(), false, ca.clone()).await;
+        let secure = front(up, up_ca, true, ca.clone()).await;
         println!("| body | plain p50 µs | + credentials & scanning p50 µs | ratio p50 | plain p99 | secured p99 | ratio p99 |");
         println!("|---|---|---|---|---|---|---|");
         for size in [1 << 10, 16 << 10, 64 << 10] {
             let b = body(size);
-            let (mut p, mut s) = (client(plain).await, client(secure).await);
+            let (mut p, mut s) = (client(plain, &ca).await, client(secure, &ca).await);
             let (mut tp, mut ts) = (Vec::new(), Vec::new());
             for i in 0..4200 {
                 // Interleaved, so drift and noise hit both paths alike.

@@ -85,37 +85,39 @@ pub struct Exemption {
     pub hosts: Vec<String>,
 }
 
-/// The token shapes: (kind, pattern, the issuer's hosts). Word-bounded and long enough that
-/// ordinary text, hashes, lockfiles and base64 images do not match.
+/// The token shapes: (kind, pattern, the issuer's hosts), long enough that ordinary text,
+/// hashes, lockfiles and base64 images do not match. Shapes with a distinctive prefix are not
+/// word-bounded — `xghp_…` or `AKIA…Q` must not slip past by touching a letter; the generic
+/// `sk-` and `eyJ` ones are (`task-…` is ordinary text).
 const SHAPES: &[(&str, &str, &[&str])] = &[
     (
         "aws-access-key",
-        r"(?-u)\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+        r"(?-u)(?:AKIA|ASIA)[0-9A-Z]{16}",
         &["amazonaws.com", "*.amazonaws.com", "*.aws.amazon.com"],
     ),
     (
         "github-token",
-        r"(?-u)\bgh[pousr]_[A-Za-z0-9]{36,255}\b",
+        r"(?-u)gh[pousr]_[A-Za-z0-9]{36,255}",
         GITHUB,
     ),
     (
         "github-token",
-        r"(?-u)\bgithub_pat_[A-Za-z0-9_]{60,255}\b",
+        r"(?-u)github_pat_[A-Za-z0-9_]{60,255}",
         GITHUB,
     ),
     (
         "gitlab-token",
-        r"(?-u)\bglpat-[A-Za-z0-9_\-]{20,}",
+        r"(?-u)glpat-[A-Za-z0-9_\-]{20,}",
         &["gitlab.com", "*.gitlab.com"],
     ),
     (
         "slack-token",
-        r"(?-u)\bxox[abposr]-[A-Za-z0-9\-]{10,}",
+        r"(?-u)xox[abposr]-[A-Za-z0-9\-]{10,}",
         &["slack.com", "*.slack.com"],
     ),
     (
         "stripe-key",
-        r"(?-u)\b[sr]k_live_[A-Za-z0-9]{20,}\b",
+        r"(?-u)[sr]k_live_[A-Za-z0-9]{20,}",
         &["api.stripe.com", "*.stripe.com"],
     ),
     (
@@ -256,6 +258,18 @@ impl Scanner {
             }
         }
         out
+    }
+
+    /// How many bytes a scan of a stream must see together so that no secret it knows can
+    /// begin before them unseen: the longest known form, or what the shortest match of every
+    /// shape needs (256 covers a PEM header with a long key type).
+    pub fn window(&self) -> usize {
+        self.forms
+            .iter()
+            .map(|(_, n)| *n)
+            .max()
+            .unwrap_or(0)
+            .max(256)
     }
 
     /// Whether a secret of `kind` may go to `host`.
@@ -492,6 +506,11 @@ impl Scrubber {
         out
     }
 
+    /// Whether `v` holds a value to replace.
+    pub fn finds(&self, v: &[u8]) -> bool {
+        self.ac.is_match(v)
+    }
+
     /// How many bytes are held back now.
     pub fn holding(&self) -> usize {
         self.tail.len()
@@ -593,6 +612,21 @@ mod tests {
         );
         assert_eq!(base64(b"Man"), b"TWFu");
         assert_eq!(base64(b"Ma"), b"TWE");
+    }
+
+    #[test]
+    fn distinctive_tokens_are_caught_touching_other_characters() {
+        let s = Scanner::new(Vec::new(), Vec::new());
+        for (kind, token) in samples() {
+            if matches!(kind, "openai-key" | "anthropic-key" | "jwt" | "private-key") {
+                continue;
+            }
+            let glued = format!("x{token}Q9");
+            assert!(
+                kinds(&s.scan(glued.as_bytes(), Place::Body)).contains(&kind),
+                "{kind} glued to letters"
+            );
+        }
     }
 
     #[test]

@@ -41,7 +41,11 @@ pub type ConnectFn = Arc<
         + Sync,
 >;
 
-type Body = BoxBody<Bytes, hyper::Error>;
+/// (form a real value was sent in, form the sandbox knows it by).
+type SentForms = Vec<(String, String)>;
+/// Body errors: hyper's own, or cordon stopping a request body that carries a secret.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type Body = BoxBody<Bytes, BoxError>;
 /// The upgraded connections of one sandbox connection.
 type Tunnels = Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>;
 
@@ -102,7 +106,7 @@ pub struct Config {
 #[derive(Debug)]
 pub struct Dlp {
     /// What to look for, and where each kind may go.
-    pub scanner: crate::dlp::Scanner,
+    pub scanner: Arc<crate::dlp::Scanner>,
     /// What a finding does.
     pub action: cordon_policy::DlpAction,
     /// How much of each body is scanned.
@@ -169,6 +173,12 @@ pub struct Interceptor {
     dlp: Option<Dlp>,
     /// Real values back to placeholders in responses (none without credentials).
     scrub: Option<crate::dlp::Scrubber>,
+    /// Scrubbers for the encoded forms requests sent (Basic values), by those forms.
+    scrubbers: std::sync::Mutex<Vec<(SentForms, crate::dlp::Scrubber)>>,
+    /// (credential, placeholder), for bodies checked as they stream.
+    placeholders: Arc<Vec<(String, String)>>,
+    /// How far back a streamed body's scan must look: the longest secret or placeholder.
+    scan_window: usize,
 }
 
 /// Why the interceptor could not be built.
@@ -186,6 +196,17 @@ impl Interceptor {
     /// Builds the upstream TLS client (the host's roots plus `upstream_ca_pem`, ALPN h2 and
     /// http/1.1) and the connection pool.
     pub fn new(cfg: Config) -> Result<Self, InterceptError> {
+        let placeholders: Vec<(String, String)> = cfg
+            .credentials
+            .iter()
+            .map(|c| (c.name.clone(), c.placeholder.clone()))
+            .collect();
+        let scan_window = placeholders
+            .iter()
+            .map(|(_, p)| p.len())
+            .chain(cfg.dlp.as_ref().map(|d| d.scanner.window()))
+            .max()
+            .unwrap_or(0);
         let roots = upstream_roots(&cfg.upstream_ca_pem)?;
         let upstream =
             Upstream::with_roots(cfg.connect.clone(), roots.clone(), &[b"h2", b"http/1.1"])?;
@@ -215,6 +236,9 @@ impl Interceptor {
             ),
             credentials: cfg.credentials,
             dlp: cfg.dlp,
+            scrubbers: std::sync::Mutex::new(Vec::new()),
+            placeholders: Arc::new(placeholders),
+            scan_window,
         })
     }
 
@@ -364,51 +388,63 @@ impl Interceptor {
             {
                 return Err(leak("in the body".into()));
             }
-            rewrite_headers(&mut parts.headers, |name, v| {
-                let text = String::from_utf8_lossy(v.as_bytes());
-                let trimmed = text.trim();
-                // The scheme is case-insensitive (RFC 9110 11.1).
-                let basic = trimmed
-                    .get(..6)
-                    .filter(|s| s.eq_ignore_ascii_case("basic "))
-                    .and_then(|_| crate::b64::decode(trimmed[6..].trim()))
-                    .map(|d| String::from_utf8_lossy(&d).into_owned());
-                let plain_hit = text.contains(&c.placeholder);
-                let basic_hit = basic.as_ref().is_some_and(|b| b.contains(&c.placeholder));
-                if !plain_hit && !basic_hit {
-                    return Ok(None);
-                }
-                if !ours {
-                    return Err(leak(elsewhere()));
-                }
-                if c.header.is_empty() || name.as_str() != c.header {
-                    let only = c
-                        .query
-                        .as_ref()
-                        .map_or_else(|| c.header.clone(), |q| format!("query parameter {q}"));
-                    return Err(leak(format!(
-                        "in header {} (only {only} may carry it)",
-                        name.as_str()
-                    )));
-                }
-                let swapped = if plain_hit {
-                    text.replace(&c.placeholder, &c.real)
-                } else {
-                    let inner = basic.unwrap_or_default();
-                    let real =
-                        crate::b64::encode(inner.replace(&c.placeholder, &c.real).as_bytes(), true);
-                    sent.push((real.clone(), crate::b64::encode(inner.as_bytes(), true)));
-                    format!("Basic {real}")
-                };
-                match HeaderValue::from_str(&swapped) {
-                    Ok(mut hv) => {
-                        hv.set_sensitive(true);
-                        sent.push((c.real.clone(), c.placeholder.clone()));
-                        Ok(Some(hv))
+            // Most requests carry no placeholder in any header: nothing to rewrite.
+            let touched = parts.headers.values().any(|v| {
+                let b = v.as_bytes();
+                memchr::memmem::find(b, c.placeholder.as_bytes()).is_some()
+                    || b.trim_ascii_start()
+                        .get(..6)
+                        .is_some_and(|s| s.eq_ignore_ascii_case(b"basic "))
+            });
+            if touched {
+                rewrite_headers(&mut parts.headers, |name, v| {
+                    let text = String::from_utf8_lossy(v.as_bytes());
+                    let trimmed = text.trim();
+                    // The scheme is case-insensitive (RFC 9110 11.1).
+                    let basic = trimmed
+                        .get(..6)
+                        .filter(|s| s.eq_ignore_ascii_case("basic "))
+                        .and_then(|_| crate::b64::decode(trimmed[6..].trim()))
+                        .map(|d| String::from_utf8_lossy(&d).into_owned());
+                    let plain_hit = text.contains(&c.placeholder);
+                    let basic_hit = basic.as_ref().is_some_and(|b| b.contains(&c.placeholder));
+                    if !plain_hit && !basic_hit {
+                        return Ok(None);
                     }
-                    Err(_) => Err(leak("in a header it cannot be written to".into())),
-                }
-            })?;
+                    if !ours {
+                        return Err(leak(elsewhere()));
+                    }
+                    if c.header.is_empty() || name.as_str() != c.header {
+                        let only = c
+                            .query
+                            .as_ref()
+                            .map_or_else(|| c.header.clone(), |q| format!("query parameter {q}"));
+                        return Err(leak(format!(
+                            "in header {} (only {only} may carry it)",
+                            name.as_str()
+                        )));
+                    }
+                    let swapped = if plain_hit {
+                        text.replace(&c.placeholder, &c.real)
+                    } else {
+                        let inner = basic.unwrap_or_default();
+                        let real = crate::b64::encode(
+                            inner.replace(&c.placeholder, &c.real).as_bytes(),
+                            true,
+                        );
+                        sent.push((real.clone(), crate::b64::encode(inner.as_bytes(), true)));
+                        format!("Basic {real}")
+                    };
+                    match HeaderValue::from_str(&swapped) {
+                        Ok(mut hv) => {
+                            hv.set_sensitive(true);
+                            sent.push((c.real.clone(), c.placeholder.clone()));
+                            Ok(Some(hv))
+                        }
+                        Err(_) => Err(leak("in a header it cannot be written to".into())),
+                    }
+                })?;
+            }
             if let Some(pq) = new_query {
                 let mut up = parts.uri.clone().into_parts();
                 up.path_and_query = pq.parse().ok();
@@ -437,6 +473,41 @@ impl Interceptor {
         Ok(sent)
     }
 
+    /// The scrubber for a response to a request that sent these (real form, sandbox form)
+    /// pairs: the session's own when they are plain values, else one made for them (kept: a
+    /// client sends the same Basic value request after request).
+    fn scrubber_for(&self, sent: &[(String, String)]) -> Option<crate::dlp::Scrubber> {
+        let extra: Vec<(String, String)> = sent
+            .iter()
+            .filter(|p| {
+                !self
+                    .credentials
+                    .iter()
+                    .any(|c| c.real == p.0 && c.placeholder == p.1)
+            })
+            .cloned()
+            .collect();
+        if extra.is_empty() {
+            return self.scrub.clone();
+        }
+        let mut cache = self.scrubbers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, s)) = cache.iter().find(|(k, _)| *k == extra) {
+            return Some(s.clone());
+        }
+        let mut pairs: Vec<(String, String)> = self
+            .credentials
+            .iter()
+            .map(|c| (c.real.clone(), c.placeholder.clone()))
+            .collect();
+        pairs.extend(extra.iter().cloned());
+        let s = crate::dlp::Scrubber::new(&pairs)?;
+        if cache.len() >= 16 {
+            cache.remove(0);
+        }
+        cache.push((extra, s.clone()));
+        Some(s)
+    }
+
     /// `text` with every secret the scanner knows (token shapes, known values) redacted, for
     /// events.
     pub fn redact<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
@@ -462,14 +533,7 @@ impl Interceptor {
         if findings.is_empty() {
             return Ok(());
         }
-        let mut kinds: Vec<&str> = findings.iter().map(|f| f.kind.as_str()).collect();
-        kinds.sort_unstable();
-        kinds.dedup();
-        let what = findings
-            .iter()
-            .map(|f| format!("{} in the {} ({})", f.kind, f.place.name(), f.preview))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let (kinds, what) = describe_findings(&findings);
         let rule = format!("dlp:{}", kinds.join(","));
         let (allowed, outcome) = match dlp.action {
             cordon_policy::DlpAction::Log => {
@@ -516,11 +580,7 @@ impl Interceptor {
         if allowed {
             return Ok(());
         }
-        let quoted: Vec<String> = kinds.iter().map(|k| format!("\"{k}\"")).collect();
-        Err(format!(
-            "it carries a secret ({what}). A secret may only go to its own service. If this one is meant for {host}, the user can add to the policy:\n[[dlp.allow]]\nkinds = [{}]\nhosts = [\"{host}\"]\n",
-            quoted.join(", ")
-        ))
+        Err(secret_refusal(&kinds, &what, host))
     }
 
     async fn handle(
@@ -638,7 +698,25 @@ impl Interceptor {
             (Some(j), Action::Judge) => j.config().max_body_bytes,
             _ => 0,
         };
-        let want = if action == Action::Deny {
+        // A body is checked as it streams — no waiting for it — unless a decision needs it
+        // first (the judge reads it; a person is asked about a secret in it) or it is
+        // compressed (decompressing is done on the prefix).
+        let compressed = req
+            .headers()
+            .get(header::CONTENT_ENCODING)
+            .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
+        let dlp_asks = self
+            .dlp
+            .as_ref()
+            .is_some_and(|d| d.action == cordon_policy::DlpAction::Ask);
+        let streamed = action != Action::Deny
+            && action != Action::Judge
+            && !compressed
+            && !dlp_asks
+            && (self.dlp.is_some() || !self.credentials.is_empty())
+            && !hyper::body::Body::is_end_stream(req.body());
+        let trip: Arc<std::sync::Mutex<Option<Trip>>> = Arc::new(std::sync::Mutex::new(None));
+        let want = if action == Action::Deny || streamed {
             0
         } else {
             let placeholders = if self.credentials.is_empty() {
@@ -841,8 +919,7 @@ impl Interceptor {
                 );
             }
         };
-        // Plain HTTP from the sandbox still leaves over TLS when the port is 443; otherwise the
-        // scheme is kept.
+        // Plain HTTP from the sandbox leaves as plain HTTP (and so never carries a credential).
         let uri = if scheme == "http" {
             match format!("http://{}{pq}", authority(host, port, 80)).parse() {
                 Ok(u) => u,
@@ -901,13 +978,7 @@ impl Interceptor {
                 header::ACCEPT_ENCODING,
                 HeaderValue::from_static("identity"),
             );
-            let mut pairs: Vec<(String, String)> = self
-                .credentials
-                .iter()
-                .map(|c| (c.real.clone(), c.placeholder.clone()))
-                .collect();
-            pairs.extend(sent.iter().cloned());
-            crate::dlp::Scrubber::new(&pairs)
+            self.scrubber_for(&sent)
         };
         parts.version = hyper::Version::HTTP_11;
         let body = match prefix {
@@ -915,8 +986,27 @@ impl Interceptor {
                 prefix: p,
                 rest: body,
             }
+            .map_err(BoxError::from)
             .boxed(),
-            None => body.boxed(),
+            None if streamed => ScannedBody {
+                inner: body,
+                scanner: self.dlp.as_ref().map(|d| d.scanner.clone()),
+                log_only: self
+                    .dlp
+                    .as_ref()
+                    .is_some_and(|d| d.action == cordon_policy::DlpAction::Log),
+                placeholders: self.placeholders.clone(),
+                host: host.to_string(),
+                pending: Vec::new(),
+                window: self.scan_window,
+                left: self
+                    .dlp
+                    .as_ref()
+                    .map_or(PLACEHOLDER_BODY_BYTES, |d| d.max_body),
+                trip: trip.clone(),
+            }
+            .boxed(),
+            None => body.map_err(BoxError::from).boxed(),
         };
         let out = Request::from_parts(parts, body);
         let client = if upgrade.is_some() {
@@ -943,7 +1033,69 @@ impl Interceptor {
                 }
             };
         let mut permit = Some(permit);
-        match client.request(out).await {
+        let result = client.request(out).await;
+        // A streamed body that carried a secret or a placeholder was stopped before it left:
+        // whatever the server made of the rest, the sandbox gets the refusal.
+        let tripped = trip.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match tripped {
+            Some(Trip::Placeholder(name)) => {
+                (self.emit)(
+                    NewEvent::new(
+                        Layer::Credentials,
+                        EvAction::Deny,
+                        format!(
+                            "{method} {url}: the placeholder of credential `{name}` was sent in the body"
+                        ),
+                    )
+                    .rule(format!("credential-leak:{name}"))
+                    .detail("method", method.clone())
+                    .detail("url", format!("{url}{}", redact_query(&query))),
+                );
+                return text(
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "cordon: credential `{name}` may only go to its own hosts, in its own header; this request sent it in the body. Refused.\n"
+                    ),
+                );
+            }
+            Some(Trip::Secret(found)) => {
+                let (kinds, what) = describe_findings(&found);
+                let log = self
+                    .dlp
+                    .as_ref()
+                    .is_some_and(|d| d.action == cordon_policy::DlpAction::Log);
+                let (a, outcome) = if log {
+                    (EvAction::Log, "forwarded ([dlp] action = \"log\")")
+                } else {
+                    (EvAction::Deny, "refused; the body was stopped before it")
+                };
+                (self.emit)(
+                    NewEvent::new(
+                        Layer::Credentials,
+                        a,
+                        format!(
+                            "{method} {url}{}: carries a secret ({what}); {outcome}",
+                            redact_query(&query)
+                        ),
+                    )
+                    .rule(format!("dlp:{}", kinds.join(",")))
+                    .detail("method", method.clone())
+                    .detail("url", format!("{url}{}", redact_query(&query)))
+                    .detail("kinds", kinds.join(",")),
+                );
+                if !log {
+                    return text(
+                        StatusCode::FORBIDDEN,
+                        format!(
+                            "cordon: {method} {url} was refused: {}",
+                            secret_refusal(&kinds, &what, host)
+                        ),
+                    );
+                }
+            }
+            None => {}
+        }
+        match result {
             Ok(mut resp) => {
                 let status = resp.status().as_u16();
                 let mut e = ev(EvAction::Allow, status, "forwarded", &decided_by);
@@ -1022,7 +1174,7 @@ impl Interceptor {
                     event: Some(e),
                     emit: self.emit.clone(),
                 };
-                Response::from_parts(parts, counted.boxed())
+                Response::from_parts(parts, counted.map_err(BoxError::from).boxed())
             }
             Err(e) => {
                 let why = upstream_error(&e);
@@ -1347,8 +1499,156 @@ fn same_host(claimed: &str, host: &str, port: u16, scheme: &str) -> bool {
     h == host.trim_end_matches('.').to_ascii_lowercase() && p == port
 }
 
+/// What the sandbox is told when a request carried a secret.
+fn secret_refusal(kinds: &[&str], what: &str, host: &str) -> String {
+    let quoted: Vec<String> = kinds.iter().map(|k| format!("\"{k}\"")).collect();
+    format!(
+        "it carries a secret ({what}). A secret may only go to its own service. If this one is meant for {host}, the user can add to the policy:\n[[dlp.allow]]\nkinds = [{}]\nhosts = [\"{host}\"]\n",
+        quoted.join(", ")
+    )
+}
+
+/// Kinds (sorted, once each) and a description of findings, for events and refusals.
+fn describe_findings(findings: &[crate::dlp::Finding]) -> (Vec<&str>, String) {
+    let mut kinds: Vec<&str> = findings.iter().map(|f| f.kind.as_str()).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    let what = findings
+        .iter()
+        .map(|f| format!("{} in the {} ({})", f.kind, f.place.name(), f.preview))
+        .collect::<Vec<_>>()
+        .join(", ");
+    (kinds, what)
+}
+
+/// Why a streamed request body was stopped.
+#[derive(Debug, Clone)]
+enum Trip {
+    /// Secrets the policy does not let go to this host.
+    Secret(Vec<crate::dlp::Finding>),
+    /// A credential's placeholder (its name).
+    Placeholder(String),
+}
+
+/// A request body on its way upstream, checked as it passes (no waiting for the whole body):
+/// each chunk is scanned together with the bytes held back from the one before, and only
+/// what lies more than `window` bytes before the end leaves — so a secret or placeholder
+/// split across chunks is seen whole before any of it is sent. On a finding the body fails:
+/// the upstream request is aborted, and the handler answers 403 from `trip`.
+struct ScannedBody {
+    inner: Incoming,
+    scanner: Option<Arc<crate::dlp::Scanner>>,
+    /// `[dlp] action = "log"`: findings are reported (once), the body goes on.
+    log_only: bool,
+    placeholders: Arc<Vec<(String, String)>>,
+    host: String,
+    pending: Vec<u8>,
+    window: usize,
+    /// Bytes still to scan (`[dlp] max_body_bytes`); after that the body passes as it is.
+    left: usize,
+    trip: Arc<std::sync::Mutex<Option<Trip>>>,
+}
+
+impl ScannedBody {
+    fn check(&mut self, buf: &[u8]) -> Option<Trip> {
+        for (name, ph) in self.placeholders.iter() {
+            if !ph.is_empty() && memchr::memmem::find(buf, ph.as_bytes()).is_some() {
+                return Some(Trip::Placeholder(name.clone()));
+            }
+        }
+        let scanner = self.scanner.as_ref()?;
+        let found: Vec<crate::dlp::Finding> = scanner
+            .scan(buf, crate::dlp::Place::Body)
+            .into_iter()
+            .filter(|f| !scanner.exempt(&f.kind, &self.host))
+            .collect();
+        (!found.is_empty()).then_some(Trip::Secret(found))
+    }
+}
+
+impl hyper::body::Body for ScannedBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, BoxError>>> {
+        use hyper::body::Frame;
+        loop {
+            let next = std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx));
+            let d = match next {
+                Some(Ok(f)) => match f.into_data() {
+                    Ok(d) => d,
+                    Err(trailers) => {
+                        if self.pending.is_empty() {
+                            return Poll::Ready(Some(Ok(trailers)));
+                        }
+                        // Trailers after held bytes: the bytes first (already checked).
+                        let held = std::mem::take(&mut self.pending);
+                        return Poll::Ready(Some(Ok(Frame::data(Bytes::from(held)))));
+                    }
+                },
+                Some(Err(e)) => return Poll::Ready(Some(Err(e.into()))),
+                None => {
+                    if self.pending.is_empty() {
+                        return Poll::Ready(None);
+                    }
+                    let held = std::mem::take(&mut self.pending);
+                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from(held)))));
+                }
+            };
+            if self.left == 0 && self.pending.is_empty() {
+                return Poll::Ready(Some(Ok(Frame::data(d))));
+            }
+            self.left = self.left.saturating_sub(d.len());
+            let mut buf = std::mem::take(&mut self.pending);
+            buf.extend_from_slice(&d);
+            if let Some(t) = self.check(&buf) {
+                if self.log_only && matches!(t, Trip::Secret(_)) {
+                    // Reported once; the rest is not scanned for secrets again.
+                    *self.trip.lock().unwrap_or_else(|p| p.into_inner()) = Some(t);
+                    self.scanner = None;
+                } else {
+                    *self.trip.lock().unwrap_or_else(|p| p.into_inner()) = Some(t);
+                    return Poll::Ready(Some(Err("cordon stopped a request body".into())));
+                }
+            }
+            // Nothing more to come (or to scan): all of it goes, in one piece.
+            let hold = if self.left == 0 || self.inner.is_end_stream() {
+                0
+            } else {
+                self.window.saturating_sub(1)
+            };
+            let cut = buf.len().saturating_sub(hold);
+            self.pending = buf.split_off(cut);
+            if !buf.is_empty() {
+                return Poll::Ready(Some(Ok(Frame::data(Bytes::from(buf)))));
+            }
+            // All held back: an empty chunk would end an HTTP/1 body; read on.
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.pending.is_empty() && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        let mut h = self.inner.size_hint();
+        let held = self.pending.len() as u64;
+        h.set_lower(h.lower() + held);
+        if let Some(u) = h.upper() {
+            h.set_upper(u + held);
+        }
+        h
+    }
+}
+
 /// Replaces real values with placeholders in every header value.
 fn scrub_headers(scrub: &crate::dlp::Scrubber, headers: &mut hyper::HeaderMap) {
+    if !headers.values().any(|v| scrub.finds(v.as_bytes())) {
+        return;
+    }
     let _ = rewrite_headers::<()>(headers, |_, v| {
         let out = scrub.scrub_all(v.as_bytes());
         Ok((out != v.as_bytes())

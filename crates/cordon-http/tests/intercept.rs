@@ -21,6 +21,8 @@ type Events = Arc<Mutex<Vec<NewEvent>>>;
 /// What the upstream server received (`/headers` requests): target and headers, one string
 /// per request.
 static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// What the upstream server received of `/sink` bodies, frame by frame (also of one cut short).
+static SINK: Mutex<Vec<u8>> = Mutex::new(Vec::new());
 
 /// A CA of the test's own and a server certificate for `names`, as (CA PEM, server config).
 fn upstream_tls(names: &[&str]) -> (String, Arc<rustls::ServerConfig>) {
@@ -107,6 +109,17 @@ async fn upstream_service(
         "/echo" => {
             let b = req.into_body().collect().await?.to_bytes();
             Full::new(b).map_err(|n| match n {}).boxed()
+        }
+        "/sink" => {
+            let mut body = req.into_body();
+            while let Some(Ok(f)) = body.frame().await {
+                if let Some(d) = f.data_ref() {
+                    SINK.lock().unwrap().extend_from_slice(d);
+                }
+            }
+            Full::new(Bytes::from_static(b"sunk"))
+                .map_err(|n| match n {})
+                .boxed()
         }
         // A compressed answer, whatever was asked.
         "/gzip" => {
@@ -210,6 +223,7 @@ async fn fixture_with(
                 ),
                 rule("reads", &["GET"], "*", Action::Allow, None),
                 rule("echo", &["POST"], "/echo", Action::Allow, None),
+                rule("sink", &["POST"], "/sink", Action::Allow, None),
                 rule("needs-a-person", &["DELETE"], "*", Action::Ask, None),
             ],
             default: Action::Deny,
@@ -576,14 +590,14 @@ fn dlp(
     exemptions: Vec<cordon_http::dlp::Exemption>,
 ) -> cordon_http::intercept::Dlp {
     cordon_http::intercept::Dlp {
-        scanner: cordon_http::dlp::Scanner::new(
+        scanner: std::sync::Arc::new(cordon_http::dlp::Scanner::new(
             vec![cordon_http::dlp::Known {
                 name: "DB_PASSWORD".into(),
                 value: "db-pass-0123456789abcdef".into(),
                 hosts: Vec::new(),
             }],
             exemptions,
-        ),
+        )),
         action,
         max_body: 64 << 10,
     }
@@ -952,4 +966,56 @@ impl Drop for B64<'_> {
             }
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_body_is_stopped_before_a_secret_leaves() {
+    let f = fixture_with(
+        true,
+        vec![],
+        Some(dlp(cordon_policy::DlpAction::Deny, vec![])),
+    )
+    .await;
+    let send = |chunks: Vec<Vec<u8>>| async {
+        let (tls, _) = connect(&f, "api.example.test", b"http/1.1").await.unwrap();
+        let (mut s, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let stream = futures::stream::iter(
+            chunks
+                .into_iter()
+                .map(|c| Ok::<_, std::convert::Infallible>(Frame::data(Bytes::from(c)))),
+        );
+        let req = Request::post("/sink")
+            .header("host", "api.example.test")
+            .body(StreamBody::new(stream))
+            .unwrap();
+        let r = s.send_request(req).await.unwrap();
+        let status = r.status().as_u16();
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    };
+    // The token split across two chunks, after 8 KiB of ordinary text.
+    let token = format!("ghp_{}", "k7".repeat(18));
+    let mut first = vec![b'x'; 8 << 10];
+    first.extend_from_slice(&token.as_bytes()[..20]);
+    let mut second = token.as_bytes()[20..].to_vec();
+    second.extend(vec![b'y'; 8 << 10]);
+    SINK.lock().unwrap().clear();
+    let (status, body) = send(vec![first, second]).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("github-token"), "{body}");
+    let sink = SINK.lock().unwrap().clone();
+    assert!(
+        !String::from_utf8_lossy(&sink).contains("ghp_"),
+        "no byte of the token reached the server ({} bytes did)",
+        sink.len()
+    );
+    // A long clean body streams through whole.
+    SINK.lock().unwrap().clear();
+    let chunks: Vec<Vec<u8>> = (0..50).map(|i| vec![b'a' + (i % 26) as u8; 4096]).collect();
+    let (status, body) = send(chunks).await;
+    assert_eq!((status, body.as_str()), (200, "sunk"));
+    assert_eq!(SINK.lock().unwrap().len(), 50 * 4096);
 }

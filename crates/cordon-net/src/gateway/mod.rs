@@ -319,7 +319,7 @@ impl Gateway {
         known.extend(host_secrets);
         let dlp = (http.dlp.action != cordon_policy::DlpAction::Off).then(|| {
             cordon_http::intercept::Dlp {
-                scanner: cordon_http::dlp::Scanner::new(
+                scanner: std::sync::Arc::new(cordon_http::dlp::Scanner::new(
                     known,
                     http.dlp
                         .allow
@@ -329,7 +329,7 @@ impl Gateway {
                             hosts: a.hosts.clone(),
                         })
                         .collect(),
-                ),
+                )),
                 action: http.dlp.action,
                 max_body: usize::try_from(http.dlp.max_body_bytes).unwrap_or(usize::MAX),
             }
