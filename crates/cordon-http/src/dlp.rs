@@ -204,8 +204,10 @@ impl Scanner {
             }
             allow(&kind, &hosts);
             let v = k.value.as_bytes();
-            for form in [v.to_vec(), base64(v), percent(v)] {
-                if !patterns.contains(&form) {
+            let mut all = vec![v.to_vec(), percent(v)];
+            all.extend(base64_forms(v));
+            for form in all {
+                if form.len() >= MIN_KNOWN && !patterns.contains(&form) {
                     forms.push((kind.clone(), form.len()));
                     patterns.push(form);
                 }
@@ -386,8 +388,24 @@ fn finding(kind: &str, place: Place, secret: &[u8]) -> Finding {
     }
 }
 
+/// The base64 text a value becomes inside longer base64, at each of the three byte offsets
+/// it can start at (`Basic base64("user:" + secret)` puts it at offset 5): only the characters
+/// that the value's own bits decide.
+fn base64_forms(v: &[u8]) -> Vec<Vec<u8>> {
+    (0..3usize)
+        .filter_map(|k| {
+            let mut padded = vec![0u8; k];
+            padded.extend_from_slice(v);
+            let text = crate::b64::encode(&padded, false).into_bytes();
+            let first = (8 * k).div_ceil(6);
+            let last = (8 * (k + v.len())).checked_sub(6)? / 6;
+            (first <= last && last < text.len()).then(|| text[first..=last].to_vec())
+        })
+        .collect()
+}
+
+#[cfg(test)]
 fn base64(v: &[u8]) -> Vec<u8> {
-    // Unpadded: the encoded secret is searched for inside longer base64 text.
     crate::b64::encode(v, false).into_bytes()
 }
 
@@ -710,6 +728,27 @@ mod tests {
             kinds(&s.scan_request("elsewhere.example", "/", &[], body)),
             ["known:db"]
         );
+    }
+
+    #[test]
+    fn known_values_are_caught_in_base64_at_any_offset() {
+        let secret = "s3cr3t-value-0123456789";
+        let s = Scanner::new(
+            vec![Known {
+                name: "x".into(),
+                value: secret.into(),
+                hosts: Vec::new(),
+            }],
+            Vec::new(),
+        );
+        for prefix in ["", "u:", "ab:", "user:", "x-access-token:"] {
+            let b = base64(format!("{prefix}{secret}!?").as_bytes());
+            assert_eq!(
+                kinds(&s.scan(&b, Place::Header)),
+                ["known:x"],
+                "after {prefix:?}"
+            );
+        }
     }
 
     #[test]
