@@ -246,6 +246,16 @@ impl Scanner {
                     if m.as_bytes().ends_with(b"EXAMPLE") {
                         continue;
                     }
+                    // An AWS key id is not part of a longer run of [0-9A-Z] (base32 text,
+                    // run-together capitals), though it may touch lowercase or punctuation.
+                    if *kind == "aws-access-key" {
+                        let upper = |b: &u8| b.is_ascii_digit() || b.is_ascii_uppercase();
+                        let before = m.start().checked_sub(1).map(|i| data[i]);
+                        let after = data.get(m.end());
+                        if before.as_ref().is_some_and(upper) || after.is_some_and(upper) {
+                            continue;
+                        }
+                    }
                     out.push(finding(kind, place, m.as_bytes()));
                 }
             }
@@ -639,7 +649,7 @@ mod tests {
             if matches!(kind, "openai-key" | "anthropic-key" | "jwt" | "private-key") {
                 continue;
             }
-            let glued = format!("x{token}Q9");
+            let glued = format!("x{token}-q");
             assert!(
                 kinds(&s.scan(glued.as_bytes(), Place::Body)).contains(&kind),
                 "{kind} glued to letters"
@@ -663,6 +673,8 @@ mod tests {
             b"task-skeleton sk-learn",
             b"AKIA is a prefix",
             b"aws_access_key_id = AKIAIOSFODNN7EXAMPLE",
+            b"JBSWY3DPEHPK3PXPAKIAQQQQQQQQQQQQQQQQJBSWY3DP",
+            b"EASTASIAPACIFICDATACENTER1",
         ] {
             let f = s.scan(data, Place::Body);
             assert!(

@@ -64,6 +64,12 @@ const BODY_PREFIX_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 const BODY_PREFIX_IDLE: std::time::Duration = std::time::Duration::from_secs(2);
 /// How much of a body is searched for placeholders when no `[dlp]` scan reads more.
 const PLACEHOLDER_BODY_BYTES: usize = 64 << 10;
+/// How long an answer that came before its request's streamed body was through waits for the
+/// body's check to finish (past it, the answer goes, and stops if the body trips later).
+const EARLY_ANSWER_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+/// A streamed body that pauses this long with bytes held back releases what cannot begin a
+/// secret; after twice as long, all of it (see [`ScannedBody`]).
+const BODY_HOLD_IDLE: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1): never forwarded.
 const HOP_BY_HOP: &[&str] = &[
@@ -392,9 +398,10 @@ impl Interceptor {
             let touched = parts.headers.values().any(|v| {
                 let b = v.as_bytes();
                 memchr::memmem::find(b, c.placeholder.as_bytes()).is_some()
-                    || b.trim_ascii_start()
+                    || String::from_utf8_lossy(b)
+                        .trim()
                         .get(..6)
-                        .is_some_and(|s| s.eq_ignore_ascii_case(b"basic "))
+                        .is_some_and(|s| s.eq_ignore_ascii_case("basic "))
             });
             if touched {
                 rewrite_headers(&mut parts.headers, |name, v| {
@@ -716,6 +723,7 @@ impl Interceptor {
             && (self.dlp.is_some() || !self.credentials.is_empty())
             && !hyper::body::Body::is_end_stream(req.body());
         let trip: Arc<std::sync::Mutex<Option<Trip>>> = Arc::new(std::sync::Mutex::new(None));
+        let (body_done, mut body_done_rx) = tokio::sync::watch::channel(false);
         let want = if action == Action::Deny || streamed {
             0
         } else {
@@ -999,11 +1007,24 @@ impl Interceptor {
                 host: host.to_string(),
                 pending: Vec::new(),
                 window: self.scan_window,
-                left: self
-                    .dlp
-                    .as_ref()
-                    .map_or(PLACEHOLDER_BODY_BYTES, |d| d.max_body),
+                // Placeholders are looked for at least as far as PLACEHOLDER_BODY_BYTES,
+                // whatever [dlp] max_body_bytes says.
+                left: self.dlp.as_ref().map_or(0, |d| d.max_body).max(
+                    if self.credentials.is_empty() {
+                        0
+                    } else {
+                        PLACEHOLDER_BODY_BYTES
+                    },
+                ),
                 trip: trip.clone(),
+                trailers: None,
+                fresh: 0,
+                tail_scan: false,
+                idle: None,
+                idle_stage: 0,
+                emit: self.emit.clone(),
+                label: format!("{method} {url}{}", redact_query(&query)),
+                done: body_done.clone(),
             }
             .boxed(),
             None => body.map_err(BoxError::from).boxed(),
@@ -1034,23 +1055,25 @@ impl Interceptor {
             };
         let mut permit = Some(permit);
         let result = client.request(out).await;
+        if streamed && result.is_ok() {
+            // The server answered before the body was through (it need not read it): a moment
+            // for the rest of the body to be checked, so a secret in it still gets the 403.
+            // Not longer: a client streaming both ways waits for this answer.
+            let _ = tokio::time::timeout(EARLY_ANSWER_GRACE, body_done_rx.wait_for(|d| *d)).await;
+        }
         // A streamed body that carried a secret or a placeholder was stopped before it left:
         // whatever the server made of the rest, the sandbox gets the refusal.
-        let tripped = trip.lock().unwrap_or_else(|p| p.into_inner()).take();
+        // A streamed body that carried a secret or a placeholder was stopped before it left
+        // (and reported): whatever the server made of the rest, the sandbox gets the refusal.
+        // Should the server have answered before the body tripped, the answer was relayed,
+        // but the secret still never left.
+        let log = self
+            .dlp
+            .as_ref()
+            .is_some_and(|d| d.action == cordon_policy::DlpAction::Log);
+        let tripped = trip.lock().unwrap_or_else(|p| p.into_inner()).clone();
         match tripped {
             Some(Trip::Placeholder(name)) => {
-                (self.emit)(
-                    NewEvent::new(
-                        Layer::Credentials,
-                        EvAction::Deny,
-                        format!(
-                            "{method} {url}: the placeholder of credential `{name}` was sent in the body"
-                        ),
-                    )
-                    .rule(format!("credential-leak:{name}"))
-                    .detail("method", method.clone())
-                    .detail("url", format!("{url}{}", redact_query(&query))),
-                );
                 return text(
                     StatusCode::FORBIDDEN,
                     format!(
@@ -1058,42 +1081,17 @@ impl Interceptor {
                     ),
                 );
             }
-            Some(Trip::Secret(found)) => {
+            Some(Trip::Secret(found)) if !log => {
                 let (kinds, what) = describe_findings(&found);
-                let log = self
-                    .dlp
-                    .as_ref()
-                    .is_some_and(|d| d.action == cordon_policy::DlpAction::Log);
-                let (a, outcome) = if log {
-                    (EvAction::Log, "forwarded ([dlp] action = \"log\")")
-                } else {
-                    (EvAction::Deny, "refused; the body was stopped before it")
-                };
-                (self.emit)(
-                    NewEvent::new(
-                        Layer::Credentials,
-                        a,
-                        format!(
-                            "{method} {url}{}: carries a secret ({what}); {outcome}",
-                            redact_query(&query)
-                        ),
-                    )
-                    .rule(format!("dlp:{}", kinds.join(",")))
-                    .detail("method", method.clone())
-                    .detail("url", format!("{url}{}", redact_query(&query)))
-                    .detail("kinds", kinds.join(",")),
+                return text(
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "cordon: {method} {url} was refused: {}",
+                        secret_refusal(&kinds, &what, host)
+                    ),
                 );
-                if !log {
-                    return text(
-                        StatusCode::FORBIDDEN,
-                        format!(
-                            "cordon: {method} {url} was refused: {}",
-                            secret_refusal(&kinds, &what, host)
-                        ),
-                    );
-                }
             }
-            None => {}
+            _ => {}
         }
         match result {
             Ok(mut resp) => {
@@ -1173,8 +1171,11 @@ impl Interceptor {
                     started,
                     event: Some(e),
                     emit: self.emit.clone(),
+                    // The server may answer before a streamed body trips: the answer then
+                    // stops too.
+                    stopped: (streamed && !log).then(|| trip.clone()),
                 };
-                Response::from_parts(parts, counted.map_err(BoxError::from).boxed())
+                Response::from_parts(parts, counted.boxed())
             }
             Err(e) => {
                 let why = upstream_error(&e);
@@ -1253,6 +1254,8 @@ struct CountingBody {
     scrub: Option<crate::dlp::Scrubber>,
     /// A trailers frame held while the scrubber's last bytes go first.
     pending: Option<hyper::body::Frame<Bytes>>,
+    /// Set when the request's streamed body was stopped (a secret): the answer stops too.
+    stopped: Option<Arc<std::sync::Mutex<Option<Trip>>>>,
     bytes: u64,
     started: Instant,
     event: Option<NewEvent>,
@@ -1276,13 +1279,23 @@ impl CountingBody {
 
 impl hyper::body::Body for CountingBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, BoxError>>> {
         use hyper::body::Frame;
+        if self
+            .stopped
+            .as_ref()
+            .is_some_and(|t| t.lock().unwrap_or_else(|p| p.into_inner()).is_some())
+        {
+            self.finish(false);
+            return Poll::Ready(Some(Err(
+                "cordon stopped the request: its body carried a secret".into(),
+            )));
+        }
         if let Some(f) = self.pending.take() {
             return Poll::Ready(Some(Ok(f)));
         }
@@ -1330,7 +1343,7 @@ impl hyper::body::Body for CountingBody {
                 }
                 Some(Err(e)) => {
                     self.finish(false);
-                    Some(Err(e))
+                    Some(Err(e.into()))
                 }
             });
         }
@@ -1521,6 +1534,36 @@ fn describe_findings(findings: &[crate::dlp::Finding]) -> (Vec<&str>, String) {
     (kinds, what)
 }
 
+/// The event for a streamed body that tripped (`goes_on`: `[dlp] action = "log"`).
+fn trip_event(t: &Trip, goes_on: bool, label: &str) -> NewEvent {
+    match t {
+        Trip::Placeholder(name) => NewEvent::new(
+            Layer::Credentials,
+            EvAction::Deny,
+            format!("{label}: the placeholder of credential `{name}` was sent in the body"),
+        )
+        .rule(format!("credential-leak:{name}")),
+        Trip::Secret(found) => {
+            let (kinds, what) = describe_findings(found);
+            let (a, outcome) = if goes_on {
+                (EvAction::Log, "forwarded ([dlp] action = \"log\")")
+            } else {
+                (
+                    EvAction::Deny,
+                    "refused; the body was stopped before it left",
+                )
+            };
+            NewEvent::new(
+                Layer::Credentials,
+                a,
+                format!("{label}: carries a secret ({what}); {outcome}"),
+            )
+            .rule(format!("dlp:{}", kinds.join(",")))
+            .detail("kinds", kinds.join(","))
+        }
+    }
+}
+
 /// Why a streamed request body was stopped.
 #[derive(Debug, Clone)]
 enum Trip {
@@ -1547,6 +1590,28 @@ struct ScannedBody {
     /// Bytes still to scan (`[dlp] max_body_bytes`); after that the body passes as it is.
     left: usize,
     trip: Arc<std::sync::Mutex<Option<Trip>>>,
+    /// A trailers frame that waits for the held bytes to go first.
+    trailers: Option<hyper::body::Frame<Bytes>>,
+    /// Bytes in `pending` not scanned yet.
+    fresh: usize,
+    /// The budget ran out in the last scan: one more scan covers what straddles its end.
+    tail_scan: bool,
+    /// A body that pauses with bytes held: after a short wait, what cannot begin a secret
+    /// goes; after a second, everything (a client waiting for the server must not hang).
+    idle: Option<Pin<Box<tokio::time::Sleep>>>,
+    idle_stage: u8,
+    /// Events, reported the moment the body trips: the server may have answered already.
+    emit: Emit,
+    /// `METHOD URL` (query values hidden), for the event.
+    label: String,
+    /// Set once the body has ended, failed or was dropped: an early answer waits for it.
+    done: tokio::sync::watch::Sender<bool>,
+}
+
+impl Drop for ScannedBody {
+    fn drop(&mut self) {
+        self.done.send_replace(true);
+    }
 }
 
 impl ScannedBody {
@@ -1566,6 +1631,82 @@ impl ScannedBody {
     }
 }
 
+/// How much of a held tail a release keeps.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    /// Nothing: the body ended (or is past its budget).
+    Nothing,
+    /// The trailing run of token characters (a pause: what cannot begin a secret goes).
+    Token,
+    /// The scan window, or more where a JWT has begun (a chunk boundary).
+    Window,
+}
+
+/// Bytes tokens are made of: a secret never spans anything else (PEM headers aside, which
+/// fit the window).
+fn token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"_.+/=-".contains(&b)
+}
+
+/// Where the trailing run of token bytes begins.
+fn token_run_start(buf: &[u8]) -> usize {
+    buf.iter()
+        .rposition(|b| !token_byte(*b))
+        .map_or(0, |i| i + 1)
+}
+
+/// The most a held tail grows to keep a long token whole (a JWT in a chunked upload).
+const MAX_TOKEN_HOLD: usize = 16 << 10;
+
+impl ScannedBody {
+    /// Scans what is new, then takes out what may leave now.
+    fn release(&mut self, keep: Keep) -> Result<Vec<u8>, BoxError> {
+        let under_budget = self.left > 0;
+        if (under_budget || self.tail_scan) && self.fresh > 0 {
+            let buf = std::mem::take(&mut self.pending);
+            let tripped = self.check(&buf);
+            self.pending = buf;
+            if let Some(t) = tripped {
+                let goes_on = self.log_only && matches!(t, Trip::Secret(_));
+                (self.emit)(trip_event(&t, goes_on, &self.label));
+                *self.trip.lock().unwrap_or_else(|p| p.into_inner()) = Some(t);
+                if !goes_on {
+                    return Err("cordon stopped a request body".into());
+                }
+                // Reported once; the rest is not scanned for secrets again.
+                self.scanner = None;
+            }
+        }
+        if !under_budget {
+            self.tail_scan = false;
+        }
+        self.left = self.left.saturating_sub(self.fresh);
+        if under_budget && self.left == 0 {
+            self.tail_scan = true;
+        }
+        self.fresh = 0;
+        let len = self.pending.len();
+        let run = len - token_run_start(&self.pending);
+        let hold = match keep {
+            _ if !under_budget => 0,
+            Keep::Nothing => 0,
+            Keep::Token => run.min(MAX_TOKEN_HOLD),
+            Keep::Window => {
+                let tail = &self.pending[len - run..];
+                let jwt = memchr::memmem::find(tail, b"eyJ").map_or(0, |i| run - i);
+                let w = self.window.saturating_sub(1);
+                if jwt > w && jwt <= MAX_TOKEN_HOLD {
+                    jwt
+                } else {
+                    w
+                }
+            }
+        };
+        let rest = self.pending.split_off(len - hold.min(len));
+        Ok(std::mem::replace(&mut self.pending, rest))
+    }
+}
+
 impl hyper::body::Body for ScannedBody {
     type Data = Bytes;
     type Error = BoxError;
@@ -1575,62 +1716,95 @@ impl hyper::body::Body for ScannedBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, BoxError>>> {
         use hyper::body::Frame;
+        let data = |v: Vec<u8>| Poll::Ready(Some(Ok(Frame::data(Bytes::from(v)))));
+        if let Some(t) = self.trailers.take() {
+            return Poll::Ready(Some(Ok(t)));
+        }
         loop {
-            let next = std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx));
-            let d = match next {
-                Some(Ok(f)) => match f.into_data() {
-                    Ok(d) => d,
-                    Err(trailers) => {
-                        if self.pending.is_empty() {
-                            return Poll::Ready(Some(Ok(trailers)));
-                        }
-                        // Trailers after held bytes: the bytes first (already checked).
-                        let held = std::mem::take(&mut self.pending);
-                        return Poll::Ready(Some(Ok(Frame::data(Bytes::from(held)))));
-                    }
-                },
-                Some(Err(e)) => return Poll::Ready(Some(Err(e.into()))),
-                None => {
+            let next = match Pin::new(&mut self.inner).poll_frame(cx) {
+                Poll::Ready(n) => {
+                    self.idle = None;
+                    self.idle_stage = 0;
+                    n
+                }
+                Poll::Pending => {
                     if self.pending.is_empty() {
-                        return Poll::Ready(None);
+                        return Poll::Pending;
                     }
-                    let held = std::mem::take(&mut self.pending);
-                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from(held)))));
+                    let sleep = self
+                        .idle
+                        .get_or_insert_with(|| Box::pin(tokio::time::sleep(BODY_HOLD_IDLE)));
+                    if sleep.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    self.idle = None;
+                    let keep = if self.idle_stage == 0 {
+                        Keep::Token
+                    } else {
+                        Keep::Nothing
+                    };
+                    self.idle_stage = self.idle_stage.saturating_add(1);
+                    match self.release(keep) {
+                        Err(e) => return Poll::Ready(Some(Err(e))),
+                        Ok(out) if !out.is_empty() => return data(out),
+                        // Nothing could go yet: wait again (the timer re-arms).
+                        Ok(_) => continue,
+                    }
                 }
             };
-            if self.left == 0 && self.pending.is_empty() {
-                return Poll::Ready(Some(Ok(Frame::data(d))));
-            }
-            self.left = self.left.saturating_sub(d.len());
-            let mut buf = std::mem::take(&mut self.pending);
-            buf.extend_from_slice(&d);
-            if let Some(t) = self.check(&buf) {
-                if self.log_only && matches!(t, Trip::Secret(_)) {
-                    // Reported once; the rest is not scanned for secrets again.
-                    *self.trip.lock().unwrap_or_else(|p| p.into_inner()) = Some(t);
-                    self.scanner = None;
-                } else {
-                    *self.trip.lock().unwrap_or_else(|p| p.into_inner()) = Some(t);
-                    return Poll::Ready(Some(Err("cordon stopped a request body".into())));
+            match next {
+                Some(Ok(f)) => match f.into_data() {
+                    Ok(d) => {
+                        if self.left == 0 && !self.tail_scan && self.pending.is_empty() {
+                            return Poll::Ready(Some(Ok(Frame::data(d))));
+                        }
+                        self.pending.extend_from_slice(&d);
+                        self.fresh += d.len();
+                        let keep = if self.inner.is_end_stream() {
+                            Keep::Nothing
+                        } else if self.fresh < self.window && self.pending.len() < MAX_TOKEN_HOLD {
+                            // Small pieces are gathered before a scan (each byte is scanned
+                            // about twice, however the body is cut).
+                            continue;
+                        } else {
+                            Keep::Window
+                        };
+                        match self.release(keep) {
+                            Err(e) => return Poll::Ready(Some(Err(e))),
+                            Ok(out) if !out.is_empty() => return data(out),
+                            // All held back: an empty chunk would end an HTTP/1 body.
+                            Ok(_) => continue,
+                        }
+                    }
+                    Err(trailers) => match self.release(Keep::Nothing) {
+                        Err(e) => return Poll::Ready(Some(Err(e))),
+                        Ok(out) if !out.is_empty() => {
+                            // The bytes first (checked), the trailers on the next poll.
+                            self.trailers = Some(trailers);
+                            return data(out);
+                        }
+                        Ok(_) => return Poll::Ready(Some(Ok(trailers))),
+                    },
+                },
+                Some(Err(e)) => {
+                    self.done.send_replace(true);
+                    return Poll::Ready(Some(Err(e.into())));
+                }
+                None => {
+                    let r = self.release(Keep::Nothing);
+                    self.done.send_replace(true);
+                    return match r {
+                        Err(e) => Poll::Ready(Some(Err(e))),
+                        Ok(out) if !out.is_empty() => data(out),
+                        Ok(_) => Poll::Ready(None),
+                    };
                 }
             }
-            // Nothing more to come (or to scan): all of it goes, in one piece.
-            let hold = if self.left == 0 || self.inner.is_end_stream() {
-                0
-            } else {
-                self.window.saturating_sub(1)
-            };
-            let cut = buf.len().saturating_sub(hold);
-            self.pending = buf.split_off(cut);
-            if !buf.is_empty() {
-                return Poll::Ready(Some(Ok(Frame::data(Bytes::from(buf)))));
-            }
-            // All held back: an empty chunk would end an HTTP/1 body; read on.
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.pending.is_empty() && self.inner.is_end_stream()
+        self.pending.is_empty() && self.trailers.is_none() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> hyper::body::SizeHint {

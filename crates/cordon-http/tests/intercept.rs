@@ -23,6 +23,8 @@ type Events = Arc<Mutex<Vec<NewEvent>>>;
 static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
 /// What the upstream server received of `/sink` bodies, frame by frame (also of one cut short).
 static SINK: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+/// Held by each test that reads SINK (tests run in parallel).
+static SINK_TEST: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A CA of the test's own and a server certificate for `names`, as (CA PEM, server config).
 fn upstream_tls(names: &[&str]) -> (String, Arc<rustls::ServerConfig>) {
@@ -970,6 +972,7 @@ impl Drop for B64<'_> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_body_is_stopped_before_a_secret_leaves() {
+    let _one = SINK_TEST.lock().await;
     let f = fixture_with(
         true,
         vec![],
@@ -1012,10 +1015,71 @@ async fn a_streamed_body_is_stopped_before_a_secret_leaves() {
         "no byte of the token reached the server ({} bytes did)",
         sink.len()
     );
+    // A long JWT (its signature far past the scan window) cut where its start is long sent
+    // by the window alone: held whole, caught, none of it sent.
+    let jwt = format!(
+        "eyJ{}.eyJ{}.{}",
+        "h".repeat(400),
+        "p".repeat(300),
+        "s".repeat(60)
+    );
+    let mut first = b"{\"token\": \"".to_vec();
+    first.extend_from_slice(&jwt.as_bytes()[..600]);
+    let mut second = jwt.as_bytes()[600..].to_vec();
+    second.extend_from_slice(b"\"}");
+    SINK.lock().unwrap().clear();
+    let (status, body) = send(vec![first, second]).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("jwt"), "{body}");
+    assert!(
+        !String::from_utf8_lossy(&SINK.lock().unwrap()).contains("eyJ"),
+        "no byte of the JWT reached the server"
+    );
     // A long clean body streams through whole.
     SINK.lock().unwrap().clear();
     let chunks: Vec<Vec<u8>> = (0..50).map(|i| vec![b'a' + (i % 26) as u8; 4096]).collect();
     let (status, body) = send(chunks).await;
     assert_eq!((status, body.as_str()), (200, "sunk"));
     assert_eq!(SINK.lock().unwrap().len(), 50 * 4096);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_body_that_pauses_is_not_held_back() {
+    let _one = SINK_TEST.lock().await;
+    let f = fixture_with(
+        true,
+        vec![],
+        Some(dlp(cordon_policy::DlpAction::Deny, vec![])),
+    )
+    .await;
+    let (tls, _) = connect(&f, "api.example.test", b"http/1.1").await.unwrap();
+    let (mut s, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let (tx, rx) =
+        futures::channel::mpsc::unbounded::<Result<Frame<Bytes>, std::convert::Infallible>>();
+    let req = Request::post("/sink")
+        .header("host", "api.example.test")
+        .body(StreamBody::new(rx))
+        .unwrap();
+    SINK.lock().unwrap().clear();
+    let pending = tokio::spawn(async move { s.send_request(req).await });
+    // One message of unknown length, then the client waits for the server: it arrives
+    // (after the short pause that lets a split token show itself), not when the body ends.
+    let msg = b"{\"jsonrpc\": \"2.0\", \"id\": 1}\n";
+    tx.unbounded_send(Ok(Frame::data(Bytes::from_static(msg))))
+        .unwrap();
+    let t = Instant::now();
+    while SINK.lock().unwrap().len() < msg.len() {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the message was held back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(tx);
+    let r = pending.await.unwrap().unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(SINK.lock().unwrap().as_slice(), msg);
 }
