@@ -205,7 +205,11 @@ impl Scanner {
             allow(&kind, &hosts);
             let v = k.value.as_bytes();
             let mut all = vec![v.to_vec(), percent(v)];
-            all.extend(base64_forms(v));
+            for b in base64_forms(v) {
+                // And its base64url twin (JWT payloads, URL-safe tokens).
+                all.push(base64url(&b));
+                all.push(b);
+            }
             for form in all {
                 if form.len() >= MIN_KNOWN && !patterns.contains(&form) {
                     forms.push((kind.clone(), form.len()));
@@ -410,6 +414,17 @@ fn base64_forms(v: &[u8]) -> Vec<Vec<u8>> {
             let first = (8 * k).div_ceil(6);
             let last = (8 * (k + v.len())).checked_sub(6)? / 6;
             (first <= last && last < text.len()).then(|| text[first..=last].to_vec())
+        })
+        .collect()
+}
+
+/// Standard base64 text as base64url.
+fn base64url(b: &[u8]) -> Vec<u8> {
+    b.iter()
+        .map(|c| match c {
+            b'+' => b'-',
+            b'/' => b'_',
+            c => *c,
         })
         .collect()
 }
@@ -755,6 +770,11 @@ mod tests {
         );
         for prefix in ["", "u:", "ab:", "user:", "x-access-token:"] {
             let b = base64(format!("{prefix}{secret}!?").as_bytes());
+            assert_eq!(
+                kinds(&s.scan(&base64url(&b), Place::Body)),
+                ["known:x"],
+                "base64url after {prefix:?}"
+            );
             assert_eq!(
                 kinds(&s.scan(&b, Place::Header)),
                 ["known:x"],

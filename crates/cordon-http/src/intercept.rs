@@ -1707,6 +1707,32 @@ impl ScannedBody {
     }
 }
 
+impl ScannedBody {
+    /// Trailers are headers too: checked whole, like the body (within its budget).
+    fn check_trailers(&mut self, f: &hyper::body::Frame<Bytes>) -> Result<(), BoxError> {
+        let Some(t) = f.trailers_ref().filter(|_| self.left > 0 || self.tail_scan) else {
+            return Ok(());
+        };
+        let mut text = Vec::new();
+        for (k, v) in t {
+            text.extend_from_slice(k.as_str().as_bytes());
+            text.extend_from_slice(b": ");
+            text.extend_from_slice(v.as_bytes());
+            text.push(b'\n');
+        }
+        let Some(t) = self.check(&text) else {
+            return Ok(());
+        };
+        let goes_on = self.log_only && matches!(t, Trip::Secret(_));
+        (self.emit)(trip_event(&t, goes_on, &self.label));
+        *self.trip.lock().unwrap_or_else(|p| p.into_inner()) = Some(t);
+        if goes_on {
+            return Ok(());
+        }
+        Err("cordon stopped a request body".into())
+    }
+}
+
 impl hyper::body::Body for ScannedBody {
     type Data = Bytes;
     type Error = BoxError;
@@ -1776,7 +1802,10 @@ impl hyper::body::Body for ScannedBody {
                             Ok(_) => continue,
                         }
                     }
-                    Err(trailers) => match self.release(Keep::Nothing) {
+                    Err(trailers) => match self
+                        .check_trailers(&trailers)
+                        .and_then(|()| self.release(Keep::Nothing))
+                    {
                         Err(e) => return Poll::Ready(Some(Err(e))),
                         Ok(out) if !out.is_empty() => {
                             // The bytes first (checked), the trailers on the next poll.

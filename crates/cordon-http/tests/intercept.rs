@@ -1083,3 +1083,40 @@ async fn a_streamed_body_that_pauses_is_not_held_back() {
     assert_eq!(r.status(), 200);
     assert_eq!(SINK.lock().unwrap().as_slice(), msg);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_in_request_trailers_is_stopped() {
+    let _one = SINK_TEST.lock().await;
+    let f = fixture_with(
+        true,
+        vec![],
+        Some(dlp(cordon_policy::DlpAction::Deny, vec![])),
+    )
+    .await;
+    let (tls, _) = connect(&f, "api.example.test", b"h2").await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let token = format!("ghp_{}", "t5".repeat(18));
+    let mut trailers = hyper::HeaderMap::new();
+    trailers.insert("x-note", token.parse().unwrap());
+    let frames = vec![
+        Ok::<_, std::convert::Infallible>(Frame::data(Bytes::from_static(b"hello"))),
+        Ok(Frame::trailers(trailers)),
+    ];
+    let req = Request::post("https://api.example.test/sink")
+        .body(StreamBody::new(futures::stream::iter(frames)))
+        .unwrap();
+    SINK.lock().unwrap().clear();
+    let resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 403);
+    let events = f.events.lock().unwrap().clone();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.rule.as_deref() == Some("dlp:github-token")),
+        "{events:?}"
+    );
+}
