@@ -1068,7 +1068,7 @@ both!(
             format!(
                 "echo PATH-TOKEN $({UNPROXIED} curl -s --max-time 10 -o /dev/null -w '%{{http_code}}' https://api.example.test/{ghp}/x)"
             ),
-            // Clean traffic passes: the server answers (Python's static server has no POST: 501).
+            // Clean traffic passes, whole.
             format!("echo CLEAN-POST {}", code("-H 'content-type: application/json' --data-binary @package-lock.json")),
             "echo CLEAN-GET $(curl -sS --max-time 10 https://api.example.test/hello.txt)".to_string(),
         ]
@@ -1093,13 +1093,34 @@ both!(
             "DOTENV-BODY 403",
             "DIRECT 403",
             "PATH-TOKEN 403",
-            "CLEAN-POST 501",
+            "CLEAN-POST 200",
             "CLEAN-GET hello-dlp",
         ] {
             assert!(out.lines().any(|l| l == want), "{want}: {}", show(&o));
         }
-        // Only the clean requests reached the server.
+        // Only the clean requests reached the server, the clean body whole; of a refused
+        // body the server may have seen the request line, never a byte of the body.
         assert_eq!(srv.count("REQ GET /hello.txt"), 1, "{}", srv.log());
+        let lock_len = std::fs::metadata(env.project.join("package-lock.json"))
+            .unwrap()
+            .len()
+            .to_string();
+        let posted: Vec<String> = srv
+            .log()
+            .lines()
+            .filter_map(|l| l.strip_prefix("POST /hello.txt ").map(str::to_string))
+            .collect();
+        assert_eq!(
+            posted.iter().filter(|n| **n == lock_len).count(),
+            1,
+            "{}",
+            srv.log()
+        );
+        assert!(
+            posted.iter().all(|n| *n == lock_len || n == "0"),
+            "a refused body reached the server: {}",
+            srv.log()
+        );
         let audit = std::fs::read_to_string(&env.audit).unwrap();
         for rule in [
             "dlp:github-token",
