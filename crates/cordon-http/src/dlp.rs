@@ -368,22 +368,7 @@ pub fn redact(text: &str) -> std::borrow::Cow<'_, str> {
 /// secret (not merely a vendor prefix: `AWS_REGION` is not one) and a value that looks like
 /// one (long, no spaces, letters and digits) — so ordinary words never become findings.
 pub fn secret_variable(name: &str, value: &str) -> bool {
-    const PARTS: &[&str] = &[
-        "TOKEN",
-        "SECRET",
-        "PASSWORD",
-        "PASSWD",
-        "CREDENTIAL",
-        "API_KEY",
-        "APIKEY",
-        "PRIVATE_KEY",
-        "ACCESS_KEY",
-        "SESSION_KEY",
-    ];
-    let upper = name.to_ascii_uppercase();
-    let named = PARTS.iter().any(|p| upper.contains(p))
-        || upper.ends_with("_KEY")
-        || upper.ends_with("_PAT");
+    let named = cordon_policy::names_secret(name);
     let v = value.trim();
     named
         && v.len() >= 16

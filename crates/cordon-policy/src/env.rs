@@ -55,9 +55,15 @@ const NEVER_PASSABLE: &[&str] = &["BASH_ENV", "ENV", "GCONV_PATH"];
 /// when a `pass` entry names it exactly; a glob never lets it through.
 pub fn looks_secret(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
+    names_secret(name) || SECRET_PREFIXES.iter().any(|p| upper.starts_with(p))
+}
+
+/// Whether `name` itself says it holds a secret (`*TOKEN*`, `*_KEY`, …), not merely a vendor
+/// prefix (`AWS_REGION`, `GITHUB_WORKSPACE`): what secret scanning looks for by value.
+pub fn names_secret(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
     SECRET_PARTS.iter().any(|p| upper.contains(p))
         || SECRET_SUFFIXES.iter().any(|s| upper.ends_with(s))
-        || SECRET_PREFIXES.iter().any(|p| upper.starts_with(p))
 }
 
 /// Whether `name` is always dropped from the sandbox environment: `LD_*`, `BASH_ENV`, `ENV`,

@@ -17,7 +17,7 @@ mod schema;
 pub mod syscall_table;
 pub mod trust;
 
-pub use env::{glob_matches, looks_secret, never_passable};
+pub use env::{glob_matches, looks_secret, names_secret, never_passable};
 pub use error::{Diagnostic, Location, PolicyError};
 pub use load::{DEFAULT_POLICY, LoadOptions, Loaded, Loosening, load};
 pub use plan::*;
