@@ -956,25 +956,11 @@ impl Interceptor {
             Ok(sent) => sent,
             Err(leak) => {
                 (self.emit)(
-                    NewEvent::new(
-                        Layer::Credentials,
-                        EvAction::Deny,
-                        format!(
-                            "{method} {url}: the placeholder of credential `{}` was sent {}",
-                            leak.0, leak.1
-                        ),
-                    )
-                    .rule(format!("credential-leak:{}", leak.0))
-                    .detail("method", method.clone())
-                    .detail("url", format!("{url}{}", redact_query(&query))),
+                    leak_event(&format!("{method} {url}"), &leak.0, &leak.1)
+                        .detail("method", method.clone())
+                        .detail("url", format!("{url}{}", redact_query(&query))),
                 );
-                return text(
-                    StatusCode::FORBIDDEN,
-                    format!(
-                        "cordon: credential `{}` may only go to its own hosts, in its own header; this request sent it {}. Refused.\n",
-                        leak.0, leak.1
-                    ),
-                );
+                return text(StatusCode::FORBIDDEN, leak_refusal(&leak.0, &leak.1));
             }
         };
         // A response to a request that carried a real value is scrubbed of every form it was
@@ -1074,12 +1060,7 @@ impl Interceptor {
         let tripped = trip.lock().unwrap_or_else(|p| p.into_inner()).clone();
         match tripped {
             Some(Trip::Placeholder(name)) => {
-                return text(
-                    StatusCode::FORBIDDEN,
-                    format!(
-                        "cordon: credential `{name}` may only go to its own hosts, in its own header; this request sent it in the body. Refused.\n"
-                    ),
-                );
+                return text(StatusCode::FORBIDDEN, leak_refusal(&name, "in the body"));
             }
             Some(Trip::Secret(found)) if !log => {
                 let (kinds, what) = describe_findings(&found);
@@ -1358,15 +1339,7 @@ impl hyper::body::Body for CountingBody {
     fn size_hint(&self) -> hyper::body::SizeHint {
         match &self.scrub {
             Some(s) if s.changes_length() => hyper::body::SizeHint::default(),
-            Some(s) => {
-                let mut h = self.inner.size_hint();
-                let held = s.holding() as u64;
-                h.set_lower(h.lower() + held);
-                if let Some(u) = h.upper() {
-                    h.set_upper(u + held);
-                }
-                h
-            }
+            Some(s) => plus_held(self.inner.size_hint(), s.holding()),
             None => self.inner.size_hint(),
         }
     }
@@ -1512,6 +1485,33 @@ fn same_host(claimed: &str, host: &str, port: u16, scheme: &str) -> bool {
     h == host.trim_end_matches('.').to_ascii_lowercase() && p == port
 }
 
+/// A body's size hint with the `held` bytes a wrapper still owes added.
+fn plus_held(mut h: hyper::body::SizeHint, held: usize) -> hyper::body::SizeHint {
+    let held = held as u64;
+    h.set_lower(h.lower() + held);
+    if let Some(u) = h.upper() {
+        h.set_upper(u + held);
+    }
+    h
+}
+
+/// The event for a credential's placeholder sent where it may not go.
+fn leak_event(label: &str, name: &str, place: &str) -> NewEvent {
+    NewEvent::new(
+        Layer::Credentials,
+        EvAction::Deny,
+        format!("{label}: the placeholder of credential `{name}` was sent {place}"),
+    )
+    .rule(format!("credential-leak:{name}"))
+}
+
+/// What the sandbox is told when a credential's placeholder went where it may not.
+fn leak_refusal(name: &str, place: &str) -> String {
+    format!(
+        "cordon: credential `{name}` may only go to its own hosts, in its own header; this request sent it {place}. Refused.\n"
+    )
+}
+
 /// What the sandbox is told when a request carried a secret.
 fn secret_refusal(kinds: &[&str], what: &str, host: &str) -> String {
     let quoted: Vec<String> = kinds.iter().map(|k| format!("\"{k}\"")).collect();
@@ -1537,12 +1537,7 @@ fn describe_findings(findings: &[crate::dlp::Finding]) -> (Vec<&str>, String) {
 /// The event for a streamed body that tripped (`goes_on`: `[dlp] action = "log"`).
 fn trip_event(t: &Trip, goes_on: bool, label: &str) -> NewEvent {
     match t {
-        Trip::Placeholder(name) => NewEvent::new(
-            Layer::Credentials,
-            EvAction::Deny,
-            format!("{label}: the placeholder of credential `{name}` was sent in the body"),
-        )
-        .rule(format!("credential-leak:{name}")),
+        Trip::Placeholder(name) => leak_event(label, name, "in the body"),
         Trip::Secret(found) => {
             let (kinds, what) = describe_findings(found);
             let (a, outcome) = if goes_on {
@@ -1667,14 +1662,7 @@ impl ScannedBody {
             let tripped = self.check(&buf);
             self.pending = buf;
             if let Some(t) = tripped {
-                let goes_on = self.log_only && matches!(t, Trip::Secret(_));
-                (self.emit)(trip_event(&t, goes_on, &self.label));
-                *self.trip.lock().unwrap_or_else(|p| p.into_inner()) = Some(t);
-                if !goes_on {
-                    return Err("cordon stopped a request body".into());
-                }
-                // Reported once; the rest is not scanned for secrets again.
-                self.scanner = None;
+                self.tripped(t)?;
             }
         }
         if !under_budget {
@@ -1720,16 +1708,24 @@ impl ScannedBody {
             text.extend_from_slice(v.as_bytes());
             text.push(b'\n');
         }
-        let Some(t) = self.check(&text) else {
-            return Ok(());
-        };
+        match self.check(&text) {
+            Some(t) => self.tripped(t),
+            None => Ok(()),
+        }
+    }
+
+    /// Reports a finding the moment it is made (the server may have answered already) and
+    /// records it for the handler; stops the body unless `[dlp] action = "log"` lets a secret
+    /// go on — reported once: the rest is not scanned for secrets again.
+    fn tripped(&mut self, t: Trip) -> Result<(), BoxError> {
         let goes_on = self.log_only && matches!(t, Trip::Secret(_));
         (self.emit)(trip_event(&t, goes_on, &self.label));
         *self.trip.lock().unwrap_or_else(|p| p.into_inner()) = Some(t);
-        if goes_on {
-            return Ok(());
+        if !goes_on {
+            return Err("cordon stopped a request body".into());
         }
-        Err("cordon stopped a request body".into())
+        self.scanner = None;
+        Ok(())
     }
 }
 
@@ -1837,13 +1833,7 @@ impl hyper::body::Body for ScannedBody {
     }
 
     fn size_hint(&self) -> hyper::body::SizeHint {
-        let mut h = self.inner.size_hint();
-        let held = self.pending.len() as u64;
-        h.set_lower(h.lower() + held);
-        if let Some(u) = h.upper() {
-            h.set_upper(u + held);
-        }
-        h
+        plus_held(self.inner.size_hint(), self.pending.len())
     }
 }
 

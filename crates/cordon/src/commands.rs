@@ -396,11 +396,16 @@ fn host_secrets(credentials: &[cordon_http::WireCredential]) -> Vec<cordon_http:
 /// copies of the files credentials list (returned: path, content). A source that does not
 /// resolve is a warning: that credential is simply absent inside. A file is shown only when
 /// every credential listing it had its value replaced there and nothing secret is left in it
-/// (no token shape, no other known value); otherwise it stays hidden, with a warning.
+/// (no token shape, no other known value); otherwise it stays hidden, with a warning. Also
+/// returns the host's secret-looking variables (read once, for secret scanning too).
 fn resolve_credentials(
     plan: &mut cordon_policy::Plan,
     sink: &cordon_net::Emit,
-) -> (Vec<cordon_http::WireCredential>, Vec<(PathBuf, String)>) {
+) -> (
+    Vec<cordon_http::WireCredential>,
+    Vec<(PathBuf, String)>,
+    Vec<cordon_http::dlp::Known>,
+) {
     let mut out = Vec::new();
     for c in plan.credentials.clone() {
         let Some(real) = read_credential(&c.source) else {
@@ -460,6 +465,11 @@ fn resolve_credentials(
             }
         }
     }
+    let host = host_secrets(&out);
+    let mut shown = Vec::new();
+    if files.is_empty() {
+        return (out, shown, host);
+    }
     let mut known: Vec<cordon_http::dlp::Known> = out
         .iter()
         .map(|c| cordon_http::dlp::Known {
@@ -468,9 +478,8 @@ fn resolve_credentials(
             hosts: Vec::new(),
         })
         .collect();
-    known.extend(host_secrets(&out));
+    known.extend(host.iter().cloned());
     let leftover = cordon_http::dlp::Scanner::new(known, Vec::new());
-    let mut shown = Vec::new();
     for (path, names) in files {
         let masked = std::fs::read_to_string(&path)
             .map_err(|e| e.to_string())
@@ -518,7 +527,7 @@ fn resolve_credentials(
             }
         }
     }
-    (out, shown)
+    (out, shown, host)
 }
 
 /// A credential's real value, read on the host (trimmed); `None` when it does not resolve.
@@ -608,9 +617,8 @@ fn start_gateway(
                     Duration::from_secs(plan.exec.ask_timeout_secs),
                 )
             });
-            let (credentials, shown) = resolve_credentials(plan, sink);
+            let (credentials, shown, host_secrets) = resolve_credentials(plan, sink);
             // Secret scanning also looks for the host's secret-looking variables by value.
-            let host_secrets = host_secrets(&credentials);
             let gateway = gateway
                 .with_http(&plan.http, ca, ask, credentials, host_secrets)
                 .context("start the HTTP layer")?;
