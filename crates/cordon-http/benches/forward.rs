@@ -4,6 +4,9 @@
 //! plain path, and with a credential swapped in and secret scanning on — interleaved in the
 //! same run. `cargo bench -p cordon-http --bench forward` prints a table.
 
+#[path = "../tests/support/mod.rs"]
+mod support;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,30 +26,8 @@ const PH: &str = "cordon-0123456789abcdef01234567";
 
 /// A local HTTPS server with a CA of its own; returns its address and the CA (PEM).
 async fn upstream() -> (SocketAddr, String) {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca, ca_key);
-    let key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["bench.test".to_string()])
-        .unwrap()
-        .signed_by(&key, &issuer)
-        .unwrap();
-    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(
-        vec![leaf.der().clone()],
-        rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-    )
-    .unwrap();
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let (ca_pem, cfg) = support::upstream_tls(&["bench.test"], &[b"http/1.1"]);
+    let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let a = l.local_addr().unwrap();
     tokio::spawn(async move {
@@ -67,7 +48,7 @@ async fn upstream() -> (SocketAddr, String) {
             });
         }
     });
-    (a, ca_cert.pem())
+    (a, ca_pem)
 }
 
 async fn front(up: SocketAddr, up_ca: String, secure: bool, ca: Arc<CertAuthority>) -> SocketAddr {

@@ -13,8 +13,9 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Bytes, Frame, Incoming};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
 use tokio::net::{TcpListener, TcpStream};
+
+mod support;
 
 type Events = Arc<Mutex<Vec<NewEvent>>>;
 
@@ -28,29 +29,7 @@ static SINK_TEST: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A CA of the test's own and a server certificate for `names`, as (CA PEM, server config).
 fn upstream_tls(names: &[&str]) -> (String, Arc<rustls::ServerConfig>) {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca, ca_key);
-    let key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-        .unwrap()
-        .signed_by(&key, &issuer)
-        .unwrap();
-    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(
-        vec![leaf.der().clone()],
-        rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-    )
-    .unwrap();
-    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    (ca_cert.pem(), Arc::new(cfg))
+    support::upstream_tls(names, &[b"h2", b"http/1.1"])
 }
 
 async fn upstream_service(
@@ -295,13 +274,34 @@ async fn connect(
     Ok((tls, alpn))
 }
 
-async fn h1(f: &Fixture, req: Request<Full<Bytes>>) -> (u16, String) {
+/// An HTTP/1.1 client on a new TLS connection to the front (driven in the background).
+async fn h1_sender<B>(f: &Fixture) -> hyper::client::conn::http1::SendRequest<B>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let (tls, alpn) = connect(f, "api.example.test", b"http/1.1").await.unwrap();
     assert_eq!(alpn, b"http/1.1");
-    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+    let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
         .await
         .unwrap();
     tokio::spawn(conn);
+    send
+}
+
+/// The fixture with secret scanning on (`deny`) and no credentials.
+async fn scanning_fixture() -> Fixture {
+    fixture_with(
+        true,
+        vec![],
+        Some(dlp(cordon_policy::DlpAction::Deny, vec![])),
+    )
+    .await
+}
+
+async fn h1(f: &Fixture, req: Request<Full<Bytes>>) -> (u16, String) {
+    let mut send = h1_sender(f).await;
     let resp = send.send_request(req).await.unwrap();
     let status = resp.status().as_u16();
     let body = resp.into_body().collect().await.unwrap().to_bytes();
@@ -410,11 +410,7 @@ async fn another_host_on_the_connection_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn responses_stream_without_buffering() {
     let f = fixture(true).await;
-    let (tls, _) = connect(&f, "api.example.test", b"http/1.1").await.unwrap();
-    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let mut send = h1_sender(&f).await;
     let start = Instant::now();
     let resp = send.send_request(get("/sse")).await.unwrap();
     let mut body = resp.into_body();
@@ -630,12 +626,7 @@ fn gzip(data: &[u8]) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_are_caught_in_url_headers_and_body_and_clean_requests_pass() {
-    let f = fixture_with(
-        true,
-        vec![],
-        Some(dlp(cordon_policy::DlpAction::Deny, vec![])),
-    )
-    .await;
+    let f = scanning_fixture().await;
     let mut all = tokens();
     all.push(("known:DB_PASSWORD", "db-pass-0123456789abcdef".to_string()));
     for (kind, token) in &all {
@@ -973,18 +964,9 @@ impl Drop for B64<'_> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_body_is_stopped_before_a_secret_leaves() {
     let _one = SINK_TEST.lock().await;
-    let f = fixture_with(
-        true,
-        vec![],
-        Some(dlp(cordon_policy::DlpAction::Deny, vec![])),
-    )
-    .await;
+    let f = scanning_fixture().await;
     let send = |chunks: Vec<Vec<u8>>| async {
-        let (tls, _) = connect(&f, "api.example.test", b"http/1.1").await.unwrap();
-        let (mut s, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-            .await
-            .unwrap();
-        tokio::spawn(conn);
+        let mut s = h1_sender(&f).await;
         let stream = futures::stream::iter(
             chunks
                 .into_iter()
@@ -1046,17 +1028,8 @@ async fn a_streamed_body_is_stopped_before_a_secret_leaves() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_body_that_pauses_is_not_held_back() {
     let _one = SINK_TEST.lock().await;
-    let f = fixture_with(
-        true,
-        vec![],
-        Some(dlp(cordon_policy::DlpAction::Deny, vec![])),
-    )
-    .await;
-    let (tls, _) = connect(&f, "api.example.test", b"http/1.1").await.unwrap();
-    let (mut s, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let f = scanning_fixture().await;
+    let mut s = h1_sender(&f).await;
     let (tx, rx) =
         futures::channel::mpsc::unbounded::<Result<Frame<Bytes>, std::convert::Infallible>>();
     let req = Request::post("/sink")
@@ -1087,12 +1060,7 @@ async fn a_streamed_body_that_pauses_is_not_held_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secret_in_request_trailers_is_stopped() {
     let _one = SINK_TEST.lock().await;
-    let f = fixture_with(
-        true,
-        vec![],
-        Some(dlp(cordon_policy::DlpAction::Deny, vec![])),
-    )
-    .await;
+    let f = scanning_fixture().await;
     let (tls, _) = connect(&f, "api.example.test", b"h2").await.unwrap();
     let (mut send, conn) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))

@@ -134,9 +134,15 @@ fn named(hosts: &[&str], allow: &[(&str, &[u16])], extra: &str) -> String {
 
 /// `cordon run --no-tty --audit … --policy FILE -- sh -c SCRIPT`, killed after `limit`.
 fn spawn_run(env: &Env, policy_file: &str, script: &str) -> Child {
+    spawn_run_with(env, policy_file, script, &[])
+}
+
+/// [`spawn_run`] with `vars` set in cordon's own (host) environment.
+fn spawn_run_with(env: &Env, policy_file: &str, script: &str, vars: &[(&str, &str)]) -> Child {
     let _ = std::fs::remove_file(&env.audit);
     env.cordon()
         .env("XDG_RUNTIME_DIR", common::runtime_dir(env))
+        .envs(vars.iter().copied())
         .arg("run")
         .arg("--no-tty")
         .arg("--audit")
@@ -170,6 +176,16 @@ fn run_limited(env: &Env, policy_text: &str, script: &str, limit: Duration) -> O
 
 fn run(env: &Env, policy_text: &str, script: &str) -> Output {
     run_limited(env, policy_text, script, Duration::from_secs(120))
+}
+
+/// [`run`] with `vars` set in cordon's own (host) environment (a credential's source, a
+/// host secret): never passed into the sandbox by the policy.
+fn run_with(env: &Env, policy_text: &str, script: &str, vars: &[(&str, &str)]) -> Output {
+    let p = policy(env, policy_text);
+    wait_limited(
+        spawn_run_with(env, &p, script, vars),
+        Duration::from_secs(120),
+    )
 }
 
 /// The JSON lines the script printed (nc.py results), in order.
@@ -918,7 +934,6 @@ both!(
             plain.port,
             ca.display()
         );
-        let p = policy(&env, &pol);
         // The secrets themselves never appear in the script (it is logged): their hashes do.
         let sha = |v: &str| {
             let o = Command::new("sh")
@@ -950,16 +965,7 @@ both!(
             r2 = rev(gh),
             r3 = rev(filed),
         );
-        let _ = std::fs::remove_file(&env.audit);
-        let o = env
-            .cordon()
-            .env("XDG_RUNTIME_DIR", common::runtime_dir(&env))
-            .env("CORDON_TEST_REAL_KEY", real)
-            .args(["run", "--no-tty", "--audit"])
-            .arg(&env.audit)
-            .args(["--policy", &p, "--", "sh", "-c", &script])
-            .output()
-            .unwrap();
+        let o = run_with(&env, &pol, &script, &[("CORDON_TEST_REAL_KEY", real)]);
         let out = String::from_utf8_lossy(&o.stdout);
         assert!(
             out.contains(&format!("KEY cordon {}", real.len())),
@@ -1075,17 +1081,7 @@ both!(
         .join("\n");
         // From a file: the command line cordon logs holds no secret of the test's own.
         env.write("leak.sh", &script);
-        let p = policy(&env, &pol);
-        let _ = std::fs::remove_file(&env.audit);
-        let o = env
-            .cordon()
-            .env("XDG_RUNTIME_DIR", common::runtime_dir(&env))
-            .env("CORDON_TEST_DB_PASSWORD", db)
-            .args(["run", "--no-tty", "--audit"])
-            .arg(&env.audit)
-            .args(["--policy", &p, "--", "sh", "leak.sh"])
-            .output()
-            .unwrap();
+        let o = run_with(&env, &pol, "sh leak.sh", &[("CORDON_TEST_DB_PASSWORD", db)]);
         let out = String::from_utf8_lossy(&o.stdout);
         for want in [
             "GH-HEADER 403",
@@ -1196,17 +1192,7 @@ both!(
              git push https://{name}/repo.git HEAD:main 2>&1; echo PUSH $?\n\
              git ls-remote https://{name}/repo.git 2>&1 | grep -c refs/heads/main | sed 's/^/REMOTE /'"
         );
-        let p = policy(&env, &pol);
-        let _ = std::fs::remove_file(&env.audit);
-        let o = env
-            .cordon()
-            .env("XDG_RUNTIME_DIR", common::runtime_dir(&env))
-            .env("CORDON_TEST_GH_TOKEN", token)
-            .args(["run", "--no-tty", "--audit"])
-            .arg(&env.audit)
-            .args(["--policy", &p, "--", "sh", "-c", &script])
-            .output()
-            .unwrap();
+        let o = run_with(&env, &pol, &script, &[("CORDON_TEST_GH_TOKEN", token)]);
         let out = String::from_utf8_lossy(&o.stdout);
         for want in ["HOLDS cordon", "PUSH 0", "REMOTE 1"] {
             assert!(out.lines().any(|l| l == want), "{want}: {}", show(&o));
