@@ -4,7 +4,8 @@
 #  - cargo/rustc from Debian: a toolchain the unprivileged test user can run (rustup's is under /root)
 #  - strace: to show debuggers stay denied
 #  - bubblewrap, hyperfine: the benchmark's peer and timer
-#  - curl, openssl, gcc (static libc), python3-pip: clients and servers of the network tests
+#  - curl, openssl, gcc (static libc), python3-pip, python3-venv: clients and servers of the
+#    network tests (npm comes with the machine's Node.js)
 #  - iperf3, passt, slirp4netns: the network benchmark and its peers
 #  - an unprivileged account, cordon-test, for the second run of every sandbox test
 set -euo pipefail
@@ -14,7 +15,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 need=()
 for pkg in git python3 util-linux procps cargo strace bubblewrap hyperfine \
-    curl openssl gcc libc6-dev python3-pip iperf3 passt slirp4netns; do
+    curl openssl gcc libc6-dev python3-pip python3-venv iperf3 passt slirp4netns; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

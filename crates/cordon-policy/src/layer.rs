@@ -14,14 +14,14 @@ use crate::error::{Diagnostic, PolicyError, did_you_mean};
 use crate::expand::{ExpandError, Vars, expand, uses_home};
 use crate::plan::{
     BUILTIN_CONDITIONAL_SYSCALLS, BUILTIN_DENIED_SYSCALLS, DlpAction, DlpAllow, ExecAction,
-    HttpAction, HttpRule, LandlockMode, NetMode, OnExit, ProjectFiles, SyscallsPlan,
+    HomeMode, HttpAction, HttpRule, LandlockMode, NetMode, OnExit, ProjectFiles, SyscallsPlan,
 };
 use crate::schema::{
     Checker, DLP_ACTION_VALUES, DlpSection, DnsSection, EnvSection, ExecSection, FilesystemSection,
-    HTTP_ACTION_VALUES, HTTP_DEFAULT_VALUES, HttpSection, JUDGE_API_VALUES, JUDGE_ON_ERROR_VALUES,
-    JudgeSection, LimitsSection, NETWORK_MODE_VALUES, NetworkSection, ON_EXIT_VALUES,
-    PROJECT_FILES_VALUES, Parts, PolicyFile, PublishEntry, Size, StateSection, SyscallsSection,
-    TlsSection, quoted_choices, toml_string,
+    HOME_VALUES, HTTP_ACTION_VALUES, HTTP_DEFAULT_VALUES, HttpSection, JUDGE_API_VALUES,
+    JUDGE_ON_ERROR_VALUES, JudgeSection, LimitsSection, NETWORK_MODE_VALUES, NetworkSection,
+    ON_EXIT_VALUES, PROJECT_FILES_VALUES, Parts, PolicyFile, PublishEntry, Size, StateSection,
+    SyscallsSection, TlsSection, quoted_choices, toml_string,
 };
 use crate::syscall_table;
 
@@ -73,6 +73,10 @@ pub(crate) struct Sections {
     pub protect: Vec<Rule>,
     pub on_exit: Option<(OnExit, Origin)>,
     pub project_files: Option<(ProjectFiles, Origin)>,
+    /// `[state] home`.
+    pub home: Option<(HomeMode, Origin)>,
+    /// `[state] caches`.
+    pub caches: Vec<Rule>,
     /// `[network] mode`.
     pub net_mode: Option<(NetMode, Origin)>,
     /// `[network] allow_ips`, normalised to `ADDR/LEN`.
@@ -935,6 +939,14 @@ impl Converter<'_> {
             };
             out.project_files = Some((value, self.origin(phase, v.span())));
         }
+        if let Some(v) = state.home {
+            let value = match self.choice(&v, "home", HOME_VALUES)? {
+                "overlay" => HomeMode::Overlay,
+                _ => HomeMode::Readonly,
+            };
+            out.home = Some((value, self.origin(phase, v.span())));
+        }
+        out.caches = self.paths(phase, &state.caches, "caches", false)?;
         Ok(())
     }
 

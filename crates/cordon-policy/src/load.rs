@@ -17,9 +17,9 @@ use crate::error::{Diagnostic, PolicyError, backticked, did_you_mean};
 use crate::expand::normalize;
 use crate::layer::{Context, Layer, Origin, Rule, Sections, parse_layer};
 use crate::plan::{
-    EnvPlan, ExecAction, ExecPlan, ExecRule, FilesystemPlan, HostRule, HttpAction, HttpPlan,
-    HttpRule, LandlockMode, LimitsPlan, NamedRule, NetMode, NetworkPlan, OnExit, PathRule, Plan,
-    ProjectFiles, Publish, StatePlan, SyscallsPlan,
+    EnvPlan, ExecAction, ExecPlan, ExecRule, FilesystemPlan, HomeMode, HostRule, HttpAction,
+    HttpPlan, HttpRule, LandlockMode, LimitsPlan, NamedRule, NetMode, NetworkPlan, OnExit,
+    PathRule, Plan, ProjectFiles, Publish, StatePlan, SyscallsPlan,
 };
 use crate::trust::{TrustStore, trust_key};
 
@@ -219,6 +219,8 @@ struct Merged {
     protect: Vec<Rule>,
     on_exit: (OnExit, Option<Origin>),
     project_files: (ProjectFiles, Option<Origin>),
+    home: (HomeMode, Option<Origin>),
+    caches: Vec<Rule>,
     net_mode: (NetMode, Option<Origin>),
     allow_ips: Vec<(String, Origin)>,
     net_allow: Vec<(String, Vec<u16>, Origin)>,
@@ -290,6 +292,8 @@ impl Merged {
             protect: Vec::new(),
             on_exit: (OnExit::default(), None),
             project_files: (ProjectFiles::default(), None),
+            home: (HomeMode::default(), None),
+            caches: Vec::new(),
             net_mode: (NetMode::default(), None),
             allow_ips: Vec::new(),
             net_allow: Vec::new(),
@@ -392,6 +396,10 @@ impl Merged {
         if let Some((v, o)) = &s.project_files {
             self.project_files = (*v, Some(o.clone()));
         }
+        if let Some((v, o)) = &s.home {
+            self.home = (*v, Some(o.clone()));
+        }
+        push_rules(&mut self.caches, &s.caches);
         if let Some((v, o)) = &s.net_mode {
             self.net_mode = (*v, Some(o.clone()));
         }
@@ -524,6 +532,8 @@ impl Merged {
                 protect: rules(self.protect),
                 on_exit: self.on_exit.0,
                 project_files: self.project_files.0,
+                home: self.home.0,
+                caches: rules(self.caches),
             },
             network: NetworkPlan {
                 mode: self.net_mode.0,
@@ -872,6 +882,28 @@ fn loosenings(full: &Merged, base: &Merged, layers: &[Layer]) -> Vec<Loosening> 
             add(
                 &r.origin,
                 format!("trusts {} for upstream TLS", r.path.display()),
+            );
+        }
+    }
+    // A copy-on-write home only adds a layer that is discarded; a persistent cache layer is
+    // shared by every later session of every project, so a new one is a way to reach them.
+    if let (HomeMode::Overlay, HomeMode::Readonly, Some(o)) =
+        (full.home.0, base.home.0, &full.home.1)
+    {
+        add(
+            o,
+            "makes the home copy-on-write (home = \"overlay\") where your policy keeps it read-only"
+                .to_string(),
+        );
+    }
+    for r in &full.caches {
+        if !base.caches.iter().any(|b| b.path == r.path) {
+            add(
+                &r.origin,
+                format!(
+                    "keeps {} as a cache shared by later sessions",
+                    r.path.display()
+                ),
             );
         }
     }

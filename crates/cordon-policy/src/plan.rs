@@ -472,6 +472,19 @@ pub enum ProjectFiles {
     Staged,
 }
 
+/// How the sandbox sees the user's home outside the project and the writable paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum HomeMode {
+    /// Copy-on-write: writes land in the session's own layer (protected paths go to review,
+    /// caches to cordon's persistent cache layers, the rest is discarded at exit). Where the
+    /// kernel or filesystem refuses the overlay, the home is read-only, with a warning.
+    #[default]
+    Overlay,
+    /// Read-only, as the rest of the host.
+    Readonly,
+}
+
 /// Agent-state protection: paths the agent may change only through review.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatePlan {
@@ -483,6 +496,13 @@ pub struct StatePlan {
     pub on_exit: OnExit,
     /// How the project's host-executed files are protected.
     pub project_files: ProjectFiles,
+    /// How the home is seen (copy-on-write or read-only).
+    #[serde(default)]
+    pub home: HomeMode,
+    /// Package and build caches in the home that persist across sessions in cordon's own
+    /// sandbox-side layers (the host's cache below, never written back).
+    #[serde(default)]
+    pub caches: Vec<PathRule>,
 }
 
 /// How the sandbox reaches the network.

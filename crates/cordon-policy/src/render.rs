@@ -3,7 +3,9 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use crate::plan::{ExecAction, LandlockMode, NamedRule, OnExit, PathRule, Plan, ProjectFiles};
+use crate::plan::{
+    ExecAction, HomeMode, LandlockMode, NamedRule, OnExit, PathRule, Plan, ProjectFiles,
+};
 use crate::schema::{quote_key, toml_string};
 
 /// A TOML comment holding `text` on one line, whatever it contains.
@@ -153,6 +155,20 @@ impl Plan {
             ProjectFiles::Staged => "staged",
         };
         let _ = writeln!(out, "project_files = \"{project_files}\"");
+        let home = match state.home {
+            HomeMode::Overlay => "overlay",
+            HomeMode::Readonly => "readonly",
+        };
+        let _ = writeln!(
+            out,
+            "# the home: copy-on-write layer (discarded at exit) or read-only"
+        );
+        let _ = writeln!(out, "home = \"{home}\"");
+        let _ = writeln!(
+            out,
+            "# persist across sessions in cordon's own layers; never written back to the host"
+        );
+        rules(&mut out, "caches", &state.caches);
 
         let exec = &self.exec;
         let _ = writeln!(out, "\n[exec]");
@@ -405,6 +421,8 @@ mod tests {
                 ],
                 on_exit: OnExit::Pending,
                 project_files: ProjectFiles::Staged,
+                home: HomeMode::Readonly,
+                caches: vec![PathRule::new("/home/u/.npm", "built-in")],
             },
             network: crate::plan::NetworkPlan {
                 allow: vec![crate::plan::HostRule {

@@ -39,7 +39,7 @@ pub(crate) const EXEC_KEYS: &[&str] = &["deny", "ask", "allow", "ask_timeout", "
 /// Keys of one `[[exec.rule]]`.
 pub(crate) const EXEC_RULE_KEYS: &[&str] = &["pattern", "action"];
 /// Keys of `[state]`.
-pub(crate) const STATE_KEYS: &[&str] = &["protect", "on_exit", "project_files"];
+pub(crate) const STATE_KEYS: &[&str] = &["protect", "on_exit", "project_files", "home", "caches"];
 /// Keys of `[network]`.
 pub(crate) const NETWORK_KEYS: &[&str] = &["mode", "allow_ips", "allow"];
 /// Keys of one `[[network.allow]]`.
@@ -91,6 +91,8 @@ pub(crate) const PUBLISH_KEYS: &[&str] = &["port", "host_port"];
 pub(crate) const ON_EXIT_VALUES: &[&str] = &["ask", "keep", "discard", "pending"];
 /// Values of `[state] project_files`.
 pub(crate) const PROJECT_FILES_VALUES: &[&str] = &["readonly", "staged"];
+/// Values of `[state] home`.
+pub(crate) const HOME_VALUES: &[&str] = &["overlay", "readonly"];
 
 /// A whole policy file.
 #[derive(Debug, Default, Deserialize)]
@@ -333,6 +335,10 @@ pub(crate) struct StateSection {
     pub on_exit: Option<Spanned<String>>,
     #[serde(default)]
     pub project_files: Option<Spanned<String>>,
+    #[serde(default)]
+    pub home: Option<Spanned<String>>,
+    #[serde(default)]
+    pub caches: Vec<Spanned<String>>,
 }
 
 /// `[network]`.
@@ -736,7 +742,7 @@ impl Checker<'_> {
                 ("exec", "ask_timeout") => Expect::Integer,
                 ("exec", "rule") => Expect::ExecRules,
                 ("exec", _) => Expect::StringArray,
-                ("state", "protect") => Expect::StringArray,
+                ("state", "protect" | "caches") => Expect::StringArray,
                 ("state", _) => Expect::String,
                 ("network", "mode") | ("dns", "upstream") => Expect::String,
                 ("network", "allow_ips") | ("dns", "block") => Expect::StringArray,
@@ -1049,7 +1055,7 @@ mod tests {
              [[exec.rule]]\npattern = \"d\"\naction = \"ask\"\n",
         );
         doc.push_str(
-            "[state]\nprotect = [\"/z\"]\non_exit = \"ask\"\nproject_files = \"staged\"\n",
+            "[state]\nprotect = [\"/z\"]\non_exit = \"ask\"\nproject_files = \"staged\"\nhome = \"readonly\"\ncaches = [\"/c\"]\n",
         );
         doc.push_str(
             "[profile.p.filesystem]\nwritable = [\"/y\"]\n[profile.p.env]\n[profile.p.limits]\n\
@@ -1095,6 +1101,11 @@ mod tests {
             state.project_files.map(|v| v.into_inner()).as_deref(),
             Some("staged")
         );
+        assert_eq!(
+            state.home.map(|v| v.into_inner()).as_deref(),
+            Some("readonly")
+        );
+        assert_eq!(state.caches[0].get_ref(), "/c");
         let p = parsed.profile.into_values().next().unwrap();
         assert_eq!(p.state.unwrap().protect[0].get_ref(), "/w");
         for k in EXEC_KEYS

@@ -22,11 +22,14 @@ pub enum MountOp {
     /// A fresh procfs for the sandbox's PID namespace, with kernel knobs read-only.
     Proc { path: PathBuf },
     /// Copy-on-write directory: an overlay of the host directory (lower) with a per-session
-    /// upper directory, so writes land in the session's state, not on the host.
+    /// upper directory, so writes land in the session's state, not on the host. `lower`, when
+    /// not empty, names the lower layers (top first) instead of the host directory itself.
     Overlay {
         path: PathBuf,
         upper: PathBuf,
         work: PathBuf,
+        #[serde(default)]
+        lower: Vec<PathBuf>,
     },
     /// Copy-on-write file: the session's private working copy bound over the host file.
     StagedFile { path: PathBuf, copy: PathBuf },
@@ -79,14 +82,39 @@ pub enum Staged {
     },
     /// Bind the working copy `copy` over the host file `path`.
     File { path: PathBuf, copy: PathBuf },
+    /// The copy-on-write home: an overlay of the host home with the session's layer. Binds,
+    /// protected paths and masks inside it are mounted on top, so they stay as they are.
+    Home {
+        path: PathBuf,
+        upper: PathBuf,
+        work: PathBuf,
+    },
+    /// A persistent cache inside the home: an overlay of `lower` (top first: the host's cache,
+    /// or an empty directory when the host has none) with cordon's cache layer as upper. Its
+    /// mount point may not exist on the host (it is made in the home's layer).
+    Cache {
+        path: PathBuf,
+        lower: Vec<PathBuf>,
+        upper: PathBuf,
+        work: PathBuf,
+    },
 }
 
 impl Staged {
     /// The host path it covers.
     pub fn path(&self) -> &Path {
         match self {
-            Staged::Dir { path, .. } | Staged::File { path, .. } => path,
+            Staged::Dir { path, .. }
+            | Staged::File { path, .. }
+            | Staged::Home { path, .. }
+            | Staged::Cache { path, .. } => path,
         }
+    }
+
+    /// Whether this is reviewed state, whose parents are pinned like read-only files (a home
+    /// or a cache layer is never applied to the host, so swapping it out gains nothing).
+    fn reviewed(&self) -> bool {
+        matches!(self, Staged::Dir { .. } | Staged::File { .. })
     }
 }
 
@@ -285,12 +313,27 @@ pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
             ));
             continue;
         }
-        binds.retain(|b| b.path() != path);
+        // The home's overlay replaces nothing: binds inside it (the project, writable paths)
+        // are mounted on top of it.
+        if !matches!(st, Staged::Home { .. }) {
+            binds.retain(|b| b.path() != path);
+        }
         binds.push(match st {
-            Staged::Dir { upper, work, .. } => MountOp::Overlay {
+            Staged::Dir { upper, work, .. } | Staged::Home { upper, work, .. } => {
+                MountOp::Overlay {
+                    path,
+                    upper: upper.clone(),
+                    work: work.clone(),
+                    lower: Vec::new(),
+                }
+            }
+            Staged::Cache {
+                lower, upper, work, ..
+            } => MountOp::Overlay {
                 path,
                 upper: upper.clone(),
                 work: work.clone(),
+                lower: lower.clone(),
             },
             Staged::File { copy, .. } => MountOp::StagedFile {
                 path,
@@ -312,7 +355,11 @@ pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
             _ => None,
         })
         .collect();
-    let staged_paths: Vec<PathBuf> = staged.iter().map(|s| normalize(s.path())).collect();
+    let staged_paths: Vec<PathBuf> = staged
+        .iter()
+        .filter(|s| s.reviewed())
+        .map(|s| normalize(s.path()))
+        .collect();
     layout.mounts.extend(binds);
 
     // 2. Read-only carve-outs, with their parents pinned so they cannot be swapped out by a rename.

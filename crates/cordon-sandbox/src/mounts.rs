@@ -175,8 +175,18 @@ fn apply(op: &MountOp, tmpfs_size: Option<u64>) -> Result<(), MountError> {
                 }
             }
         }
-        MountOp::Overlay { path, upper, work } => {
-            let opts = overlay_options(path, upper, work).ctx(at.clone())?;
+        MountOp::Overlay {
+            path,
+            upper,
+            work,
+            lower,
+        } => {
+            let lower: &[PathBuf] = if lower.is_empty() {
+                std::slice::from_ref(path)
+            } else {
+                lower
+            };
+            let opts = overlay_options(lower, upper, work).ctx(at.clone())?;
             ensure_mountpoint(&dst, true).ctx(at.clone())?;
             let o = cs("overlay");
             sys::mount(
@@ -260,10 +270,20 @@ fn apply(op: &MountOp, tmpfs_size: Option<u64>) -> Result<(), MountError> {
 /// Options for an unprivileged overlay (`userxattr`: its bookkeeping lives in `user.*` xattrs,
 /// which is what a user namespace may write). overlayfs splits options on `,` and lower dirs
 /// on `:`, so paths holding those are refused rather than misparsed.
-fn overlay_options(lower: &Path, upper: &Path, work: &Path) -> io::Result<CString> {
-    let mut parts = Vec::new();
-    for (key, p) in [("lowerdir", lower), ("upperdir", upper), ("workdir", work)] {
-        let full = under(OLD, p);
+pub(crate) fn overlay_options(lower: &[PathBuf], upper: &Path, work: &Path) -> io::Result<CString> {
+    overlay_options_at(OLD, lower, upper, work)
+}
+
+/// [`overlay_options`] with the layers' paths as seen below `base` (`/` when probing from the
+/// host's own view).
+pub(crate) fn overlay_options_at(
+    base: &str,
+    lower: &[PathBuf],
+    upper: &Path,
+    work: &Path,
+) -> io::Result<CString> {
+    let text_of = |p: &Path| -> io::Result<String> {
+        let full = under(base, p);
         let text = full
             .to_str()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "non-UTF-8 path"))?;
@@ -273,9 +293,18 @@ fn overlay_options(lower: &Path, upper: &Path, work: &Path) -> io::Result<CStrin
                 format!("cannot overlay {text}: it contains , : or \\"),
             ));
         }
-        parts.push(format!("{key}={text}"));
-    }
-    parts.push("userxattr".into());
+        Ok(text.to_owned())
+    };
+    let lowers = lower
+        .iter()
+        .map(|p| text_of(p))
+        .collect::<io::Result<Vec<_>>>()?;
+    let parts = [
+        format!("lowerdir={}", lowers.join(":")),
+        format!("upperdir={}", text_of(upper)?),
+        format!("workdir={}", text_of(work)?),
+        "userxattr".into(),
+    ];
     CString::new(parts.join(","))
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))
 }

@@ -201,6 +201,53 @@ fn tun() -> Check {
     }
 }
 
+/// Whether the copy-on-write home can be mounted as the sandbox will mount it: an overlay of
+/// `home` itself with `upper`/`work` (which must exist) as the session's layer, tried for real
+/// in a throwaway user and mount namespace. Err says why not (NFS, an old kernel, a home path
+/// overlayfs cannot name, an upper filesystem without user xattrs…). Call it before any thread
+/// is started: it forks.
+pub fn home_overlay(home: &Path, upper: &Path, work: &Path) -> Result<(), String> {
+    let opts = crate::mounts::overlay_options_at("/", &[home.to_path_buf()], upper, work)
+        .map_err(|e| e.to_string())?;
+    let (uid, gid) = (sys::getuid(), sys::getgid());
+    let ov = std::ffi::CString::new("overlay").map_err(|e| e.to_string())?;
+    let pid = sys::fork().map_err(|e| e.to_string())?;
+    if pid == 0 {
+        let r = (|| -> std::io::Result<()> {
+            sys::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS)?;
+            std::fs::write("/proc/self/setgroups", "deny")?;
+            std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
+            std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
+            sys::mount(
+                None,
+                Path::new("/"),
+                None,
+                libc::MS_REC | libc::MS_PRIVATE,
+                None,
+            )?;
+            sys::mount(
+                Some(&ov),
+                home,
+                Some(&ov),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                Some(&opts),
+            )
+        })();
+        sys::exit_now(match r {
+            Ok(()) => 0,
+            Err(e) => e.raw_os_error().unwrap_or(255).clamp(1, 255),
+        });
+    }
+    match sys::waitpid(pid, false).map_err(|e| e.to_string())? {
+        Some((_, sys::WaitStatus::Exited(0))) => Ok(()),
+        Some((_, sys::WaitStatus::Exited(errno))) => Err(format!(
+            "overlayfs refused it: {}",
+            std::io::Error::from_raw_os_error(errno)
+        )),
+        other => Err(format!("the probe ended with {other:?}")),
+    }
+}
+
 fn overlay() -> Check {
     let result = (|| -> Result<(), String> {
         let dir = std::env::temp_dir().join(format!("cordon-probe-{}", std::process::id()));
@@ -238,7 +285,7 @@ fn overlay() -> Check {
             "overlayfs in a user namespace",
             Support::Ok,
             "works".into(),
-            "available for copy-on-write agent state (not built yet)".into(),
+            "copy-on-write home and agent state (protected paths reviewed at exit)".into(),
             false,
         ),
         Err(e) => check(
@@ -246,7 +293,8 @@ fn overlay() -> Check {
             "overlayfs in a user namespace",
             Support::Missing,
             e,
-            "copy-on-write agent state would need another method".into(),
+            "the home is read-only (no copy-on-write home) and protected paths cannot be staged"
+                .into(),
             false,
         ),
     }

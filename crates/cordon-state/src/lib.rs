@@ -14,10 +14,12 @@
 //! This crate runs on the host side only: the sandbox never touches the state store except
 //! through the overlay mounts and binds cordon sets up from a [`Session`]'s [`Entry`]s.
 
+mod caches;
 mod error;
 mod escape;
 mod flags;
 mod fsops;
+mod home;
 mod manifest;
 mod meta;
 mod overlay;
@@ -25,7 +27,9 @@ mod pathser;
 mod store;
 mod textdiff;
 
+pub use caches::{CacheInfo, CacheLayer, CacheStore, cache_dir};
 pub use error::StateError;
+pub use home::{HomeLayer, HomeSpec, HomeWrite, home_writes_line};
 pub use manifest::{
     ChangeKind, Manifest, ManifestChange, Node, NodeKind, diff_manifests, hash_file, node_of, scan,
     snapshot,

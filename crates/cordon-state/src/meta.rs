@@ -39,6 +39,9 @@ pub enum EntryKind {
     Dir,
     /// A file: the sandbox binds the working copy over the host path.
     File,
+    /// Nothing there when the session began (inside the copy-on-write home only): whatever
+    /// the session created there is added.
+    Absent,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -49,6 +52,9 @@ pub(crate) struct MetaEntry {
     /// Name of the entry's directory inside the session directory (`e0`, `e1`, …).
     pub dir: String,
     pub before_hash: String,
+    /// Its changes live in the session's home layer, not in a mount of its own.
+    #[serde(default)]
+    pub embedded: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -77,6 +83,9 @@ pub(crate) struct Meta {
     /// The snapshot copies were deleted (discard); manifests remain.
     #[serde(default)]
     pub snapshot_removed: bool,
+    /// The copy-on-write home, when the session has one.
+    #[serde(default)]
+    pub home: Option<crate::home::MetaHome>,
 }
 
 impl Meta {

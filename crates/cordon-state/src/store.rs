@@ -59,6 +59,9 @@ pub struct Entry {
     pub snapshot: PathBuf,
     /// The snapshot's manifest (`manifest.json`).
     pub manifest: PathBuf,
+    /// Inside the copy-on-write home: `upper` is its place in the home's layer and the
+    /// sandbox mounts nothing for it.
+    pub embedded: bool,
 }
 
 /// A session: its protected paths and where their state lives.
@@ -72,6 +75,8 @@ pub struct Session {
     pub entries: Vec<Entry>,
     /// Protected paths that did not exist, so are not protected this session.
     pub skipped: Vec<PathBuf>,
+    /// The copy-on-write home, when the session has one.
+    pub home: Option<crate::home::HomeLayer>,
 }
 
 /// One changed file (or directory, or symlink) under a protected path.
@@ -182,15 +187,32 @@ fn check_caller_path(p: &Path) -> Result<(), StateError> {
     Ok(())
 }
 
+/// Where a path that does not exist would be: its nearest existing ancestor resolved, the
+/// rest appended (plain names only).
+fn resolve_absent(p: &Path) -> Option<PathBuf> {
+    let mut rest = Vec::new();
+    let mut cur = p;
+    loop {
+        if let Ok(c) = fs::canonicalize(cur) {
+            return Some(rest.iter().rev().fold(c, |acc: PathBuf, n| acc.join(n)));
+        }
+        match cur.file_name() {
+            Some(n) if all_normal(Path::new(n)) => rest.push(n.to_owned()),
+            _ => return None,
+        }
+        cur = cur.parent()?;
+    }
+}
+
 /// A change with everything needed to apply it.
-struct Planned {
-    entry: usize,
-    rel: PathBuf,
-    host_path: PathBuf,
-    kind: ChangeKind,
-    before: Option<Node>,
-    after: Option<Node>,
-    source: Option<PathBuf>,
+pub(crate) struct Planned {
+    pub entry: usize,
+    pub rel: PathBuf,
+    pub host_path: PathBuf,
+    pub kind: ChangeKind,
+    pub before: Option<Node>,
+    pub after: Option<Node>,
+    pub source: Option<PathBuf>,
 }
 
 fn home_display(p: &Path) -> String {
@@ -246,14 +268,42 @@ impl StateStore {
     /// (reported in [`Session::skipped`]). Writes `SESSION/meta.json` first and fsyncs it, so a
     /// kill -9 at any later point leaves a listable pending session.
     pub fn begin(&self, session: &str, protect: &[PathBuf]) -> Result<Session, StateError> {
+        self.begin_with_home(session, protect, None)
+    }
+
+    /// [`StateStore::begin`] with a copy-on-write home: the session gets a home layer
+    /// ([`Session::home`]) and protected paths inside the home (outside `home.skip`) are
+    /// reviewed from it instead of getting a mount of their own — including those that do not
+    /// exist yet ([`EntryKind::Absent`]: what the session creates there is added).
+    pub fn begin_with_home(
+        &self,
+        session: &str,
+        protect: &[PathBuf],
+        home: Option<&crate::home::HomeSpec>,
+    ) -> Result<Session, StateError> {
         check_id(session)?;
+        let in_home = |p: &Path| {
+            home.is_some_and(|h| {
+                p.starts_with(&h.path) && p != h.path && !h.skip.iter().any(|s| p.starts_with(s))
+            })
+        };
         // Resolve and validate everything before creating anything.
         let mut resolved: Vec<(PathBuf, EntryKind)> = Vec::new();
+        let mut embedded: Vec<PathBuf> = Vec::new();
         let mut skipped = Vec::new();
         for p in protect {
             match fs::symlink_metadata(p) {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    skipped.push(p.clone());
+                    // Not there yet: inside the home, the session may create it.
+                    let at = resolve_absent(p);
+                    match at.filter(|a| in_home(a)) {
+                        Some(a) if !resolved.iter().any(|(c, _)| *c == a) => {
+                            embedded.push(a.clone());
+                            resolved.push((a, EntryKind::Absent));
+                        }
+                        Some(_) => {}
+                        None => skipped.push(p.clone()),
+                    }
                     continue;
                 }
                 Err(e) => return Err(io_err("inspect protected path", p)(e)),
@@ -280,6 +330,9 @@ impl StateStore {
                 });
             };
             if !resolved.iter().any(|(c, _)| *c == canon) {
+                if in_home(&canon) {
+                    embedded.push(canon.clone());
+                }
                 resolved.push((canon, kind));
             }
         }
@@ -334,13 +387,35 @@ impl StateStore {
             changed: None,
             finished_ms: None,
             snapshot_removed: false,
+            home: None,
         };
         meta.save(&meta_path)?;
+        if let Some(h) = home {
+            meta.home = Some(crate::home::prepare(&dir, h)?);
+            meta.save(&meta_path)?;
+            self.prune_homes();
+        }
 
         for (i, (host, kind)) in resolved.into_iter().enumerate() {
             let name = format!("e{i}");
             let edir = dir.join(&name);
             fsops::private_dir(&edir)?;
+            let is_embedded = embedded.contains(&host);
+            if kind == EntryKind::Absent {
+                let m = Manifest::default();
+                m.save(&edir.join("manifest.json"))?;
+                fsops::private_dir(&edir.join("snapshot"))?;
+                fsops::fsync_dir(&edir)?;
+                meta.entries.push(MetaEntry {
+                    host,
+                    kind,
+                    dir: name,
+                    before_hash: m.root_hash(),
+                    embedded: true,
+                });
+                meta.save(&meta_path)?;
+                continue;
+            }
             let snap = edir.join("snapshot");
             let m = manifest::snapshot(&host, &snap)?;
             let root_node =
@@ -353,7 +428,7 @@ impl StateStore {
                     })?;
             let expected = match kind {
                 EntryKind::Dir => NodeKind::Dir,
-                EntryKind::File => NodeKind::File,
+                EntryKind::File | EntryKind::Absent => NodeKind::File,
             };
             if root_node.kind != expected {
                 return Err(StateError::Unsupported {
@@ -363,6 +438,9 @@ impl StateStore {
             }
             m.save(&edir.join("manifest.json"))?;
             match kind {
+                // Its changes land in the home's layer.
+                _ if is_embedded => {}
+                EntryKind::Absent => {}
                 EntryKind::Dir => {
                     // The merged root takes the upper root's attributes: give it the host's mode.
                     let upper = edir.join("upper");
@@ -389,6 +467,7 @@ impl StateStore {
                 kind,
                 dir: name,
                 before_hash: m.root_hash(),
+                embedded: is_embedded,
             });
             meta.save(&meta_path)?;
         }
@@ -409,14 +488,23 @@ impl StateStore {
             });
         }
         let meta = Meta::load(&meta_path)?;
+        let home = meta
+            .home
+            .as_ref()
+            .map(|m| crate::home::HomeLayer::at(&dir, m));
         let entries = meta
             .entries
             .iter()
             .map(|e| {
                 let edir = dir.join(&e.dir);
-                let (upper, work) = match e.kind {
-                    EntryKind::Dir => (edir.join("upper"), Some(edir.join("work"))),
-                    EntryKind::File => (edir.join("working"), None),
+                let in_layer = home
+                    .as_ref()
+                    .filter(|_| e.embedded)
+                    .and_then(|h| h.upper_of(&e.host));
+                let (upper, work) = match (in_layer, e.kind) {
+                    (Some(u), _) => (u, None),
+                    (None, EntryKind::Dir) => (edir.join("upper"), Some(edir.join("work"))),
+                    (None, _) => (edir.join("working"), None),
                 };
                 Entry {
                     host: e.host.clone(),
@@ -426,6 +514,7 @@ impl StateStore {
                     before_hash: e.before_hash.clone(),
                     snapshot: edir.join("snapshot"),
                     manifest: edir.join("manifest.json"),
+                    embedded: e.embedded,
                 }
             })
             .collect();
@@ -434,6 +523,7 @@ impl StateStore {
             dir,
             entries,
             skipped: meta.skipped,
+            home,
         })
     }
 
@@ -527,6 +617,10 @@ impl StateStore {
         }
         let mut targets = Vec::new();
         for (i, e) in session.entries.iter().enumerate() {
+            // Nothing was there to restore to (the first run created it; accept put it there).
+            if e.kind == EntryKind::Absent {
+                continue;
+            }
             let prefix = match &target {
                 None => PathBuf::new(),
                 Some(t) => match session.rel_in(e, t) {
@@ -655,7 +749,7 @@ impl Session {
         self.dir.join("meta.json")
     }
 
-    fn meta(&self) -> Result<Meta, StateError> {
+    pub(crate) fn meta(&self) -> Result<Meta, StateError> {
         Meta::load(&self.meta_path())
     }
 
@@ -743,8 +837,9 @@ impl Session {
         for (i, e) in self.entries.iter().enumerate() {
             let before = Manifest::load(&e.manifest)?;
             let (after, sources) = match e.kind {
+                _ if e.embedded => crate::home::embedded_after(&before, &e.upper)?,
                 EntryKind::Dir => overlay::merged(&before, &e.upper)?,
-                EntryKind::File => {
+                EntryKind::File | EntryKind::Absent => {
                     let mut m = Manifest::default();
                     let mut s = BTreeMap::new();
                     if let Some(n) = manifest::node_of(&e.upper)? {
@@ -873,6 +968,7 @@ impl Session {
             let kind = match e.kind {
                 EntryKind::Dir => "dir",
                 EntryKind::File => "file",
+                EntryKind::Absent => "new",
             };
             let host_shown = escape::name(OsStr::new(&home_display(&e.host)));
             if mine.is_empty() {
@@ -1030,6 +1126,17 @@ impl Session {
         });
         let mut report = AcceptReport::default();
         let mut dir_modes: Vec<(PathBuf, PathBuf, u32)> = Vec::new();
+        // A path created by the session (an agent's first run) may need its parents, as a
+        // tool creating it on the host would have made them.
+        for p in &selected {
+            let e = &self.entries[p.entry];
+            if e.kind == EntryKind::Absent
+                && let Some(parent) = e.host.parent()
+                && fs::symlink_metadata(parent).is_err()
+            {
+                fs::create_dir_all(parent).map_err(io_err("create parent of", &e.host))?;
+            }
+        }
         for p in selected {
             if meta.applied.contains(&p.host_path) {
                 report.applied.push(p.host_path.clone());
@@ -1068,7 +1175,8 @@ impl Session {
     }
 
     fn remove_working_state(&self) -> Result<(), StateError> {
-        for e in &self.entries {
+        // An embedded entry's changes are part of the home layer, dropped on its own.
+        for e in self.entries.iter().filter(|e| !e.embedded) {
             fsops::remove_tree(&e.upper)?;
             if let Some(w) = &e.work {
                 fsops::remove_tree(w)?;
@@ -1190,7 +1298,7 @@ fn set_host_dir_mode(root: &Path, rel: &Path, mode: u32) -> Result<(), String> {
     fsops::set_dir_mode_nofollow(&join_rel(root, rel), mode).map_err(|e| e.to_string())
 }
 
-fn apply_one(
+pub(crate) fn apply_one(
     root: &Path,
     p: &Planned,
     dir_modes: &mut Vec<(PathBuf, PathBuf, u32)>,

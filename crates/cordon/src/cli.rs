@@ -41,6 +41,9 @@ pub enum Cmd {
     /// Review protected agent state changed by sessions: list, diff, accept, discard, restore.
     #[command(subcommand)]
     State(StateCmd),
+    /// The package and build caches sessions keep in cordon's own layers: list or clear.
+    #[command(subcommand)]
+    Cache(CacheCmd),
     /// Print a shell completion script.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -157,12 +160,13 @@ pub enum StateCmd {
     List,
     /// Show what a session changed (default: the newest pending one).
     Diff { session: Option<String> },
-    /// Apply a session's changes to the host copies (all, or only the given paths).
+    /// Apply a session's changes to the host copies (all, or only the given paths). A path
+    /// in the home outside protected state keeps what the session wrote there.
     Accept {
         session: String,
         paths: Vec<PathBuf>,
     },
-    /// Throw a session's changes away.
+    /// Throw a session's changes away (and what it wrote elsewhere in the home).
     Discard { session: String },
     /// Bring protected paths back to a session's before-snapshot (SESSION or SESSION:PATH).
     /// Shows what it would do and asks first; what it replaces is kept in a backup folder.
@@ -176,4 +180,12 @@ pub enum StateCmd {
         #[arg(long)]
         force: bool,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CacheCmd {
+    /// Each cache layer: the path it stands for, what sessions added, whether one uses it now.
+    List,
+    /// Drop cache layers (all, or those of the given paths); the host's caches are untouched.
+    Clear { paths: Vec<PathBuf> },
 }

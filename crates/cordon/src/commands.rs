@@ -31,6 +31,7 @@ pub fn dispatch(cmd: Cmd) -> i32 {
         },
         Cmd::Approve(a) => report(approve(a)),
         Cmd::State(c) => crate::state::command(c),
+        Cmd::Cache(c) => crate::home::cache_command(c),
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "cordon", &mut std::io::stdout());
             0
@@ -259,17 +260,30 @@ fn run_in_session(
         shown: Vec::new(),
     };
     let mut cmd = cmd;
-    let staged = match crate::state::begin(&loaded.plan, session, emit) {
+    match crate::home::create_missing_writable(&loaded.plan) {
+        Ok(notes) => {
+            for n in notes {
+                eprintln!("cordon: {n}");
+                emit(NewEvent::new(Layer::Filesystem, Action::Apply, n));
+            }
+        }
+        Err(e) => {
+            eprintln!("cordon: {e:#}");
+            return EXIT_SETUP;
+        }
+    }
+    let prepared = match crate::state::begin(&loaded.plan, session, emit) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("cordon: {e:#}");
             return EXIT_SETUP;
         }
     };
+    let staged = &prepared.session;
+    cmd.staged.clone_from(&prepared.staged);
     // Held while the sandbox can still write its layers: accept/discard/restore refuse meanwhile.
     let mut running = None;
-    if let Some(s) = &staged {
-        cmd.staged = crate::state::to_sandbox(s);
+    if let Some(s) = staged {
         match s.hold_running() {
             Ok(g) => running = Some(g),
             Err(e) => {
@@ -294,6 +308,22 @@ fn run_in_session(
         plan.filesystem.deny.push(cordon_policy::PathRule::new(
             dir,
             "built-in: cordon's own state",
+        ));
+    }
+    // Its cache layers too: a session must not reach another's through them.
+    if let Some(dir) = cordon_state::cache_dir() {
+        use std::os::unix::fs::DirBuilderExt;
+        if let Err(e) = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+        {
+            eprintln!("cordon: cannot create {}: {e}", dir.display());
+            return EXIT_SETUP;
+        }
+        plan.filesystem.deny.push(cordon_policy::PathRule::new(
+            dir,
+            "built-in: cordon's own caches",
         ));
     }
     hide_credential_sources(&mut plan);
@@ -333,17 +363,19 @@ fn run_in_session(
                 )
                 .detail("code", code),
             );
-            if let Some(s) = &staged {
+            if let Some(s) = staged {
                 crate::state::finish(&loaded.plan, s, emit);
             }
+            drop(prepared);
             code
         }
         Err(e) => {
             eprintln!("cordon: {e}");
             emit(NewEvent::new(Layer::Process, Action::Error, e.to_string()));
-            if let Some(s) = &staged {
+            if let Some(s) = staged {
                 // Nothing ran; the empty session is not worth a review.
                 let _ = s.discard();
+                let _ = s.forget();
             }
             EXIT_SETUP
         }

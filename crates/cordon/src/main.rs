@@ -3,6 +3,7 @@
 
 mod cli;
 mod commands;
+mod home;
 mod state;
 
 use std::process::ExitCode;

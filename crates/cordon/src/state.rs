@@ -34,20 +34,75 @@ fn protected(plan: &Plan) -> Vec<PathBuf> {
     v
 }
 
-/// Prepare the session's copy-on-write layers; `None` when nothing is protected or exists.
-pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Option<Session>> {
+/// What the state layer hands the sandbox for one session.
+#[derive(Default)]
+pub struct Prepared {
+    /// The session's layers, when it has any (a protected path or the copy-on-write home).
+    pub session: Option<Session>,
+    /// What the sandbox mounts copy-on-write: the home, the caches, the protected paths.
+    pub staged: Vec<Staged>,
+    /// The cache layers, each held (one writer at a time) until this is dropped.
+    #[expect(dead_code, reason = "held for the cache layers' locks, never read")]
+    pub caches: Vec<cordon_state::CacheLayer>,
+}
+
+/// Prepare the session's copy-on-write layers: the home (when the policy and this kernel
+/// allow it), its caches, and the protected paths. Warnings go to stderr and the log.
+pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prepared> {
     let paths = protected(plan);
-    if paths.is_empty() {
-        return Ok(None);
-    }
     let store = store()?;
-    let s = store.begin(session, &paths).with_context(
-        || "cannot prepare copy-on-write state (protected paths would be unprotected)",
-    )?;
-    if s.entries.is_empty() {
-        let _ = s.discard();
-        return Ok(None);
+    let home = match crate::home::plan_home(plan, &paths) {
+        Ok(Some(h)) => match crate::home::probe(&h.spec.path, &ensure_root(&store)?) {
+            Ok(()) => Some(h),
+            Err(why) => {
+                degraded(
+                    &format!("the copy-on-write home is not available ({why})"),
+                    emit,
+                );
+                None
+            }
+        },
+        Ok(None) => None,
+        Err(why) => {
+            emit(NewEvent::new(
+                Layer::State,
+                Action::Log,
+                format!("no copy-on-write home: {why}"),
+            ));
+            None
+        }
+    };
+    if paths.is_empty() && home.is_none() {
+        return Ok(Prepared::default());
     }
+    let s = store
+        .begin_with_home(session, &paths, home.as_ref().map(|h| &h.spec))
+        .with_context(
+            || "cannot prepare copy-on-write state (protected paths would be unprotected)",
+        )?;
+    if s.entries.is_empty() && s.home.is_none() {
+        let _ = s.forget();
+        return Ok(Prepared::default());
+    }
+    let caches = match &home {
+        Some(h) => crate::home::open_caches(&h.caches, &s.dir.join("caches"))?,
+        None => Vec::new(),
+    };
+    let mut staged = Vec::new();
+    if let Some(layer) = &s.home {
+        staged.push(Staged::Home {
+            path: layer.host.clone(),
+            upper: layer.upper.clone(),
+            work: layer.work.clone(),
+        });
+    }
+    staged.extend(caches.iter().map(|c| Staged::Cache {
+        path: c.path.clone(),
+        lower: c.lower.clone(),
+        upper: c.upper.clone(),
+        work: c.work.clone(),
+    }));
+    staged.extend(to_sandbox(&s));
     emit(
         NewEvent::new(
             Layer::State,
@@ -67,14 +122,66 @@ pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Opti
                 .iter()
                 .map(|p| p.display().to_string())
                 .collect::<Vec<_>>(),
+        )
+        .detail(
+            "home",
+            s.home
+                .as_ref()
+                .map(|h| h.host.display().to_string())
+                .unwrap_or_default(),
+        )
+        .detail(
+            "caches",
+            caches
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}{}",
+                        c.path.display(),
+                        if c.shared {
+                            ""
+                        } else {
+                            " (busy: private layer)"
+                        }
+                    )
+                })
+                .collect::<Vec<_>>(),
         ),
     );
-    Ok(Some(s))
+    Ok(Prepared {
+        session: Some(s),
+        staged,
+        caches,
+    })
 }
 
+fn ensure_root(store: &StateStore) -> Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(store.root())
+        .with_context(|| format!("cannot create {}", store.root().display()))?;
+    Ok(store.root().to_path_buf())
+}
+
+fn degraded(msg: &str, emit: &dyn Fn(NewEvent)) {
+    let _ = writeln!(
+        std::io::stderr(),
+        "cordon: warning: {msg}: the home is read-only this session"
+    );
+    emit(NewEvent::new(
+        Layer::State,
+        Action::Degraded,
+        msg.to_string(),
+    ));
+}
+
+/// Protected paths with a mount of their own (embedded ones live in the home's layer).
 pub fn to_sandbox(s: &Session) -> Vec<Staged> {
     s.entries
         .iter()
+        .filter(|e| !e.embedded)
         .filter_map(|e| match e.kind {
             EntryKind::Dir => Some(Staged::Dir {
                 path: e.host.clone(),
@@ -85,12 +192,102 @@ pub fn to_sandbox(s: &Session) -> Vec<Staged> {
                 path: e.host.clone(),
                 copy: e.upper.clone(),
             }),
+            EntryKind::Absent => None,
         })
         .collect()
 }
 
-/// After the command: summarise, then apply the policy's choice (asking on a terminal).
+/// After the command: review protected state (see [`review`]), then say what else the
+/// session wrote in the home; drop the session's layers once nothing in them is wanted.
 pub fn finish(plan: &Plan, s: &Session, emit: &dyn Fn(NewEvent)) {
+    let reviewed = review(plan, s, emit);
+    let writes = match s.home_writes() {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("cordon: cannot read what the session wrote in the home: {e}");
+            return;
+        }
+    };
+    if let Some(home) = &s.home
+        && let Some(line) = cordon_state::home_writes_line(&s.id, &writes, &home.host)
+    {
+        eprintln!("cordon: {line}");
+        emit(
+            NewEvent::new(
+                Layer::State,
+                Action::Log,
+                "writes in the home outside protected state were not kept",
+            )
+            .detail("files", writes.len())
+            .detail(
+                "flagged",
+                writes
+                    .iter()
+                    .filter(|w| !w.flags.is_empty())
+                    .map(|w| w.host_path.display().to_string())
+                    .collect::<Vec<_>>(),
+            ),
+        );
+        return;
+    }
+    match (reviewed, s.status()) {
+        // Nothing changed anywhere: nothing to keep, not even the session.
+        (Reviewed::Unchanged, _) => {
+            let _ = s.forget();
+        }
+        (_, Ok(Status::Pending)) => {}
+        _ => {
+            let _ = s.discard_home();
+        }
+    }
+}
+
+/// Accept `paths` of a session (all protected changes when empty): those under a protected
+/// path through the review's accept, those elsewhere in the home from its layer.
+fn accept(s: &Session, paths: &[PathBuf]) -> Result<cordon_state::AcceptReport> {
+    let abs: Vec<PathBuf> = paths
+        .iter()
+        .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
+        .collect();
+    let (protected, home): (Vec<PathBuf>, Vec<PathBuf>) = abs.into_iter().partition(|p| {
+        s.entries.iter().any(|e| {
+            let canon = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+            canon.starts_with(&e.host) || e.host.starts_with(&canon)
+        }) || s.home.is_none()
+    });
+    let mut report = cordon_state::AcceptReport::default();
+    if !protected.is_empty() || home.is_empty() {
+        report = s.accept(&protected)?;
+    }
+    if !home.is_empty() {
+        let canon: Vec<PathBuf> = home
+            .iter()
+            .map(|p| {
+                std::fs::canonicalize(p).unwrap_or_else(|_| {
+                    p.parent()
+                        .and_then(|d| std::fs::canonicalize(d).ok())
+                        .zip(p.file_name())
+                        .map(|(d, n)| d.join(n))
+                        .unwrap_or_else(|| p.clone())
+                })
+            })
+            .collect();
+        let r = s.keep_home(&canon)?;
+        report.applied.extend(r.applied);
+        report.conflicts.extend(r.conflicts);
+    }
+    Ok(report)
+}
+
+/// How the protected-state review ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reviewed {
+    Unchanged,
+    Decided,
+}
+
+/// Summarise protected state, then apply the policy's choice (asking on a terminal).
+fn review(plan: &Plan, s: &Session, emit: &dyn Fn(NewEvent)) -> Reviewed {
     let changes = match s.changes() {
         Ok(c) => c,
         Err(e) => {
@@ -100,7 +297,7 @@ pub fn finish(plan: &Plan, s: &Session, emit: &dyn Fn(NewEvent)) {
                 Action::Error,
                 format!("reading changes failed: {e}"),
             ));
-            return;
+            return Reviewed::Decided;
         }
     };
     if let Ok(after) = s.after_hashes() {
@@ -121,7 +318,7 @@ pub fn finish(plan: &Plan, s: &Session, emit: &dyn Fn(NewEvent)) {
     }
     if changes.is_empty() {
         let _ = s.discard();
-        return;
+        return Reviewed::Unchanged;
     }
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let choice = match plan.state.on_exit {
@@ -186,6 +383,7 @@ pub fn finish(plan: &Plan, s: &Session, emit: &dyn Fn(NewEvent)) {
             );
         }
     }
+    Reviewed::Decided
 }
 
 fn ask(s: &Session) -> OnExit {
@@ -259,7 +457,8 @@ fn run(c: StateCmd) -> Result<i32> {
             Ok(0)
         }
         StateCmd::Accept { session, paths } => {
-            let r = store.open(&session)?.accept(&paths)?;
+            let s = store.open(&session)?;
+            let r = accept(&s, &paths)?;
             for p in &r.applied {
                 println!("applied {}", p.display());
             }
@@ -269,7 +468,9 @@ fn run(c: StateCmd) -> Result<i32> {
             Ok(if r.conflicts.is_empty() { 0 } else { 1 })
         }
         StateCmd::Discard { session } => {
-            store.open(&session)?.discard()?;
+            let s = store.open(&session)?;
+            s.discard()?;
+            s.discard_home()?;
             println!("discarded the changes of {session}");
             Ok(0)
         }

@@ -2071,3 +2071,174 @@ both!(events_record_allowed_and_denied_flows, |env: Env| {
         .unwrap();
     assert_eq!(lo.status.code(), Some(0), "{}", show(&lo));
 });
+
+/// The everyday loop on the built-in policy with a fresh home: `git config --global` and a
+/// commit, `npm install`, `pip install` into a venv, `cargo build` with a registry dependency,
+/// then a second session that finds the package caches warm — with the host's home
+/// byte-identical outside the project and cordon's own directories. The registries are local
+/// stand-ins on loopback under their real names (`[dns] hosts`, `[tls] upstream_ca`); the
+/// clients use their default registry URLs and cache locations.
+both!(the_dev_loop_works_in_a_fresh_home, |env: Env| {
+    let npm = have("npm");
+    if !npm || !Path::new(PY).exists() {
+        eprintln!("skipped: needs npm and python3");
+        return;
+    }
+    setup(&env);
+    // Debian 12's cargo (the unprivileged variant's) predates sparse registries.
+    let cargo_line = if env.who == common::Who::Root && Path::new("/root/.rustup").is_dir() {
+        "RUSTUP_HOME=/root/.rustup cargo"
+    } else {
+        "cargo"
+    };
+    let sparse_cargo = Command::new("sh")
+        .arg("-c")
+        .arg("cargo --version")
+        .output()
+        .ok()
+        .filter(|_| env.who == common::Who::Root)
+        .and_then(|o| {
+            let v = String::from_utf8_lossy(&o.stdout).to_string();
+            v.split('.').nth(1)?.parse::<u32>().ok()
+        })
+        .is_some_and(|minor| minor >= 68);
+    let mut servers = Vec::new();
+    let mut hosts = Vec::new();
+    let mut cas = Vec::new();
+    for (i, (name, kind)) in [
+        ("registry.npmjs.org", "npm"),
+        ("pypi.org", "wheel"),
+        ("index.crates.io", "crates"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let addr = variant_addr(&env, 50 + 2 * i as u8);
+        let root = env.base.join(format!("reg-{kind}"));
+        std::fs::create_dir_all(&root).unwrap();
+        if *kind == "wheel" {
+            make_fixture(&["wheel", root.to_str().unwrap()]);
+        } else {
+            make_fixture(&[kind, root.to_str().unwrap(), &format!("https://{name}")]);
+        }
+        env.own(&root);
+        let Some((srv, ca)) = https_443(&env, name, &addr, &root) else {
+            return;
+        };
+        servers.push(srv);
+        hosts.push(format!("\"{name}\" = \"{addr}\""));
+        cas.push(format!("\"{}\"", ca.display()));
+    }
+    let pol = format!(
+        "[dns]\nhosts = {{ {} }}\n[tls]\nupstream_ca = [{}]\n",
+        hosts.join(", "),
+        cas.join(", ")
+    );
+    env.write(
+        "c/Cargo.toml",
+        "[package]\nname = \"devloop\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\
+         [dependencies]\ncordonprobe = \"0.1\"\n",
+    );
+    env.write(
+        "c/src/main.rs",
+        "fn main() { println!(\"CARGO {}\", cordonprobe::PROBE); }\n",
+    );
+    let skip = [env.project.clone(), env.home.join(".cache/cordon")];
+    let before = home_tree(&env.home, &skip);
+    let cargo = |args: &str| {
+        if sparse_cargo {
+            format!(
+                "(cd c && timeout 300 {cargo_line} {args} -q --target-dir ../t >&2 && ../t/debug/devloop)"
+            )
+        } else {
+            "echo 'CARGO skipped: no sparse-registry cargo'".to_string()
+        }
+    };
+    let first = format!(
+        "set -e\n\
+         git config --global user.email dev@example.test && git config --global user.name Dev\n\
+         git init -q repo && cd repo && echo x > f && git add f && git commit -qm first \
+           && echo GIT $(git log --format=%ae)\n cd ..\n\
+         mkdir n && cd n && echo '{{}}' > package.json && {UNPROXIED} timeout 90 npm install \
+           --no-audit --no-fund --no-update-notifier --fetch-retries 0 cordonprobe >&2 \
+           && node -e \"console.log('NPM', require('cordonprobe').probe)\"\n cd ..\n\
+         {PY} -m venv v && timeout 90 v/bin/pip install -q --disable-pip-version-check --no-input \
+           --timeout 20 --retries 0 cordonprobe >&2 \
+           && v/bin/python -c \"import cordonprobe; print('PIP', cordonprobe.PROBE)\"\n\
+         {}\n",
+        cargo("build")
+    );
+    let o = run(&env, &pol, &first);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    for want in [
+        "GIT dev@example.test",
+        "NPM cordon-npm-ok",
+        "PIP cordon-wheel-ok",
+    ] {
+        assert!(out.contains(want), "{want}: {}", show(&o));
+    }
+    if sparse_cargo {
+        assert!(out.contains("CARGO cordon-crate-ok"), "{}", show(&o));
+    }
+    assert_eq!(home_tree(&env.home, &skip), before, "the host home changed");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("~/.gitconfig"),
+        "the git config was scratch: {err}"
+    );
+    let tarballs = |s: &Server| s.count("REQ GET /tarballs/") + s.count("REQ GET /dl/");
+    let fetched: Vec<usize> = servers.iter().map(tarballs).collect();
+    // Second session: the caches are warm (npm and cargo offline, pip's cache there).
+    let second = format!(
+        "set -e\n\
+         mkdir n2 && cd n2 && echo '{{}}' > package.json && {UNPROXIED} timeout 90 npm install \
+           --offline --no-audit --no-fund --no-update-notifier cordonprobe >&2 \
+           && node -e \"console.log('NPM2', require('cordonprobe').probe)\"\n cd ..\n\
+         test -n \"$(find ~/.cache/pip -type f | head -1)\" && echo PIPCACHE\n\
+         {}\n",
+        if sparse_cargo {
+            "rm -rf t && ".to_string() + &cargo("build --offline")
+        } else {
+            cargo("")
+        }
+    );
+    let o = run(&env, &pol, &second);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(out.contains("NPM2 cordon-npm-ok"), "{}", show(&o));
+    assert!(out.contains("PIPCACHE"), "{}", show(&o));
+    if sparse_cargo {
+        assert!(out.contains("CARGO cordon-crate-ok"), "{}", show(&o));
+    }
+    assert_eq!(
+        servers.iter().map(tarballs).collect::<Vec<_>>(),
+        fetched,
+        "the second session downloaded again"
+    );
+    assert_eq!(home_tree(&env.home, &skip), before, "the host home changed");
+});
+
+/// Every path under `root` with its content (directories as a marker), outside `skip`.
+fn home_tree(root: &Path, skip: &[std::path::PathBuf]) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if skip.iter().any(|s| p.starts_with(s)) {
+                continue;
+            }
+            let md = std::fs::symlink_metadata(&p).unwrap();
+            let c = if md.is_dir() {
+                stack.push(p.clone());
+                b"<dir>".to_vec()
+            } else {
+                std::fs::read(&p).unwrap_or_default()
+            };
+            out.push((p, c));
+        }
+    }
+    out.sort();
+    out
+}

@@ -1,0 +1,390 @@
+//! The copy-on-write home, black-box: writes in the home succeed inside and never reach the
+//! host until accepted; protected paths (also ones that did not exist) go to review; caches
+//! persist across sessions in cordon's own layers; where the overlay cannot be had, the home
+//! is read-only with a warning.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use common::{Env, show};
+
+/// Every file, directory and symlink under `root` with its content, outside `skip`.
+fn tree(root: &Path, skip: &[PathBuf]) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            // cordon's own directories, and the parents cordon made for them.
+            if skip.iter().any(|s| p.starts_with(s) || s.starts_with(&p)) {
+                if !skip.contains(&p) && p.is_dir() {
+                    stack.push(p);
+                }
+                continue;
+            }
+            let md = std::fs::symlink_metadata(&p).unwrap();
+            let content = if md.file_type().is_symlink() {
+                std::fs::read_link(&p)
+                    .unwrap()
+                    .into_os_string()
+                    .into_encoded_bytes()
+            } else if md.is_dir() {
+                stack.push(p.clone());
+                b"<dir>".to_vec()
+            } else {
+                std::fs::read(&p).unwrap_or_default()
+            };
+            out.insert(p, content);
+        }
+    }
+    out
+}
+
+/// cordon's own directories in the test home (its caches) and the project.
+fn own_dirs(env: &Env) -> Vec<PathBuf> {
+    vec![env.home.join(".cache/cordon"), env.project.clone()]
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The session id in "keep one with `cordon state accept ID PATH`".
+fn kept_session(err: &str) -> String {
+    let at = err
+        .find("cordon state accept ")
+        .unwrap_or_else(|| panic!("no accept hint in:\n{err}"));
+    err[at + "cordon state accept ".len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+fn policy(env: &Env, name: &str, text: &str) -> String {
+    let p = env.base.join(name);
+    std::fs::write(&p, text).unwrap();
+    env.own(&p);
+    p.display().to_string()
+}
+
+both!(writes_in_the_home_stay_in_the_session, |env: Env| {
+    let before = tree(&env.home, &own_dirs(&env));
+    let o = env.run(
+        "set -e; echo new > ~/newfile; echo more >> ~/notes.txt; \
+         mkdir -p ~/.local/share/tool && echo t > ~/.local/share/tool/db; \
+         rm ~/notes.txt; echo again > ~/notes.txt; \
+         cat ~/newfile ~/notes.txt ~/.local/share/tool/db; \
+         if cat ~/.ssh/id_ed25519 2>/dev/null; then echo LEAK; fi; \
+         if echo x > ~/.ssh/planted 2>/dev/null; then echo PLANTED; fi",
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(out, "new\nagain\nt\n", "{}", show(&o));
+    assert_eq!(
+        tree(&env.home, &own_dirs(&env)),
+        before,
+        "the host home changed"
+    );
+    let err = stderr(&o);
+    assert!(
+        err.contains("3 paths written in the home outside protected state were not kept"),
+        "{err}"
+    );
+    assert!(err.contains("~/.local/share 1"), "{err}");
+    // Kept on request: exactly that path, nothing else.
+    let id = kept_session(&err);
+    let newfile = env.home.join("newfile");
+    let a = env
+        .cordon()
+        .args(["state", "accept", &id])
+        .arg(&newfile)
+        .output()
+        .unwrap();
+    assert_eq!(a.status.code(), Some(0), "{}", show(&a));
+    assert_eq!(std::fs::read_to_string(&newfile).unwrap(), "new\n");
+    assert_eq!(
+        std::fs::read_to_string(env.home.join("notes.txt")).unwrap(),
+        "visible-home-file"
+    );
+    assert!(!env.home.join(".local/share/tool").exists());
+    // A path the session never wrote is refused, by name.
+    let none = env
+        .cordon()
+        .args(["state", "accept", &id])
+        .arg(env.home.join("never-written"))
+        .output()
+        .unwrap();
+    assert_ne!(none.status.code(), Some(0), "{}", show(&none));
+    // Discarding drops the layer: nothing left to keep.
+    let d = env
+        .cordon()
+        .args(["state", "discard", &id])
+        .output()
+        .unwrap();
+    assert_eq!(d.status.code(), Some(0), "{}", show(&d));
+    let again = env
+        .cordon()
+        .args(["state", "accept", &id])
+        .arg(env.home.join("notes.txt"))
+        .output()
+        .unwrap();
+    assert_ne!(again.status.code(), Some(0), "{}", show(&again));
+    assert_eq!(
+        std::fs::read_to_string(env.home.join("notes.txt")).unwrap(),
+        "visible-home-file"
+    );
+});
+
+both!(a_session_that_writes_nothing_leaves_nothing, |env: Env| {
+    let o = env.run("cat ~/notes.txt >/dev/null");
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(!stderr(&o).contains("not kept"), "{}", show(&o));
+    let l = env.cordon().args(["state", "list"]).output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&l.stdout).trim(),
+        "",
+        "{}",
+        show(&l)
+    );
+});
+
+/// The state paths each built-in profile protects, as the first run of the agent creates them.
+const PROFILES: &[(&str, &[&str])] = &[
+    ("claude", &[".claude/settings.json", ".claude.json"]),
+    ("codex", &[".codex/config.toml"]),
+    ("gemini", &[".gemini/settings.json"]),
+    ("aider", &[".aider/history"]),
+    (
+        "opencode",
+        &[
+            ".config/opencode/opencode.json",
+            ".local/share/opencode/auth-free.json",
+            ".local/state/opencode/state",
+        ],
+    ),
+];
+
+both!(
+    a_first_run_of_each_profile_goes_to_review_as_added,
+    |env: Env| {
+        let pol = policy(&env, "pending.toml", "[state]\non_exit = \"pending\"\n");
+        for (profile, files) in PROFILES {
+            let script: String = files
+                .iter()
+                .map(|f| format!("mkdir -p \"$(dirname ~/{f})\" && echo first-run > ~/{f} && "))
+                .collect::<String>()
+                + "cat ~/"
+                + files[0];
+            let o = env.run_with(&["--policy", &pol, "--profile", profile], &script);
+            assert_eq!(o.status.code(), Some(0), "{profile}: {}", show(&o));
+            assert_eq!(String::from_utf8_lossy(&o.stdout), "first-run\n");
+            for f in *files {
+                assert!(
+                    !env.home.join(f).exists(),
+                    "{profile}: {f} reached the host"
+                );
+            }
+            let err = stderr(&o);
+            assert!(
+                err.contains("change(s) to protected state (0 flagged) are pending"),
+                "{profile}: {err}"
+            );
+            assert!(!err.contains("not kept"), "{profile}: {err}");
+            let id = err
+                .split("cordon state diff ")
+                .nth(1)
+                .and_then(|r| r.split('`').next())
+                .unwrap()
+                .to_string();
+            let diff = env.cordon().args(["state", "diff", &id]).output().unwrap();
+            let text = String::from_utf8_lossy(&diff.stdout);
+            assert!(!text.contains("FLAGGED"), "{profile}: {text}");
+            for f in *files {
+                let name = Path::new(f).file_name().unwrap().to_str().unwrap();
+                let as_file = format!("~/{f} (new): +1");
+                assert!(
+                    text.contains(&as_file)
+                        || text
+                            .lines()
+                            .any(|l| l.trim_start().starts_with("+ ") && l.contains(name)),
+                    "{profile}: {f} not shown as added:\n{text}"
+                );
+            }
+            assert!(text.contains("(new)"), "{profile}: {text}");
+            let a = env
+                .cordon()
+                .args(["state", "accept", &id])
+                .output()
+                .unwrap();
+            assert_eq!(a.status.code(), Some(0), "{profile}: {}", show(&a));
+            for f in *files {
+                assert_eq!(
+                    std::fs::read_to_string(env.home.join(f)).unwrap(),
+                    "first-run\n",
+                    "{profile}: {f}"
+                );
+            }
+        }
+    }
+);
+
+both!(
+    a_lock_file_and_rename_save_of_a_protected_file,
+    |env: Env| {
+        // What Claude Code does with ~/.claude.json: a sibling lock, a temp file, a rename over.
+        std::fs::write(env.home.join(".claude.json"), "{\"n\": 1}\n").unwrap();
+        env.own(&env.home);
+        let pol = policy(&env, "pending.toml", "[state]\non_exit = \"pending\"\n");
+        let o = env.run_with(
+            &["--policy", &pol, "--profile", "claude"],
+            "set -e; mkdir ~/.claude.json.lock; echo '{\"n\": 2}' > ~/.claude.json.tmp.42; \
+         mv ~/.claude.json.tmp.42 ~/.claude.json; rmdir ~/.claude.json.lock; cat ~/.claude.json",
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "{\"n\": 2}\n");
+        assert_eq!(
+            std::fs::read_to_string(env.home.join(".claude.json")).unwrap(),
+            "{\"n\": 1}\n"
+        );
+        let err = stderr(&o);
+        assert!(err.contains("1 change(s) to protected state"), "{err}");
+        assert!(
+            !err.contains("not kept"),
+            "the lock and temp file left nothing: {err}"
+        );
+        let id = err
+            .split("cordon state accept ")
+            .nth(1)
+            .and_then(|r| r.split('`').next())
+            .unwrap()
+            .to_string();
+        let a = env
+            .cordon()
+            .args(["state", "accept", &id])
+            .output()
+            .unwrap();
+        assert_eq!(a.status.code(), Some(0), "{}", show(&a));
+        assert_eq!(
+            std::fs::read_to_string(env.home.join(".claude.json")).unwrap(),
+            "{\"n\": 2}\n"
+        );
+    }
+);
+
+both!(
+    caches_persist_across_sessions_and_never_reach_the_host,
+    |env: Env| {
+        // The host has an npm cache (warm from the first session) and no pip cache.
+        std::fs::create_dir_all(env.home.join(".npm/_cacache")).unwrap();
+        std::fs::write(env.home.join(".npm/_cacache/host-entry"), "from-host").unwrap();
+        env.own(&env.home);
+        let before = tree(&env.home, &own_dirs(&env));
+        let o = env.run(
+            "set -e; cat ~/.npm/_cacache/host-entry; echo; echo s1 > ~/.npm/_cacache/new-entry; \
+         mkdir -p ~/.cache/pip/http && echo wheel > ~/.cache/pip/http/w; \
+         echo scratch > ~/scratch",
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "from-host\n");
+        assert!(
+            stderr(&o).contains("1 path written in the home outside protected state was not kept"),
+            "caches are not scratch: {}",
+            show(&o)
+        );
+        assert_eq!(
+            tree(&env.home, &own_dirs(&env)),
+            before,
+            "the host home changed"
+        );
+        let o =
+            env.run("cat ~/.npm/_cacache/new-entry ~/.cache/pip/http/w; ls ~/scratch 2>&1 || true");
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.starts_with("s1\nwheel\n"), "{}", show(&o));
+        assert!(!out.contains("scratch\n"), "scratch is per session: {out}");
+        let list = env.cordon().args(["cache", "list"]).output().unwrap();
+        let text = String::from_utf8_lossy(&list.stdout);
+        assert!(text.contains(".npm"), "{}", show(&list));
+        assert!(text.contains(".cache/pip"), "{}", show(&list));
+        let clear = env.cordon().args(["cache", "clear"]).output().unwrap();
+        assert_eq!(clear.status.code(), Some(0), "{}", show(&clear));
+        let o = env.run("ls ~/.npm/_cacache; ls ~/.cache/pip 2>&1 || true");
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains("host-entry") && !out.contains("new-entry") && !out.contains("http"),
+            "{}",
+            show(&o)
+        );
+    }
+);
+
+both!(
+    a_missing_writable_path_is_created_and_said_so,
+    |env: Env| {
+        let pol = policy(
+            &env,
+            "w.toml",
+            "[filesystem]\nwritable = [\"~/.wanted/dir\"]\n",
+        );
+        let o = env.run_with(&["--policy", &pol], "echo kept > ~/.wanted/dir/f");
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        assert!(
+            stderr(&o).contains("created the writable directory"),
+            "{}",
+            show(&o)
+        );
+        assert_eq!(
+            std::fs::read_to_string(env.home.join(".wanted/dir/f")).unwrap(),
+            "kept\n"
+        );
+    }
+);
+
+both!(home_readonly_keeps_the_home_read_only, |env: Env| {
+    let pol = policy(&env, "ro.toml", "[state]\nhome = \"readonly\"\n");
+    let o = env.run_with(
+        &["--policy", &pol],
+        "echo x > ~/newfile 2>&1 || echo REFUSED",
+    );
+    let out = common::all_output(&o);
+    assert!(out.contains("Read-only file system"), "{}", show(&o));
+    assert!(out.contains("REFUSED"), "{}", show(&o));
+    assert!(!env.home.join("newfile").exists());
+});
+
+both!(
+    an_overlay_the_kernel_refuses_falls_back_to_a_read_only_home,
+    |env: Env| {
+        // overlayfs cannot name a layer whose path holds a comma: a real refusal.
+        let odd = env.base.join("home,odd");
+        std::fs::create_dir_all(&odd).unwrap();
+        std::fs::write(odd.join("f"), "host").unwrap();
+        env.own(&odd);
+        let o = env
+            .cordon()
+            .env("HOME", &odd)
+            .args(["run", "--no-tty", "--", "sh", "-c"])
+            .arg("echo x > ~/f 2>&1 || echo REFUSED; cat ~/f")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        let out = common::all_output(&o);
+        assert!(
+            out.contains("Read-only file system") && out.contains("REFUSED\nhost"),
+            "{}",
+            show(&o)
+        );
+        assert!(
+            stderr(&o).contains("the copy-on-write home is not available")
+                && stderr(&o).contains("the home is read-only this session"),
+            "{}",
+            show(&o)
+        );
+        assert_eq!(std::fs::read_to_string(odd.join("f")).unwrap(), "host");
+    }
+);
