@@ -203,7 +203,7 @@ impl CacheStore {
         let mut cleared = Vec::new();
         let mut busy = Vec::new();
         for info in self.list()? {
-            if !which.is_empty() && !which.iter().any(|w| *w == info.path) {
+            if !which.is_empty() && !which.contains(&info.path) {
                 continue;
             }
             // Held while the layer goes, so no session starts on a half-removed one.
@@ -278,7 +278,7 @@ mod tests {
         assert!(cleared.is_empty() && busy.len() == 2);
         drop((first, none));
         fs::write(second.lower[0].join("x"), "1").unwrap();
-        let (cleared, busy) = store.clear(&[host.clone()]).unwrap();
+        let (cleared, busy) = store.clear(std::slice::from_ref(&host)).unwrap();
         assert_eq!((cleared, busy), (vec![host.clone()], vec![]));
         assert!(store.clear(&[t.path().join("nope")]).is_err());
     }

