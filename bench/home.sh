@@ -25,17 +25,17 @@ cd "$REPO"
 # Warm both: the cache layer is made on the first run, the registry is on the host already.
 for p in overlay readonly; do
     "$B" run --no-tty --policy "$WORK/$p.toml" -- cargo build --offline -q -p cordon-policy \
-        --target-dir "$WORK/warm-$p" >/dev/null 2>&1 || true
+        --target-dir "$REPO/target/bench-home-warm-$p" >/dev/null 2>&1 || true
 done
 hyperfine -N -w 5 -r "$N" --export-json "$WORK/start.json" \
     -n "overlay home" "$B run --no-tty --policy $WORK/overlay.toml -- true" \
     -n "read-only home" "$B run --no-tty --policy $WORK/readonly.toml -- true" >&2
 hyperfine -w 0 -r "$BUILD_RUNS" --export-json "$WORK/build.json" \
-    --prepare "rm -rf $WORK/t" \
+    --prepare "rm -rf $REPO/target/bench-home-t" \
     -n "cargo build, overlay home" \
-    "$B run --no-tty --policy $WORK/overlay.toml -- cargo build --offline -q -p cordon-policy --target-dir $WORK/t" \
+    "$B run --no-tty --policy $WORK/overlay.toml -- cargo build --offline -q -p cordon-policy --target-dir $REPO/target/bench-home-t" \
     -n "cargo build, read-only home" \
-    "$B run --no-tty --policy $WORK/readonly.toml -- cargo build --offline -q -p cordon-policy --target-dir $WORK/t" >&2
+    "$B run --no-tty --policy $WORK/readonly.toml -- cargo build --offline -q -p cordon-policy --target-dir $REPO/target/bench-home-t" >&2
 python3 - "$WORK/start.json" "$WORK/build.json" <<'EOF'
 import json, sys
 print("| what | median | ratio to read-only home |")
