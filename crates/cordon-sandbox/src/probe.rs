@@ -202,13 +202,54 @@ fn tun() -> Check {
 }
 
 /// Whether the copy-on-write home can be mounted as the sandbox will mount it: an overlay of
-/// `home` itself with `upper`/`work` (which must exist) as the session's layer, tried for real
-/// in a throwaway user and mount namespace. Err says why not (NFS, an old kernel, a home path
-/// overlayfs cannot name, an upper filesystem without user xattrs…). Call it before any thread
-/// is started: it forks.
-pub fn home_overlay(home: &Path, upper: &Path, work: &Path) -> Result<(), String> {
-    let opts = crate::mounts::overlay_options_at("/", &[home.to_path_buf()], upper, work)
-        .map_err(|e| e.to_string())?;
+/// `home` itself, its upper and work directories made for the try in `beside` (the directory
+/// the session's layer will live in, so on the same filesystem), tried for real in a throwaway
+/// user and mount namespace. Err says why not (NFS, an old kernel, a home path overlayfs cannot
+/// name, an upper filesystem without user xattrs…). Call it before any thread is started: it
+/// forks.
+pub fn home_overlay(home: &Path, beside: &Path) -> Result<(), String> {
+    let dir = beside.join(format!(".probe-{}", std::process::id()));
+    with_probe_dirs(&dir, &["upper", "work"], || {
+        overlay_in_userns(
+            &[home.to_path_buf()],
+            &dir.join("upper"),
+            &dir.join("work"),
+            home,
+        )
+    })
+}
+
+/// Run `f` with the directories `names` made under `dir`, then remove `dir` whatever happened
+/// (overlayfs leaves `work/work` at mode 000, which `remove_dir_all` could not list).
+fn with_probe_dirs(
+    dir: &Path,
+    names: &[&str],
+    f: impl FnOnce() -> Result<(), String>,
+) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let made = names
+        .iter()
+        .try_for_each(|d| std::fs::create_dir_all(dir.join(d)))
+        .map_err(|e| format!("cannot prepare the probe in {}: {e}", dir.display()));
+    let r = made.and_then(|()| f());
+    let inner = dir.join("work").join("work");
+    if inner.is_dir() {
+        let _ = std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o700));
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    r
+}
+
+/// Mount an unprivileged overlay of `lower` with `upper`/`work` at `at` in a throwaway user
+/// and mount namespace (a forked child; nothing it mounts is seen anywhere else).
+fn overlay_in_userns(
+    lower: &[std::path::PathBuf],
+    upper: &Path,
+    work: &Path,
+    at: &Path,
+) -> Result<(), String> {
+    let opts =
+        crate::mounts::overlay_options_at("/", lower, upper, work).map_err(|e| e.to_string())?;
     let (uid, gid) = (sys::getuid(), sys::getgid());
     let ov = std::ffi::CString::new("overlay").map_err(|e| e.to_string())?;
     let pid = sys::fork().map_err(|e| e.to_string())?;
@@ -227,7 +268,7 @@ pub fn home_overlay(home: &Path, upper: &Path, work: &Path) -> Result<(), String
             )?;
             sys::mount(
                 Some(&ov),
-                home,
+                at,
                 Some(&ov),
                 libc::MS_NOSUID | libc::MS_NODEV,
                 Some(&opts),
@@ -249,36 +290,15 @@ pub fn home_overlay(home: &Path, upper: &Path, work: &Path) -> Result<(), String
 }
 
 fn overlay() -> Check {
-    let result = (|| -> Result<(), String> {
-        let dir = std::env::temp_dir().join(format!("cordon-probe-{}", std::process::id()));
-        for d in ["lower", "upper", "work", "merged"] {
-            std::fs::create_dir_all(dir.join(d)).map_err(|e| e.to_string())?;
-        }
-        let (uid, gid) = (sys::getuid(), sys::getgid());
-        let pid = sys::fork().map_err(|e| e.to_string())?;
-        if pid == 0 {
-            let ok = (|| -> std::io::Result<()> {
-                sys::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS)?;
-                std::fs::write("/proc/self/setgroups", "deny")?;
-                std::fs::write("/proc/self/uid_map", format!("0 {uid} 1"))?;
-                std::fs::write("/proc/self/gid_map", format!("0 {gid} 1"))?;
-                let data = format!(
-                    "lowerdir={0}/lower,upperdir={0}/upper,workdir={0}/work,userxattr",
-                    dir.display()
-                );
-                let data = std::ffi::CString::new(data).map_err(std::io::Error::other)?;
-                let ov = std::ffi::CString::new("overlay").map_err(std::io::Error::other)?;
-                sys::mount(Some(&ov), &dir.join("merged"), Some(&ov), 0, Some(&data))
-            })();
-            sys::exit_now(if ok.is_ok() { 0 } else { 1 });
-        }
-        let st = sys::waitpid(pid, false).map_err(|e| e.to_string())?;
-        let _ = std::fs::remove_dir_all(&dir);
-        match st {
-            Some((_, sys::WaitStatus::Exited(0))) => Ok(()),
-            other => Err(format!("mount failed ({other:?})")),
-        }
-    })();
+    let dir = std::env::temp_dir().join(format!("cordon-probe-{}", std::process::id()));
+    let result = with_probe_dirs(&dir, &["lower", "upper", "work", "merged"], || {
+        overlay_in_userns(
+            &[dir.join("lower")],
+            &dir.join("upper"),
+            &dir.join("work"),
+            &dir.join("merged"),
+        )
+    });
     match result {
         Ok(()) => check(
             "state",

@@ -187,9 +187,38 @@ fn check_caller_path(p: &Path) -> Result<(), StateError> {
     Ok(())
 }
 
-/// Where a path that does not exist would be: its nearest existing ancestor resolved, the
-/// rest appended (plain names only).
-fn resolve_absent(p: &Path) -> Option<PathBuf> {
+/// Snapshot the protected path `host` into `snap`; its manifest and root node, which must
+/// still be of `kind`.
+fn snapshot_entry(
+    host: &Path,
+    kind: EntryKind,
+    snap: &Path,
+) -> Result<(Manifest, Node), StateError> {
+    let m = manifest::snapshot(host, snap)?;
+    let root_node =
+        m.entries
+            .get(Path::new(""))
+            .cloned()
+            .ok_or_else(|| StateError::Unsupported {
+                path: host.to_path_buf(),
+                what: "protected path vanished while the snapshot was taken".into(),
+            })?;
+    let expected = match kind {
+        EntryKind::Dir => NodeKind::Dir,
+        EntryKind::File | EntryKind::Absent => NodeKind::File,
+    };
+    if root_node.kind != expected {
+        return Err(StateError::Unsupported {
+            path: host.to_path_buf(),
+            what: "protected path changed type while the snapshot was taken".into(),
+        });
+    }
+    Ok((m, root_node))
+}
+
+/// Where `p` is, or would be if it does not exist: its nearest existing ancestor with symlinks
+/// resolved, the rest appended (plain names only; `None` for `..` or a relative path).
+pub fn resolve_path(p: &Path) -> Option<PathBuf> {
     let mut rest = Vec::new();
     let mut cur = p;
     loop {
@@ -295,7 +324,7 @@ impl StateStore {
             match fs::symlink_metadata(p) {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     // Not there yet: inside the home, the session may create it.
-                    let at = resolve_absent(p);
+                    let at = resolve_path(p);
                     match at.filter(|a| in_home(a)) {
                         Some(a) if !resolved.iter().any(|(c, _)| *c == a) => {
                             embedded.push(a.clone());
@@ -401,55 +430,30 @@ impl StateStore {
             let edir = dir.join(&name);
             fsops::private_dir(&edir)?;
             let is_embedded = embedded.contains(&host);
-            if kind == EntryKind::Absent {
-                let m = Manifest::default();
-                m.save(&edir.join("manifest.json"))?;
+            // Nothing to snapshot where nothing was: an empty manifest (what is there at the
+            // end is added).
+            let (m, root_node) = if kind == EntryKind::Absent {
                 fsops::private_dir(&edir.join("snapshot"))?;
-                fsops::fsync_dir(&edir)?;
-                meta.entries.push(MetaEntry {
-                    host,
-                    kind,
-                    dir: name,
-                    before_hash: m.root_hash(),
-                    embedded: true,
-                });
-                meta.save(&meta_path)?;
-                continue;
-            }
-            let snap = edir.join("snapshot");
-            let m = manifest::snapshot(&host, &snap)?;
-            let root_node =
-                m.entries
-                    .get(Path::new(""))
-                    .cloned()
-                    .ok_or_else(|| StateError::Unsupported {
-                        path: host.clone(),
-                        what: "protected path vanished while the snapshot was taken".into(),
-                    })?;
-            let expected = match kind {
-                EntryKind::Dir => NodeKind::Dir,
-                EntryKind::File | EntryKind::Absent => NodeKind::File,
+                (Manifest::default(), None)
+            } else {
+                let (m, root) = snapshot_entry(&host, kind, &edir.join("snapshot"))?;
+                (m, Some(root))
             };
-            if root_node.kind != expected {
-                return Err(StateError::Unsupported {
-                    path: host,
-                    what: "protected path changed type while the snapshot was taken".into(),
-                });
-            }
             m.save(&edir.join("manifest.json"))?;
-            match kind {
+            match (kind, root_node) {
                 // Its changes land in the home's layer.
                 _ if is_embedded => {}
-                EntryKind::Absent => {}
-                EntryKind::Dir => {
+                (_, None) | (EntryKind::Absent, _) => {}
+                (EntryKind::Dir, Some(root_node)) => {
                     // The merged root takes the upper root's attributes: give it the host's mode.
                     let upper = edir.join("upper");
                     fsops::private_dir(&upper)?;
                     set_mode(&upper, root_node.mode)?;
                     fsops::private_dir(&edir.join("work"))?;
                 }
-                EntryKind::File => {
+                (EntryKind::File, Some(root_node)) => {
                     let working = edir.join("working");
+                    let snap = edir.join("snapshot");
                     fsops::copy_atomic(&snap, &working, root_node.mode, root_node.hash.as_deref())
                         .map_err(|e| match e {
                             StateError::Io { source, .. } => StateError::Io {

@@ -857,7 +857,7 @@ fn doctor_home() -> cordon_sandbox::probe::Check {
         let state =
             cordon_events::state_dir().ok_or("no state directory (XDG_STATE_HOME or HOME)")?;
         std::fs::create_dir_all(&state).map_err(|e| format!("{}: {e}", state.display()))?;
-        crate::home::probe(&home, &state)?;
+        cordon_sandbox::probe::home_overlay(&home, &state)?;
         Ok(home)
     })();
     cordon_sandbox::probe::Check {

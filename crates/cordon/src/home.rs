@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Result, anyhow};
 use cordon_policy::{HomeMode, Plan};
-use cordon_state::{CacheLayer, CacheStore, HomeSpec};
+use cordon_state::{CacheLayer, CacheStore, HomeSpec, resolve_path};
 
 use crate::cli::CacheCmd;
 
@@ -14,19 +14,6 @@ pub struct HomePlan {
     pub spec: HomeSpec,
     /// Cache paths (resolved, inside the home) to mount from cordon's cache layers.
     pub caches: Vec<PathBuf>,
-}
-
-/// Where `p` is or would be: symlinks of its nearest existing ancestor resolved.
-fn resolved(p: &Path) -> Option<PathBuf> {
-    let mut rest = Vec::new();
-    let mut cur = p;
-    loop {
-        if let Ok(c) = std::fs::canonicalize(cur) {
-            return Some(rest.iter().rev().fold(c, |a: PathBuf, n| a.join(n)));
-        }
-        rest.push(cur.file_name()?.to_owned());
-        cur = cur.parent()?;
-    }
 }
 
 /// The user's home (canonical), from `$HOME`.
@@ -67,13 +54,15 @@ pub fn plan_home(plan: &Plan, protected: &[PathBuf]) -> Result<Option<HomePlan>,
         skip.push(project.clone());
     }
     for w in &fs.writable {
-        if let Some(p) = resolved(&w.path).filter(|p| p.starts_with(&home) && *p != home) {
+        if let Some(p) = resolve_path(&w.path).filter(|p| p.starts_with(&home) && *p != home) {
             skip.push(p);
         }
     }
     let mut caches: Vec<PathBuf> = Vec::new();
     for c in &plan.state.caches {
-        let Some(p) = resolved(&c.path) else { continue };
+        let Some(p) = resolve_path(&c.path) else {
+            continue;
+        };
         let overlaps = |x: &Path| p.starts_with(x) || x.starts_with(&p);
         if !p.starts_with(&home)
             || p == home
@@ -92,37 +81,6 @@ pub fn plan_home(plan: &Plan, protected: &[PathBuf]) -> Result<Option<HomePlan>,
         spec: HomeSpec { path: home, skip },
         caches,
     }))
-}
-
-/// Whether the overlay can be mounted here, tried in a throwaway namespace with an upper and
-/// work directory on the filesystem the session's layer will use (`beside`).
-pub fn probe(home: &Path, beside: &Path) -> Result<(), String> {
-    let dir = beside.join(format!(".probe-{}", std::process::id()));
-    let made = (|| -> std::io::Result<()> {
-        for d in ["upper", "work"] {
-            std::fs::create_dir_all(dir.join(d))?;
-        }
-        Ok(())
-    })();
-    let r = match made {
-        Ok(()) => cordon_sandbox::probe::home_overlay(home, &dir.join("upper"), &dir.join("work")),
-        Err(e) => Err(format!(
-            "cannot prepare the probe in {}: {e}",
-            beside.display()
-        )),
-    };
-    let _ = remove_all(&dir);
-    r
-}
-
-fn remove_all(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    // overlayfs leaves `work/work` at mode 000.
-    let inner = dir.join("work").join("work");
-    if inner.is_dir() {
-        let _ = std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o700));
-    }
-    std::fs::remove_dir_all(dir)
 }
 
 /// Open the session's cache layers (held until the returned layers are dropped).
@@ -219,7 +177,7 @@ fn cache(c: CacheCmd) -> Result<i32> {
         CacheCmd::Clear { paths } => {
             let paths: Vec<PathBuf> = paths
                 .iter()
-                .map(|p| resolved(&std::path::absolute(p).unwrap_or_else(|_| p.clone())))
+                .map(|p| resolve_path(&std::path::absolute(p).unwrap_or_else(|_| p.clone())))
                 .map(|p| p.unwrap_or_default())
                 .collect();
             let (cleared, busy) = store.clear(&paths)?;

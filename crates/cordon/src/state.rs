@@ -52,16 +52,18 @@ pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prep
     let paths = protected(plan);
     let store = store()?;
     let home = match crate::home::plan_home(plan, &paths) {
-        Ok(Some(h)) => match crate::home::probe(&h.spec.path, &ensure_root(&store)?) {
-            Ok(()) => Some(h),
-            Err(why) => {
-                degraded(
-                    &format!("the copy-on-write home is not available ({why})"),
-                    emit,
-                );
-                None
+        Ok(Some(h)) => {
+            match cordon_sandbox::probe::home_overlay(&h.spec.path, &ensure_root(&store)?) {
+                Ok(()) => Some(h),
+                Err(why) => {
+                    degraded(
+                        &format!("the copy-on-write home is not available ({why})"),
+                        emit,
+                    );
+                    None
+                }
             }
-        },
+        }
         Ok(None) => None,
         Err(why) => {
             emit(NewEvent::new(
@@ -250,10 +252,11 @@ fn accept(s: &Session, paths: &[PathBuf]) -> Result<cordon_state::AcceptReport> 
         .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
         .collect();
     let (protected, home): (Vec<PathBuf>, Vec<PathBuf>) = abs.into_iter().partition(|p| {
-        s.entries.iter().any(|e| {
-            let canon = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
-            canon.starts_with(&e.host) || e.host.starts_with(&canon)
-        }) || s.home.is_none()
+        let at = cordon_state::resolve_path(p).unwrap_or_else(|| p.clone());
+        s.home.is_none()
+            || s.entries
+                .iter()
+                .any(|e| at.starts_with(&e.host) || e.host.starts_with(&at))
     });
     let mut report = cordon_state::AcceptReport::default();
     if !protected.is_empty() || home.is_empty() {
@@ -262,15 +265,7 @@ fn accept(s: &Session, paths: &[PathBuf]) -> Result<cordon_state::AcceptReport> 
     if !home.is_empty() {
         let canon: Vec<PathBuf> = home
             .iter()
-            .map(|p| {
-                std::fs::canonicalize(p).unwrap_or_else(|_| {
-                    p.parent()
-                        .and_then(|d| std::fs::canonicalize(d).ok())
-                        .zip(p.file_name())
-                        .map(|(d, n)| d.join(n))
-                        .unwrap_or_else(|| p.clone())
-                })
-            })
+            .map(|p| cordon_state::resolve_path(p).unwrap_or_else(|| p.clone()))
             .collect();
         let r = s.keep_home(&canon)?;
         report.applied.extend(r.applied);

@@ -5,45 +5,9 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use common::{Env, show};
-
-/// Every file, directory and symlink under `root` with its content, outside `skip`.
-fn tree(root: &Path, skip: &[PathBuf]) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            // cordon's own directories, and the parents cordon made for them.
-            if skip.iter().any(|s| p.starts_with(s) || s.starts_with(&p)) {
-                if !skip.contains(&p) && p.is_dir() {
-                    stack.push(p);
-                }
-                continue;
-            }
-            let md = std::fs::symlink_metadata(&p).unwrap();
-            let content = if md.file_type().is_symlink() {
-                std::fs::read_link(&p)
-                    .unwrap()
-                    .into_os_string()
-                    .into_encoded_bytes()
-            } else if md.is_dir() {
-                stack.push(p.clone());
-                b"<dir>".to_vec()
-            } else {
-                std::fs::read(&p).unwrap_or_default()
-            };
-            out.insert(p, content);
-        }
-    }
-    out
-}
+use common::{Env, show, tree};
 
 /// cordon's own directories in the test home (its caches) and the project.
 fn own_dirs(env: &Env) -> Vec<PathBuf> {

@@ -2144,7 +2144,7 @@ both!(the_dev_loop_works_in_a_fresh_home, |env: Env| {
         "fn main() { println!(\"CARGO {}\", cordonprobe::PROBE); }\n",
     );
     let skip = [env.project.clone(), env.home.join(".cache/cordon")];
-    let before = home_tree(&env.home, &skip);
+    let before = common::tree(&env.home, &skip);
     let cargo = |args: &str| {
         if sparse_cargo {
             format!(
@@ -2181,7 +2181,11 @@ both!(the_dev_loop_works_in_a_fresh_home, |env: Env| {
     if sparse_cargo {
         assert!(out.contains("CARGO cordon-crate-ok"), "{}", show(&o));
     }
-    assert_eq!(home_tree(&env.home, &skip), before, "the host home changed");
+    assert_eq!(
+        common::tree(&env.home, &skip),
+        before,
+        "the host home changed"
+    );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains("~/.gitconfig"),
@@ -2216,33 +2220,9 @@ both!(the_dev_loop_works_in_a_fresh_home, |env: Env| {
         fetched,
         "the second session downloaded again"
     );
-    assert_eq!(home_tree(&env.home, &skip), before, "the host home changed");
+    assert_eq!(
+        common::tree(&env.home, &skip),
+        before,
+        "the host home changed"
+    );
 });
-
-/// Every path under `root` with its content (directories as a marker), outside `skip`.
-fn home_tree(root: &Path, skip: &[std::path::PathBuf]) -> Vec<(std::path::PathBuf, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            // cordon's own directories, and the parents cordon made for them.
-            if skip.iter().any(|s| p.starts_with(s) || s.starts_with(&p)) {
-                if !skip.contains(&p) && p.is_dir() {
-                    stack.push(p);
-                }
-                continue;
-            }
-            let md = std::fs::symlink_metadata(&p).unwrap();
-            let c = if md.is_dir() {
-                stack.push(p.clone());
-                b"<dir>".to_vec()
-            } else {
-                std::fs::read(&p).unwrap_or_default()
-            };
-            out.push((p, c));
-        }
-    }
-    out.sort();
-    out
-}

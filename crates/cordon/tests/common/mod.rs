@@ -389,3 +389,37 @@ pub fn wait_for_question(env: &Env, needle: &str) -> (String, String) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Every file, directory (as `<dir>`) and symlink (its target) under `root` with its content,
+/// in path order, outside `skip` — and outside the parents of `skip` that only lead there
+/// (cordon makes those for its own directories).
+pub fn tree(root: &Path, skip: &[PathBuf]) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if skip.iter().any(|s| p.starts_with(s) || s.starts_with(&p)) {
+                if !skip.contains(&p) && p.is_dir() {
+                    stack.push(p);
+                }
+                continue;
+            }
+            let md = std::fs::symlink_metadata(&p).unwrap();
+            let content = if md.file_type().is_symlink() {
+                std::fs::read_link(&p)
+                    .unwrap()
+                    .into_os_string()
+                    .into_encoded_bytes()
+            } else if md.is_dir() {
+                stack.push(p.clone());
+                b"<dir>".to_vec()
+            } else {
+                std::fs::read(&p).unwrap_or_default()
+            };
+            out.push((p, content));
+        }
+    }
+    out.sort();
+    out
+}
