@@ -157,6 +157,11 @@ impl Cgroup {
         Ok(())
     }
 
+    /// Whether any directory was made (so the sandbox must be gone before [`Cgroup::remove`]).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.dirs.is_empty()
+    }
+
     /// Remove the directories once the sandbox is gone (they must be empty by then).
     pub(crate) fn remove(&self) {
         for d in &self.dirs {

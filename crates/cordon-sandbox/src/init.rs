@@ -167,6 +167,11 @@ pub fn main() -> ! {
         }
     }
     drop(fds);
+    // The command's end goes to the supervisor over this pipe once every process of the
+    // sandbox is gone: it need not wait for the kernel to tear the namespaces down after init
+    // (each overlay costs a grace period there). Made after the command's fork, so only init
+    // holds the write end.
+    let exit_pipe = sys::pipe().ok();
     let _ = protocol::send(
         CONTROL_FD,
         &FromInit::Started {
@@ -174,8 +179,9 @@ pub fn main() -> ! {
             landlock,
             limits,
         },
-        None,
+        exit_pipe.as_ref().map(|(r, _)| r.as_raw_fd()),
     );
+    let exit_w = exit_pipe.map(|(_, w)| w);
     if let NetSetup::Gateway { inward: true, .. } = spec.net {
         match sys::fork() {
             Ok(0) => inward_helper(),
@@ -189,7 +195,8 @@ pub fn main() -> ! {
         }
     }
     // The channel's work is done; nothing else of init's may stay open while it waits.
-    sys::close_fds_from(CONTROL_FD, &[]);
+    let keep: Vec<RawFd> = exit_w.iter().map(|w| w.as_raw_fd()).collect();
+    sys::close_fds_from(CONTROL_FD, &keep);
     let status = loop {
         match sys::wait_any_interruptible() {
             Ok(Some((p, st))) if p == pid => break st,
@@ -200,7 +207,13 @@ pub fn main() -> ! {
             }
         }
     };
-    // Leaving PID 1 kills every process still in the namespace: no orphans survive.
+    // Leaving PID 1 would kill every process still in the namespace; do it first and reap them
+    // all, so that when the supervisor hears the status nothing inside can write any more.
+    let _ = sys::kill(-1, libc::SIGKILL);
+    while sys::wait_any_interruptible().is_ok() {}
+    if let Some(w) = &exit_w {
+        sys::write_all_raw(w.as_raw_fd(), &[status.code() as u8]);
+    }
     sys::exit_now(status.code())
 }
 

@@ -339,6 +339,7 @@ pub fn run_with_network(
 
     let mut master: Option<OwnedFd> = None;
     let mut listener: Option<OwnedFd> = None;
+    let exit_pipe: Option<OwnedFd>;
     let mut tun: Result<OwnedFd, String> = Err("not made".into());
     let mut dns = Vec::new();
     let mut proxy = None;
@@ -382,8 +383,9 @@ pub fn run_with_network(
                     landlock,
                     limits,
                 },
-                _,
+                mut fds,
             ))) => {
+                exit_pipe = fds.pop();
                 let degraded =
                     landlock.starts_with("not enforced") || landlock.starts_with("partially");
                 emit(
@@ -482,7 +484,22 @@ pub fn run_with_network(
                 .collect::<Vec<_>>(),
         ),
     );
-    let status = relay(&child, master, supervisor);
+    let ended = relay(&child, master, supervisor, exit_pipe);
+    let status = match ended {
+        Ok(Ended::Reaped(st)) => Ok(st),
+        // Everything inside is gone; the kernel is still tearing the namespaces down. Only a
+        // cgroup (removable once init is reaped) is worth waiting for.
+        Ok(Ended::Reported(st)) if cgroup.is_empty() => {
+            let pid = child.pid;
+            std::thread::spawn(move || sys::waitpid(pid, false));
+            Ok(st)
+        }
+        Ok(Ended::Reported(st)) => {
+            let _ = sys::waitpid(child.pid, false);
+            Ok(st)
+        }
+        Err(e) => Err(e),
+    };
     cgroup.remove();
     let status = status.map_err(|e| io_err("supervise the sandbox", e))?;
     Ok(Outcome { status })
@@ -646,12 +663,23 @@ fn report_layout(layout: &layout::Layout, emit: &dyn Fn(NewEvent)) {
     }
 }
 
-/// Relay the terminal and signals until init exits; returns its status.
+/// How the relay learnt that the sandbox ended.
+enum Ended {
+    /// Init was reaped.
+    Reaped(WaitStatus),
+    /// Init reported the command's status with every process inside gone, and is still
+    /// exiting (the namespaces' teardown).
+    Reported(WaitStatus),
+}
+
+/// Relay the terminal and signals until the sandbox ends: until init reports the command's
+/// status on `exit_pipe` (every process inside gone) or is reaped.
 fn relay(
     child: &sys::Child,
     master: Option<OwnedFd>,
     mut exec: Option<ExecSupervisor>,
-) -> io::Result<WaitStatus> {
+    mut exit_pipe: Option<OwnedFd>,
+) -> io::Result<Ended> {
     let (sig_r, sig_w) = sys::pipe()?;
     sys::set_nonblocking(sig_w.as_raw_fd(), true)?;
     sys::set_nonblocking(sig_r.as_raw_fd(), true)?;
@@ -688,6 +716,12 @@ fn relay(
                 revents: 0,
             },
         ];
+        let exit_at = fds.len();
+        fds.push(libc::pollfd {
+            fd: exit_pipe.as_ref().map_or(-1, |p| p.as_raw_fd()),
+            events: libc::POLLIN,
+            revents: 0,
+        });
         let (notify_fd, broker_fd) = match &exec {
             Some(e) => (
                 if notify_open { e.notify_fd() } else { -1 },
@@ -735,13 +769,13 @@ fn relay(
         });
         sys::poll(&mut fds, timeout)?;
         if let Some(e) = exec.as_mut() {
-            if fds[2].revents & libc::POLLIN != 0 {
+            if fds[3].revents & libc::POLLIN != 0 {
                 e.on_notification();
-            } else if fds[2].revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+            } else if fds[3].revents & (libc::POLLHUP | libc::POLLERR) != 0 {
                 // No process uses the filter any more; polling it would only spin.
                 notify_open = false;
             }
-            if fds[3].revents != 0 {
+            if fds[4].revents != 0 {
                 e.on_broker();
             }
             e.on_tick();
@@ -772,7 +806,7 @@ fn relay(
             }
         }
         if let Some(m) = &master {
-            if stdin_open && fds[4].revents != 0 {
+            if stdin_open && fds[5].revents != 0 {
                 let n = sys::read_raw(0, &mut buf);
                 if n <= 0 {
                     stdin_open = false;
@@ -780,14 +814,14 @@ fn relay(
                     pending_input.extend_from_slice(&buf[..n as usize]);
                 }
             }
-            if master_open && fds[5].revents & libc::POLLOUT != 0 {
+            if master_open && fds[6].revents & libc::POLLOUT != 0 {
                 match sys::write_some(m.as_raw_fd(), &pending_input) {
                     Ok(n) => drop(pending_input.drain(..n)),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(_) => master_open = false,
                 }
             }
-            if master_open && fds[5].revents & !libc::POLLOUT != 0 {
+            if master_open && fds[6].revents & !libc::POLLOUT != 0 {
                 match sys::read_some(m.as_raw_fd(), &mut buf) {
                     Ok(0) => master_open = false,
                     Ok(n) => sys::write_all_raw(1, &buf[..n]),
@@ -797,10 +831,21 @@ fn relay(
                 }
             }
         }
+        if fds[exit_at].revents != 0 {
+            let mut code = [0u8; 1];
+            match exit_pipe
+                .as_ref()
+                .map_or(-1, |p| sys::read_raw(p.as_raw_fd(), &mut code))
+            {
+                1 => break Ended::Reported(WaitStatus::Exited(i32::from(code[0]))),
+                // Init ended without a word (killed): its exit status says what happened.
+                _ => exit_pipe = None,
+            }
+        }
         if fds[1].revents != 0
             && let Some((_, st)) = sys::waitpid(child.pid, false)?
         {
-            break st;
+            break Ended::Reaped(st);
         }
     };
     // Whatever the command wrote last is still in the pty: drain it before restoring the terminal.
