@@ -3,7 +3,9 @@
 # `cargo build --offline` of a mid-sized crate (cordon-policy and its dependencies, fresh
 # target dir) with the copy-on-write home (the default: overlay home, cargo's registry in
 # cordon's cache layer) against the home without it (`[state] home = "readonly"`, with
-# `~/.cargo` writable so cargo can run at all — the registry written in place). Prints markdown;
+# `~/.cargo` writable so cargo can run at all — the registry written in place); the start-up
+# pair again with `[network] mode = "none"`, whose spread is small enough to show the home's
+# own cost. Prints markdown;
 # asserts nothing.
 #
 # Usage: bash bench/home.sh   (env: N=30 start runs, BUILD_RUNS=3, CORDON_BIN=prebuilt binary)
@@ -21,6 +23,9 @@ home = "readonly"
 writable = ["~/.cargo"]
 EOF
 echo '' >"$WORK/overlay.toml"
+# The same pair without the gateway, whose start-up varies by more than the home costs.
+printf '[network]\nmode = "none"\n' >"$WORK/overlay-none.toml"
+cat "$WORK/readonly.toml" "$WORK/overlay-none.toml" >"$WORK/readonly-none.toml"
 cd "$REPO"
 # Warm both: the cache layer is made on the first run, the registry is on the host already.
 for p in overlay readonly; do
@@ -30,22 +35,25 @@ done
 hyperfine -N -w 5 -r "$N" --export-json "$WORK/start.json" \
     -n "overlay home" "$B run --no-tty --policy $WORK/overlay.toml -- true" \
     -n "read-only home" "$B run --no-tty --policy $WORK/readonly.toml -- true" >&2
+hyperfine -N -w 5 -r "$N" --export-json "$WORK/start-none.json" \
+    -n "overlay home, network none" "$B run --no-tty --policy $WORK/overlay-none.toml -- true" \
+    -n "read-only home, network none" "$B run --no-tty --policy $WORK/readonly-none.toml -- true" >&2
 hyperfine -w 0 -r "$BUILD_RUNS" --export-json "$WORK/build.json" \
     --prepare "rm -rf $REPO/target/bench-home-t" \
     -n "cargo build, overlay home" \
     "$B run --no-tty --policy $WORK/overlay.toml -- cargo build --offline -q -p cordon-policy --target-dir $REPO/target/bench-home-t" \
     -n "cargo build, read-only home" \
     "$B run --no-tty --policy $WORK/readonly.toml -- cargo build --offline -q -p cordon-policy --target-dir $REPO/target/bench-home-t" >&2
-python3 - "$WORK/start.json" "$WORK/build.json" <<'EOF'
+python3 - "$WORK/start.json" "$WORK/start-none.json" "$WORK/build.json" <<'EOF'
 import json, sys
-print("| what | median | ratio to read-only home |")
-print("|---|---|---|")
+print("| what | median | mean | ratio of medians to read-only home |")
+print("|---|---|---|---|")
 for path in sys.argv[1:]:
     rs = json.load(open(path))["results"]
     base = rs[1]["median"]
     for r in rs:
         m = r["median"]
-        unit = "ms" if m < 10 else "s"
-        shown = "%.1f ms" % (m * 1000) if unit == "ms" else "%.2f s" % m
-        print("| %s | %s | %.3fx (%+.1f ms) |" % (r["command"], shown, m / base, (m - base) * 1000))
+        fmt = lambda v: "%.1f ms" % (v * 1000) if v < 10 else "%.2f s" % v
+        print("| %s | %s | %s | %.3fx (%+.1f ms) |" % (
+            r["command"], fmt(m), fmt(r["mean"]), m / base, (m - base) * 1000))
 EOF

@@ -157,6 +157,69 @@ impl CacheStore {
         })
     }
 
+    /// Whether a session has a reason to mount the cache at `path`: the host has it, or its
+    /// layer holds something from an earlier session. A cache that is neither stays unmounted
+    /// (a mount less at every start); what a session writes there is [`CacheStore::adopt`]ed.
+    pub fn wanted(&self, path: &Path) -> bool {
+        self.wanted_all(std::slice::from_ref(&path.to_path_buf()))[0]
+    }
+
+    /// [`CacheStore::wanted`] for each of `paths`, reading the store's directory once.
+    pub fn wanted_all(&self, paths: &[PathBuf]) -> Vec<bool> {
+        let layers: std::collections::HashSet<std::ffi::OsString> = fs::read_dir(&self.root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        paths
+            .iter()
+            .map(|p| {
+                let name = slug(p);
+                p.is_dir()
+                    || (layers.contains(std::ffi::OsStr::new(&name))
+                        && fs::read_dir(self.root.join(&name).join("upper"))
+                            .is_ok_and(|mut rd| rd.next().is_some()))
+            })
+            .collect()
+    }
+
+    /// Make `written` — what a session wrote at the unmounted cache `path` (a directory in its
+    /// home layer, all its own since the host had nothing there) — the cache's layer, so the
+    /// next session mounts it warm. Renamed, never copied: `Ok(false)` when it is not there, the
+    /// layer is busy or already holds something, or it lives on another filesystem.
+    pub fn adopt(&self, path: &Path, written: &Path) -> Result<bool, StateError> {
+        if !fs::symlink_metadata(written).is_ok_and(|m| m.is_dir()) || self.wanted(path) {
+            return Ok(false);
+        }
+        fsops::private_dir_all(&self.root)?;
+        let dir = self.root.join(slug(path));
+        fsops::private_dir_all(&dir)?;
+        let Some(_lock) = try_lock(&dir.join("lock"))? else {
+            return Ok(false);
+        };
+        let upper = dir.join("upper");
+        fsops::remove_tree(&upper)?;
+        match fs::rename(written, &upper) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+                fsops::private_dir(&upper)?;
+                return Ok(false);
+            }
+            Err(e) => return Err(io_err("adopt into the cache layer", written)(e)),
+        }
+        let record = dir.join("path");
+        if !record.exists() {
+            fsops::write_atomic(&record, 0o600, |f| {
+                io::Write::write_all(f, path.as_os_str().as_encoded_bytes())
+            })?;
+        }
+        if !dir.join("work").is_dir() {
+            fsops::private_dir(&dir.join("work"))?;
+        }
+        Ok(true)
+    }
+
     /// Every cache layer, in path order.
     pub fn list(&self) -> Result<Vec<CacheInfo>, StateError> {
         let rd = match fs::read_dir(&self.root) {
@@ -281,5 +344,29 @@ mod tests {
         let (cleared, busy) = store.clear(std::slice::from_ref(&host)).unwrap();
         assert_eq!((cleared, busy), (vec![host.clone()], vec![]));
         assert!(store.clear(&[t.path().join("nope")]).is_err());
+    }
+
+    #[test]
+    fn an_unmounted_cache_adopts_what_a_session_wrote() {
+        let t = tempfile::tempdir().unwrap();
+        let store = CacheStore::new(t.path().join("caches"));
+        let path = t.path().join("home/.npm");
+        assert!(!store.wanted(&path));
+        let written = t.path().join("layer/.npm");
+        fs::create_dir_all(written.join("_cacache")).unwrap();
+        fs::write(written.join("_cacache/x"), "1").unwrap();
+        assert!(store.adopt(&path, &written).unwrap());
+        assert!(!written.exists());
+        assert!(store.wanted(&path), "the next session mounts it");
+        let layer = store.open(&path, &t.path().join("s")).unwrap();
+        assert_eq!(
+            fs::read_to_string(layer.upper.join("_cacache/x")).unwrap(),
+            "1"
+        );
+        // A layer that holds something is never replaced.
+        fs::create_dir_all(&written).unwrap();
+        drop(layer);
+        assert!(!store.adopt(&path, &written).unwrap());
+        assert!(written.exists());
     }
 }

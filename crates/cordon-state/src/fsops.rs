@@ -110,6 +110,34 @@ pub(crate) fn write_json_atomic<T: serde::Serialize>(
     write_atomic(dst, 0o600, |f| f.write_all(&bytes))
 }
 
+/// [`write_json_atomic`] without the fsyncs: the rename is atomic, but a crash may lose it.
+/// For records whose loss costs nothing (a session with only scratch to lose).
+pub(crate) fn write_json_quick<T: serde::Serialize>(
+    dst: &Path,
+    value: &T,
+) -> Result<(), StateError> {
+    let bytes = serde_json::to_vec_pretty(value).map_err(|e| StateError::Corrupt {
+        path: dst.to_path_buf(),
+        msg: format!("cannot serialise: {e}"),
+    })?;
+    let tmp = temp_name(dst);
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(io_err("create temporary file", &tmp))?;
+        f.write_all(&bytes).map_err(io_err("write", &tmp))?;
+        drop(f);
+        fs::rename(&tmp, dst).map_err(io_err("rename over", dst))
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
 /// Copy the regular file `src` over `dst` atomically with mode `mode`, returning the BLAKE3 hex
 /// hash of the bytes written. With `expect`, the bytes are hashed as they are copied and `dst` is
 /// left untouched unless they hash to `expect` (what the reviewer saw).

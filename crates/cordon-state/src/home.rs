@@ -71,7 +71,7 @@ impl HomeLayer {
     }
 
     /// Where the host path `p` (inside the home) lives in the upper directory.
-    pub(crate) fn upper_of(&self, p: &Path) -> Option<PathBuf> {
+    pub fn upper_of(&self, p: &Path) -> Option<PathBuf> {
         let rel = p.strip_prefix(&self.host).ok()?;
         Some(join_rel(&self.upper, rel))
     }
@@ -82,8 +82,18 @@ impl HomeLayer {
     }
 }
 
-/// Create the session's home layer directories (the upper root takes the home's mode).
-pub(crate) fn prepare(dir: &Path, spec: &HomeSpec) -> Result<MetaHome, StateError> {
+impl MetaHome {
+    pub(crate) fn of(spec: &HomeSpec) -> MetaHome {
+        MetaHome {
+            host: spec.path.clone(),
+            skip: spec.skip.clone(),
+        }
+    }
+}
+
+/// Create the session's home layer directories (the upper root takes the home's mode). Not
+/// fsynced: after a crash a missing layer reads as one the session wrote nothing to.
+pub(crate) fn prepare(dir: &Path, spec: &HomeSpec) -> Result<(), StateError> {
     let md = fs::metadata(&spec.path).map_err(io_err("inspect home", &spec.path))?;
     let base = dir.join("home");
     fsops::private_dir(&base)?;
@@ -94,12 +104,7 @@ pub(crate) fn prepare(dir: &Path, spec: &HomeSpec) -> Result<MetaHome, StateErro
         std::os::unix::fs::PermissionsExt::from_mode(md.mode() & 0o7777),
     )
     .map_err(io_err("set mode of", &upper))?;
-    fsops::private_dir(&base.join("work"))?;
-    fsops::fsync_dir(&base)?;
-    Ok(MetaHome {
-        host: spec.path.clone(),
-        skip: spec.skip.clone(),
-    })
+    fsops::private_dir(&base.join("work"))
 }
 
 /// The merged tree of an embedded entry: `before` (its snapshot's manifest; empty when the

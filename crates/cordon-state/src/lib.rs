@@ -37,7 +37,7 @@ pub use manifest::{
 pub use meta::{EntryKind, Status};
 pub use store::{
     AcceptReport, Change, Conflict, Entry, RestoreReport, RunningGuard, Session, SessionInfo,
-    StateStore, is_valid_session_id, resolve_path,
+    StateStore, is_valid_session_id, resolve_path, resolve_path_below,
 };
 
 #[cfg(test)]

@@ -216,21 +216,54 @@ fn snapshot_entry(
     Ok((m, root_node))
 }
 
+/// [`resolve_path`] for a path below `base`, whose resolved form `base_resolved` the caller
+/// knows: one `lstat` per component below it, a full resolution only where one is a symlink.
+pub fn resolve_path_below(p: &Path, base: &Path, base_resolved: &Path) -> Option<PathBuf> {
+    let Ok(rel) = p.strip_prefix(base) else {
+        return resolve_path(p);
+    };
+    let mut cur = base_resolved.to_path_buf();
+    let mut parts = rel.components();
+    for c in parts.by_ref() {
+        let Component::Normal(name) = c else {
+            return resolve_path(p);
+        };
+        cur.push(name);
+        match fs::symlink_metadata(&cur) {
+            Ok(md) if md.file_type().is_symlink() => return resolve_path(p),
+            Ok(_) => {}
+            // Nothing below a missing component can be a symlink.
+            Err(_) => break,
+        }
+    }
+    for c in parts {
+        match c {
+            Component::Normal(name) => cur.push(name),
+            _ => return None,
+        }
+    }
+    Some(cur)
+}
+
 /// Where `p` is, or would be if it does not exist: its nearest existing ancestor with symlinks
 /// resolved, the rest appended (plain names only; `None` for `..` or a relative path).
 pub fn resolve_path(p: &Path) -> Option<PathBuf> {
+    if !p.is_absolute() {
+        return None;
+    }
+    // Climb with lstat (one call a level) and resolve only the ancestor that exists: a
+    // realpath per level would walk the whole path each time.
     let mut rest = Vec::new();
     let mut cur = p;
-    loop {
-        if let Ok(c) = fs::canonicalize(cur) {
-            return Some(rest.iter().rev().fold(c, |acc: PathBuf, n| acc.join(n)));
-        }
+    while fs::symlink_metadata(cur).is_err() {
         match cur.file_name() {
             Some(n) if all_normal(Path::new(n)) => rest.push(n.to_owned()),
             _ => return None,
         }
         cur = cur.parent()?;
     }
+    let c = fs::canonicalize(cur).ok()?;
+    Some(rest.iter().rev().fold(c, |acc: PathBuf, n| acc.join(n)))
 }
 
 /// A change with everything needed to apply it.
@@ -401,7 +434,11 @@ impl StateStore {
             }
             Err(e) => return Err(io_err("create session directory", &dir)(e)),
         }
-        fsops::fsync_dir(&self.root)?;
+        // Nothing to review means nothing a crash could lose but scratch: no fsyncs for it.
+        let durable = !resolved.is_empty();
+        if durable {
+            fsops::fsync_dir(&self.root)?;
+        }
         let meta_path = dir.join("meta.json");
         let mut meta = Meta {
             version: 1,
@@ -416,12 +453,20 @@ impl StateStore {
             changed: None,
             finished_ms: None,
             snapshot_removed: false,
-            home: None,
+            home: home.map(crate::home::MetaHome::of),
         };
+        if !durable {
+            meta.prepared = true;
+            meta.save_quick(&meta_path)?;
+            if let Some(h) = home {
+                crate::home::prepare(&dir, h)?;
+                self.prune_homes();
+            }
+            return self.open(session);
+        }
         meta.save(&meta_path)?;
         if let Some(h) = home {
-            meta.home = Some(crate::home::prepare(&dir, h)?);
-            meta.save(&meta_path)?;
+            crate::home::prepare(&dir, h)?;
             self.prune_homes();
         }
 
@@ -1639,6 +1684,35 @@ fn restore_entry(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paths_resolve_below_a_known_base_as_in_full() {
+        let t = tempfile::tempdir().unwrap();
+        let base = t.path().canonicalize().unwrap();
+        fs::create_dir_all(base.join("real/sub")).unwrap();
+        std::os::unix::fs::symlink(base.join("real"), base.join("link")).unwrap();
+        // Spelled through a symlinked base, as $HOME may be.
+        let spelled = t.path().join("..").join(t.path().file_name().unwrap());
+        for rel in [
+            "real/sub",
+            "real/missing/deeper",
+            "link/sub",
+            "link/missing",
+            "nothing/x",
+        ] {
+            let p = spelled.join(rel);
+            assert_eq!(
+                resolve_path_below(&p, &spelled, &base),
+                resolve_path(&base.join(rel)),
+                "{rel}"
+            );
+        }
+        assert_eq!(
+            resolve_path_below(&base.join("link/missing"), &base, &base),
+            Some(base.join("real/missing"))
+        );
+        assert_eq!(resolve_path(Path::new("relative")), None);
+    }
 
     #[test]
     fn session_ids() {

@@ -363,9 +363,7 @@ fn run_in_session(
                 )
                 .detail("code", code),
             );
-            if let Some(s) = staged {
-                crate::state::finish(&loaded.plan, s, emit);
-            }
+            crate::state::finish(&loaded.plan, &prepared, emit);
             drop(prepared);
             code
         }
@@ -376,6 +374,12 @@ fn run_in_session(
                 // Nothing ran; the empty session is not worth a review.
                 let _ = s.discard();
                 let _ = s.forget();
+                // Whatever failed, the next start tries the home's overlay afresh.
+                if s.home.is_some()
+                    && let Some(root) = cordon_state::StateStore::default_root()
+                {
+                    crate::home::forget_probe(&root);
+                }
             }
             EXIT_SETUP
         }

@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Result, anyhow};
+use cordon_events::{Action, Layer, NewEvent};
 use cordon_policy::{HomeMode, Plan};
-use cordon_state::{CacheLayer, CacheStore, HomeSpec, resolve_path};
+use cordon_state::{CacheLayer, CacheStore, HomeLayer, HomeSpec, resolve_path, resolve_path_below};
 
 use crate::cli::CacheCmd;
 
@@ -14,6 +15,38 @@ pub struct HomePlan {
     pub spec: HomeSpec,
     /// Cache paths (resolved, inside the home) to mount from cordon's cache layers.
     pub caches: Vec<PathBuf>,
+}
+
+/// A set of paths that answers "is this path inside one" and "does it hold one" by looking its
+/// ancestors up.
+#[derive(Default)]
+struct Paths {
+    exact: std::collections::HashSet<Vec<u8>>,
+    parents: std::collections::HashSet<Vec<u8>>,
+}
+
+impl Paths {
+    fn key(p: &Path) -> Vec<u8> {
+        p.as_os_str().as_encoded_bytes().to_vec()
+    }
+
+    fn add(&mut self, p: &Path) {
+        self.exact.insert(Self::key(p));
+        for a in p.ancestors().skip(1) {
+            self.parents.insert(Self::key(a));
+        }
+    }
+
+    /// `p` is one of the paths or inside one.
+    fn within(&self, p: &Path) -> bool {
+        p.ancestors()
+            .any(|a| self.exact.contains(a.as_os_str().as_encoded_bytes()))
+    }
+
+    /// `p` is inside one of the paths, or holds one.
+    fn overlaps(&self, p: &Path) -> bool {
+        self.within(p) || self.parents.contains(p.as_os_str().as_encoded_bytes())
+    }
 }
 
 /// The user's home (canonical), from `$HOME`.
@@ -49,31 +82,45 @@ pub fn plan_home(plan: &Plan, protected: &[PathBuf]) -> Result<Option<HomePlan>,
     if let Some(d) = fs.deny.iter().find(|d| home.starts_with(&d.path)) {
         return Err(format!("the home is denied ({})", d.origin));
     }
+    // Policy paths spell the home as $HOME does; resolve below it without walking it again.
+    let raw_home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let resolve = |p: &Path| resolve_path_below(p, &raw_home, &home);
     let mut skip: Vec<PathBuf> = Vec::new();
     if project.starts_with(&home) {
         skip.push(project.clone());
     }
     for w in &fs.writable {
-        if let Some(p) = resolve_path(&w.path).filter(|p| p.starts_with(&home) && *p != home) {
+        if let Some(p) = resolve(&w.path).filter(|p| p.starts_with(&home) && *p != home) {
             skip.push(p);
         }
     }
+    // Set lookups, not Path::starts_with in nested loops (it parses both paths each time, the
+    // home's deny rules are many, and this runs at every start).
+    let mut denied = Paths::default();
+    for d in fs.deny.iter().filter(|d| d.path.starts_with(&home)) {
+        denied.add(&d.path);
+    }
+    let mut taken = Paths::default();
+    for x in fs
+        .writable
+        .iter()
+        .map(|w| w.path.as_path())
+        .chain(protected.iter().map(PathBuf::as_path))
+        .chain(std::iter::once(project.as_path()))
+    {
+        taken.add(x);
+    }
     let mut caches: Vec<PathBuf> = Vec::new();
     for c in &plan.state.caches {
-        let Some(p) = resolve_path(&c.path) else {
+        let Some(p) = resolve(&c.path) else {
             continue;
         };
-        let overlaps = |x: &Path| p.starts_with(x) || x.starts_with(&p);
-        if !p.starts_with(&home)
-            || p == home
-            || overlaps(project)
-            || fs.writable.iter().any(|w| overlaps(&w.path))
-            || fs.deny.iter().any(|d| p.starts_with(&d.path))
-            || protected.iter().any(|x| overlaps(x))
-            || caches.iter().any(|x| overlaps(x))
-        {
+        if !p.starts_with(&home) || p == home || denied.within(&p) || taken.overlaps(&p) {
             continue;
         }
+        taken.add(&p);
         caches.push(p);
     }
     skip.extend(caches.iter().cloned());
@@ -83,20 +130,110 @@ pub fn plan_home(plan: &Plan, protected: &[PathBuf]) -> Result<Option<HomePlan>,
     }))
 }
 
-/// Open the session's cache layers (held until the returned layers are dropped).
-pub fn open_caches(caches: &[PathBuf], private: &Path) -> Result<Vec<CacheLayer>> {
-    let store = CacheStore::new(
-        CacheStore::default_root()
-            .ok_or_else(|| anyhow!("no cache directory: set XDG_CACHE_HOME or HOME"))?,
-    );
-    caches
-        .iter()
-        .map(|c| {
+fn cache_store() -> Result<CacheStore> {
+    Ok(CacheStore::new(CacheStore::default_root().ok_or_else(
+        || anyhow!("no cache directory: set XDG_CACHE_HOME or HOME"),
+    )?))
+}
+
+/// Open the layers of the caches worth mounting (held until the returned layers are dropped);
+/// the others are returned unmounted, for [`adopt_caches`] at exit.
+pub fn open_caches(caches: &[PathBuf], private: &Path) -> Result<(Vec<CacheLayer>, Vec<PathBuf>)> {
+    let store = cache_store()?;
+    let mut layers = Vec::new();
+    let mut unmounted = Vec::new();
+    for (c, wanted) in caches.iter().zip(store.wanted_all(caches)) {
+        if !wanted {
+            unmounted.push(c.clone());
+            continue;
+        }
+        layers.push(
             store
                 .open(c, private)
-                .map_err(|e| anyhow!("cannot prepare the cache layer for {}: {e}", c.display()))
-        })
-        .collect()
+                .map_err(|e| anyhow!("cannot prepare the cache layer for {}: {e}", c.display()))?,
+        );
+    }
+    Ok((layers, unmounted))
+}
+
+/// What the session wrote at caches it did not mount becomes their layers.
+pub fn adopt_caches(unmounted: &[PathBuf], home: &HomeLayer, emit: &dyn Fn(NewEvent)) {
+    let Ok(store) = cache_store() else { return };
+    // Only where the session wrote at all: the top of its layer, read once.
+    let top: Vec<std::ffi::OsString> = std::fs::read_dir(&home.upper)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    for c in unmounted {
+        let first = c
+            .strip_prefix(&home.host)
+            .ok()
+            .and_then(|r| r.components().next());
+        if !first.is_some_and(|f| top.iter().any(|t| *t == f.as_os_str())) {
+            continue;
+        }
+        let Some(written) = home.upper_of(c) else {
+            continue;
+        };
+        match store.adopt(c, &written) {
+            Ok(true) => emit(
+                NewEvent::new(Layer::State, Action::Apply, "a new cache layer kept")
+                    .detail("path", c.display().to_string()),
+            ),
+            Ok(false) => {}
+            Err(e) => eprintln!(
+                "cordon: warning: what the session wrote at {} is not kept as a cache: {e}",
+                c.display()
+            ),
+        }
+    }
+}
+
+/// The copy-on-write home's probe, remembered: a success holds while the kernel, the home and
+/// the filesystem of cordon's state stay the same (a sandbox that then fails to start forgets
+/// it, see [`forget_probe`]), so the throwaway namespace is not made at every start.
+pub fn probe_home(home: &Path, root: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let key = (|| -> Option<String> {
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+        let h = std::fs::metadata(home).ok()?;
+        let r = std::fs::metadata(root).ok()?;
+        Some(format!(
+            "{} {} {}:{} {}",
+            kernel.trim(),
+            home.display(),
+            h.dev(),
+            h.ino(),
+            r.dev()
+        ))
+    })();
+    let file = root.join(PROBE_FILE);
+    if let (Some(key), Ok(text)) = (&key, std::fs::read_to_string(&file))
+        && let Some((k, verdict)) = text.split_once('\n')
+        && k == key
+        && verdict == "ok"
+    {
+        return Ok(());
+    }
+    let r = cordon_sandbox::probe::home_overlay(home, root);
+    // Only a success is remembered: a refusal is tried again next time (it costs a start
+    // that is degraded anyway, and whatever caused it may be fixed).
+    if let (Some(key), Ok(())) = (key, &r) {
+        let tmp = root.join(format!("{PROBE_FILE}.{}", std::process::id()));
+        if std::fs::write(&tmp, format!("{key}\nok")).is_ok() {
+            let _ = std::fs::rename(&tmp, &file);
+        }
+    }
+    r
+}
+
+const PROBE_FILE: &str = "home-probe";
+
+/// Forget the remembered probe verdict (the sandbox could not be built with it).
+pub fn forget_probe(root: &Path) {
+    let _ = std::fs::remove_file(root.join(PROBE_FILE));
 }
 
 /// Create the writable paths that do not exist (the user asked for them), returning a line
@@ -155,9 +292,8 @@ pub fn cache_command(c: CacheCmd) -> i32 {
 }
 
 fn cache(c: CacheCmd) -> Result<i32> {
-    let root = CacheStore::default_root()
-        .ok_or_else(|| anyhow!("no cache directory: set XDG_CACHE_HOME or HOME"))?;
-    let store = CacheStore::new(&root);
+    let store = cache_store()?;
+    let root = store.root().to_path_buf();
     match c {
         CacheCmd::List => {
             let list = store.list()?;

@@ -44,6 +44,9 @@ pub struct Prepared {
     /// The cache layers, each held (one writer at a time) until this is dropped.
     #[expect(dead_code, reason = "held for the cache layers' locks, never read")]
     pub caches: Vec<cordon_state::CacheLayer>,
+    /// Caches left unmounted (neither the host nor a layer has them yet): what the session
+    /// writes there becomes their layer at exit.
+    pub unmounted: Vec<PathBuf>,
 }
 
 /// Prepare the session's copy-on-write layers: the home (when the policy and this kernel
@@ -52,18 +55,16 @@ pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prep
     let paths = protected(plan);
     let store = store()?;
     let home = match crate::home::plan_home(plan, &paths) {
-        Ok(Some(h)) => {
-            match cordon_sandbox::probe::home_overlay(&h.spec.path, &ensure_root(&store)?) {
-                Ok(()) => Some(h),
-                Err(why) => {
-                    degraded(
-                        &format!("the copy-on-write home is not available ({why})"),
-                        emit,
-                    );
-                    None
-                }
+        Ok(Some(h)) => match crate::home::probe_home(&h.spec.path, &ensure_root(&store)?) {
+            Ok(()) => Some(h),
+            Err(why) => {
+                degraded(
+                    &format!("the copy-on-write home is not available ({why})"),
+                    emit,
+                );
+                None
             }
-        }
+        },
         Ok(None) => None,
         Err(why) => {
             emit(NewEvent::new(
@@ -86,9 +87,9 @@ pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prep
         let _ = s.forget();
         return Ok(Prepared::default());
     }
-    let caches = match &home {
+    let (caches, unmounted) = match &home {
         Some(h) => crate::home::open_caches(&h.caches, &s.dir.join("caches"))?,
-        None => Vec::new(),
+        None => (Vec::new(), Vec::new()),
     };
     let mut staged = Vec::new();
     if let Some(layer) = &s.home {
@@ -154,6 +155,7 @@ pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prep
         session: Some(s),
         staged,
         caches,
+        unmounted,
     })
 }
 
@@ -201,47 +203,65 @@ pub fn to_sandbox(s: &Session) -> Vec<Staged> {
 
 /// After the command: review protected state (see [`review`]), then say what else the
 /// session wrote in the home; drop the session's layers once nothing in them is wanted.
-pub fn finish(plan: &Plan, s: &Session, emit: &dyn Fn(NewEvent)) {
-    let reviewed = review(plan, s, emit);
+pub fn finish(plan: &Plan, p: &Prepared, emit: &dyn Fn(NewEvent)) {
+    let Some(s) = &p.session else { return };
+    if let Some(home) = &s.home {
+        crate::home::adopt_caches(&p.unmounted, home, emit);
+    }
+    let reviewed = if s.entries.is_empty() {
+        Reviewed::Unchanged
+    } else {
+        review(plan, s, emit)
+    };
     let writes = match s.home_writes() {
         Ok(w) => w,
         Err(e) => {
-            eprintln!("cordon: cannot read what the session wrote in the home: {e}");
+            eprintln!("cordon: cannot read what the session wrote in the home: {e}; it stays");
+            if reviewed == Reviewed::Unchanged {
+                let _ = s.discard();
+            }
             return;
         }
     };
-    if let Some(home) = &s.home
-        && let Some(line) = cordon_state::home_writes_line(&s.id, &writes, &home.host)
-    {
-        eprintln!("cordon: {line}");
-        emit(
-            NewEvent::new(
-                Layer::State,
-                Action::Log,
-                "writes in the home outside protected state were not kept",
-            )
-            .detail("files", writes.len())
-            .detail(
-                "flagged",
-                writes
-                    .iter()
-                    .filter(|w| !w.flags.is_empty())
-                    .map(|w| w.host_path.display().to_string())
-                    .collect::<Vec<_>>(),
-            ),
-        );
+    let line = s
+        .home
+        .as_ref()
+        .and_then(|h| cordon_state::home_writes_line(&s.id, &writes, &h.host));
+    let Some(line) = line else {
+        match (reviewed, s.status()) {
+            // Nothing changed anywhere: nothing to keep, not even the session.
+            (Reviewed::Unchanged, _) => {
+                if s.forget().is_err() {
+                    let _ = s.discard();
+                }
+            }
+            (_, Ok(Status::Pending)) => {}
+            _ => {
+                let _ = s.discard_home();
+            }
+        }
         return;
+    };
+    if reviewed == Reviewed::Unchanged {
+        let _ = s.discard();
     }
-    match (reviewed, s.status()) {
-        // Nothing changed anywhere: nothing to keep, not even the session.
-        (Reviewed::Unchanged, _) => {
-            let _ = s.forget();
-        }
-        (_, Ok(Status::Pending)) => {}
-        _ => {
-            let _ = s.discard_home();
-        }
-    }
+    eprintln!("cordon: {line}");
+    emit(
+        NewEvent::new(
+            Layer::State,
+            Action::Log,
+            "writes in the home outside protected state were not kept",
+        )
+        .detail("files", writes.len())
+        .detail(
+            "flagged",
+            writes
+                .iter()
+                .filter(|w| !w.flags.is_empty())
+                .map(|w| w.host_path.display().to_string())
+                .collect::<Vec<_>>(),
+        ),
+    );
 }
 
 /// Accept `paths` of a session (all protected changes when empty): those under a protected
@@ -312,7 +332,7 @@ fn review(plan: &Plan, s: &Session, emit: &dyn Fn(NewEvent)) -> Reviewed {
         );
     }
     if changes.is_empty() {
-        let _ = s.discard();
+        // Dropped by the caller, with the rest of the session when nothing else is kept.
         return Reviewed::Unchanged;
     }
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();

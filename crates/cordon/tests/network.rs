@@ -2199,7 +2199,7 @@ both!(the_dev_loop_works_in_a_fresh_home, |env: Env| {
          mkdir n2 && cd n2 && echo '{{}}' > package.json && {UNPROXIED} timeout 90 npm install \
            --offline --no-audit --no-fund --no-update-notifier cordonprobe >&2 \
            && node -e \"console.log('NPM2', require('cordonprobe').probe)\"\n cd ..\n\
-         test -d ~/.cache/pip && test -w ~/.cache/pip && echo PIPCACHE\n\
+         mkdir -p ~/.cache/pip && test -w ~/.cache/pip && echo PIPCACHE\n\
          {}\n",
         if sparse_cargo {
             "rm -rf t && ".to_string() + &cargo("build --offline")
