@@ -8,12 +8,13 @@
 # own cost. Prints markdown;
 # asserts nothing.
 #
-# Usage: bash bench/home.sh   (env: N=30 start runs, BUILD_RUNS=3, CORDON_BIN=prebuilt binary)
+# Usage: bash bench/home.sh   (env: N=30 start runs, BUILD_RUNS=4 interleaved build rounds,
+#        CORDON_BIN=prebuilt binary)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 . "$REPO/bench/lib.sh"
 N=${N:-30}
-BUILD_RUNS=${BUILD_RUNS:-3}
+BUILD_RUNS=${BUILD_RUNS:-4}
 bench_setup cordon-bench-home
 B=$WORK/bin/cordon
 cat >"$WORK/readonly.toml" <<EOF
@@ -38,22 +39,36 @@ hyperfine -N -w 5 -r "$N" --export-json "$WORK/start.json" \
 hyperfine -N -w 5 -r "$N" --export-json "$WORK/start-none.json" \
     -n "overlay home, network none" "$B run --no-tty --policy $WORK/overlay-none.toml -- true" \
     -n "read-only home, network none" "$B run --no-tty --policy $WORK/readonly-none.toml -- true" >&2
-hyperfine -w 0 -r "$BUILD_RUNS" --export-json "$WORK/build.json" \
-    --prepare "rm -rf $REPO/target/bench-home-t" \
-    -n "cargo build, overlay home" \
-    "$B run --no-tty --policy $WORK/overlay.toml -- cargo build --offline -q -p cordon-policy --target-dir $REPO/target/bench-home-t" \
-    -n "cargo build, read-only home" \
-    "$B run --no-tty --policy $WORK/readonly.toml -- cargo build --offline -q -p cordon-policy --target-dir $REPO/target/bench-home-t" >&2
-python3 - "$WORK/start.json" "$WORK/start-none.json" "$WORK/build.json" <<'EOF'
-import json, sys
+# Builds interleaved round by round (A B, then B A), so drift on the machine falls on both.
+: >"$WORK/build.tsv"
+build() {
+    rm -rf "$REPO/target/bench-home-t"
+    local t0 t1
+    t0=$(date +%s.%N)
+    "$B" run --no-tty --policy "$WORK/$1.toml" -- cargo build --offline -q -p cordon-policy \
+        --target-dir "$REPO/target/bench-home-t" >/dev/null 2>&1
+    t1=$(date +%s.%N)
+    echo "$1 $t0 $t1" >>"$WORK/build.tsv"
+}
+for r in $(seq "$BUILD_RUNS"); do
+    if [ $((r % 2)) -eq 1 ]; then build overlay; build readonly; else build readonly; build overlay; fi
+done
+rm -rf "$REPO/target/bench-home-t" "$REPO"/target/bench-home-warm-*
+python3 - "$WORK/start.json" "$WORK/start-none.json" "$WORK/build.tsv" <<'EOF'
+import json, statistics, sys
 print("| what | median | mean | ratio of medians to read-only home |")
 print("|---|---|---|---|")
-for path in sys.argv[1:]:
-    rs = json.load(open(path))["results"]
-    base = rs[1]["median"]
-    for r in rs:
-        m = r["median"]
-        fmt = lambda v: "%.1f ms" % (v * 1000) if v < 10 else "%.2f s" % v
-        print("| %s | %s | %s | %.3fx (%+.1f ms) |" % (
-            r["command"], fmt(m), fmt(r["mean"]), m / base, (m - base) * 1000))
+fmt = lambda v: "%.1f ms" % (v * 1000) if v < 10 else "%.2f s" % v
+def rows(rs):
+    base = rs[1][1]
+    for name, med, mean in rs:
+        print("| %s | %s | %s | %.3fx (%+.1f ms) |" % (name, fmt(med), fmt(mean), med / base, (med - base) * 1000))
+for path in sys.argv[1:3]:
+    rows([(r["command"], r["median"], r["mean"]) for r in json.load(open(path))["results"]])
+times = {}
+for line in open(sys.argv[3]):
+    k, t0, t1 = line.split()
+    times.setdefault(k, []).append(float(t1) - float(t0))
+rows([("cargo build, %s home (%d runs)" % (k.replace("readonly", "read-only"), len(times[k])),
+       statistics.median(times[k]), statistics.mean(times[k])) for k in ("overlay", "readonly")])
 EOF

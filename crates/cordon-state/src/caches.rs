@@ -130,11 +130,18 @@ impl CacheStore {
                 fsops::private_dir(&dir.join(d))?;
             }
         }
-        let host = match fs::metadata(path) {
-            Ok(md) if md.is_dir() => path.to_path_buf(),
-            _ => empty,
+        let (host, host_mode) = match fs::metadata(path) {
+            Ok(md) if md.is_dir() => (path.to_path_buf(), Some(md.permissions().mode() & 0o7777)),
+            _ => (empty, None),
+        };
+        // The merged root takes the upper root's attributes: give it the host's mode.
+        let set_mode = |upper: &Path| match host_mode {
+            Some(m) => fs::set_permissions(upper, fs::Permissions::from_mode(m))
+                .map_err(io_err("set mode of", upper)),
+            None => Ok(()),
         };
         if let Some(lock) = try_lock(&dir.join("lock"))? {
+            set_mode(&dir.join("upper"))?;
             return Ok(CacheLayer {
                 path: path.to_path_buf(),
                 lower: vec![host],
@@ -147,6 +154,7 @@ impl CacheStore {
         let mine = private.join(slug(path));
         fsops::private_dir_all(&mine.join("upper"))?;
         fsops::private_dir_all(&mine.join("work"))?;
+        set_mode(&mine.join("upper"))?;
         Ok(CacheLayer {
             path: path.to_path_buf(),
             lower: vec![dir.join("upper"), host],
@@ -325,6 +333,11 @@ mod tests {
         let first = store.open(&host, &t.path().join("s1")).unwrap();
         assert!(first.shared);
         assert_eq!(first.lower, vec![host.clone()]);
+        assert_eq!(
+            fs::metadata(&first.upper).unwrap().permissions().mode() & 0o777,
+            fs::metadata(&host).unwrap().permissions().mode() & 0o777,
+            "the merged root shows the host's mode"
+        );
         let second = store.open(&host, &t.path().join("s2")).unwrap();
         assert!(!second.shared);
         assert_eq!(second.lower, vec![first.upper.clone(), host.clone()]);
