@@ -76,6 +76,17 @@ pub(crate) fn write_atomic(
     mode: u32,
     fill: impl FnOnce(&mut File) -> io::Result<()>,
 ) -> Result<(), StateError> {
+    replace(dst, mode, true, fill)
+}
+
+/// The temp-file-and-rename under [`write_atomic`]; `durable` adds the fsyncs (of the file
+/// before the rename, of the directory after) without which a crash may lose the new file.
+fn replace(
+    dst: &Path,
+    mode: u32,
+    durable: bool,
+    fill: impl FnOnce(&mut File) -> io::Result<()>,
+) -> Result<(), StateError> {
     let tmp = temp_name(dst);
     let result = (|| {
         let mut f = OpenOptions::new()
@@ -87,7 +98,9 @@ pub(crate) fn write_atomic(
         fill(&mut f).map_err(io_err("write", &tmp))?;
         f.set_permissions(Permissions::from_mode(mode & HOST_MODE_MASK))
             .map_err(io_err("set mode of", &tmp))?;
-        f.sync_all().map_err(io_err("fsync", &tmp))?;
+        if durable {
+            f.sync_all().map_err(io_err("fsync", &tmp))?;
+        }
         drop(f);
         fs::rename(&tmp, dst).map_err(io_err("rename over", dst))
     })();
@@ -95,47 +108,24 @@ pub(crate) fn write_atomic(
         let _ = fs::remove_file(&tmp);
         return result;
     }
-    fsync_dir(parent_of(dst))
-}
-
-/// Write JSON to `dst` atomically (mode 0600).
-pub(crate) fn write_json_atomic<T: serde::Serialize>(
-    dst: &Path,
-    value: &T,
-) -> Result<(), StateError> {
-    let bytes = serde_json::to_vec_pretty(value).map_err(|e| StateError::Corrupt {
-        path: dst.to_path_buf(),
-        msg: format!("cannot serialise: {e}"),
-    })?;
-    write_atomic(dst, 0o600, |f| f.write_all(&bytes))
-}
-
-/// [`write_json_atomic`] without the fsyncs: the rename is atomic, but a crash may lose it.
-/// For records whose loss costs nothing (a session with only scratch to lose).
-pub(crate) fn write_json_quick<T: serde::Serialize>(
-    dst: &Path,
-    value: &T,
-) -> Result<(), StateError> {
-    let bytes = serde_json::to_vec_pretty(value).map_err(|e| StateError::Corrupt {
-        path: dst.to_path_buf(),
-        msg: format!("cannot serialise: {e}"),
-    })?;
-    let tmp = temp_name(dst);
-    let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(io_err("create temporary file", &tmp))?;
-        f.write_all(&bytes).map_err(io_err("write", &tmp))?;
-        drop(f);
-        fs::rename(&tmp, dst).map_err(io_err("rename over", dst))
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
+    if durable {
+        fsync_dir(parent_of(dst))?;
     }
-    result
+    Ok(())
+}
+
+/// Write JSON to `dst` atomically (mode 0600); `durable` as in [`replace`]: without it, for
+/// records whose loss costs nothing (a session with only scratch to lose).
+pub(crate) fn write_json(
+    dst: &Path,
+    value: &impl serde::Serialize,
+    durable: bool,
+) -> Result<(), StateError> {
+    let bytes = serde_json::to_vec_pretty(value).map_err(|e| StateError::Corrupt {
+        path: dst.to_path_buf(),
+        msg: format!("cannot serialise: {e}"),
+    })?;
+    replace(dst, 0o600, durable, |f| f.write_all(&bytes))
 }
 
 /// Copy the regular file `src` over `dst` atomically with mode `mode`, returning the BLAKE3 hex

@@ -168,7 +168,7 @@ impl Manifest {
 
     /// Write the manifest as JSON, atomically.
     pub fn save(&self, path: &Path) -> Result<(), StateError> {
-        fsops::write_json_atomic(path, self)
+        fsops::write_json(path, self, true)
     }
 }
 

@@ -116,13 +116,13 @@ impl Meta {
     }
 
     pub(crate) fn save(&self, path: &Path) -> Result<(), StateError> {
-        fsops::write_json_atomic(path, self)
+        fsops::write_json(path, self, true)
     }
 
     /// [`Meta::save`] without fsyncs, for a session with nothing to review (only its home
     /// layer's scratch, which a crash may lose).
     pub(crate) fn save_quick(&self, path: &Path) -> Result<(), StateError> {
-        fsops::write_json_quick(path, self)
+        fsops::write_json(path, self, false)
     }
 }
 

@@ -30,6 +30,25 @@ fn kept_session(err: &str) -> String {
         .to_string()
 }
 
+/// `cordon ARGS…` as the variant's user.
+fn cordon(env: &Env, args: &[&str]) -> std::process::Output {
+    env.cordon().args(args).output().unwrap()
+}
+
+/// `cordon state ARGS…`.
+fn state(env: &Env, args: &[&str]) -> std::process::Output {
+    env.cordon().arg("state").args(args).output().unwrap()
+}
+
+/// `cordon state accept ID PATH`.
+fn accept(env: &Env, id: &str, path: &Path) -> std::process::Output {
+    env.cordon()
+        .args(["state", "accept", id])
+        .arg(path)
+        .output()
+        .unwrap()
+}
+
 fn policy(env: &Env, name: &str, text: &str) -> String {
     let p = env.base.join(name);
     std::fs::write(&p, text).unwrap();
@@ -64,12 +83,7 @@ both!(writes_in_the_home_stay_in_the_session, |env: Env| {
     // Kept on request: exactly that path, nothing else.
     let id = kept_session(&err);
     let newfile = env.home.join("newfile");
-    let a = env
-        .cordon()
-        .args(["state", "accept", &id])
-        .arg(&newfile)
-        .output()
-        .unwrap();
+    let a = accept(&env, &id, &newfile);
     assert_eq!(a.status.code(), Some(0), "{}", show(&a));
     assert_eq!(std::fs::read_to_string(&newfile).unwrap(), "new\n");
     assert_eq!(
@@ -78,26 +92,12 @@ both!(writes_in_the_home_stay_in_the_session, |env: Env| {
     );
     assert!(!env.home.join(".local/share/tool").exists());
     // A path the session never wrote is refused, by name.
-    let none = env
-        .cordon()
-        .args(["state", "accept", &id])
-        .arg(env.home.join("never-written"))
-        .output()
-        .unwrap();
+    let none = accept(&env, &id, &env.home.join("never-written"));
     assert_ne!(none.status.code(), Some(0), "{}", show(&none));
     // Discarding drops the layer: nothing left to keep.
-    let d = env
-        .cordon()
-        .args(["state", "discard", &id])
-        .output()
-        .unwrap();
+    let d = state(&env, &["discard", &id]);
     assert_eq!(d.status.code(), Some(0), "{}", show(&d));
-    let again = env
-        .cordon()
-        .args(["state", "accept", &id])
-        .arg(env.home.join("notes.txt"))
-        .output()
-        .unwrap();
+    let again = accept(&env, &id, &env.home.join("notes.txt"));
     assert_ne!(again.status.code(), Some(0), "{}", show(&again));
     assert_eq!(
         std::fs::read_to_string(env.home.join("notes.txt")).unwrap(),
@@ -109,7 +109,7 @@ both!(a_session_that_writes_nothing_leaves_nothing, |env: Env| {
     let o = env.run("cat ~/notes.txt >/dev/null");
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     assert!(!stderr(&o).contains("not kept"), "{}", show(&o));
-    let l = env.cordon().args(["state", "list"]).output().unwrap();
+    let l = state(&env, &["list"]);
     assert_eq!(
         String::from_utf8_lossy(&l.stdout).trim(),
         "",
@@ -166,7 +166,7 @@ both!(
                 .and_then(|r| r.split('`').next())
                 .unwrap()
                 .to_string();
-            let diff = env.cordon().args(["state", "diff", &id]).output().unwrap();
+            let diff = state(&env, &["diff", &id]);
             let text = String::from_utf8_lossy(&diff.stdout);
             assert!(!text.contains("FLAGGED"), "{profile}: {text}");
             for f in *files {
@@ -181,11 +181,7 @@ both!(
                 );
             }
             assert!(text.contains("(new)"), "{profile}: {text}");
-            let a = env
-                .cordon()
-                .args(["state", "accept", &id])
-                .output()
-                .unwrap();
+            let a = state(&env, &["accept", &id]);
             assert_eq!(a.status.code(), Some(0), "{profile}: {}", show(&a));
             for f in *files {
                 assert_eq!(
@@ -228,11 +224,7 @@ both!(
             .and_then(|r| r.split('`').next())
             .unwrap()
             .to_string();
-        let a = env
-            .cordon()
-            .args(["state", "accept", &id])
-            .output()
-            .unwrap();
+        let a = state(&env, &["accept", &id]);
         assert_eq!(a.status.code(), Some(0), "{}", show(&a));
         assert_eq!(
             std::fs::read_to_string(env.home.join(".claude.json")).unwrap(),
@@ -271,11 +263,11 @@ both!(
         let out = String::from_utf8_lossy(&o.stdout);
         assert!(out.starts_with("s1\nwheel\n"), "{}", show(&o));
         assert!(!out.contains("scratch\n"), "scratch is per session: {out}");
-        let list = env.cordon().args(["cache", "list"]).output().unwrap();
+        let list = cordon(&env, &["cache", "list"]);
         let text = String::from_utf8_lossy(&list.stdout);
         assert!(text.contains(".npm"), "{}", show(&list));
         assert!(text.contains(".cache/pip"), "{}", show(&list));
-        let clear = env.cordon().args(["cache", "clear"]).output().unwrap();
+        let clear = cordon(&env, &["cache", "clear"]);
         assert_eq!(clear.status.code(), Some(0), "{}", show(&clear));
         let o = env.run("ls ~/.npm/_cacache; ls ~/.cache/pip 2>&1 || true");
         let out = String::from_utf8_lossy(&o.stdout);
