@@ -1,0 +1,58 @@
+//! Signals: handlers, the default action, the mask, and sending (by pid or pidfd).
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use super::{cvt, cvt_long};
+
+pub(crate) fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: kill takes integers only.
+    cvt(unsafe { libc::kill(pid, sig) }).map(drop)
+}
+
+pub(crate) fn pidfd_send_signal(pidfd: &OwnedFd, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: pidfd_send_signal with a valid pidfd and no siginfo.
+    cvt_long(unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    })
+    .map(drop)
+}
+
+/// Install `handler` for `sig` with SA_RESTART off, so blocking calls return EINTR.
+pub(crate) fn install_handler(
+    sig: libc::c_int,
+    handler: extern "C" fn(libc::c_int),
+) -> io::Result<()> {
+    // SAFETY: sigaction is plain old data; zero is valid. The handler is a plain extern fn.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = handler as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        sa.sa_flags = 0;
+        cvt(libc::sigaction(sig, &sa, std::ptr::null_mut())).map(drop)
+    }
+}
+
+/// Reset `sig` to its default action (before exec, so the command starts clean).
+pub(crate) fn default_handler(sig: libc::c_int) {
+    // SAFETY: SIG_DFL is always valid.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+    }
+}
+
+/// Unblock every signal (the child of a process that blocked some must not inherit that).
+pub(crate) fn unblock_all_signals() {
+    // SAFETY: the set is initialised by sigemptyset before use.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+    }
+}
