@@ -11,8 +11,22 @@
 //! the session stays pending. [`StateStore::restore`] brings a protected path back to a
 //! snapshot. Host copies stay byte-identical until an accept.
 //!
-//! This crate runs on the host side only: the sandbox never touches the state store except
-//! through the overlay mounts and binds cordon sets up from a [`Session`]'s [`Entry`]s.
+//! Layout, by job: `store/` holds the store and its sessions (`session`: begin, open, list,
+//! discard; `review`: changes, summary; `accept`; `restore`; `paths`: resolving callers' paths
+//! and the no-symlink checks before every host write), `manifest` the snapshots and their diff,
+//! `overlay` reading an overlayfs upper dir, `flags` what a reviewer must not miss, `escape`
+//! making untrusted names and text safe to print, `fsops` the atomic, no-follow file
+//! operations, `meta` the session record, `home` and `caches` the copy-on-write home and its
+//! cache layers.
+//!
+//! Trust boundary: this crate runs on the host side only, and everything it reads from a
+//! session (upper dirs, working copies, the home layer) was written by the untrusted sandbox:
+//! names are escaped before they are shown, hashes are checked against what was reviewed, and
+//! no write to the host follows a symlink. The sandbox never touches the state store except
+//! through the overlay mounts and binds cordon sets up from a [`Session`]'s [`Entry`]s. No
+//! `unsafe` here: the kernel calls it needs go through std and `xattr`.
+
+#![forbid(unsafe_code)]
 
 mod caches;
 mod error;
