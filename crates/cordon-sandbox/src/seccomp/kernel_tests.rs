@@ -1,0 +1,221 @@
+//! The filter on the real kernel: installed in a forked child, with a thread of the child's
+//! answering its notifications.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use cordon_policy::{SyscallsPlan, syscall_table};
+
+use super::rules::{NETLINK_ROUTE, NEWER_SYSCALLS};
+use super::testing::rule;
+use super::{Listener, build, install, is_exec};
+use crate::sys;
+
+/// What the child's notification thread saw.
+#[derive(Default)]
+struct Seen {
+    denials: AtomicUsize,
+    execs: AtomicUsize,
+}
+
+/// Forks; the child sets no_new_privs, installs `build(plan, supervise_exec)`, starts a
+/// thread that answers EPERM to denials and CONTINUE to execs, and runs `checks`. Returns
+/// the child's exit code: 0 when every check passed, else the failed check's code.
+fn in_filtered_child(
+    plan: &SyscallsPlan,
+    supervise_exec: bool,
+    checks: fn(&Seen) -> Result<(), i32>,
+) -> sys::WaitStatus {
+    let filters = build(plan, supervise_exec).unwrap();
+    let pid = sys::fork().unwrap();
+    if pid == 0 {
+        let code = std::panic::catch_unwind(|| {
+            // SAFETY: alarm takes an integer; SIGALRM's default action ends a child that
+            // hangs on an unanswered notification.
+            unsafe { libc::alarm(30) };
+            sys::set_no_new_privs().map_err(|_| 2)?;
+            let fd = install(&filters).map_err(|_| 3)?;
+            let listener = Listener::new(fd);
+            let seen = Arc::new(Seen::default());
+            let s = seen.clone();
+            // pthread_create: clone3 gets ENOSYS, glibc falls back to clone.
+            std::thread::Builder::new()
+                .spawn(move || {
+                    loop {
+                        let n = match listener.recv() {
+                            Ok(n) => n,
+                            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                            Err(_) => return,
+                        };
+                        if is_exec(n.nr) {
+                            s.execs.fetch_add(1, Ordering::SeqCst);
+                            let _ = listener.allow(n.id);
+                        } else {
+                            s.denials.fetch_add(1, Ordering::SeqCst);
+                            let _ = listener.deny(n.id, libc::EPERM);
+                        }
+                    }
+                })
+                .map_err(|_| 4)?;
+            checks(&seen)
+        });
+        sys::exit_now(match code {
+            Ok(Ok(())) => 0,
+            Ok(Err(c)) => c,
+            Err(_) => 99,
+        });
+    }
+    sys::waitpid(pid, false).unwrap().unwrap().1
+}
+
+fn errno() -> i32 {
+    io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// `r` must be -1 with `want`, and the notification thread must have seen `denials`
+/// denials in all (so the EPERM came from the supervisor, not from missing privileges).
+fn expect_denied(r: libc::c_long, seen: &Seen, denials: usize, code: i32) -> Result<(), i32> {
+    let e = errno();
+    if r != -1 || e != libc::EPERM || seen.denials.load(Ordering::SeqCst) != denials {
+        return Err(code);
+    }
+    Ok(())
+}
+
+#[test]
+fn the_filter_on_the_real_kernel() {
+    let plan = SyscallsPlan {
+        deny: vec![rule("chroot", "test:1")],
+        ..Default::default()
+    };
+    let status = in_filtered_child(&plan, false, |seen| {
+        // SAFETY (whole closure): raw syscalls with integer arguments, null pointers the
+        // kernel checks, or pointers to live locals.
+        unsafe {
+            if libc::getpid() <= 0 {
+                return Err(10);
+            }
+            match std::thread::spawn(|| 7).join() {
+                Ok(7) => {}
+                _ => return Err(11),
+            }
+            let null = std::ptr::null::<libc::c_char>();
+            let r = libc::syscall(libc::SYS_mount, null, null, null, 0, null);
+            expect_denied(r, seen, 1, 12)?;
+            let r = libc::unshare(libc::CLONE_NEWUSER) as libc::c_long;
+            expect_denied(r, seen, 2, 13)?;
+            let r = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) as libc::c_long;
+            expect_denied(r, seen, 3, 14)?;
+            let s = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+            if s < 0 {
+                return Err(15);
+            }
+            libc::close(s);
+            let s = libc::socket(libc::AF_NETLINK, libc::SOCK_RAW, NETLINK_ROUTE as i32);
+            if s < 0 {
+                return Err(16);
+            }
+            libc::close(s);
+            let r = libc::socket(libc::AF_NETLINK, libc::SOCK_RAW, 15) as libc::c_long;
+            expect_denied(r, seen, 4, 17)?;
+            // A closed descriptor: without the filter, EBADF (and never a real TIOCSTI).
+            let c: libc::c_char = b'x' as libc::c_char;
+            let r = libc::ioctl(-1, libc::TIOCSTI, &c as *const libc::c_char) as libc::c_long;
+            expect_denied(r, seen, 5, 18)?;
+            let mut n: libc::c_int = 0;
+            if libc::ioctl(-1, libc::FIONREAD, &mut n as *mut libc::c_int) != -1
+                || errno() != libc::EBADF
+            {
+                return Err(19);
+            }
+            #[cfg(target_arch = "x86_64")]
+            {
+                let r = libc::syscall(0x4000_0000 | libc::SYS_getpid);
+                if r != -1 || errno() != libc::EPERM {
+                    return Err(20);
+                }
+            }
+            if libc::syscall(999) != -1 || errno() != libc::EPERM {
+                return Err(21);
+            }
+            let r = libc::syscall(libc::SYS_clone3, std::ptr::null::<u8>(), 0);
+            if r != -1 || errno() != libc::ENOSYS {
+                return Err(22);
+            }
+            let newer = NEWER_SYSCALLS
+                .clone()
+                .find(|n| syscall_table::name(*n).is_none());
+            if let Some(newer) = newer
+                && (libc::syscall(newer as libc::c_long) != -1 || errno() != libc::ENOSYS)
+            {
+                return Err(23);
+            }
+            let root = c"/nonexistent-cordon-test";
+            let r = libc::chroot(root.as_ptr()) as libc::c_long;
+            expect_denied(r, seen, 6, 24)?;
+            let r = libc::ptrace(libc::PTRACE_CONT, libc::getppid(), 0, 0);
+            expect_denied(r, seen, 7, 25)?;
+            // Execs are not supervised here: no notification.
+            let argv = [null];
+            let r = libc::execve(root.as_ptr(), argv.as_ptr(), argv.as_ptr());
+            if r != -1 || errno() != libc::ENOENT || seen.execs.load(Ordering::SeqCst) != 0 {
+                return Err(26);
+            }
+        }
+        Ok(())
+    });
+    assert_eq!(
+        status,
+        sys::WaitStatus::Exited(0),
+        "the exit code names the failed check"
+    );
+}
+
+#[test]
+fn lifted_denials_and_supervised_exec_on_the_real_kernel() {
+    let plan = SyscallsPlan {
+        allow: vec![rule("ptrace", "test:1")],
+        nested_userns: true,
+        ..Default::default()
+    };
+    let status = in_filtered_child(&plan, true, |seen| {
+        // SAFETY (whole closure): raw syscalls with integer arguments, null pointers the
+        // kernel checks, or pointers to live locals.
+        unsafe {
+            // Not a tracer of the parent: ESRCH, from the kernel rather than the filter.
+            let r = libc::ptrace(libc::PTRACE_CONT, libc::getppid(), 0, 0);
+            if r != -1 || errno() != libc::ESRCH {
+                return Err(30);
+            }
+            let r =
+                libc::process_vm_readv(libc::getpid(), std::ptr::null(), 0, std::ptr::null(), 0, 0);
+            if r != 0 {
+                return Err(31);
+            }
+            // CLONE_NEWUSER is not sent to the supervisor (the kernel may still refuse).
+            let _ = libc::unshare(libc::CLONE_NEWUSER);
+            if seen.denials.load(Ordering::SeqCst) != 0 {
+                return Err(32);
+            }
+            // A supervised exec: the supervisor lets it continue; the kernel says ENOENT.
+            let path = c"/nonexistent-cordon-test";
+            let argv = [std::ptr::null::<libc::c_char>()];
+            let r = libc::execve(path.as_ptr(), argv.as_ptr(), argv.as_ptr());
+            if r != -1 || errno() != libc::ENOENT || seen.execs.load(Ordering::SeqCst) != 1 {
+                return Err(33);
+            }
+            // Still denied: mount.
+            let null = std::ptr::null::<libc::c_char>();
+            let r = libc::syscall(libc::SYS_mount, null, null, null, 0, null);
+            expect_denied(r, seen, 1, 34)?;
+        }
+        Ok(())
+    });
+    assert_eq!(
+        status,
+        sys::WaitStatus::Exited(0),
+        "the exit code names the failed check"
+    );
+}

@@ -1,0 +1,182 @@
+//! What F3 sends to the supervisor, as data: the built-in and policy denials and the
+//! argument-dependent ones, and, for a denial the supervisor logs, the rule that made it.
+
+use std::collections::BTreeMap;
+
+use cordon_policy::{SyscallsPlan, syscall_table};
+use seccompiler::{SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompRule};
+
+use super::SeccompError;
+
+/// Syscall numbers shared by every architecture since Linux 5.1 start at 424; numbers from
+/// here up that the table lacks are newer syscalls, answered ENOSYS by F2. The end is kept
+/// a little past today's kernels (about 470): every number is one more rule the kernel walks
+/// when it installs the filter, and numbers past the end still get EPERM from F1.
+pub(crate) const NEWER_SYSCALLS: std::ops::Range<i64> = 424..481;
+pub(super) const NETLINK_ROUTE: u64 = 0;
+/// Address families `socket` may create.
+const ALLOWED_FAMILIES: [i32; 4] = [
+    libc::AF_UNIX,
+    libc::AF_INET,
+    libc::AF_INET6,
+    libc::AF_NETLINK,
+];
+
+fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, SeccompError> {
+    Ok(SeccompCondition::new(
+        arg,
+        SeccompCmpArgLen::Dword,
+        op,
+        value,
+    )?)
+}
+
+/// F3's rules: syscall number → conditions (an empty list matches every call).
+pub(super) fn notify_rules(
+    plan: &SyscallsPlan,
+    supervise_exec: bool,
+) -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    let mut always = |name: &str| {
+        if let Some(nr) = syscall_table::nr(name) {
+            rules.insert(nr, Vec::new());
+        }
+    };
+    if supervise_exec {
+        always("execve");
+        always("execveat");
+    }
+    for r in plan.denied() {
+        always(&r.name);
+    }
+
+    let mut conditional: Vec<(&str, Vec<SeccompRule>)> = Vec::new();
+    if !plan.nested_userns {
+        let newuser = libc::CLONE_NEWUSER as u64;
+        // `unshare(flags)` and `clone(flags, ...)`: the flags are the first argument on both
+        // x86_64 and aarch64.
+        for name in ["unshare", "clone"] {
+            let r = SeccompRule::new(vec![cond(0, SeccompCmpOp::MaskedEq(newuser), newuser)?])?;
+            conditional.push((name, vec![r]));
+        }
+    }
+    let ioctl = [libc::TIOCSTI, libc::TIOCLINUX]
+        .into_iter()
+        .map(|cmd| {
+            Ok(SeccompRule::new(vec![cond(
+                1,
+                SeccompCmpOp::Eq,
+                u64::from(cmd as u32),
+            )?])?)
+        })
+        .collect::<Result<Vec<_>, SeccompError>>()?;
+    conditional.push(("ioctl", ioctl));
+    let other_family = ALLOWED_FAMILIES
+        .iter()
+        .map(|f| cond(0, SeccompCmpOp::Ne, *f as u64))
+        .collect::<Result<Vec<_>, _>>()?;
+    let netlink_not_route = vec![
+        cond(0, SeccompCmpOp::Eq, libc::AF_NETLINK as u64)?,
+        cond(2, SeccompCmpOp::Ne, NETLINK_ROUTE)?,
+    ];
+    conditional.push((
+        "socket",
+        vec![
+            SeccompRule::new(other_family)?,
+            SeccompRule::new(netlink_not_route)?,
+        ],
+    ));
+    for (name, conds) in conditional {
+        if let Some(nr) = syscall_table::nr(name) {
+            // Denied whatever the arguments already (`[syscalls] deny`): keep that.
+            rules.entry(nr).or_insert(conds);
+        }
+    }
+    Ok(rules)
+}
+
+/// Whether `nr` is `execve` or `execveat` (the supervised execs, as opposed to denials).
+pub fn is_exec(nr: i64) -> bool {
+    matches!(syscall_table::name(nr), Some("execve" | "execveat"))
+}
+
+/// Names of address families, for denial messages.
+const FAMILIES: &[(i32, &str)] = &[
+    (libc::AF_AX25, "AF_AX25"),
+    (libc::AF_IPX, "AF_IPX"),
+    (libc::AF_APPLETALK, "AF_APPLETALK"),
+    (libc::AF_NETROM, "AF_NETROM"),
+    (libc::AF_BRIDGE, "AF_BRIDGE"),
+    (libc::AF_ATMPVC, "AF_ATMPVC"),
+    (libc::AF_X25, "AF_X25"),
+    (libc::AF_ROSE, "AF_ROSE"),
+    (libc::AF_DECnet, "AF_DECnet"),
+    (libc::AF_NETBEUI, "AF_NETBEUI"),
+    (libc::AF_SECURITY, "AF_SECURITY"),
+    (libc::AF_KEY, "AF_KEY"),
+    (libc::AF_PACKET, "AF_PACKET"),
+    (libc::AF_ASH, "AF_ASH"),
+    (libc::AF_ECONET, "AF_ECONET"),
+    (libc::AF_ATMSVC, "AF_ATMSVC"),
+    (libc::AF_RDS, "AF_RDS"),
+    (libc::AF_SNA, "AF_SNA"),
+    (libc::AF_IRDA, "AF_IRDA"),
+    (libc::AF_PPPOX, "AF_PPPOX"),
+    (libc::AF_WANPIPE, "AF_WANPIPE"),
+    (libc::AF_LLC, "AF_LLC"),
+    (libc::AF_IB, "AF_IB"),
+    (libc::AF_MPLS, "AF_MPLS"),
+    (libc::AF_CAN, "AF_CAN"),
+    (libc::AF_TIPC, "AF_TIPC"),
+    (libc::AF_BLUETOOTH, "AF_BLUETOOTH"),
+    (libc::AF_IUCV, "AF_IUCV"),
+    (libc::AF_RXRPC, "AF_RXRPC"),
+    (libc::AF_ISDN, "AF_ISDN"),
+    (libc::AF_PHONET, "AF_PHONET"),
+    (libc::AF_IEEE802154, "AF_IEEE802154"),
+    (libc::AF_CAIF, "AF_CAIF"),
+    (libc::AF_ALG, "AF_ALG"),
+    (libc::AF_NFC, "AF_NFC"),
+    (libc::AF_VSOCK, "AF_VSOCK"),
+    (libc::AF_XDP, "AF_XDP"),
+];
+
+/// The rule that denied syscall `nr` with `args`, for the audit log and the terminal, e.g.
+/// `built-in: mount`, `/home/u/.config/cordon/cordon.toml:3: chroot`,
+/// `built-in: socket family 17 (AF_PACKET)`, `built-in: ioctl TIOCSTI`. A call no rule denies
+/// (which F3 does not send) gives `no rule: NAME`.
+pub fn denial_rule(plan: &SyscallsPlan, nr: i64, args: &[u64; 6]) -> String {
+    let Some(name) = syscall_table::name(nr) else {
+        return format!("built-in: unknown syscall {nr}");
+    };
+    // Arguments compared as the filter does: the low 32 bits.
+    let a = |i: usize| args[i] as u32;
+    match name {
+        "unshare" | "clone" if !plan.nested_userns && a(0) & libc::CLONE_NEWUSER as u32 != 0 => {
+            return format!("built-in: {name} CLONE_NEWUSER");
+        }
+        "ioctl" if a(1) == libc::TIOCSTI as u32 => return "built-in: ioctl TIOCSTI".into(),
+        "ioctl" if a(1) == libc::TIOCLINUX as u32 => return "built-in: ioctl TIOCLINUX".into(),
+        "socket" => {
+            let family = a(0) as i32;
+            if family == libc::AF_NETLINK && u64::from(a(2)) != NETLINK_ROUTE {
+                return format!("built-in: socket AF_NETLINK protocol {}", a(2));
+            }
+            if !ALLOWED_FAMILIES.contains(&family) {
+                return match FAMILIES.iter().find(|(f, _)| *f == family) {
+                    Some((_, n)) => format!("built-in: socket family {family} ({n})"),
+                    None => format!("built-in: socket family {family}"),
+                };
+            }
+        }
+        _ => {}
+    }
+    match plan.denied().into_iter().find(|r| r.name == name) {
+        Some(r) => format!("{}: {name}", r.origin),
+        None => format!("no rule: {name}"),
+    }
+}
+
+#[cfg(test)]
+#[path = "rules_tests.rs"]
+mod tests;
