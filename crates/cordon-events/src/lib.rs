@@ -77,14 +77,14 @@
 //! | `process` | `start` | A process started inside the sandbox. detail: `pid`, `command`. |
 //! | `process` | `exit` | A process inside the sandbox ended. detail: `pid`, `code` or `signal`. |
 //! | `process` | `apply` | Namespaces and the sandbox's init were set up. detail: which namespaces. |
-//! | `landlock` | `apply` | The Landlock ruleset is enforced. detail: `abi`. |
-//! | `landlock` | `degraded` | The kernel lacks (part of) Landlock; enforced partially or not at all (mode `best-effort`). |
+//! | `landlock` | `apply` | The Landlock ruleset is enforced. detail: `enforcement` ([`Enforcement`], `full`), `kernel_abi`, `requested_abi`. |
+//! | `landlock` | `degraded` | The kernel lacks (part of) Landlock; enforced partially or not at all (mode `best-effort`). detail: `enforcement` (`partial` or `none`), `kernel_abi` when Landlock exists, `requested_abi`, `error` when the ruleset could not be applied. |
 //! | `landlock` | `deny` | The kernel reported a Landlock denial (kernels with Landlock logging). detail: `path` or `port`. |
 //! | `env` | `apply` | The sandbox's environment was built. detail: counts passed, set, dropped. |
 //! | `env` | `allow` | A host variable was passed through. detail: `var` (never the value). |
 //! | `env` | `deny` | A host variable was dropped. detail: `var`. |
-//! | `limits` | `apply` | Resource limits are in force. detail: `memory`, `pids`, `cpu`, `nofile`, `via` (cgroup or rlimit). |
-//! | `limits` | `degraded` | A limit could not be set (e.g. no delegated cgroup, cpu limit without cgroup). |
+//! | `limits` | `apply` | One resource limit is in force. detail: `limit` (`memory`, `pids`, `cpu`, `nofile`), `value`, `via` ([`LimitVia`]: `cgroup2`, `cgroup1`, `rlimit`). |
+//! | `limits` | `degraded` | A limit could not be set (e.g. no delegated cgroup, cpu limit without cgroup). detail: `limit`, `value`, `via` (`unenforced`). |
 //! | `limits` | `deny` | A limit was hit: a fork refused, a process OOM-killed. detail: `limit`, `pid`. |
 //! | `terminal` | `apply` | The agent's pseudo-terminal was set up. |
 //! | `terminal` | `deny` | Terminal input injection or another terminal escape was blocked. detail: `what`. |
@@ -118,6 +118,8 @@
 //! [`format_human`] shows the first of [`SUBJECT_KEYS`] present in `detail` as the event's
 //! subject, so layers should put the main object of an event under one of those keys.
 
+#![forbid(unsafe_code)]
+
 mod chain;
 mod event;
 mod follow;
@@ -125,6 +127,7 @@ mod human;
 mod paths;
 mod read;
 mod sink;
+mod status;
 
 pub use chain::{GENESIS_PREV, hash_event};
 pub use event::{Action, Event, EventError, Layer, NewEvent};
@@ -135,3 +138,4 @@ pub use paths::{
 };
 pub use read::{SessionSummary, VerifyProblem, VerifyReport, list_sessions, read_log, verify};
 pub use sink::AuditLog;
+pub use status::{Enforcement, LimitVia};
