@@ -8,7 +8,10 @@
 
 use std::path::{Path, PathBuf};
 
+use cordon_events::LimitVia;
 use cordon_policy::LimitsPlan;
+
+use crate::limits::{AppliedLimit, Limit};
 
 const ROOT: &str = "/sys/fs/cgroup";
 const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
@@ -18,8 +21,8 @@ const CPU_PERIOD_US: u64 = 100_000;
 #[derive(Debug, Default)]
 pub(crate) struct Cgroup {
     dirs: Vec<PathBuf>,
-    /// Human-readable lines, e.g. `memory=268435456 via cgroup v1`.
-    pub applied: Vec<String>,
+    /// What the directories enforce.
+    pub applied: Vec<AppliedLimit>,
     pub memory: bool,
     pub pids: bool,
     pub cpu: bool,
@@ -78,7 +81,7 @@ impl Cgroup {
             let _ = write(&dir, "memory.swap.max", "0");
             self.memory = true;
             used = true;
-            self.applied.push(format!("memory={m} via cgroup v2"));
+            self.applied_v2(Limit::Memory(m));
         }
         if let Some(p) = limits.pids
             && on("pids")
@@ -86,7 +89,7 @@ impl Cgroup {
         {
             self.pids = true;
             used = true;
-            self.applied.push(format!("pids={p} via cgroup v2"));
+            self.applied_v2(Limit::Pids(p));
         }
         if let Some(c) = limits.cpu
             && on("cpu")
@@ -99,7 +102,7 @@ impl Cgroup {
         {
             self.cpu = true;
             used = true;
-            self.applied.push(format!("cpu={c} via cgroup v2"));
+            self.applied_v2(Limit::Cpu(c));
         }
         if used {
             self.dirs.push(dir);
@@ -108,8 +111,15 @@ impl Cgroup {
         }
     }
 
+    fn applied_v2(&mut self, limit: Limit) {
+        self.applied.push(AppliedLimit {
+            limit,
+            via: LimitVia::Cgroup2,
+        });
+    }
+
     fn create_v1(&mut self, name: &str, limits: &LimitsPlan) {
-        let mut one = |controller: &str, files: &[(&str, String)], what: String| -> bool {
+        let mut one = |controller: &str, files: &[(&str, String)], limit: Limit| -> bool {
             let Some(own) = own_path(Some(controller)) else {
                 return false;
             };
@@ -119,7 +129,10 @@ impl Cgroup {
             }
             if files.iter().all(|(f, v)| write(&dir, f, v).is_ok()) {
                 self.dirs.push(dir);
-                self.applied.push(format!("{what} via cgroup v1"));
+                self.applied.push(AppliedLimit {
+                    limit,
+                    via: LimitVia::Cgroup1,
+                });
                 true
             } else {
                 let _ = std::fs::remove_dir(&dir);
@@ -130,11 +143,11 @@ impl Cgroup {
             self.memory = one(
                 "memory",
                 &[("memory.limit_in_bytes", m.to_string())],
-                format!("memory={m}"),
+                Limit::Memory(m),
             );
         }
         if let Some(p) = limits.pids {
-            self.pids = one("pids", &[("pids.max", p.to_string())], format!("pids={p}"));
+            self.pids = one("pids", &[("pids.max", p.to_string())], Limit::Pids(p));
         }
         if let Some(c) = limits.cpu {
             let quota = ((c * CPU_PERIOD_US as f64) as u64).max(1000);
@@ -144,7 +157,7 @@ impl Cgroup {
                     ("cpu.cfs_period_us", CPU_PERIOD_US.to_string()),
                     ("cpu.cfs_quota_us", quota.to_string()),
                 ],
-                format!("cpu={c}"),
+                Limit::Cpu(c),
             );
         }
     }

@@ -9,30 +9,77 @@ use landlock::{
     RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 
+use cordon_events::{Action, Enforcement, Layer, NewEvent};
+use serde::{Deserialize, Serialize};
+
 use crate::layout::LandlockRules;
 
 /// The ABI whose rights we request. Newer kernels are asked for no more than this, so a right
 /// added later cannot silently deny something the rules never granted.
 const TARGET: ABI = ABI::V6;
 
-/// What Landlock did, for the log and `doctor`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What Landlock did, for the log and `doctor`; crosses from the command's setup to the
+/// supervisor (serde) without becoming text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FenceStatus {
-    /// `fully enforced`, `partially enforced` or `not enforced`.
-    pub state: &'static str,
+    /// How much of the ruleset the kernel enforces (rust-landlock's `RulesetStatus`).
+    pub enforcement: Enforcement,
     /// The kernel's ABI version, if Landlock exists.
     pub kernel_abi: Option<i32>,
+    /// Why no ruleset could be applied at all, when `[filesystem] landlock = "best-effort"`
+    /// let the command start without one. Text: it comes from the other side of the boundary.
+    pub error: Option<String>,
 }
 
+impl FenceStatus {
+    /// The ABI whose rights are requested (see [`TARGET`]).
+    pub const REQUESTED_ABI: i32 = TARGET as i32;
+
+    /// No ruleset: applying it failed with `e`.
+    pub(crate) fn failed(e: impl std::fmt::Display) -> FenceStatus {
+        FenceStatus {
+            enforcement: Enforcement::None,
+            kernel_abi: crate::sys::landlock_abi().ok(),
+            error: Some(e.to_string()),
+        }
+    }
+
+    /// The `landlock` event: `apply` when fully enforced, else `degraded`.
+    pub(crate) fn event(&self) -> NewEvent {
+        let action = if self.enforcement.is_degraded() {
+            Action::Degraded
+        } else {
+            Action::Apply
+        };
+        let mut e = NewEvent::new(Layer::Landlock, action, format!("Landlock {self}"))
+            .detail("enforcement", self.enforcement)
+            .detail("requested_abi", Self::REQUESTED_ABI);
+        if let Some(abi) = self.kernel_abi {
+            e = e.detail("kernel_abi", abi);
+        }
+        if let Some(err) = &self.error {
+            e = e.detail("error", err.clone());
+        }
+        e
+    }
+}
+
+/// `fully enforced (kernel ABI 7, requested ABI 6)`, `not enforced: <why>`.
 impl std::fmt::Display for FenceStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.kernel_abi {
-            Some(abi) => write!(
+        match (&self.error, self.kernel_abi) {
+            (Some(e), _) => write!(f, "{}: {e}", self.enforcement),
+            (None, Some(abi)) => write!(
                 f,
                 "{} (kernel ABI {abi}, requested ABI {})",
-                self.state, TARGET as i32
+                self.enforcement,
+                Self::REQUESTED_ABI
             ),
-            None => write!(f, "{} (Landlock unavailable on this kernel)", self.state),
+            (None, None) => write!(
+                f,
+                "{} (Landlock unavailable on this kernel)",
+                self.enforcement
+            ),
         }
     }
 }
@@ -70,14 +117,15 @@ pub(crate) fn apply(rules: &LandlockRules) -> Result<FenceStatus, landlock::Rule
         ruleset = ruleset.add_rule(PathBeneath::new(fd, read | AccessFs::WriteFile))?;
     }
     let status = ruleset.restrict_self()?;
-    let state = match status.ruleset {
-        RulesetStatus::FullyEnforced => "fully enforced",
-        RulesetStatus::PartiallyEnforced => "partially enforced",
-        RulesetStatus::NotEnforced => "not enforced",
+    let enforcement = match status.ruleset {
+        RulesetStatus::FullyEnforced => Enforcement::Full,
+        RulesetStatus::PartiallyEnforced => Enforcement::Partial,
+        RulesetStatus::NotEnforced => Enforcement::None,
     };
     Ok(FenceStatus {
-        state,
+        enforcement,
         kernel_abi: crate::sys::landlock_abi().ok(),
+        error: None,
     })
 }
 
@@ -85,6 +133,54 @@ pub(crate) fn apply(rules: &LandlockRules) -> Result<FenceStatus, landlock::Rule
 mod tests {
     use super::*;
     use crate::sys;
+
+    #[test]
+    fn status_reads_as_before_and_decides_degraded_by_type() {
+        let full = FenceStatus {
+            enforcement: Enforcement::Full,
+            kernel_abi: Some(7),
+            error: None,
+        };
+        assert_eq!(
+            full.to_string(),
+            "fully enforced (kernel ABI 7, requested ABI 6)"
+        );
+        let e = full.event();
+        assert_eq!(e.action, Action::Apply);
+        assert_eq!(
+            e.reason,
+            "Landlock fully enforced (kernel ABI 7, requested ABI 6)"
+        );
+        assert_eq!(e.detail["enforcement"], "full");
+        assert_eq!(e.detail["kernel_abi"], 7);
+        assert_eq!(e.detail["requested_abi"], 6);
+        let partial = FenceStatus {
+            enforcement: Enforcement::Partial,
+            ..full.clone()
+        };
+        assert_eq!(partial.event().action, Action::Degraded);
+        let none = FenceStatus {
+            enforcement: Enforcement::None,
+            kernel_abi: None,
+            error: None,
+        };
+        assert_eq!(
+            none.to_string(),
+            "not enforced (Landlock unavailable on this kernel)"
+        );
+        let failed = FenceStatus {
+            error: Some("EINVAL".into()),
+            ..none
+        };
+        assert_eq!(failed.to_string(), "not enforced: EINVAL");
+        let e = failed.event();
+        assert_eq!(e.action, Action::Degraded);
+        assert_eq!(e.detail["error"], "EINVAL");
+        assert!(!e.detail.contains_key("kernel_abi"));
+        // It crosses the control channel as JSON and comes back the same.
+        let json = serde_json::to_string(&failed).unwrap();
+        assert_eq!(serde_json::from_str::<FenceStatus>(&json).unwrap(), failed);
+    }
 
     /// Landlock alone (no mounts): in a forked child, a carved hole is unreadable while its
     /// siblings stay readable and nothing outside the write set is writable.
@@ -115,7 +211,7 @@ mod tests {
             let code = (|| {
                 sys::set_no_new_privs().map_err(|_| 10)?;
                 let st = apply(&rules).map_err(|_| 11)?;
-                if st.state != "fully enforced" {
+                if st.enforcement != Enforcement::Full {
                     return Err(12);
                 }
                 if std::fs::read(base.join("secret/key")).is_ok() {

@@ -14,8 +14,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, Ordering};
 
+use cordon_events::{Enforcement, LimitVia};
 use cordon_policy::{LandlockMode, LimitsPlan};
 
+use crate::fence::FenceStatus;
+use crate::limits::{AppliedLimit, Limit};
 use crate::protocol::{self, FromInit, InitSpec, InwardReply, InwardRequest, NetSetup};
 use crate::{fence, mounts, seccomp, sys};
 
@@ -125,7 +128,7 @@ pub fn main() -> ! {
     drop(slave);
     let mut text = Vec::new();
     let mut fds = Vec::new();
-    let mut landlock = String::from("not applied");
+    let mut landlock = None;
     let mut limits = Vec::new();
     let mut buf = [0u8; 4096];
     'report: loop {
@@ -143,9 +146,15 @@ pub fn main() -> ! {
             let line: Vec<u8> = text.drain(..=end).collect();
             let line = String::from_utf8_lossy(&line[..end]).into_owned();
             if let Some(v) = line.strip_prefix("landlock ") {
-                landlock = v.to_string();
+                match serde_json::from_str(v) {
+                    Ok(status) => landlock = Some(status),
+                    Err(e) => fail("start", format!("command report {line:?}: {e}")),
+                }
             } else if let Some(v) = line.strip_prefix("limit ") {
-                limits.push(v.to_string());
+                match serde_json::from_str(v) {
+                    Ok(limit) => limits.push(limit),
+                    Err(e) => fail("start", format!("command report {line:?}: {e}")),
+                }
             } else if line == "listener" {
                 // Forward the notification descriptor now: the command's exec is about to
                 // trap, and only the supervisor can answer it.
@@ -176,7 +185,7 @@ pub fn main() -> ! {
         CONTROL_FD,
         &FromInit::Started {
             pid,
-            landlock,
+            landlock: landlock.unwrap_or_else(|| FenceStatus::failed("not applied")),
             limits,
         },
         exit_pipe.as_ref().map(|(r, _)| r.as_raw_fd()),
@@ -326,9 +335,9 @@ fn command_child(spec: &InitSpec, slave: Option<OwnedFd>, report: OwnedFd) -> ! 
     if let Err(e) = enter_locked_namespace(spec.uid, spec.gid) {
         child_fail(r, "lock-mounts", e);
     }
-    for line in apply_rlimits(&spec.limits) {
-        match line {
-            Ok(l) => sys::write_all_raw(r, format!("limit {l}\n").as_bytes()),
+    for applied in apply_rlimits(&spec.limits) {
+        match applied {
+            Ok(l) => send_report(r, "limit", &l),
             Err(e) => child_fail(r, "limits", e),
         }
     }
@@ -341,22 +350,21 @@ fn command_child(spec: &InitSpec, slave: Option<OwnedFd>, report: OwnedFd) -> ! 
     if let Err(e) = sys::set_no_new_privs() {
         child_fail(r, "no_new_privs", e);
     }
-    match fence::apply(&spec.layout.landlock) {
-        Ok(status) => {
-            if status.state == "not enforced" && spec.landlock == LandlockMode::Required {
-                child_fail(
-                    r,
-                    "landlock",
-                    format!(
-                        "{status}; policy requires it (set [filesystem] landlock = \"best-effort\" to run without)"
-                    ),
-                );
-            }
-            sys::write_all_raw(r, format!("landlock {status}\n").as_bytes());
-        }
+    let landlock = match fence::apply(&spec.layout.landlock) {
+        Ok(status) => status,
         Err(e) if spec.landlock == LandlockMode::Required => child_fail(r, "landlock", e),
-        Err(e) => sys::write_all_raw(r, format!("landlock not enforced: {e}\n").as_bytes()),
+        Err(e) => FenceStatus::failed(e),
+    };
+    if landlock.enforcement == Enforcement::None && spec.landlock == LandlockMode::Required {
+        child_fail(
+            r,
+            "landlock",
+            format!(
+                "{landlock}; policy requires it (set [filesystem] landlock = \"best-effort\" to run without)"
+            ),
+        );
     }
+    send_report(r, "landlock", &landlock);
     if let Err(e) = sys::drop_all_capabilities() {
         child_fail(r, "capabilities", e);
     }
@@ -389,21 +397,35 @@ fn enter_locked_namespace(uid: u32, gid: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// One line of the command's setup report to init: `KIND <json>`, so what it reports stays
+/// typed across the pipe (a JSON string holds no newline).
+fn send_report(r: RawFd, kind: &str, value: &impl serde::Serialize) {
+    match serde_json::to_string(value) {
+        Ok(json) => sys::write_all_raw(r, format!("{kind} {json}\n").as_bytes()),
+        Err(e) => child_fail(r, "start", format!("report {kind}: {e}")),
+    }
+}
+
 /// rlimits are per process and inherited, so they bound every process the command starts.
-fn apply_rlimits(l: &LimitsPlan) -> Vec<Result<String, String>> {
+fn apply_rlimits(l: &LimitsPlan) -> Vec<Result<AppliedLimit, String>> {
+    let rlimits = [
+        (libc::RLIMIT_AS, l.memory, Limit::Memory as fn(u64) -> Limit),
+        (libc::RLIMIT_NPROC, l.pids, Limit::Pids),
+        (libc::RLIMIT_NOFILE, l.nofile, Limit::Nofile),
+    ];
     let mut out = Vec::new();
-    let mut set = |res, val: Option<u64>, name: &str| {
-        if let Some(v) = val {
-            out.push(
-                sys::setrlimit(res, v)
-                    .map(|_| format!("{name}={v} via rlimit"))
-                    .map_err(|e| format!("setrlimit {name}={v}: {e}")),
-            );
-        }
-    };
-    set(libc::RLIMIT_AS, l.memory, "memory");
-    set(libc::RLIMIT_NPROC, l.pids, "pids");
-    set(libc::RLIMIT_NOFILE, l.nofile, "nofile");
+    for (resource, value, limit) in rlimits {
+        let Some(v) = value else { continue };
+        let limit = limit(v);
+        out.push(
+            sys::setrlimit(resource, v)
+                .map(|_| AppliedLimit {
+                    limit,
+                    via: LimitVia::Rlimit,
+                })
+                .map_err(|e| format!("setrlimit {limit}: {e}")),
+        );
+    }
     out
 }
 

@@ -150,16 +150,34 @@ impl Layout {
     }
 }
 
+/// Why a host file cannot be shown as a masked copy.
+#[derive(Debug, thiserror::Error)]
+pub enum ShowCopyError {
+    /// The path does not lead anywhere (or not to something readable).
+    #[error("{}: {source}", path.display())]
+    Resolve {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// It leads to something other than a regular file.
+    #[error("{} is not a regular file", path.display())]
+    NotAFile { path: PathBuf },
+}
+
 impl Layout {
     /// Shows `content` at the host file `path` instead of what it holds — a masked copy of a
     /// credential file, its secret replaced: inside a masked directory the mask holds just
     /// this file; a masked file becomes this content; an unmasked one is covered by it.
     /// Landlock may read it (the mask's exclusion stays for everything else). Returns where
     /// it is shown, or why it cannot be.
-    pub fn show_copy(&mut self, path: &Path, content: &str) -> Result<PathBuf, String> {
-        let target = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    pub fn show_copy(&mut self, path: &Path, content: &str) -> Result<PathBuf, ShowCopyError> {
+        let target = std::fs::canonicalize(path).map_err(|source| ShowCopyError::Resolve {
+            path: path.to_path_buf(),
+            source,
+        })?;
         if !target.is_file() {
-            return Err(format!("{} is not a regular file", target.display()));
+            return Err(ShowCopyError::NotAFile { path: target });
         }
         let mut placed = false;
         for m in &mut self.mounts {
@@ -244,11 +262,45 @@ pub fn prepare(fs: &FilesystemPlan) -> Layout {
 }
 
 /// Build the layout for `fs` with `staged` paths mounted copy-on-write (they are writable
-/// inside, and no longer read-only carve-outs).
+/// inside, and no longer read-only carve-outs). The mounts come in the order they must be
+/// made: binds (parents first), read-only carve-outs, masks; then the Landlock rules.
 pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
     let mut layout = Layout::default();
+    let deny = denied(fs);
+    let binds = binds(fs, staged, &deny, &mut layout.skipped);
+    let writable_roots: Vec<PathBuf> = binds
+        .iter()
+        .filter_map(|b| match b {
+            MountOp::Bind {
+                path,
+                writable: true,
+            }
+            | MountOp::Overlay { path, .. }
+            | MountOp::StagedFile { path, .. } => Some(path.clone()),
+            _ => None,
+        })
+        .collect();
+    let staged_paths: Vec<PathBuf> = staged
+        .iter()
+        .filter(|s| s.reviewed())
+        .map(|s| normalize(s.path()))
+        .collect();
+    layout.mounts.extend(binds);
+    carve_outs(
+        fs,
+        &staged_paths,
+        &writable_roots,
+        &deny,
+        &mut layout.mounts,
+    );
+    masks(&deny, &mut layout.mounts);
+    landlock_rules(&deny, &writable_roots, &mut layout);
+    layout
+}
 
-    // Canonical deny paths: both the spelling in the policy and where it really points.
+/// Canonical deny paths: both the spelling in the policy and where it really points, each
+/// with the rule's origin.
+fn denied(fs: &FilesystemPlan) -> Vec<(PathBuf, String)> {
     let mut deny: Vec<(PathBuf, String)> = Vec::new();
     for r in &fs.deny {
         for f in forms(&r.path) {
@@ -257,8 +309,17 @@ pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
             }
         }
     }
+    deny
+}
 
-    // 1. Binds and the sandbox's own filesystems, parents before children.
+/// Step 1. Binds and the sandbox's own filesystems, parents before children, with the
+/// session's staged paths as overlays; paths that cannot be bound are noted in `skipped`.
+fn binds(
+    fs: &FilesystemPlan,
+    staged: &[Staged],
+    deny: &[(PathBuf, String)],
+    skipped: &mut Vec<String>,
+) -> Vec<MountOp> {
     let mut binds: Vec<MountOp> = vec![
         MountOp::Dev {
             path: "/dev".into(),
@@ -273,13 +334,13 @@ pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
             path: "/dev/shm".into(),
         },
     ];
-    let mut add_binds = |rules: &[PathRule], writable: bool, layout: &mut Layout| {
+    let mut add_binds = |rules: &[PathRule], writable: bool, skipped: &mut Vec<String>| {
         for r in rules {
             let p = normalize(&r.path);
             let real = match std::fs::canonicalize(&p) {
                 Ok(c) => c,
                 Err(_) => {
-                    layout.skipped.push(format!(
+                    skipped.push(format!(
                         "{} path {} does not exist ({})",
                         if writable { "writable" } else { "readable" },
                         p.display(),
@@ -289,7 +350,7 @@ pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
                 }
             };
             if deny.iter().any(|(d, _)| within(&real, d)) {
-                layout.skipped.push(format!(
+                skipped.push(format!(
                     "{} is inside a denied path; deny wins",
                     real.display()
                 ));
@@ -302,12 +363,12 @@ pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
             });
         }
     };
-    add_binds(&fs.readable, false, &mut layout);
-    add_binds(&fs.writable, true, &mut layout);
+    add_binds(&fs.readable, false, skipped);
+    add_binds(&fs.writable, true, skipped);
     for st in staged {
         let path = normalize(st.path());
         if deny.iter().any(|(d, _)| within(&path, d)) {
-            layout.skipped.push(format!(
+            skipped.push(format!(
                 "protected {} is inside a denied path; deny wins",
                 path.display()
             ));
@@ -343,26 +404,18 @@ pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
     }
     // Stable: at equal depth the sandbox's own mounts (pushed first) come before user binds.
     binds.sort_by_key(|b| depth(b.path()));
-    let writable_roots: Vec<PathBuf> = binds
-        .iter()
-        .filter_map(|b| match b {
-            MountOp::Bind {
-                path,
-                writable: true,
-            }
-            | MountOp::Overlay { path, .. }
-            | MountOp::StagedFile { path, .. } => Some(path.clone()),
-            _ => None,
-        })
-        .collect();
-    let staged_paths: Vec<PathBuf> = staged
-        .iter()
-        .filter(|s| s.reviewed())
-        .map(|s| normalize(s.path()))
-        .collect();
-    layout.mounts.extend(binds);
+    binds
+}
 
-    // 2. Read-only carve-outs, with their parents pinned so they cannot be swapped out by a rename.
+/// Step 2. Read-only carve-outs, with their parents pinned so they cannot be swapped out by a
+/// rename; staged paths are pinned the same way but stay writable (reviewed at exit instead).
+fn carve_outs(
+    fs: &FilesystemPlan,
+    staged_paths: &[PathBuf],
+    writable_roots: &[PathBuf],
+    deny: &[(PathBuf, String)],
+    mounts: &mut Vec<MountOp>,
+) {
     let mut pins: Vec<PathBuf> = Vec::new();
     let mut read_only: Vec<PathBuf> = Vec::new();
     // Git reads more config than .git/config: each submodule's own config and hooks (run by a
@@ -383,7 +436,7 @@ pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
     // Staged paths need their parents pinned just like read-only ones: renaming `.git` away
     // and making a new one would otherwise slip a hook past both the mount and the review.
     let mut guarded: Vec<PathBuf> = ro_rules.iter().map(|r| normalize(&r.path)).collect();
-    for p in &staged_paths {
+    for p in staged_paths {
         if !guarded.contains(p) {
             guarded.push(p.clone());
         }
@@ -424,15 +477,13 @@ pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
     }
     pins.sort_by_key(|p| depth(p));
     read_only.sort_by_key(|p| depth(p));
-    layout
-        .mounts
-        .extend(pins.into_iter().map(|path| MountOp::Pin { path }));
-    layout
-        .mounts
-        .extend(read_only.into_iter().map(|path| MountOp::ReadOnly { path }));
+    mounts.extend(pins.into_iter().map(|path| MountOp::Pin { path }));
+    mounts.extend(read_only.into_iter().map(|path| MountOp::ReadOnly { path }));
+}
 
-    // 3. Masks last, so nothing can be bound over them. A mask inside another is redundant.
-    let mut masks: Vec<(PathBuf, String)> = deny.clone();
+/// Step 3. Masks last, so nothing can be bound over them. A mask inside another is redundant.
+fn masks(deny: &[(PathBuf, String)], mounts: &mut Vec<MountOp>) {
+    let mut masks: Vec<(PathBuf, String)> = deny.to_vec();
     masks.sort_by_key(|(p, _)| depth(p));
     let mut done: Vec<PathBuf> = Vec::new();
     for (p, rule) in masks {
@@ -448,17 +499,20 @@ pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
         }
         done.push(p.clone());
         if meta.is_dir() {
-            layout.mounts.push(MountOp::MaskDir {
+            mounts.push(MountOp::MaskDir {
                 path: p,
                 rule,
                 shown: Vec::new(),
             });
         } else {
-            layout.mounts.push(MountOp::MaskFile { path: p, rule });
+            mounts.push(MountOp::MaskFile { path: p, rule });
         }
     }
+}
 
-    // 4. Landlock: read beneath each readable root except denied subtrees; write where writable.
+/// Step 4. Landlock: read beneath each readable root except denied subtrees; write where
+/// writable.
+fn landlock_rules(deny: &[(PathBuf, String)], writable_roots: &[PathBuf], layout: &mut Layout) {
     let excluded: Vec<PathBuf> = deny.iter().map(|(p, _)| p.clone()).collect();
     for b in &layout.mounts {
         if let MountOp::Bind {
@@ -469,13 +523,12 @@ pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
             carve(path, &excluded, &mut layout.landlock);
         }
     }
-    for w in &writable_roots {
+    for w in writable_roots {
         layout.landlock.write.push(w.clone());
     }
     for p in ["/tmp", "/dev", "/dev/shm"] {
         layout.landlock.write.push(p.into());
     }
-    layout
 }
 
 /// Config and hooks git reads besides `.git/config` and `.git/hooks`: `config.worktree`,

@@ -1,5 +1,6 @@
-//! cordon-sandbox: filesystem and process isolation (layer 1) — namespaces, mounts, Landlock,
-//! the pty, init and reaper, resource limits.
+//! cordon-sandbox: filesystem and process isolation (layer 1) and the syscall filter with
+//! supervised exec (layer 4) — namespaces, mounts, Landlock, seccomp, the pty, init and reaper,
+//! resource limits.
 //!
 //! Both sides of the boundary live here, kept in separate modules:
 //! - host side (the supervisor, the user's uid): [`run`] turns a [`Plan`] into a [`Layout`],
@@ -7,11 +8,25 @@
 //! - sandbox side: [`init_main`], PID 1 inside the new namespaces, builds the view and starts
 //!   the command in a locked, capability-free, Landlock-fenced nested namespace.
 //!
-//! The crossings: the control channel (setup only), the pty master, forwarded signals, and
-//! the network handoff ([`net`]: TUN device, DNS and proxy sockets, the publish helper).
-//! All `unsafe` of cordon lives in the private `sys` module, and the kernel-facing `unsafe` of
-//! the syscall filter (the `seccomp` syscall, the notification listener's ioctls) in the
-//! private `seccomp` module.
+//! The crossings: the control channel (setup only), the pty master, forwarded signals, the
+//! seccomp notification descriptor, and the network handoff ([`net`]: TUN device, DNS and
+//! proxy sockets, the publish helper).
+//!
+//! The modules, by side:
+//! - host side: `supervisor` ([`run`]: view, clone, setup handshake, relay), `exec_supervisor`
+//!   (answers the filter's notifications), `cgroup`, [`probe`] (`cordon doctor`);
+//! - sandbox side: `init`, `mounts` (builds the view), `fence` (Landlock), `seccomp` (the
+//!   filter, whose `listener` the supervisor uses);
+//! - both: [`layout`] (the view as ordered [`MountOp`]s), `protocol` (the control channel's
+//!   messages), `limits` (limits and how each is enforced), [`net`] (the handoff), `sys`
+//!   (checked syscall wrappers, one file per job).
+//!
+//! Where `unsafe` is (nearly all of cordon's; `cordon-approval` has one `SO_PEERCRED` call):
+//! the wrappers in `sys`; the filter's installer and listener ioctls in `seccomp`; and the two
+//! calls of `sys::clone_into_namespaces`, in `supervisor` and `probe`, whose children keep to
+//! async-signal-safe calls until they exec or exit. Every block says why it is sound (`// SAFETY:`).
+//! Enforcement status is typed from the kernel call to the event ([`FenceStatus`] with
+//! [`cordon_events::Enforcement`], limits with [`cordon_events::LimitVia`]).
 //!
 //! ```no_run
 //! # fn demo(plan: &cordon_policy::Plan) -> Result<(), cordon_sandbox::SandboxError> {
@@ -29,6 +44,7 @@ mod exec_supervisor;
 mod fence;
 mod init;
 pub mod layout;
+mod limits;
 mod mounts;
 pub mod net;
 pub mod probe;
@@ -39,7 +55,7 @@ mod sys;
 
 pub use cordon_policy::Plan;
 pub use fence::FenceStatus;
-pub use layout::{Layout, MountOp, Staged, prepare, prepare_with_state};
+pub use layout::{Layout, MountOp, ShowCopyError, Staged, prepare, prepare_with_state};
 pub use net::{Inward, NetAttach, NetHandoff, SocketTable, host_bundle};
 pub use supervisor::{Command, Outcome, TtyMode, run, run_with_network};
 pub use sys::{
@@ -58,15 +74,54 @@ pub fn init_main() -> ! {
 /// Why a sandbox could not be started. Any of these means the command did not run.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
-    #[error("{0}")]
-    Usage(String),
-    #[error("{0}")]
-    Namespaces(String),
+    /// [`Command::argv`] is empty.
+    #[error("no command given")]
+    NoCommand,
+    /// The approval brokers' directory, masked in every session, could not be made.
+    #[error("cannot prepare the approval directory: {source}")]
+    ApprovalDir {
+        #[source]
+        source: cordon_approval::ApprovalError,
+    },
+    /// A host file could not be shown as a masked copy (the real file is never shown instead).
+    #[error("cannot show a masked copy of {source}")]
+    ShownCopy {
+        #[source]
+        source: layout::ShowCopyError,
+    },
+    /// The kernel refused the sandbox's namespaces.
+    #[error(
+        "cannot create user/mount/pid/net namespaces: {source} (is kernel.unprivileged_userns_clone or \
+         user.max_user_namespaces disabled, or an AppArmor userns restriction active? run `cordon doctor`)"
+    )]
+    Namespaces {
+        #[source]
+        source: std::io::Error,
+    },
+    /// The caller's uid/gid could not be mapped into the new user namespace.
+    #[error("cannot map uid/gid into the sandbox: {source}")]
+    IdMaps {
+        #[source]
+        source: std::io::Error,
+    },
+    /// Init reported that a stage of its setup failed. Text, because it comes across the
+    /// control channel from the sandbox side.
     #[error("sandbox setup failed at {stage}: {message}")]
     Setup { stage: String, message: String },
+    /// The egress gateway refused the network handoff ([`NetAttach::attach`]'s reason).
+    #[error("sandbox setup failed at network: {0}")]
+    Network(String),
+    /// Init ended (its exit status, if it could be reaped) before the command started.
+    #[error("sandbox setup failed at init: sandbox init ended before the command started ({0:?})")]
+    InitEnded(Option<WaitStatus>),
+    /// Init started the command without handing over the seccomp listener.
+    #[error("sandbox setup failed at syscalls: no seccomp listener came back")]
+    NoListener,
+    /// A system call of the supervisor's own failed; `what` says what it was doing.
     #[error("{what}: {source}")]
     Io {
-        what: String,
+        what: &'static str,
+        #[source]
         source: std::io::Error,
     },
 }

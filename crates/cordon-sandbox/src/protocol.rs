@@ -15,7 +15,9 @@ use std::path::PathBuf;
 use cordon_policy::{LandlockMode, LimitsPlan, SyscallsPlan};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
+use crate::fence::FenceStatus;
 use crate::layout::Layout;
+use crate::limits::AppliedLimit;
 use crate::sys;
 
 /// Largest frame accepted, so a confused peer cannot make us allocate without bound.
@@ -73,8 +75,9 @@ pub(crate) enum FromInit {
     /// The command was started (or failed to exec with 126/127, which is its own result).
     Started {
         pid: i32,
-        landlock: String,
-        limits: Vec<String>,
+        landlock: FenceStatus,
+        /// The rlimits the command's setup set (the cgroups' are known to the supervisor).
+        limits: Vec<AppliedLimit>,
     },
     /// The TUN device is attached to this frame.
     NetTun,

@@ -14,12 +14,14 @@ use std::time::{Duration, Instant};
 
 use cordon_approval::Broker;
 use cordon_events::{Action, Layer, NewEvent};
-use cordon_policy::{ExecAction, NetMode, PathRule, Plan};
+use cordon_policy::{ExecAction, FilesystemPlan, NetMode, PathRule, Plan};
 
 use crate::cgroup::Cgroup;
 use crate::exec_supervisor::ExecSupervisor;
+use crate::fence::FenceStatus;
 use crate::init::{CONTROL_FD, FORWARDED};
 use crate::layout::{self, MountOp};
+use crate::limits::{self, AppliedLimit, Limit};
 use crate::net::{Inward, NetAttach, NetHandoff};
 use crate::protocol::{self, FromInit, InitSpec, NetSetup};
 use crate::seccomp::Listener;
@@ -95,11 +97,8 @@ impl Drop for RawGuard {
     }
 }
 
-fn io_err(what: &str, e: io::Error) -> SandboxError {
-    SandboxError::Io {
-        what: what.to_string(),
-        source: e,
-    }
+fn io_err(what: &'static str, source: io::Error) -> SandboxError {
+    SandboxError::Io { what, source }
 }
 
 /// Run `cmd` inside a new sandbox built from `plan`, reporting to `emit`, and wait for it.
@@ -111,6 +110,11 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
 
 /// [`run`], with the egress gateway that serves the sandbox's network when `[network] mode`
 /// is `gateway`.
+///
+/// The steps, in order: what the sandbox will see (approvals, view, environment, init's
+/// spec), then the sandbox itself (clone, id maps, cgroups, spec sent), then what init hands
+/// back until the command has started (terminal, network, exec supervision), then the relay
+/// until it ends. Any failure before the command starts kills init: nothing ran.
 pub fn run_with_network(
     plan: &Plan,
     cmd: &Command,
@@ -118,58 +122,68 @@ pub fn run_with_network(
     mut net: Option<&mut dyn NetAttach>,
 ) -> Result<Outcome, SandboxError> {
     if cmd.argv.is_empty() {
-        return Err(SandboxError::Usage("no command given".into()));
+        return Err(SandboxError::NoCommand);
     }
-    // The brokers' directory is masked in every session, with or without `ask` rules: a
-    // sandbox runs as the user's uid, so file modes alone would not keep it from answering
-    // another session's questions. It is created (0700) up front so there is something to mask.
+    let (fs, broker) = approvals(plan, cmd, emit)?;
+    let net_setup = net_setup(plan, net.as_deref());
+    let (layout, bundle_at) = view(&fs, cmd, net_setup, net.as_deref(), emit)?;
+    let env = environment(plan, net_setup, bundle_at.as_deref(), &layout, emit);
+    let mut spec = init_spec(plan, cmd, layout, env, net_setup);
+    let (sock, child) = launch(namespaces(net_setup, emit), spec.uid, spec.gid)?;
+    let sandbox = Sandbox::into_cgroup(child, plan, &mut spec, emit)?;
+    sys::write_all_raw(sock.as_raw_fd(), b"g");
+    if let Err(e) = protocol::send(sock.as_raw_fd(), &spec, None) {
+        return Err(sandbox.abort(io_err("send the plan to the sandbox", e)));
+    }
+    let handed = sandbox.receive_setup(sock.as_raw_fd(), net.as_deref_mut(), cmd, emit)?;
+    match (net_setup, net) {
+        (NetSetup::Gateway { inward: true, .. }, Some(n)) => n.inward(Inward::new(sock)),
+        _ => drop(sock),
+    }
+    let supervisor = sandbox.exec_supervisor(handed.listener, plan, broker, emit)?;
+    report_seccomp(plan, emit);
+    sandbox.supervise(handed.master, supervisor, handed.exit_pipe)
+}
+
+/// The approval brokers' directory is masked in every session, with or without `ask` rules:
+/// a sandbox runs as the user's uid, so file modes alone would not keep it from answering
+/// another session's questions. It is created (0700) up front so there is something to mask.
+/// Returns the filesystem plan with that mask, and this session's broker when there are `ask`
+/// rules (without one, they deny).
+fn approvals(
+    plan: &Plan,
+    cmd: &Command,
+    emit: &dyn Fn(NewEvent),
+) -> Result<(FilesystemPlan, Option<Broker>), SandboxError> {
     let mut fs = plan.filesystem.clone();
     let broker_dir = cordon_approval::default_dir();
     if let Some(dir) = &broker_dir {
-        match cordon_approval::ensure_dir(dir) {
-            Ok(()) => fs
-                .deny
-                .push(PathRule::new(dir, "built-in: approval brokers")),
-            Err(e) => {
-                return Err(SandboxError::Usage(format!(
-                    "cannot prepare the approval directory: {e}"
-                )));
-            }
-        }
+        cordon_approval::ensure_dir(dir).map_err(|source| SandboxError::ApprovalDir { source })?;
+        fs.deny
+            .push(PathRule::new(dir, "built-in: approval brokers"));
     }
-    let broker = if plan.exec.rules.iter().any(|r| r.action == ExecAction::Ask) {
-        match broker_dir.map(|d| Broker::bind(&d, &cmd.session)) {
-            Some(Ok(b)) => Some(b),
-            Some(Err(e)) => {
-                emit(NewEvent::new(
-                    Layer::Exec,
-                    Action::Degraded,
-                    format!("no approval broker ({e}): `ask` rules deny"),
-                ));
-                None
-            }
-            None => None,
+    if !plan.exec.rules.iter().any(|r| r.action == ExecAction::Ask) {
+        return Ok((fs, None));
+    }
+    let broker = match broker_dir.map(|d| Broker::bind(&d, &cmd.session)) {
+        Some(Ok(b)) => Some(b),
+        Some(Err(e)) => {
+            emit(NewEvent::new(
+                Layer::Exec,
+                Action::Degraded,
+                format!("no approval broker ({e}): `ask` rules deny"),
+            ));
+            None
         }
-    } else {
-        None
+        None => None,
     };
-    let mut layout = layout::prepare_with_state(&fs, &cmd.staged);
-    for (path, content) in &cmd.shown {
-        match layout.show_copy(path, content) {
-            Ok(at) => emit(NewEvent::new(
-                Layer::Filesystem,
-                Action::Apply,
-                format!("{} is shown as a masked copy", at.display()),
-            )),
-            // Never the real file instead: the command does not start.
-            Err(e) => {
-                return Err(SandboxError::Usage(format!(
-                    "cannot show a masked copy of {e}"
-                )));
-            }
-        }
-    }
-    let net_setup = match (plan.network.mode, &net) {
+    Ok((fs, broker))
+}
+
+/// What the sandbox's network namespace gets: `[network] mode`, except that `gateway` without
+/// a gateway to serve it is loopback only (fail closed).
+fn net_setup(plan: &Plan, net: Option<&dyn NetAttach>) -> NetSetup {
+    match (plan.network.mode, net) {
         (NetMode::Host, _) => NetSetup::Host,
         (NetMode::Gateway, Some(n)) => NetSetup::Gateway {
             addr: crate::net::SANDBOX_ADDR,
@@ -178,17 +192,58 @@ pub fn run_with_network(
             inward: n.wants_inward(),
         },
         (NetMode::Gateway, None) | (NetMode::None, _) => NetSetup::Loopback,
-    };
+    }
+}
+
+/// The filesystem view, reported: the layout of `fs` with the session's staged paths, the
+/// masked copies shown in place of credential files, and, with a network of its own, the
+/// sandbox's resolver and (with an intercepting gateway) its trust bundle. Returns the layout
+/// and where that bundle is, for the environment.
+fn view(
+    fs: &FilesystemPlan,
+    cmd: &Command,
+    net_setup: NetSetup,
+    net: Option<&dyn NetAttach>,
+    emit: &dyn Fn(NewEvent),
+) -> Result<(layout::Layout, Option<String>), SandboxError> {
+    let mut layout = layout::prepare_with_state(fs, &cmd.staged);
+    for (path, content) in &cmd.shown {
+        // Never the real file instead: the command does not start.
+        let at = layout
+            .show_copy(path, content)
+            .map_err(|source| SandboxError::ShownCopy { source })?;
+        emit(NewEvent::new(
+            Layer::Filesystem,
+            Action::Apply,
+            format!("{} is shown as a masked copy", at.display()),
+        ));
+    }
     if net_setup != NetSetup::Host {
         resolv_conf(&mut layout);
     }
-    let bundle_at = match (&net_setup, net.as_deref().and_then(|n| n.ca_bundle())) {
+    let bundle_at = match (&net_setup, net.and_then(|n| n.ca_bundle())) {
         (NetSetup::Gateway { .. }, Some(bundle)) => trust_bundle(&mut layout, &bundle),
         _ => None,
     };
     report_layout(&layout, emit);
+    Ok((layout, bundle_at))
+}
 
+/// The command's environment, reported: the policy's allow-list of the host's, the proxy
+/// variables that point programs honouring them at the gateway's explicit proxy, the trust
+/// bundle's variables, and `CORDON_NOTICE`.
+fn environment(
+    plan: &Plan,
+    net_setup: NetSetup,
+    bundle_at: Option<&str>,
+    layout: &layout::Layout,
+    emit: &dyn Fn(NewEvent),
+) -> Vec<(OsString, OsString)> {
     let mut env = plan.env.apply(std::env::vars_os());
+    let mut set = |k: &str, v: &str| {
+        env.retain(|(n, _)| n != k);
+        env.push((k.into(), v.into()));
+    };
     if let NetSetup::Gateway { proxy_port, .. } = net_setup {
         let proxy = format!("http://127.0.0.1:{proxy_port}");
         for k in [
@@ -199,23 +254,19 @@ pub fn run_with_network(
             "https_proxy",
             "all_proxy",
         ] {
-            env.retain(|(n, _)| n != k);
-            env.push((k.into(), proxy.clone().into()));
+            set(k, &proxy);
         }
         for k in ["NO_PROXY", "no_proxy"] {
-            env.retain(|(n, _)| n != k);
-            env.push((k.into(), "localhost,127.0.0.1,::1".into()));
+            set(k, "localhost,127.0.0.1,::1");
         }
-        env.retain(|(n, _)| n != "NODE_USE_ENV_PROXY");
-        env.push(("NODE_USE_ENV_PROXY".into(), "1".into()));
+        set("NODE_USE_ENV_PROXY", "1");
     }
-    if let Some(path) = &bundle_at {
+    if let Some(path) = bundle_at {
         for k in crate::net::BUNDLE_VARS {
-            env.retain(|(n, _)| n != k);
-            env.push(((*k).into(), path.clone().into()));
+            set(k, path);
         }
     }
-    env.push(("CORDON_NOTICE".into(), denial_notice(&layout).into()));
+    env.push(("CORDON_NOTICE".into(), denial_notice(layout).into()));
     let passed: Vec<String> = env
         .iter()
         .map(|(k, _)| k.to_string_lossy().into_owned())
@@ -237,11 +288,21 @@ pub fn run_with_network(
         .detail("passed", passed.clone())
         .detail("dropped", dropped),
     );
+    env
+}
 
+/// Everything init needs, in one message: it is the whole of what crosses to the sandbox at
+/// setup besides the descriptors.
+fn init_spec(
+    plan: &Plan,
+    cmd: &Command,
+    layout: layout::Layout,
+    env: Vec<(OsString, OsString)>,
+    net_setup: NetSetup,
+) -> InitSpec {
     let tty = cmd.tty == TtyMode::Auto && sys::isatty(0) && sys::isatty(1);
     let winsize = tty.then(|| sys::get_winsize(0).unwrap_or([24, 80, 0, 0]));
-    let (uid, gid) = (sys::getuid(), sys::getgid());
-    let mut spec = InitSpec {
+    InitSpec {
         layout,
         argv: cmd.argv.iter().map(|a| a.clone().into_vec()).collect(),
         env: env
@@ -255,8 +316,8 @@ pub fn run_with_network(
             .collect(),
         cwd: cmd.cwd.clone(),
         project: plan.project.clone(),
-        uid,
-        gid,
+        uid: sys::getuid(),
+        gid: sys::getgid(),
         tty: winsize,
         limits: plan.limits.clone(),
         landlock: plan.filesystem.landlock,
@@ -265,22 +326,32 @@ pub fn run_with_network(
         supervise_exec: !plan.exec.rules.is_empty(),
         tmpfs_size: plan.limits.memory,
         net: net_setup,
-    };
-    let namespaces = if net_setup == NetSetup::Host {
-        let _ = writeln!(
-            io::stderr(),
-            "cordon: warning: [network] mode = \"host\": the sandbox shares the host's network, \
-             with no egress policy, no DNS filtering and the host's loopback services in reach"
-        );
-        emit(NewEvent::new(
-            Layer::Network,
-            Action::Degraded,
-            "network isolation off (mode = \"host\"): no egress policy",
-        ));
-        sys::SANDBOX_NAMESPACES & !(libc::CLONE_NEWNET as u64)
-    } else {
-        sys::SANDBOX_NAMESPACES
-    };
+    }
+}
+
+/// The namespaces to clone: all of them, except the network one in `host` mode, which is
+/// said loudly (on the terminal and in the log) since it leaves egress unguarded.
+fn namespaces(net_setup: NetSetup, emit: &dyn Fn(NewEvent)) -> u64 {
+    if net_setup != NetSetup::Host {
+        return sys::SANDBOX_NAMESPACES;
+    }
+    let _ = writeln!(
+        io::stderr(),
+        "cordon: warning: [network] mode = \"host\": the sandbox shares the host's network, \
+         with no egress policy, no DNS filtering and the host's loopback services in reach"
+    );
+    emit(NewEvent::new(
+        Layer::Network,
+        Action::Degraded,
+        "network isolation off (mode = \"host\"): no egress policy",
+    ));
+    sys::SANDBOX_NAMESPACES & !(libc::CLONE_NEWNET as u64)
+}
+
+/// Clone the sandbox's init into `namespaces` and map the caller's uid/gid into them. The
+/// child waits (see [`after_clone`]) until the maps are written, then becomes init; returns
+/// the control channel's supervisor end and the child.
+fn launch(namespaces: u64, uid: u32, gid: u32) -> Result<(OwnedFd, sys::Child), SandboxError> {
     let (sock, child_sock) = sys::socketpair().map_err(|e| io_err("control socketpair", e))?;
     let exe = sys::PreparedExec::new(
         CString::new("/proc/self/exe").expect("no NUL"),
@@ -295,161 +366,183 @@ pub fn run_with_network(
     let child = match child {
         Ok(Some(c)) => c,
         Ok(None) => after_clone(sock.as_raw_fd(), child_sock.as_raw_fd(), &exe),
-        Err(e) => {
-            return Err(SandboxError::Namespaces(format!(
-                "cannot create user/mount/pid/net namespaces: {e} (is kernel.unprivileged_userns_clone or \
-                 user.max_user_namespaces disabled, or an AppArmor userns restriction active? run `cordon doctor`)"
-            )));
-        }
+        Err(e) => return Err(SandboxError::Namespaces { source: e }),
     };
     drop(child_sock);
-    let kill_child = |c: &sys::Child| {
-        let _ = sys::pidfd_send_signal(&c.pidfd, libc::SIGKILL);
-        let _ = sys::waitpid(c.pid, false);
-    };
     if let Err(e) = write_id_maps(child.pid, uid, gid) {
-        kill_child(&child);
-        return Err(SandboxError::Namespaces(format!(
-            "cannot map uid/gid into the sandbox: {e}"
-        )));
+        let _ = sys::pidfd_send_signal(&child.pidfd, libc::SIGKILL);
+        let _ = sys::waitpid(child.pid, false);
+        return Err(SandboxError::IdMaps { source: e });
     }
-    let mut cgroup = Cgroup::create(
-        &format!("cordon-{}-{}", std::process::id(), child.pid),
-        &plan.limits,
-    );
-    if let Err(e) = cgroup.add(child.pid) {
-        kill_child(&child);
-        cgroup.remove();
-        return Err(io_err("move the sandbox into its cgroup", e));
+    Ok((sock, child))
+}
+
+/// What init hands over, besides the network, before the command starts.
+struct Handover {
+    /// The pty master, when the command has a terminal of its own.
+    master: Option<OwnedFd>,
+    /// The seccomp notification listener.
+    listener: Option<OwnedFd>,
+    /// Where init reports the command's end once everything inside is gone.
+    exit_pipe: Option<OwnedFd>,
+}
+
+/// The network handoff, as init sends it piece by piece until `NetReady`.
+struct NetParts {
+    tun: Result<OwnedFd, String>,
+    dns: Vec<OwnedFd>,
+    proxy: Option<OwnedFd>,
+    diag: Option<OwnedFd>,
+}
+
+impl NetParts {
+    /// Give the gateway what came, so it serves the sandbox before the command starts.
+    fn attach(
+        &mut self,
+        net: Option<&mut (dyn NetAttach + '_)>,
+        init_pid: libc::pid_t,
+    ) -> Result<(), String> {
+        match (net, self.proxy.take()) {
+            (Some(n), Some(proxy)) => n.attach(NetHandoff {
+                tun: std::mem::replace(&mut self.tun, Err("handed over".into())),
+                dns: std::mem::take(&mut self.dns),
+                proxy,
+                init_pid,
+                sockets: self.diag.take().map(crate::net::SocketTable::new),
+            }),
+            _ => Err("the sandbox's proxy listener did not come back".into()),
+        }
     }
-    // What a cgroup carries, an rlimit need not also approximate.
-    if cgroup.memory {
-        spec.limits.memory = None;
-    }
-    if cgroup.pids {
-        spec.limits.pids = None;
-    }
-    report_limits(plan, &cgroup, uid, emit);
-    sys::write_all_raw(sock.as_raw_fd(), b"g");
-    if let Err(e) = protocol::send(sock.as_raw_fd(), &spec, None) {
-        kill_child(&child);
-        cgroup.remove();
-        return Err(io_err("send the plan to the sandbox", e));
+}
+
+/// The cloned init and the cgroups it was moved into: what must be undone when setup fails.
+struct Sandbox {
+    child: sys::Child,
+    cgroup: Cgroup,
+}
+
+impl Sandbox {
+    /// Move init into cgroups carrying `[limits]`, as far as this user may, before it starts
+    /// anything. What a cgroup carries, the command's rlimits need not also approximate, so
+    /// those are taken out of `spec`.
+    fn into_cgroup(
+        child: sys::Child,
+        plan: &Plan,
+        spec: &mut InitSpec,
+        emit: &dyn Fn(NewEvent),
+    ) -> Result<Sandbox, SandboxError> {
+        let mut cgroup = Cgroup::create(
+            &format!("cordon-{}-{}", std::process::id(), child.pid),
+            &plan.limits,
+        );
+        let added = cgroup.add(child.pid);
+        let sandbox = Sandbox { child, cgroup };
+        if let Err(e) = added {
+            return Err(sandbox.abort(io_err("move the sandbox into its cgroup", e)));
+        }
+        if sandbox.cgroup.memory {
+            spec.limits.memory = None;
+        }
+        if sandbox.cgroup.pids {
+            spec.limits.pids = None;
+        }
+        report_limits(plan, &sandbox.cgroup, spec.uid, emit);
+        Ok(sandbox)
     }
 
-    let mut master: Option<OwnedFd> = None;
-    let mut listener: Option<OwnedFd> = None;
-    let exit_pipe: Option<OwnedFd>;
-    let mut tun: Result<OwnedFd, String> = Err("not made".into());
-    let mut dns = Vec::new();
-    let mut proxy = None;
-    let mut diag = None;
-    loop {
-        match protocol::recv::<FromInit>(sock.as_raw_fd()) {
-            Ok(Some((FromInit::Pty, mut fds))) => master = fds.pop(),
-            Ok(Some((FromInit::Listener, mut fds))) => listener = fds.pop(),
-            Ok(Some((FromInit::NetTun, mut fds))) => {
-                tun = fds
-                    .pop()
-                    .ok_or_else(|| "no TUN descriptor came back".to_string())
-            }
-            Ok(Some((FromInit::NetTunFailed { reason }, _))) => tun = Err(reason),
-            Ok(Some((FromInit::NetDns, mut fds))) => dns.extend(fds.pop()),
-            Ok(Some((FromInit::NetProxy, mut fds))) => proxy = fds.pop(),
-            Ok(Some((FromInit::NetDiag, mut fds))) => diag = fds.pop(),
-            Ok(Some((FromInit::NetReady, _))) => {
-                let attached = match (net.as_deref_mut(), proxy.take()) {
-                    (Some(n), Some(proxy)) => n.attach(NetHandoff {
-                        tun: std::mem::replace(&mut tun, Err("handed over".into())),
-                        dns: std::mem::take(&mut dns),
-                        proxy,
-                        init_pid: child.pid,
-                        sockets: diag.take().map(crate::net::SocketTable::new),
-                    }),
-                    _ => Err("the sandbox's proxy listener did not come back".into()),
-                };
-                if let Err(e) = attached {
-                    kill_child(&child);
-                    cgroup.remove();
-                    return Err(SandboxError::Setup {
-                        stage: "network".into(),
-                        message: e,
+    /// Setup failed while init lives: kill it, reap it, remove its cgroups; returns `e`.
+    fn abort(&self, e: SandboxError) -> SandboxError {
+        let _ = sys::pidfd_send_signal(&self.child.pidfd, libc::SIGKILL);
+        self.ended(e)
+    }
+
+    /// Init is ending on its own (it reported a failure, or hung up): reap it, remove its
+    /// cgroups; returns `e`.
+    fn ended(&self, e: SandboxError) -> SandboxError {
+        let _ = sys::waitpid(self.child.pid, false);
+        self.cgroup.remove();
+        e
+    }
+
+    /// Read init's frames until the command has started: the pty master and the seccomp
+    /// listener it passes on, the network handoff (given to the gateway as soon as it is
+    /// complete: the command may use the network at once), and the report of Landlock and
+    /// the rlimits, which becomes events.
+    fn receive_setup(
+        &self,
+        sock: RawFd,
+        mut net: Option<&mut (dyn NetAttach + '_)>,
+        cmd: &Command,
+        emit: &dyn Fn(NewEvent),
+    ) -> Result<Handover, SandboxError> {
+        let mut master = None;
+        let mut listener = None;
+        let mut parts = NetParts {
+            tun: Err("not made".into()),
+            dns: Vec::new(),
+            proxy: None,
+            diag: None,
+        };
+        loop {
+            match protocol::recv::<FromInit>(sock) {
+                Ok(Some((FromInit::Pty, mut fds))) => master = fds.pop(),
+                Ok(Some((FromInit::Listener, mut fds))) => listener = fds.pop(),
+                Ok(Some((FromInit::NetTun, mut fds))) => {
+                    parts.tun = fds
+                        .pop()
+                        .ok_or_else(|| "no TUN descriptor came back".to_string())
+                }
+                Ok(Some((FromInit::NetTunFailed { reason }, _))) => parts.tun = Err(reason),
+                Ok(Some((FromInit::NetDns, mut fds))) => parts.dns.extend(fds.pop()),
+                Ok(Some((FromInit::NetProxy, mut fds))) => parts.proxy = fds.pop(),
+                Ok(Some((FromInit::NetDiag, mut fds))) => parts.diag = fds.pop(),
+                Ok(Some((FromInit::NetReady, _))) => {
+                    if let Err(e) = parts.attach(net.as_deref_mut(), self.child.pid) {
+                        return Err(self.abort(SandboxError::Network(e)));
+                    }
+                }
+                Ok(Some((
+                    FromInit::Started {
+                        pid,
+                        landlock,
+                        limits,
+                    },
+                    mut fds,
+                ))) => {
+                    report_started(pid, &landlock, &limits, cmd, master.is_some(), emit);
+                    return Ok(Handover {
+                        master,
+                        listener,
+                        exit_pipe: fds.pop(),
                     });
                 }
-            }
-            Ok(Some((
-                FromInit::Started {
-                    pid,
-                    landlock,
-                    limits,
-                },
-                mut fds,
-            ))) => {
-                exit_pipe = fds.pop();
-                let degraded =
-                    landlock.starts_with("not enforced") || landlock.starts_with("partially");
-                emit(
-                    NewEvent::new(
-                        Layer::Landlock,
-                        if degraded {
-                            Action::Degraded
-                        } else {
-                            Action::Apply
-                        },
-                        format!("Landlock {landlock}"),
-                    )
-                    .detail("status", landlock.clone()),
-                );
-                if degraded {
-                    let _ = writeln!(io::stderr(), "cordon: warning: Landlock {landlock}");
+                Ok(Some((FromInit::Failed { stage, message }, _))) => {
+                    return Err(self.ended(SandboxError::Setup { stage, message }));
                 }
-                for l in limits {
-                    emit(NewEvent::new(Layer::Limits, Action::Apply, l));
+                Ok(None) | Err(_) => {
+                    let st = sys::waitpid(self.child.pid, false)
+                        .ok()
+                        .flatten()
+                        .map(|(_, s)| s);
+                    self.cgroup.remove();
+                    return Err(SandboxError::InitEnded(st));
                 }
-                emit(
-                    NewEvent::new(Layer::Process, Action::Start, "command started")
-                        .detail("pid_in_sandbox", pid)
-                        .detail(
-                            "command",
-                            cmd.argv
-                                .iter()
-                                .map(|a| a.to_string_lossy().into_owned())
-                                .collect::<Vec<_>>(),
-                        )
-                        .detail(
-                            "terminal",
-                            if master.is_some() {
-                                "pty"
-                            } else {
-                                "inherited, new session"
-                            },
-                        ),
-                );
-                break;
-            }
-            Ok(Some((FromInit::Failed { stage, message }, _))) => {
-                let _ = sys::waitpid(child.pid, false);
-                cgroup.remove();
-                return Err(SandboxError::Setup { stage, message });
-            }
-            Ok(None) | Err(_) => {
-                let st = sys::waitpid(child.pid, false)
-                    .ok()
-                    .flatten()
-                    .map(|(_, s)| s);
-                cgroup.remove();
-                return Err(SandboxError::Setup {
-                    stage: "init".into(),
-                    message: format!("sandbox init ended before the command started ({st:?})"),
-                });
             }
         }
     }
-    match (net_setup, net) {
-        (NetSetup::Gateway { inward: true, .. }, Some(n)) => n.inward(Inward::new(sock)),
-        _ => drop(sock),
-    }
-    let supervisor = listener.map(|fd| {
+
+    /// The exec supervisor around the listener init passed on. The filter always has one, so
+    /// its absence means setup went wrong: the command must not run unsupervised.
+    fn exec_supervisor<'a>(
+        &self,
+        listener: Option<OwnedFd>,
+        plan: &'a Plan,
+        broker: Option<Broker>,
+        emit: &'a dyn Fn(NewEvent),
+    ) -> Result<ExecSupervisor<'a>, SandboxError> {
+        let Some(fd) = listener else {
+            return Err(self.abort(SandboxError::NoListener));
+        };
         let l = Listener::new(fd);
         if let Err(e) = l.set_sync_wakeup() {
             emit(NewEvent::new(
@@ -458,17 +551,81 @@ pub fn run_with_network(
                 format!("notification sync wake-up unavailable: {e}"),
             ));
         }
-        ExecSupervisor::new(l, &plan.exec, &plan.syscalls, broker, emit)
-    });
-    if supervisor.is_none() {
-        cgroup.remove();
-        let _ = sys::pidfd_send_signal(&child.pidfd, libc::SIGKILL);
-        let _ = sys::waitpid(child.pid, false);
-        return Err(SandboxError::Setup {
-            stage: "syscalls".into(),
-            message: "no seccomp listener came back".into(),
-        });
+        Ok(ExecSupervisor::new(
+            l,
+            &plan.exec,
+            &plan.syscalls,
+            broker,
+            emit,
+        ))
     }
+
+    /// Relay the terminal, signals and exec decisions until the sandbox ends, then wait for
+    /// init only as far as its cgroups need, and remove them.
+    fn supervise(
+        self,
+        master: Option<OwnedFd>,
+        exec: ExecSupervisor,
+        exit_pipe: Option<OwnedFd>,
+    ) -> Result<Outcome, SandboxError> {
+        let ended = relay(&self.child, master, Some(exec), exit_pipe);
+        let status = match ended {
+            Ok(Ended::Reaped(st)) => Ok(st),
+            // Everything inside is gone; the kernel is still tearing the namespaces down. Only
+            // a cgroup (removable once init is reaped) is worth waiting for.
+            Ok(Ended::Reported(st)) if self.cgroup.is_empty() => {
+                let pid = self.child.pid;
+                std::thread::spawn(move || sys::waitpid(pid, false));
+                Ok(st)
+            }
+            Ok(Ended::Reported(st)) => {
+                let _ = sys::waitpid(self.child.pid, false);
+                Ok(st)
+            }
+            Err(e) => Err(e),
+        };
+        self.cgroup.remove();
+        let status = status.map_err(|e| io_err("supervise the sandbox", e))?;
+        Ok(Outcome { status })
+    }
+}
+
+/// The events of a started command: how Landlock is enforced (a warning on the terminal too
+/// when less than fully), the rlimits, and the start itself.
+fn report_started(
+    pid: i32,
+    landlock: &FenceStatus,
+    limits: &[AppliedLimit],
+    cmd: &Command,
+    pty: bool,
+    emit: &dyn Fn(NewEvent),
+) {
+    emit(landlock.event());
+    if landlock.enforcement.is_degraded() {
+        let _ = writeln!(io::stderr(), "cordon: warning: Landlock {landlock}");
+    }
+    for l in limits {
+        emit(l.event());
+    }
+    emit(
+        NewEvent::new(Layer::Process, Action::Start, "command started")
+            .detail("pid_in_sandbox", pid)
+            .detail(
+                "command",
+                cmd.argv
+                    .iter()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect::<Vec<_>>(),
+            )
+            .detail(
+                "terminal",
+                if pty { "pty" } else { "inherited, new session" },
+            ),
+    );
+}
+
+/// The filter is installed and its listener supervised: say so, with the exec rules.
+fn report_seccomp(plan: &Plan, emit: &dyn Fn(NewEvent)) {
     emit(
         NewEvent::new(
             Layer::Syscall,
@@ -484,25 +641,6 @@ pub fn run_with_network(
                 .collect::<Vec<_>>(),
         ),
     );
-    let ended = relay(&child, master, supervisor, exit_pipe);
-    let status = match ended {
-        Ok(Ended::Reaped(st)) => Ok(st),
-        // Everything inside is gone; the kernel is still tearing the namespaces down. Only a
-        // cgroup (removable once init is reaped) is worth waiting for.
-        Ok(Ended::Reported(st)) if cgroup.is_empty() => {
-            let pid = child.pid;
-            std::thread::spawn(move || sys::waitpid(pid, false));
-            Ok(st)
-        }
-        Ok(Ended::Reported(st)) => {
-            let _ = sys::waitpid(child.pid, false);
-            Ok(st)
-        }
-        Err(e) => Err(e),
-    };
-    cgroup.remove();
-    let status = status.map_err(|e| io_err("supervise the sandbox", e))?;
-    Ok(Outcome { status })
 }
 
 /// Point the sandbox's resolver at its loopback, where the gateway's DNS sockets are. Where
@@ -597,26 +735,36 @@ fn denial_notice(layout: &layout::Layout) -> String {
     )
 }
 
+/// The limits events of the host side: what the cgroups carry, and the limits nothing will
+/// enforce (the command's rlimits are reported when it starts), with a warning for each.
 fn report_limits(plan: &Plan, cgroup: &Cgroup, uid: u32, emit: &dyn Fn(NewEvent)) {
-    for line in &cgroup.applied {
-        emit(NewEvent::new(Layer::Limits, Action::Apply, line.clone()));
+    for l in &cgroup.applied {
+        emit(l.event());
     }
-    let mut unenforced = Vec::new();
-    if plan.limits.cpu.is_some() && !cgroup.cpu {
-        unenforced.push("cpu (needs a delegated cgroup; there is no rlimit for it)");
-    }
-    if plan.limits.pids.is_some() && !cgroup.pids && uid == 0 {
-        unenforced.push("pids (the kernel exempts host root from RLIMIT_NPROC; needs a cgroup)");
-    }
-    for what in unenforced {
-        emit(NewEvent::new(
-            Layer::Limits,
-            Action::Degraded,
-            format!("limit not enforced: {what}"),
+    let mut missing = Vec::new();
+    if let Some(c) = plan.limits.cpu
+        && !cgroup.cpu
+    {
+        missing.push((
+            Limit::Cpu(c),
+            "needs a delegated cgroup; there is no rlimit for it",
         ));
+    }
+    if let Some(p) = plan.limits.pids
+        && !cgroup.pids
+        && uid == 0
+    {
+        missing.push((
+            Limit::Pids(p),
+            "the kernel exempts host root from RLIMIT_NPROC; needs a cgroup",
+        ));
+    }
+    for (limit, why) in missing {
+        emit(limits::unenforced(limit, why));
         let _ = writeln!(
             io::stderr(),
-            "cordon: warning: [limits] {what} is not enforced"
+            "cordon: warning: [limits] {} ({why}) is not enforced",
+            limit.name()
         );
     }
 }
