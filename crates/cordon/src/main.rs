@@ -1,6 +1,8 @@
 //! cordon: the binary. Parses the command line and wires the layer crates together; the work
 //! itself lives in `cordon-policy`, `cordon-sandbox` and `cordon-events`.
 
+#![forbid(unsafe_code)]
+
 mod cli;
 mod commands;
 mod home;
