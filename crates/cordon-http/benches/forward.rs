@@ -58,7 +58,7 @@ async fn front(up: SocketAddr, up_ca: String, secure: bool, ca: Arc<CertAuthorit
                 name: "bench".into(),
                 placeholder: PH.into(),
                 real: REAL.into(),
-                hosts: vec!["bench.test".into()],
+                hosts: vec!["bench.test".parse().unwrap()],
                 header: "x-api-key".into(),
                 query: None,
                 format: "{}".into(),
@@ -90,12 +90,11 @@ async fn front(up: SocketAddr, up_ca: String, secure: bool, ca: Arc<CertAuthorit
     let i = Arc::new(
         Interceptor::new(Config {
             ca,
-            rules: vec![Rule {
-                name: "bench".into(),
-                host: "bench.test".into(),
-                action: Action::Allow,
-                ..Rule::default()
-            }],
+            rules: vec![Rule::new(
+                "bench",
+                "bench.test".parse().unwrap(),
+                Action::Allow,
+            )],
             default: Action::Deny,
             upstream_ca_pem: vec![up_ca],
             connect: Arc::new(move |_, _| Box::pin(TcpStream::connect(up))),

@@ -21,6 +21,7 @@
 //! ```
 
 use aho_corasick::AhoCorasick;
+use cordon_policy::HostPattern;
 use regex::bytes::{Regex, RegexSet};
 
 /// Where in a request a secret was seen.
@@ -163,7 +164,7 @@ pub struct Scanner {
     known: Option<AhoCorasick>,
     forms: Vec<(String, usize)>,
     /// Per kind: the hosts it may go to.
-    allowed: Vec<(String, Vec<String>)>,
+    allowed: Vec<(String, Vec<HostPattern>)>,
 }
 
 impl Scanner {
@@ -177,12 +178,16 @@ impl Scanner {
             .iter()
             .filter_map(|(k, p, _)| Regex::new(p).ok().map(|r| (*k, r)))
             .collect();
-        let mut allowed: Vec<(String, Vec<String>)> = Vec::new();
-        let mut allow =
-            |kind: &str, hosts: &[String]| match allowed.iter_mut().find(|(k, _)| k == kind) {
-                Some((_, h)) => h.extend(hosts.iter().cloned()),
-                None => allowed.push((kind.to_string(), hosts.to_vec())),
-            };
+        let mut allowed: Vec<(String, Vec<HostPattern>)> = Vec::new();
+        // Host globs come validated from the policy (or are the built-in issuers'); one that
+        // does not parse matches nothing.
+        let mut allow = |kind: &str, hosts: &[String]| {
+            let hosts = hosts.iter().filter_map(|h| HostPattern::glob(h).ok());
+            match allowed.iter_mut().find(|(k, _)| k == kind) {
+                Some((_, h)) => h.extend(hosts),
+                None => allowed.push((kind.to_string(), hosts.collect())),
+            }
+        };
         for (kind, _, issuers) in SHAPES {
             let hosts: Vec<String> = issuers.iter().map(|h| h.to_string()).collect();
             allow(kind, &hosts);
@@ -294,7 +299,7 @@ impl Scanner {
             .iter()
             .filter(|(k, _)| k == kind || k == "*")
             .flat_map(|(_, hosts)| hosts)
-            .any(|h| crate::glob::host_matches(h, host))
+            .any(|h| h.matches(host))
     }
 
     /// `text` with every secret this scanner knows replaced: token shapes by a redacted

@@ -128,8 +128,8 @@ pub struct WireCredential {
     pub placeholder: String,
     /// The real value (never logged, never sent anywhere but `hosts`).
     pub real: String,
-    /// Host globs it may go to.
-    pub hosts: Vec<String>,
+    /// The hosts it may go to.
+    pub hosts: Vec<cordon_policy::HostPattern>,
     /// The header it travels in (lower-case); empty when it travels in `query`.
     pub header: String,
     /// The query parameter it travels in instead of a header.
@@ -339,7 +339,7 @@ impl Interceptor {
         let mut sent = Vec::new();
         let cleartext = parts.uri.scheme_str() != Some("https");
         for c in &self.credentials {
-            let ours = c.hosts.iter().any(|h| crate::glob::host_matches(h, host));
+            let ours = c.hosts.iter().any(|h| h.matches(host));
             let leak = |place: String| (c.name.clone(), place);
             let elsewhere = || format!("to {host}, which is not one of its hosts");
             let before = sent.len();

@@ -18,12 +18,9 @@
 //! ```
 //! use cordon_http::rules::{Action, Request, Rule, decide};
 //! let rules = vec![Rule {
-//!     name: "anthropic".into(),
-//!     host: "api.anthropic.com".into(),
 //!     methods: vec!["POST".into()],
 //!     path: Some("/v1/messages*".into()),
-//!     action: Action::Allow,
-//!     ..Rule::default()
+//!     ..Rule::new("anthropic", "api.anthropic.com".parse().unwrap(), Action::Allow)
 //! }];
 //! let req = Request { method: "POST", host: "api.anthropic.com", port: 443, path: "/v1/messages", ..Request::default() };
 //! assert_eq!(decide(&rules, Action::Deny, &req).action, Action::Allow);
@@ -35,7 +32,6 @@ pub mod ask;
 mod b64;
 mod ca;
 pub mod dlp;
-pub mod glob;
 pub mod intercept;
 pub mod judge;
 pub mod rules;

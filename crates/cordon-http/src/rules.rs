@@ -2,7 +2,7 @@
 //! rule that matches a request decides it; none matching leaves it to the default. Every
 //! decision carries the name of what decided.
 
-use crate::glob::{host_matches, matches};
+use cordon_policy::glob_match as matches;
 
 pub use cordon_policy::{HttpAction as Action, HttpRule as Rule};
 
@@ -39,7 +39,7 @@ pub struct Decision {
 /// Whether `rule` matches `req`. A body of unknown length does not match a rule with a
 /// `max_body`.
 pub fn rule_matches(rule: &Rule, req: &Request<'_>) -> bool {
-    host_matches(&rule.host, req.host)
+    rule.host.matches(req.host)
         && rule.port.is_none_or(|p| p == req.port)
         && (rule.methods.is_empty()
             || rule
@@ -79,12 +79,7 @@ mod tests {
     use super::*;
 
     fn rule(name: &str, host: &str, action: Action) -> Rule {
-        Rule {
-            name: name.into(),
-            host: host.into(),
-            action,
-            ..Rule::default()
-        }
+        Rule::new(name, host.parse().unwrap(), action)
     }
 
     fn req<'a>(method: &'a str, host: &'a str, path: &'a str) -> Request<'a> {

@@ -183,13 +183,10 @@ async fn fixture_with(
     let ev = events.clone();
     let rule =
         |name: &str, methods: &[&str], path: &str, action: Action, reason: Option<&str>| Rule {
-            name: name.into(),
-            host: "api.example.test".into(),
             methods: methods.iter().map(|m| m.to_string()).collect(),
             path: Some(path.into()),
-            action,
             reason: reason.map(str::to_string),
-            ..Rule::default()
+            ..Rule::new(name, "api.example.test".parse().unwrap(), action)
         };
     let interceptor = Arc::new(
         Interceptor::new(Config {
@@ -693,7 +690,7 @@ async fn secrets_may_go_where_the_policy_says_and_log_lets_them_through() {
     let jwt = tokens().into_iter().find(|(k, _)| *k == "jwt").unwrap().1;
     let exempt = vec![cordon_http::dlp::Exemption {
         kinds: vec!["jwt".into()],
-        hosts: vec!["api.example.test".into()],
+        hosts: vec!["api.example.test".parse().unwrap()],
     }];
     let f = fixture_with(
         true,
@@ -749,7 +746,7 @@ async fn placeholders_become_real_values_only_where_the_credential_goes() {
             name: name.into(),
             placeholder: ph.into(),
             real: real.into(),
-            hosts: vec!["api.example.test".into()],
+            hosts: vec!["api.example.test".parse().unwrap()],
             header: header.into(),
             query: query.map(str::to_string),
             format: "{}".into(),
@@ -828,7 +825,7 @@ async fn every_form_a_value_was_sent_in_is_scrubbed_and_cleartext_refused() {
         name: "b".into(),
         placeholder: ph.clone(),
         real: real.into(),
-        hosts: vec!["api.example.test".into()],
+        hosts: vec!["api.example.test".parse().unwrap()],
         header: "authorization".into(),
         query: None,
         format: "Basic x-access-token:{}".into(),
@@ -901,7 +898,7 @@ async fn query_credentials_swap_only_a_whole_value() {
         name: "q".into(),
         placeholder: ph.clone(),
         real: real.into(),
-        hosts: vec!["api.example.test".into()],
+        hosts: vec!["api.example.test".parse().unwrap()],
         header: String::new(),
         query: Some("key".into()),
         format: "{}".into(),

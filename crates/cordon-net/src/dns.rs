@@ -13,7 +13,11 @@ use thiserror::Error;
 
 use crate::config::{Checked, HOST_ALIAS};
 use crate::fakeip::FakeIpTable;
-use crate::name::{self, NameError, is_strictly_below};
+use crate::name::{self, NameError};
+
+/// `cordon.internal` and every name below it.
+static RESERVED: std::sync::LazyLock<cordon_policy::HostPattern> =
+    std::sync::LazyLock::new(|| cordon_policy::HostPattern::AtOrBelow(RESERVED_DOMAIN.into()));
 
 /// TTL of fake answers, in seconds. Short so that a recycled address (see
 /// [`crate::Resolver`]) is not cached by clients for long.
@@ -197,9 +201,7 @@ pub(crate) fn handle(
             Ok(n) => {
                 if let Some(rule) = cfg.blocklist.check(n) {
                     (DnsAnswer::NxDomain, Some(rule))
-                } else if n != HOST_ALIAS
-                    && (n == RESERVED_DOMAIN || is_strictly_below(n, RESERVED_DOMAIN))
-                {
+                } else if n != HOST_ALIAS && RESERVED.matches(n) {
                     (
                         DnsAnswer::NxDomain,
                         Some(format!("reserved:{RESERVED_DOMAIN}")),

@@ -34,7 +34,7 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 pub use addr::{AddrClass, classify};
-pub use blocklist::{BUILTIN_BLOCKLIST, blocked};
+pub use blocklist::blocked;
 pub use config::{HOST_ALIAS, NetConfig, NetError, default_fake_range};
 pub use connect::{HostResolver, Refusal, is_host_alias};
 pub use dns::{DnsAnswer, DnsDecision, FAKE_TTL, Reject};

@@ -82,18 +82,6 @@ pub fn from_labels<'a>(labels: impl Iterator<Item = &'a [u8]>) -> Result<String,
     Ok(out)
 }
 
-/// True when `name` (normalised) is `base` or a subdomain of it.
-pub(crate) fn is_at_or_below(name: &str, base: &str) -> bool {
-    name == base || is_strictly_below(name, base)
-}
-
-/// True when `name` (normalised) is a proper subdomain of `base`.
-pub(crate) fn is_strictly_below(name: &str, base: &str) -> bool {
-    name.len() > base.len()
-        && name.ends_with(base)
-        && name.as_bytes().get(name.len() - base.len() - 1) == Some(&b'.')
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,15 +106,5 @@ mod tests {
         let deep = vec!["a"; 65].join(".");
         assert_eq!(normalize(&deep), Err(NameError::TooManyLabels));
         assert!(normalize(&vec!["a"; 64].join(".")).is_ok());
-    }
-
-    #[test]
-    fn subdomain_matching() {
-        assert!(is_at_or_below("example.com", "example.com"));
-        assert!(is_at_or_below("a.example.com", "example.com"));
-        assert!(!is_at_or_below("badexample.com", "example.com"));
-        assert!(!is_strictly_below("example.com", "example.com"));
-        assert!(is_strictly_below("x.y.example.com", "example.com"));
-        assert!(!is_at_or_below("com", "example.com"));
     }
 }

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 
+use crate::pattern::glob_match;
 use crate::plan::EnvPlan;
 
 /// Substrings that make a name look like a secret (compared upper-case).
@@ -75,32 +76,6 @@ pub fn never_passable(name: &str) -> bool {
         || NEVER_PASSABLE.contains(&name)
 }
 
-/// Whether `name` matches the `pass` glob `pattern` (`*` matches any run of characters,
-/// including none). Matching is case-sensitive, like variable names.
-pub fn glob_matches(pattern: &str, name: &str) -> bool {
-    let p = pattern.as_bytes();
-    let n = name.as_bytes();
-    let (mut pi, mut ni) = (0, 0);
-    // Position of the last `*` seen and the name position it currently covers up to.
-    let mut star: Option<(usize, usize)> = None;
-    while ni < n.len() {
-        if pi < p.len() && p[pi] == b'*' {
-            star = Some((pi, ni));
-            pi += 1;
-        } else if pi < p.len() && p[pi] == n[ni] {
-            pi += 1;
-            ni += 1;
-        } else if let Some((sp, sn)) = star {
-            pi = sp + 1;
-            ni = sn + 1;
-            star = Some((sp, sn + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == b'*')
-}
-
 /// Why a `pass` entry is not a valid name or glob, if it is not.
 pub(crate) fn glob_error(pattern: &str) -> Option<&'static str> {
     if pattern.is_empty() {
@@ -149,7 +124,7 @@ impl EnvPlan {
                 && self
                     .pass
                     .iter()
-                    .any(|p| p.contains('*') && glob_matches(p, name)))
+                    .any(|p| p.contains('*') && glob_match(p, name)))
     }
 
     /// The sandbox environment built from the host's: the variables that [pass](Self::passes),
@@ -287,21 +262,21 @@ mod tests {
 
     #[test]
     fn globs() {
-        assert!(glob_matches("LC_*", "LC_ALL"));
-        assert!(glob_matches("LC_*", "LC_"));
-        assert!(!glob_matches("LC_*", "LANG"));
-        assert!(!glob_matches("LC_*", "XLC_ALL"));
-        assert!(glob_matches("*_HOME", "CARGO_HOME"));
-        assert!(!glob_matches("*_HOME", "CARGO_HOMES"));
-        assert!(glob_matches("A*B*C", "AxxBxxC"));
-        assert!(glob_matches("A*B*C", "ABC"));
-        assert!(glob_matches("A*B*C", "ABBBC"));
-        assert!(!glob_matches("A*B*C", "ACB"));
-        assert!(glob_matches("*", "ANYTHING"));
-        assert!(glob_matches("*", ""));
-        assert!(glob_matches("PATH", "PATH"));
-        assert!(!glob_matches("PATH", "PATHS"));
-        assert!(!glob_matches("lc_*", "LC_ALL"), "case-sensitive");
+        assert!(glob_match("LC_*", "LC_ALL"));
+        assert!(glob_match("LC_*", "LC_"));
+        assert!(!glob_match("LC_*", "LANG"));
+        assert!(!glob_match("LC_*", "XLC_ALL"));
+        assert!(glob_match("*_HOME", "CARGO_HOME"));
+        assert!(!glob_match("*_HOME", "CARGO_HOMES"));
+        assert!(glob_match("A*B*C", "AxxBxxC"));
+        assert!(glob_match("A*B*C", "ABC"));
+        assert!(glob_match("A*B*C", "ABBBC"));
+        assert!(!glob_match("A*B*C", "ACB"));
+        assert!(glob_match("*", "ANYTHING"));
+        assert!(glob_match("*", ""));
+        assert!(glob_match("PATH", "PATH"));
+        assert!(!glob_match("PATH", "PATHS"));
+        assert!(!glob_match("lc_*", "LC_ALL"), "case-sensitive");
     }
 
     #[test]

@@ -268,9 +268,9 @@ fn untrusted_project_file_loosening_is_reported_until_trusted() {
         whats,
         [
             format!("adds writable path {} (line 2)", cache.display()).as_str(),
+            "makes Landlock best-effort (line 4)",
             "passes host variable `GITHUB_TOKEN` (line 6)",
             "sets environment variable `EXTRA` (line 7)",
-            "makes Landlock best-effort (line 4)",
         ],
         "readable /opt/x is under / already; LC_ALL is covered by LC_*"
     );
@@ -1252,7 +1252,10 @@ fn broken_15_bad_exec_action() {
         "[exec]\nask_timeout = 5\n\n[[exec.rule]]\npattern = \"npm publish *\"\naction = \"prompt\"\n",
     );
     assert_eq!((line, col), (6, 10), "{s}");
-    assert!(s.contains("invalid exec rule action \"prompt\""), "{s}");
+    assert!(
+        s.contains("invalid value \"prompt\" for `action` in [[exec.rule]]"),
+        "{s}"
+    );
     assert!(s.contains("expected \"allow\", \"deny\" or \"ask\""), "{s}");
 
     let (s, _, _) = broken("[[exec.rule]]\npattern = \"x\"\naction = \"alow\"\n");
@@ -1303,7 +1306,7 @@ fn broken_18_bad_on_exit_value() {
     let (s, line, col) = broken("[state]\nprotect = []\non_exit = \"save\"\n");
     assert_eq!((line, col), (3, 11), "{s}");
     assert!(
-        s.starts_with("error: invalid value \"save\" for `on_exit`\n"),
+        s.starts_with("error: invalid value \"save\" for `on_exit` in [state]\n"),
         "{s}"
     );
     assert!(
@@ -1466,9 +1469,9 @@ fn no_panic_on_odd_inputs() {
 fn secret_scanning_is_on_by_default_and_loosening_it_needs_trust() {
     let env = Env::new();
     let l = env.load();
-    assert_eq!(l.plan.http.dlp.action, cordon_policy::DlpAction::Deny);
-    assert_eq!(l.plan.http.dlp.max_body_bytes, 65536);
-    assert!(l.plan.http.dlp.allow.is_empty());
+    assert_eq!(l.plan.dlp.action, cordon_policy::DlpAction::Deny);
+    assert_eq!(l.plan.dlp.max_body_bytes, 65536);
+    assert!(l.plan.dlp.allow.is_empty());
     env.project(
         "[dlp]\naction = \"log\"\nmax_body_bytes = 1024\n\
          [[dlp.allow]]\nkinds = [\"jwt\", \"known:DB_PASSWORD\"]\nhosts = [\"auth.example.com\"]\n\
@@ -1496,8 +1499,10 @@ fn secret_scanning_is_on_by_default_and_loosening_it_needs_trust() {
         "{whats:?}"
     );
     let c = &l.plan.credentials[0];
-    assert_eq!(c.query.as_deref(), Some("key"));
-    assert_eq!(c.header, "");
+    assert_eq!(
+        c.slot,
+        cordon_policy::CredentialSlot::Query { name: "key".into() }
+    );
     assert_eq!(c.files, [env.home.join(".config/x/key.json")]);
     // What `cordon check` prints loads back to the same plan.
     let text = l.plan.to_toml();
@@ -1509,13 +1514,13 @@ fn secret_scanning_is_on_by_default_and_loosening_it_needs_trust() {
     o.user_config = None;
     o.policy_file = Some(again);
     let l2 = load(&o).unwrap();
-    assert_eq!(l2.plan.http.dlp.action, cordon_policy::DlpAction::Log);
-    assert_eq!(l2.plan.http.dlp.max_body_bytes, 1024);
-    assert_eq!(
-        l2.plan.http.dlp.allow[0].kinds,
-        l.plan.http.dlp.allow[0].kinds
-    );
-    assert_eq!(l2.plan.credentials[0].query.as_deref(), Some("key"));
+    assert_eq!(l2.plan.dlp.action, cordon_policy::DlpAction::Log);
+    assert_eq!(l2.plan.dlp.max_body_bytes, 1024);
+    assert_eq!(l2.plan.dlp.allow[0].kinds, l.plan.dlp.allow[0].kinds);
+    assert!(matches!(
+        &l2.plan.credentials[0].slot,
+        cordon_policy::CredentialSlot::Query { name } if name == "key"
+    ));
     env.trust_project();
     assert!(env.load().untrusted_loosening.is_empty());
 }

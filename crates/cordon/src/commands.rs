@@ -106,7 +106,20 @@ fn load_options(policy: Option<PathBuf>, args: &PolicyArgs, project: PathBuf) ->
         user_config: Some(xdg("XDG_CONFIG_HOME", ".config").join("cordon/cordon.toml")),
         profile: args.profile.clone(),
         trust_store: trust_store().path().to_path_buf(),
+        own_dirs: own_dirs(),
     }
+}
+
+/// cordon's own directories, masked in every sandbox (the loader puts them in the plan):
+/// snapshots hold hard links to files a deny rule hides elsewhere, cache layers belong to
+/// every session, the data directory holds the CA's key, brokers take approvals.
+fn own_dirs() -> Vec<(PathBuf, &'static str)> {
+    let mut v = Vec::new();
+    v.extend(cordon_events::state_dir().map(|d| (d, "own state")));
+    v.extend(cordon_state::cache_dir().map(|d| (d, "own caches")));
+    v.extend(cordon_events::data_dir().map(|d| (d, "CA and data")));
+    v.extend(cordon_approval::default_dir().map(|d| (d, "approval brokers")));
+    v
 }
 
 fn run(a: RunArgs) -> i32 {
@@ -305,10 +318,6 @@ fn run_in_session(
             eprintln!("cordon: cannot create {}: {e}", dir.display());
             return EXIT_SETUP;
         }
-        plan.filesystem.deny.push(cordon_policy::PathRule::new(
-            dir,
-            "built-in: cordon's own state",
-        ));
     }
     // Its cache layers too: a session must not reach another's through them.
     if let Some(dir) = cordon_state::cache_dir() {
@@ -321,12 +330,7 @@ fn run_in_session(
             eprintln!("cordon: cannot create {}: {e}", dir.display());
             return EXIT_SETUP;
         }
-        plan.filesystem.deny.push(cordon_policy::PathRule::new(
-            dir,
-            "built-in: cordon's own caches",
-        ));
     }
-    hide_credential_sources(&mut plan);
     if plan.network.mode == cordon_policy::NetMode::Gateway {
         cordon_sandbox::prefer_fresh_pages_for_large_allocations();
         cordon_sandbox::raise_nofile_limit();
@@ -386,30 +390,6 @@ fn run_in_session(
     }
 }
 
-/// A credential's source never enters the sandbox, whatever the network mode and whether or
-/// not it resolves: its variable does not pass, its file is hidden, and so are the files it
-/// lists (a masked copy is shown there instead when the HTTP layer holds the credential).
-fn hide_credential_sources(plan: &mut cordon_policy::Plan) {
-    for c in plan.credentials.clone() {
-        match &c.source {
-            cordon_policy::CredentialSource::Env(v) => plan.env.pass.retain(|p| p != v),
-            cordon_policy::CredentialSource::File(f) => {
-                plan.filesystem.deny.push(cordon_policy::PathRule::new(
-                    f,
-                    format!("credentials.{}: source", c.name),
-                ));
-            }
-            cordon_policy::CredentialSource::Command(_) => {}
-        }
-        for f in &c.files {
-            plan.filesystem.deny.push(cordon_policy::PathRule::new(
-                f,
-                format!("credentials.{}: files", c.name),
-            ));
-        }
-    }
-}
-
 /// The host's variables that look like secrets, by value (for secret scanning); those that
 /// are a credential's value are known through the credential already.
 fn host_secrets(credentials: &[cordon_http::WireCredential]) -> Vec<cordon_http::dlp::Known> {
@@ -465,17 +445,25 @@ fn resolve_credentials(
         if let Some(env) = &c.env {
             plan.env.set.insert(env.clone(), placeholder.clone());
         }
-        let place = c
-            .query
-            .as_ref()
-            .map_or_else(|| c.header.clone(), |q| format!("query parameter {q}"));
+        let (header, query, format, place) = match &c.slot {
+            cordon_policy::CredentialSlot::Header { name, format } => {
+                (name.clone(), None, format.clone(), name.clone())
+            }
+            cordon_policy::CredentialSlot::Query { name } => (
+                String::new(),
+                Some(name.clone()),
+                "{}".to_string(),
+                format!("query parameter {name}"),
+            ),
+        };
+        let hosts: Vec<String> = c.hosts.iter().map(ToString::to_string).collect();
         sink(
             NewEvent::new(
                 Layer::Credentials,
                 Action::Apply,
                 format!(
                     "credential `{}`: the sandbox holds a placeholder; the real value goes only to {:?} in {place}",
-                    c.name, c.hosts
+                    c.name, hosts
                 ),
             )
             .rule(format!("credentials.{}", c.name)),
@@ -485,9 +473,9 @@ fn resolve_credentials(
             placeholder,
             real,
             hosts: c.hosts.clone(),
-            header: c.header.clone(),
-            query: c.query.clone(),
-            format: c.format.clone(),
+            header,
+            query,
+            format,
             inject: c.inject,
         });
     }
@@ -625,14 +613,11 @@ fn start_gateway(
     sink: &cordon_net::Emit,
     session: &str,
 ) -> Result<GatewayAttach> {
-    let gateway = cordon_net::Gateway::new(&plan.network, sink.clone())?;
+    let gateway = cordon_net::Gateway::new(plan, sink.clone())?;
+    // The data directory is masked in every sandbox (the plan says so): the CA key is safe there.
     let ca = cordon_events::data_dir()
         .ok_or_else(|| anyhow!("no data directory (set HOME or XDG_DATA_HOME)"))
         .and_then(|d| {
-            plan.filesystem.deny.push(cordon_policy::PathRule::new(
-                &d,
-                "built-in: cordon's CA and data",
-            ));
             cordon_http::CertAuthority::load_or_create(&d.join("ca")).map_err(anyhow::Error::from)
         });
     match ca {
@@ -656,7 +641,7 @@ fn start_gateway(
             let (credentials, shown, host_secrets) = resolve_credentials(plan, sink);
             // Secret scanning also looks for the host's secret-looking variables by value.
             let gateway = gateway
-                .with_http(&plan.http, ca, ask, credentials, host_secrets)
+                .with_http(plan, ca, ask, credentials, host_secrets)
                 .context("start the HTTP layer")?;
             Ok(GatewayAttach {
                 gateway,
@@ -898,6 +883,7 @@ fn doctor_end_to_end() -> Result<()> {
         user_config: None,
         profile: None,
         trust_store: dir.join("trust.json"),
+        own_dirs: own_dirs(),
     };
     let result = (|| {
         let loaded = cordon_policy::load(&opts).map_err(|e| anyhow!("{e}"))?;

@@ -119,6 +119,8 @@ pub(crate) struct Shared {
 /// Layer 3 as the gateway uses it: which flows it takes, and the interceptor that serves them.
 pub(crate) struct HttpLayer {
     pub plan: HttpPlan,
+    /// `[tls] passthrough`: decided by name only, never intercepted.
+    pub passthrough: Vec<cordon_policy::HostPattern>,
     pub interceptor: Arc<Interceptor>,
 }
 
@@ -153,7 +155,8 @@ impl std::fmt::Debug for Gateway {
 impl Gateway {
     /// Validates the plan and binds the published ports on the host's loopback (so a port in
     /// use is an error before the sandbox starts). Nothing runs until [`Gateway::start`].
-    pub fn new(plan: &NetworkPlan, emit: Emit) -> Result<Self, GatewayError> {
+    pub fn new(whole: &cordon_policy::Plan, emit: Emit) -> Result<Self, GatewayError> {
+        let plan = &whole.network;
         let allow_ips = plan
             .allow_ips
             .iter()
@@ -163,22 +166,24 @@ impl Gateway {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let cfg = NetConfig {
-            block: plan.dns_block.clone(),
-            hosts: plan.dns_hosts.clone(),
-            upstream: plan.dns_upstream,
+            block: whole.dns.block.clone(),
+            hosts: whole.dns.hosts.clone(),
+            upstream: whole.dns.upstream,
             // Exact names a rule allows may resolve to private addresses: the user named them.
             allow_hosts: plan
                 .allow
                 .iter()
-                .filter(|r| !r.host.starts_with("*."))
-                .map(|r| r.host.clone())
+                .filter_map(|r| match &r.host {
+                    cordon_policy::HostPattern::Exact(n) => Some(n.clone()),
+                    _ => None,
+                })
                 .collect(),
             ..NetConfig::default()
         };
         let resolver = Resolver::new(cfg)?;
         let host = resolver.host_resolver();
         let mut publish = Vec::new();
-        for p in &plan.publish {
+        for p in &whole.publish {
             let l = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, p.host_port)).map_err(
                 |source| GatewayError::Publish {
                     port: p.host_port,
@@ -216,14 +221,15 @@ impl Gateway {
     /// there, and how long a question waits before it is denied.
     pub fn with_http(
         self,
-        http: &HttpPlan,
+        plan: &cordon_policy::Plan,
         ca: Arc<CertAuthority>,
         ask: Option<(std::path::PathBuf, String, Duration)>,
         credentials: Vec<cordon_http::WireCredential>,
         host_secrets: Vec<cordon_http::dlp::Known>,
     ) -> Result<Self, GatewayError> {
+        let http = &plan.http;
         let mut upstream_ca_pem = Vec::new();
-        for f in &http.upstream_ca {
+        for f in &plan.tls.upstream_ca {
             let pem = std::fs::read_to_string(f).map_err(|e| {
                 GatewayError::Http(format!(
                     "cannot read [tls] upstream_ca {}: {e}",
@@ -238,16 +244,13 @@ impl Gateway {
         for r in &self.shared.plan.allow {
             for p in &r.ports {
                 rules.push(cordon_policy::HttpRule {
-                    name: r.label(),
-                    host: r.host.clone(),
                     port: Some(*p),
-                    action: HttpAction::Allow,
                     origin: r.origin.clone(),
-                    ..Default::default()
+                    ..cordon_policy::HttpRule::new(r.label(), r.host.clone(), HttpAction::Allow)
                 });
             }
         }
-        let judge = match &http.judge {
+        let judge = match &plan.judge {
             Some(j) => {
                 let api_key = match &j.credential {
                     Some(var) => match std::env::var(var) {
@@ -267,19 +270,17 @@ impl Gateway {
                 };
                 let cfg = cordon_http::JudgeConfig {
                     policy: j.policy.clone(),
-                    api: if j.api == "openai" {
-                        cordon_http::judge::Api::OpenAi
-                    } else {
-                        cordon_http::judge::Api::Anthropic
+                    api: match j.api {
+                        cordon_policy::JudgeApi::OpenAi => cordon_http::judge::Api::OpenAi,
+                        cordon_policy::JudgeApi::Anthropic => cordon_http::judge::Api::Anthropic,
                     },
                     url: j.url.clone(),
                     model: j.model.clone(),
                     api_key,
                     timeout: Duration::from_millis(j.timeout_ms),
-                    on_error: if j.on_error == "ask" {
-                        cordon_http::judge::OnError::Ask
-                    } else {
-                        cordon_http::judge::OnError::Deny
+                    on_error: match j.on_error {
+                        cordon_policy::JudgeOnError::Ask => cordon_http::judge::OnError::Ask,
+                        cordon_policy::JudgeOnError::Deny => cordon_http::judge::OnError::Deny,
                     },
                     max_body_bytes: usize::try_from(j.max_body_bytes).unwrap_or(16 << 10),
                 };
@@ -313,25 +314,26 @@ impl Gateway {
             .map(|c| cordon_http::dlp::Known {
                 name: c.name.clone(),
                 value: c.real.clone(),
-                hosts: c.hosts.clone(),
+                hosts: c.hosts.iter().map(ToString::to_string).collect(),
             })
             .collect();
         known.extend(host_secrets);
-        let dlp = (http.dlp.action != cordon_policy::DlpAction::Off).then(|| {
+        let dlp_plan = &plan.dlp;
+        let dlp = (dlp_plan.action != cordon_policy::DlpAction::Off).then(|| {
             cordon_http::intercept::Dlp {
                 scanner: std::sync::Arc::new(cordon_http::dlp::Scanner::new(
                     known,
-                    http.dlp
+                    dlp_plan
                         .allow
                         .iter()
                         .map(|a| cordon_http::dlp::Exemption {
                             kinds: a.kinds.clone(),
-                            hosts: a.hosts.clone(),
+                            hosts: a.hosts.iter().map(ToString::to_string).collect(),
                         })
                         .collect(),
                 )),
-                action: http.dlp.action,
-                max_body: usize::try_from(http.dlp.max_body_bytes).unwrap_or(usize::MAX),
+                action: dlp_plan.action,
+                max_body: usize::try_from(dlp_plan.max_body_bytes).unwrap_or(usize::MAX),
             }
         });
         if dlp.is_none() {
@@ -359,6 +361,7 @@ impl Gateway {
         .map_err(|e| GatewayError::Http(e.to_string()))?;
         let _ = self.shared.http.set(HttpLayer {
             plan: http.clone(),
+            passthrough: plan.tls.passthrough.clone(),
             interceptor: Arc::new(interceptor),
         });
         Ok(self)
@@ -652,11 +655,7 @@ impl Shared {
             return HttpFlow::NotHttp;
         };
         if !(any_port || matches!(port, 80 | 443))
-            || layer
-                .plan
-                .passthrough
-                .iter()
-                .any(|p| cordon_http::glob::host_matches(p, name))
+            || layer.passthrough.iter().any(|p| p.matches(name))
         {
             return HttpFlow::NotHttp;
         }
@@ -689,7 +688,7 @@ impl Shared {
             || layer.plan.rules.iter().any(|r| {
                 r.action != HttpAction::Deny
                     && r.port.is_none_or(|p| p == port)
-                    && cordon_http::glob::host_matches(&r.host, name)
+                    && r.host.matches(name)
             })
     }
 

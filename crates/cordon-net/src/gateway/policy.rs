@@ -175,23 +175,27 @@ pub(crate) fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cordon_policy::HostRule;
+    use cordon_policy::{Bare, DnsBlock, HostPattern, HostRule};
+
+    fn host(h: &str) -> HostPattern {
+        HostPattern::name(h, Bare::Exact).unwrap()
+    }
 
     fn plan() -> NetworkPlan {
         NetworkPlan {
             allow: vec![
                 HostRule {
-                    host: "github.com".into(),
+                    host: host("github.com"),
                     ports: vec![22, 443],
                     origin: "test".into(),
                 },
                 HostRule {
-                    host: "*.npmjs.org".into(),
+                    host: host("*.npmjs.org"),
                     ports: vec![443],
                     origin: "test".into(),
                 },
                 HostRule {
-                    host: HOST_ALIAS.into(),
+                    host: host(HOST_ALIAS),
                     ports: vec![11434],
                     origin: "test".into(),
                 },
@@ -202,7 +206,7 @@ mod tests {
 
     /// The built-in blocklist only.
     fn builtin(n: &str) -> Option<String> {
-        crate::blocked(n, &[])
+        crate::blocked(n, &cordon_policy::built_in_dns_block())
     }
 
     fn name(n: &str) -> Dest {
@@ -230,7 +234,7 @@ mod tests {
     fn blocklist_beats_rules() {
         let mut p = plan();
         p.allow.push(HostRule {
-            host: "webhook.site".into(),
+            host: host("webhook.site"),
             ports: vec![443],
             origin: "test".into(),
         });
@@ -239,7 +243,13 @@ mod tests {
         let v = decide(
             &p,
             &[],
-            &|n: &str| crate::blocked(n, &["github.com".into()]),
+            &|n: &str| {
+                let block = [DnsBlock {
+                    pattern: HostPattern::name("github.com", Bare::AtOrBelow).unwrap(),
+                    origin: "test".into(),
+                }];
+                crate::blocked(n, &block)
+            },
             &name("github.com"),
             443,
         );

@@ -1,0 +1,315 @@
+//! `[credentials.NAME]`: secrets the sandbox only ever holds as placeholders; the HTTP layer
+//! swaps in the real value for the named hosts only (layer 1b).
+
+use std::path::PathBuf;
+
+use serde_spanned::Spanned;
+
+use crate::PolicyError;
+use crate::pattern::HostPattern;
+use crate::schema::{Schema, Shape, quote_key, toml_string};
+use crate::sections::{Convert, Loosen, Origin, Render, Section, Sections, comment};
+
+/// Where a credential's real value comes from (read on the host only).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CredentialSource {
+    /// A host environment variable.
+    Env(String),
+    /// A file (its contents, trimmed).
+    File(PathBuf),
+    /// A command's standard output, trimmed (`gh auth token`).
+    Command(Vec<String>),
+}
+
+/// Where in a request the real value travels.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CredentialSlot {
+    /// A header (lower-case name), its value written as `format` with `{}` for the value
+    /// (`Basic …` is base64-encoded after the scheme).
+    Header {
+        /// The header name, lower-case.
+        name: String,
+        /// How the value is written.
+        format: String,
+    },
+    /// A query parameter.
+    Query {
+        /// The parameter name.
+        name: String,
+    },
+}
+
+/// `[credentials.NAME]`: the sandbox holds a placeholder; the HTTP layer swaps in the real
+/// value only in requests to `hosts`, only in its slot.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CredentialPlan {
+    /// Its name in events.
+    pub name: String,
+    /// The sandbox variable that holds the placeholder, if any.
+    pub env: Option<String>,
+    /// Where the real value comes from.
+    pub source: CredentialSource,
+    /// The hosts the real value may go to.
+    pub hosts: Vec<HostPattern>,
+    /// Where it travels.
+    pub slot: CredentialSlot,
+    /// Files shown inside as copies with the real value replaced by the placeholder.
+    #[serde(default)]
+    pub files: Vec<PathBuf>,
+    /// Put it in every request to `hosts`, whatever the client sent.
+    pub inject: bool,
+    /// Where it came from.
+    pub origin: String,
+}
+
+raw_table! {
+    /// `source` of a `[credentials.NAME]` as written.
+    pub(crate) struct RawSource example "source = { env = \"VAR\" }" {
+        env: String,
+        file: String,
+        command: Strings,
+    }
+}
+
+raw_table! {
+    /// One `[credentials.NAME]` as written.
+    pub(crate) struct Raw example "source = { env = \"GH_TOKEN\" } and hosts = [\"api.github.com\"]" {
+        env: String = "env = \"ANTHROPIC_API_KEY\"",
+        source: Table(RawSource) [required],
+        hosts: Strings [required],
+        header: String = "header = \"x-api-key\"",
+        query: String = "query = \"key\"",
+        format: String = "format = \"Bearer {}\"",
+        inject: Boolean,
+        files: Strings,
+    }
+}
+
+/// The credentials of one layer, or merged (a later layer's credential of the same name
+/// replaces the earlier one).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Credentials(pub Vec<(CredentialPlan, Origin)>);
+
+fn source(
+    cx: &Convert<'_>,
+    name: &str,
+    s: &Spanned<RawSource>,
+) -> Result<CredentialSource, PolicyError> {
+    let src = s.get_ref();
+    let trimmed = |v: &Option<Spanned<String>>| {
+        v.as_ref()
+            .map(|x| x.get_ref().trim().to_string())
+            .filter(|x| !x.is_empty())
+    };
+    Ok(
+        match (trimmed(&src.env), &src.file, src.command.is_empty()) {
+            (Some(v), None, true) => CredentialSource::Env(v),
+            (None, Some(f), true) if src.env.is_none() => {
+                let p = cx
+                    .paths(std::slice::from_ref(f), "source.file", false)?
+                    .pop()
+                    .map(|r| r.path)
+                    .unwrap_or_default();
+                CredentialSource::File(p)
+            }
+            (None, None, false) if src.env.is_none() && !src.command[0].get_ref().is_empty() => {
+                CredentialSource::Command(src.command.iter().map(|c| c.get_ref().clone()).collect())
+            }
+            _ => {
+                return Err(cx.diag(
+                    format!("[credentials.{name}] needs exactly one source"),
+                    s.span(),
+                    "source = { env = \"VAR\" }, { file = \"~/.config/x/key\" } or { command = [\"gh\", \"auth\", \"token\"] }",
+                ));
+            }
+        },
+    )
+}
+
+fn slot(
+    cx: &Convert<'_>,
+    name: &str,
+    e: &Raw,
+    at: &Spanned<Raw>,
+) -> Result<CredentialSlot, PolicyError> {
+    if let Some(q) = &e.query {
+        if e.header.is_some() {
+            return Err(cx.diag(
+                format!("[credentials.{name}] has both `header` and `query`"),
+                q.span(),
+                "a credential travels in one place: keep `header` or `query`",
+            ));
+        }
+        let n = q.get_ref().trim().to_string();
+        if n.is_empty()
+            || !n
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        {
+            return Err(cx.diag(
+                format!("invalid query parameter name {}", toml_string(q.get_ref())),
+                q.span(),
+                "e.g. query = \"key\" (the parameter the API reads the key from)",
+            ));
+        }
+        return Ok(CredentialSlot::Query { name: n });
+    }
+    let header = e.header.as_ref().map_or("authorization".to_string(), |h| {
+        h.get_ref().trim().to_ascii_lowercase()
+    });
+    if header.is_empty()
+        || !header
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    {
+        return Err(cx.diag(
+            format!("invalid header name for [credentials.{name}]"),
+            e.header.as_ref().map_or(at.span(), |h| h.span()),
+            "e.g. header = \"x-api-key\" or header = \"authorization\"",
+        ));
+    }
+    let format = e
+        .format
+        .as_ref()
+        .map_or("{}".to_string(), |f| f.get_ref().clone());
+    if !format.contains("{}") {
+        return Err(cx.diag(
+            "a credential's format needs `{}` where the value goes".to_string(),
+            e.format.as_ref().map_or(at.span(), |f| f.span()),
+            "e.g. format = \"Bearer {}\" or format = \"Basic x-access-token:{}\"",
+        ));
+    }
+    Ok(CredentialSlot::Header {
+        name: header,
+        format,
+    })
+}
+
+fn credential(
+    cx: &Convert<'_>,
+    name: &Spanned<String>,
+    entry: &Spanned<Raw>,
+) -> Result<CredentialPlan, PolicyError> {
+    let e = entry.get_ref();
+    let n = name.get_ref();
+    let table = format!("[credentials.{}]", quote_key(n));
+    let source = source(cx, n, cx.required(&e.source, "source", &table)?)?;
+    if e.hosts.is_empty() {
+        return Err(cx.diag(
+            format!("[credentials.{n}] has no hosts"),
+            entry.span(),
+            "name where the real value may go, e.g. hosts = [\"api.anthropic.com\"]",
+        ));
+    }
+    let hosts = e
+        .hosts
+        .iter()
+        .map(|h| cx.host_glob(h))
+        .collect::<Result<_, _>>()?;
+    let slot = slot(cx, n, e, entry)?;
+    let env = match &e.env {
+        Some(v) => {
+            let var = v.get_ref().trim().to_string();
+            if var.is_empty() || !var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                return Err(cx.diag(
+                    format!("invalid variable name {}", toml_string(v.get_ref())),
+                    v.span(),
+                    "e.g. env = \"ANTHROPIC_API_KEY\"",
+                ));
+            }
+            Some(var)
+        }
+        None => None,
+    };
+    Ok(CredentialPlan {
+        name: n.clone(),
+        env,
+        source,
+        hosts,
+        slot,
+        files: cx
+            .paths(&e.files, "files", false)?
+            .into_iter()
+            .map(|r| r.path)
+            .collect(),
+        inject: e.inject.as_ref().is_some_and(|i| *i.get_ref()),
+        origin: cx.origin(name.span()).label,
+    })
+}
+
+impl Section for Credentials {
+    type Raw = std::collections::BTreeMap<Spanned<String>, Spanned<Raw>>;
+    type Plan = Vec<CredentialPlan>;
+    const SHAPE: Shape = Shape::Map(&Raw::TABLE);
+    // A profile switches what runs, not where real secrets may go.
+    const IN_PROFILE: bool = false;
+
+    fn convert(raw: Self::Raw, cx: &mut Convert<'_>) -> Result<Self, PolicyError> {
+        let mut out = Vec::new();
+        for (name, entry) in &raw {
+            out.push((credential(cx, name, entry)?, cx.origin(name.span())));
+        }
+        Ok(Credentials(out))
+    }
+
+    fn merge(&mut self, later: &Self) {
+        for (c, o) in &later.0 {
+            self.0.retain(|(x, _)| x.name != c.name);
+            self.0.push((c.clone(), o.clone()));
+        }
+    }
+
+    fn loosen(full: &Sections, base: &Sections, out: &mut Loosen<'_>) {
+        // A credential sends a real secret somewhere: who defines where is loosening.
+        for (c, o) in &full.credentials.0 {
+            if !base.credentials.0.iter().any(|(b, _)| b == c) {
+                let hosts: Vec<String> = c.hosts.iter().map(ToString::to_string).collect();
+                out.add(o, format!("sends credential `{}` to {hosts:?}", c.name));
+            }
+        }
+    }
+
+    fn plan(self) -> Vec<CredentialPlan> {
+        self.0.into_iter().map(|(c, _)| c).collect()
+    }
+
+    fn render(list: &Vec<CredentialPlan>, out: &mut Render) {
+        for c in list {
+            out.line(format!(
+                "\n[credentials.{}] # {}",
+                quote_key(&c.name),
+                comment(&c.origin)
+            ));
+            if let Some(e) = &c.env {
+                out.string("env", e);
+            }
+            let source = match &c.source {
+                CredentialSource::Env(v) => format!("{{ env = {} }}", toml_string(v)),
+                CredentialSource::File(p) => {
+                    format!("{{ file = {} }}", toml_string(&p.display().to_string()))
+                }
+                CredentialSource::Command(argv) => {
+                    let a: Vec<String> = argv.iter().map(|x| toml_string(x)).collect();
+                    format!("{{ command = [{}] }}", a.join(", "))
+                }
+            };
+            out.line(format!("source = {source}"));
+            let h: Vec<String> = c.hosts.iter().map(ToString::to_string).collect();
+            out.strings("hosts", &h);
+            match &c.slot {
+                CredentialSlot::Query { name } => out.string("query", name),
+                CredentialSlot::Header { name, format } => {
+                    out.string("header", name);
+                    out.string("format", format);
+                }
+            }
+            if !c.files.is_empty() {
+                let f: Vec<String> = c.files.iter().map(|p| p.display().to_string()).collect();
+                out.strings("files", &f);
+            }
+            out.line(format!("inject = {}", c.inject));
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! `[exec]`: supervised exec rules, decided by the supervisor on seccomp notifications
+//! (layer 4).
+
+use serde_spanned::Spanned;
+
+use crate::PolicyError;
+use crate::pattern::glob_match;
+use crate::schema::{Schema, Shape, toml_string};
+use crate::sections::{Convert, Loosen, Origin, Render, Scalar, Section, Sections, set_scalar};
+
+crate::choice! {
+    /// What to do with an exec that a rule matches.
+    pub enum ExecAction {
+        /// Let it run.
+        Allow = "allow",
+        /// Fail it with EPERM and tell the terminal.
+        Deny = "deny",
+        /// Hold it until a person answers through `cordon approve` (or the timeout denies it).
+        Ask = "ask",
+    }
+}
+
+/// One exec rule: a glob over the command line `PROGRAM ARG1 ARG2 …`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ExecRule {
+    /// Glob over `PROGRAM ARGS…`, where PROGRAM is the basename of the executed file and
+    /// arguments are joined by single spaces; `*` matches any run of characters (spaces too),
+    /// `?` one character. A trailing ` *` also matches the bare program (`git push *` matches
+    /// `git push`).
+    pub pattern: String,
+    /// The action when it matches.
+    pub action: ExecAction,
+    /// `built-in`, or `FILE:LINE`.
+    pub origin: String,
+}
+
+/// Supervised exec rules (layer 4). The first matching rule decides; none matching allows.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ExecPlan {
+    /// Ordered rules.
+    pub rules: Vec<ExecRule>,
+    /// Seconds an `ask` waits for a person before it is denied.
+    pub ask_timeout_secs: u64,
+}
+
+const DEFAULT_ASK_TIMEOUT: u64 = 60;
+const MAX_ASK_TIMEOUT: i64 = 3600;
+
+impl Default for ExecPlan {
+    fn default() -> Self {
+        ExecPlan {
+            rules: Vec::new(),
+            ask_timeout_secs: DEFAULT_ASK_TIMEOUT,
+        }
+    }
+}
+
+impl ExecPlan {
+    /// The first rule matching the command line `program args…`, if any.
+    pub fn decide(&self, program: &str, args: &[String]) -> Option<&ExecRule> {
+        let mut line = program.to_string();
+        for a in args {
+            line.push(' ');
+            line.push_str(a);
+        }
+        self.rules.iter().find(|r| exec_glob(&r.pattern, &line))
+    }
+}
+
+/// Glob match for exec rules ([`glob_match`]); a pattern ending in ` *` also matches the text
+/// without that tail.
+pub fn exec_glob(pattern: &str, text: &str) -> bool {
+    glob_match(pattern, text)
+        || pattern
+            .strip_suffix(" *")
+            .is_some_and(|head| glob_match(head, text))
+}
+
+raw_table! {
+    /// One `[[exec.rule]]` as written.
+    pub(crate) struct RawRule example "pattern = \"git push *\" and action = \"ask\"" {
+        pattern: String [required] = "pattern = \"git push *\"",
+        action: Choice(ExecAction) [required],
+    }
+}
+
+raw_table! {
+    /// `[exec]` as written.
+    pub(crate) struct Raw example "ask = [\"git push *\"]" {
+        deny: Strings [shorthand],
+        ask: Strings [shorthand],
+        allow: Strings [shorthand],
+        ask_timeout: Integer,
+        rule: Tables(RawRule),
+    }
+}
+
+/// `[exec]` of one layer, or merged.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Exec {
+    /// In this file's order: `[[exec.rule]]`, then `deny`, `ask`, `allow`; merged, earlier
+    /// layers first, so the first match is the most trusted rule.
+    pub rules: Vec<(String, ExecAction, Origin)>,
+    pub ask_timeout: Scalar<u64>,
+}
+
+fn pattern(
+    cx: &Convert<'_>,
+    p: &Spanned<String>,
+    key: &str,
+    action: ExecAction,
+    out: &mut Exec,
+) -> Result<(), PolicyError> {
+    let pat = p.get_ref();
+    const HELP: &str = "a pattern is a command line `PROGRAM ARGS…` where `*` matches any run of characters and `?` one, e.g. \"git push *\"";
+    let why = if pat.trim().is_empty() {
+        Some("empty exec pattern".to_string())
+    } else if pat.contains('\0') {
+        Some(format!(
+            "exec pattern {} contains a NUL character",
+            toml_string(pat)
+        ))
+    } else if pat.trim() != pat {
+        Some(format!(
+            "exec pattern {} starts or ends with whitespace, so it would never match",
+            toml_string(pat)
+        ))
+    } else {
+        None
+    };
+    if let Some(message) = why {
+        let where_ = if key == "rule" {
+            "[[exec.rule]]".to_string()
+        } else {
+            format!("exec.{key}")
+        };
+        return Err(cx.diag(format!("{message} in {where_}"), p.span(), HELP));
+    }
+    if !out.rules.iter().any(|(x, a, _)| x == pat && *a == action) {
+        out.rules.push((pat.clone(), action, cx.origin(p.span())));
+    }
+    Ok(())
+}
+
+impl Section for Exec {
+    type Raw = Raw;
+    type Plan = ExecPlan;
+    const SHAPE: Shape = Shape::Table(&Raw::TABLE);
+
+    fn convert(raw: Raw, cx: &mut Convert<'_>) -> Result<Self, PolicyError> {
+        let mut out = Exec::default();
+        for r in &raw.rule {
+            let r = r.get_ref();
+            let action = *cx.required(&r.action, "action", "[[exec.rule]]")?.get_ref();
+            let p = cx.required(&r.pattern, "pattern", "[[exec.rule]]")?;
+            pattern(cx, p, "rule", action, &mut out)?;
+        }
+        for (list, key, action) in [
+            (&raw.deny, "deny", ExecAction::Deny),
+            (&raw.ask, "ask", ExecAction::Ask),
+            (&raw.allow, "allow", ExecAction::Allow),
+        ] {
+            for p in list {
+                pattern(cx, p, key, action, &mut out)?;
+            }
+        }
+        if let Some(t) = raw.ask_timeout {
+            let secs = cx.int_in(
+                &t,
+                "ask_timeout",
+                1..=MAX_ASK_TIMEOUT,
+                &format!("must be from 1 to {MAX_ASK_TIMEOUT} seconds, e.g. ask_timeout = 60"),
+            )?;
+            out.ask_timeout = Some((secs, cx.origin(t.span())));
+        }
+        Ok(out)
+    }
+
+    fn merge(&mut self, later: &Self) {
+        for (p, a, o) in &later.rules {
+            if !self.rules.iter().any(|(x, b, _)| x == p && b == a) {
+                self.rules.push((p.clone(), *a, o.clone()));
+            }
+        }
+        set_scalar(&mut self.ask_timeout, &later.ask_timeout);
+    }
+
+    fn loosen(full: &Sections, base: &Sections, out: &mut Loosen<'_>) {
+        for (p, a, o) in &full.exec.rules {
+            let known = base
+                .exec
+                .rules
+                .iter()
+                .any(|(b, ba, _)| b == p && *ba == ExecAction::Allow);
+            if *a == ExecAction::Allow && !known {
+                out.add(o, format!("adds exec allow rule `{p}`"));
+            }
+        }
+    }
+
+    fn plan(self) -> ExecPlan {
+        ExecPlan {
+            rules: self
+                .rules
+                .into_iter()
+                .map(|(pattern, action, o)| ExecRule {
+                    pattern,
+                    action,
+                    origin: o.label,
+                })
+                .collect(),
+            ask_timeout_secs: self.ask_timeout.map_or(DEFAULT_ASK_TIMEOUT, |t| t.0),
+        }
+    }
+
+    fn render(exec: &ExecPlan, out: &mut Render) {
+        out.header("exec");
+        out.line(format!("ask_timeout = {}", exec.ask_timeout_secs));
+        out.line("# Rules in order; the first match decides, none matching allows.");
+        for r in &exec.rules {
+            out.entry("exec.rule", &r.origin);
+            out.string("pattern", &r.pattern);
+            out.string("action", &r.action.to_string());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_rules_first_match_wins() {
+        let r = |p: &str, action| ExecRule {
+            pattern: p.into(),
+            action,
+            origin: "t".into(),
+        };
+        let plan = ExecPlan {
+            rules: vec![
+                r("git push --dry-run *", ExecAction::Allow),
+                r("git push *", ExecAction::Ask),
+                r("sudo *", ExecAction::Deny),
+            ],
+            ask_timeout_secs: 60,
+        };
+        let args = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        let decide = |p: &str, a: &str| plan.decide(p, &args(a)).map(|r| r.action);
+        assert_eq!(decide("git", "push origin main"), Some(ExecAction::Ask));
+        assert_eq!(decide("git", "push --dry-run x"), Some(ExecAction::Allow));
+        assert_eq!(
+            plan.decide("git", &["push".into()]).map(|r| r.action),
+            Some(ExecAction::Ask)
+        );
+        assert_eq!(decide("sudo", "-i"), Some(ExecAction::Deny));
+        assert_eq!(decide("git", "status"), None);
+        assert!(exec_glob("*", ""));
+        assert!(exec_glob("*make", "cmake"));
+        assert!(!exec_glob("su *", "sudo x"));
+    }
+}

@@ -1,0 +1,128 @@
+//! `[filesystem]`: what the sandbox sees of the host's files (layer 1).
+
+use crate::PolicyError;
+use crate::schema::{Schema, Shape};
+use crate::sections::{
+    Convert, Loosen, PathRule, Render, Rule, Scalar, Section, Sections, append_rules, covered,
+    path_rules, set_scalar,
+};
+
+crate::choice! {
+    /// How Landlock is treated when the kernel lacks it.
+    #[derive(Default)]
+    pub enum LandlockMode {
+        /// Refuse to start (exit 125) when Landlock cannot be applied at all.
+        #[default]
+        Required = "required",
+        /// Warn loudly and continue with the mount fence alone.
+        BestEffort = "best-effort",
+    }
+}
+
+/// The filesystem view (layer 1). All paths are absolute and lexically normalised.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FilesystemPlan {
+    /// Bound read-only at the same path (default: `/`).
+    pub readable: Vec<PathRule>,
+    /// Bound read-write at the same path (the project is always among them).
+    pub writable: Vec<PathRule>,
+    /// Masked: reads fail and no content is visible. Deny wins over readable and writable.
+    pub deny: Vec<PathRule>,
+    /// Bound read-only even inside a writable directory (host-executed files such as `.git/hooks`).
+    pub read_only: Vec<PathRule>,
+    /// What to do when Landlock is unavailable.
+    pub landlock: LandlockMode,
+}
+
+raw_table! {
+    /// `[filesystem]` as written.
+    pub(crate) struct Raw example "writable = [\"~/.cache/x\"]" {
+        readable: Strings,
+        writable: Strings,
+        deny: Strings,
+        read_only: Strings,
+        landlock: Choice(LandlockMode),
+    }
+}
+
+/// `[filesystem]` of one layer, or merged.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Filesystem {
+    pub readable: Vec<Rule>,
+    pub writable: Vec<Rule>,
+    pub deny: Vec<Rule>,
+    pub read_only: Vec<Rule>,
+    pub landlock: Scalar<LandlockMode>,
+}
+
+impl Section for Filesystem {
+    type Raw = Raw;
+    type Plan = FilesystemPlan;
+    const SHAPE: Shape = Shape::Table(&Raw::TABLE);
+
+    fn convert(raw: Raw, cx: &mut Convert<'_>) -> Result<Self, PolicyError> {
+        Ok(Filesystem {
+            readable: cx.paths(&raw.readable, "readable", false)?,
+            writable: cx.paths(&raw.writable, "writable", false)?,
+            // A credential under `~` is masked in both homes when `$HOME` is not the passwd one.
+            deny: cx.paths(&raw.deny, "deny", true)?,
+            read_only: cx.paths(&raw.read_only, "read_only", false)?,
+            landlock: raw.landlock.map(|l| (*l.get_ref(), cx.origin(l.span()))),
+        })
+    }
+
+    fn merge(&mut self, later: &Self) {
+        append_rules(&mut self.readable, &later.readable);
+        append_rules(&mut self.writable, &later.writable);
+        append_rules(&mut self.deny, &later.deny);
+        append_rules(&mut self.read_only, &later.read_only);
+        set_scalar(&mut self.landlock, &later.landlock);
+    }
+
+    fn loosen(full: &Sections, base: &Sections, out: &mut Loosen<'_>) {
+        let (f, b) = (&full.filesystem, &base.filesystem);
+        let visible: Vec<&Rule> = b.readable.iter().chain(&b.writable).collect();
+        for r in &f.readable {
+            if !covered(&r.path, &visible) {
+                out.add(
+                    &r.origin,
+                    format!("adds readable path {}", r.path.display()),
+                );
+            }
+        }
+        let writable: Vec<&Rule> = b.writable.iter().collect();
+        let ro: Vec<&Rule> = b.read_only.iter().collect();
+        for r in &f.writable {
+            if !covered(&r.path, &writable) || covered(&r.path, &ro) {
+                out.add(
+                    &r.origin,
+                    format!("adds writable path {}", r.path.display()),
+                );
+            }
+        }
+        if let (Some((LandlockMode::BestEffort, o)), None | Some((LandlockMode::Required, _))) =
+            (&f.landlock, &b.landlock)
+        {
+            out.add(o, "makes Landlock best-effort".to_string());
+        }
+    }
+
+    fn plan(self) -> FilesystemPlan {
+        FilesystemPlan {
+            readable: path_rules(self.readable),
+            writable: path_rules(self.writable),
+            deny: path_rules(self.deny),
+            read_only: path_rules(self.read_only),
+            landlock: self.landlock.map(|l| l.0).unwrap_or_default(),
+        }
+    }
+
+    fn render(p: &FilesystemPlan, out: &mut Render) {
+        out.header("filesystem");
+        out.rules("readable", &p.readable);
+        out.rules("writable", &p.writable);
+        out.rules("deny", &p.deny);
+        out.rules("read_only", &p.read_only);
+        out.string("landlock", &p.landlock.to_string());
+    }
+}

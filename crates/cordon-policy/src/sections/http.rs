@@ -1,0 +1,259 @@
+//! `[http]`: ordered request rules for the HTTP layer, and what unmatched requests get
+//! (layer 3).
+
+use crate::PolicyError;
+use crate::pattern::HostPattern;
+use crate::schema::{Schema, Shape, toml_string};
+use crate::sections::{
+    Convert, Loosen, Origin, Render, Scalar, Section, Sections, set_scalar, value,
+};
+
+crate::choice! {
+    /// What an HTTP rule (or the default) does with a request.
+    #[derive(Default)]
+    pub enum HttpAction {
+        /// Forward it.
+        Allow = "allow",
+        /// Refuse it with a 403 that says why.
+        #[default]
+        Deny = "deny",
+        /// Hold it and ask a person.
+        Ask = "ask",
+        /// Ask the LLM judge.
+        Judge = "judge",
+    }
+}
+
+/// One `[[http.rule]]`. Empty lists and `None` match anything.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HttpRule {
+    /// Its name in events and 403 bodies (`http.rule FILE:LINE` when unnamed).
+    pub name: String,
+    /// The hosts it is for.
+    pub host: HostPattern,
+    /// Port, if the rule is for one.
+    pub port: Option<u16>,
+    /// Methods, upper-case; empty = any.
+    pub methods: Vec<String>,
+    /// Path glob ([`crate::glob_match`]).
+    pub path: Option<String>,
+    /// Query glob.
+    pub query: Option<String>,
+    /// Header globs by lower-case name.
+    pub headers: Vec<(String, String)>,
+    /// Largest declared body the rule matches.
+    pub max_body: Option<u64>,
+    /// What it does.
+    pub action: HttpAction,
+    /// Shown to the client (the model) when it denies.
+    pub reason: Option<String>,
+    /// Where it came from.
+    pub origin: String,
+}
+
+impl HttpRule {
+    /// A rule doing `action` with every request to `host`; narrow it with struct update
+    /// syntax (`HttpRule { methods: …, ..HttpRule::new(…) }`).
+    pub fn new(name: impl Into<String>, host: HostPattern, action: HttpAction) -> Self {
+        HttpRule {
+            name: name.into(),
+            host,
+            port: None,
+            methods: Vec::new(),
+            path: None,
+            query: None,
+            headers: Vec::new(),
+            max_body: None,
+            action,
+            reason: None,
+            origin: String::new(),
+        }
+    }
+}
+
+/// HTTP-layer request policy: ordered rules and the default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HttpPlan {
+    /// Rules in merge order; the first match decides.
+    pub rules: Vec<HttpRule>,
+    /// What a request no rule matches gets, when its host and port are not in a
+    /// `[[network.allow]]` rule either.
+    pub default: HttpAction,
+}
+
+raw_table! {
+    /// One `[[http.rule]]` as written.
+    pub(crate) struct RawRule example "host = \"api.anthropic.com\" and action = \"allow\"" {
+        name: String,
+        host: String [required] = "host = \"github.com\" or host = \"*.example.com\"",
+        port: Integer,
+        methods: Strings,
+        path: String,
+        query: String,
+        headers: StringTable,
+        max_body: Integer,
+        action: Choice(HttpAction) [required],
+        reason: String,
+    }
+}
+
+raw_table! {
+    /// `[http]` as written.
+    pub(crate) struct Raw example "default = \"deny\"" {
+        default: Choice(HttpAction, "deny", "ask", "judge"),
+        rule: Tables(RawRule),
+    }
+}
+
+/// `[http]` of one layer, or merged.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Http {
+    pub default: Scalar<HttpAction>,
+    /// In file order, then merge order.
+    pub rules: Vec<(HttpRule, Origin)>,
+}
+
+fn rule(
+    cx: &Convert<'_>,
+    entry: &serde_spanned::Spanned<RawRule>,
+) -> Result<HttpRule, PolicyError> {
+    let r = entry.get_ref();
+    let origin = cx.origin(entry.span());
+    let host = cx.host_glob(cx.required(&r.host, "host", "[[http.rule]]")?)?;
+    let port = match &r.port {
+        Some(p) => Some(cx.port(p, "port")?),
+        None => None,
+    };
+    let mut methods = Vec::new();
+    for m in &r.methods {
+        let up = m.get_ref().trim().to_ascii_uppercase();
+        if up.is_empty() || !up.bytes().all(|b| b.is_ascii_alphabetic() || b == b'-') {
+            return Err(cx.diag(
+                format!(
+                    "invalid method {} in [[http.rule]]",
+                    toml_string(m.get_ref())
+                ),
+                m.span(),
+                "e.g. methods = [\"GET\", \"HEAD\"]",
+            ));
+        }
+        methods.push(up);
+    }
+    let max_body = match &r.max_body {
+        Some(v) => Some(cx.int_in(
+            v,
+            "max_body",
+            0..=i64::MAX,
+            "a size in bytes, e.g. max_body = 1048576",
+        )?),
+        None => None,
+    };
+    let name = match &r.name {
+        Some(n) if !n.get_ref().trim().is_empty() => n.get_ref().trim().to_string(),
+        _ => format!("http.rule {}", origin.label),
+    };
+    Ok(HttpRule {
+        name,
+        host,
+        port,
+        methods,
+        path: r.path.as_ref().map(|p| p.get_ref().clone()),
+        query: r.query.as_ref().map(|q| q.get_ref().clone()),
+        headers: r
+            .headers
+            .iter()
+            .map(|(k, v)| (k.get_ref().to_ascii_lowercase(), v.get_ref().clone()))
+            .collect(),
+        max_body,
+        action: *cx.required(&r.action, "action", "[[http.rule]]")?.get_ref(),
+        reason: r.reason.as_ref().map(|x| x.get_ref().clone()),
+        origin: origin.label,
+    })
+}
+
+impl Section for Http {
+    type Raw = Raw;
+    type Plan = HttpPlan;
+    const SHAPE: Shape = Shape::Table(&Raw::TABLE);
+
+    fn convert(raw: Raw, cx: &mut Convert<'_>) -> Result<Self, PolicyError> {
+        let mut out = Http {
+            default: raw.default.map(|d| (*d.get_ref(), cx.origin(d.span()))),
+            rules: Vec::new(),
+        };
+        for entry in &raw.rule {
+            out.rules.push((rule(cx, entry)?, cx.origin(entry.span())));
+        }
+        Ok(out)
+    }
+
+    fn merge(&mut self, later: &Self) {
+        set_scalar(&mut self.default, &later.default);
+        self.rules.extend(later.rules.iter().cloned());
+    }
+
+    fn loosen(full: &Sections, base: &Sections, out: &mut Loosen<'_>) {
+        let (f, b) = (&full.http, &base.http);
+        for (r, o) in &f.rules {
+            if r.action != HttpAction::Deny && !b.rules.iter().any(|(x, _)| x == r) {
+                out.add(
+                    o,
+                    format!("adds HTTP rule `{}` ({:?} {})", r.name, r.action, r.host),
+                );
+            }
+        }
+        if let Some((d, o)) = &f.default
+            && *d != HttpAction::Deny
+            && *d != value(&b.default)
+        {
+            out.add(o, format!("lets unmatched HTTP requests through {d:?}"));
+        }
+    }
+
+    fn plan(self) -> HttpPlan {
+        HttpPlan {
+            rules: self.rules.into_iter().map(|(r, _)| r).collect(),
+            default: value(&self.default),
+        }
+    }
+
+    fn render(http: &HttpPlan, out: &mut Render) {
+        out.header("http");
+        out.line(
+            "# Requests to 80/443: rules in order, then [[network.allow]] host and port, then this.",
+        );
+        out.string("default", &http.default.to_string());
+        for r in &http.rules {
+            out.entry("http.rule", &r.origin);
+            out.string("name", &r.name);
+            out.string("host", &r.host.to_string());
+            if let Some(p) = r.port {
+                out.line(format!("port = {p}"));
+            }
+            if !r.methods.is_empty() {
+                out.strings("methods", &r.methods);
+            }
+            if let Some(p) = &r.path {
+                out.string("path", p);
+            }
+            if let Some(q) = &r.query {
+                out.string("query", q);
+            }
+            if !r.headers.is_empty() {
+                let h: Vec<String> = r
+                    .headers
+                    .iter()
+                    .map(|(k, v)| format!("{} = {}", toml_string(k), toml_string(v)))
+                    .collect();
+                out.line(format!("headers = {{ {} }}", h.join(", ")));
+            }
+            if let Some(m) = r.max_body {
+                out.line(format!("max_body = {m}"));
+            }
+            out.string("action", &r.action.to_string());
+            if let Some(reason) = &r.reason {
+                out.string("reason", reason);
+            }
+        }
+    }
+}

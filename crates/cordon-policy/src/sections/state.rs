@@ -1,0 +1,203 @@
+//! `[state]`: agent-state protection and the copy-on-write home — what the agent may change
+//! only through review, and what persists.
+
+use crate::PolicyError;
+use crate::schema::{Schema, Shape};
+use crate::sections::{
+    Convert, Loosen, PathRule, Render, Rule, Scalar, Section, Sections, append_rules, covered,
+    path_rules, set_scalar, value,
+};
+
+crate::choice! {
+    /// What happens to changes in protected state when a session ends.
+    #[derive(Default)]
+    pub enum OnExit {
+        /// Show the summary and ask (on a terminal; without one this acts as `Pending`).
+        #[default]
+        Ask = "ask",
+        /// Apply the changes to the host copies.
+        Keep = "keep",
+        /// Throw the changes away.
+        Discard = "discard",
+        /// Keep them aside for `cordon state accept/discard`.
+        Pending = "pending",
+    }
+}
+
+crate::choice! {
+    /// How the project's host-executed files (`.git/hooks`, `.envrc`, …) are protected.
+    #[derive(Default)]
+    pub enum ProjectFiles {
+        /// Read-only inside the sandbox (the filesystem plan's `read_only`).
+        #[default]
+        Readonly = "readonly",
+        /// Writable copy-on-write, reviewed at exit like other protected state.
+        Staged = "staged",
+    }
+}
+
+crate::choice! {
+    /// How the sandbox sees the user's home outside the project and the writable paths.
+    #[derive(Default)]
+    pub enum HomeMode {
+        /// Copy-on-write: writes land in the session's own layer (protected paths go to review,
+        /// caches to cordon's persistent cache layers, the rest is discarded at exit). Where the
+        /// kernel or filesystem refuses the overlay, the home is read-only, with a warning.
+        #[default]
+        Overlay = "overlay",
+        /// Read-only, as the rest of the host.
+        Readonly = "readonly",
+    }
+}
+
+/// Agent-state protection: paths the agent may change only through review.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StatePlan {
+    /// Directories or files mounted copy-on-write; the host copy is untouched until accepted.
+    /// A protected path may also be (inside) a writable one: protection wins. None is inside a
+    /// denied path or contains the project directory (the loader refuses both).
+    pub protect: Vec<PathRule>,
+    /// What happens to changes in protected paths when the session ends.
+    pub on_exit: OnExit,
+    /// How the project's host-executed files are protected.
+    pub project_files: ProjectFiles,
+    /// How the home is seen (copy-on-write or read-only).
+    #[serde(default)]
+    pub home: HomeMode,
+    /// Package and build caches in the home that persist across sessions in cordon's own
+    /// sandbox-side layers (the host's cache below, never written back).
+    #[serde(default)]
+    pub caches: Vec<PathRule>,
+}
+
+raw_table! {
+    /// `[state]` as written.
+    pub(crate) struct Raw example "protect = [\"~/.claude\"]" {
+        protect: Strings,
+        on_exit: Choice(OnExit),
+        project_files: Choice(ProjectFiles),
+        home: Choice(HomeMode),
+        caches: Strings,
+    }
+}
+
+/// `[state]` of one layer, or merged.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct State {
+    pub protect: Vec<Rule>,
+    pub on_exit: Scalar<OnExit>,
+    pub project_files: Scalar<ProjectFiles>,
+    pub home: Scalar<HomeMode>,
+    pub caches: Vec<Rule>,
+}
+
+impl Section for State {
+    type Raw = Raw;
+    type Plan = StatePlan;
+    const SHAPE: Shape = Shape::Table(&Raw::TABLE);
+
+    fn convert(raw: Raw, cx: &mut Convert<'_>) -> Result<Self, PolicyError> {
+        Ok(State {
+            protect: cx.paths(&raw.protect, "protect", false)?,
+            on_exit: raw.on_exit.map(|v| (*v.get_ref(), cx.origin(v.span()))),
+            project_files: raw
+                .project_files
+                .map(|v| (*v.get_ref(), cx.origin(v.span()))),
+            home: raw.home.map(|v| (*v.get_ref(), cx.origin(v.span()))),
+            caches: cx.paths(&raw.caches, "caches", false)?,
+        })
+    }
+
+    fn merge(&mut self, later: &Self) {
+        append_rules(&mut self.protect, &later.protect);
+        set_scalar(&mut self.on_exit, &later.on_exit);
+        set_scalar(&mut self.project_files, &later.project_files);
+        set_scalar(&mut self.home, &later.home);
+        append_rules(&mut self.caches, &later.caches);
+    }
+
+    fn loosen(full: &Sections, base: &Sections, out: &mut Loosen<'_>) {
+        let (f, b) = (&full.state, &base.state);
+        // A copy-on-write home only adds a layer that is discarded; a persistent cache layer
+        // is shared by every later session of every project, so a new one is a way to reach
+        // them.
+        if let (Some((HomeMode::Overlay, o)), HomeMode::Readonly) = (&f.home, value(&b.home)) {
+            out.add(
+                o,
+                "makes the home copy-on-write (home = \"overlay\") where your policy keeps it read-only"
+                    .to_string(),
+            );
+        }
+        for r in &f.caches {
+            if !b.caches.iter().any(|x| x.path == r.path) {
+                out.add(
+                    &r.origin,
+                    format!(
+                        "keeps {} as a cache shared by later sessions",
+                        r.path.display()
+                    ),
+                );
+            }
+        }
+        // Protection only adds review; what is kept without review is what loosens.
+        if value(&f.on_exit) != OnExit::Keep {
+            return;
+        }
+        if let (Some((_, o)), false) = (&f.on_exit, value(&b.on_exit) == OnExit::Keep) {
+            out.add(
+                o,
+                "applies changes to protected state without review (on_exit = \"keep\")"
+                    .to_string(),
+            );
+        }
+        // Protecting a path makes it writable copy-on-write; kept without review, that is
+        // plain write access.
+        let fs = &base.filesystem;
+        let changeable: Vec<&Rule> = fs.writable.iter().chain(&b.protect).collect();
+        let ro: Vec<&Rule> = fs.read_only.iter().collect();
+        for r in &f.protect {
+            if !covered(&r.path, &changeable) || covered(&r.path, &ro) {
+                out.add(
+                    &r.origin,
+                    format!(
+                        "protects {}, whose changes are kept without review (on_exit = \"keep\")",
+                        r.path.display()
+                    ),
+                );
+            }
+        }
+        if let (Some((ProjectFiles::Staged, o)), ProjectFiles::Readonly) =
+            (&f.project_files, value(&b.project_files))
+        {
+            out.add(
+                o,
+                "stages the project's read-only files, whose changes are kept without review (on_exit = \"keep\")"
+                    .to_string(),
+            );
+        }
+    }
+
+    fn plan(self) -> StatePlan {
+        StatePlan {
+            protect: path_rules(self.protect),
+            on_exit: value(&self.on_exit),
+            project_files: value(&self.project_files),
+            home: value(&self.home),
+            caches: path_rules(self.caches),
+        }
+    }
+
+    fn render(s: &StatePlan, out: &mut Render) {
+        out.header("state");
+        out.line("# copy-on-write; changes reach the host only as on_exit says");
+        out.rules("protect", &s.protect);
+        out.string("on_exit", &s.on_exit.to_string());
+        out.string("project_files", &s.project_files.to_string());
+        out.line("# the home: copy-on-write layer (discarded at exit) or read-only");
+        out.string("home", &s.home.to_string());
+        out.line(
+            "# persist across sessions in cordon's own layers; never written back to the host",
+        );
+        out.rules("caches", &s.caches);
+    }
+}
