@@ -15,7 +15,7 @@
 pub mod env;
 pub mod error;
 mod expand;
-mod layer;
+mod file;
 pub mod load;
 pub mod pattern;
 pub mod plan;

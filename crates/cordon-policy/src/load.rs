@@ -14,9 +14,9 @@ use serde::Serialize;
 
 use crate::error::{Diagnostic, PolicyError, backticked, did_you_mean};
 use crate::expand::normalize;
-use crate::layer::{Layer, parse_layer};
+use crate::file::{ParsedFile, parse_file};
 use crate::plan::{CredentialSource, PathRule, Plan};
-use crate::sections::{Context, Loosen, Origin, Rule, Sections};
+use crate::sections::{Context, Loosen, Origin, PathEntry, Sections};
 use crate::trust::{TrustStore, trust_key};
 
 /// The built-in policy, always the first layer.
@@ -107,7 +107,7 @@ pub fn built_in_dns_block() -> Vec<crate::plan::DnsBlock> {
     };
     // The built-in policy always parses (its own tests say so); were it not to, `load` would
     // refuse to run at all, so an empty list here can never be what a sandbox runs with.
-    parse_layer(DEFAULT_POLICY, None, 0, &ctx)
+    parse_file(DEFAULT_POLICY, None, 0, &ctx)
         .map(|l| crate::sections::Section::plan(l.base.dns).block)
         .unwrap_or_default()
 }
@@ -119,7 +119,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded, PolicyError> {
         passwd_home: opts.passwd_home.as_deref(),
         project: &opts.project_dir,
     };
-    let mut layers = vec![parse_layer(DEFAULT_POLICY, None, 0, &ctx)?];
+    let mut layers = vec![parse_file(DEFAULT_POLICY, None, 0, &ctx)?];
     let sources = read_files(opts, &ctx, &mut layers)?;
 
     let profile = opts.profile.as_deref();
@@ -136,7 +136,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded, PolicyError> {
         }
     }
 
-    let all: Vec<&Layer> = layers.iter().collect();
+    let all: Vec<&ParsedFile> = layers.iter().collect();
     let mut notes = Vec::new();
     let full = merge(&all, &opts.project_dir, profile, &mut notes);
     check_contradictions(&full, &layers)?;
@@ -144,7 +144,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded, PolicyError> {
 
     let mut untrusted_loosening = Vec::new();
     if layers.iter().any(|l| l.untrusted) {
-        let trusted: Vec<&Layer> = layers.iter().filter(|l| !l.untrusted).collect();
+        let trusted: Vec<&ParsedFile> = layers.iter().filter(|l| !l.untrusted).collect();
         let base = merge(&trusted, &opts.project_dir, profile, &mut Vec::new());
         let untrusted: Vec<Option<PathBuf>> = layers
             .iter()
@@ -172,7 +172,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded, PolicyError> {
 fn read_files(
     opts: &LoadOptions,
     ctx: &Context<'_>,
-    layers: &mut Vec<Layer>,
+    layers: &mut Vec<ParsedFile>,
 ) -> Result<Vec<PathBuf>, PolicyError> {
     let store = TrustStore::new(&opts.trust_store);
     let mut files: Vec<(PathBuf, bool)> = Vec::new();
@@ -201,7 +201,7 @@ fn read_files(
                     .with_help("save it as UTF-8"),
             )
         })?;
-        let mut layer = parse_layer(&src, Some(&path), layers.len(), ctx)?;
+        let mut layer = parse_file(&src, Some(&path), layers.len(), ctx)?;
         let key = trust_key(&path)?;
         let inside_project = key.starts_with(&opts.project_dir)
             || (path.is_absolute() && normalize(&path).starts_with(&opts.project_dir));
@@ -212,7 +212,7 @@ fn read_files(
     Ok(sources)
 }
 
-fn unknown_profile(name: &str, layers: &[Layer]) -> Diagnostic {
+fn unknown_profile(name: &str, layers: &[ParsedFile]) -> Diagnostic {
     let mut names: Vec<&str> = layers
         .iter()
         .flat_map(|l| l.profiles.keys().map(String::as_str))
@@ -234,13 +234,13 @@ fn unknown_profile(name: &str, layers: &[Layer]) -> Diagnostic {
 /// The base sections of `layers` in order, then the profile's in every layer in the same
 /// order; the project directory is the first writable path.
 fn merge(
-    layers: &[&Layer],
+    layers: &[&ParsedFile],
     project: &Path,
     profile: Option<&str>,
     notes: &mut Vec<String>,
 ) -> Sections {
     let mut m = Sections::default();
-    m.filesystem.writable.push(Rule {
+    m.filesystem.writable.push(PathEntry {
         path: project.to_path_buf(),
         origin: Origin::project(),
     });
@@ -283,7 +283,7 @@ fn yield_built_in_protection(m: &mut Sections, project: &Path, notes: &mut Vec<S
 /// A readable, writable or protected path equal to or inside a denied one is a
 /// contradiction: deny wins, so the user's intent cannot be what happens. A protected path
 /// that contains the project directory is one too: the project cannot be staged.
-fn check_contradictions(m: &Sections, layers: &[Layer]) -> Result<(), PolicyError> {
+fn check_contradictions(m: &Sections, layers: &[ParsedFile]) -> Result<(), PolicyError> {
     let fs = &m.filesystem;
     let allowed = fs.writable.iter().map(|r| ("writable", r));
     let allowed = allowed.chain(fs.readable.iter().map(|r| ("readable", r)));
@@ -307,7 +307,7 @@ fn check_contradictions(m: &Sections, layers: &[Layer]) -> Result<(), PolicyErro
 }
 
 /// A diagnostic located at `origin`, when it was written in a file.
-fn diag_at(message: String, origin: &Origin, layers: &[Layer]) -> Diagnostic {
+fn diag_at(message: String, origin: &Origin, layers: &[ParsedFile]) -> Diagnostic {
     let d = Diagnostic::new(message);
     match (&origin.span, layers.get(origin.layer)) {
         (Some(span), Some(l)) if l.file.is_some() => {
@@ -317,7 +317,7 @@ fn diag_at(message: String, origin: &Origin, layers: &[Layer]) -> Diagnostic {
     }
 }
 
-fn protects_project(r: &Rule, project: &Path, layers: &[Layer]) -> Diagnostic {
+fn protects_project(r: &PathEntry, project: &Path, layers: &[ParsedFile]) -> Diagnostic {
     let (rp, pp) = (r.path.display(), project.display());
     let msg = if r.path == project {
         format!("protected path {rp} is the project directory")
@@ -329,7 +329,7 @@ fn protects_project(r: &Rule, project: &Path, layers: &[Layer]) -> Diagnostic {
     diag_at(msg, &r.origin, layers).with_help(help)
 }
 
-fn contradiction(key: &str, r: &Rule, d: &Rule, layers: &[Layer]) -> Diagnostic {
+fn contradiction(key: &str, r: &PathEntry, d: &PathEntry, layers: &[ParsedFile]) -> Diagnostic {
     let kind = if key == "protect" { "protected" } else { key };
     let (rp, dp) = (r.path.display(), d.path.display());
     let r_builtin = r.origin.span.is_none() || layers[r.origin.layer].file.is_none();
@@ -567,7 +567,7 @@ mod tests {
     #[test]
     fn covered_is_component_wise() {
         use crate::sections::covered;
-        let r = Rule {
+        let r = PathEntry {
             path: "/a/b".into(),
             origin: Origin::project(),
         };

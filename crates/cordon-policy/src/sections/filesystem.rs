@@ -3,7 +3,7 @@
 use crate::PolicyError;
 use crate::schema::{Schema, Shape};
 use crate::sections::{
-    Convert, Loosen, PathRule, Render, Rule, Scalar, Section, Sections, append_rules, covered,
+    Convert, Loosen, PathEntry, PathRule, Render, Scalar, Section, Sections, append_rules, covered,
     path_rules, set_scalar,
 };
 
@@ -48,10 +48,10 @@ raw_table! {
 /// `[filesystem]` of one layer, or merged.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Filesystem {
-    pub readable: Vec<Rule>,
-    pub writable: Vec<Rule>,
-    pub deny: Vec<Rule>,
-    pub read_only: Vec<Rule>,
+    pub readable: Vec<PathEntry>,
+    pub writable: Vec<PathEntry>,
+    pub deny: Vec<PathEntry>,
+    pub read_only: Vec<PathEntry>,
     pub landlock: Scalar<LandlockMode>,
 }
 
@@ -81,7 +81,7 @@ impl Section for Filesystem {
 
     fn loosen(full: &Sections, base: &Sections, out: &mut Loosen<'_>) {
         let (f, b) = (&full.filesystem, &base.filesystem);
-        let visible: Vec<&Rule> = b.readable.iter().chain(&b.writable).collect();
+        let visible: Vec<&PathEntry> = b.readable.iter().chain(&b.writable).collect();
         for r in &f.readable {
             if !covered(&r.path, &visible) {
                 out.add(
@@ -90,8 +90,8 @@ impl Section for Filesystem {
                 );
             }
         }
-        let writable: Vec<&Rule> = b.writable.iter().collect();
-        let ro: Vec<&Rule> = b.read_only.iter().collect();
+        let writable: Vec<&PathEntry> = b.writable.iter().collect();
+        let ro: Vec<&PathEntry> = b.read_only.iter().collect();
         for r in &f.writable {
             if !covered(&r.path, &writable) || covered(&r.path, &ro) {
                 out.add(

@@ -206,9 +206,9 @@ impl Origin {
     }
 }
 
-/// A path rule with its origin.
+/// A path as one file wrote it, with its origin (the plan's form is [`PathRule`]).
 #[derive(Debug, Clone)]
-pub(crate) struct Rule {
+pub(crate) struct PathEntry {
     pub path: PathBuf,
     pub origin: Origin,
 }
@@ -242,7 +242,7 @@ pub(crate) fn append_new<T: Clone>(
 }
 
 /// Appends the paths `later` adds to `into`.
-pub(crate) fn append_rules(into: &mut Vec<Rule>, later: &[Rule]) {
+pub(crate) fn append_rules(into: &mut Vec<PathEntry>, later: &[PathEntry]) {
     for r in later {
         if !into.iter().any(|x| x.path == r.path) {
             into.push(r.clone());
@@ -251,7 +251,7 @@ pub(crate) fn append_rules(into: &mut Vec<Rule>, later: &[Rule]) {
 }
 
 /// Whether `path` is equal to or below one of `rules`.
-pub(crate) fn covered(path: &Path, rules: &[&Rule]) -> bool {
+pub(crate) fn covered(path: &Path, rules: &[&PathEntry]) -> bool {
     rules.iter().any(|r| path.starts_with(&r.path))
 }
 
@@ -275,7 +275,7 @@ impl PathRule {
 }
 
 /// The plan's form of path rules.
-pub(crate) fn path_rules(v: Vec<Rule>) -> Vec<PathRule> {
+pub(crate) fn path_rules(v: Vec<PathEntry>) -> Vec<PathRule> {
     v.into_iter()
         .map(|r| PathRule::new(r.path, r.origin.label))
         .collect()
@@ -438,7 +438,7 @@ impl Convert<'_> {
         raws: &[Spanned<String>],
         key: &str,
         both_homes: bool,
-    ) -> Result<Vec<Rule>, PolicyError> {
+    ) -> Result<Vec<PathEntry>, PolicyError> {
         let mut out = Vec::new();
         for raw in raws {
             let mut homes = vec![self.ctx.home];
@@ -452,8 +452,8 @@ impl Convert<'_> {
                 };
                 let path =
                     expand(raw.get_ref(), &vars).map_err(|e| self.expand_error(raw, key, e))?;
-                if !out.iter().any(|r: &Rule| r.path == path) {
-                    out.push(Rule {
+                if !out.iter().any(|r: &PathEntry| r.path == path) {
+                    out.push(PathEntry {
                         path,
                         origin: self.origin(raw.span()),
                     });
@@ -685,7 +685,7 @@ mod tests {
             passwd_home: None,
             project: Path::new("/work/p"),
         };
-        let layer = crate::layer::parse_layer(&text, Some(Path::new("/rendered.toml")), 1, &ctx)
+        let layer = crate::file::parse_file(&text, Some(Path::new("/rendered.toml")), 1, &ctx)
             .unwrap_or_else(|e| panic!("{e}\n{text}"));
         let mut merged = Sections::default();
         merged.merge(&layer.base);
@@ -718,13 +718,13 @@ mod tests {
                 Shape::Map(_) => format!("[{name}.x]\nnot_a_key = 1\n"),
                 _ => format!("[{name}]\nnot_a_key = 1\n"),
             };
-            let e = crate::layer::parse_layer(&doc, Some(Path::new("/f")), 1, &ctx)
+            let e = crate::file::parse_file(&doc, Some(Path::new("/f")), 1, &ctx)
                 .unwrap_err()
                 .to_string();
             assert!(e.contains("unknown key `not_a_key`"), "{name}: {e}");
             assert!(e.contains("/f:2:1"), "{name}: {e}");
             let in_p = format!("[profile.p.{name}]\n");
-            let r = crate::layer::parse_layer(&in_p, Some(Path::new("/f")), 1, &ctx);
+            let r = crate::file::parse_file(&in_p, Some(Path::new("/f")), 1, &ctx);
             let empty_ok = match shape {
                 Shape::Table(t) => !t.fields.iter().any(|f| f.required),
                 _ => false,

@@ -4,7 +4,7 @@
 use crate::PolicyError;
 use crate::schema::{Schema, Shape};
 use crate::sections::{
-    Convert, Loosen, PathRule, Render, Rule, Scalar, Section, Sections, append_rules, covered,
+    Convert, Loosen, PathEntry, PathRule, Render, Scalar, Section, Sections, append_rules, covered,
     path_rules, set_scalar, value,
 };
 
@@ -84,11 +84,11 @@ raw_table! {
 /// `[state]` of one layer, or merged.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct State {
-    pub protect: Vec<Rule>,
+    pub protect: Vec<PathEntry>,
     pub on_exit: Scalar<OnExit>,
     pub project_files: Scalar<ProjectFiles>,
     pub home: Scalar<HomeMode>,
-    pub caches: Vec<Rule>,
+    pub caches: Vec<PathEntry>,
 }
 
 impl Section for State {
@@ -153,8 +153,8 @@ impl Section for State {
         // Protecting a path makes it writable copy-on-write; kept without review, that is
         // plain write access.
         let fs = &base.filesystem;
-        let changeable: Vec<&Rule> = fs.writable.iter().chain(&b.protect).collect();
-        let ro: Vec<&Rule> = fs.read_only.iter().collect();
+        let changeable: Vec<&PathEntry> = fs.writable.iter().chain(&b.protect).collect();
+        let ro: Vec<&PathEntry> = fs.read_only.iter().collect();
         for r in &f.protect {
             if !covered(&r.path, &changeable) || covered(&r.path, &ro) {
                 out.add(

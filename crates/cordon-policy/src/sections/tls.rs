@@ -9,7 +9,7 @@ use crate::PolicyError;
 use crate::pattern::HostPattern;
 use crate::schema::{Schema, Shape};
 use crate::sections::{
-    Convert, Loosen, Origin, Render, Rule, Section, Sections, append_new, append_rules,
+    Convert, Loosen, Origin, PathEntry, Render, Section, Sections, append_new, append_rules,
 };
 
 /// TLS interception exceptions and upstream trust.
@@ -33,7 +33,7 @@ raw_table! {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Tls {
     pub passthrough: Vec<(HostPattern, Origin)>,
-    pub upstream_ca: Vec<Rule>,
+    pub upstream_ca: Vec<PathEntry>,
 }
 
 impl Section for Tls {

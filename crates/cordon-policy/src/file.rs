@@ -13,7 +13,7 @@ use crate::sections::{Context, Convert, ROOT, RawFile, Sections};
 
 /// One policy file.
 #[derive(Debug, Clone)]
-pub(crate) struct Layer {
+pub(crate) struct ParsedFile {
     /// `None` for the built-in policy.
     pub file: Option<PathBuf>,
     pub src: String,
@@ -24,12 +24,12 @@ pub(crate) struct Layer {
 }
 
 /// Parses, checks and expands one policy file.
-pub(crate) fn parse_layer(
+pub(crate) fn parse_file(
     src: &str,
     file: Option<&Path>,
     layer: usize,
     ctx: &Context<'_>,
-) -> Result<Layer, PolicyError> {
+) -> Result<ParsedFile, PolicyError> {
     let table = DeTable::parse(src).map_err(|e| toml_error(&e, src, file))?;
     Checker {
         src,
@@ -54,7 +54,7 @@ pub(crate) fn parse_layer(
     for (name, p) in profile {
         profiles.insert(name.into_inner(), Sections::convert(p, &mut cx)?);
     }
-    Ok(Layer {
+    Ok(ParsedFile {
         file: file.map(Path::to_path_buf),
         src: src.to_string(),
         base,
@@ -92,7 +92,7 @@ mod tests {
             project: &p,
         };
         let src = "[filesystem]\ndeny = [\"~/.ssh\", \"/etc/x\"]\nwritable = [\"~/.cache\"]\n";
-        let l = parse_layer(src, Some(Path::new("/f.toml")), 1, &c).unwrap();
+        let l = parse_file(src, Some(Path::new("/f.toml")), 1, &c).unwrap();
         let deny: Vec<_> = l
             .base
             .filesystem
@@ -121,7 +121,7 @@ mod tests {
             passwd_home: Some(&h),
             project: &p,
         };
-        let l = parse_layer("[filesystem]\ndeny = [\"~/.ssh\"]", None, 0, &c).unwrap();
+        let l = parse_file("[filesystem]\ndeny = [\"~/.ssh\"]", None, 0, &c).unwrap();
         assert_eq!(l.base.filesystem.deny.len(), 1);
         assert_eq!(l.base.filesystem.deny[0].origin.label, "built-in");
     }
@@ -135,7 +135,7 @@ mod tests {
             project: &p,
         };
         let src = "[filesystem]\nreadable = [\"/a/${FOO}/b\"]\n";
-        let err = parse_layer(src, Some(Path::new("/f")), 1, &c).unwrap_err();
+        let err = parse_file(src, Some(Path::new("/f")), 1, &c).unwrap_err();
         let loc = err.diagnostic().unwrap().location.clone().unwrap();
         assert_eq!((loc.line, loc.column, loc.width), (2, 17, 6));
     }
@@ -149,20 +149,20 @@ mod tests {
             project: &p,
         };
         let src = "[filesystem]\nreadable = [\"/a\\u0041/${FOO}\"]\n";
-        let err = parse_layer(src, Some(Path::new("/f")), 1, &c).unwrap_err();
+        let err = parse_file(src, Some(Path::new("/f")), 1, &c).unwrap_err();
         let loc = err.diagnostic().unwrap().location.clone().unwrap();
         assert_eq!((loc.line, loc.column), (2, 13));
         assert!(err.to_string().contains("unknown variable `FOO`"));
     }
 
-    fn layer(src: &str) -> Result<Layer, PolicyError> {
+    fn layer(src: &str) -> Result<ParsedFile, PolicyError> {
         let (h, _, p) = ctx();
         let c = Context {
             home: &h,
             passwd_home: None,
             project: &p,
         };
-        parse_layer(src, Some(Path::new("/f")), 1, &c)
+        parse_file(src, Some(Path::new("/f")), 1, &c)
     }
 
     #[test]
@@ -372,7 +372,7 @@ mod tests {
             project: &p,
         };
         let src = "[profile.x.env]\npass = [\"A\"]\n[profile.x.limits]\npids = 5\n";
-        let l = parse_layer(src, None, 0, &c).unwrap();
+        let l = parse_file(src, None, 0, &c).unwrap();
         let x = &l.profiles["x"];
         assert_eq!(x.env.pass[0].0, "A");
         assert_eq!(x.limits.pids.as_ref().unwrap().0, 5);
