@@ -381,7 +381,68 @@ fn derive(plan: &mut Plan, opts: &LoadOptions, warnings: &mut Vec<String>) {
         }
     }
     hide_credential_sources(plan);
+    git_reads_more(plan);
     protect_own_files(plan, opts, warnings);
+}
+
+/// Git reads more config than `.git/config`: each submodule's own config and hooks (run by a
+/// host `git status` in the superproject) and per-worktree config. Wherever `.git/config` is
+/// read-only, so are they, with the same origin.
+fn git_reads_more(plan: &mut Plan) {
+    let mut more = Vec::new();
+    for r in &plan.filesystem.read_only {
+        if r.path.file_name().is_some_and(|n| n == "config")
+            && let Some(gitdir) = r
+                .path
+                .parent()
+                .filter(|d| d.file_name().is_some_and(|n| n == ".git"))
+        {
+            more.extend(
+                git_extras(gitdir)
+                    .into_iter()
+                    .map(|p| PathRule::new(p, r.origin.clone())),
+            );
+        }
+    }
+    for r in more {
+        if !plan.filesystem.read_only.iter().any(|x| x.path == r.path) {
+            plan.filesystem.read_only.push(r);
+        }
+    }
+}
+
+/// Config and hooks git reads besides `.git/config` and `.git/hooks`: `config.worktree`,
+/// every submodule repository under `.git/modules` (nested too), and linked worktrees.
+fn git_extras(gitdir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![gitdir.join("config.worktree")];
+    if let Ok(rd) = std::fs::read_dir(gitdir.join("worktrees")) {
+        for e in rd.flatten() {
+            out.push(e.path().join("config.worktree"));
+        }
+    }
+    // A module's git dir holds HEAD; modules nest (modules/a/modules/b), names may have '/'.
+    let mut stack = vec![(gitdir.join("modules"), 0)];
+    while let Some((dir, depth)) = stack.pop() {
+        if depth > 8 {
+            continue;
+        }
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let d = e.path();
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if d.join("HEAD").is_file() {
+                out.extend(["config", "config.worktree", "hooks"].map(|f| d.join(f)));
+                stack.push((d.join("modules"), depth + 1));
+            } else {
+                stack.push((d, depth + 1));
+            }
+        }
+    }
+    out
 }
 
 /// A credential's source never enters the sandbox, whatever the network mode and whether or

@@ -452,3 +452,43 @@ fn secret_scanning_is_on_by_default_and_loosening_it_needs_trust() {
     env.trust_project();
     assert!(env.load().untrusted_loosening.is_empty());
 }
+
+/// The plan is the whole truth: rules derived from the host are in it, so `cordon check`
+/// prints them.
+#[test]
+fn derived_rules_are_in_the_plan() {
+    let env = Env::new();
+    // A submodule's git dir and a linked worktree: git reads their config and hooks too.
+    let module = env.project.join(".git/modules/lib/sub");
+    fs::create_dir_all(module.join("hooks")).unwrap();
+    fs::write(module.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    fs::create_dir_all(env.project.join(".git/worktrees/wt")).unwrap();
+    let secret = env.home.join(".config/k/key");
+    env.user(&format!(
+        "[credentials.k]\nsource = {{ file = \"{}\" }}\nhosts = [\"api.k.test\"]\n",
+        secret.display()
+    ));
+    let mut o = env.opts();
+    let state = env.home.join(".local/state/cordon");
+    o.own_dirs = vec![(state.clone(), "own state")];
+    let l = load(&o).unwrap();
+    let ro = &l.plan.filesystem.read_only;
+    for p in [
+        module.join("config"),
+        module.join("hooks"),
+        module.join("config.worktree"),
+        env.project.join(".git/config.worktree"),
+        env.project.join(".git/worktrees/wt/config.worktree"),
+    ] {
+        assert_eq!(has(ro, &p).as_deref(), Some("built-in"), "{}", p.display());
+    }
+    let deny = &l.plan.filesystem.deny;
+    assert_eq!(
+        has(deny, &state).as_deref(),
+        Some("built-in: cordon's own state")
+    );
+    assert_eq!(has(deny, &secret).as_deref(), Some("credentials.k: source"));
+    let text = l.plan.to_toml();
+    assert!(text.contains("# built-in: cordon's own state"), "{text}");
+    assert!(text.contains("\"ngrok.io\", # built-in"), "{text}");
+}

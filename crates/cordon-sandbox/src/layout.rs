@@ -418,21 +418,9 @@ fn carve_outs(
 ) {
     let mut pins: Vec<PathBuf> = Vec::new();
     let mut read_only: Vec<PathBuf> = Vec::new();
-    // Git reads more config than .git/config: each submodule's own config and hooks (run by a
-    // host `git status` in the superproject) and per-worktree config. Protect them alongside.
-    let mut ro_rules: Vec<PathRule> = fs.read_only.clone();
-    for r in &fs.read_only {
-        let p = normalize(&r.path);
-        if p.file_name().is_some_and(|n| n == "config")
-            && let Some(gitdir) = p
-                .parent()
-                .filter(|d| d.file_name().is_some_and(|n| n == ".git"))
-        {
-            for extra in git_extras(gitdir) {
-                ro_rules.push(PathRule::new(extra, r.origin.clone()));
-            }
-        }
-    }
+    // The plan holds every read-only path, including the git files the loader derived from
+    // `.git/config`'s rule (submodules', worktrees').
+    let ro_rules: &[PathRule] = &fs.read_only;
     // Staged paths need their parents pinned just like read-only ones: renaming `.git` away
     // and making a new one would otherwise slip a hook past both the mount and the review.
     let mut guarded: Vec<PathBuf> = ro_rules.iter().map(|r| normalize(&r.path)).collect();
@@ -529,40 +517,6 @@ fn landlock_rules(deny: &[(PathBuf, String)], writable_roots: &[PathBuf], layout
     for p in ["/tmp", "/dev", "/dev/shm"] {
         layout.landlock.write.push(p.into());
     }
-}
-
-/// Config and hooks git reads besides `.git/config` and `.git/hooks`: `config.worktree`,
-/// every submodule repository under `.git/modules` (nested too), and linked worktrees.
-fn git_extras(gitdir: &Path) -> Vec<PathBuf> {
-    let mut out = vec![gitdir.join("config.worktree")];
-    if let Ok(rd) = std::fs::read_dir(gitdir.join("worktrees")) {
-        for e in rd.flatten() {
-            out.push(e.path().join("config.worktree"));
-        }
-    }
-    // A module's git dir holds HEAD; modules nest (modules/a/modules/b), names may have '/'.
-    let mut stack = vec![(gitdir.join("modules"), 0)];
-    while let Some((dir, depth)) = stack.pop() {
-        if depth > 8 {
-            continue;
-        }
-        let Ok(rd) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let d = e.path();
-            if !e.file_type().is_ok_and(|t| t.is_dir()) {
-                continue;
-            }
-            if d.join("HEAD").is_file() {
-                out.extend(["config", "config.worktree", "hooks"].map(|f| d.join(f)));
-                stack.push((d.join("modules"), depth + 1));
-            } else {
-                stack.push((d, depth + 1));
-            }
-        }
-    }
-    out
 }
 
 /// Grant read beneath `root` except for the `excluded` subtrees. Landlock rules only allow, so a

@@ -77,6 +77,14 @@ pub enum SandboxError {
     /// [`Command::argv`] is empty.
     #[error("no command given")]
     NoCommand,
+    /// The plan does not mask the approval brokers' directory: a sandbox could answer its own
+    /// (or another session's) questions. Plans from `cordon_policy::load` with
+    /// `LoadOptions::own_dirs` always do.
+    #[error("the plan leaves the approval brokers' directory {} visible; load it with cordon's own directories (LoadOptions::own_dirs)", path.display())]
+    BrokerDirVisible {
+        /// The directory.
+        path: std::path::PathBuf,
+    },
     /// The approval brokers' directory, masked in every session, could not be made.
     #[error("cannot prepare the approval directory: {source}")]
     ApprovalDir {

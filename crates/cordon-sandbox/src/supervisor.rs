@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use cordon_approval::Broker;
 use cordon_events::{Action, Layer, NewEvent};
-use cordon_policy::{ExecAction, FilesystemPlan, NetMode, PathRule, Plan};
+use cordon_policy::{ExecAction, FilesystemPlan, NetMode, Plan};
 
 use crate::cgroup::Cgroup;
 use crate::exec_supervisor::ExecSupervisor;
@@ -145,22 +145,24 @@ pub fn run_with_network(
     sandbox.supervise(handed.master, supervisor, handed.exit_pipe)
 }
 
-/// The approval brokers' directory is masked in every session, with or without `ask` rules:
-/// a sandbox runs as the user's uid, so file modes alone would not keep it from answering
-/// another session's questions. It is created (0700) up front so there is something to mask.
-/// Returns the filesystem plan with that mask, and this session's broker when there are `ask`
-/// rules (without one, they deny).
+/// The approval brokers' directory must be masked in every session, with or without `ask`
+/// rules: a sandbox runs as the user's uid, so file modes alone would not keep it from
+/// answering another session's questions. The plan says so (the loader adds cordon's own
+/// directories); a plan that does not is refused. The directory is created (0700) up front so
+/// there is something to mask. Returns the filesystem plan, and this session's broker when
+/// there are `ask` rules (without one, they deny).
 fn approvals(
     plan: &Plan,
     cmd: &Command,
     emit: &dyn Fn(NewEvent),
 ) -> Result<(FilesystemPlan, Option<Broker>), SandboxError> {
-    let mut fs = plan.filesystem.clone();
+    let fs = plan.filesystem.clone();
     let broker_dir = cordon_approval::default_dir();
     if let Some(dir) = &broker_dir {
+        if !fs.deny.iter().any(|d| dir.starts_with(&d.path)) {
+            return Err(SandboxError::BrokerDirVisible { path: dir.clone() });
+        }
         cordon_approval::ensure_dir(dir).map_err(|source| SandboxError::ApprovalDir { source })?;
-        fs.deny
-            .push(PathRule::new(dir, "built-in: approval brokers"));
     }
     if !plan.exec.rules.iter().any(|r| r.action == ExecAction::Ask) {
         return Ok((fs, None));
