@@ -4,8 +4,10 @@
 //!
 //! Host side only. The broker listens on a unix socket in a directory only the user can open
 //! (mode 0700, socket 0600) which the sandbox never sees (cordon masks it), so the agent cannot
-//! answer its own questions. The broker is non-blocking and has no thread of its own: the
-//! supervisor polls [`Broker::as_raw_fd`] with its other descriptors and calls [`Broker::serve`].
+//! answer its own questions. [`Broker`] is the socket itself, non-blocking and thread-free;
+//! [`Approvals`] runs one session's broker on a thread of its own and is what the layers
+//! share — the exec supervisor through a [`Mailbox`] it polls, the HTTP layer through
+//! callbacks — so a session has one socket and one list in `cordon approve`.
 //! Because a sandbox runs with the user's uid, file modes are not the wall: the directory is
 //! masked in every sandbox, and the broker drops any peer outside its own user namespace
 //! (`SO_PEERCRED`; the `peer` module holds this crate's only `unsafe`).
@@ -36,6 +38,9 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 mod peer;
+mod service;
+
+pub use service::{Approvals, Mailbox};
 
 /// Why the broker could not be set up or reached.
 #[derive(Debug, thiserror::Error)]
@@ -185,7 +190,13 @@ impl Broker {
     /// [`Broker::expire`].
     pub fn ask(&mut self, layer: &str, what: &str, rule: &str, timeout: Duration) -> u64 {
         let id = self.next;
-        self.next += 1;
+        self.hold(id, layer, what, rule, timeout);
+        id
+    }
+
+    /// Hold a question under an id the caller chose (unique in this session).
+    pub fn hold(&mut self, id: u64, layer: &str, what: &str, rule: &str, timeout: Duration) {
+        self.next = self.next.max(id + 1);
         let q = Question {
             id,
             layer: layer.into(),
@@ -200,7 +211,6 @@ impl Broker {
                 deadline: Instant::now() + timeout,
             },
         );
-        id
     }
 
     /// Questions still waiting.

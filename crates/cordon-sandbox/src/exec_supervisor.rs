@@ -17,9 +17,9 @@ use std::collections::HashMap;
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use cordon_approval::{Answer, Broker};
+use cordon_approval::{Answer, Approvals, Mailbox};
 use cordon_events::{Action, Layer, NewEvent};
 use cordon_policy::{ExecAction, ExecPlan, SyscallsPlan};
 
@@ -48,7 +48,8 @@ pub(crate) struct ExecSupervisor<'a> {
     listener: Listener,
     exec: &'a ExecPlan,
     syscalls: &'a SyscallsPlan,
-    broker: Option<Broker>,
+    /// The session's broker, and where its answers to this layer land.
+    approvals: Option<(Approvals, Mailbox)>,
     held: HashMap<u64, Held>,
     remembered: HashMap<String, bool>,
     denials: HashMap<i64, u32>,
@@ -239,14 +240,14 @@ impl<'a> ExecSupervisor<'a> {
         listener: Listener,
         exec: &'a ExecPlan,
         syscalls: &'a SyscallsPlan,
-        broker: Option<Broker>,
+        approvals: Option<(Approvals, Mailbox)>,
         emit: &'a dyn Fn(NewEvent),
     ) -> Self {
         ExecSupervisor {
             listener,
             exec,
             syscalls,
-            broker,
+            approvals,
             held: HashMap::new(),
             remembered: HashMap::new(),
             denials: HashMap::new(),
@@ -258,13 +259,10 @@ impl<'a> ExecSupervisor<'a> {
         self.listener.as_raw_fd()
     }
 
-    pub(crate) fn broker_fd(&self) -> Option<std::os::fd::RawFd> {
+    /// Readable when an answer (a person's, or a timeout's) has arrived.
+    pub(crate) fn answers_fd(&self) -> Option<std::os::fd::RawFd> {
         use std::os::fd::AsRawFd;
-        self.broker.as_ref().map(|b| b.as_raw_fd())
-    }
-
-    pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        self.broker.as_ref().and_then(|b| b.next_deadline())
+        self.approvals.as_ref().map(|(_, m)| m.as_raw_fd())
     }
 
     /// Handle one pending notification.
@@ -374,7 +372,7 @@ impl<'a> ExecSupervisor<'a> {
             }
             ExecAction::Ask => {
                 let timeout = Duration::from_secs(self.exec.ask_timeout_secs);
-                let Some(broker) = self.broker.as_mut() else {
+                let Some((approvals, mailbox)) = self.approvals.as_ref() else {
                     let _ = self.listener.deny(n.id, libc::EPERM);
                     (self.emit)(
                         self.exec_event(Action::Deny, &line, &rule_text, &n)
@@ -382,7 +380,7 @@ impl<'a> ExecSupervisor<'a> {
                     );
                     return;
                 };
-                let qid = broker.ask("exec", &line, &rule_text, timeout);
+                let qid = approvals.ask("exec", &line, &rule_text, timeout, mailbox.sender());
                 cordon_approval::desktop_notification(&line);
                 (self.emit)(
                     self.exec_event(Action::Ask, &line, &rule_text, &n)
@@ -433,21 +431,10 @@ impl<'a> ExecSupervisor<'a> {
         );
     }
 
-    /// Answers from `cordon approve`.
-    pub(crate) fn on_broker(&mut self) {
-        let answers = match self.broker.as_mut() {
-            Some(b) => b.serve(),
-            None => return,
-        };
-        for (qid, a) in answers {
-            self.answer(qid, a);
-        }
-    }
-
-    /// Deny questions nobody answered in time.
-    pub(crate) fn on_tick(&mut self) {
-        let answers = match self.broker.as_mut() {
-            Some(b) => b.expire(),
+    /// Answers from `cordon approve`, and the timeout's denials.
+    pub(crate) fn on_answers(&mut self) {
+        let answers = match self.approvals.as_ref() {
+            Some((_, m)) => m.take(),
             None => return,
         };
         for (qid, a) in answers {

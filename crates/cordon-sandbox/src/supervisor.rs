@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
-use cordon_approval::Broker;
+use cordon_approval::{Approvals, Mailbox};
 use cordon_events::{Action, Layer, NewEvent};
 use cordon_policy::{ExecAction, FilesystemPlan, NetMode, Plan};
 
@@ -52,8 +52,11 @@ pub struct Command {
     /// The directory to start in; the project directory is used if it is not in the view.
     pub cwd: PathBuf,
     pub tty: TtyMode,
-    /// The audit session id; names the approval broker's socket.
+    /// The audit session id.
     pub session: String,
+    /// The session's approval broker, shared with the HTTP layer; without one, `ask` rules
+    /// deny.
+    pub approvals: Option<Approvals>,
     /// Protected paths made copy-on-write for this session.
     pub staged: Vec<crate::layout::Staged>,
     /// Host files shown with other content (masked copies of credential files, the secret
@@ -149,13 +152,13 @@ pub fn run_with_network(
 /// rules: a sandbox runs as the user's uid, so file modes alone would not keep it from
 /// answering another session's questions. The plan says so (the loader adds cordon's own
 /// directories); a plan that does not is refused. The directory is created (0700) up front so
-/// there is something to mask. Returns the filesystem plan, and this session's broker when
-/// there are `ask` rules (without one, they deny).
+/// there is something to mask. Returns the filesystem plan, and the session's broker with a
+/// mailbox for this layer's answers when there are `ask` rules (without one, they deny).
 fn approvals(
     plan: &Plan,
     cmd: &Command,
     emit: &dyn Fn(NewEvent),
-) -> Result<(FilesystemPlan, Option<Broker>), SandboxError> {
+) -> Result<(FilesystemPlan, Option<(Approvals, Mailbox)>), SandboxError> {
     let fs = plan.filesystem.clone();
     let broker_dir = cordon_approval::default_dir();
     if let Some(dir) = &broker_dir {
@@ -167,17 +170,18 @@ fn approvals(
     if !plan.exec.rules.iter().any(|r| r.action == ExecAction::Ask) {
         return Ok((fs, None));
     }
-    let broker = match broker_dir.map(|d| Broker::bind(&d, &cmd.session)) {
-        Some(Ok(b)) => Some(b),
-        Some(Err(e)) => {
-            emit(NewEvent::new(
-                Layer::Exec,
-                Action::Degraded,
-                format!("no approval broker ({e}): `ask` rules deny"),
-            ));
-            None
-        }
-        None => None,
+    let degraded = |why: String| {
+        emit(NewEvent::new(
+            Layer::Exec,
+            Action::Degraded,
+            format!("no approval broker ({why}): `ask` rules deny"),
+        ));
+        None
+    };
+    let broker = match (&cmd.approvals, Mailbox::new()) {
+        (Some(a), Ok(m)) => Some((a.clone(), m)),
+        (Some(_), Err(e)) => degraded(e.to_string()),
+        (None, _) => degraded("none for this session".into()),
     };
     Ok((fs, broker))
 }
@@ -539,7 +543,7 @@ impl Sandbox {
         &self,
         listener: Option<OwnedFd>,
         plan: &'a Plan,
-        broker: Option<Broker>,
+        broker: Option<(Approvals, Mailbox)>,
         emit: &'a dyn Fn(NewEvent),
     ) -> Result<ExecSupervisor<'a>, SandboxError> {
         let Some(fd) = listener else {
@@ -875,7 +879,7 @@ fn relay(
         let (notify_fd, broker_fd) = match &exec {
             Some(e) => (
                 if notify_open { e.notify_fd() } else { -1 },
-                e.broker_fd().unwrap_or(-1),
+                e.answers_fd().unwrap_or(-1),
             ),
             None => (-1, -1),
         };
@@ -910,11 +914,7 @@ fn relay(
                 revents: 0,
             });
         }
-        let deadline = [kill_at, exec.as_ref().and_then(|e| e.next_deadline())]
-            .into_iter()
-            .flatten()
-            .min();
-        let timeout = deadline.map_or(-1, |t| {
+        let timeout = kill_at.map_or(-1, |t| {
             t.saturating_duration_since(Instant::now()).as_millis() as i32 + 1
         });
         sys::poll(&mut fds, timeout)?;
@@ -926,9 +926,8 @@ fn relay(
                 notify_open = false;
             }
             if fds[4].revents != 0 {
-                e.on_broker();
+                e.on_answers();
             }
-            e.on_tick();
         }
         if let Some(t) = kill_at
             && Instant::now() >= t

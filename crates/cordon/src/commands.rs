@@ -110,6 +110,34 @@ fn load_options(policy: Option<PathBuf>, args: &PolicyArgs, project: PathBuf) ->
     }
 }
 
+/// The session's one approval broker, when a layer may ask a person: every layer puts its
+/// questions to it, so `cordon approve` shows the session once. Without it, `ask` denies.
+fn session_approvals(
+    plan: &cordon_policy::Plan,
+    session: &str,
+) -> Option<cordon_approval::Approvals> {
+    use cordon_policy::{DlpAction, ExecAction, HttpAction, JudgeOnError};
+    let asks = plan.exec.rules.iter().any(|r| r.action == ExecAction::Ask)
+        || plan.http.default == HttpAction::Ask
+        || plan.http.rules.iter().any(|r| r.action == HttpAction::Ask)
+        || plan.dlp.action == DlpAction::Ask
+        || plan
+            .judge
+            .as_ref()
+            .is_some_and(|j| j.on_error == JudgeOnError::Ask);
+    if !asks {
+        return None;
+    }
+    let dir = cordon_approval::default_dir()?;
+    match cordon_approval::Approvals::start(&dir, session) {
+        Ok(a) => Some(a),
+        Err(e) => {
+            eprintln!("cordon: warning: no approval broker ({e}): `ask` decisions deny");
+            None
+        }
+    }
+}
+
 /// cordon's own directories, masked in every sandbox (the loader puts them in the plan):
 /// snapshots hold hard links to files a deny rule hides elsewhere, cache layers belong to
 /// every session, the data directory holds the CA's key, brokers take approvals.
@@ -269,6 +297,7 @@ fn run_in_session(
             cordon_sandbox::TtyMode::Auto
         },
         session: session.to_string(),
+        approvals: session_approvals(&loaded.plan, session),
         staged: Vec::new(),
         shown: Vec::new(),
     };
@@ -892,6 +921,7 @@ fn doctor_end_to_end() -> Result<()> {
             cwd: dir.clone(),
             tty: cordon_sandbox::TtyMode::Never,
             session: format!("doctor-{}", std::process::id()),
+            approvals: None,
             staged: Vec::new(),
             shown: Vec::new(),
         };

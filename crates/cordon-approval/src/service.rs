@@ -1,0 +1,289 @@
+//! One session's broker on a thread of its own, shared by every layer that asks: the exec
+//! supervisor and the HTTP layer put their questions to the same [`Approvals`], so a session
+//! has one socket and `cordon approve` one list.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
+
+use crate::{Answer, ApprovalError, Broker};
+
+type Reply = Box<dyn FnOnce(u64, Answer) + Send>;
+
+enum Msg {
+    Ask {
+        id: u64,
+        layer: String,
+        what: String,
+        rule: String,
+        timeout: Duration,
+        reply: Reply,
+    },
+    Withdraw(u64),
+}
+
+/// How often the broker's thread looks at its socket and deadlines: the delay between a
+/// person's answer and the held request going on.
+const TICK: Duration = Duration::from_millis(50);
+
+/// The answer nobody gave: the broker is gone, so the question is denied.
+const GONE: Answer = Answer {
+    allow: false,
+    remember: false,
+    timed_out: true,
+};
+
+/// A session's approval broker, running on its own thread until every handle is dropped and
+/// no question waits. Clone it to share it between layers.
+#[derive(Clone)]
+pub struct Approvals {
+    tx: mpsc::Sender<Msg>,
+    socket: Arc<PathBuf>,
+    next: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Approvals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Approvals")
+            .field("socket", &self.socket)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Approvals {
+    /// Binds the broker for `session` in `dir` (see [`crate::ensure_dir`]) and starts its
+    /// thread.
+    pub fn start(dir: &Path, session: &str) -> Result<Self, ApprovalError> {
+        let mut broker = Broker::bind(dir, session)?;
+        let socket = Arc::new(broker.path().to_path_buf());
+        let (tx, rx) = mpsc::channel::<Msg>();
+        std::thread::Builder::new()
+            .name("cordon-approvals".into())
+            .spawn(move || serve(&mut broker, &rx))
+            .map_err(|source| ApprovalError::Io {
+                what: "start the broker for",
+                path: socket.to_path_buf(),
+                source,
+            })?;
+        Ok(Self {
+            tx,
+            socket,
+            next: Arc::new(AtomicU64::new(1)),
+        })
+    }
+
+    /// The socket `cordon approve` connects to.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Puts a question to a person; `reply` gets its id and the answer (a person's, or the
+    /// timeout's denial). Returns the id at once.
+    pub fn ask(
+        &self,
+        layer: &str,
+        what: &str,
+        rule: &str,
+        timeout: Duration,
+        reply: impl FnOnce(u64, Answer) + Send + 'static,
+    ) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let msg = Msg::Ask {
+            id,
+            layer: layer.into(),
+            what: what.into(),
+            rule: rule.into(),
+            timeout,
+            reply: Box::new(reply),
+        };
+        if let Err(mpsc::SendError(Msg::Ask { reply, .. })) = self.tx.send(msg) {
+            reply(id, GONE);
+        }
+        id
+    }
+
+    /// Takes back a question nobody needs answered any more (its asker went away).
+    pub fn withdraw(&self, id: u64) {
+        let _ = self.tx.send(Msg::Withdraw(id));
+    }
+}
+
+fn serve(broker: &mut Broker, rx: &mpsc::Receiver<Msg>) {
+    let mut waiting: HashMap<u64, Reply> = HashMap::new();
+    let mut open = true;
+    loop {
+        let msg = if open {
+            match rx.recv_timeout(TICK) {
+                Ok(m) => Some(m),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    open = false;
+                    None
+                }
+            }
+        } else if waiting.is_empty() {
+            // Every handle is gone and nothing waits: the socket goes with the broker.
+            return;
+        } else {
+            // No more questions can come; the waiting ones still get their answer or timeout.
+            std::thread::sleep(TICK);
+            None
+        };
+        match msg {
+            Some(Msg::Ask {
+                id,
+                layer,
+                what,
+                rule,
+                timeout,
+                reply,
+            }) => {
+                broker.hold(id, &layer, &what, &rule, timeout);
+                waiting.insert(id, reply);
+            }
+            Some(Msg::Withdraw(id)) => {
+                broker.withdraw(id);
+                waiting.remove(&id);
+            }
+            None => {}
+        }
+        for (id, answer) in broker.serve().into_iter().chain(broker.expire()) {
+            if let Some(reply) = waiting.remove(&id) {
+                reply(id, answer);
+            }
+        }
+    }
+}
+
+/// Where answers land for a poll loop: [`Mailbox::sender`] is the `reply` to give
+/// [`Approvals::ask`]; the mailbox's descriptor becomes readable when an answer arrives, and
+/// [`Mailbox::take`] collects them.
+#[derive(Debug)]
+pub struct Mailbox {
+    tx: mpsc::Sender<(u64, Answer)>,
+    rx: mpsc::Receiver<(u64, Answer)>,
+    wake: Arc<UnixStream>,
+    woken: UnixStream,
+}
+
+impl Mailbox {
+    /// An empty mailbox.
+    pub fn new() -> std::io::Result<Self> {
+        let (wake, woken) = UnixStream::pair()?;
+        wake.set_nonblocking(true)?;
+        woken.set_nonblocking(true)?;
+        let (tx, rx) = mpsc::channel();
+        Ok(Self {
+            tx,
+            rx,
+            wake: Arc::new(wake),
+            woken,
+        })
+    }
+
+    /// A reply that delivers here.
+    pub fn sender(&self) -> impl FnOnce(u64, Answer) + Send + 'static {
+        let (tx, wake) = (self.tx.clone(), self.wake.clone());
+        move |id, answer| {
+            if tx.send((id, answer)).is_ok() {
+                // Full means a wake-up is already pending: enough.
+                let _ = (&*wake).write(&[1]);
+            }
+        }
+    }
+
+    /// The answers that arrived since the last call.
+    pub fn take(&self) -> Vec<(u64, Answer)> {
+        let mut buf = [0u8; 64];
+        while matches!((&self.woken).read(&mut buf), Ok(n) if n > 0) {}
+        self.rx.try_iter().collect()
+    }
+}
+
+impl AsRawFd for Mailbox {
+    fn as_raw_fd(&self) -> RawFd {
+        self.woken.as_raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_broker_answers_both_kinds_of_asker() {
+        let dir = tempfile::tempdir().unwrap();
+        let approvals = Approvals::start(dir.path(), "s").unwrap();
+        let mailbox = Mailbox::new().unwrap();
+        let exec = approvals.ask(
+            "exec",
+            "git push",
+            "r1",
+            Duration::from_secs(30),
+            mailbox.sender(),
+        );
+        let (tx, rx) = mpsc::channel();
+        let http = approvals.ask(
+            "http",
+            "POST x",
+            "r2",
+            Duration::from_secs(30),
+            move |id, a| {
+                let _ = tx.send((id, a));
+            },
+        );
+        assert_ne!(exec, http);
+        // Both questions wait on the one socket.
+        let mut listed = Vec::new();
+        for _ in 0..100 {
+            listed = crate::list(approvals.socket()).unwrap();
+            if listed.len() == 2 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut layers: Vec<_> = listed.iter().map(|q| q.layer.as_str()).collect();
+        layers.sort_unstable();
+        assert_eq!(layers, ["exec", "http"]);
+        crate::answer(approvals.socket(), exec, true, false).unwrap();
+        crate::answer(approvals.socket(), http, false, true).unwrap();
+        let (id, a) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!((id, a.allow, a.remember), (http, false, true));
+        let mut got = Vec::new();
+        for _ in 0..100 {
+            got.extend(mailbox.take());
+            if !got.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].0, got[0].1.allow), (exec, true));
+    }
+
+    #[test]
+    fn a_timeout_denies_and_the_socket_goes_with_the_last_handle() {
+        let dir = tempfile::tempdir().unwrap();
+        let approvals = Approvals::start(dir.path(), "t").unwrap();
+        let socket = approvals.socket().to_path_buf();
+        let (tx, rx) = mpsc::channel();
+        approvals.ask("exec", "x", "r", Duration::from_millis(100), move |_, a| {
+            let _ = tx.send(a);
+        });
+        drop(approvals);
+        let a = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert!(!a.allow && a.timed_out);
+        for _ in 0..100 {
+            if !socket.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("{} outlived its broker", socket.display());
+    }
+}
