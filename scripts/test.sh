@@ -1,12 +1,24 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, unit and black-box sandbox tests.
-# As root it first installs what the tests need (scripts/setup-test-env.sh) and then runs every
-# sandbox test twice: as root and as the unprivileged user cordon-test. As a normal user it runs
-# the unprivileged variants as yourself and skips the root ones.
+# As root (as in CI: .ci/run calls this) it first installs what the tests need
+# (scripts/setup-test-env.sh), runs every sandbox test twice, as root and as the unprivileged user
+# cordon-test, and is strict: CORDON_TEST_STRICT=1 makes every skip (a missing tool, a variant
+# that cannot run) a failure, so a green run means everything ran. As a normal user it runs the
+# unprivileged variants as yourself and skips the root ones visibly (listed at the end); set
+# CORDON_TEST_STRICT=1 yourself to have those skips fail too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The test harness hides a passing test's output, so skips are collected here and shown last.
+skips=$(mktemp)
+trap 'if [ -s "$skips" ]; then echo "test.sh: skipped:" >&2; sort -u "$skips" >&2; fi; rm -f "$skips"' EXIT
+export CORDON_TEST_SKIP_LOG="$skips"
 if [ "$(id -u)" -eq 0 ]; then
     bash scripts/setup-test-env.sh
+    export CORDON_TEST_STRICT="${CORDON_TEST_STRICT:-1}"
+    # What this environment cannot have, and so may skip even when strict (comma separated):
+    #  cargo-1.68: the cargo cordon-test can run is Debian 12's (1.65; rustup's is under /root),
+    #  and sparse registries need 1.68.
+    export CORDON_TEST_UNAVAILABLE="${CORDON_TEST_UNAVAILABLE-cargo-1.68}"
 else
     echo "test.sh: not root: running the unprivileged variants as $(id -un); root variants are skipped" >&2
 fi

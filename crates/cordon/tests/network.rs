@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use common::{Env, approve, show, wait_for_question};
+use common::{Env, approve, have, show, skip, wait_for_question};
 use serde_json::Value;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/net");
@@ -57,14 +57,6 @@ fn setup(env: &Env) {
 /// `timeout 30 python3 nc.py ARGS` (one JSON line on stdout).
 fn nc(args: &str) -> String {
     format!("timeout 30 {PY} nc.py {args}")
-}
-
-fn have(cmd: &str) -> bool {
-    Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {cmd} >/dev/null 2>&1"))
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 fn free_port() -> u16 {
@@ -447,7 +439,7 @@ both!(http_by_name_with_and_without_proxy, |env: Env| {
         ));
         requests += 3;
     } else {
-        eprintln!("skipped: the curl part (no curl here)");
+        skip("curl", "the curl part");
     }
     let o = run(&env, &pol, &script.join("\n"));
     let r = ok_results(&o, 3);
@@ -513,8 +505,7 @@ fn make_repo(dir: &Path) -> bool {
 }
 
 both!(https_curl_and_git_clone, |env: Env| {
-    if !have("openssl") || !have("git") {
-        eprintln!("skipped: needs openssl and git");
+    if !common::need(&["openssl", "git"], "git and curl over HTTPS") {
         return;
     }
     setup(&env);
@@ -553,7 +544,7 @@ both!(https_curl_and_git_clone, |env: Env| {
             "echo CURL $({UNPROXIED} curl -sS --max-time 10 --cacert ca.pem {base}/hello.txt)"
         ));
     } else {
-        eprintln!("skipped: the curl part (no curl here)");
+        skip("curl", "the curl part");
     }
     let o = run(&env, &pol, &script.join("\n"));
     let out = String::from_utf8_lossy(&o.stdout);
@@ -570,8 +561,7 @@ both!(https_curl_and_git_clone, |env: Env| {
 both!(
     https_on_443_is_inspected_with_rules_and_cordons_ca,
     |env: Env| {
-        if !have("openssl") || !have("git") || !have("curl") {
-            eprintln!("skipped: needs openssl, git and curl");
+        if !common::need(&["openssl", "git", "curl"], "HTTPS on 443, inspected") {
             return;
         }
         // Port 443 needs root on the host side; each variant gets a loopback address of its own.
@@ -685,8 +675,14 @@ fn https_443(
     addr: &str,
     root: &Path,
 ) -> Option<(Server, std::path::PathBuf)> {
-    if !have("openssl") || std::net::TcpListener::bind((addr, 443)).is_err() {
-        eprintln!("skipped: needs openssl and port 443 on {addr} (root)");
+    if !common::need(&["openssl"], "an HTTPS server on port 443") {
+        return None;
+    }
+    if std::net::TcpListener::bind((addr, 443)).is_err() {
+        skip(
+            "root (port 443)",
+            &format!("an HTTPS server on {addr}:443 (the test process is not root)"),
+        );
         return None;
     }
     let tls = env.base.join(format!("tls-{addr}"));
@@ -715,7 +711,10 @@ both!(pip_and_npm_install_over_inspected_https, |env: Env| {
         .output()
         .is_ok_and(|o| o.status.success());
     if !npm || !pip {
-        eprintln!("skipped: needs npm and pip");
+        skip(
+            if npm { "pip" } else { "npm" },
+            "pip and npm over inspected HTTPS",
+        );
         return;
     }
     setup(&env);
@@ -781,7 +780,10 @@ both!(
             })
             .unwrap_or(false);
         if !cargo_ok {
-            eprintln!("skipped: no cargo >= 1.68 for this user");
+            skip(
+                "cargo-1.68",
+                "cargo and a sparse registry (no cargo >= 1.68 for this user)",
+            );
             return;
         }
         setup(&env);
@@ -827,13 +829,15 @@ both!(
 both!(
     a_connect_tunnel_to_port_80_is_inspected_like_the_rest,
     |env: Env| {
-        if !have("curl") {
-            eprintln!("skipped: needs curl");
+        if !common::need(&["curl"], "this test's client") {
             return;
         }
         let addr = &variant_addr(&env, 29);
         if std::net::TcpListener::bind((addr.as_str(), 80)).is_err() {
-            eprintln!("skipped: cannot listen on {addr}:80 here (not root?)");
+            skip(
+                "root (port 80)",
+                &format!("a server on {addr}:80 (the test process is not root)"),
+            );
             return;
         }
         setup(&env);
@@ -878,8 +882,7 @@ both!(
 both!(
     credentials_are_swapped_in_at_the_wire_and_never_held_inside,
     |env: Env| {
-        if !have("curl") {
-            eprintln!("skipped: needs curl");
+        if !common::need(&["curl"], "this test's client") {
             return;
         }
         let addr = &variant_addr(&env, 31);
@@ -1028,8 +1031,7 @@ both!(
 both!(
     secret_scanning_stops_tokens_and_host_secrets_leaving,
     |env: Env| {
-        if !have("curl") {
-            eprintln!("skipped: needs curl");
+        if !common::need(&["curl"], "this test's client") {
             return;
         }
         let addr = &variant_addr(&env, 33);
@@ -1139,14 +1141,16 @@ both!(
 both!(
     git_push_over_https_carries_a_token_the_sandbox_never_held,
     |env: Env| {
-        if !have("git") || !have("openssl") {
-            eprintln!("skipped: needs git and openssl");
+        if !common::need(&["git", "openssl"], "git push over HTTPS") {
             return;
         }
         let addr = &variant_addr(&env, 35);
         setup(&env);
         if std::net::TcpListener::bind((addr.as_str(), 443)).is_err() {
-            eprintln!("skipped: needs port 443 on {addr} (root)");
+            skip(
+                "root (port 443)",
+                &format!("an HTTPS server on {addr}:443 (the test process is not root)"),
+            );
             return;
         }
         let name = "git.example.test";
@@ -1249,8 +1253,7 @@ both!(
 );
 
 both!(passthrough_hosts_are_never_intercepted, |env: Env| {
-    if !have("curl") {
-        eprintln!("skipped: needs curl");
+    if !common::need(&["curl"], "this test's client") {
         return;
     }
     setup(&env);
@@ -1280,8 +1283,7 @@ both!(passthrough_hosts_are_never_intercepted, |env: Env| {
 });
 
 both!(the_judge_decides_what_a_rule_sends_it, |env: Env| {
-    if !have("curl") {
-        eprintln!("skipped: needs curl");
+    if !common::need(&["curl"], "this test's client") {
         return;
     }
     setup(&env);
@@ -1327,8 +1329,7 @@ both!(the_judge_decides_what_a_rule_sends_it, |env: Env| {
 });
 
 both!(ask_holds_a_request_for_cordon_approve, |env: Env| {
-    if !have("curl") {
-        eprintln!("skipped: needs curl");
+    if !common::need(&["curl"], "this test's client") {
         return;
     }
     setup(&env);
@@ -1417,7 +1418,7 @@ both!(pip_download_from_a_local_index, |env: Env| {
         .output()
         .is_ok_and(|o| o.status.success());
     if !pip_ok {
-        eprintln!("skipped: no pip for {PY}");
+        skip("pip", &format!("pip download (no pip for {PY})"));
         return;
     }
     setup(&env);
@@ -1466,7 +1467,7 @@ both!(npm_install_from_a_local_registry, |env: Env| {
         .output()
         .is_ok_and(|o| o.status.success());
     if !npm_ok {
-        eprintln!("skipped: no npm here");
+        skip("npm", "npm install");
         return;
     }
     setup(&env);
@@ -1794,7 +1795,7 @@ both!(programs_ignoring_proxy_env_are_covered, |env: Env| {
             "env -i ./tcpc other.example.test {p} x; echo STATIC $?"
         ));
     } else {
-        eprintln!("skipped: the static binary part (no gcc -static here)");
+        skip("gcc -static", "the static binary part");
     }
     let o = run(&env, &pol, &script.join("\n"));
     let r = ok_results(&o, 2);
@@ -2081,7 +2082,7 @@ both!(events_record_allowed_and_denied_flows, |env: Env| {
 both!(the_dev_loop_works_in_a_fresh_home, |env: Env| {
     let npm = have("npm");
     if !npm || !Path::new(PY).exists() {
-        eprintln!("skipped: needs npm and python3");
+        skip(if npm { PY } else { "npm" }, "the dev loop");
         return;
     }
     setup(&env);
@@ -2105,7 +2106,7 @@ both!(the_dev_loop_works_in_a_fresh_home, |env: Env| {
             v.split('.').nth(1)?.parse::<u32>().ok()
         });
     let Some(minor) = minor else {
-        eprintln!("skipped: no cargo for this user");
+        skip("cargo", "the dev loop (no cargo for this user)");
         return;
     };
     let sparse_cargo = minor >= 68;

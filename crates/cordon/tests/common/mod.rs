@@ -1,5 +1,10 @@
 //! Test harness: a throwaway HOME full of fake credentials and a project, and a way to run the
 //! real `cordon` binary on them as root or as an unprivileged user (via `setpriv`).
+//!
+//! Two guards keep a green run honest. Strict mode ([`strict`]): a test that cannot run what it
+//! claims (a tool missing, a root variant without root) fails instead of skipping. And negative
+//! checks go through [`Env::denied`] / [`assert_ran`]: an attack "failed" only if the sandboxed
+//! shell was seen to start, so cordon refusing to start (exit 125) is never a pass.
 #![allow(dead_code)]
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -42,6 +47,112 @@ pub struct Env {
     pub project: PathBuf,
     pub audit: PathBuf,
     ids: Option<(u32, u32)>,
+}
+
+/// Strict mode, `CORDON_TEST_STRICT=1` (scripts/test.sh sets it when run as root, as in CI):
+/// every [`skip`] is a failure, so a passing suite ran every variant and every tool it names.
+pub fn strict() -> bool {
+    std::env::var_os("CORDON_TEST_STRICT").is_some_and(|v| v == "1")
+}
+
+/// Whether the environment declared `need` unavailable (`CORDON_TEST_UNAVAILABLE`, comma
+/// separated): then a skip for it is allowed even in strict mode, as rust-landlock's CI declares
+/// the Landlock ABI its kernel has. scripts/test.sh names each declaration and why.
+fn declared_unavailable(need: &str) -> bool {
+    std::env::var("CORDON_TEST_UNAVAILABLE").is_ok_and(|v| v.split(',').any(|d| d.trim() == need))
+}
+
+/// This test, or a part of it, cannot run here because `need` (a tool, "root", a feature) is
+/// missing; `why` says what is not being tested. Outside strict mode: a line on stderr and in
+/// `CORDON_TEST_SKIP_LOG` (scripts/test.sh prints that file at the end, since the test harness
+/// hides a passing test's output). In strict mode: a failure, unless the environment declared
+/// `need` unavailable.
+#[track_caller]
+pub fn skip(need: &str, why: &str) {
+    let test = std::thread::current().name().unwrap_or("?").to_string();
+    let declared = declared_unavailable(need);
+    if strict() && !declared {
+        panic!(
+            "CORDON_TEST_STRICT=1 and this test cannot run what it claims: {why} (missing: {need}; \
+             declare it in CORDON_TEST_UNAVAILABLE only if this environment cannot have it)"
+        );
+    }
+    let line = format!(
+        "skipped{}: {test}: {why} (missing: {need})",
+        if declared {
+            " (declared unavailable)"
+        } else {
+            ""
+        }
+    );
+    eprintln!("{line}");
+    if let Some(log) = std::env::var_os("CORDON_TEST_SKIP_LOG") {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+        {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+}
+
+/// Whether `tool` is on the host's PATH.
+pub fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool} >/dev/null 2>&1"))
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Whether every one of `tools` is on the host's PATH; if not, [`skip`]s for the first missing
+/// one (`what`: the part of the test that needs them).
+#[track_caller]
+pub fn need(tools: &[&str], what: &str) -> bool {
+    match tools.iter().find(|t| !have(t)) {
+        None => true,
+        Some(t) => {
+            skip(t, what);
+            false
+        }
+    }
+}
+
+/// What the sandboxed shell prints on stderr first, in [`marked`] scripts: proof that cordon
+/// started and ran the command.
+pub const STARTED: &str = "cordon-test: the sandboxed command started";
+
+/// `script`, run after printing [`STARTED`] on stderr.
+pub fn marked(script: &str) -> String {
+    format!("echo '{STARTED}' >&2\n{script}")
+}
+
+/// The [`marked`] command ran inside the sandbox: whatever it then failed to do, cordon did
+/// not refuse to start (exit 125) and the shell was reached.
+#[track_caller]
+pub fn assert_ran(o: &Output) {
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains(STARTED),
+        "the command never ran in the sandbox (exit 125 is cordon refusing to start), so \
+         nothing was tried\n{}",
+        show(o)
+    );
+}
+
+/// The [`marked`] command `what` ran inside the sandbox and failed there: a non-zero exit, and
+/// not 127 (its program was not found, so the attempt was never made).
+#[track_caller]
+pub fn assert_denied(o: &Output, what: &str) {
+    assert_ran(o);
+    assert_ne!(o.status.code(), Some(0), "{what} succeeded\n{}", show(o));
+    assert_ne!(
+        o.status.code(),
+        Some(127),
+        "{what}: a program was not found, so nothing was tried\n{}",
+        show(o)
+    );
 }
 
 fn is_root() -> bool {
@@ -107,7 +218,7 @@ impl Env {
     pub fn new(who: Who) -> Option<Env> {
         let ids = match (who, is_root()) {
             (Who::Root, false) => {
-                eprintln!("skipped: the root variant needs root");
+                skip("root", "the root variant needs root");
                 return None;
             }
             (Who::Root, true) | (Who::User, false) => None,
@@ -145,6 +256,12 @@ impl Env {
             audit,
             ids,
         })
+    }
+
+    /// The variant this process can run without skipping: root when root, else the user.
+    pub fn here() -> Env {
+        let who = if is_root() { Who::Root } else { Who::User };
+        Env::new(who).expect("this process's own variant always runs")
     }
 
     /// Make a file or tree belong to the user the sandbox runs as.
@@ -220,7 +337,49 @@ impl Env {
         self.run_with(&[], script)
     }
 
+    /// [`Env::run_with`] of a [`marked`] script, which must have run in the sandbox; for tests
+    /// that then look for what did not happen.
+    #[track_caller]
+    pub fn attempt_with(&self, args: &[&str], script: &str) -> Output {
+        let o = self.run_with(args, &marked(script));
+        assert_ran(&o);
+        o
+    }
+
+    #[track_caller]
+    pub fn attempt(&self, script: &str) -> Output {
+        self.attempt_with(&[], script)
+    }
+
+    /// Run `script` (an attack, or anything that must not work) and require that it ran in the
+    /// sandbox and failed there ([`assert_denied`]); returns the output for further checks.
+    #[track_caller]
+    pub fn denied_with(&self, args: &[&str], script: &str) -> Output {
+        let o = self.run_with(args, &marked(script));
+        assert_denied(&o, script);
+        o
+    }
+
+    #[track_caller]
+    pub fn denied(&self, script: &str) -> Output {
+        self.denied_with(&[], script)
+    }
+
+    /// [`Env::run_with`] that requires exit 0; returns stdout.
+    #[track_caller]
+    pub fn ok_with(&self, args: &[&str], script: &str) -> String {
+        let o = self.run_with(args, script);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "script failed: {script}\n{}",
+            show(&o)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
     /// Run and require exit 0; returns stdout.
+    #[track_caller]
     pub fn ok(&self, script: &str) -> String {
         let o = self.run(script);
         assert_eq!(
