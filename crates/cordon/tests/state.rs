@@ -124,7 +124,7 @@ both!(agent_sees_its_writes_host_stays_identical, |env: Env| {
 
 both!(accept_applies_exactly, |env: Env| {
     let p = setup(&env, "pending");
-    env.run_with(&["--policy", &p], POISON);
+    env.ok_with(&["--policy", &p], POISON);
     let id = session_of(&env);
     let o = state(&env, &["accept", &id]);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
@@ -150,7 +150,7 @@ both!(accept_applies_exactly, |env: Env| {
 
 both!(discard_drops_the_change, |env: Env| {
     let p = setup(&env, "pending");
-    env.run_with(&["--policy", &p], POISON);
+    env.ok_with(&["--policy", &p], POISON);
     let id = session_of(&env);
     let o = state(&env, &["discard", &id]);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
@@ -162,12 +162,13 @@ both!(discard_drops_the_change, |env: Env| {
         "a discarded session cannot be accepted\n{}",
         show(&o)
     );
+    assert!(all_output(&o).contains("is discarded"), "{}", show(&o));
     host_untouched(&env);
 });
 
 both!(conflicting_host_edit_is_detected, |env: Env| {
     let p = setup(&env, "pending");
-    env.run_with(&["--policy", &p], POISON);
+    env.ok_with(&["--policy", &p], POISON);
     let id = session_of(&env);
     std::fs::write(env.home.join(".bashrc"), "# edited by the user meanwhile\n").unwrap();
     let o = state(&env, &["accept", &id]);
@@ -185,13 +186,13 @@ both!(conflicting_host_edit_is_detected, |env: Env| {
 
 both!(discard_on_exit_and_keep_on_exit, |env: Env| {
     let p = setup(&env, "discard");
-    env.run_with(&["--policy", &p], POISON);
+    env.ok_with(&["--policy", &p], POISON);
     host_untouched(&env);
     let p = setup(&env, "keep");
     let policy = env.base.join("keep.toml");
     std::fs::copy(&p, &policy).unwrap();
     env.own(&policy);
-    env.run_with(
+    env.ok_with(
         &["--policy", policy.to_str().unwrap()],
         "echo kept >> ~/.bashrc",
     );
@@ -232,7 +233,7 @@ both!(kill_9_loses_nothing, |env: Env| {
 
 both!(unchanged_sessions_leave_nothing_pending, |env: Env| {
     let p = setup(&env, "pending");
-    env.run_with(&["--policy", &p], "cat ~/.bashrc >/dev/null");
+    env.ok_with(&["--policy", &p], "cat ~/.bashrc >/dev/null");
     let o = state(&env, &["list"]);
     assert!(
         !String::from_utf8_lossy(&o.stdout).contains("pending"),
@@ -244,7 +245,7 @@ both!(unchanged_sessions_leave_nothing_pending, |env: Env| {
 
 both!(restore_brings_a_snapshot_back, |env: Env| {
     let p = setup(&env, "keep");
-    env.run_with(&["--policy", &p], POISON);
+    env.ok_with(&["--policy", &p], POISON);
     assert!(
         Path::new(&env.home.join(".claude/hooks/pre-tool.sh")).exists(),
         "keep applied"
@@ -257,6 +258,7 @@ both!(restore_brings_a_snapshot_back, |env: Env| {
         "restore without a terminal needs --yes\n{}",
         show(&o)
     );
+    assert!(all_output(&o).contains("add --yes"), "{}", show(&o));
     let o = state(&env, &["restore", &id, "--yes"]);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     host_untouched(&env);
@@ -296,13 +298,11 @@ both!(staged_project_files_go_through_review, |env: Env| {
         "echo hooked\n"
     );
     // Swapping .git for a fresh one (with a hook of its own) is refused: .git stays pinned.
-    let o = env.run_with(&["--policy", p], "mv .git .git.orig");
-    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    env.denied_with(&["--policy", p], "mv .git .git.orig");
     assert!(env.project.join(".git/HEAD").exists() && !env.project.join(".git.orig").exists());
     // The project's own policy stays read-only even when project files are staged.
     env.write("cordon.toml", "");
-    let o = env.run_with(&["--policy", p], "echo '[env]' > cordon.toml");
-    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    env.denied_with(&["--policy", p], "echo '[env]' > cordon.toml");
 });
 
 both!(
@@ -347,7 +347,7 @@ both!(cordon_state_is_invisible_inside, |env: Env| {
     .unwrap();
     env.own(&policy);
     let state = env.base.join("state/cordon");
-    let o = env.run_with(
+    let o = env.attempt_with(
         &["--policy", policy.to_str().unwrap()],
         &format!("cat ~/.config/gh/hosts.yml; ls {0}; cat {0}/state/*/e*/snapshot/gh/hosts.yml; grep -r SECRET {0}", state.display()),
     );
@@ -379,7 +379,7 @@ both!(state_changes_wait_for_the_session_to_end, |env: Env| {
 
 both!(restore_refuses_paths_that_climb_out, |env: Env| {
     let p = setup(&env, "keep");
-    env.run_with(&["--policy", &p], POISON);
+    env.ok_with(&["--policy", &p], POISON);
     std::fs::create_dir_all(env.home.join("Documents")).unwrap();
     std::fs::write(env.home.join("Documents/thesis.txt"), "years of work").unwrap();
     env.own(&env.home);
@@ -387,6 +387,11 @@ both!(restore_refuses_paths_that_climb_out, |env: Env| {
     let target = format!("{id}:{}/.claude/../Documents", env.home.display());
     let o = state(&env, &["restore", &target, "--yes"]);
     assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(
+        all_output(&o).contains("must not contain '..'"),
+        "refused for another reason\n{}",
+        show(&o)
+    );
     assert_eq!(
         std::fs::read_to_string(env.home.join("Documents/thesis.txt")).unwrap(),
         "years of work"
