@@ -59,9 +59,10 @@ async fn front(up: SocketAddr, up_ca: String, secure: bool, ca: Arc<CertAuthorit
                 placeholder: PH.into(),
                 real: REAL.into(),
                 hosts: vec!["bench.test".parse().unwrap()],
-                header: "x-api-key".into(),
-                query: None,
-                format: "{}".into(),
+                slot: cordon_policy::CredentialSlot::Header {
+                    name: "x-api-key".into(),
+                    format: "{}".into(),
+                },
                 inject: false,
             }],
             Some(Dlp {

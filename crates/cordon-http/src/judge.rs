@@ -23,7 +23,8 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::net::TcpStream;
 
-use crate::intercept::{ConnectFn, Upstream};
+use crate::intercept::ConnectFn;
+use crate::upstream::Upstream;
 
 /// Which API the judge speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

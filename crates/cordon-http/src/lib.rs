@@ -7,11 +7,27 @@
 //!   sandbox only ever sees the CA *certificate*, in its trust bundle.
 //! - [`rules`]: ordered request rules, first match wins — host glob, port, method, path and
 //!   query globs, header globs, body size — each decision naming its rule.
-//! - [`Interceptor`]: decides and forwards each request; swaps credential placeholders for
-//!   real values at the wire ([`WireCredential`]) and scrubs them from responses. Trust
-//!   boundary: real values live here only, never in what goes back into the sandbox.
+//! - [`HttpLayer::from_plan`]: the whole layer built from the [`Plan`](cordon_policy::Plan)
+//!   in one place — `[[http.rule]]`s and `[[network.allow]]`, `[tls] upstream_ca`, the judge,
+//!   `[dlp]`, the broker for `ask`.
+//! - [`Interceptor`]: serves each sandbox connection the gateway hands over; every request
+//!   runs the pipeline admit → decide → read body → check → forward → relay (one module
+//!   per stage, crate-internal). Swaps credential placeholders for real values at the wire
+//!   ([`WireCredential`]) and scrubs them from responses. Trust boundary: real values live
+//!   here only, never in what goes back into the sandbox.
+//! - [`credentials`]: a plan's `[credentials.NAME]` resolved on the host into a
+//!   [`WireCredential`] (its real value, the sandbox's placeholder, its slot).
 //! - [`dlp`]: outbound secret scanning (token shapes, known values, their encodings), with
 //!   each kind's issuers exempt.
+//! - [`judge`] and [`ask`]: the LLM judge and the approval broker, for `judge` and `ask`
+//!   rules.
+//!
+//! Every crossing named: this crate runs on the **host side**, in the supervisor. It never
+//! touches the TUN device itself and does not depend on `cordon-net`: the gateway decides
+//! which flows are HTTP and hands over the sandbox's side of each as a plain tokio stream
+//! (the binary adapts [`HttpLayer`] to `cordon_net::FlowHandler`), and the layer connects
+//! upstream only through the [`ConnectFn`] it is given — the gateway's policy-checked,
+//! rebinding-safe connect. Input is the Plan; output is events.
 //!
 //! Requests come from the sandbox: every input is hostile, nothing here panics on it.
 //!
@@ -31,12 +47,17 @@
 pub mod ask;
 mod b64;
 mod ca;
+pub mod credentials;
 pub mod dlp;
 pub mod intercept;
 pub mod judge;
+mod layer;
+mod pipeline;
 pub mod rules;
+mod upstream;
 
 pub use ask::Asker;
 pub use ca::{CaError, CertAuthority};
 pub use intercept::{Config, ConnectFn, InterceptError, Interceptor, WireCredential};
 pub use judge::{Judge, JudgeConfig};
+pub use layer::{AskConfig, HttpLayer, HttpLayerError};

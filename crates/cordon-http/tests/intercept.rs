@@ -747,9 +747,13 @@ async fn placeholders_become_real_values_only_where_the_credential_goes() {
             placeholder: ph.into(),
             real: real.into(),
             hosts: vec!["api.example.test".parse().unwrap()],
-            header: header.into(),
-            query: query.map(str::to_string),
-            format: "{}".into(),
+            slot: match query {
+                Some(q) => cordon_policy::CredentialSlot::Query { name: q.into() },
+                None => cordon_policy::CredentialSlot::Header {
+                    name: header.into(),
+                    format: "{}".into(),
+                },
+            },
             inject: false,
         }
     };
@@ -826,9 +830,10 @@ async fn every_form_a_value_was_sent_in_is_scrubbed_and_cleartext_refused() {
         placeholder: ph.clone(),
         real: real.into(),
         hosts: vec!["api.example.test".parse().unwrap()],
-        header: "authorization".into(),
-        query: None,
-        format: "Basic x-access-token:{}".into(),
+        slot: cordon_policy::CredentialSlot::Header {
+            name: "authorization".into(),
+            format: "Basic x-access-token:{}".into(),
+        },
         inject: false,
     };
     let f = fixture_with(true, vec![cred.clone()], None).await;
@@ -899,9 +904,7 @@ async fn query_credentials_swap_only_a_whole_value() {
         placeholder: ph.clone(),
         real: real.into(),
         hosts: vec!["api.example.test".parse().unwrap()],
-        header: String::new(),
-        query: Some("key".into()),
-        format: "{}".into(),
+        slot: cordon_policy::CredentialSlot::Query { name: "key".into() },
         inject: false,
     };
     let f = fixture_with(true, vec![cred], None).await;

@@ -451,62 +451,44 @@ fn resolve_credentials(
     Vec<(PathBuf, String)>,
     Vec<cordon_http::dlp::Known>,
 ) {
-    let mut out = Vec::new();
+    let mut out: Vec<cordon_http::WireCredential> = Vec::new();
     for c in plan.credentials.clone() {
-        let Some(real) = read_credential(&c.source) else {
-            let _ = writeln!(
-                std::io::stderr(),
-                "cordon: warning: credential `{}` did not resolve ({:?}); it is absent in the sandbox",
-                c.name,
-                c.source
-            );
-            sink(
-                NewEvent::new(
-                    Layer::Credentials,
-                    Action::Degraded,
-                    format!("credential `{}` did not resolve", c.name),
-                )
-                .rule(format!("credentials.{}", c.name)),
-            );
-            continue;
-        };
-        let placeholder = placeholder_for(&real);
-        if let Some(env) = &c.env {
-            plan.env.set.insert(env.clone(), placeholder.clone());
-        }
-        let (header, query, format, place) = match &c.slot {
-            cordon_policy::CredentialSlot::Header { name, format } => {
-                (name.clone(), None, format.clone(), name.clone())
+        let wire = match cordon_http::credentials::resolve(&c) {
+            Ok(w) => w,
+            Err(e) => {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "cordon: warning: {e}; it is absent in the sandbox"
+                );
+                sink(
+                    NewEvent::new(
+                        Layer::Credentials,
+                        Action::Degraded,
+                        format!("credential `{}` did not resolve", c.name),
+                    )
+                    .rule(format!("credentials.{}", c.name)),
+                );
+                continue;
             }
-            cordon_policy::CredentialSlot::Query { name } => (
-                String::new(),
-                Some(name.clone()),
-                "{}".to_string(),
-                format!("query parameter {name}"),
-            ),
         };
+        if let Some(env) = &c.env {
+            plan.env.set.insert(env.clone(), wire.placeholder.clone());
+        }
         let hosts: Vec<String> = c.hosts.iter().map(ToString::to_string).collect();
         sink(
             NewEvent::new(
                 Layer::Credentials,
                 Action::Apply,
                 format!(
-                    "credential `{}`: the sandbox holds a placeholder; the real value goes only to {:?} in {place}",
-                    c.name, hosts
+                    "credential `{}`: the sandbox holds a placeholder; the real value goes only to {:?} in {}",
+                    c.name,
+                    hosts,
+                    wire.place()
                 ),
             )
             .rule(format!("credentials.{}", c.name)),
         );
-        out.push(cordon_http::WireCredential {
-            name: c.name.clone(),
-            placeholder,
-            real,
-            hosts: c.hosts.clone(),
-            header,
-            query,
-            format,
-            inject: c.inject,
-        });
+        out.push(wire);
     }
     // Masked copies: one per file, every credential's value replaced.
     let mut files: Vec<(PathBuf, Vec<String>)> = Vec::new();
@@ -581,47 +563,6 @@ fn resolve_credentials(
         }
     }
     (out, shown, host)
-}
-
-/// A credential's real value, read on the host (trimmed); `None` when it does not resolve.
-fn read_credential(source: &cordon_policy::CredentialSource) -> Option<String> {
-    match source {
-        cordon_policy::CredentialSource::Env(v) => std::env::var(v).ok(),
-        cordon_policy::CredentialSource::File(p) => std::fs::read_to_string(p).ok(),
-        cordon_policy::CredentialSource::Command(argv) => std::process::Command::new(&argv[0])
-            .args(&argv[1..])
-            .stdin(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned()),
-    }
-    .map(|v| v.trim().to_string())
-    .filter(|v| !v.is_empty())
-}
-
-/// An unguessable `cordon-` placeholder, as long as the real value where that is long enough
-/// for clients that check lengths.
-fn placeholder_for(real: &str) -> String {
-    // As long as the value (so scrubbing a response keeps its length), at least 12.
-    let len = real.len().max(12);
-    let mut bytes = vec![0u8; len.div_ceil(2)];
-    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| {
-        use std::io::Read;
-        f.read_exact(&mut bytes)
-    });
-    if read.is_err() {
-        // No /dev/urandom: std's per-process random hash keys, never a constant.
-        use std::hash::{BuildHasher, Hasher};
-        for (i, chunk) in bytes.chunks_mut(8).enumerate() {
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_usize(i);
-            chunk.copy_from_slice(&h.finish().to_le_bytes()[..chunk.len()]);
-        }
-    }
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("cordon-{}", &hex[..len - 7])
 }
 
 /// The egress gateway as the sandbox crate sees it.
@@ -798,7 +739,7 @@ fn check(a: CheckArgs) -> i32 {
             }
             // Which credentials resolve here — never their values.
             for c in &l.plan.credentials {
-                if read_credential(&c.source).is_some() {
+                if cordon_http::credentials::resolve(c).is_ok() {
                     eprintln!("cordon: credential `{}` resolves", c.name);
                 } else {
                     eprintln!(

@@ -1,0 +1,109 @@
+use std::sync::Mutex;
+
+use cordon_policy::{HostRule, JudgePlan};
+
+use super::*;
+
+fn plan() -> Plan {
+    serde_json::from_value(serde_json::json!({"project": "/p", "home": "/h"})).unwrap()
+}
+
+#[test]
+fn network_allows_follow_the_http_rules_one_per_port() {
+    let mut p = plan();
+    p.http.rules.push(HttpRule::new(
+        "no-uploads",
+        "api.example.test".parse().unwrap(),
+        HttpAction::Deny,
+    ));
+    p.network.allow.push(HostRule {
+        host: "api.example.test".parse().unwrap(),
+        ports: vec![443, 8443],
+        origin: "user.toml:3".into(),
+    });
+    let r = rules(&p);
+    assert_eq!(r.len(), 3);
+    assert_eq!(r[0].name, "no-uploads");
+    assert_eq!(
+        (r[1].port, r[1].action, r[1].origin.as_str()),
+        (Some(443), HttpAction::Allow, "user.toml:3")
+    );
+    assert_eq!(r[1].name, "network.allow api.example.test (user.toml:3)");
+    assert_eq!(r[2].port, Some(8443));
+}
+
+#[test]
+fn scanning_knows_credentials_and_host_secrets_unless_off() {
+    let mut p = plan();
+    let cred = WireCredential {
+        name: "api".into(),
+        placeholder: "cordon-0123456789abcdef".into(),
+        real: "real-0123456789abcdefghij".into(),
+        hosts: vec!["api.example.test".parse().unwrap()],
+        slot: cordon_policy::CredentialSlot::Query { name: "key".into() },
+        inject: false,
+    };
+    p.dlp.action = DlpAction::Deny;
+    let d = scanning(&p, std::slice::from_ref(&cred), Vec::new()).unwrap();
+    assert_eq!(d.action, DlpAction::Deny);
+    assert!(
+        !d.scanner
+            .scan(cred.real.as_bytes(), dlp::Place::Body)
+            .is_empty()
+    );
+    p.dlp.action = DlpAction::Off;
+    assert!(scanning(&p, &[cred], Vec::new()).is_none());
+}
+
+#[test]
+fn a_judge_without_its_key_is_reported_and_asked_without_one() {
+    let events: Arc<Mutex<Vec<NewEvent>>> = Arc::new(Mutex::new(Vec::new()));
+    let ev = events.clone();
+    let emit: Emit = Arc::new(move |e| ev.lock().unwrap().push(e));
+    let j = JudgePlan {
+        policy: "reads only".into(),
+        api: JudgeApi::OpenAi,
+        url: "http://127.0.0.1:9/v1".into(),
+        model: "m".into(),
+        credential: Some("CORDON_TEST_SURELY_UNSET_JUDGE_KEY".into()),
+        timeout_ms: 1500,
+        on_error: JudgeOnError::Ask,
+        max_body_bytes: 1 << 40,
+        origin: "test".into(),
+    };
+    let cfg = judge_config(&j, &emit);
+    assert_eq!(cfg.api_key, None);
+    assert_eq!(cfg.api, judge::Api::OpenAi);
+    assert_eq!(cfg.on_error, judge::OnError::Ask);
+    assert_eq!(cfg.timeout, Duration::from_millis(1500));
+    let events = events.lock().unwrap();
+    assert_eq!(events.len(), 1);
+    assert!(
+        events[0]
+            .reason
+            .contains("$CORDON_TEST_SURELY_UNSET_JUDGE_KEY")
+    );
+}
+
+#[test]
+fn an_unreadable_upstream_ca_stops_the_layer_before_the_sandbox_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Arc::new(CertAuthority::load_or_create(&dir.path().join("ca")).unwrap());
+    let mut p = plan();
+    p.tls.upstream_ca.push(dir.path().join("missing.pem"));
+    let connect: ConnectFn = Arc::new(|h, port| {
+        Box::pin(async move { tokio::net::TcpStream::connect((h, port)).await })
+    });
+    let err = HttpLayer::from_plan(
+        &p,
+        ca,
+        None,
+        Vec::new(),
+        Vec::new(),
+        Arc::new(|_| {}),
+        connect,
+    )
+    .unwrap_err();
+    assert!(matches!(err, HttpLayerError::UpstreamCa { .. }), "{err}");
+    assert!(err.to_string().contains("missing.pem"));
+}

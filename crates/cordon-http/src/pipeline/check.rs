@@ -1,0 +1,252 @@
+//! Stage 4, check: what the rule left open is settled here, in order — secret scanning of the
+//! head and the body read so far (`[dlp]`), the judge for a `judge` rule, a person for `ask`
+//! (or for a judge that could not decide and says so). Anything but allow ends in a 403
+//! that names the rule and why, in words a model can act on; never waved through.
+
+use cordon_events::Action as EvAction;
+use hyper::StatusCode;
+
+use super::body::ReadBody;
+use super::{Exchange, Refused, redact_query};
+use crate::intercept::Interceptor;
+use crate::rules::{Action, Decision};
+
+/// How a request was let through, for its events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Verdict {
+    /// What decided, in order (`rule → judge → ask`).
+    pub decided_by: String,
+    /// The judge's or the person's words, if either was asked.
+    pub why: Option<String>,
+    /// Who approved it, when a person was asked.
+    pub approved_by: Option<String>,
+}
+
+/// Settles `d` for the request (see the module docs).
+pub(crate) async fn check(
+    i: &Interceptor,
+    ex: &Exchange<'_>,
+    d: Decision,
+    body: &ReadBody,
+) -> Result<Verdict, Refused> {
+    if d.action != Action::Deny {
+        scan_secrets(i, ex, &body.scanned).await.map_err(|why| {
+            Refused::new(
+                StatusCode::FORBIDDEN,
+                format!("cordon: {} {} was refused: {why}", ex.method, ex.url),
+            )
+        })?;
+    }
+    let mut action = d.action;
+    let mut verdict = Verdict {
+        decided_by: d.rule.clone(),
+        why: None,
+        approved_by: None,
+    };
+    if action == Action::Judge {
+        action = judge(i, ex, body, &d, &mut verdict).await;
+    }
+    if action == Action::Ask
+        && let Some(asker) = &i.asker
+    {
+        let what = ex.label();
+        let scope = format!(
+            "{} {} {}:{}",
+            verdict.decided_by,
+            ex.method,
+            ex.host(),
+            ex.conn.port
+        );
+        let a = asker.ask(what, verdict.decided_by.clone(), scope).await;
+        let who = asked(a.allow, a.timed_out, a.remember);
+        action = if a.allow { Action::Allow } else { Action::Deny };
+        verdict.why = Some(format!(
+            "{}{who}",
+            verdict.why.map(|j| format!("{j}; ")).unwrap_or_default()
+        ));
+        verdict.decided_by = format!("{} → ask", verdict.decided_by);
+        verdict.approved_by = Some(who);
+    }
+    if action == Action::Allow {
+        return Ok(verdict);
+    }
+    let why = refusal_reason(action, verdict.why.as_deref(), &d);
+    (i.emit)(ex.event(EvAction::Deny, 403, &why, &d.rule));
+    Err(Refused::new(
+        StatusCode::FORBIDDEN,
+        format!(
+            "cordon: {} {} was denied by rule \"{}\": {why}.\nThe same request by any other route (another tool, proxy or address) is denied too.\n",
+            ex.method, ex.url, d.rule
+        ),
+    ))
+}
+
+/// Asks the judge about the request; returns what its answer makes of it (allow, deny, or
+/// `on_error`'s choice) and records its words in `verdict`.
+async fn judge(
+    i: &Interceptor,
+    ex: &Exchange<'_>,
+    body: &ReadBody,
+    d: &Decision,
+    verdict: &mut Verdict,
+) -> Action {
+    let Some(judge) = &i.judge else {
+        verdict.why = Some("no judge is configured ([judge] in the policy)".into());
+        return Action::Judge;
+    };
+    let max = judge.config().max_body_bytes;
+    let scanned = &body.scanned;
+    let shown = &scanned[..scanned.len().min(max)];
+    // The judge reads the query as sent: it decides on what the server would get.
+    let full_url = if ex.query.is_empty() {
+        ex.url.clone()
+    } else {
+        format!("{}?{}", ex.url, ex.query)
+    };
+    let answer = judge
+        .judge(&crate::judge::Question {
+            method: &ex.method,
+            url: &full_url,
+            headers: &ex.headers,
+            body: shown,
+            body_truncated: body.truncated || scanned.len() > max,
+            note: body.decode_note.as_deref(),
+        })
+        .await;
+    verdict.decided_by = format!("{} → judge", d.rule);
+    match answer {
+        crate::judge::Verdict::Allow(r) => {
+            verdict.why = Some(r);
+            Action::Allow
+        }
+        crate::judge::Verdict::Deny(r) => {
+            verdict.why = Some(format!("the judge: {r}"));
+            Action::Deny
+        }
+        crate::judge::Verdict::Failed(e) => {
+            verdict.why = Some(format!("the judge could not decide ({e})"));
+            match judge.config().on_error {
+                crate::judge::OnError::Deny => Action::Deny,
+                crate::judge::OnError::Ask => Action::Ask,
+            }
+        }
+    }
+}
+
+/// A person's answer, in words for the event.
+fn asked(allow: bool, timed_out: bool, remember: bool) -> String {
+    match (allow, timed_out, remember) {
+        (_, true, _) => "nobody answered in time".to_string(),
+        (true, _, true) => "a person allowed it for the rest of the session".into(),
+        (true, _, false) => "a person allowed it".into(),
+        (false, _, true) => "a person denied it for the rest of the session".into(),
+        (false, _, false) => "a person denied it".into(),
+    }
+}
+
+/// Why a request that is not allowed is refused: the judge's or person's words, the rule's
+/// reason, or that a decision it needs is not available.
+fn refusal_reason(action: Action, why: Option<&str>, d: &Decision) -> String {
+    match (action, why) {
+        (_, Some(j)) if action != Action::Ask => j.to_string(),
+        (Action::Deny, _) => d.reason.clone().unwrap_or_else(|| {
+            if d.rule == "default" {
+                "no rule allows it".to_string()
+            } else {
+                "the rule denies it".to_string()
+            }
+        }),
+        // Not available yet: refused, never waved through.
+        _ => "it needs a decision (ask/judge) that is not available; refused".to_string(),
+    }
+}
+
+/// The secret-scanning verdict for a request: `Err(why)` when it must not leave.
+async fn scan_secrets(i: &Interceptor, ex: &Exchange<'_>, body: &[u8]) -> Result<(), String> {
+    let Some(dlp) = &i.dlp else {
+        return Ok(());
+    };
+    let host = ex.host();
+    let target = &ex.target;
+    let findings = dlp.scanner.scan_request(host, target, &ex.headers, body);
+    if findings.is_empty() {
+        return Ok(());
+    }
+    let (kinds, what) = describe_findings(&findings);
+    let rule = format!("dlp:{}", kinds.join(","));
+    let (allowed, outcome) = match dlp.action {
+        cordon_policy::DlpAction::Log => (true, "forwarded ([dlp] action = \"log\")".to_string()),
+        cordon_policy::DlpAction::Deny | cordon_policy::DlpAction::Off => {
+            (false, "refused".to_string())
+        }
+        cordon_policy::DlpAction::Ask => match &i.asker {
+            Some(asker) => {
+                let a = asker
+                    .ask(
+                        format!(
+                            "{} carries a secret: {what}",
+                            describe_target(host, &i.redact(target))
+                        ),
+                        rule.clone(),
+                        format!("{rule} {host}"),
+                    )
+                    .await;
+                let who = match (a.allow, a.timed_out) {
+                    (_, true) => "nobody answered in time; refused",
+                    (true, _) => "a person allowed it",
+                    (false, _) => "a person denied it",
+                };
+                (a.allow, who.to_string())
+            }
+            None => (false, "nobody can be asked; refused".to_string()),
+        },
+    };
+    let action = match (allowed, dlp.action) {
+        (true, cordon_policy::DlpAction::Log) => EvAction::Log,
+        (true, _) => EvAction::Allow,
+        (false, _) => EvAction::Deny,
+    };
+    (i.emit)(
+        ex.credentials_event(
+            action,
+            &format!("carries a secret ({what}); {outcome}"),
+            &rule,
+        )
+        .detail("kinds", kinds.join(",")),
+    );
+    if allowed {
+        return Ok(());
+    }
+    Err(secret_refusal(&kinds, &what, host))
+}
+
+/// What the sandbox is told when a request carried a secret.
+pub(crate) fn secret_refusal(kinds: &[&str], what: &str, host: &str) -> String {
+    let quoted: Vec<String> = kinds.iter().map(|k| format!("\"{k}\"")).collect();
+    format!(
+        "it carries a secret ({what}). A secret may only go to its own service. If this one is meant for {host}, the user can add to the policy:\n[[dlp.allow]]\nkinds = [{}]\nhosts = [\"{host}\"]\n",
+        quoted.join(", ")
+    )
+}
+
+/// Kinds (sorted, once each) and a description of findings, for events and refusals.
+pub(crate) fn describe_findings(findings: &[crate::dlp::Finding]) -> (Vec<&str>, String) {
+    let mut kinds: Vec<&str> = findings.iter().map(|f| f.kind.as_str()).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    let what = findings
+        .iter()
+        .map(|f| format!("{} in the {} ({})", f.kind, f.place.name(), f.preview))
+        .collect::<Vec<_>>()
+        .join(", ");
+    (kinds, what)
+}
+/// `host` and the target with its query values hidden, for a question to a person.
+fn describe_target(host: &str, target: &str) -> String {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    format!("a request to {host}{path}{}", redact_query(query))
+}
+
+#[cfg(test)]
+#[path = "check_tests.rs"]
+mod tests;

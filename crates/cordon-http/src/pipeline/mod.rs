@@ -1,0 +1,226 @@
+//! The request path as a pipeline: every request the interceptor reads runs these stages in
+//! order, each in its own module with its tests next to it.
+//!
+//! 1. [`admit`] — the path as the server will read it, and the connection's host: a request
+//!    naming another host (or an ambiguous path) goes no further.
+//! 2. [`decide`] — the ordered `[[http.rule]]`s, first match wins.
+//! 3. [`body`] — the body's first bytes, when a check needs them before anything leaves
+//!    (decompressed, bounded); otherwise the body is checked as it streams ([`streamed`]).
+//! 4. [`check`] — secret scanning, then the judge and a person where the rule says so: the
+//!    final verdict, or the refusal the sandbox is told.
+//! 5. [`forward`] — the upstream request: the connection's own URI and host, hop-by-hop
+//!    headers dropped, credentials swapped in at the wire, one upstream permit.
+//! 6. [`relay`] — the answer back: scrubbed of real credential values, counted, logged when
+//!    it ends; a WebSocket upgrade spliced.
+//!
+//! A stage that refuses returns [`Refused`]: the status and words the sandbox gets (its
+//! event, if any, is out already). Nothing here trusts the request: it comes from the sandbox.
+
+mod admit;
+mod body;
+mod check;
+mod decide;
+mod forward;
+mod relay;
+mod streamed;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use cordon_events::{Action as EvAction, Layer, NewEvent};
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{self, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+
+use crate::intercept::Interceptor;
+
+/// (form a real value was sent in, form the sandbox knows it by).
+pub(crate) type SentForms = Vec<(String, String)>;
+/// Body errors: hyper's own, or cordon stopping a request body that carries a secret.
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// A body as the pipeline hands it on (either way).
+pub(crate) type Body = BoxBody<Bytes, BoxError>;
+/// The upgraded connections of one sandbox connection.
+pub(crate) type Tunnels = Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>;
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1): never forwarded.
+pub(crate) const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// The sandbox connection a request arrived on: the name it was made to (or its SNI), the
+/// port, and `http` or `https`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Conn<'a> {
+    pub host: &'a str,
+    pub port: u16,
+    pub scheme: &'static str,
+}
+
+/// A refusal: what the sandbox is told.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Refused {
+    pub status: StatusCode,
+    pub body: String,
+}
+
+impl Refused {
+    pub(crate) fn new(status: StatusCode, body: impl Into<String>) -> Self {
+        Self {
+            status,
+            body: body.into(),
+        }
+    }
+}
+
+/// What [`admit`] learnt of a request, for every later stage and its events.
+#[derive(Debug)]
+pub(crate) struct Exchange<'a> {
+    pub conn: Conn<'a>,
+    pub started: Instant,
+    pub method: String,
+    /// The path as the server reads it (see [`admit::normalize_path`]).
+    pub path: String,
+    pub query: String,
+    /// The request target as sent (path and query): what secret scanning reads.
+    pub target: String,
+    /// `scheme://host[:port]/path`, any token in the path redacted: what events and
+    /// refusals name.
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    /// The declared length (`GET` and `HEAD` without one: 0).
+    pub body_len: Option<u64>,
+}
+
+impl Exchange<'_> {
+    pub(crate) fn host(&self) -> &str {
+        self.conn.host
+    }
+
+    /// [`url`](Self::url) with the query's values hidden.
+    pub(crate) fn shown_url(&self) -> String {
+        format!("{}{}", self.url, redact_query(&self.query))
+    }
+
+    /// `METHOD URL?name=…`, for events.
+    pub(crate) fn label(&self) -> String {
+        format!("{} {}", self.method, self.shown_url())
+    }
+
+    /// The request's event in the HTTP layer.
+    pub(crate) fn event(
+        &self,
+        action: EvAction,
+        status: u16,
+        reason: &str,
+        rule: &str,
+    ) -> NewEvent {
+        NewEvent::new(
+            Layer::Http,
+            action,
+            format!("{} → {status}: {reason}", self.label()),
+        )
+        .rule(rule.to_string())
+        .detail("method", self.method.clone())
+        .detail("url", self.shown_url())
+        .detail("status", status)
+        .detail(
+            "latency_ms",
+            u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        )
+    }
+
+    /// An event of the credentials layer about this request (secrets in it).
+    pub(crate) fn credentials_event(&self, action: EvAction, what: &str, rule: &str) -> NewEvent {
+        NewEvent::new(
+            Layer::Credentials,
+            action,
+            format!("{}: {what}", self.label()),
+        )
+        .rule(rule.to_string())
+        .detail("method", self.method.clone())
+        .detail("url", self.shown_url())
+    }
+}
+
+/// Runs one request through the stages; every refusal becomes its plain-text answer.
+pub(crate) async fn handle(
+    i: &Interceptor,
+    req: Request<Incoming>,
+    conn: &Conn<'_>,
+    tunnels: &Tunnels,
+) -> Response<Body> {
+    match run(i, req, *conn, tunnels).await {
+        Ok(r) => r,
+        Err(r) => text(r.status, r.body),
+    }
+}
+
+async fn run(
+    i: &Interceptor,
+    mut req: Request<Incoming>,
+    conn: Conn<'_>,
+    tunnels: &Tunnels,
+) -> Result<Response<Body>, Refused> {
+    let ex = admit::admit(i, &req, conn)?;
+    let decision = decide::decide(&i.rules, i.default, &ex);
+    let body = body::read(i, &mut req, &ex, decision.action).await?;
+    let verdict = check::check(i, &ex, decision, &body).await?;
+    let sent = forward::forward(i, req, &ex, &verdict, body).await?;
+    relay::relay(i, &ex, &verdict, sent, tunnels)
+}
+
+/// A body's size hint with the `held` bytes a wrapper still owes added.
+pub(crate) fn plus_held(mut h: hyper::body::SizeHint, held: usize) -> hyper::body::SizeHint {
+    let held = held as u64;
+    // Upper first: `set_lower` past the current upper panics (an exact hint).
+    if let Some(u) = h.upper() {
+        h.set_upper(u + held);
+    }
+    h.set_lower(h.lower() + held);
+    h
+}
+
+/// `?a=…&b=…`: names kept, values hidden (tokens travel in query strings).
+pub(crate) fn redact_query(q: &str) -> String {
+    if q.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = q
+        .split('&')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, _)) => format!("{k}=…"),
+            // A bare item may be the secret itself (`?sk-live-…`).
+            None => "…".to_string(),
+        })
+        .collect();
+    format!("?{}", parts.join("&"))
+}
+
+/// A plain-text answer from cordon itself.
+pub(crate) fn text(status: StatusCode, body: String) -> Response<Body> {
+    let mut r = Response::new(
+        Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+#[cfg(test)]
+#[path = "mod_tests.rs"]
+mod tests;

@@ -1,0 +1,198 @@
+//! The upstream connector both the interceptor and the judge use: the caller's connect (for
+//! the interceptor, the gateway's policy-checked one), then TLS verified against the host's
+//! roots plus `[tls] upstream_ca` — never skipped.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use hyper::Uri;
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+use crate::intercept::{ConnectFn, InterceptError};
+
+/// The upstream connector: the gateway's checked connect, then TLS (for https URIs).
+#[derive(Clone)]
+pub(crate) struct Upstream {
+    tls: tokio_rustls::TlsConnector,
+    connect: ConnectFn,
+}
+
+impl Upstream {
+    /// TLS verified against the host's roots plus `extra_ca_pem`; ALPN h2 and http/1.1.
+    pub(crate) fn new(connect: ConnectFn, extra_ca_pem: &[String]) -> Result<Self, InterceptError> {
+        Self::with_roots(
+            connect,
+            upstream_roots(extra_ca_pem)?,
+            &[b"h2", b"http/1.1"],
+        )
+    }
+
+    /// An upstream connector trusting `roots`, offering only `alpn` (HTTP/1.1 alone for
+    /// upgrades: HTTP/2 has none).
+    pub(crate) fn with_roots(
+        connect: ConnectFn,
+        roots: Arc<rustls::RootCertStore>,
+        alpn: &[&[u8]],
+    ) -> Result<Self, InterceptError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Ok(Self {
+            tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
+            connect,
+        })
+    }
+}
+
+/// The roots upstream servers are verified against: the host's own, plus `extra_ca_pem`
+/// (`[tls] upstream_ca`). Read from disk once per connector set, not per connector.
+pub(crate) fn upstream_roots(
+    extra_ca_pem: &[String],
+) -> Result<Arc<rustls::RootCertStore>, InterceptError> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+    for pem in extra_ca_pem {
+        let mut any = false;
+        for c in rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            let c = c.map_err(|e| InterceptError::UpstreamCa(e.to_string()))?;
+            roots
+                .add(c)
+                .map_err(|e| InterceptError::UpstreamCa(e.to_string()))?;
+            any = true;
+        }
+        if !any {
+            return Err(InterceptError::UpstreamCa(
+                "no certificate in the PEM".into(),
+            ));
+        }
+    }
+    Ok(Arc::new(roots))
+}
+
+/// An upstream connection, plain or TLS.
+enum UpStream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// [`UpStream`] as hyper sees it, with what the pool needs to know (h2 or not).
+pub(crate) struct UpIo(TokioIo<UpStream>);
+
+impl hyper::rt::Read for UpIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+    }
+}
+
+impl hyper::rt::Write for UpIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_flush(cx)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+    }
+}
+
+impl Connection for UpIo {
+    fn connected(&self) -> Connected {
+        match self.0.inner() {
+            UpStream::Tls(t) if t.get_ref().1.alpn_protocol() == Some(b"h2") => {
+                Connected::new().negotiated_h2()
+            }
+            _ => Connected::new(),
+        }
+    }
+}
+
+impl AsyncRead for UpStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            UpStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for UpStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            UpStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpStream::Plain(s) => Pin::new(s).poll_flush(cx),
+            UpStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            UpStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+impl tower_service::Service<Uri> for Upstream {
+    type Response = UpIo;
+    type Error = io::Error;
+    type Future = Pin<Box<dyn Future<Output = io::Result<UpIo>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let me = self.clone();
+        Box::pin(async move {
+            let host = uri
+                .host()
+                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no host"))?
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string();
+            let https = uri.scheme_str() == Some("https");
+            let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+            let tcp = (me.connect)(host.clone(), port).await?;
+            let _ = tcp.set_nodelay(true);
+            if !https {
+                return Ok(UpIo(TokioIo::new(UpStream::Plain(tcp))));
+            }
+            let name = rustls::pki_types::ServerName::try_from(host)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+            let tls = me.tls.connect(name, tcp).await?;
+            Ok(UpIo(TokioIo::new(UpStream::Tls(Box::new(tls)))))
+        })
+    }
+}
