@@ -1,7 +1,7 @@
-//! cordon's network layer, name side. Runs on the **host side**, in the supervisor: the egress
-//! gateway hands it the DNS packets the sandbox sends through the TUN device (one of the three
-//! crossings of the boundary) and asks it, when the sandbox connects to a fake address, which
-//! real addresses to connect to.
+//! cordon's network layer (layer 2): the egress gateway and its name side. Runs on the **host
+//! side**, in the supervisor: the gateway hands the resolver the DNS packets the sandbox sends
+//! through the TUN device (one of the three crossings of the boundary) and asks it, when the
+//! sandbox connects to a fake address, which real addresses to connect to.
 //!
 //! - [`Resolver::handle_query`]: the sandbox's only resolver. A queries get a synthetic address
 //!   from a private range (fake-IP, 198.18.0.0/15 by default), remembered for the session; AAAA
@@ -13,6 +13,17 @@
 //!   connection, with the DNS-rebinding/SSRF rule applied; the caller connects to exactly the
 //!   addresses returned.
 //! - [`blocked`], [`is_host_alias`]: the blocklist and the `host.cordon.internal` alias.
+//! - [`Gateway`]: the egress gateway that serves the TUN device, the DNS sockets and the
+//!   explicit proxy (see [`gateway`]).
+//!
+//! Every crossing named: the TUN device is the boundary this crate serves; everything it
+//! reads from it is attacker-controlled. TCP flows the plan gives to the HTTP layer leave
+//! this crate through [`FlowHandler`], a trait defined here on std and tokio types only (the
+//! sandbox's side as a [`FlowIo`] stream, and a [`FlowTarget`]: name, port, TLS or plain);
+//! the binary wires cordon's HTTP layer into it, and the layer connects upstream through
+//! [`Gateway::connector`], the same policy-checked connect. So this crate needs no HTTP or
+//! TLS code and does not depend on `cordon-http`, nor it on this: they meet in the Plan
+//! (input) and events (output).
 //!
 //! Inputs are a [`NetConfig`] (filled from policy by the caller); outputs are plain values the
 //! caller turns into events. No `unsafe`, and no input — packets come from the sandbox and are
@@ -38,7 +49,10 @@ pub use blocklist::blocked;
 pub use config::{HOST_ALIAS, NetConfig, NetError, default_fake_range};
 pub use connect::{HostResolver, Refusal, is_host_alias};
 pub use dns::{DnsAnswer, DnsDecision, FAKE_TTL, Reject};
-pub use gateway::{Emit, Gateway, GatewayError, InwardFn, SocketLookup};
+pub use gateway::{
+    ConnectFn, Emit, FlowFuture, FlowHandler, FlowIo, FlowKind, FlowTarget, Gateway, GatewayError,
+    InwardFn, Redact, SocketLookup,
+};
 use ipnet::Ipv4Net;
 
 /// The session's DNS state: the validated configuration and the fake-IP table.

@@ -565,6 +565,30 @@ fn resolve_credentials(
     (out, shown, host)
 }
 
+/// The HTTP layer as the gateway's flow handler: the one place layer 2 hands flows to layer
+/// 3 (neither crate knows the other; they meet here).
+struct HttpFlows(std::sync::Arc<cordon_http::HttpLayer>);
+
+impl cordon_net::FlowHandler for HttpFlows {
+    fn serve(
+        &self,
+        stream: Box<dyn cordon_net::FlowIo>,
+        to: cordon_net::FlowTarget,
+    ) -> cordon_net::FlowFuture {
+        let layer = self.0.clone();
+        Box::pin(async move {
+            match to.kind {
+                cordon_net::FlowKind::Tls => layer.serve_tls(stream, to.name, to.port).await,
+                cordon_net::FlowKind::Plain => layer.serve_plain(stream, to.name, to.port).await,
+            }
+        })
+    }
+
+    fn redact(&self, text: &str) -> String {
+        self.0.redact(text)
+    }
+}
+
 /// The egress gateway as the sandbox crate sees it.
 struct GatewayAttach {
     gateway: cordon_net::Gateway,
@@ -583,7 +607,11 @@ fn start_gateway(
     sink: &cordon_net::Emit,
     session: &str,
 ) -> Result<GatewayAttach> {
-    let gateway = cordon_net::Gateway::new(plan, sink.clone())?;
+    // Command lines in events are redacted by token shape until the HTTP layer, which knows
+    // the credentials' values too, takes over.
+    let redact: cordon_net::Redact =
+        std::sync::Arc::new(|s: &str| cordon_http::dlp::redact(s).into_owned());
+    let gateway = cordon_net::Gateway::new(plan, sink.clone(), redact)?;
     // The data directory is masked in every sandbox (the plan says so): the CA key is safe there.
     let ca = cordon_events::data_dir()
         .ok_or_else(|| anyhow!("no data directory (set HOME or XDG_DATA_HOME)"))
@@ -601,18 +629,25 @@ fn start_gateway(
             bundle.push_str(ca.cert_pem());
             // `ask` decisions go to a broker of their own next to the exec layer's, so
             // `cordon approve` lists both.
-            let ask = cordon_approval::default_dir().map(|d| {
-                (
-                    d,
-                    format!("{session}-http"),
-                    Duration::from_secs(plan.exec.ask_timeout_secs),
-                )
+            let ask = cordon_approval::default_dir().map(|dir| cordon_http::AskConfig {
+                dir,
+                session: format!("{session}-http"),
+                timeout: Duration::from_secs(plan.exec.ask_timeout_secs),
             });
             let (credentials, shown, host_secrets) = resolve_credentials(plan, sink);
             // Secret scanning also looks for the host's secret-looking variables by value.
-            let gateway = gateway
-                .with_http(plan, ca, ask, credentials, host_secrets)
-                .context("start the HTTP layer")?;
+            let layer = cordon_http::HttpLayer::from_plan(
+                plan,
+                ca,
+                ask,
+                credentials,
+                host_secrets,
+                sink.clone(),
+                gateway.connector(),
+            )
+            .context("start the HTTP layer")?;
+            let gateway =
+                gateway.with_http(std::sync::Arc::new(HttpFlows(std::sync::Arc::new(layer))));
             Ok(GatewayAttach {
                 gateway,
                 emit: sink.clone(),

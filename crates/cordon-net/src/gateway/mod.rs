@@ -11,6 +11,7 @@
 //! Runs on its own tokio runtime (two worker threads), so the supervisor's own loop is
 //! untouched. Dropping the [`Gateway`] stops it.
 
+mod handler;
 mod owner;
 mod packet;
 mod policy;
@@ -26,13 +27,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use cordon_events::{Action, Layer, NewEvent};
-use cordon_http::{CertAuthority, Interceptor};
-use cordon_policy::{HttpAction, HttpPlan, NetworkPlan};
+use cordon_policy::{HostPattern, HttpAction, HttpPlan, NetworkPlan};
 use ipnet::IpNet;
 use thiserror::Error;
 use tokio::net::TcpStream;
 
 use crate::{DnsAnswer, DnsDecision, HOST_ALIAS, HostResolver, NetConfig, NetError, Resolver};
+pub use handler::{ConnectFn, FlowFuture, FlowHandler, FlowIo, FlowKind, FlowTarget, Redact};
 use policy::{Dest, Verdict};
 
 /// Where events go (the session's audit log); called from the gateway's threads.
@@ -66,9 +67,6 @@ pub enum GatewayError {
     /// The `[dns]`/`[network]` configuration is not usable.
     #[error(transparent)]
     Config(#[from] NetError),
-    /// The HTTP layer cannot start.
-    #[error("HTTP layer: {0}")]
-    Http(String),
     /// An `allow_ips` entry is not a CIDR range.
     #[error("invalid allow_ips entry {0:?}")]
     BadCidr(String),
@@ -107,7 +105,9 @@ pub(crate) struct Shared {
     /// Relays running now.
     pub live: AtomicUsize,
     /// The HTTP layer, when interception is on.
-    pub http: OnceLock<HttpLayer>,
+    pub http: OnceLock<HttpSide>,
+    /// Redacts command lines for events when no HTTP layer does.
+    pub redact: Redact,
     /// One permit per flow (see [`MAX_FLOWS`]).
     pub slots: Arc<tokio::sync::Semaphore>,
     /// Rate limit of the noisy events: (window start, emitted, suppressed).
@@ -116,12 +116,12 @@ pub(crate) struct Shared {
     pub lookups: Arc<AtomicUsize>,
 }
 
-/// Layer 3 as the gateway uses it: which flows it takes, and the interceptor that serves them.
-pub(crate) struct HttpLayer {
+/// Layer 3 as the gateway uses it: which flows it takes, and the handler that serves them.
+pub(crate) struct HttpSide {
     pub plan: HttpPlan,
     /// `[tls] passthrough`: decided by name only, never intercepted.
-    pub passthrough: Vec<cordon_policy::HostPattern>,
-    pub interceptor: Arc<Interceptor>,
+    pub passthrough: Vec<HostPattern>,
+    pub handler: Arc<dyn FlowHandler>,
 }
 
 /// What the gateway does with a TCP flow to a name.
@@ -139,6 +139,8 @@ pub(crate) enum HttpFlow {
 /// The egress gateway of one session.
 pub struct Gateway {
     shared: Arc<Shared>,
+    /// The plan's `[http]` and `[tls] passthrough`, for [`Gateway::with_http`].
+    http_plan: (HttpPlan, Vec<HostPattern>),
     publish: Vec<(cordon_policy::Publish, std::net::TcpListener)>,
     runtime: Option<tokio::runtime::Runtime>,
 }
@@ -155,7 +157,13 @@ impl std::fmt::Debug for Gateway {
 impl Gateway {
     /// Validates the plan and binds the published ports on the host's loopback (so a port in
     /// use is an error before the sandbox starts). Nothing runs until [`Gateway::start`].
-    pub fn new(whole: &cordon_policy::Plan, emit: Emit) -> Result<Self, GatewayError> {
+    /// `redact` hides secrets in the command lines events name, until an HTTP layer (which
+    /// knows more of them) takes over.
+    pub fn new(
+        whole: &cordon_policy::Plan,
+        emit: Emit,
+        redact: Redact,
+    ) -> Result<Self, GatewayError> {
         let plan = &whole.network;
         let allow_ips = plan
             .allow_ips
@@ -204,167 +212,38 @@ impl Gateway {
                 stop: tokio::sync::watch::Sender::new(false),
                 live: AtomicUsize::new(0),
                 http: OnceLock::new(),
+                redact,
                 slots: Arc::new(tokio::sync::Semaphore::new(MAX_FLOWS)),
                 noisy: Mutex::new((Instant::now(), 0, 0)),
                 lookups: Arc::new(AtomicUsize::new(0)),
             }),
+            http_plan: (whole.http.clone(), whole.tls.passthrough.clone()),
             publish,
             runtime: None,
         })
     }
 
     /// Turns the HTTP layer on: TLS to port 443 and plain HTTP to port 80 (and every request
-    /// through the explicit proxy) are terminated with `ca`'s certificates and decided request
-    /// by request. Reads `[tls] upstream_ca` files now, so a missing one is an error before
-    /// the sandbox starts.
-    /// `ask`: where `ask` decisions go — the approval brokers' directory, this session's name
-    /// there, and how long a question waits before it is denied.
-    pub fn with_http(
-        self,
-        plan: &cordon_policy::Plan,
-        ca: Arc<CertAuthority>,
-        ask: Option<(std::path::PathBuf, String, Duration)>,
-        credentials: Vec<cordon_http::WireCredential>,
-        host_secrets: Vec<cordon_http::dlp::Known>,
-    ) -> Result<Self, GatewayError> {
-        let http = &plan.http;
-        let mut upstream_ca_pem = Vec::new();
-        for f in &plan.tls.upstream_ca {
-            let pem = std::fs::read_to_string(f).map_err(|e| {
-                GatewayError::Http(format!(
-                    "cannot read [tls] upstream_ca {}: {e}",
-                    f.display()
-                ))
-            })?;
-            upstream_ca_pem.push(pem);
-        }
-        // [[http.rule]]s first, in order; then every [[network.allow]] host and port allows its
-        // requests (a connection-level allowance the HTTP rules can narrow).
-        let mut rules = http.rules.clone();
-        for r in &self.shared.plan.allow {
-            for p in &r.ports {
-                rules.push(cordon_policy::HttpRule {
-                    port: Some(*p),
-                    origin: r.origin.clone(),
-                    ..cordon_policy::HttpRule::new(r.label(), r.host.clone(), HttpAction::Allow)
-                });
-            }
-        }
-        let judge = match &plan.judge {
-            Some(j) => {
-                let api_key = match &j.credential {
-                    Some(var) => match std::env::var(var) {
-                        Ok(v) if !v.is_empty() => Some(v),
-                        _ => {
-                            (self.shared.emit)(NewEvent::new(
-                                Layer::Http,
-                                Action::Degraded,
-                                format!(
-                                    "the judge's credential ${var} is not set on the host; asking without a key"
-                                ),
-                            ));
-                            None
-                        }
-                    },
-                    None => None,
-                };
-                let cfg = cordon_http::JudgeConfig {
-                    policy: j.policy.clone(),
-                    api: match j.api {
-                        cordon_policy::JudgeApi::OpenAi => cordon_http::judge::Api::OpenAi,
-                        cordon_policy::JudgeApi::Anthropic => cordon_http::judge::Api::Anthropic,
-                    },
-                    url: j.url.clone(),
-                    model: j.model.clone(),
-                    api_key,
-                    timeout: Duration::from_millis(j.timeout_ms),
-                    on_error: match j.on_error {
-                        cordon_policy::JudgeOnError::Ask => cordon_http::judge::OnError::Ask,
-                        cordon_policy::JudgeOnError::Deny => cordon_http::judge::OnError::Deny,
-                    },
-                    max_body_bytes: usize::try_from(j.max_body_bytes).unwrap_or(16 << 10),
-                };
-                Some(Arc::new(
-                    cordon_http::Judge::new(cfg, &upstream_ca_pem).map_err(GatewayError::Http)?,
-                ))
-            }
-            None => None,
-        };
-        let asker = match ask {
-            Some((dir, session, timeout)) => {
-                match cordon_http::Asker::start(&dir, &session, timeout) {
-                    Ok(a) => Some(Arc::new(a)),
-                    Err(e) => {
-                        (self.shared.emit)(NewEvent::new(
-                            Layer::Http,
-                            Action::Degraded,
-                            format!("no approval broker for HTTP ({e}): `ask` refuses"),
-                        ));
-                        None
-                    }
-                }
-            }
-            None => None,
-        };
+    /// through the explicit proxy) go to `handler` when the plan's rules could let a request
+    /// to the host through; the rest is decided by connection as without it.
+    pub fn with_http(self, handler: Arc<dyn FlowHandler>) -> Self {
+        let (plan, passthrough) = self.http_plan.clone();
+        let _ = self.shared.http.set(HttpSide {
+            plan,
+            passthrough,
+            handler,
+        });
+        self
+    }
+
+    /// The policy-checked connect (the host-side lookup with the rebinding/SSRF rule, then
+    /// the checked addresses only), for the HTTP layer's upstream requests.
+    pub fn connector(&self) -> ConnectFn {
         let shared = self.shared.clone();
-        // Secret scanning looks for every credential's real value (it may go to its own hosts)
-        // and the host's secret-looking variables (to their token's issuer, if any).
-        let mut known: Vec<cordon_http::dlp::Known> = credentials
-            .iter()
-            .map(|c| cordon_http::dlp::Known {
-                name: c.name.clone(),
-                value: c.real.clone(),
-                hosts: c.hosts.iter().map(ToString::to_string).collect(),
-            })
-            .collect();
-        known.extend(host_secrets);
-        let dlp_plan = &plan.dlp;
-        let dlp = (dlp_plan.action != cordon_policy::DlpAction::Off).then(|| {
-            cordon_http::intercept::Dlp {
-                scanner: std::sync::Arc::new(cordon_http::dlp::Scanner::new(
-                    known,
-                    dlp_plan
-                        .allow
-                        .iter()
-                        .map(|a| cordon_http::dlp::Exemption {
-                            kinds: a.kinds.clone(),
-                            hosts: a.hosts.iter().map(ToString::to_string).collect(),
-                        })
-                        .collect(),
-                )),
-                action: dlp_plan.action,
-                max_body: usize::try_from(dlp_plan.max_body_bytes).unwrap_or(usize::MAX),
-            }
-        });
-        if dlp.is_none() {
-            (self.shared.emit)(NewEvent::new(
-                Layer::Credentials,
-                Action::Degraded,
-                "outbound secret scanning is off ([dlp] action = \"off\")",
-            ));
-        }
-        let interceptor = Interceptor::new(cordon_http::Config {
-            ca,
-            rules,
-            default: http.default,
-            upstream_ca_pem,
-            connect: Arc::new(move |host, port| {
-                let shared = shared.clone();
-                Box::pin(async move { shared.connect_checked(&host, port).await })
-            }),
-            emit: self.shared.emit.clone(),
-            judge,
-            asker,
-            credentials,
-            dlp,
+        Arc::new(move |host, port| {
+            let shared = shared.clone();
+            Box::pin(async move { shared.connect_checked(&host, port).await })
         })
-        .map_err(|e| GatewayError::Http(e.to_string()))?;
-        let _ = self.shared.http.set(HttpLayer {
-            plan: http.clone(),
-            passthrough: plan.tls.passthrough.clone(),
-            interceptor: Arc::new(interceptor),
-        });
-        Ok(self)
     }
 
     /// Whether `[[publish]]` entries need a way into the sandbox.
@@ -618,7 +497,8 @@ impl Shared {
             (Some((local, remote)), Some((init, sockets))) if !busy => {
                 let slot = flow.owner.clone();
                 let lookups = self.lookups.clone();
-                let http = self.http.get().map(|h| h.interceptor.clone());
+                let http = self.http.get().map(|h| h.handler.clone());
+                let redact = self.redact.clone();
                 lookups.fetch_add(1, Ordering::Relaxed);
                 tokio::task::spawn_blocking(move || {
                     // A command line may carry a secret (`curl -H 'authorization: …'`): what
@@ -627,8 +507,8 @@ impl Shared {
                         .and_then(|i| owner::find(init, i))
                         .map(|mut o| {
                             o.cmdline = match &http {
-                                Some(i) => i.redact(&o.cmdline).into_owned(),
-                                None => cordon_http::dlp::redact(&o.cmdline).into_owned(),
+                                Some(h) => h.redact(&o.cmdline),
+                                None => redact(&o.cmdline),
                             };
                             o
                         });
@@ -682,7 +562,7 @@ impl Shared {
     /// Whether any request to `name:port` could be let through (so the connection is worth
     /// accepting): an allowing rule for the host, a `[[network.allow]]`, or a default that is
     /// not `deny`.
-    fn http_reachable(&self, layer: &HttpLayer, name: &str, port: u16) -> bool {
+    fn http_reachable(&self, layer: &HttpSide, name: &str, port: u16) -> bool {
         layer.plan.default != HttpAction::Deny
             || self.plan.allowing(name, port).is_some()
             || layer.plan.rules.iter().any(|r| {

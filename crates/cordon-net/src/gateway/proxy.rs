@@ -16,7 +16,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::policy::Dest;
-use super::{HttpFlow, Shared};
+use super::{FlowIo, FlowKind, FlowTarget, HttpFlow, Shared};
 
 /// Largest request head read from the sandbox.
 const MAX_HEAD: usize = 64 << 10;
@@ -122,56 +122,71 @@ fn split_authority(auth: &str, default_port: u16) -> Option<(String, u16)> {
     (!host.is_empty() && port != 0).then_some((host.to_ascii_lowercase(), port))
 }
 
-async fn handle(shared: Arc<Shared>, mut conn: TcpStream) {
+/// A request head read from the client: the bytes read (the head and whatever followed it)
+/// and where the head ends.
+struct Head {
+    buf: Vec<u8>,
+    len: usize,
+}
+
+/// Reads the request head; a client that is too slow, sends too much or something that is
+/// not HTTP is answered here (`None`).
+async fn read_head(conn: &mut TcpStream) -> Option<Head> {
     let mut buf = Vec::with_capacity(4096);
-    let head_len = loop {
+    loop {
         let mut chunk = [0u8; 4096];
         let n = match tokio::time::timeout(HEAD_TIMEOUT, conn.read(&mut chunk)).await {
-            Ok(Ok(0) | Err(_)) => return,
+            Ok(Ok(0) | Err(_)) => return None,
             Ok(Ok(n)) => n,
             Err(_) => {
-                return reply(
-                    &mut conn,
+                reply(
+                    conn,
                     "408 Request Timeout",
                     "cordon proxy: no complete request head within 30 s\n",
                 )
                 .await;
+                return None;
             }
         };
         buf.extend_from_slice(&chunk[..n]);
         let mut headers = [httparse::EMPTY_HEADER; 128];
         let mut req = httparse::Request::new(&mut headers);
-        match req.parse(&buf) {
-            Ok(httparse::Status::Complete(len)) => break len,
+        let (status, why) = match req.parse(&buf) {
+            Ok(httparse::Status::Complete(len)) => return Some(Head { buf, len }),
             Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => continue,
-            Ok(httparse::Status::Partial) => {
-                return reply(
-                    &mut conn,
-                    "431 Request Header Fields Too Large",
-                    "cordon proxy: request head over 64 KiB\n",
-                )
-                .await;
-            }
-            Err(e) => {
-                return reply(
-                    &mut conn,
-                    "400 Bad Request",
-                    &format!("cordon proxy: malformed request ({e})\n"),
-                )
-                .await;
-            }
-        }
-    };
-    let mut headers = [httparse::EMPTY_HEADER; 128];
-    let mut req = httparse::Request::new(&mut headers);
-    if req.parse(&buf).is_err() {
-        return;
+            Ok(httparse::Status::Partial) => (
+                "431 Request Header Fields Too Large",
+                "cordon proxy: request head over 64 KiB\n".to_string(),
+            ),
+            Err(e) => (
+                "400 Bad Request",
+                format!("cordon proxy: malformed request ({e})\n"),
+            ),
+        };
+        reply(conn, status, &why).await;
+        return None;
     }
-    let method = req.method.unwrap_or("").to_string();
-    let target = req.path.unwrap_or("").to_string();
+}
+
+/// What a proxy request asks for.
+#[derive(Debug, PartialEq, Eq)]
+struct Target {
+    method: String,
+    /// `CONNECT host:port` (else a plain `http://` request).
+    connect: bool,
+    /// `host[:port]` as the client wrote it.
+    authority: String,
+    /// The origin-form path of a plain request.
+    path: String,
+    host: String,
+    port: u16,
+}
+
+/// The request's target, or why it cannot be served (the 400's words).
+fn target(method: &str, target: &str) -> Result<Target, String> {
     let connect = method.eq_ignore_ascii_case("CONNECT");
     let (authority, path, default_port) = if connect {
-        (target.clone(), String::new(), 443)
+        (target.to_string(), String::new(), 443)
     } else if let Some(rest) = target.strip_prefix("http://") {
         match rest.find('/') {
             Some(i) => (rest[..i].to_string(), rest[i..].to_string(), 80),
@@ -183,33 +198,46 @@ async fn handle(shared: Arc<Shared>, mut conn: TcpStream) {
         } else {
             "this is a proxy: the request target must be an absolute http:// URL or CONNECT host:port"
         };
-        return reply(
-            &mut conn,
-            "400 Bad Request",
-            &format!("cordon proxy: {why}\n"),
-        )
-        .await;
+        return Err(format!("cordon proxy: {why}\n"));
     };
     // Userinfo in the authority would make "host" ambiguous.
     let Some((host, port)) = (!authority.contains('@'))
         .then(|| split_authority(&authority, default_port))
         .flatten()
     else {
-        return reply(
-            &mut conn,
-            "400 Bad Request",
-            &format!("cordon proxy: bad target {authority:?}\n"),
-        )
-        .await;
+        return Err(format!("cordon proxy: bad target {authority:?}\n"));
     };
-    let dest = match host.parse::<IpAddr>() {
+    Ok(Target {
+        method: method.to_string(),
+        connect,
+        authority,
+        path,
+        host,
+        port,
+    })
+}
+
+async fn handle(shared: Arc<Shared>, mut conn: TcpStream) {
+    let Some(head) = read_head(&mut conn).await else {
+        return;
+    };
+    let mut headers = [httparse::EMPTY_HEADER; 128];
+    let mut req = httparse::Request::new(&mut headers);
+    if req.parse(&head.buf).is_err() {
+        return;
+    }
+    let t = match target(req.method.unwrap_or(""), req.path.unwrap_or("")) {
+        Ok(t) => t,
+        Err(why) => return reply(&mut conn, "400 Bad Request", &why).await,
+    };
+    let dest = match t.host.parse::<IpAddr>() {
         Ok(ip) => match shared.dest_for(ip) {
             Ok(d) => d,
             Err(why) => {
                 return reply(&mut conn, "403 Forbidden", &format!("cordon: {why}\n")).await;
             }
         },
-        Err(_) => match crate::name::normalize(&host) {
+        Err(_) => match crate::name::normalize(&t.host) {
             Ok(n) => Dest::Name(n),
             Err(e) => {
                 return reply(
@@ -228,66 +256,125 @@ async fn handle(shared: Arc<Shared>, mut conn: TcpStream) {
     };
     // The HTTP layer takes CONNECT to 443 (TLS) and to 80 (plain HTTP inside the tunnel), and
     // every plain request (HTTP on any port): the same ports the transparent path gives it.
-    if (!connect || matches!(port, 80 | 443)) && shared.http.get().is_some() {
-        let flow = match &dest {
-            Dest::Name(_) => shared.http_flow_for(&dest, port, !connect),
-            Dest::Ip(_) => HttpFlow::NotHttp,
-        };
-        match flow {
-            HttpFlow::Intercept => {
-                let Some(layer) = shared.http.get() else {
-                    return;
-                };
-                let name = dest.host();
-                let i = layer.interceptor.clone();
-                if connect {
-                    if conn
-                        .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
-                    let rest = buf[head_len..].to_vec();
-                    let s = Prefixed {
-                        head: rest,
-                        at: 0,
-                        inner: conn,
-                    };
-                    if port == 443 {
-                        i.serve_tls(s, name, port).await;
-                    } else {
-                        i.serve_plain(s, name, port).await;
-                    }
-                } else {
-                    let s = Prefixed {
-                        head: buf,
-                        at: 0,
-                        inner: conn,
-                    };
-                    i.serve_plain(s, name, port).await;
-                }
-                return;
-            }
-            HttpFlow::Deny(v) => {
-                let why = format!(
-                    "cordon: {} (rule {}). The same request by any other route is refused too.\n",
-                    v.reason, v.rule
-                );
-                shared.refuse(&dest, port, "proxy", client, v).await;
-                return reply(&mut conn, "403 Forbidden", &why).await;
-            }
-            HttpFlow::NotHttp => {}
+    let flow = match (&dest, shared.http.get()) {
+        (Dest::Name(_), Some(_)) if !t.connect || matches!(t.port, 80 | 443) => {
+            shared.http_flow_for(&dest, t.port, !t.connect)
+        }
+        _ => HttpFlow::NotHttp,
+    };
+    match flow {
+        HttpFlow::Intercept => to_http(&shared, conn, head, &t, dest.host()).await,
+        HttpFlow::Deny(v) => {
+            let why = format!(
+                "cordon: {} (rule {}). The same request by any other route is refused too.\n",
+                v.reason, v.rule
+            );
+            shared.refuse(&dest, t.port, "proxy", client, v).await;
+            reply(&mut conn, "403 Forbidden", &why).await;
+        }
+        HttpFlow::NotHttp => {
+            let sent = origin_head(&t, req.headers);
+            splice(&shared, conn, &head, &t, &dest, client, sent).await;
         }
     }
-    let (mut up, flow) = match shared.open(&dest, port, "proxy", client).await {
+}
+
+/// Hands the connection to the HTTP layer: after `200 Connection Established` for CONNECT
+/// (what followed the head is read again first), or with the head itself for a plain request.
+async fn to_http(shared: &Shared, mut conn: TcpStream, head: Head, t: &Target, name: String) {
+    let Some(layer) = shared.http.get() else {
+        return;
+    };
+    let (stream, kind) = if t.connect {
+        if conn
+            .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let kind = if t.port == 443 {
+            FlowKind::Tls
+        } else {
+            FlowKind::Plain
+        };
+        let rest = head.buf[head.len..].to_vec();
+        (prefixed(rest, conn), kind)
+    } else {
+        (prefixed(head.buf, conn), FlowKind::Plain)
+    };
+    let to = FlowTarget {
+        name,
+        port: t.port,
+        kind,
+    };
+    layer.handler.serve(stream, to).await;
+}
+
+fn prefixed(head: Vec<u8>, inner: TcpStream) -> Box<dyn FlowIo> {
+    Box::new(Prefixed { head, at: 0, inner })
+}
+
+/// The head a plain request goes upstream with: origin-form request line; the Host of the
+/// target (not the client's, which could name another site behind the same front end);
+/// hop-by-hop, proxy and Connection-listed headers dropped; one request only. `None` for
+/// CONNECT.
+fn origin_head(t: &Target, headers: &[httparse::Header<'_>]) -> Option<String> {
+    if t.connect {
+        return None;
+    }
+    let listed: Vec<String> = headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+        .flat_map(|h| {
+            String::from_utf8_lossy(h.value)
+                .split(',')
+                .map(|t| t.trim().to_ascii_lowercase())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut head = format!(
+        "{} {} HTTP/1.1\r\nHost: {}\r\n",
+        t.method, t.path, t.authority
+    );
+    for h in headers {
+        let n = h.name.to_ascii_lowercase();
+        if matches!(
+            n.as_str(),
+            "host" | "connection" | "proxy-connection" | "proxy-authorization" | "keep-alive"
+        ) || listed.contains(&n)
+        {
+            continue;
+        }
+        head.push_str(h.name);
+        head.push_str(": ");
+        head.push_str(&String::from_utf8_lossy(h.value));
+        head.push_str("\r\n");
+    }
+    head.push_str("Connection: close\r\n\r\n");
+    Some(head)
+}
+
+/// Decides the flow by connection and, when allowed, splices it: CONNECT after its `200`,
+/// a plain request with `origin` (its rewritten head) first.
+async fn splice(
+    shared: &Shared,
+    mut conn: TcpStream,
+    head: &Head,
+    t: &Target,
+    dest: &Dest,
+    client: Option<(std::net::SocketAddrV4, std::net::SocketAddrV4)>,
+    origin: Option<String>,
+) {
+    let (mut up, flow) = match shared.open(dest, t.port, "proxy", client).await {
         Ok(x) => x,
         Err(verdict) => {
             let (status, why) = if verdict.allow {
                 (
                     "502 Bad Gateway",
                     format!(
-                        "cordon: {host}:{port} is allowed, but cordon could not connect to it (see `cordon log`)\n"
+                        "cordon: {}:{} is allowed, but cordon could not connect to it (see `cordon log`)\n",
+                        t.host, t.port
                     ),
                 )
             } else {
@@ -303,63 +390,95 @@ async fn handle(shared: Arc<Shared>, mut conn: TcpStream) {
         }
     };
     shared.find_owner(&flow);
-    let rest = buf[head_len..].to_vec();
+    let rest = &head.buf[head.len..];
     let mut sent_head = 0u64;
-    if connect {
-        if conn
-            .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-            .await
-            .is_err()
-        {
-            return;
-        }
-    } else {
-        // Origin-form request line; the Host of the target (not the client's, which could
-        // name another site behind the same front end); hop-by-hop, proxy and
-        // Connection-listed headers dropped; one request only.
-        let listed: Vec<String> = req
-            .headers
-            .iter()
-            .filter(|h| h.name.eq_ignore_ascii_case("connection"))
-            .flat_map(|h| {
-                String::from_utf8_lossy(h.value)
-                    .split(',')
-                    .map(|t| t.trim().to_ascii_lowercase())
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {authority}\r\n");
-        for h in req.headers.iter() {
-            let n = h.name.to_ascii_lowercase();
-            if matches!(
-                n.as_str(),
-                "host" | "connection" | "proxy-connection" | "proxy-authorization" | "keep-alive"
-            ) || listed.contains(&n)
+    match origin {
+        None => {
+            if conn
+                .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+                .await
+                .is_err()
             {
-                continue;
+                return;
             }
-            head.push_str(h.name);
-            head.push_str(": ");
-            head.push_str(&String::from_utf8_lossy(h.value));
-            head.push_str("\r\n");
         }
-        head.push_str("Connection: close\r\n\r\n");
-        if up.write_all(head.as_bytes()).await.is_err() {
-            return;
+        Some(h) => {
+            if up.write_all(h.as_bytes()).await.is_err() {
+                return;
+            }
+            sent_head = h.len() as u64;
         }
-        sent_head = head.len() as u64;
     }
-    if !rest.is_empty() && up.write_all(&rest).await.is_err() {
+    if !rest.is_empty() && up.write_all(rest).await.is_err() {
         return;
     }
-    let (u, d, e) = super::relay(&shared, conn, up).await;
+    let (u, d, e) = super::relay(shared, conn, up).await;
     flow.owner_settled().await;
     shared.emit(flow.finished(u + rest.len() as u64 + sent_head, d, e.as_ref()));
 }
 
 #[cfg(test)]
 mod tests {
-    use super::split_authority;
+    use super::*;
+
+    #[test]
+    fn targets() {
+        let t = target("CONNECT", "API.example.test:443").unwrap();
+        assert!(t.connect);
+        assert_eq!((t.host.as_str(), t.port), ("api.example.test", 443));
+        let t = target("GET", "http://x.test:8080/a?b").unwrap();
+        assert_eq!(
+            (t.authority.as_str(), t.path.as_str(), t.port),
+            ("x.test:8080", "/a?b", 8080)
+        );
+        assert_eq!(target("GET", "http://x.test").unwrap().path, "/");
+        assert!(
+            target("GET", "https://x.test/")
+                .unwrap_err()
+                .contains("CONNECT")
+        );
+        assert!(target("GET", "/relative").unwrap_err().contains("absolute"));
+        assert!(
+            target("GET", "http://u@x.test/")
+                .unwrap_err()
+                .contains("bad target")
+        );
+    }
+
+    #[test]
+    fn a_plain_request_goes_with_its_targets_host_and_no_hop_by_hop_headers() {
+        let t = target("GET", "http://x.test/p").unwrap();
+        let h = [
+            httparse::Header {
+                name: "Host",
+                value: b"other.test",
+            },
+            httparse::Header {
+                name: "Connection",
+                value: b"keep-alive, X-Drop",
+            },
+            httparse::Header {
+                name: "X-Drop",
+                value: b"1",
+            },
+            httparse::Header {
+                name: "Proxy-Authorization",
+                value: b"Basic x",
+            },
+            httparse::Header {
+                name: "Accept",
+                value: b"*/*",
+            },
+        ];
+        assert_eq!(
+            origin_head(&t, &h).unwrap(),
+            "GET /p HTTP/1.1\r\nHost: x.test\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+        );
+        assert_eq!(
+            origin_head(&target("CONNECT", "x.test:443").unwrap(), &h),
+            None
+        );
+    }
 
     #[test]
     fn authorities() {

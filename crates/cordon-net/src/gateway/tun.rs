@@ -20,7 +20,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use super::packet::{self, Parsed};
-use super::{Flow, Shared};
+use super::{Flow, FlowKind, FlowTarget, Shared};
 
 /// Per-flow socket buffers in the stack (the TCP window): 1 MiB each way keeps a loopback-speed
 /// stream busy; allocated from fresh pages (see `prefer_fresh_pages_for_large_allocations`).
@@ -92,7 +92,7 @@ pub(crate) async fn run(shared: Arc<Shared>, tun: Tun) {
             return;
         }
     };
-    let (Some(runner), Some(mut listener)) = (runner, listener) else {
+    let (Some(runner), Some(listener)) = (runner, listener) else {
         return;
     };
     tokio::spawn(runner);
@@ -105,66 +105,10 @@ pub(crate) async fn run(shared: Arc<Shared>, tun: Tun) {
         }
     });
     let flows: Flows = Arc::new(Mutex::new(HashMap::new()));
-    {
-        let (flows, shared) = (flows.clone(), shared.clone());
-        tokio::spawn(async move {
-            while let Some((stream, local, remote)) = listener.next().await {
-                let (SocketAddr::V4(src), SocketAddr::V4(dst)) = (local, remote) else {
-                    continue;
-                };
-                let ready = {
-                    let mut f = flows.lock().unwrap_or_else(|p| p.into_inner());
-                    match f.insert((src, dst), FlowState::Live) {
-                        Some(FlowState::Ready(ready)) => Some(Ok(*ready)),
-                        Some(FlowState::Intercept(name, port, slot)) => {
-                            Some(Err((name, port, slot)))
-                        }
-                        _ => {
-                            f.remove(&(src, dst));
-                            None
-                        }
-                    }
-                };
-                let (up, flow, slot) = match ready {
-                    Some(Ok(r)) => r,
-                    Some(Err((name, port, slot))) => {
-                        let (flows, shared) = (flows.clone(), shared.clone());
-                        tokio::spawn(async move {
-                            let _slot = slot;
-                            if let Some(layer) = shared.http.get() {
-                                let i = layer.interceptor.clone();
-                                if port == 443 {
-                                    i.serve_tls(stream, name, port).await;
-                                } else {
-                                    i.serve_plain(stream, name, port).await;
-                                }
-                            }
-                            flows
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .remove(&(src, dst));
-                        });
-                        continue;
-                    }
-                    None => continue,
-                };
-                let (flows, shared) = (flows.clone(), shared.clone());
-                tokio::spawn(async move {
-                    let _slot = slot;
-                    let (u, d, e) = super::relay(&shared, stream, up).await;
-                    flow.owner_settled().await;
-                    shared.emit(flow.finished(u, d, e.as_ref()));
-                    flows
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .remove(&(src, dst));
-                });
-            }
-        });
-    }
+    tokio::spawn(accept(shared.clone(), flows.clone(), listener));
     // SYNs whose connect succeeded come back here to be fed to the stack.
     let (inject_tx, mut inject_rx) = mpsc::unbounded_channel::<Vec<u8>>();
-    let mut udp_reported: HashSet<SocketAddrV4> = HashSet::new();
+    let mut reported: HashSet<SocketAddrV4> = HashSet::new();
     let mut buf = vec![0u8; MTU + 64];
     loop {
         tokio::select! {
@@ -187,75 +131,8 @@ pub(crate) async fn run(shared: Arc<Shared>, tun: Tun) {
                     let pkt = &buf[..n];
                     match packet::parse(pkt) {
                         Parsed::Tcp { src, dst, syn_only: true, seq } => {
-                            let key = (src, dst);
-                            // A retransmitted SYN: still deciding (dropped), or the stack has it.
-                            // A SYN for a flow being decided, or one the stack already has
-                            // (which would make it a second socket), is dropped.
-                            let known = {
-                                let mut f = flows.lock().unwrap_or_else(|p| p.into_inner());
-                                let known = f.contains_key(&key);
-                                if !known {
-                                    f.insert(key, FlowState::Pending);
-                                }
-                                known
-                            };
-                            if known {
-                                continue;
-                            }
-                            let Some(slot) = shared.slot() else {
-                                flows.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
-                                tun.write(&packet::tcp_rst(src, dst, seq)).await;
-                                continue;
-                            };
-                            let (shared, flows, tun, inject) =
-                                (shared.clone(), flows.clone(), tun.clone(), inject_tx.clone());
-                            let syn = pkt.to_vec();
-                            tokio::spawn(async move {
-                                let opened = match shared.dest_for((*dst.ip()).into()) {
-                                    Ok(dest) => match shared.http_flow(&dest, dst.port()) {
-                                        super::HttpFlow::NotHttp => {
-                                            // Refused or unreachable alike: the event is out, a RST follows.
-                                            shared.open(&dest, dst.port(), "tun", Some((src, dst))).await.map_err(drop)
-                                        }
-                                        super::HttpFlow::Intercept => {
-                                            flows
-                                                .lock()
-                                                .unwrap_or_else(|p| p.into_inner())
-                                                .insert(key, FlowState::Intercept(dest.host(), dst.port(), slot));
-                                            let _ = inject.send(syn);
-                                            return;
-                                        }
-                                        super::HttpFlow::Deny(v) => {
-                                            shared.refuse(&dest, dst.port(), "tun", Some((src, dst)), v).await;
-                                            Err(())
-                                        }
-                                    },
-                                    Err(why) => {
-                                        shared.emit(
-                                            NewEvent::new(Layer::Network, Action::Deny, format!("{dst} — {why}"))
-                                                .rule("network.unknown-address")
-                                                .detail("host", dst.ip().to_string())
-                                                .detail("port", dst.port())
-                                                .detail("via", "tun"),
-                                        );
-                                        Err(())
-                                    }
-                                };
-                                match opened {
-                                    Ok((up, flow)) => {
-                                        shared.find_owner(&flow);
-                                        flows
-                                            .lock()
-                                            .unwrap_or_else(|p| p.into_inner())
-                                            .insert(key, FlowState::Ready(Box::new((up, flow, slot))));
-                                        let _ = inject.send(syn);
-                                    }
-                                    Err(()) => {
-                                        flows.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
-                                        tun.write(&packet::tcp_rst(src, dst, seq)).await;
-                                    }
-                                }
-                            });
+                            let syn = Syn { src, dst, seq, packet: pkt.to_vec() };
+                            hold_syn(&shared, &flows, &tun, &inject_tx, syn).await;
                         }
                         Parsed::Tcp { .. } => {
                             if to_stack.send(pkt.to_vec()).await.is_err() {
@@ -273,37 +150,16 @@ pub(crate) async fn run(shared: Arc<Shared>, tun: Tun) {
                             }
                         }
                         Parsed::Udp { dst, .. } => {
-                            if udp_reported.len() < 4096 && udp_reported.insert(dst) {
-                                shared.emit(
-                                    NewEvent::new(
-                                        Layer::Network,
-                                        Action::Deny,
-                                        format!("UDP to {dst} — only DNS may use UDP"),
-                                    )
-                                    .rule("network.udp")
-                                    .detail("host", dst.ip().to_string())
-                                    .detail("port", dst.port())
-                                    .detail("proto", "udp")
-                                    .detail("via", "tun"),
-                                );
+                            if reported.len() < 4096 && reported.insert(dst) {
+                                shared.emit(refused_datagram(format!("UDP to {dst} — only DNS may use UDP"), "network.udp", dst.ip(), Some(dst.port()), "udp"));
                             }
                             if let Some(icmp) = packet::icmp_unreachable(pkt, true) {
                                 tun.write(&icmp).await;
                             }
                         }
                         Parsed::Ping { dst, .. } => {
-                            if udp_reported.len() < 4096 && udp_reported.insert(SocketAddrV4::new(dst, 0)) {
-                                shared.emit(
-                                    NewEvent::new(
-                                        Layer::Network,
-                                        Action::Deny,
-                                        format!("ICMP echo to {dst} — ping leaves no sandbox"),
-                                    )
-                                    .rule("network.icmp")
-                                    .detail("host", dst.to_string())
-                                    .detail("proto", "icmp")
-                                    .detail("via", "tun"),
-                                );
+                            if reported.len() < 4096 && reported.insert(SocketAddrV4::new(dst, 0)) {
+                                shared.emit(refused_datagram(format!("ICMP echo to {dst} — ping leaves no sandbox"), "network.icmp", &dst, None, "icmp"));
                             }
                             if let Some(icmp) = packet::icmp_unreachable(pkt, false) {
                                 tun.write(&icmp).await;
@@ -313,6 +169,180 @@ pub(crate) async fn run(shared: Arc<Shared>, tun: Tun) {
                     }
                 }
             }
+        }
+    }
+}
+
+/// The event for a UDP datagram or ping refused (once per destination).
+fn refused_datagram(
+    reason: String,
+    rule: &str,
+    host: &std::net::Ipv4Addr,
+    port: Option<u16>,
+    proto: &str,
+) -> NewEvent {
+    let mut ev = NewEvent::new(Layer::Network, Action::Deny, reason)
+        .rule(rule)
+        .detail("host", host.to_string());
+    if let Some(p) = port {
+        ev = ev.detail("port", p);
+    }
+    ev.detail("proto", proto).detail("via", "tun")
+}
+
+/// Takes each TCP stream the stack completed and serves it as its flow's state says: relayed
+/// to the host-side connection made for it, or handed to the HTTP layer.
+async fn accept(shared: Arc<Shared>, flows: Flows, mut listener: netstack_smoltcp::TcpListener) {
+    while let Some((stream, local, remote)) = listener.next().await {
+        let (SocketAddr::V4(src), SocketAddr::V4(dst)) = (local, remote) else {
+            continue;
+        };
+        let state = {
+            let mut f = flows.lock().unwrap_or_else(|p| p.into_inner());
+            match f.insert((src, dst), FlowState::Live) {
+                Some(s @ (FlowState::Ready(_) | FlowState::Intercept(..))) => s,
+                _ => {
+                    f.remove(&(src, dst));
+                    continue;
+                }
+            }
+        };
+        let (flows, shared) = (flows.clone(), shared.clone());
+        tokio::spawn(async move {
+            match state {
+                FlowState::Ready(ready) => {
+                    let (up, flow, _slot) = *ready;
+                    let (u, d, e) = super::relay(&shared, stream, up).await;
+                    flow.owner_settled().await;
+                    shared.emit(flow.finished(u, d, e.as_ref()));
+                }
+                FlowState::Intercept(name, port, _slot) => {
+                    if let Some(layer) = shared.http.get() {
+                        let kind = if port == 443 {
+                            FlowKind::Tls
+                        } else {
+                            FlowKind::Plain
+                        };
+                        let to = FlowTarget { name, port, kind };
+                        layer.handler.serve(Box::new(stream), to).await;
+                    }
+                }
+                FlowState::Pending | FlowState::Live => {}
+            }
+            flows
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&(src, dst));
+        });
+    }
+}
+
+/// A client's SYN, held while its flow is decided.
+struct Syn {
+    src: SocketAddrV4,
+    dst: SocketAddrV4,
+    seq: u32,
+    packet: Vec<u8>,
+}
+
+/// Holds a new flow's SYN while policy decides and the host-side connect runs (in a task of
+/// its own); then the SYN goes to the stack (`inject`) or a RST back to the client. A SYN for
+/// a flow being decided, or one the stack already has (which would make it a second socket),
+/// is dropped.
+async fn hold_syn(
+    shared: &Arc<Shared>,
+    flows: &Flows,
+    tun: &Arc<Tun>,
+    inject: &mpsc::UnboundedSender<Vec<u8>>,
+    syn: Syn,
+) {
+    let key = (syn.src, syn.dst);
+    let known = {
+        let mut f = flows.lock().unwrap_or_else(|p| p.into_inner());
+        let known = f.contains_key(&key);
+        if !known {
+            f.insert(key, FlowState::Pending);
+        }
+        known
+    };
+    if known {
+        return;
+    }
+    let Some(slot) = shared.slot() else {
+        flows.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+        tun.write(&packet::tcp_rst(syn.src, syn.dst, syn.seq)).await;
+        return;
+    };
+    let (shared, flows, tun, inject) = (shared.clone(), flows.clone(), tun.clone(), inject.clone());
+    tokio::spawn(async move {
+        let Syn {
+            src,
+            dst,
+            seq,
+            packet,
+        } = syn;
+        let next = match decide(&shared, src, dst).await {
+            Decided::Intercept(name) => Some(FlowState::Intercept(name, dst.port(), slot)),
+            Decided::Open(up, flow) => {
+                shared.find_owner(&flow);
+                Some(FlowState::Ready(Box::new((up, flow, slot))))
+            }
+            Decided::Refused => None,
+        };
+        match next {
+            Some(state) => {
+                flows
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(key, state);
+                let _ = inject.send(packet);
+            }
+            None => {
+                flows.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+                tun.write(&packet::tcp_rst(src, dst, seq)).await;
+            }
+        }
+    });
+}
+
+/// What becomes of a new flow.
+enum Decided {
+    /// For the HTTP layer (the name).
+    Intercept(String),
+    /// Allowed and connected on the host.
+    Open(TcpStream, Flow),
+    /// Refused or unreachable alike: the event is out, a RST follows.
+    Refused,
+}
+
+async fn decide(shared: &Shared, src: SocketAddrV4, dst: SocketAddrV4) -> Decided {
+    let dest = match shared.dest_for((*dst.ip()).into()) {
+        Ok(dest) => dest,
+        Err(why) => {
+            shared.emit(
+                NewEvent::new(Layer::Network, Action::Deny, format!("{dst} — {why}"))
+                    .rule("network.unknown-address")
+                    .detail("host", dst.ip().to_string())
+                    .detail("port", dst.port())
+                    .detail("via", "tun"),
+            );
+            return Decided::Refused;
+        }
+    };
+    match shared.http_flow(&dest, dst.port()) {
+        super::HttpFlow::NotHttp => match shared
+            .open(&dest, dst.port(), "tun", Some((src, dst)))
+            .await
+        {
+            Ok((up, flow)) => Decided::Open(up, flow),
+            Err(_) => Decided::Refused,
+        },
+        super::HttpFlow::Intercept => Decided::Intercept(dest.host()),
+        super::HttpFlow::Deny(v) => {
+            shared
+                .refuse(&dest, dst.port(), "tun", Some((src, dst)), v)
+                .await;
+            Decided::Refused
         }
     }
 }
