@@ -1,125 +1,120 @@
-//! Asking a person: `ask` decisions hold the request while the approval broker (the same one
-//! `cordon approve` talks to) waits for an answer; a timeout denies. "Always for this
-//! session" answers are remembered for the rule *and* the method and host asked about, so one
-//! "always" for an unmatched request never opens every host. At most a few questions wait at
-//! once: a flood of them is denied rather than shown.
+//! Asking a person: `ask` decisions hold the request while the session's approval broker (the
+//! one the exec layer shares, the one `cordon approve` talks to) waits for an answer; a
+//! timeout denies. "Always for this session" answers are remembered for the rule *and* the
+//! method and host asked about, so one "always" for an unmatched request never opens every
+//! host. At most a few questions wait at once: a flood of them is denied rather than shown.
 
 use std::collections::HashMap;
-use std::path::Path;
-use std::sync::mpsc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use cordon_approval::{Answer, Broker};
+use cordon_approval::{Answer, Approvals};
 use tokio::sync::oneshot;
-
-struct Pending {
-    what: String,
-    rule: String,
-    scope: String,
-    reply: oneshot::Sender<Answer>,
-}
 
 /// Questions waiting at once; more are denied without asking.
 const MAX_PENDING: usize = 16;
 
-/// A broker on its own thread, answering the HTTP layer's questions.
+const DENIED: Answer = Answer {
+    allow: false,
+    remember: false,
+    timed_out: false,
+};
+
+/// The HTTP layer's side of the session's approval broker.
 #[derive(Debug)]
 pub struct Asker {
-    tx: mpsc::Sender<Pending>,
-    socket: std::path::PathBuf,
+    approvals: Approvals,
+    timeout: Duration,
+    remembered: Mutex<HashMap<String, bool>>,
+    waiting: AtomicUsize,
+}
+
+/// Takes a question back when the request that asked it goes away unanswered.
+struct Withdraw<'a> {
+    approvals: &'a Approvals,
+    id: u64,
+    armed: bool,
+}
+
+impl Drop for Withdraw<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.approvals.withdraw(self.id);
+        }
+    }
+}
+
+/// Counts a waiting question for as long as it waits.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Asker {
-    /// Binds the broker for `session` in `dir` (the directory no sandbox sees) and starts its
-    /// thread; questions time out (denied) after `timeout`.
-    pub fn start(dir: &Path, session: &str, timeout: Duration) -> Result<Self, String> {
-        let mut broker = Broker::bind(dir, session).map_err(|e| e.to_string())?;
-        let socket = broker.path().to_path_buf();
-        let (tx, rx) = mpsc::channel::<Pending>();
-        std::thread::Builder::new()
-            .name("cordon-http-ask".into())
-            .spawn(move || {
-                let mut waiting: HashMap<u64, (String, oneshot::Sender<Answer>)> = HashMap::new();
-                let mut remembered: HashMap<String, bool> = HashMap::new();
-                loop {
-                    // New questions (or the layer went away: stop once nothing waits).
-                    match rx.recv_timeout(Duration::from_millis(50)) {
-                        Ok(p) => {
-                            if let Some(allow) = remembered.get(&p.scope) {
-                                let _ = p.reply.send(Answer {
-                                    allow: *allow,
-                                    remember: true,
-                                    timed_out: false,
-                                });
-                            } else if waiting.len() >= MAX_PENDING {
-                                let _ = p.reply.send(Answer {
-                                    allow: false,
-                                    remember: false,
-                                    timed_out: false,
-                                });
-                            } else {
-                                cordon_approval::desktop_notification(&p.what);
-                                let id = broker.ask("http", &p.what, &p.rule, timeout);
-                                waiting.insert(id, (p.scope, p.reply));
-                            }
-                        }
-                        Err(mpsc::RecvTimeoutError::Timeout) => {}
-                        Err(mpsc::RecvTimeoutError::Disconnected) if waiting.is_empty() => return,
-                        Err(mpsc::RecvTimeoutError::Disconnected) => {}
-                    }
-                    // A client that gave up takes its question with it.
-                    let gone: Vec<u64> = waiting
-                        .iter()
-                        .filter(|(_, (_, r))| r.is_closed())
-                        .map(|(id, _)| *id)
-                        .collect();
-                    for id in gone {
-                        broker.withdraw(id);
-                        waiting.remove(&id);
-                    }
-                    for (id, answer) in broker.serve().into_iter().chain(broker.expire()) {
-                        if let Some((scope, reply)) = waiting.remove(&id) {
-                            if answer.remember && !answer.timed_out {
-                                remembered.insert(scope, answer.allow);
-                            }
-                            let _ = reply.send(answer);
-                        }
-                    }
-                }
-            })
-            .map_err(|e| e.to_string())?;
-        Ok(Self { tx, socket })
+    /// Asks through `approvals`; questions time out (denied) after `timeout`.
+    pub fn new(approvals: Approvals, timeout: Duration) -> Self {
+        Self {
+            approvals,
+            timeout,
+            remembered: Mutex::new(HashMap::new()),
+            waiting: AtomicUsize::new(0),
+        }
     }
 
     /// The broker's socket (what `cordon approve` connects to).
-    pub fn socket(&self) -> &Path {
-        &self.socket
+    pub fn socket(&self) -> &std::path::Path {
+        self.approvals.socket()
+    }
+
+    fn remembered(&self, scope: &str) -> Option<bool> {
+        self.remembered
+            .lock()
+            .ok()
+            .and_then(|m| m.get(scope).copied())
     }
 
     /// Holds until a person answers (or the timeout denies). `what` is shown to them; an
     /// "always" answer covers later questions with the same `scope`.
     pub async fn ask(&self, what: String, rule: String, scope: String) -> Answer {
-        let (reply, rx) = oneshot::channel();
-        if self
-            .tx
-            .send(Pending {
-                what,
-                rule,
-                scope,
-                reply,
-            })
-            .is_err()
-        {
+        if let Some(allow) = self.remembered(&scope) {
             return Answer {
-                allow: false,
-                remember: false,
-                timed_out: true,
+                allow,
+                remember: true,
+                timed_out: false,
             };
         }
-        rx.await.unwrap_or(Answer {
-            allow: false,
-            remember: false,
+        if self.waiting.fetch_add(1, Ordering::Relaxed) >= MAX_PENDING {
+            self.waiting.fetch_sub(1, Ordering::Relaxed);
+            return DENIED;
+        }
+        let _waiting = Waiting(&self.waiting);
+        cordon_approval::desktop_notification(&what);
+        let (reply, rx) = oneshot::channel();
+        let id = self
+            .approvals
+            .ask("http", &what, &rule, self.timeout, move |_, a| {
+                let _ = reply.send(a);
+            });
+        let mut withdraw = Withdraw {
+            approvals: &self.approvals,
+            id,
+            armed: true,
+        };
+        let answer = rx.await.unwrap_or(Answer {
             timed_out: true,
-        })
+            ..DENIED
+        });
+        withdraw.armed = false;
+        if answer.remember
+            && !answer.timed_out
+            && let Ok(mut m) = self.remembered.lock()
+        {
+            m.insert(scope, answer.allow);
+        }
+        answer
     }
 }

@@ -17,10 +17,8 @@ use crate::{CertAuthority, Interceptor, WireCredential, dlp, judge};
 /// how long a question waits before it is denied.
 #[derive(Debug, Clone)]
 pub struct AskConfig {
-    /// The brokers' directory (no sandbox sees it).
-    pub dir: PathBuf,
-    /// The broker's name in it.
-    pub session: String,
+    /// The session's approval broker, shared with the exec layer.
+    pub approvals: cordon_approval::Approvals,
     /// How long a question waits.
     pub timeout: Duration,
 }
@@ -87,19 +85,7 @@ impl HttpLayer {
             )),
             None => None,
         };
-        let asker = ask.and_then(
-            |a| match crate::Asker::start(&a.dir, &a.session, a.timeout) {
-                Ok(a) => Some(Arc::new(a)),
-                Err(e) => {
-                    emit(NewEvent::new(
-                        Layer::Http,
-                        EvAction::Degraded,
-                        format!("no approval broker for HTTP ({e}): `ask` refuses"),
-                    ));
-                    None
-                }
-            },
-        );
+        let asker = ask.map(|a| Arc::new(crate::Asker::new(a.approvals, a.timeout)));
         let dlp = scanning(plan, &credentials, host_secrets);
         if dlp.is_none() {
             emit(NewEvent::new(

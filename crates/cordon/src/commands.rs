@@ -365,13 +365,15 @@ fn run_in_session(
         cordon_sandbox::raise_nofile_limit();
     }
     let mut gateway = match plan.network.mode {
-        cordon_policy::NetMode::Gateway => match start_gateway(&mut plan, sink, session) {
-            Ok(g) => Some(g),
-            Err(e) => {
-                eprintln!("cordon: cannot start the egress gateway: {e:#}");
-                return EXIT_SETUP;
+        cordon_policy::NetMode::Gateway => {
+            match start_gateway(&mut plan, sink, cmd.approvals.as_ref()) {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    eprintln!("cordon: cannot start the egress gateway: {e:#}");
+                    return EXIT_SETUP;
+                }
             }
-        },
+        }
         _ => None,
     };
     if let Some(g) = &gateway {
@@ -605,7 +607,7 @@ struct GatewayAttach {
 fn start_gateway(
     plan: &mut cordon_policy::Plan,
     sink: &cordon_net::Emit,
-    session: &str,
+    approvals: Option<&cordon_approval::Approvals>,
 ) -> Result<GatewayAttach> {
     // Command lines in events are redacted by token shape until the HTTP layer, which knows
     // the credentials' values too, takes over.
@@ -627,11 +629,9 @@ fn start_gateway(
             }
             bundle.push_str("# cordon's interception CA (its key never enters the sandbox)\n");
             bundle.push_str(ca.cert_pem());
-            // `ask` decisions go to a broker of their own next to the exec layer's, so
-            // `cordon approve` lists both.
-            let ask = cordon_approval::default_dir().map(|dir| cordon_http::AskConfig {
-                dir,
-                session: format!("{session}-http"),
+            // `ask` decisions go to the session's one broker, the exec layer's too.
+            let ask = approvals.map(|a| cordon_http::AskConfig {
+                approvals: a.clone(),
                 timeout: Duration::from_secs(plan.exec.ask_timeout_secs),
             });
             let (credentials, shown, host_secrets) = resolve_credentials(plan, sink);

@@ -1348,7 +1348,7 @@ both!(ask_holds_a_request_for_cordon_approve, |env: Env| {
             "[dns]\nhosts = {{ \"{name}\" = \"127.0.0.1\" }}\n\
              [[network.allow]]\nhost = \"{name}\"\nports = [{p}]\n\
              [[http.rule]]\nname = \"a-person-decides\"\nhost = \"{name}\"\npath = \"/ask/*\"\naction = \"ask\"\n\
-             [exec]\nask_timeout = 3\n"
+             [exec]\nask_timeout = 3\nask = [\"touch asked-exec\"]\n"
         ),
     );
     let get = |f: &str| {
@@ -1356,13 +1356,35 @@ both!(ask_holds_a_request_for_cordon_approve, |env: Env| {
             "echo {f} $(curl -s --max-time 30 -w ' %{{http_code}}' http://{name}:{p}/ask/{f}.txt | tail -c 60)"
         )
     };
+    let exec = "touch asked-exec && echo exec ran".to_string();
     let child = spawn_run(
         &env,
         &pol,
-        &[get("a"), get("b"), get("c"), get("a"), get("a")].join("\n"),
+        &[exec, get("a"), get("b"), get("c"), get("a"), get("a")].join("\n"),
     );
+    // Both layers ask through the session's one broker: one session in the list.
+    let session_of = |listing: &str, needle: &str| {
+        let line = listing
+            .lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_default();
+        line.split('#')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    let (id, listing) = wait_for_question(&env, "touch asked-exec");
+    let exec_session = session_of(&listing, "touch asked-exec");
+    let o = approve(&env, &[&id, "--allow"]);
+    assert!(o.status.success(), "{}", show(&o));
     let (id, listing) = wait_for_question(&env, "/ask/a.txt");
     assert!(listing.contains("a-person-decides"), "{listing}");
+    assert_eq!(
+        session_of(&listing, "/ask/a.txt"),
+        exec_session,
+        "{listing}"
+    );
     assert_eq!(
         srv.count("REQ GET /ask/a.txt"),
         0,
@@ -1380,6 +1402,7 @@ both!(ask_holds_a_request_for_cordon_approve, |env: Env| {
     assert!(o.status.success(), "{}", show(&o));
     let o = wait_limited(child, Duration::from_secs(60));
     let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.lines().any(|l| l == "exec ran"), "{}", show(&o));
     assert_eq!(
         out.lines().filter(|l| *l == "a asked-a 200").count(),
         3,
