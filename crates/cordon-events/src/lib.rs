@@ -139,3 +139,7 @@ pub use paths::{
 pub use read::{SessionSummary, VerifyProblem, VerifyReport, list_sessions, read_log, verify};
 pub use sink::AuditLog;
 pub use status::{Enforcement, LimitVia};
+
+/// Where a layer that runs on threads of its own (the gateway, the HTTP layer) sends its
+/// events: one type for all of them, so the binary hands every layer the same sink.
+pub type Emit = std::sync::Arc<dyn Fn(NewEvent) + Send + Sync>;

@@ -13,8 +13,8 @@ use std::time::Instant;
 
 use cordon_http::dlp::{Known, Scanner};
 use cordon_http::intercept::Dlp;
-use cordon_http::rules::{Action, Rule};
 use cordon_http::{CertAuthority, Config, Interceptor, WireCredential};
+use cordon_policy::{HttpAction, HttpRule};
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response};
@@ -91,12 +91,12 @@ async fn front(up: SocketAddr, up_ca: String, secure: bool, ca: Arc<CertAuthorit
     let i = Arc::new(
         Interceptor::new(Config {
             ca,
-            rules: vec![Rule::new(
+            rules: vec![HttpRule::new(
                 "bench",
                 "bench.test".parse().unwrap(),
-                Action::Allow,
+                HttpAction::Allow,
             )],
-            default: Action::Deny,
+            default: HttpAction::Deny,
             upstream_ca_pem: vec![up_ca],
             connect: Arc::new(move |_, _| Box::pin(TcpStream::connect(up))),
             emit: Arc::new(|_| {}),

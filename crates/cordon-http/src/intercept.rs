@@ -27,11 +27,11 @@ use tokio::net::TcpStream;
 use crate::CertAuthority;
 pub use crate::credentials::WireCredential;
 use crate::pipeline::{Body, Conn, SentForms, Tunnels};
-use crate::rules::{Action, Rule};
 use crate::upstream::{Upstream, upstream_roots};
+use cordon_policy::{HttpAction, HttpRule};
 
 /// Where events go.
-pub type Emit = Arc<dyn Fn(NewEvent) + Send + Sync>;
+pub use cordon_events::Emit;
 /// Opens the TCP connection to the real `host:port` for an allowed request (the gateway's
 /// policy-checked, rebinding-safe connect).
 pub type ConnectFn = Arc<
@@ -53,9 +53,9 @@ pub struct Config {
     /// cordon's CA.
     pub ca: Arc<CertAuthority>,
     /// Ordered rules.
-    pub rules: Vec<Rule>,
+    pub rules: Vec<HttpRule>,
     /// What an unmatched request gets.
-    pub default: Action,
+    pub default: HttpAction,
     /// Extra CA certificates (PEM) trusted for upstream servers, beyond the host's roots.
     pub upstream_ca_pem: Vec<String>,
     /// The policy-checked connect.
@@ -86,8 +86,8 @@ pub struct Dlp {
 /// Decides and forwards the sandbox's HTTP(S) requests (see the module docs).
 pub struct Interceptor {
     pub(crate) ca: Arc<CertAuthority>,
-    pub(crate) rules: Vec<Rule>,
-    pub(crate) default: Action,
+    pub(crate) rules: Vec<HttpRule>,
+    pub(crate) default: HttpAction,
     pub(crate) server_alpn: Vec<Vec<u8>>,
     pub(crate) client: Client<Upstream, Body>,
     /// For upgrades (WebSocket): HTTP/1.1 only.

@@ -32,14 +32,15 @@
 //! Requests come from the sandbox: every input is hostile, nothing here panics on it.
 //!
 //! ```
-//! use cordon_http::rules::{Action, Request, Rule, decide};
-//! let rules = vec![Rule {
+//! use cordon_http::rules::{Request, decide};
+//! use cordon_policy::{HttpAction, HttpRule};
+//! let rules = vec![HttpRule {
 //!     methods: vec!["POST".into()],
 //!     path: Some("/v1/messages*".into()),
-//!     ..Rule::new("anthropic", "api.anthropic.com".parse().unwrap(), Action::Allow)
+//!     ..HttpRule::new("anthropic", "api.anthropic.com".parse().unwrap(), HttpAction::Allow)
 //! }];
 //! let req = Request { method: "POST", host: "api.anthropic.com", port: 443, path: "/v1/messages", ..Request::default() };
-//! assert_eq!(decide(&rules, Action::Deny, &req).action, Action::Allow);
+//! assert_eq!(decide(&rules, HttpAction::Deny, &req).action, HttpAction::Allow);
 //! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]

@@ -4,7 +4,7 @@
 
 use cordon_policy::glob_match as matches;
 
-pub use cordon_policy::{HttpAction as Action, HttpRule as Rule};
+use cordon_policy::{HttpAction, HttpRule};
 
 /// The parts of a request rules look at.
 #[derive(Debug, Clone, Copy, Default)]
@@ -29,7 +29,7 @@ pub struct Request<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
     /// What to do.
-    pub action: Action,
+    pub action: HttpAction,
     /// The deciding rule's name, or `default`.
     pub rule: String,
     /// The rule's reason, if it has one.
@@ -38,7 +38,7 @@ pub struct Decision {
 
 /// Whether `rule` matches `req`. A body of unknown length does not match a rule with a
 /// `max_body`.
-pub fn rule_matches(rule: &Rule, req: &Request<'_>) -> bool {
+pub fn rule_matches(rule: &HttpRule, req: &Request<'_>) -> bool {
     rule.host.matches(req.host)
         && rule.port.is_none_or(|p| p == req.port)
         && (rule.methods.is_empty()
@@ -59,7 +59,7 @@ pub fn rule_matches(rule: &Rule, req: &Request<'_>) -> bool {
 }
 
 /// The first matching rule's decision, else `default` (rule name `default`).
-pub fn decide(rules: &[Rule], default: Action, req: &Request<'_>) -> Decision {
+pub fn decide(rules: &[HttpRule], default: HttpAction, req: &Request<'_>) -> Decision {
     match rules.iter().find(|r| rule_matches(r, req)) {
         Some(r) => Decision {
             action: r.action,
@@ -78,8 +78,8 @@ pub fn decide(rules: &[Rule], default: Action, req: &Request<'_>) -> Decision {
 mod tests {
     use super::*;
 
-    fn rule(name: &str, host: &str, action: Action) -> Rule {
-        Rule::new(name, host.parse().unwrap(), action)
+    fn rule(name: &str, host: &str, action: HttpAction) -> HttpRule {
+        HttpRule::new(name, host.parse().unwrap(), action)
     }
 
     fn req<'a>(method: &'a str, host: &'a str, path: &'a str) -> Request<'a> {
@@ -95,51 +95,57 @@ mod tests {
     #[test]
     fn first_match_wins_and_default_applies() {
         let rules = vec![
-            Rule {
+            HttpRule {
                 methods: vec!["POST".into()],
                 path: Some("/v1/messages*".into()),
-                ..rule("anthropic", "api.anthropic.com", Action::Allow)
+                ..rule("anthropic", "api.anthropic.com", HttpAction::Allow)
             },
-            rule("no-anthropic", "api.anthropic.com", Action::Deny),
-            Rule {
+            rule("no-anthropic", "api.anthropic.com", HttpAction::Deny),
+            HttpRule {
                 methods: vec!["GET".into(), "HEAD".into()],
-                ..rule("npm", "*.npmjs.org", Action::Allow)
+                ..rule("npm", "*.npmjs.org", HttpAction::Allow)
             },
         ];
         let d = decide(
             &rules,
-            Action::Judge,
+            HttpAction::Judge,
             &req("post", "api.anthropic.com", "/v1/messages"),
         );
-        assert_eq!((d.action, d.rule.as_str()), (Action::Allow, "anthropic"));
+        assert_eq!(
+            (d.action, d.rule.as_str()),
+            (HttpAction::Allow, "anthropic")
+        );
         let d = decide(
             &rules,
-            Action::Judge,
+            HttpAction::Judge,
             &req("GET", "api.anthropic.com", "/v1/messages"),
         );
-        assert_eq!((d.action, d.rule.as_str()), (Action::Deny, "no-anthropic"));
+        assert_eq!(
+            (d.action, d.rule.as_str()),
+            (HttpAction::Deny, "no-anthropic")
+        );
         let d = decide(
             &rules,
-            Action::Judge,
+            HttpAction::Judge,
             &req("GET", "registry.npmjs.org", "/left-pad"),
         );
-        assert_eq!(d.action, Action::Allow);
+        assert_eq!(d.action, HttpAction::Allow);
         let d = decide(
             &rules,
-            Action::Judge,
+            HttpAction::Judge,
             &req("PUT", "registry.npmjs.org", "/left-pad"),
         );
-        assert_eq!((d.action, d.rule.as_str()), (Action::Judge, "default"));
+        assert_eq!((d.action, d.rule.as_str()), (HttpAction::Judge, "default"));
     }
 
     #[test]
     fn port_query_headers_and_body() {
-        let r = Rule {
+        let r = HttpRule {
             port: Some(8443),
             query: Some("*token=*".into()),
             headers: vec![("content-type".into(), "application/json*".into())],
             max_body: Some(1024),
-            ..rule("r", "*", Action::Deny)
+            ..rule("r", "*", HttpAction::Deny)
         };
         let headers = [("Content-Type", "application/json; charset=utf-8")];
         let mut q = Request {

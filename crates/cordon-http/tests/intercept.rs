@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cordon_events::NewEvent;
-use cordon_http::rules::{Action, Rule};
 use cordon_http::{CertAuthority, Config, Interceptor};
+use cordon_policy::{HttpAction, HttpRule};
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Bytes, Frame, Incoming};
 use hyper::{Request, Response};
@@ -182,11 +182,13 @@ async fn fixture_with(
     let events: Events = Arc::new(Mutex::new(Vec::new()));
     let ev = events.clone();
     let rule =
-        |name: &str, methods: &[&str], path: &str, action: Action, reason: Option<&str>| Rule {
-            methods: methods.iter().map(|m| m.to_string()).collect(),
-            path: Some(path.into()),
-            reason: reason.map(str::to_string),
-            ..Rule::new(name, "api.example.test".parse().unwrap(), action)
+        |name: &str, methods: &[&str], path: &str, action: HttpAction, reason: Option<&str>| {
+            HttpRule {
+                methods: methods.iter().map(|m| m.to_string()).collect(),
+                path: Some(path.into()),
+                reason: reason.map(str::to_string),
+                ..HttpRule::new(name, "api.example.test".parse().unwrap(), action)
+            }
         };
     let interceptor = Arc::new(
         Interceptor::new(Config {
@@ -196,15 +198,15 @@ async fn fixture_with(
                     "no-secrets",
                     &[],
                     "/secret*",
-                    Action::Deny,
+                    HttpAction::Deny,
                     Some("secrets stay home"),
                 ),
-                rule("reads", &["GET"], "*", Action::Allow, None),
-                rule("echo", &["POST"], "/echo", Action::Allow, None),
-                rule("sink", &["POST"], "/sink", Action::Allow, None),
-                rule("needs-a-person", &["DELETE"], "*", Action::Ask, None),
+                rule("reads", &["GET"], "*", HttpAction::Allow, None),
+                rule("echo", &["POST"], "/echo", HttpAction::Allow, None),
+                rule("sink", &["POST"], "/sink", HttpAction::Allow, None),
+                rule("needs-a-person", &["DELETE"], "*", HttpAction::Ask, None),
             ],
-            default: Action::Deny,
+            default: HttpAction::Deny,
             upstream_ca_pem: if trust_upstream { vec![up_ca] } else { vec![] },
             connect: Arc::new(move |_host, _port| Box::pin(TcpStream::connect(up))),
             emit: Arc::new(move |e| ev.lock().unwrap().push(e)),

@@ -16,7 +16,7 @@ use hyper::{Request, StatusCode};
 
 use super::{Exchange, Refused};
 use crate::intercept::Interceptor;
-use crate::rules::Action;
+use cordon_policy::HttpAction;
 
 /// How long a request body's first bytes may take to arrive (they are read before anything
 /// leaves: secret scanning, placeholder checks and the judge need them).
@@ -55,17 +55,22 @@ pub(crate) struct Needs {
 
 /// Whether the body is checked as it streams, and else how much of it is read first (0:
 /// none). A denied request reads nothing.
-pub(crate) fn plan(action: Action, needs: Needs, compressed: bool, empty: bool) -> (bool, usize) {
+pub(crate) fn plan(
+    action: HttpAction,
+    needs: Needs,
+    compressed: bool,
+    empty: bool,
+) -> (bool, usize) {
     let dlp_asks = needs
         .dlp
         .is_some_and(|(a, _)| a == cordon_policy::DlpAction::Ask);
-    let streamed = action != Action::Deny
-        && action != Action::Judge
+    let streamed = action != HttpAction::Deny
+        && action != HttpAction::Judge
         && !compressed
         && !dlp_asks
         && (needs.dlp.is_some() || needs.credentials)
         && !empty;
-    if action == Action::Deny || streamed {
+    if action == HttpAction::Deny || streamed {
         return (streamed, 0);
     }
     let placeholders = if needs.credentials {
@@ -85,11 +90,11 @@ pub(crate) async fn read(
     i: &Interceptor,
     req: &mut Request<Incoming>,
     ex: &Exchange<'_>,
-    action: Action,
+    action: HttpAction,
 ) -> Result<ReadBody, Refused> {
     let needs = Needs {
         judge: match (&i.judge, action) {
-            (Some(j), Action::Judge) => j.config().max_body_bytes,
+            (Some(j), HttpAction::Judge) => j.config().max_body_bytes,
             _ => 0,
         },
         dlp: i.dlp.as_ref().map(|d| (d.action, d.max_body)),

@@ -47,7 +47,7 @@ fn bodies_stream_unless_a_check_needs_them_first() {
     // Scanning that only logs or refuses reads as the body streams.
     assert_eq!(
         plan(
-            Action::Allow,
+            HttpAction::Allow,
             needs(0, Some(DlpAction::Deny), false),
             false,
             false
@@ -57,7 +57,7 @@ fn bodies_stream_unless_a_check_needs_them_first() {
     // Asking a person about a secret, the judge, or a compressed body: read first.
     assert_eq!(
         plan(
-            Action::Allow,
+            HttpAction::Allow,
             needs(0, Some(DlpAction::Ask), false),
             false,
             false
@@ -65,21 +65,21 @@ fn bodies_stream_unless_a_check_needs_them_first() {
         (false, 1000)
     );
     assert_eq!(
-        plan(Action::Judge, needs(16, None, false), false, false),
+        plan(HttpAction::Judge, needs(16, None, false), false, false),
         (false, 16)
     );
     assert_eq!(
-        plan(Action::Allow, needs(0, None, true), true, false),
+        plan(HttpAction::Allow, needs(0, None, true), true, false),
         (false, PLACEHOLDER_BODY_BYTES)
     );
     // Nothing to look for, a denied request, an empty body: nothing read, nothing streamed.
     assert_eq!(
-        plan(Action::Allow, needs(0, None, false), false, false),
+        plan(HttpAction::Allow, needs(0, None, false), false, false),
         (false, 0)
     );
     assert_eq!(
         plan(
-            Action::Deny,
+            HttpAction::Deny,
             needs(0, Some(DlpAction::Deny), true),
             false,
             false
@@ -88,7 +88,7 @@ fn bodies_stream_unless_a_check_needs_them_first() {
     );
     assert!(
         !plan(
-            Action::Allow,
+            HttpAction::Allow,
             needs(0, Some(DlpAction::Deny), true),
             false,
             true

@@ -9,11 +9,12 @@ use hyper::StatusCode;
 use super::body::ReadBody;
 use super::{Exchange, Refused, redact_query};
 use crate::intercept::Interceptor;
-use crate::rules::{Action, Decision};
+use crate::rules::Decision;
+use cordon_policy::HttpAction;
 
 /// How a request was let through, for its events.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Verdict {
+pub(crate) struct Cleared {
     /// What decided, in order (`rule → judge → ask`).
     pub decided_by: String,
     /// The judge's or the person's words, if either was asked.
@@ -28,8 +29,8 @@ pub(crate) async fn check(
     ex: &Exchange<'_>,
     d: Decision,
     body: &ReadBody,
-) -> Result<Verdict, Refused> {
-    if d.action != Action::Deny {
+) -> Result<Cleared, Refused> {
+    if d.action != HttpAction::Deny {
         scan_secrets(i, ex, &body.scanned).await.map_err(|why| {
             Refused::new(
                 StatusCode::FORBIDDEN,
@@ -38,15 +39,15 @@ pub(crate) async fn check(
         })?;
     }
     let mut action = d.action;
-    let mut verdict = Verdict {
+    let mut verdict = Cleared {
         decided_by: d.rule.clone(),
         why: None,
         approved_by: None,
     };
-    if action == Action::Judge {
+    if action == HttpAction::Judge {
         action = judge(i, ex, body, &d, &mut verdict).await;
     }
-    if action == Action::Ask
+    if action == HttpAction::Ask
         && let Some(asker) = &i.asker
     {
         let what = ex.label();
@@ -59,7 +60,11 @@ pub(crate) async fn check(
         );
         let a = asker.ask(what, verdict.decided_by.clone(), scope).await;
         let who = asked(a.allow, a.timed_out, a.remember);
-        action = if a.allow { Action::Allow } else { Action::Deny };
+        action = if a.allow {
+            HttpAction::Allow
+        } else {
+            HttpAction::Deny
+        };
         verdict.why = Some(format!(
             "{}{who}",
             verdict.why.map(|j| format!("{j}; ")).unwrap_or_default()
@@ -67,7 +72,7 @@ pub(crate) async fn check(
         verdict.decided_by = format!("{} → ask", verdict.decided_by);
         verdict.approved_by = Some(who);
     }
-    if action == Action::Allow {
+    if action == HttpAction::Allow {
         return Ok(verdict);
     }
     let why = refusal_reason(action, verdict.why.as_deref(), &d);
@@ -88,11 +93,11 @@ async fn judge(
     ex: &Exchange<'_>,
     body: &ReadBody,
     d: &Decision,
-    verdict: &mut Verdict,
-) -> Action {
+    verdict: &mut Cleared,
+) -> HttpAction {
     let Some(judge) = &i.judge else {
         verdict.why = Some("no judge is configured ([judge] in the policy)".into());
-        return Action::Judge;
+        return HttpAction::Judge;
     };
     let max = judge.config().max_body_bytes;
     let scanned = &body.scanned;
@@ -117,17 +122,17 @@ async fn judge(
     match answer {
         crate::judge::Verdict::Allow(r) => {
             verdict.why = Some(r);
-            Action::Allow
+            HttpAction::Allow
         }
         crate::judge::Verdict::Deny(r) => {
             verdict.why = Some(format!("the judge: {r}"));
-            Action::Deny
+            HttpAction::Deny
         }
         crate::judge::Verdict::Failed(e) => {
             verdict.why = Some(format!("the judge could not decide ({e})"));
             match judge.config().on_error {
-                crate::judge::OnError::Deny => Action::Deny,
-                crate::judge::OnError::Ask => Action::Ask,
+                crate::judge::OnError::Deny => HttpAction::Deny,
+                crate::judge::OnError::Ask => HttpAction::Ask,
             }
         }
     }
@@ -146,10 +151,10 @@ fn asked(allow: bool, timed_out: bool, remember: bool) -> String {
 
 /// Why a request that is not allowed is refused: the judge's or person's words, the rule's
 /// reason, or that a decision it needs is not available.
-fn refusal_reason(action: Action, why: Option<&str>, d: &Decision) -> String {
+fn refusal_reason(action: HttpAction, why: Option<&str>, d: &Decision) -> String {
     match (action, why) {
-        (_, Some(j)) if action != Action::Ask => j.to_string(),
-        (Action::Deny, _) => d.reason.clone().unwrap_or_else(|| {
+        (_, Some(j)) if action != HttpAction::Ask => j.to_string(),
+        (HttpAction::Deny, _) => d.reason.clone().unwrap_or_else(|| {
             if d.rule == "default" {
                 "no rule allows it".to_string()
             } else {

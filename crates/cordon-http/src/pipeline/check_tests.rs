@@ -1,6 +1,6 @@
 use super::*;
 
-fn decision(action: Action, rule: &str, reason: Option<&str>) -> Decision {
+fn decision(action: HttpAction, rule: &str, reason: Option<&str>) -> Decision {
     Decision {
         action,
         rule: rule.into(),
@@ -10,32 +10,41 @@ fn decision(action: Action, rule: &str, reason: Option<&str>) -> Decision {
 
 #[test]
 fn a_refusal_says_why_in_the_words_of_whoever_decided() {
-    let d = decision(Action::Deny, "default", None);
-    assert_eq!(refusal_reason(Action::Deny, None, &d), "no rule allows it");
-    let d = decision(Action::Deny, "no-uploads", None);
-    assert_eq!(refusal_reason(Action::Deny, None, &d), "the rule denies it");
-    let d = decision(Action::Deny, "no-secrets", Some("secrets stay home"));
-    assert_eq!(refusal_reason(Action::Deny, None, &d), "secrets stay home");
-    // The judge's words win over the rule's.
-    let d = decision(Action::Judge, "uploads", None);
+    let d = decision(HttpAction::Deny, "default", None);
     assert_eq!(
-        refusal_reason(Action::Deny, Some("the judge: not an upload"), &d),
+        refusal_reason(HttpAction::Deny, None, &d),
+        "no rule allows it"
+    );
+    let d = decision(HttpAction::Deny, "no-uploads", None);
+    assert_eq!(
+        refusal_reason(HttpAction::Deny, None, &d),
+        "the rule denies it"
+    );
+    let d = decision(HttpAction::Deny, "no-secrets", Some("secrets stay home"));
+    assert_eq!(
+        refusal_reason(HttpAction::Deny, None, &d),
+        "secrets stay home"
+    );
+    // The judge's words win over the rule's.
+    let d = decision(HttpAction::Judge, "uploads", None);
+    assert_eq!(
+        refusal_reason(HttpAction::Deny, Some("the judge: not an upload"), &d),
         "the judge: not an upload"
     );
 }
 
 #[test]
 fn a_decision_nobody_can_make_is_a_refusal() {
-    let d = decision(Action::Ask, "needs-a-person", None);
+    let d = decision(HttpAction::Ask, "needs-a-person", None);
     assert_eq!(
-        refusal_reason(Action::Ask, None, &d),
+        refusal_reason(HttpAction::Ask, None, &d),
         "it needs a decision (ask/judge) that is not available; refused"
     );
     // A judge that failed and sends it to a person nobody can be: refused, not its words.
-    let d = decision(Action::Judge, "uploads", None);
+    let d = decision(HttpAction::Judge, "uploads", None);
     assert_eq!(
         refusal_reason(
-            Action::Ask,
+            HttpAction::Ask,
             Some("the judge could not decide (timeout)"),
             &d
         ),
@@ -43,7 +52,7 @@ fn a_decision_nobody_can_make_is_a_refusal() {
     );
     assert_eq!(
         refusal_reason(
-            Action::Judge,
+            HttpAction::Judge,
             Some("no judge is configured ([judge] in the policy)"),
             &d
         ),

@@ -2,10 +2,11 @@
 //! may still need the body (`judge`) or a person (`ask`): [`super::check`] settles those.
 
 use super::Exchange;
-use crate::rules::{self, Action, Decision, Rule};
+use crate::rules::{self, Decision};
+use cordon_policy::{HttpAction, HttpRule};
 
 /// The first rule matching the request, or `default` (rule `default`).
-pub(crate) fn decide(rules: &[Rule], default: Action, ex: &Exchange<'_>) -> Decision {
+pub(crate) fn decide(rules: &[HttpRule], default: HttpAction, ex: &Exchange<'_>) -> Decision {
     let headers: Vec<(&str, &str)> = ex
         .headers
         .iter()

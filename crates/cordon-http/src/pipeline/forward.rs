@@ -12,7 +12,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::{HeaderMap, Request, Response, StatusCode, Uri};
 
 use super::body::{BODY_PREFIX_TIMEOUT, PLACEHOLDER_BODY_BYTES, PrefixedBody, ReadBody};
-use super::check::{Verdict, describe_findings, secret_refusal};
+use super::check::{Cleared, describe_findings, secret_refusal};
 use super::streamed::{ScannedBody, Trip, TripCell, Watch};
 use super::{Body, BoxError, Exchange, HOP_BY_HOP, Refused, SentForms};
 use crate::credentials::swap::{leak_event, leak_refusal, swap};
@@ -42,7 +42,7 @@ pub(crate) async fn forward(
     i: &Interceptor,
     mut req: Request<Incoming>,
     ex: &Exchange<'_>,
-    verdict: &Verdict,
+    verdict: &Cleared,
     body: ReadBody,
 ) -> Result<Forwarded, Refused> {
     let upgrade = websocket_upgrade(req.headers());

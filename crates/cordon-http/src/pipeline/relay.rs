@@ -15,7 +15,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
-use super::check::Verdict;
+use super::check::Cleared;
 use super::forward::Forwarded;
 use super::streamed::TripCell;
 use super::{Body, BoxError, Exchange, HOP_BY_HOP, Refused, Tunnels, plus_held};
@@ -26,7 +26,7 @@ use crate::intercept::{Emit, Interceptor};
 pub(crate) fn relay(
     i: &Interceptor,
     ex: &Exchange<'_>,
-    verdict: &Verdict,
+    verdict: &Cleared,
     f: Forwarded,
     tunnels: &Tunnels,
 ) -> Result<Response<Body>, Refused> {

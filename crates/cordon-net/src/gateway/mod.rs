@@ -34,10 +34,10 @@ use tokio::net::TcpStream;
 
 use crate::{DnsAnswer, DnsDecision, HOST_ALIAS, HostResolver, NetConfig, NetError, Resolver};
 pub use handler::{ConnectFn, FlowFuture, FlowHandler, FlowIo, FlowKind, FlowTarget, Redact};
-use policy::{Dest, Verdict};
+use policy::{Dest, FlowDecision};
 
 /// Where events go (the session's audit log); called from the gateway's threads.
-pub type Emit = Arc<dyn Fn(NewEvent) + Send + Sync>;
+pub use cordon_events::Emit;
 /// Opens a connection to the sandbox's loopback port (for `[[publish]]`); blocking.
 pub type InwardFn = Arc<dyn Fn(u16) -> io::Result<std::net::TcpStream> + Send + Sync>;
 /// The inode of the sandbox's TCP socket from a local to a remote address, if any (blocking,
@@ -133,7 +133,7 @@ pub(crate) enum HttpFlow {
     /// The HTTP layer decides each request.
     Intercept,
     /// Nothing could let a request through: refuse the connection.
-    Deny(Verdict),
+    Deny(FlowDecision),
 }
 
 /// The egress gateway of one session.
@@ -397,7 +397,7 @@ impl Shared {
         port: u16,
         via: &'static str,
         client: Option<(std::net::SocketAddrV4, std::net::SocketAddrV4)>,
-    ) -> Result<(TcpStream, Flow), Verdict> {
+    ) -> Result<(TcpStream, Flow), FlowDecision> {
         let blocked = |n: &str| self.host.blocked(n);
         let verdict = policy::decide(&self.plan, &self.allow_ips, &blocked, dest, port);
         let mut flow = Flow::new(dest, port, via, verdict, client);
@@ -474,7 +474,7 @@ impl Shared {
         port: u16,
         via: &'static str,
         client: Option<(std::net::SocketAddrV4, std::net::SocketAddrV4)>,
-        verdict: Verdict,
+        verdict: FlowDecision,
     ) {
         let reason = verdict.reason.clone();
         let flow = Flow::new(dest, port, via, verdict, client);
@@ -540,7 +540,7 @@ impl Shared {
             return HttpFlow::NotHttp;
         }
         if let Some(rule) = self.host.blocked(name) {
-            return HttpFlow::Deny(Verdict {
+            return HttpFlow::Deny(FlowDecision {
                 allow: false,
                 reason: format!("{name} is on the blocklist ({rule})"),
                 rule,
@@ -549,7 +549,7 @@ impl Shared {
         if self.http_reachable(layer, name, port) {
             HttpFlow::Intercept
         } else {
-            HttpFlow::Deny(Verdict {
+            HttpFlow::Deny(FlowDecision {
                 allow: false,
                 rule: "http.default-deny".into(),
                 reason: format!(
@@ -630,7 +630,7 @@ pub(crate) struct Flow {
     pub dest: Dest,
     pub port: u16,
     pub via: &'static str,
-    pub verdict: Verdict,
+    pub verdict: FlowDecision,
     pub addr: Option<SocketAddr>,
     /// The sandbox side's socket (its local and remote address), to find the process.
     pub client: Option<(std::net::SocketAddrV4, std::net::SocketAddrV4)>,
@@ -643,7 +643,7 @@ impl Flow {
         dest: &Dest,
         port: u16,
         via: &'static str,
-        verdict: Verdict,
+        verdict: FlowDecision,
         client: Option<(std::net::SocketAddrV4, std::net::SocketAddrV4)>,
     ) -> Self {
         Flow {

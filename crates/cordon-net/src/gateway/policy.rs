@@ -27,7 +27,7 @@ impl Dest {
 
 /// The decision, with the rule that made it (every event names one).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Verdict {
+pub(crate) struct FlowDecision {
     pub allow: bool,
     pub rule: String,
     pub reason: String,
@@ -90,8 +90,8 @@ pub(crate) fn decide(
     blocked: &dyn Fn(&str) -> Option<String>,
     dest: &Dest,
     port: u16,
-) -> Verdict {
-    let deny = |rule: String, reason: String| Verdict {
+) -> FlowDecision {
+    let deny = |rule: String, reason: String| FlowDecision {
         allow: false,
         rule,
         reason,
@@ -102,7 +102,7 @@ pub(crate) fn decide(
                 return deny(rule.clone(), format!("{name} is on the blocklist ({rule})"));
             }
             if let Some(r) = plan.allowing(name, port) {
-                return Verdict {
+                return FlowDecision {
                     allow: true,
                     rule: r.label(),
                     reason: format!("{name}:{port} allowed"),
@@ -150,7 +150,7 @@ pub(crate) fn decide(
                     }
             };
             match allow_ips.iter().find(|n| opens(n)) {
-                Some(net) => Verdict {
+                Some(net) => FlowDecision {
                     allow: true,
                     rule: format!("network.allow_ips {net}"),
                     reason: format!("{ip}:{port} is in allow_ips"),
