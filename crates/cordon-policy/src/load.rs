@@ -139,7 +139,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded, PolicyError> {
     let all: Vec<&ParsedFile> = layers.iter().collect();
     let mut notes = Vec::new();
     let full = merge(&all, &opts.project_dir, profile, &mut notes);
-    check_contradictions(&full, &layers)?;
+    full.check(&layers)?;
     warnings.extend(notes);
 
     let mut untrusted_loosening = Vec::new();
@@ -254,121 +254,8 @@ fn merge(
             }
         }
     }
-    yield_built_in_protection(&mut m, project, notes);
+    m.settle(project, notes);
     m
-}
-
-/// The built-in policy's protected paths give way where a file denies them (deny wins,
-/// and the user cannot remove a built-in entry) or where they contain the project (which
-/// is always writable, never staged). Paths written in a file are checked instead, by
-/// [`check_contradictions`].
-fn yield_built_in_protection(m: &mut Sections, project: &Path, notes: &mut Vec<String>) {
-    let deny = &m.filesystem.deny;
-    m.state.protect.retain(|r| {
-        if r.origin.layer != 0 {
-            return true;
-        }
-        if project.starts_with(&r.path) {
-            notes.push(format!(
-                "{} contains the project directory, so it is not protected ({}); the project is writable as always",
-                r.path.display(),
-                r.origin.label
-            ));
-            return false;
-        }
-        !deny.iter().any(|d| r.path.starts_with(&d.path))
-    });
-}
-
-/// A readable, writable or protected path equal to or inside a denied one is a
-/// contradiction: deny wins, so the user's intent cannot be what happens. A protected path
-/// that contains the project directory is one too: the project cannot be staged.
-fn check_contradictions(m: &Sections, layers: &[ParsedFile]) -> Result<(), PolicyError> {
-    let fs = &m.filesystem;
-    let allowed = fs.writable.iter().map(|r| ("writable", r));
-    let allowed = allowed.chain(fs.readable.iter().map(|r| ("readable", r)));
-    let allowed = allowed.chain(m.state.protect.iter().map(|r| ("protect", r)));
-    for (kind, r) in allowed {
-        for d in &fs.deny {
-            if r.path.starts_with(&d.path) {
-                return Err(contradiction(kind, r, d, layers).into());
-            }
-        }
-    }
-    // The project rule is the first writable one.
-    if let Some(project) = fs.writable.first() {
-        for r in &m.state.protect {
-            if project.path.starts_with(&r.path) {
-                return Err(protects_project(r, &project.path, layers).into());
-            }
-        }
-    }
-    Ok(())
-}
-
-/// A diagnostic located at `origin`, when it was written in a file.
-fn diag_at(message: String, origin: &Origin, layers: &[ParsedFile]) -> Diagnostic {
-    let d = Diagnostic::new(message);
-    match (&origin.span, layers.get(origin.layer)) {
-        (Some(span), Some(l)) if l.file.is_some() => {
-            d.in_file(l.file.as_deref()).at(&l.src, span.clone())
-        }
-        _ => d,
-    }
-}
-
-fn protects_project(r: &PathEntry, project: &Path, layers: &[ParsedFile]) -> Diagnostic {
-    let (rp, pp) = (r.path.display(), project.display());
-    let msg = if r.path == project {
-        format!("protected path {rp} is the project directory")
-    } else {
-        format!("protected path {rp} contains the project directory {pp}")
-    };
-    let help =
-        "the project itself cannot be staged (it is always writable); protect narrower paths";
-    diag_at(msg, &r.origin, layers).with_help(help)
-}
-
-fn contradiction(key: &str, r: &PathEntry, d: &PathEntry, layers: &[ParsedFile]) -> Diagnostic {
-    let kind = if key == "protect" { "protected" } else { key };
-    let (rp, dp) = (r.path.display(), d.path.display());
-    let r_builtin = r.origin.span.is_none() || layers[r.origin.layer].file.is_none();
-    let d_builtin = d.origin.span.is_none() || layers[d.origin.layer].file.is_none();
-    if r.origin.span.is_none() {
-        // The project directory itself.
-        let msg = format!(
-            "the project directory {rp} is inside denied path {dp} ({})",
-            d.origin.label
-        );
-        let help = if d_builtin {
-            format!("run cordon in a project outside {dp}")
-        } else {
-            "the project directory is always writable; deny a narrower path".to_string()
-        };
-        return diag_at(msg, &d.origin, layers).with_help(help);
-    }
-    let blame_rule = !r_builtin && (d_builtin || r.origin.order >= d.origin.order);
-    if blame_rule {
-        let msg = if r.path == d.path {
-            format!("{rp} is both {kind} and denied ({})", d.origin.label)
-        } else {
-            format!(
-                "{kind} path {rp} is inside denied path {dp} ({})",
-                d.origin.label
-            )
-        };
-        diag_at(msg, &r.origin, layers).with_help(format!(
-            "deny always wins; remove it from `{key}`, or deny narrower paths"
-        ))
-    } else {
-        let msg = format!(
-            "denied path {dp} contains {kind} path {rp} ({})",
-            r.origin.label
-        );
-        diag_at(msg, &d.origin, layers).with_help(format!(
-            "deny always wins; remove one of the two (the {kind} entry would have no effect)"
-        ))
-    }
 }
 
 /// The rules that follow from the host rather than from a file, added to the plan so that

@@ -1,7 +1,9 @@
 //! `[filesystem]`: what the sandbox sees of the host's files (layer 1).
 
 use crate::PolicyError;
+use crate::file::ParsedFile;
 use crate::schema::{Schema, Shape};
+use crate::sections::contradiction;
 use crate::sections::{
     Convert, Loosen, PathEntry, PathRule, Render, Scalar, Section, Sections, append_rules, covered,
     path_rules, set_scalar,
@@ -105,6 +107,19 @@ impl Section for Filesystem {
         {
             out.add(o, "makes Landlock best-effort".to_string());
         }
+    }
+
+    /// A readable or writable path equal to or inside a denied one: deny wins, so the
+    /// user's intent cannot be what happens.
+    fn check(m: &Sections, files: &[ParsedFile]) -> Result<(), PolicyError> {
+        let fs = &m.filesystem;
+        let allowed = fs.writable.iter().map(|r| ("writable", r));
+        for (kind, r) in allowed.chain(fs.readable.iter().map(|r| ("readable", r))) {
+            if let Some(d) = fs.deny.iter().find(|d| r.path.starts_with(&d.path)) {
+                return Err(contradiction(kind, r, d, files).into());
+            }
+        }
+        Ok(())
     }
 
     fn plan(self) -> FilesystemPlan {

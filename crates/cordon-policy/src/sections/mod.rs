@@ -15,6 +15,7 @@ use serde_spanned::Spanned;
 
 use crate::error::{Diagnostic, PolicyError};
 use crate::expand::{ExpandError, Vars, expand, uses_home};
+use crate::file::ParsedFile;
 use crate::load::Loosening;
 use crate::pattern::{Bare, HostPattern};
 use crate::schema::{Root, Shape, toml_string};
@@ -54,6 +55,14 @@ pub(crate) trait Section: Default + Clone + std::fmt::Debug {
     fn plan(self) -> Self::Plan;
     /// Its part of `cordon check`'s output, in the file schema.
     fn render(plan: &Self::Plan, out: &mut Render);
+    /// After the merge: what gives way to other sections' rules (a built-in entry a user's
+    /// deny covers), with a note for each.
+    fn settle(_merged: &mut Sections, _project: &Path, _notes: &mut Vec<String>) {}
+    /// After the merge: contradictions no single file shows (deny wins, so a rule it overrides
+    /// cannot be what the user meant).
+    fn check(_merged: &Sections, _files: &[ParsedFile]) -> Result<(), PolicyError> {
+        Ok(())
+    }
 }
 
 macro_rules! sections {
@@ -110,6 +119,15 @@ macro_rules! sections {
 
             pub(crate) fn merge(&mut self, later: &Self) {
                 $(self.$name.merge(&later.$name);)*
+            }
+
+            pub(crate) fn settle(&mut self, project: &Path, notes: &mut Vec<String>) {
+                $(<$module::$ty as Section>::settle(self, project, notes);)*
+            }
+
+            pub(crate) fn check(&self, files: &[ParsedFile]) -> Result<(), PolicyError> {
+                $(<$module::$ty as Section>::check(self, files)?;)*
+                Ok(())
             }
 
             pub(crate) fn loosenings(full: &Self, base: &Self, out: &mut Loosen<'_>) {
@@ -501,6 +519,76 @@ impl Convert<'_> {
                 "paths cannot contain NUL; remove it",
             ),
         }
+    }
+}
+
+/// A diagnostic located at `origin`, when it was written in a file.
+pub(crate) fn diag_at(message: String, origin: &Origin, layers: &[ParsedFile]) -> Diagnostic {
+    let d = Diagnostic::new(message);
+    match (&origin.span, layers.get(origin.layer)) {
+        (Some(span), Some(l)) if l.file.is_some() => {
+            d.in_file(l.file.as_deref()).at(&l.src, span.clone())
+        }
+        _ => d,
+    }
+}
+
+pub(crate) fn protects_project(r: &PathEntry, project: &Path, layers: &[ParsedFile]) -> Diagnostic {
+    let (rp, pp) = (r.path.display(), project.display());
+    let msg = if r.path == project {
+        format!("protected path {rp} is the project directory")
+    } else {
+        format!("protected path {rp} contains the project directory {pp}")
+    };
+    let help =
+        "the project itself cannot be staged (it is always writable); protect narrower paths";
+    diag_at(msg, &r.origin, layers).with_help(help)
+}
+
+pub(crate) fn contradiction(
+    key: &str,
+    r: &PathEntry,
+    d: &PathEntry,
+    layers: &[ParsedFile],
+) -> Diagnostic {
+    let kind = if key == "protect" { "protected" } else { key };
+    let (rp, dp) = (r.path.display(), d.path.display());
+    let r_builtin = r.origin.span.is_none() || layers[r.origin.layer].file.is_none();
+    let d_builtin = d.origin.span.is_none() || layers[d.origin.layer].file.is_none();
+    if r.origin.span.is_none() {
+        // The project directory itself.
+        let msg = format!(
+            "the project directory {rp} is inside denied path {dp} ({})",
+            d.origin.label
+        );
+        let help = if d_builtin {
+            format!("run cordon in a project outside {dp}")
+        } else {
+            "the project directory is always writable; deny a narrower path".to_string()
+        };
+        return diag_at(msg, &d.origin, layers).with_help(help);
+    }
+    let blame_rule = !r_builtin && (d_builtin || r.origin.order >= d.origin.order);
+    if blame_rule {
+        let msg = if r.path == d.path {
+            format!("{rp} is both {kind} and denied ({})", d.origin.label)
+        } else {
+            format!(
+                "{kind} path {rp} is inside denied path {dp} ({})",
+                d.origin.label
+            )
+        };
+        diag_at(msg, &r.origin, layers).with_help(format!(
+            "deny always wins; remove it from `{key}`, or deny narrower paths"
+        ))
+    } else {
+        let msg = format!(
+            "denied path {dp} contains {kind} path {rp} ({})",
+            r.origin.label
+        );
+        diag_at(msg, &d.origin, layers).with_help(format!(
+            "deny always wins; remove one of the two (the {kind} entry would have no effect)"
+        ))
     }
 }
 

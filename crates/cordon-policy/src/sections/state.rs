@@ -1,12 +1,16 @@
 //! `[state]`: agent-state protection and the copy-on-write home — what the agent may change
 //! only through review, and what persists.
 
+use std::path::Path;
+
 use crate::PolicyError;
+use crate::file::ParsedFile;
 use crate::schema::{Schema, Shape};
 use crate::sections::{
     Convert, Loosen, PathEntry, PathRule, Render, Scalar, Section, Sections, append_rules, covered,
     path_rules, set_scalar, value,
 };
+use crate::sections::{contradiction, protects_project};
 
 crate::choice! {
     /// What happens to changes in protected state when a session ends.
@@ -175,6 +179,49 @@ impl Section for State {
                     .to_string(),
             );
         }
+    }
+
+    /// The built-in policy's protected paths give way where a file denies them (deny wins,
+    /// and the user cannot remove a built-in entry) or where they contain the project (which
+    /// is always writable, never staged). Paths written in a file are checked instead.
+    fn settle(m: &mut Sections, project: &Path, notes: &mut Vec<String>) {
+        let deny = &m.filesystem.deny;
+        m.state.protect.retain(|r| {
+        if r.origin.layer != 0 {
+            return true;
+        }
+        if project.starts_with(&r.path) {
+            notes.push(format!(
+                "{} contains the project directory, so it is not protected ({}); the project is writable as always",
+                r.path.display(),
+                r.origin.label
+            ));
+            return false;
+        }
+        !deny.iter().any(|d| r.path.starts_with(&d.path))
+    });
+    }
+
+    /// A protected path inside a denied one (deny wins), or one that contains the project
+    /// directory (the project cannot be staged).
+    fn check(m: &Sections, files: &[ParsedFile]) -> Result<(), PolicyError> {
+        let fs = &m.filesystem;
+        for r in &m.state.protect {
+            if let Some(d) = fs.deny.iter().find(|d| r.path.starts_with(&d.path)) {
+                return Err(contradiction("protect", r, d, files).into());
+            }
+        }
+        // The project rule is the first writable one.
+        if let Some(project) = fs.writable.first()
+            && let Some(r) = m
+                .state
+                .protect
+                .iter()
+                .find(|r| project.path.starts_with(&r.path))
+        {
+            return Err(protects_project(r, &project.path, files).into());
+        }
+        Ok(())
     }
 
     fn plan(self) -> StatePlan {
