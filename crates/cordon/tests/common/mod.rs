@@ -7,6 +7,8 @@
 //! shell was seen to start, so cordon refusing to start (exit 125) is never a pass.
 #![allow(dead_code)]
 
+pub mod net;
+
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
