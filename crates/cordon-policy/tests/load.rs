@@ -374,12 +374,7 @@ fn json_and_toml_output() {
     );
     assert!(text.contains("memory = \"1G\""));
     // The rendered policy is itself a valid policy with the same effect.
-    let again = env.home.join("again.toml");
-    fs::write(&again, &text).unwrap();
-    let mut o = env.opts();
-    o.user_config = None;
-    o.policy_file = Some(again);
-    let l2 = load(&o).unwrap();
+    let l2 = env.reload(&text);
     let paths = |l: &Loaded| -> Vec<PathBuf> {
         l.plan
             .filesystem
@@ -436,12 +431,7 @@ fn secret_scanning_is_on_by_default_and_loosening_it_needs_trust() {
     let text = l.plan.to_toml();
     assert!(text.contains("[dlp]\n"), "{text}");
     assert!(text.contains("query = \"key\""), "{text}");
-    let again = env.home.join("again.toml");
-    fs::write(&again, &text).unwrap();
-    let mut o = env.opts();
-    o.user_config = None;
-    o.policy_file = Some(again);
-    let l2 = load(&o).unwrap();
+    let l2 = env.reload(&text);
     assert_eq!(l2.plan.dlp.action, cordon_policy::DlpAction::Log);
     assert_eq!(l2.plan.dlp.max_body_bytes, 1024);
     assert_eq!(l2.plan.dlp.allow[0].kinds, l.plan.dlp.allow[0].kinds);

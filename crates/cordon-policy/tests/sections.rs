@@ -186,12 +186,7 @@ fn syscalls_and_exec_render_and_load_back() {
         )),
         "{text}"
     );
-    let again = env.home.join("again.toml");
-    fs::write(&again, &text).unwrap();
-    let mut o = env.opts();
-    o.user_config = None;
-    o.policy_file = Some(again);
-    let l2 = load(&o).unwrap();
+    let l2 = env.reload(&text);
     let strip = |l: &Loaded| {
         exec_rules(l)
             .into_iter()
@@ -447,12 +442,7 @@ fn state_renders_and_loads_back() {
         text.contains("on_exit = \"discard\"\nproject_files = \"staged\"\n"),
         "{text}"
     );
-    let again = env.home.join("again.toml");
-    fs::write(&again, &text).unwrap();
-    let mut o = env.opts();
-    o.user_config = None;
-    o.policy_file = Some(again);
-    let l2 = load(&o).unwrap();
+    let l2 = env.reload(&text);
     let paths = |l: &Loaded| -> Vec<PathBuf> {
         l.plan
             .state

@@ -65,6 +65,17 @@ impl Env {
         }
     }
 
+    /// Loads `text` (a rendered plan) as the only policy file: what `cordon check` prints must
+    /// itself be a policy with the same effect.
+    pub fn reload(&self, text: &str) -> Loaded {
+        let again = self.home.join("again.toml");
+        fs::write(&again, text).unwrap();
+        let mut o = self.opts();
+        o.user_config = None;
+        o.policy_file = Some(again);
+        load(&o).unwrap_or_else(|e| panic!("{e}\n{text}"))
+    }
+
     pub fn trust_project(&self) {
         TrustStore::new(&self.trust)
             .trust(&self.project_file())
