@@ -4,13 +4,14 @@
 //! base64 and percent-encoded forms — in a request's URL, headers or body prefix.
 //!
 //! A token going to its own issuer (an Anthropic key to `*.anthropic.com`) is how it is used,
-//! not a leak: each shape names its issuers, each known value the hosts it may go to, and
-//! [`Exemption`]s add more. Findings never carry the secret: only its kind, where it was,
-//! and a redacted preview.
+//! not a leak: the policy's [`Exemption`]s say where each kind may go (the built-in policy
+//! names each shape's issuers), each known value the hosts it may go to. Findings never carry
+//! the secret: only its kind, where it was, and a redacted preview.
 //!
 //! ```
-//! use cordon_http::dlp::{Place, Scanner};
-//! let s = Scanner::new(Vec::new(), Vec::new());
+//! use cordon_http::dlp::{Exemption, Place, Scanner};
+//! let issuers = cordon_policy::built_in_dlp_allow().iter().map(Exemption::from).collect();
+//! let s = Scanner::new(Vec::new(), issuers);
 //! let key = format!("AKIA{}", "Q".repeat(16));
 //! let url = format!("https://paste.example/?k={key}");
 //! let f = s.scan_request("paste.example", &url, &[], b"");
@@ -86,68 +87,37 @@ pub struct Exemption {
     pub hosts: Vec<String>,
 }
 
-/// The token shapes: (kind, pattern, the issuer's hosts), long enough that ordinary text,
-/// hashes, lockfiles and base64 images do not match. Shapes with a distinctive prefix are not
-/// word-bounded — `xghp_…` or `AKIA…Q` must not slip past by touching a letter; the generic
-/// `sk-` and `eyJ` ones are (`task-…` is ordinary text).
-const SHAPES: &[(&str, &str, &[&str])] = &[
-    (
-        "aws-access-key",
-        r"(?-u)(?:AKIA|ASIA)[0-9A-Z]{16}",
-        &["amazonaws.com", "*.amazonaws.com", "*.aws.amazon.com"],
-    ),
-    (
-        "github-token",
-        r"(?-u)gh[pousr]_[A-Za-z0-9]{36,255}",
-        GITHUB,
-    ),
-    (
-        "github-token",
-        r"(?-u)github_pat_[A-Za-z0-9_]{60,255}",
-        GITHUB,
-    ),
-    (
-        "gitlab-token",
-        r"(?-u)glpat-[A-Za-z0-9_\-]{20,}",
-        &["gitlab.com", "*.gitlab.com"],
-    ),
-    (
-        "slack-token",
-        r"(?-u)xox[abposr]-[A-Za-z0-9\-]{10,}",
-        &["slack.com", "*.slack.com"],
-    ),
-    (
-        "stripe-key",
-        r"(?-u)[sr]k_live_[A-Za-z0-9]{20,}",
-        &["api.stripe.com", "*.stripe.com"],
-    ),
-    (
-        "anthropic-key",
-        r"(?-u)\bsk-ant-[A-Za-z0-9_\-]{32,}",
-        &["anthropic.com", "*.anthropic.com"],
-    ),
+impl From<&cordon_policy::DlpAllow> for Exemption {
+    fn from(a: &cordon_policy::DlpAllow) -> Self {
+        Exemption {
+            kinds: a.kinds.clone(),
+            hosts: a.hosts.iter().map(ToString::to_string).collect(),
+        }
+    }
+}
+
+/// The token shapes: (kind, pattern), long enough that ordinary text, hashes, lockfiles and
+/// base64 images do not match. Where each kind may go (its issuer's hosts) is policy: the
+/// built-in `[[dlp.allow]]` entries. Shapes with a distinctive prefix are not word-bounded —
+/// `xghp_…` or `AKIA…Q` must not slip past by touching a letter; the generic `sk-` and `eyJ`
+/// ones are (`task-…` is ordinary text).
+const SHAPES: &[(&str, &str)] = &[
+    ("aws-access-key", r"(?-u)(?:AKIA|ASIA)[0-9A-Z]{16}"),
+    ("github-token", r"(?-u)gh[pousr]_[A-Za-z0-9]{36,255}"),
+    ("github-token", r"(?-u)github_pat_[A-Za-z0-9_]{60,255}"),
+    ("gitlab-token", r"(?-u)glpat-[A-Za-z0-9_\-]{20,}"),
+    ("slack-token", r"(?-u)xox[abposr]-[A-Za-z0-9\-]{10,}"),
+    ("stripe-key", r"(?-u)[sr]k_live_[A-Za-z0-9]{20,}"),
+    ("anthropic-key", r"(?-u)\bsk-ant-[A-Za-z0-9_\-]{32,}"),
     (
         "openai-key",
         r"(?-u)\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{40,}",
-        &["openai.com", "*.openai.com"],
     ),
-    (
-        "private-key",
-        r"(?-u)-----BEGIN (?:[A-Z0-9]+ )?PRIVATE KEY-----",
-        &[],
-    ),
+    ("private-key", r"(?-u)-----BEGIN (?:[A-Z0-9]+ )?PRIVATE KEY-----"),
     (
         "jwt",
         r"(?-u)\beyJ[A-Za-z0-9_\-]{10,}\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{16,}",
-        &[],
     ),
-];
-
-const GITHUB: &[&str] = &[
-    "github.com",
-    "*.github.com",
-    "*.githubusercontent.com",
-    "ghcr.io",
 ];
 
 /// Secrets known by value are only matched when at least this long (shorter values would
@@ -168,15 +138,16 @@ pub struct Scanner {
 }
 
 impl Scanner {
-    /// A scanner for the built-in shapes and `known` secrets, with `exemptions` beyond each
-    /// shape's issuers. A known value that also has a known shape may go to that shape's
-    /// issuers too (the host's `GITHUB_TOKEN` to GitHub).
+    /// A scanner for the built-in shapes and `known` secrets; `exemptions` say where each kind
+    /// may go (the plan's `[[dlp.allow]]`, the built-in issuers among them: see
+    /// [`cordon_policy::built_in_dlp_allow`]). A known value that also has a known shape may go
+    /// where that shape may (the host's `GITHUB_TOKEN` to GitHub).
     pub fn new(known: Vec<Known>, exemptions: Vec<Exemption>) -> Self {
         let set =
-            RegexSet::new(SHAPES.iter().map(|(_, p, _)| *p)).unwrap_or_else(|_| RegexSet::empty());
+            RegexSet::new(SHAPES.iter().map(|(_, p)| *p)).unwrap_or_else(|_| RegexSet::empty());
         let shapes: Vec<(&'static str, Regex)> = SHAPES
             .iter()
-            .filter_map(|(k, p, _)| Regex::new(p).ok().map(|r| (*k, r)))
+            .filter_map(|(k, p)| Regex::new(p).ok().map(|r| (*k, r)))
             .collect();
         let mut allowed: Vec<(String, Vec<HostPattern>)> = Vec::new();
         // Host globs come validated from the policy (or are the built-in issuers'); one that
@@ -188,9 +159,12 @@ impl Scanner {
                 None => allowed.push((kind.to_string(), hosts.collect())),
             }
         };
-        for (kind, _, issuers) in SHAPES {
-            let hosts: Vec<String> = issuers.iter().map(|h| h.to_string()).collect();
-            allow(kind, &hosts);
+        // The exemptions (the built-in issuers among them) first: a known value of a known
+        // shape may go wherever that shape may.
+        for e in &exemptions {
+            for kind in &e.kinds {
+                allow(kind, &e.hosts);
+            }
         }
         let mut patterns: Vec<Vec<u8>> = Vec::new();
         let mut forms = Vec::new();
@@ -201,10 +175,9 @@ impl Scanner {
             let kind = format!("known:{}", k.name);
             let mut hosts = k.hosts.clone();
             for (shape, re) in &shapes {
-                if re.is_match(k.value.as_bytes())
-                    && let Some((_, _, issuers)) = SHAPES.iter().find(|(s, _, _)| s == shape)
-                {
-                    hosts.extend(issuers.iter().map(|h| h.to_string()));
+                if re.is_match(k.value.as_bytes()) {
+                    let issuers = exemptions.iter().filter(|e| e.kinds.iter().any(|x| x == shape));
+                    hosts.extend(issuers.flat_map(|e| e.hosts.iter().cloned()));
                 }
             }
             allow(&kind, &hosts);
@@ -220,11 +193,6 @@ impl Scanner {
                     forms.push((kind.clone(), form.len()));
                     patterns.push(form);
                 }
-            }
-        }
-        for e in exemptions {
-            for kind in &e.kinds {
-                allow(kind, &e.hosts);
             }
         }
         let known = (!patterns.is_empty())
@@ -352,7 +320,7 @@ impl Scanner {
 /// what goes into events — command lines, URL paths — which may carry a secret.
 pub fn redact(text: &str) -> std::borrow::Cow<'_, str> {
     static SHAPES_ONE: std::sync::LazyLock<Option<Regex>> = std::sync::LazyLock::new(|| {
-        let all: Vec<String> = SHAPES.iter().map(|(_, p, _)| format!("(?:{p})")).collect();
+        let all: Vec<String> = SHAPES.iter().map(|(_, p)| format!("(?:{p})")).collect();
         Regex::new(&all.join("|")).ok()
     });
     let Some(re) = SHAPES_ONE.as_ref() else {
@@ -692,7 +660,7 @@ mod tests {
 
     #[test]
     fn the_kinds_are_the_policys() {
-        let mut kinds: Vec<&str> = SHAPES.iter().map(|(k, _, _)| *k).collect();
+        let mut kinds: Vec<&str> = SHAPES.iter().map(|(k, _)| *k).collect();
         kinds.dedup();
         assert_eq!(kinds, cordon_policy::DLP_KINDS);
     }
@@ -719,10 +687,14 @@ mod tests {
                     hosts: vec!["db.internal".into()],
                 },
             ],
-            vec![Exemption {
-                kinds: vec!["jwt".into()],
-                hosts: vec!["*.auth.example".into()],
-            }],
+            cordon_policy::built_in_dlp_allow()
+                .iter()
+                .map(Exemption::from)
+                .chain([Exemption {
+                    kinds: vec!["jwt".into()],
+                    hosts: vec!["*.auth.example".into()],
+                }])
+                .collect(),
         );
         let h = |v: &str| vec![("authorization".to_string(), format!("Bearer {v}"))];
         assert!(

@@ -214,10 +214,7 @@ fn scanning(
     let exemptions = d
         .allow
         .iter()
-        .map(|a| dlp::Exemption {
-            kinds: a.kinds.clone(),
-            hosts: a.hosts.iter().map(ToString::to_string).collect(),
-        })
+        .map(dlp::Exemption::from)
         .collect();
     Some(Dlp {
         scanner: Arc::new(dlp::Scanner::new(known, exemptions)),

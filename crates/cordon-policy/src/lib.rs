@@ -28,6 +28,8 @@ pub mod trust;
 
 pub use env::{looks_secret, names_secret, never_passable};
 pub use error::{Diagnostic, Location, PolicyError};
-pub use load::{DEFAULT_POLICY, LoadOptions, Loaded, Loosening, built_in_dns_block, load};
+pub use load::{
+    DEFAULT_POLICY, LoadOptions, Loaded, Loosening, built_in_dlp_allow, built_in_dns_block, load,
+};
 pub use plan::*;
 pub use trust::{TrustStore, sha256_hex, trust_key};

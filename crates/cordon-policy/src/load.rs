@@ -96,20 +96,31 @@ impl fmt::Display for Loosening {
     }
 }
 
-/// The built-in policy's `[dns] block` list, which every plan starts with: for callers that
-/// build a resolver without a plan (tests, tools).
-pub fn built_in_dns_block() -> Vec<crate::plan::DnsBlock> {
+/// The built-in policy's sections alone. It always parses (its own tests say so); were it not
+/// to, `load` would refuse to run at all, so an empty section from here can never be what a
+/// sandbox runs with.
+fn built_in_sections() -> Sections {
     let root = Path::new("/");
     let ctx = Context {
         home: root,
         passwd_home: None,
         project: root,
     };
-    // The built-in policy always parses (its own tests say so); were it not to, `load` would
-    // refuse to run at all, so an empty list here can never be what a sandbox runs with.
     parse_file(DEFAULT_POLICY, None, 0, &ctx)
-        .map(|l| crate::sections::Section::plan(l.base.dns).block)
+        .map(|l| l.base)
         .unwrap_or_default()
+}
+
+/// The built-in policy's `[dns] block` list, which every plan starts with: for callers that
+/// build a resolver without a plan (tests, tools).
+pub fn built_in_dns_block() -> Vec<crate::plan::DnsBlock> {
+    crate::sections::Section::plan(built_in_sections().dns).block
+}
+
+/// The built-in policy's `[[dlp.allow]]` entries (each token shape's issuers), which every plan
+/// starts with: for callers that build a scanner without a plan (tests, tools).
+pub fn built_in_dlp_allow() -> Vec<crate::plan::DlpAllow> {
+    crate::sections::Section::plan(built_in_sections().dlp).allow
 }
 
 /// Loads, merges and checks the policy.

@@ -394,7 +394,11 @@ fn secret_scanning_is_on_by_default_and_loosening_it_needs_trust() {
     let l = env.load();
     assert_eq!(l.plan.dlp.action, cordon_policy::DlpAction::Deny);
     assert_eq!(l.plan.dlp.max_body_bytes, 65536);
-    assert!(l.plan.dlp.allow.is_empty());
+    // Only the built-in issuers: each token shape may go to its own issuer.
+    assert!(l.plan.dlp.allow.iter().all(|a| a.origin == "built-in"));
+    assert!(l.plan.dlp.allow.iter().any(
+        |a| a.kinds == ["github-token"] && a.hosts.iter().any(|h| h.matches("api.github.com"))
+    ));
     env.project(
         "[dlp]\naction = \"log\"\nmax_body_bytes = 1024\n\
          [[dlp.allow]]\nkinds = [\"jwt\", \"known:DB_PASSWORD\"]\nhosts = [\"auth.example.com\"]\n\
