@@ -113,7 +113,10 @@ const SHAPES: &[(&str, &str)] = &[
         "openai-key",
         r"(?-u)\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{40,}",
     ),
-    ("private-key", r"(?-u)-----BEGIN (?:[A-Z0-9]+ )?PRIVATE KEY-----"),
+    (
+        "private-key",
+        r"(?-u)-----BEGIN (?:[A-Z0-9]+ )?PRIVATE KEY-----",
+    ),
     (
         "jwt",
         r"(?-u)\beyJ[A-Za-z0-9_\-]{10,}\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{16,}",
@@ -176,7 +179,9 @@ impl Scanner {
             let mut hosts = k.hosts.clone();
             for (shape, re) in &shapes {
                 if re.is_match(k.value.as_bytes()) {
-                    let issuers = exemptions.iter().filter(|e| e.kinds.iter().any(|x| x == shape));
+                    let issuers = exemptions
+                        .iter()
+                        .filter(|e| e.kinds.iter().any(|x| x == shape));
                     hosts.extend(issuers.flat_map(|e| e.hosts.iter().cloned()));
                 }
             }

@@ -211,11 +211,7 @@ fn scanning(
         })
         .collect();
     known.extend(host_secrets);
-    let exemptions = d
-        .allow
-        .iter()
-        .map(dlp::Exemption::from)
-        .collect();
+    let exemptions = d.allow.iter().map(dlp::Exemption::from).collect();
     Some(Dlp {
         scanner: Arc::new(dlp::Scanner::new(known, exemptions)),
         action: d.action,
