@@ -201,24 +201,37 @@ pub(crate) fn did_you_mean<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a
     let word_l = word.to_ascii_lowercase();
     candidates
         .iter()
-        .map(|c| (levenshtein(&word_l, &c.to_ascii_lowercase()), *c))
+        .map(|c| (edit_distance(&word_l, &c.to_ascii_lowercase()), *c))
         .filter(|(d, c)| *d <= (c.len().max(word.len()) / 3).max(1))
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c)
 }
 
-fn levenshtein(a: &str, b: &str) -> usize {
+/// Levenshtein distance where swapping two neighbours costs one edit (optimal string
+/// alignment): `hots` is one typo from `host`, not two, so short keys get their suggestion.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let cost = usize::from(ca != *cb);
-            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
     }
-    prev[b.len()]
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j - 1] + cost)
+                .min(d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 /// "`a`, `b`, `c`"
@@ -295,6 +308,16 @@ mod tests {
         assert_eq!(did_you_mean("readonly", &keys), Some("read_only"));
         assert_eq!(did_you_mean("Deny", &keys), Some("deny"));
         assert_eq!(did_you_mean("network", &keys), None);
-        assert_eq!(levenshtein("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn a_swapped_pair_is_one_typo() {
+        assert_eq!(edit_distance("hots", "host"), 1);
+        assert_eq!(did_you_mean("hots", &["host", "ports"]), Some("host"));
+        assert_eq!(did_you_mean("mdoe", &["mode", "allow_ips"]), Some("mode"));
+        assert_eq!(did_you_mean("evn", &["env", "file"]), Some("env"));
+        assert_eq!(did_you_mean("prot", &["port", "host_port"]), Some("port"));
+        assert_eq!(did_you_mean("xyz", &["env", "file"]), None);
     }
 }
