@@ -27,6 +27,17 @@ const EDNS_PAYLOAD: u16 = 1232;
 /// Names under this domain other than [`HOST_ALIAS`] do not exist.
 const RESERVED_DOMAIN: &str = "cordon.internal";
 
+/// The rule [`DnsDecision::rule`] names for a single-label name's NXDOMAIN.
+pub const SINGLE_LABEL_RULE: &str = "single-label";
+
+/// A single-label name (`cordon`, `db`, `localhost`) that policy does not name: no public
+/// name has one label, so a synthetic answer would only send the sandbox's own hostname or a
+/// LAN short name out to be looked up on the host. NXDOMAIN, as a resolver with no search
+/// domain gives. One the user put in `[dns] hosts` or an exact allow rule still resolves.
+fn single_label(cfg: &Checked, n: &str) -> bool {
+    !n.contains('.') && !cfg.hosts.contains_key(n) && !cfg.allow_hosts.contains(n)
+}
+
 /// What the resolver did with one packet: the caller turns this into an audit event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DnsDecision {
@@ -38,8 +49,9 @@ pub struct DnsDecision {
     pub qtype: Option<String>,
     /// The answer given.
     pub answer: DnsAnswer,
-    /// The rule that decided: the blocklist rule (`builtin:<domain>`, `block:<pattern>`) or
-    /// `reserved:cordon.internal` for [`DnsAnswer::NxDomain`]; `None` otherwise.
+    /// The rule that decided: the blocklist rule (`builtin:<domain>`, `block:<pattern>`),
+    /// `reserved:cordon.internal` or [`SINGLE_LABEL_RULE`] for [`DnsAnswer::NxDomain`];
+    /// `None` otherwise.
     pub rule: Option<String>,
 }
 
@@ -206,6 +218,8 @@ pub(crate) fn handle(
                         DnsAnswer::NxDomain,
                         Some(format!("reserved:{RESERVED_DOMAIN}")),
                     )
+                } else if single_label(cfg, n) {
+                    (DnsAnswer::NxDomain, Some(SINGLE_LABEL_RULE.to_string()))
                 } else {
                     match query.query_type() {
                         RecordType::A => (DnsAnswer::Answered(table.assign(n)), None),

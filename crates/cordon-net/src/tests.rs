@@ -187,6 +187,31 @@ fn blocked_names_get_nxdomain_with_rule() {
     assert_eq!(r.mapped_names(), 3);
 }
 
+#[test]
+fn single_label_names_do_not_exist_unless_policy_names_them() {
+    let mut cfg = NetConfig::default();
+    cfg.hosts.insert("db".into(), "10.0.0.5".parse().unwrap());
+    cfg.allow_hosts.push("buildbox".into());
+    let mut r = Resolver::new(cfg).unwrap();
+    for (name, rtype) in [
+        ("cordon.", RecordType::A),
+        ("CORDON", RecordType::AAAA),
+        ("intranet.", RecordType::A),
+    ] {
+        let (m, d) = ask(&mut r, name, rtype);
+        assert_eq!(m.metadata.response_code, ResponseCode::NXDomain, "{name}");
+        assert!(m.answers.is_empty(), "{name}");
+        assert_eq!(d.answer, DnsAnswer::NxDomain, "{name}");
+        assert_eq!(d.rule.as_deref(), Some("single-label"), "{name}");
+    }
+    assert_eq!(r.mapped_names(), 0, "no synthetic address was handed out");
+    for name in ["db.", "buildbox.", "host.cordon.internal.", "example.com."] {
+        let (m, d) = ask(&mut r, name, RecordType::A);
+        assert_eq!(m.metadata.response_code, ResponseCode::NoError, "{name}");
+        assert!(matches!(d.answer, DnsAnswer::Answered(_)), "{name}");
+    }
+}
+
 fn rejected(reply: &Option<Vec<u8>>, id: u16) -> ResponseCode {
     let bytes = reply.as_ref().expect("a reply");
     let m = Message::from_vec(bytes).expect("replies always decode");

@@ -278,24 +278,38 @@ fn inward_helper() -> ! {
             Ok(Some((r, _))) => r,
             _ => sys::exit_now(0),
         };
-        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], req.port));
-        let sent =
-            match std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(3)) {
-                Ok(conn) => protocol::send(
-                    CONTROL_FD,
-                    &InwardReply { error: None },
-                    Some(conn.as_raw_fd()),
-                ),
-                Err(e) => protocol::send(
-                    CONTROL_FD,
-                    &InwardReply {
-                        error: Some(e.to_string()),
-                    },
-                    None,
-                ),
-            };
+        let sent = match connect_loopback(req.port) {
+            Ok(conn) => protocol::send(
+                CONTROL_FD,
+                &InwardReply { error: None },
+                Some(conn.as_raw_fd()),
+            ),
+            Err(e) => protocol::send(
+                CONTROL_FD,
+                &InwardReply {
+                    error: Some(e.to_string()),
+                },
+                None,
+            ),
+        };
         if sent.is_err() {
             sys::exit_now(0);
+        }
+    }
+}
+
+/// A connection to `port` on the sandbox's loopback: 127.0.0.1, else ::1, where dev servers
+/// that resolve `localhost` to IPv6 first (Vite, Node 17+) listen.
+fn connect_loopback(port: u16) -> std::io::Result<std::net::TcpStream> {
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
+    let timeout = std::time::Duration::from_secs(3);
+    let v4 = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    match TcpStream::connect_timeout(&v4, timeout) {
+        Ok(c) => Ok(c),
+        Err(e4) => {
+            let v6 = SocketAddr::from((Ipv6Addr::LOCALHOST, port));
+            TcpStream::connect_timeout(&v6, timeout)
+                .map_err(|e6| std::io::Error::new(e4.kind(), format!("{v4}: {e4}; {v6}: {e6}")))
         }
     }
 }

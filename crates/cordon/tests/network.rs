@@ -549,6 +549,51 @@ both!(host_alias_needs_a_rule, |env: Env| {
     assert_refused_fast(&ok_results(&o, 1)[0], "host alias, another port", &o);
 });
 
+// A single-label name (the sandbox's own hostname `cordon`, a LAN short name) is no public
+// name: NXDOMAIN, never a synthetic address; one policy names still resolves.
+both!(single_label_names_are_nxdomain, |env: Env| {
+    setup(&env);
+    let pol = "[dns]\nhosts = { \"db\" = \"127.0.0.1\" }\n";
+    let script = [
+        nc("dns cordon A"),
+        nc("dns intranet AAAA"),
+        nc("dns db A"),
+        nc("dns host.cordon.internal A"),
+        "getent ahostsv4 cordon >/dev/null 2>&1; echo SHORT $?".to_string(),
+    ]
+    .join("\n");
+    let o = run(&env, pol, &script);
+    let r = ok_results(&o, 4);
+    for (i, n) in [(0, "cordon"), (1, "intranet")] {
+        assert_eq!(
+            r[i]["rcode"],
+            3,
+            "{n} must be NXDOMAIN: {}\n{}",
+            r[i],
+            show(&o)
+        );
+        assert_eq!(r[i]["answers"], serde_json::json!([]), "{}", show(&o));
+    }
+    for (i, n) in [(2, "db"), (3, "host.cordon.internal")] {
+        assert_eq!(r[i]["rcode"], 0, "{n} resolves: {}\n{}", r[i], show(&o));
+        let a = r[i]["answers"][0].as_str().unwrap_or_default();
+        assert!(is_fake(a), "{n}: {a:?}\n{}", show(&o));
+    }
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("SHORT ") && l != "SHORT 0"),
+        "getent found `cordon`\n{}",
+        show(&o)
+    );
+    let log = std::fs::read_to_string(&env.audit).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("\"single-label\"") && l.contains("\"cordon\"")),
+        "the NXDOMAIN names its rule in the log:\n{log}"
+    );
+});
+
 // ---- 6. programs that ignore the proxy env ---------------------------------------------------
 
 both!(programs_ignoring_proxy_env_are_covered, |env: Env| {
@@ -617,22 +662,23 @@ fn host_get(port: u16) -> Option<String> {
     Some(b)
 }
 
-both!(publish_exposes_a_server_started_inside, |env: Env| {
-    setup(&env);
+/// A server started inside on `bind`, published: the host's 127.0.0.1 gets its page.
+fn publish_serves(env: &Env, bind: &str) {
+    setup(env);
     let host_port = free_port();
     let inside = 18080;
     let token = format!("published-{}", random_label());
     env.write("www/index.html", &token);
     let pol = policy(
-        &env,
+        env,
         &format!("[[publish]]\nport = {inside}\nhost_port = {host_port}\n"),
     );
     let script = format!(
-        "(cd www && exec {PY} -m http.server --bind 127.0.0.1 {inside} >/dev/null 2>&1) & \
+        "(cd www && exec {PY} -m http.server --bind {bind} {inside} >/dev/null 2>&1) & \
          i=0; while [ ! -e published.done ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; \
          kill $! 2>/dev/null; echo waited $i"
     );
-    let child = spawn_run(&env, &pol, &script);
+    let child = spawn_run(env, &pol, &script);
     let end = Instant::now() + Duration::from_secs(20);
     let mut last = None;
     while Instant::now() < end {
@@ -655,6 +701,15 @@ both!(publish_exposes_a_server_started_inside, |env: Env| {
         TcpStream::connect(("127.0.0.1", host_port)).is_err(),
         "the published port outlived the session"
     );
+}
+
+both!(publish_exposes_a_server_started_inside, |env: Env| {
+    publish_serves(&env, "127.0.0.1");
+});
+
+// A dev server that binds `localhost` may get ::1 only (Vite, Node 17+): it is reached too.
+both!(publish_reaches_a_server_on_ipv6_loopback, |env: Env| {
+    publish_serves(&env, "::1");
 });
 
 // ---- 8. load -------------------------------------------------------------------------------
