@@ -59,8 +59,8 @@ pub use layout::{Layout, MountOp, ShowCopyError, Staged, prepare, prepare_with_s
 pub use net::{Inward, NetAttach, NetHandoff, SocketTable, host_bundle};
 pub use supervisor::{Command, Outcome, TtyMode, run, run_with_network};
 pub use sys::{
-    WaitStatus, ids, landlock_abi, passwd_home, prefer_fresh_pages_for_large_allocations,
-    raise_nofile_limit,
+    WaitStatus, exit_quietly_on_closed_stdout, ids, landlock_abi, passwd_home,
+    prefer_fresh_pages_for_large_allocations, raise_nofile_limit,
 };
 
 /// The first argument that turns the cordon executable into the sandbox's init.

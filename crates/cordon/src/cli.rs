@@ -13,7 +13,8 @@ Exit status of `cordon run`:
            kernel feature missing, audit log not writable)
   126      the command was found but could not be executed
   127      the command was not found in the sandbox's PATH
-Other subcommands: 0 success, 1 failure, 2 bad usage or invalid policy.";
+Other subcommands: 0 success, 1 failure, 2 bad usage or invalid policy; `check` exits 1 for a
+valid policy that `run` would refuse (an untrusted project policy that loosens yours).";
 
 /// Fence AI coding agents in: run a command in a sandbox with a policy.
 #[derive(Debug, Parser)]
@@ -81,12 +82,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_tty: bool,
     /// The command and its arguments.
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
+    // No `allow_hyphen_values`: an unknown option before the command is a usage error naming
+    // it, not a program called `--bogus`. Once COMMAND starts, its own flags are its own.
+    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
 }
 

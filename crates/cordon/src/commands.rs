@@ -25,7 +25,7 @@ pub fn dispatch(cmd: Cmd) -> i32 {
         Cmd::Log(a) => match log(a) {
             Ok(code) => code,
             Err(e) => {
-                eprintln!("cordon: {e:#}");
+                eprintln!("cordon: {}", crate::output::chain(&e));
                 1
             }
         },
@@ -50,7 +50,7 @@ fn report(r: Result<()>) -> i32 {
     match r {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("cordon: {e:#}");
+            eprintln!("cordon: {}", crate::output::chain(&e));
             1
         }
     }
@@ -154,7 +154,7 @@ fn run(a: RunArgs) -> i32 {
     let project = match resolve_project(a.policy_args.project.as_deref()) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("cordon: {e:#}");
+            eprintln!("cordon: {}", crate::output::chain(&e));
             return EXIT_SETUP;
         }
     };
@@ -310,14 +310,14 @@ fn run_in_session(
             }
         }
         Err(e) => {
-            eprintln!("cordon: {e:#}");
+            eprintln!("cordon: {}", crate::output::chain(&e));
             return EXIT_SETUP;
         }
     }
     let prepared = match crate::state::begin(&loaded.plan, session, emit) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("cordon: {e:#}");
+            eprintln!("cordon: {}", crate::output::chain(&e));
             return EXIT_SETUP;
         }
     };
@@ -737,7 +737,7 @@ fn check(a: CheckArgs) -> i32 {
     let project = match resolve_project(a.policy_args.project.as_deref()) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("cordon: {e:#}");
+            eprintln!("cordon: {}", crate::output::chain(&e));
             return EXIT_USAGE;
         }
     };
@@ -783,7 +783,15 @@ fn check(a: CheckArgs) -> i32 {
                     );
                 }
             }
-            0
+            // A policy `run` refuses (exit 125) is not a pass.
+            if l.untrusted_loosening.is_empty() {
+                0
+            } else {
+                eprintln!(
+                    "cordon: `cordon run` refuses this policy until you trust the project policy"
+                );
+                1
+            }
         }
         Err(e) => {
             eprintln!("{e}");
@@ -991,9 +999,9 @@ fn log(a: LogArgs) -> Result<i32> {
             return Ok(0);
         }
         println!(
-            "{}: verification FAILED ({} problems)",
+            "{}: verification FAILED ({})",
             path.display(),
-            r.problems.len()
+            crate::output::count(r.problems.len(), "problem", "problems")
         );
         return Ok(1);
     }

@@ -285,7 +285,7 @@ pub fn cache_command(c: CacheCmd) -> i32 {
     match cache(c) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("cordon: {e:#}");
+            eprintln!("cordon: {}", crate::output::chain(&e));
             1
         }
     }

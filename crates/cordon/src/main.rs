@@ -6,6 +6,7 @@
 mod cli;
 mod commands;
 mod home;
+mod output;
 mod state;
 
 use std::process::ExitCode;
@@ -33,6 +34,9 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    if !matches!(cli.command, cli::Cmd::Run(_)) {
+        cordon_sandbox::exit_quietly_on_closed_stdout();
+    }
     let code = commands::dispatch(cli.command);
     ExitCode::from(code.clamp(0, 255) as u8)
 }

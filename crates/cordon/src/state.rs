@@ -3,7 +3,7 @@
 //! dropped or left pending. `cordon state …` reviews pending changes later.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow};
 use cordon_events::{Action, Layer, NewEvent};
@@ -83,6 +83,12 @@ pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prep
         .with_context(
             || "cannot prepare copy-on-write state (protected paths would be unprotected)",
         )?;
+    if s.home.is_none()
+        && let Some(hint) = missing_state_hint(&s.skipped, crate::home::home_dir().as_deref())
+    {
+        eprintln!("cordon: warning: {hint}");
+        emit(NewEvent::new(Layer::State, Action::Degraded, hint));
+    }
     if s.entries.is_empty() && s.home.is_none() {
         let _ = s.forget();
         return Ok(Prepared::default());
@@ -267,10 +273,12 @@ pub fn finish(plan: &Plan, p: &Prepared, emit: &dyn Fn(NewEvent)) {
 /// Accept `paths` of a session (all protected changes when empty): those under a protected
 /// path through the review's accept, those elsewhere in the home from its layer.
 fn accept(s: &Session, paths: &[PathBuf]) -> Result<cordon_state::AcceptReport> {
-    let abs: Vec<PathBuf> = paths
-        .iter()
-        .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
-        .collect();
+    let changed = if paths.iter().any(|p| p.is_relative()) {
+        changed_paths(s)
+    } else {
+        Vec::new()
+    };
+    let abs: Vec<PathBuf> = paths.iter().map(|p| locate(s, &changed, p)).collect();
     let (protected, home): (Vec<PathBuf>, Vec<PathBuf>) = abs.into_iter().partition(|p| {
         let at = cordon_state::resolve_path(p).unwrap_or_else(|| p.clone());
         s.home.is_none()
@@ -292,6 +300,77 @@ fn accept(s: &Session, paths: &[PathBuf]) -> Result<cordon_state::AcceptReport> 
         report.conflicts.extend(r.conflicts);
     }
     Ok(report)
+}
+
+/// Protected agent state that does not exist yet, in a session without the copy-on-write home:
+/// the home is read-only there, so the agent cannot create its state and fails in its own
+/// words. Say which paths and how to fix it, before it starts.
+fn missing_state_hint(skipped: &[PathBuf], home: Option<&Path>) -> Option<String> {
+    if skipped.is_empty() {
+        return None;
+    }
+    let tilde = |p: &PathBuf| match home.and_then(|h| p.strip_prefix(h).ok()) {
+        Some(rest) => format!("~/{}", rest.display()),
+        None => p.display().to_string(),
+    };
+    let names: Vec<String> = skipped.iter().map(tilde).collect();
+    Some(format!(
+        "{} {} not exist and the home is read-only in this sandbox, so the agent cannot create \
+         {}: create {} on the host first (`mkdir -p {}` for a directory), or run the agent once \
+         outside cordon",
+        names.join(", "),
+        if names.len() == 1 { "does" } else { "do" },
+        if names.len() == 1 { "it" } else { "them" },
+        if names.len() == 1 {
+            "it"
+        } else {
+            "what it needs"
+        },
+        names[0],
+    ))
+}
+
+/// Every host path the session changed, protected or elsewhere in the home. What cannot be
+/// read (a discarded session's protected layer) is left out: accepting reports it by name.
+fn changed_paths(s: &Session) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = s
+        .changes()
+        .map(|c| c.into_iter().map(|c| c.host_path).collect())
+        .unwrap_or_default();
+    v.extend(
+        s.home_writes()
+            .map(|w| w.into_iter().map(|w| w.host_path).collect::<Vec<_>>())
+            .unwrap_or_default(),
+    );
+    v
+}
+
+/// The host path a path given to `state accept` names, as git reads a pathspec: `~/…` in the
+/// home; a relative path against the current directory, else against each protected path and
+/// the home, the first that holds one of the session's changes (`CLAUDE.md` for
+/// `~/.claude/CLAUDE.md`). One that names nothing stays as the current directory reads it, so
+/// the error names the path the user meant.
+fn locate(s: &Session, changed: &[PathBuf], p: &Path) -> PathBuf {
+    let home = crate::home::home_dir();
+    if let (Ok(rest), Some(h)) = (p.strip_prefix("~"), &home) {
+        return h.join(rest);
+    }
+    let here = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    if p.is_absolute() {
+        return here;
+    }
+    let names_a_change = |c: &Path| {
+        let at = cordon_state::resolve_path(c).unwrap_or_else(|| c.to_path_buf());
+        changed
+            .iter()
+            .any(|x| x.starts_with(c) || x.starts_with(&at))
+    };
+    std::iter::once(here.clone())
+        .chain(s.entries.iter().map(|e| e.host.join(p)))
+        .chain(s.home.as_ref().map(|h| h.host.join(p)))
+        .chain(home.map(|h| h.join(p)))
+        .find(|c| names_a_change(c))
+        .unwrap_or(here)
 }
 
 /// How the protected-state review ended.
@@ -382,9 +461,10 @@ fn review(plan: &Plan, s: &Session, emit: &dyn Fn(NewEvent)) -> Reviewed {
         }
         OnExit::Ask | OnExit::Pending => {
             eprintln!(
-                "cordon: {} change(s) to protected state ({flagged} flagged) are pending: \
+                "cordon: {} to protected state ({flagged} flagged) {} pending: \
                  `cordon state diff {id}`, then `cordon state accept {id}` or `cordon state discard {id}`",
-                changes.len(),
+                crate::output::count(changes.len(), "change", "changes"),
+                if changes.len() == 1 { "is" } else { "are" },
                 id = s.id
             );
             emit(
@@ -421,7 +501,7 @@ pub fn command(c: StateCmd) -> i32 {
     match run(c) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("cordon: {e:#}");
+            eprintln!("cordon: {}", crate::output::chain(&e));
             1
         }
     }
@@ -431,20 +511,33 @@ fn run(c: StateCmd) -> Result<i32> {
     let store = store()?;
     match c {
         StateCmd::List => {
-            for s in store.list()? {
+            let sessions = store.list()?;
+            if sessions.is_empty() {
+                println!(
+                    "no sessions with protected agent state yet (a profile such as \
+                     `cordon run --profile claude` protects its agent's state)"
+                );
+            }
+            for s in sessions {
                 let status = match s.status {
                     Some(Status::Pending) => "pending",
                     Some(Status::Accepted) => "accepted",
                     Some(Status::Discarded) => "discarded",
                     None => "unreadable",
                 };
-                let changed = s.changed.map_or("?".to_string(), |n| n.to_string());
                 let paths: Vec<String> = s
                     .protected
                     .iter()
                     .map(|p| p.display().to_string())
                     .collect();
-                print!("{}  {status}  {changed} changed  {}", s.id, paths.join(" "));
+                // A session that changed nothing has nothing to review: say so, not
+                // `discarded 0 changed`; its before-snapshot still serves `state restore`.
+                let what = match s.changed {
+                    Some(0) => "nothing changed".to_string(),
+                    Some(n) => format!("{status}  {n} changed"),
+                    None => format!("{status}  ? changed"),
+                };
+                print!("{}  {what}  {}", s.id, paths.join(" "));
                 if let Some(e) = &s.error {
                     print!("  ({e})");
                 }
@@ -537,5 +630,31 @@ fn run(c: StateCmd) -> Result<i32> {
             println!("{} already as in the snapshot", r.unchanged);
             Ok(if r.refused.is_empty() { 0 } else { 1 })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_agent_state_names_the_paths_and_the_fix() {
+        let home = Path::new("/h");
+        assert_eq!(missing_state_hint(&[], Some(home)), None);
+        assert_eq!(
+            missing_state_hint(&[PathBuf::from("/h/.claude")], Some(home)).unwrap(),
+            "~/.claude does not exist and the home is read-only in this sandbox, so the agent \
+             cannot create it: create it on the host first (`mkdir -p ~/.claude` for a \
+             directory), or run the agent once outside cordon"
+        );
+        let two = missing_state_hint(
+            &[PathBuf::from("/h/.claude"), PathBuf::from("/elsewhere/x")],
+            Some(home),
+        )
+        .unwrap();
+        assert!(
+            two.starts_with("~/.claude, /elsewhere/x do not exist"),
+            "{two}"
+        );
     }
 }

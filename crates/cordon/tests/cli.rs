@@ -129,6 +129,33 @@ both!(broken_policies_get_located_messages, |env: Env| {
             ":2:1",
             "did you mean `writable`",
         ),
+        // Two letters swapped is one typo, in every table.
+        (
+            "[[network.allow]]\nhots = \"a.test\"\nports = [443]\n",
+            ":2:1",
+            "did you mean `host`?",
+        ),
+        (
+            "[[http.rule]]\nhots = \"a.test\"\naction = \"allow\"\n",
+            ":2:1",
+            "did you mean `host`?",
+        ),
+        (
+            "[credentials.x]\nsource = { env = \"A\" }\nhots = [\"a.test\"]\n",
+            ":3:1",
+            "did you mean `hosts`?",
+        ),
+        (
+            "[credentials.x]\nsource = { evn = \"A\" }\nhosts = [\"a.test\"]\n",
+            ":2:12",
+            "did you mean `env`?",
+        ),
+        (
+            "[network]\nmdoe = \"none\"\n",
+            ":2:1",
+            "did you mean `mode`?",
+        ),
+        ("[[publish]]\nprot = 3000\n", ":2:1", "did you mean `port`?"),
         ("[filesystem]\nwritable = \"/x\"\n", ":2:12", "array"),
         (
             "[filesystem]\nwritable = [\"relative/dir\"]\n",
@@ -212,9 +239,40 @@ both!(
             "{err}"
         );
         assert!(!extra.join("x").exists());
+        // `check` agrees with `run`: not a pass, and it says what to run.
+        let o = cordon(&env, &["check"]);
+        assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+        let file = env.project.join("cordon.toml");
+        let err = String::from_utf8_lossy(&o.stderr);
+        let untrusted: Vec<&str> = err
+            .lines()
+            .filter(|l| l.starts_with("cordon: untrusted: "))
+            .collect();
+        assert!(!untrusted.is_empty(), "{}", show(&o));
+        for l in untrusted {
+            assert!(
+                l.starts_with(&format!("cordon: untrusted: {}: ", file.display()))
+                    && l.ends_with(&format!("(run `cordon trust {}`)", file.display())),
+                "{l}"
+            );
+        }
+        assert!(
+            err.ends_with(
+                "cordon: `cordon run` refuses this policy until you trust the project policy\n"
+            ),
+            "{}",
+            show(&o)
+        );
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("[filesystem]"),
+            "the effective policy is still printed\n{}",
+            show(&o)
+        );
 
         let o = cordon(&env, &["trust", "cordon.toml"]);
         assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        let o = cordon(&env, &["check"]);
+        assert_eq!(o.status.code(), Some(0), "trusted now\n{}", show(&o));
         env.ok("touch ~/extra/x");
         assert!(extra.join("x").exists());
 
@@ -426,5 +484,168 @@ both!(log_follow_tracks_a_live_session, |env: Env| {
         follow.status.code(),
         Some(0),
         "follow ends with the session"
+    );
+});
+
+// ---- everyday papercuts (#17) ---------------------------------------------------------------
+
+/// `cordon ARGS` with its stdout a pipe nobody reads any more, as `cordon log | head` after
+/// `head` left.
+fn into_closed_pipe(env: &Env, args: &[&str]) -> std::process::Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    env.cordon()
+        .args(args)
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+both!(a_closed_stdout_ends_quietly, |env: Env| {
+    use std::os::unix::process::ExitStatusExt;
+    env.ok("echo hi");
+    let o = cordon(&env, &["run", "--no-tty", "--", "true"]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "a session in the state dir\n{}",
+        show(&o)
+    );
+    let audit = env.audit.to_str().unwrap().to_string();
+    for args in [
+        &["log", "--file", &audit][..],
+        &["log", "--file", &audit, "--json"],
+        &["log", "--file", &audit, "--verify"],
+        &["log", "--list"],
+        &["check"],
+        &["check", "--json"],
+        &["state", "list"],
+        &["cache", "list"],
+        &["completions", "bash"],
+        &["man"],
+        &["approve", "--list"],
+    ] {
+        let prints = !cordon(&env, args).stdout.is_empty();
+        let o = into_closed_pipe(&env, args);
+        // As `git log | head`: SIGPIPE ends it, with nothing on stderr.
+        if prints {
+            assert_eq!(
+                o.status.signal(),
+                Some(libc::SIGPIPE),
+                "cordon {args:?}\n{}",
+                show(&o)
+            );
+        } else {
+            assert_eq!(o.status.code(), Some(0), "cordon {args:?}\n{}", show(&o));
+        }
+        assert_eq!(
+            String::from_utf8_lossy(&o.stderr),
+            "",
+            "cordon {args:?}\n{}",
+            show(&o)
+        );
+    }
+});
+
+both!(
+    an_unknown_option_before_the_command_is_a_usage_error,
+    |env: Env| {
+        let o = cordon(&env, &["run", "--bogus", "--", "true"]);
+        assert_eq!(o.status.code(), Some(125), "{}", show(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.starts_with("error: unexpected argument '--bogus' found\n"),
+            "{err}"
+        );
+        assert!(err.contains("Usage: cordon run"), "{err}");
+        assert!(!err.contains("not found"), "--bogus was run\n{err}");
+        let o = cordon(&env, &["run", "--verbos", "--", "true"]);
+        assert_eq!(o.status.code(), Some(125), "{}", show(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr)
+                .contains("tip: a similar argument exists: '--verbose'"),
+            "{}",
+            show(&o)
+        );
+        // The command's own flags stay its own, after `--` or not.
+        let o = cordon(
+            &env,
+            &[
+                "run",
+                "--no-tty",
+                "--",
+                "sh",
+                "-c",
+                "echo \"$@\"",
+                "sh",
+                "--its-own",
+                "-x",
+            ],
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "--its-own -x\n");
+        let o = cordon(&env, &["run", "--no-tty", "sh", "-c", "exit 3", "--x"]);
+        assert_eq!(o.status.code(), Some(3), "{}", show(&o));
+    }
+);
+
+both!(log_errors_are_said_once_and_counted_right, |env: Env| {
+    let gone = env.base.join("no-such.jsonl");
+    let o = cordon(&env, &["log", "--file", gone.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        format!(
+            "cordon: {}: No such file or directory (os error 2)\n",
+            gone.display()
+        )
+    );
+    // One problem is `1 problem`.
+    env.ok("true");
+    let text = std::fs::read_to_string(&env.audit).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    std::fs::write(&env.audit, lines[..lines.len() - 1].join("\n") + "\n").unwrap();
+    let audit = env.audit.to_str().unwrap();
+    let o = cordon(&env, &["log", "--file", audit, "--verify"]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        out.lines().last(),
+        Some(format!("{audit}: verification FAILED (1 problem)").as_str()),
+        "{out}"
+    );
+});
+
+both!(a_missing_agent_state_dir_gets_a_hint, |env: Env| {
+    // Without the copy-on-write home the home is read-only: the agent cannot make ~/.claude.
+    let pol = env.base.join("readonly-home.toml");
+    std::fs::write(&pol, "[state]\nhome = \"readonly\"\n").unwrap();
+    env.own(&pol);
+    let o = env.run_with(
+        &["--profile", "claude", "--policy", pol.to_str().unwrap()],
+        "true",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.lines().any(|l| l
+            == "cordon: warning: ~/.claude, ~/.claude.json, ~/.config/claude do not exist and \
+                the home is read-only in this sandbox, so the agent cannot create them: create \
+                what it needs on the host first (`mkdir -p ~/.claude` for a directory), or run \
+                the agent once outside cordon"),
+        "{err}"
+    );
+    // Once it exists, no warning.
+    std::fs::create_dir_all(env.home.join(".claude")).unwrap();
+    env.own(&env.home.join(".claude"));
+    let o = env.run_with(
+        &["--profile", "claude", "--policy", pol.to_str().unwrap()],
+        "true",
+    );
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("~/.claude,"),
+        "{}",
+        show(&o)
     );
 });

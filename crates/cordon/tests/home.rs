@@ -112,7 +112,7 @@ both!(a_session_that_writes_nothing_leaves_nothing, |env: Env| {
     let l = state(&env, &["list"]);
     assert_eq!(
         String::from_utf8_lossy(&l.stdout).trim(),
-        "",
+        "no sessions with protected agent state yet (a profile such as `cordon run --profile claude` protects its agent's state)",
         "{}",
         show(&l)
     );
@@ -156,7 +156,8 @@ both!(
             }
             let err = stderr(&o);
             assert!(
-                err.contains("change(s) to protected state (0 flagged) are pending"),
+                err.contains(" to protected state (0 flagged) is pending")
+                    || err.contains(" to protected state (0 flagged) are pending"),
                 "{profile}: {err}"
             );
             assert!(!err.contains("not kept"), "{profile}: {err}");
@@ -213,7 +214,10 @@ both!(
             "{\"n\": 1}\n"
         );
         let err = stderr(&o);
-        assert!(err.contains("1 change(s) to protected state"), "{err}");
+        assert!(
+            err.contains("1 change to protected state (0 flagged) is pending"),
+            "{err}"
+        );
         assert!(
             !err.contains("not kept"),
             "the lock and temp file left nothing: {err}"

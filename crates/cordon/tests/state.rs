@@ -40,13 +40,19 @@ fn state(env: &Env, args: &[&str]) -> std::process::Output {
     env.cordon().arg("state").args(args).output().unwrap()
 }
 
+/// The newest session `cordon state list` shows (ids start with the date; an empty list is a
+/// sentence saying so).
+fn first_listed(o: &std::process::Output) -> Option<String> {
+    String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .next()
+        .filter(|w| w.starts_with(|c: char| c.is_ascii_digit()))
+        .map(str::to_string)
+}
+
 fn session_of(env: &Env) -> String {
     let o = state(env, &["list"]);
-    let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    out.split_whitespace()
-        .next()
-        .unwrap_or_else(|| panic!("no session listed\n{}", show(&o)))
-        .to_string()
+    first_listed(&o).unwrap_or_else(|| panic!("no session listed\n{}", show(&o)))
 }
 
 /// Start `cordon run` on `script` in the background and wait until its state session is
@@ -64,9 +70,9 @@ fn spawn_session(env: &Env, policy: &str, script: &str) -> (std::process::Child,
     let end = Instant::now() + Duration::from_secs(10);
     loop {
         let o = state(env, &["list"]);
-        if let Some(id) = String::from_utf8_lossy(&o.stdout).split_whitespace().next() {
+        if let Some(id) = first_listed(&o) {
             std::thread::sleep(Duration::from_millis(500));
-            return (child, id.to_string());
+            return (child, id);
         }
         if Instant::now() >= end {
             let _ = child.kill();
@@ -233,14 +239,78 @@ both!(kill_9_loses_nothing, |env: Env| {
 
 both!(unchanged_sessions_leave_nothing_pending, |env: Env| {
     let p = setup(&env, "pending");
+    let o = state(&env, &["list"]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "no sessions with protected agent state yet (a profile such as `cordon run --profile claude` protects its agent's state)\n",
+        "an empty list says so"
+    );
     env.ok_with(&["--policy", &p], "cat ~/.bashrc >/dev/null");
     let o = state(&env, &["list"]);
-    assert!(
-        !String::from_utf8_lossy(&o.stdout).contains("pending"),
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "no sessions with protected agent state yet (a profile such as `cordon run --profile claude` protects its agent's state)\n",
+        "a session that changed nothing is not listed\n{}",
+        show(&o)
+    );
+    // One that wrote only in the home outside protected state (not kept) has nothing to review
+    // either: not `discarded 0 changed`.
+    env.ok_with(&["--policy", &p], "echo x > ~/scratch.txt");
+    let o = state(&env, &["list"]);
+    let id = session_of(&env);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!(
+            "{id}  nothing changed  {} {}\n",
+            env.home.join(".claude").display(),
+            env.home.join(".bashrc").display()
+        ),
         "{}",
         show(&o)
     );
     host_untouched(&env);
+});
+
+// `state accept S CLAUDE.md`: a path relative to the current directory, else to a protected
+// path, as git takes a path relative to where you are.
+both!(accept_takes_a_relative_path, |env: Env| {
+    let p = setup(&env, "pending");
+    env.ok_with(
+        &["--policy", &p],
+        "echo be kind > ~/.claude/CLAUDE.md && echo 'alias x=y' >> ~/.bashrc",
+    );
+    let id = session_of(&env);
+    let o = state(&env, &["accept", &id, "CLAUDE.md"]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let md = env.home.join(".claude/CLAUDE.md");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("applied {}\n", md.display()),
+        "{}",
+        show(&o)
+    );
+    assert_eq!(std::fs::read_to_string(&md).unwrap(), "be kind\n");
+    assert_eq!(
+        std::fs::read_to_string(env.home.join(".bashrc")).unwrap(),
+        BASHRC,
+        "only the named path was applied"
+    );
+    // From the home, `.bashrc` is relative to the current directory.
+    let o = env
+        .cordon()
+        .current_dir(&env.home)
+        .args(["state", "accept", &id, ".bashrc"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(
+        std::fs::read_to_string(env.home.join(".bashrc"))
+            .unwrap()
+            .ends_with("alias x=y\n"),
+        "{}",
+        show(&o)
+    );
 });
 
 both!(restore_brings_a_snapshot_back, |env: Env| {

@@ -28,6 +28,7 @@ pub use features::*;
 pub use passwd::*;
 pub use process::*;
 pub use resources::*;
+pub use signal::exit_quietly_on_closed_stdout;
 
 pub(crate) use fd::*;
 pub(crate) use mount::*;

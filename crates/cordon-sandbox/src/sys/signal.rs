@@ -47,6 +47,13 @@ pub(crate) fn default_handler(sig: libc::c_int) {
     }
 }
 
+/// Let a write to a closed pipe end the process, as it ends `git log | head` or `cat`: Rust's
+/// runtime ignores SIGPIPE, so every `println!` after the reader went away would panic. Only
+/// for subcommands that just print; `run` must outlive a peer closing one of its sockets.
+pub fn exit_quietly_on_closed_stdout() {
+    default_handler(libc::SIGPIPE);
+}
+
 /// Unblock every signal (the child of a process that blocked some must not inherit that).
 pub(crate) fn unblock_all_signals() {
     // SAFETY: the set is initialised by sigemptyset before use.
