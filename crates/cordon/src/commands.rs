@@ -369,7 +369,10 @@ fn run_in_session(
             match start_gateway(&mut plan, sink, cmd.approvals.as_ref()) {
                 Ok(g) => Some(g),
                 Err(e) => {
-                    eprintln!("cordon: cannot start the egress gateway: {e:#}");
+                    eprintln!(
+                        "cordon: cannot start the egress gateway: {}",
+                        crate::output::chain(&e)
+                    );
                     return EXIT_SETUP;
                 }
             }
@@ -658,12 +661,13 @@ fn start_gateway(
         Err(e) => {
             let _ = writeln!(
                 std::io::stderr(),
-                "cordon: warning: no HTTPS inspection ({e:#}); HTTP(S) is decided by host and port only"
+                "cordon: warning: no HTTPS inspection ({}); HTTP(S) is decided by host and port only",
+                crate::output::chain(&e)
             );
             sink(NewEvent::new(
                 Layer::Http,
                 Action::Degraded,
-                format!("no HTTPS inspection: {e:#}"),
+                format!("no HTTPS inspection: {}", crate::output::chain(&e)),
             ));
             Ok(GatewayAttach {
                 gateway,

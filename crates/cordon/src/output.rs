@@ -8,14 +8,14 @@ pub fn count(n: usize, one: &str, many: &str) -> String {
 }
 
 /// An error and its causes on one line, `outer: cause: root`, like anyhow's `{:#}` — except a
-/// cause the message before it already ends with is not repeated. Library errors that put
-/// their source in their own message (`"{path}: {source}"`) and also expose it as the source
-/// would otherwise print `… (os error 2): … (os error 2)`.
+/// cause the message before it already says is not repeated. Library errors that put their
+/// source in their own message (`"{path}: {source}"`) and also expose it as the source would
+/// otherwise print `… (os error 2): … (os error 2)`.
 pub fn chain(e: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in e.chain() {
         let text = cause.to_string();
-        if out.ends_with(&text) {
+        if out.contains(&text) {
             continue;
         }
         if !out.is_empty() {
@@ -65,6 +65,17 @@ mod tests {
             2,
             "anyhow alone repeats it"
         );
+    }
+
+    #[test]
+    fn a_cause_said_mid_message_is_not_repeated_either() {
+        let e = anyhow::Error::new(Io {
+            path: "cannot publish on 127.0.0.1:3000".into(),
+            source: std::io::Error::from_raw_os_error(libc::EADDRINUSE),
+        })
+        .context("start the gateway");
+        let s = chain(&e);
+        assert_eq!(s.matches("(os error 98)").count(), 1, "{s}");
     }
 
     #[test]

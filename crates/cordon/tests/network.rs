@@ -712,6 +712,29 @@ both!(publish_reaches_a_server_on_ipv6_loopback, |env: Env| {
     publish_serves(&env, "::1");
 });
 
+// The cause is said once: not `… (os error 98) (…): Address already in use (os error 98)`.
+both!(
+    a_taken_publish_port_is_refused_in_one_sentence,
+    |env: Env| {
+        let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let pol = policy(
+            &env,
+            &format!("[[publish]]\nport = 3000\nhost_port = {port}\n"),
+        );
+        let o = wait_limited(spawn_run(&env, &pol, "true"), Duration::from_secs(60));
+        assert_eq!(o.status.code(), Some(125), "{}", show(&o));
+        assert_eq!(
+            String::from_utf8_lossy(&o.stderr),
+            format!(
+                "cordon: cannot start the egress gateway: cannot publish on 127.0.0.1:{port}: \
+             Address already in use (os error 98) (is something else listening there? pick \
+             another host_port)\n"
+            )
+        );
+    }
+);
+
 // ---- 8. load -------------------------------------------------------------------------------
 
 both!(two_hundred_concurrent_connections, |env: Env| {
