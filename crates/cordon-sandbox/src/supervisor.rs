@@ -227,6 +227,7 @@ fn view(
     if net_setup != NetSetup::Host {
         resolv_conf(&mut layout);
     }
+    hosts_file(&mut layout);
     let bundle_at = match (&net_setup, net.and_then(|n| n.ca_bundle())) {
         (NetSetup::Gateway { .. }, Some(bundle)) => trust_bundle(&mut layout, &bundle),
         _ => None,
@@ -327,7 +328,7 @@ fn init_spec(
         tty: winsize,
         limits: plan.limits.clone(),
         landlock: plan.filesystem.landlock,
-        hostname: "cordon".into(),
+        hostname: HOSTNAME.into(),
         syscalls: plan.syscalls.clone(),
         supervise_exec: !plan.exec.rules.is_empty(),
         tmpfs_size: plan.limits.memory,
@@ -647,6 +648,23 @@ fn report_seccomp(plan: &Plan, emit: &dyn Fn(NewEvent)) {
                 .collect::<Vec<_>>(),
         ),
     );
+}
+
+/// The sandbox's hostname (its own UTS namespace).
+const HOSTNAME: &str = "cordon";
+
+/// The host's `/etc/hosts` with the sandbox's hostname on its loopback, as container runtimes
+/// do: programs that look up their own name (`hostname -f`, Java's `getLocalHost`) find it
+/// without asking DNS, where a single-label name is NXDOMAIN.
+fn hosts_file(layout: &mut layout::Layout) {
+    let mut hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    if !hosts.is_empty() && !hosts.ends_with('\n') {
+        hosts.push('\n');
+    }
+    hosts.push_str(&format!(
+        "# added by cordon: the sandbox's hostname\n127.0.1.1\t{HOSTNAME}\n"
+    ));
+    bind_content(layout, "/etc/hosts", &hosts);
 }
 
 /// Point the sandbox's resolver at its loopback, where the gateway's DNS sockets are. Where

@@ -559,7 +559,8 @@ both!(single_label_names_are_nxdomain, |env: Env| {
         nc("dns intranet AAAA"),
         nc("dns db A"),
         nc("dns host.cordon.internal A"),
-        "getent ahostsv4 cordon >/dev/null 2>&1; echo SHORT $?".to_string(),
+        "getent ahostsv4 intranet >/dev/null 2>&1; echo SHORT $?".to_string(),
+        "echo SELF $(getent ahostsv4 cordon | head -n1)".to_string(),
     ]
     .join("\n");
     let o = run(&env, pol, &script);
@@ -583,7 +584,13 @@ both!(single_label_names_are_nxdomain, |env: Env| {
     assert!(
         out.lines()
             .any(|l| l.starts_with("SHORT ") && l != "SHORT 0"),
-        "getent found `cordon`\n{}",
+        "getent found `intranet`\n{}",
+        show(&o)
+    );
+    // The sandbox's own hostname is in its /etc/hosts, on loopback, as in a container.
+    assert!(
+        out.lines().any(|l| l.starts_with("SELF 127.0.1.1 ")),
+        "the sandbox's hostname resolves to its loopback\n{}",
         show(&o)
     );
     let log = std::fs::read_to_string(&env.audit).unwrap();
