@@ -94,6 +94,7 @@
 //! | `network` | `ask` | A connection waits for the user's approval (a later `allow`/`deny` settles it). |
 //! | `dns` | `allow` | A name lookup was answered. detail: `name`, `type`. |
 //! | `dns` | `deny` | A name lookup was refused. detail: `name`, `type`. |
+//! | `http` | `apply` | The HTTP layer is up: requests are decided one by one, HTTPS intercepted with cordon's CA. |
 //! | `http` | `allow` | An HTTP request through the proxy was forwarded. detail: `method`, `url`, `status`. |
 //! | `http` | `deny` | An HTTP request was blocked (rule, judge or secret scan). detail: `method`, `url`. |
 //! | `http` | `ask` | An HTTP request waits for the user's approval. |

@@ -75,9 +75,13 @@ pub struct RunArgs {
     /// Write the audit log here instead of $XDG_STATE_HOME/cordon/sessions/SESSION.jsonl.
     #[arg(long, value_name = "FILE")]
     pub audit: Option<PathBuf>,
-    /// Print each event to stderr as it happens.
+    /// Print each event to stderr as it happens (and the start and exit lines, even when
+    /// stderr is not a terminal).
     #[arg(short, long)]
     pub verbose: bool,
+    /// No start and exit lines on the terminal.
+    #[arg(short, long)]
+    pub quiet: bool,
     /// Never allocate a pty, even when stdin and stdout are terminals.
     #[arg(long)]
     pub no_tty: bool,

@@ -195,17 +195,25 @@ fn run(a: RunArgs) -> i32 {
     };
     let verbose = a.verbose;
     let log = std::sync::Arc::new(log);
+    let lines = std::sync::Arc::new(crate::summary::Lines::new(
+        a.quiet,
+        verbose,
+        audit_path.clone(),
+    ));
+    let tap = lines.clone();
     // Shared with the egress gateway's threads. A closed or broken stderr must not take the
     // session down (eprintln! would panic).
     let sink: cordon_net::Emit = std::sync::Arc::new(move |ev: NewEvent| match log.emit(ev) {
-        Ok(e) if verbose => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "cordon: {}",
-                cordon_events::format_human(&e)
-            );
+        Ok(e) => {
+            if verbose {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "cordon: {}",
+                    cordon_events::format_human(&e)
+                );
+            }
+            tap.observe(&e);
         }
-        Ok(_) => {}
         Err(e) => {
             let _ = writeln!(
                 std::io::stderr(),
@@ -237,6 +245,7 @@ fn run(a: RunArgs) -> i32 {
     );
     let code = run_in_session(&a, &project, &loaded, &session, &emit, &sink);
     emit(NewEvent::new(Layer::Session, Action::Stop, "session ended").detail("code", code));
+    lines.finish(code);
     code
 }
 
@@ -651,6 +660,11 @@ fn start_gateway(
             .context("start the HTTP layer")?;
             let gateway =
                 gateway.with_http(std::sync::Arc::new(HttpFlows(std::sync::Arc::new(layer))));
+            sink(NewEvent::new(
+                Layer::Http,
+                Action::Apply,
+                "HTTP layer: each request decided by rule; HTTPS intercepted with cordon's CA",
+            ));
             Ok(GatewayAttach {
                 gateway,
                 emit: sink.clone(),

@@ -8,6 +8,7 @@ mod commands;
 mod home;
 mod output;
 mod state;
+mod summary;
 
 use std::process::ExitCode;
 

@@ -1,0 +1,390 @@
+//! The start and exit lines of `cordon run` on a terminal: what is on, and what happened.
+//! Built only from the events the session emits (the same ones the audit log gets), so the
+//! lines never claim more than the log records.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use cordon_events::{Action, Event, Layer};
+
+/// How many denied hosts the exit line names.
+const TOP_DENIED: usize = 3;
+
+/// The start line's layers, outermost first.
+const ORDER: [&str; 11] = [
+    "fs", "landlock", "net", "http", "tls", "judge", "creds", "seccomp", "exec", "limits", "state",
+];
+
+/// What the session's events said so far.
+#[derive(Default)]
+struct Facts {
+    profile: String,
+    project: String,
+    policy_files: Vec<String>,
+    session: String,
+    /// Layers in the order they reported, each with its note (`partial`, `gateway`…) and
+    /// whether it runs with less than the policy asked.
+    layers: Vec<(&'static str, String, bool)>,
+    allowed: u64,
+    denied: u64,
+    denied_hosts: BTreeMap<String, u64>,
+    exec_allowed: u64,
+    exec_denied: u64,
+    /// A shell tries each PATH entry in turn: one command, one hit.
+    exec_seen: std::collections::HashSet<(Action, u64, String)>,
+    judge_calls: u64,
+    state_pending: Option<u64>,
+    home_writes_dropped: Option<u64>,
+    started: bool,
+}
+
+/// The lines for one session; silent unless enabled.
+pub struct Lines {
+    enabled: bool,
+    log: PathBuf,
+    began: Instant,
+    facts: Mutex<Facts>,
+}
+
+impl Lines {
+    /// Shown on a terminal (stderr), or with `-v` anywhere; never with `-q`.
+    pub fn new(quiet: bool, verbose: bool, log: PathBuf) -> Self {
+        let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        Self {
+            enabled: !quiet && (verbose || tty),
+            log,
+            began: Instant::now(),
+            facts: Mutex::new(Facts::default()),
+        }
+    }
+
+    /// Takes one emitted event; prints the start line once setup is complete.
+    pub fn observe(&self, e: &Event) {
+        if !self.enabled {
+            return;
+        }
+        let line = {
+            let mut f = self.facts.lock().unwrap_or_else(|p| p.into_inner());
+            f.take(e);
+            // The seccomp filter's report is the sandbox's last setup event, sent before
+            // the relay starts: the line comes before anything the command prints on a pty.
+            (e.layer == Layer::Syscall && e.action == Action::Apply && !f.started).then(|| {
+                f.started = true;
+                f.start_line()
+            })
+        };
+        if let Some(l) = line {
+            say(&l);
+        }
+    }
+
+    /// The exit line, with the command's exit status.
+    pub fn finish(&self, code: i32) {
+        if !self.enabled {
+            return;
+        }
+        let secs = self.began.elapsed().as_secs_f64();
+        let line = {
+            let f = self.facts.lock().unwrap_or_else(|p| p.into_inner());
+            f.exit_line(secs, code, &self.log)
+        };
+        say(&line);
+    }
+}
+
+/// A closed or broken stderr must not take the session down.
+fn say(line: &str) {
+    let _ = writeln!(std::io::stderr(), "cordon: {line}");
+}
+
+/// Control characters out, so a hostile name cannot drive the terminal.
+fn clean(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
+fn strings(e: &Event, key: &str) -> Vec<String> {
+    e.detail
+        .get(key)
+        .and_then(|v| v.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(clean))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default()
+}
+
+/// The host of `https://host:port/path` (HTTP events name a URL, not a host).
+fn url_host(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let auth = &rest[..end];
+    auth.rsplit_once(':')
+        .filter(|(_, p)| p.chars().all(|c| c.is_ascii_digit()))
+        .map_or(auth, |(h, _)| h)
+}
+
+impl Facts {
+    fn layer(&mut self, name: &'static str, note: impl Into<String>, degraded: bool) {
+        let note = note.into();
+        match self.layers.iter_mut().find(|(n, _, _)| *n == name) {
+            // A degraded report wins over an earlier one: that is what runs.
+            Some(l) if degraded || !l.2 => *l = (name, note, degraded),
+            Some(_) => {}
+            None => self.layers.push((name, note, degraded)),
+        }
+    }
+
+    fn take(&mut self, e: &Event) {
+        let (layer, action) = (e.layer, e.action);
+        if self.session.is_empty() {
+            self.session = clean(&e.session);
+        }
+        match (layer, action) {
+            (Layer::Session, Action::Start) => {
+                self.profile = clean(e.detail_str("profile").unwrap_or_default());
+                self.project = clean(e.detail_str("project").unwrap_or_default());
+                self.policy_files = strings(e, "policy_files");
+            }
+            (Layer::Filesystem, Action::Apply) if e.detail.contains_key("writable") => {
+                self.layer("fs", "", false)
+            }
+            (Layer::Landlock, Action::Apply) => self.layer("landlock", "", false),
+            (Layer::Landlock, Action::Degraded) => self.layer(
+                "landlock",
+                e.detail_str("enforcement").unwrap_or("partial"),
+                true,
+            ),
+            (Layer::Network, Action::Apply) => self.layer("net", "gateway", false),
+            (Layer::Network, Action::Degraded) if e.reason.contains("host") => {
+                self.layer("net", "host", true)
+            }
+            (Layer::Network, Action::Degraded) => self.layer("net", "proxy only", true),
+            (Layer::Http, Action::Apply) => {
+                self.layer("http", "", false);
+                self.layer("tls", "", false);
+            }
+            (Layer::Http, Action::Degraded) if e.reason.contains("judge") => {
+                self.layer("judge", "no key", true)
+            }
+            (Layer::Http, Action::Degraded) => {
+                self.layer("http", "connections only", true);
+                self.layer("tls", "no CA", true);
+            }
+            (Layer::Syscall, Action::Apply) => {
+                self.layer("seccomp", "", false);
+                let rules = e
+                    .detail
+                    .get("exec_rules")
+                    .and_then(|v| v.as_array())
+                    .map_or(0, Vec::len);
+                if rules > 0 {
+                    self.layer("exec", format!("{rules} rules"), false);
+                }
+            }
+            (Layer::State, Action::Apply) if e.detail.contains_key("before") => {
+                let home = e.detail_str("home").is_some_and(|h| !h.is_empty());
+                let protected = e
+                    .detail
+                    .get("before")
+                    .and_then(|v| v.as_array())
+                    .map_or(0, Vec::len);
+                let note = match (home, protected) {
+                    (true, _) => "home overlay".to_string(),
+                    (false, n) => format!("{n} protected"),
+                };
+                self.layer("state", note, false);
+            }
+            (Layer::State, Action::Degraded) => self.layer("state", "home read-only", true),
+            (Layer::State, Action::Ask) => {
+                self.state_pending = e.detail.get("files").and_then(|v| v.as_u64());
+            }
+            (Layer::State, Action::Log) if e.detail.contains_key("flagged") => {
+                self.home_writes_dropped = e.detail.get("files").and_then(|v| v.as_u64());
+            }
+            (Layer::Limits, Action::Degraded) => {
+                self.layer("limits", e.detail_str("limit").unwrap_or("some"), true)
+            }
+            (Layer::Credentials, Action::Degraded) => self.layer("creds", "partly", true),
+            (Layer::Exec, Action::Degraded) => self.layer("exec", "no broker", true),
+            (Layer::Network | Layer::Http, Action::Allow) => self.allowed += 1,
+            (Layer::Network | Layer::Http, Action::Deny) => {
+                self.denied += 1;
+                let host = e
+                    .detail_str("host")
+                    .or_else(|| e.detail_str("url").map(url_host))
+                    .unwrap_or("?");
+                *self.denied_hosts.entry(clean(host)).or_default() += 1;
+            }
+            (Layer::Exec, Action::Allow | Action::Deny) => {
+                let key = (
+                    action,
+                    e.detail.get("pid").and_then(|v| v.as_u64()).unwrap_or(0),
+                    e.detail_str("command").unwrap_or_default().to_string(),
+                );
+                if self.exec_seen.insert(key) {
+                    match action {
+                        Action::Allow => self.exec_allowed += 1,
+                        _ => self.exec_denied += 1,
+                    }
+                }
+            }
+            _ => {}
+        }
+        // The HTTP layer names the judge in what decided (`rule → judge`) or in the refusal.
+        if layer == Layer::Http
+            && matches!(action, Action::Allow | Action::Deny)
+            && (e.rule.as_deref().is_some_and(|r| r.contains("→ judge"))
+                || e.reason.contains("the judge"))
+        {
+            self.judge_calls += 1;
+        }
+    }
+
+    fn start_line(&self) -> String {
+        let mut ordered: Vec<&(&'static str, String, bool)> = self.layers.iter().collect();
+        // Layer order, whatever order setup reported them in.
+        ordered.sort_by_key(|(n, _, _)| ORDER.iter().position(|o| o == n).unwrap_or(ORDER.len()));
+        let layers: Vec<String> = ordered
+            .into_iter()
+            .map(|(n, note, degraded)| match (note.is_empty(), degraded) {
+                (true, false) => n.to_string(),
+                (true, true) => format!("{n}(DEGRADED)"),
+                (false, false) => format!("{n}({note})"),
+                (false, true) => format!("{n}({note}: DEGRADED)"),
+            })
+            .collect();
+        let policy = if self.policy_files.is_empty() {
+            "built-in only".to_string()
+        } else {
+            self.policy_files.join(", ")
+        };
+        format!(
+            "profile {} · {} · project {} · policy {policy} · session {}",
+            if self.profile.is_empty() {
+                "none"
+            } else {
+                &self.profile
+            },
+            layers.join(" "),
+            self.project,
+            self.session
+        )
+    }
+
+    fn exit_line(&self, secs: f64, code: i32, log: &std::path::Path) -> String {
+        let mut parts = vec![format!("exit {code} after {secs:.1}s")];
+        let mut req = format!("requests {} allowed, {} denied", self.allowed, self.denied);
+        if !self.denied_hosts.is_empty() {
+            let mut hosts: Vec<(&String, &u64)> = self.denied_hosts.iter().collect();
+            hosts.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+            let top: Vec<String> = hosts
+                .iter()
+                .take(TOP_DENIED)
+                .map(|(h, n)| format!("{h} ×{n}"))
+                .collect();
+            req.push_str(&format!(" ({})", top.join(", ")));
+        }
+        parts.push(req);
+        parts.push(format!(
+            "exec rules hit {} ({} denied)",
+            self.exec_allowed + self.exec_denied,
+            self.exec_denied
+        ));
+        parts.push(format!("judge calls {}", self.judge_calls));
+        if let Some(n) = self.state_pending {
+            parts.push(format!(
+                "{n} state changes pending: `cordon state diff {}`",
+                self.session
+            ));
+        }
+        if let Some(n) = self.home_writes_dropped {
+            parts.push(format!("{n} home writes not kept"));
+        }
+        parts.push(format!("log {}", clean(&log.display().to_string())));
+        parts.join(" · ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cordon_events::NewEvent;
+
+    fn ev(n: NewEvent) -> Event {
+        Event {
+            time: "2026-12-01T00:00:00.000Z".into(),
+            session: "S1".into(),
+            seq: 0,
+            layer: n.layer,
+            action: n.action,
+            reason: n.reason,
+            rule: n.rule,
+            detail: n.detail,
+            prev: String::new(),
+            hash: String::new(),
+        }
+    }
+
+    #[test]
+    fn lines_from_events() {
+        let mut f = Facts::default();
+        for n in [
+            NewEvent::new(Layer::Session, Action::Start, "s")
+                .detail("project", "/p")
+                .detail("policy_files", vec!["/p/cordon.toml".to_string()])
+                .detail("profile", ""),
+            NewEvent::new(Layer::Filesystem, Action::Apply, "v").detail("writable", 1),
+            NewEvent::new(Layer::Landlock, Action::Degraded, "l").detail("enforcement", "partial"),
+            NewEvent::new(Layer::Network, Action::Apply, "g"),
+            NewEvent::new(Layer::Http, Action::Apply, "h"),
+            NewEvent::new(Layer::Http, Action::Deny, "d")
+                .rule("x")
+                .detail("url", "https://evil.test:8443/a"),
+            NewEvent::new(Layer::Network, Action::Deny, "d")
+                .rule("x")
+                .detail("host", "evil.test"),
+            NewEvent::new(Layer::Network, Action::Deny, "d")
+                .rule("x")
+                .detail("host", "b\u{1b}.test"),
+            NewEvent::new(Layer::Http, Action::Allow, "a").rule("r → judge"),
+            NewEvent::new(Layer::Exec, Action::Deny, "e").rule("x"),
+            NewEvent::new(Layer::Syscall, Action::Apply, "s")
+                .detail("exec_rules", vec!["a".to_string(), "b".to_string()]),
+            NewEvent::new(Layer::State, Action::Ask, "p").detail("files", 2),
+        ] {
+            f.take(&ev(n));
+        }
+        assert_eq!(
+            f.start_line(),
+            "profile none · fs landlock(partial: DEGRADED) net(gateway) http tls seccomp \
+             exec(2 rules) · project /p · policy /p/cordon.toml · session S1"
+        );
+        let exit = f.exit_line(1.24, 3, std::path::Path::new("/l.jsonl"));
+        assert!(
+            exit.starts_with(
+                "exit 3 after 1.2s · requests 1 allowed, 3 denied (evil.test ×2, b?.test ×1)"
+            ),
+            "{exit}"
+        );
+        assert!(
+            exit.contains("exec rules hit 1 (1 denied) · judge calls 1"),
+            "{exit}"
+        );
+        assert!(exit.contains("`cordon state diff S1`"), "{exit}");
+        assert!(exit.ends_with("log /l.jsonl"), "{exit}");
+    }
+
+    #[test]
+    fn url_hosts() {
+        assert_eq!(url_host("https://a.test/x"), "a.test");
+        assert_eq!(url_host("http://a.test:80"), "a.test");
+        assert_eq!(url_host("http://[::1]:80/"), "[::1]");
+        assert_eq!(url_host(""), "");
+    }
+}
