@@ -82,6 +82,14 @@ impl Approvals {
         &self.socket
     }
 
+    /// The session this broker serves, as `cordon approve` names it (`SESSION#N`).
+    pub fn session(&self) -> String {
+        self.socket
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
     /// Puts a question to a person; `reply` gets its id and the answer (a person's, or the
     /// timeout's denial). Returns the id at once.
     pub fn ask(

@@ -381,6 +381,12 @@ impl<'a> ExecSupervisor<'a> {
                     return;
                 };
                 let qid = approvals.ask("exec", &line, &rule_text, timeout, mailbox.sender());
+                // Said at once: otherwise the agent's terminal is silent until the timeout.
+                tell_terminal(&format!(
+                    "waiting for approval: cordon approve {}#{qid} --allow (or --deny) for `{line}` by rule {rule_text}; denied in {} s",
+                    approvals.session(),
+                    timeout.as_secs()
+                ));
                 cordon_approval::desktop_notification(&line);
                 (self.emit)(
                     self.exec_event(Action::Ask, &line, &rule_text, &n)

@@ -136,8 +136,9 @@ pub struct LogArgs {
 
 #[derive(Debug, Args)]
 pub struct ApproveArgs {
-    /// The question to answer (see the list); without it, list and ask interactively.
-    pub id: Option<u64>,
+    /// The question to answer, as the list prints it (SESSION#N; N alone when one session
+    /// holds it); without it, list and ask interactively.
+    pub id: Option<String>,
     /// Allow it.
     #[arg(long, conflicts_with = "deny", requires = "id")]
     pub allow: bool,

@@ -10,7 +10,7 @@ use cordon_events::{Action, AuditLog, Layer, NewEvent};
 use cordon_policy::{LoadOptions, Loaded, TrustStore};
 use cordon_sandbox::probe::Support;
 
-use crate::cli::{ApproveArgs, CheckArgs, Cli, Cmd, LogArgs, PolicyArgs, RunArgs, TrustArgs};
+use crate::cli::{CheckArgs, Cli, Cmd, LogArgs, PolicyArgs, RunArgs, TrustArgs};
 
 /// cordon's own failure before the command started.
 const EXIT_SETUP: i32 = 125;
@@ -29,7 +29,7 @@ pub fn dispatch(cmd: Cmd) -> i32 {
                 1
             }
         },
-        Cmd::Approve(a) => report(approve(a)),
+        Cmd::Approve(a) => report(crate::approve::approve(a)),
         Cmd::State(c) => crate::state::command(c),
         Cmd::Cache(c) => crate::home::cache_command(c),
         Cmd::Completions { shell } => {
@@ -1046,85 +1046,4 @@ fn log(a: LogArgs) -> Result<i32> {
             }
         }
     }
-}
-
-fn approve(a: ApproveArgs) -> Result<()> {
-    let dir = cordon_approval::default_dir()
-        .ok_or_else(|| anyhow!("no runtime directory: set XDG_RUNTIME_DIR or HOME"))?;
-    // Sockets of sessions that ended without cleaning up refuse connections: skip them.
-    let mut waiting: Vec<(String, PathBuf, cordon_approval::Question)> = Vec::new();
-    for sock in cordon_approval::sockets(&dir) {
-        let session = sock
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if a.session.as_ref().is_some_and(|s| *s != session) {
-            continue;
-        }
-        if let Ok(qs) = cordon_approval::list(&sock) {
-            waiting.extend(qs.into_iter().map(|q| (session.clone(), sock.clone(), q)));
-        }
-    }
-    if let Some(id) = a.id {
-        if !a.allow && !a.deny {
-            return Err(anyhow!("say --allow or --deny for question {id}"));
-        }
-        let hits: Vec<_> = waiting.iter().filter(|(_, _, q)| q.id == id).collect();
-        let (session, sock, q) = match hits.as_slice() {
-            [one] => *one,
-            [] => {
-                return Err(anyhow!(
-                    "no question {id} is waiting (run `cordon approve --list`)"
-                ));
-            }
-            _ => {
-                return Err(anyhow!(
-                    "several sessions hold question {id}: add --session ID"
-                ));
-            }
-        };
-        cordon_approval::answer(sock, id, a.allow, a.remember).map_err(|e| anyhow!("{e}"))?;
-        println!(
-            "{} {session}#{id}: {}",
-            if a.allow { "allowed" } else { "denied" },
-            q.what
-        );
-        return Ok(());
-    }
-    if waiting.is_empty() {
-        println!("nothing is waiting for approval");
-        return Ok(());
-    }
-    for (session, _, q) in &waiting {
-        println!(
-            "{session}#{}  [{}] {}  (rule {}; {} s left)",
-            q.id, q.layer, q.what, q.rule, q.seconds_left
-        );
-    }
-    if a.list || !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
-        return Ok(());
-    }
-    for (session, sock, q) in &waiting {
-        print!(
-            "{session}#{} `{}`: [a]llow, [A]llow for the session, [d]eny, [D]eny for the session, [s]kip? ",
-            q.id, q.what
-        );
-        let _ = std::io::stdout().flush();
-        let mut line = String::new();
-        if std::io::stdin().read_line(&mut line)? == 0 {
-            break;
-        }
-        let (allow, remember) = match line.trim() {
-            "a" => (true, false),
-            "A" => (true, true),
-            "d" => (false, false),
-            "D" => (false, true),
-            _ => continue,
-        };
-        match cordon_approval::answer(sock, q.id, allow, remember) {
-            Ok(()) => println!("{}", if allow { "allowed" } else { "denied" }),
-            Err(e) => println!("not answered: {e}"),
-        }
-    }
-    Ok(())
 }

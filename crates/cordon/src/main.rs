@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+mod approve;
 mod cli;
 mod commands;
 mod home;

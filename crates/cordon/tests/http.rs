@@ -657,6 +657,13 @@ both!(ask_holds_a_request_for_cordon_approve, |env: Env| {
     assert!(o.status.success(), "{}", show(&o));
     let (id, listing) = wait_for_question(&env, "/ask/a.txt");
     assert!(listing.contains("a-person-decides"), "{listing}");
+    // The question names method, host and path.
+    assert!(
+        listing
+            .lines()
+            .any(|l| l.contains(&format!("GET http://{name}:{p}/ask/a.txt"))),
+        "{listing}"
+    );
     assert_eq!(
         session_of(&listing, "/ask/a.txt"),
         exec_session,

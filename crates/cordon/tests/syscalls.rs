@@ -337,18 +337,39 @@ both!(exec_ask_waits_for_cordon_approve, |env: Env| {
         &["sh", "-c", "touch approved-file && echo made"],
     )
     .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
     .spawn()
     .unwrap();
-    // Wait for the question to show up, then allow it.
+    // Wait for the question to show up, then allow it with the id exactly as listed.
     let (id, _) = wait_for_question(&env, "touch approved-file");
     assert!(
         !env.project.join("approved-file").exists(),
         "ran before approval"
     );
+    // A bare number is refused when it names no question, with the way to find one.
+    let o = approve(&env, &["999", "--allow"]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        all_output(&o).contains("cordon approve --list"),
+        "{}",
+        show(&o)
+    );
     let o = approve(&env, &[&id, "--allow"]);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).starts_with(&format!("allowed {id}: ")),
+        "{}",
+        show(&o)
+    );
     let o = child.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    // The held command's terminal said at once what to run.
+    let waiting = format!("cordon: waiting for approval: cordon approve {id} --allow");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains(&waiting),
+        "{}",
+        show(&o)
+    );
     assert!(env.project.join("approved-file").exists());
     let log = std::fs::read_to_string(&env.audit).unwrap();
     assert!(

@@ -527,19 +527,16 @@ pub fn approve(env: &Env, args: &[&str]) -> std::process::Output {
 }
 
 /// Poll `cordon approve --list` until a question mentioning `needle` appears; returns its id
-/// and the whole listing.
+/// exactly as the listing prints it (`SESSION#N`, what `cordon approve ID` takes) and the whole
+/// listing.
 pub fn wait_for_question(env: &Env, needle: &str) -> (String, String) {
     let end = Instant::now() + Duration::from_secs(20);
     loop {
         let o = approve(env, &["--list"]);
         let out = String::from_utf8_lossy(&o.stdout).into_owned();
         if let Some(line) = out.lines().find(|l| l.contains(needle)) {
-            let id = line
-                .split('#')
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next())
-                .unwrap()
-                .to_string();
+            let id = line.split_whitespace().next().unwrap().to_string();
+            assert!(id.contains('#'), "ids are listed as SESSION#N: {out}");
             return (id, out);
         }
         assert!(
