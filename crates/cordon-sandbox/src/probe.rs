@@ -4,7 +4,7 @@
 //! namespace, asks Landlock for its ABI) rather than reading version numbers.
 
 use std::os::fd::AsRawFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::sys;
 
@@ -19,11 +19,90 @@ pub enum Support {
     Missing,
 }
 
+/// The doctor's sections, in the order the layers stack up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Layer {
+    Isolation,
+    Credentials,
+    Network,
+    Http,
+    Syscalls,
+    State,
+    Audit,
+    EndToEnd,
+}
+
+impl Layer {
+    /// The section's heading.
+    pub fn title(self) -> &'static str {
+        match self {
+            Layer::Isolation => {
+                "1  filesystem and process isolation (user namespaces, mounts, Landlock, limits)"
+            }
+            Layer::Credentials => "1b credentials (placeholders inside, real values at the wire)",
+            Layer::Network => "2  network egress (TUN, DNS, the gateway)",
+            Layer::Http => "3  HTTP interception (cordon's CA, the sandbox's trust bundle)",
+            Layer::Syscalls => "4  syscalls (seccomp filter, supervised exec)",
+            Layer::State => "agent-state protection (copy-on-write home, protected paths)",
+            Layer::Audit => "audit log",
+            Layer::EndToEnd => "end to end",
+        }
+    }
+}
+
+/// Where the probes read the host's knobs (`/proc/sys/…`, `/dev/net/tun`, container markers):
+/// `/` in production; a directory of fake files in tests.
+#[derive(Debug, Clone)]
+pub struct Host {
+    root: PathBuf,
+}
+
+impl Host {
+    /// This machine.
+    pub fn real() -> Self {
+        Host { root: "/".into() }
+    }
+
+    /// Files under `root` stand for the host's.
+    pub fn at(root: impl Into<PathBuf>) -> Self {
+        Host { root: root.into() }
+    }
+
+    fn path(&self, abs: &str) -> PathBuf {
+        self.root.join(abs.trim_start_matches('/'))
+    }
+
+    fn knob(&self, abs: &str) -> Option<i64> {
+        std::fs::read_to_string(self.path(abs))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    }
+
+    /// The container runtime this runs under, when it leaves a mark.
+    fn container(&self) -> Option<&'static str> {
+        if self.path("/.dockerenv").exists() {
+            return Some("Docker");
+        }
+        if self.path("/run/.containerenv").exists() {
+            return Some("Podman");
+        }
+        let cg = std::fs::read_to_string(self.path("/proc/1/cgroup")).unwrap_or_default();
+        [
+            ("kubepods", "Kubernetes"),
+            ("docker", "Docker"),
+            ("lxc", "LXC"),
+            ("libpod", "Podman"),
+        ]
+        .into_iter()
+        .find(|(mark, _)| cg.contains(mark))
+        .map(|(_, name)| name)
+    }
+}
+
 /// One line of the doctor's report.
 #[derive(Debug, Clone)]
 pub struct Check {
-    /// The layer this belongs to, e.g. "1 filesystem & process".
-    pub layer: &'static str,
+    pub layer: Layer,
     pub feature: &'static str,
     pub support: Support,
     /// What was found.
@@ -32,23 +111,120 @@ pub struct Check {
     pub cordon: String,
     /// The built-in default policy cannot be enforced without this.
     pub required: bool,
+    /// How to lift the limitation, when something can.
+    pub fix: Option<String>,
 }
 
-/// Run every probe.
-pub fn probe() -> Vec<Check> {
-    vec![
-        namespaces(),
-        landlock(),
-        seccomp(),
-        seccomp_notify(),
-        tun(),
-        overlay(),
-        cgroups(),
-    ]
+impl Check {
+    fn fix(mut self, fix: impl Into<String>) -> Self {
+        self.fix = Some(fix.into());
+        self
+    }
+}
+
+/// Run every probe, in layer order, reading the host's knobs through `host`.
+pub fn probe(host: &Host) -> Vec<Check> {
+    let ns = namespaces();
+    let works = ns.support == Support::Ok;
+    let mut v = vec![ns];
+    v.extend(userns_restrictions(host, works));
+    v.push(landlock(sys::landlock_abi()));
+    v.push(cgroups());
+    v.push(tun(host));
+    v.push(seccomp());
+    v.push(seccomp_notify());
+    v.push(overlay());
+    v
+}
+
+/// The known reasons unprivileged user namespaces fail, each with its fix. `works` says
+/// whether the real probe succeeded anyway (root, or a profile that exempts cordon): the
+/// restriction is then reported, not held against the machine.
+pub fn userns_restrictions(host: &Host, works: bool) -> Vec<Check> {
+    let support = if works { Support::Ok } else { Support::Missing };
+    let cordon = if works {
+        "user namespaces work for cordon here despite it (root, or a profile allows cordon)"
+    } else {
+        "cannot sandbox: cordon run refuses to start (exit 125)"
+    };
+    let container = host.container();
+    let container_fix = |runtime: &str| {
+        format!(
+            "this runs in a {runtime} container, whose runtime blocks user namespaces: run cordon on the host, or start the container with them allowed (Docker/Podman: `--security-opt seccomp=unconfined --security-opt apparmor=unconfined`)"
+        )
+    };
+    let mut v = Vec::new();
+    if host.knob("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == Some(1) {
+        let exe = std::env::current_exe()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| "/usr/local/bin/cordon".into());
+        v.push(
+            check(
+                Layer::Isolation,
+                "AppArmor user-namespace restriction",
+                support,
+                "kernel.apparmor_restrict_unprivileged_userns = 1 (Ubuntu 23.10 and later): unprivileged programs get user namespaces without capabilities".into(),
+                cordon.into(),
+                !works,
+            )
+            .fix(format!(
+                "allow cordon alone with a profile, /etc/apparmor.d/cordon:\n  abi <abi/4.0>,\n  include <tunables/global>\n  profile cordon {exe} flags=(unconfined) {{\n    userns,\n  }}\nthen `sudo apparmor_parser -r /etc/apparmor.d/cordon`; or lift it for every program: `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`"
+            )),
+        );
+    }
+    if host.knob("/proc/sys/user/max_user_namespaces") == Some(0) {
+        v.push(
+            check(
+                Layer::Isolation,
+                "user namespaces switched off",
+                support,
+                "user.max_user_namespaces = 0".into(),
+                cordon.into(),
+                !works,
+            )
+            .fix(match container {
+                Some(rt) => container_fix(rt),
+                None => {
+                    "`sudo sysctl -w user.max_user_namespaces=15000` (keep it in /etc/sysctl.d/)"
+                        .into()
+                }
+            }),
+        );
+    }
+    if host.knob("/proc/sys/kernel/unprivileged_userns_clone") == Some(0) {
+        v.push(
+            check(
+                Layer::Isolation,
+                "unprivileged user namespaces switched off",
+                support,
+                "kernel.unprivileged_userns_clone = 0".into(),
+                cordon.into(),
+                !works,
+            )
+            .fix("`sudo sysctl -w kernel.unprivileged_userns_clone=1` (keep it in /etc/sysctl.d/)"),
+        );
+    }
+    if !works
+        && v.is_empty()
+        && let Some(rt) = container
+    {
+        v.push(
+            check(
+                Layer::Isolation,
+                "container without user namespaces",
+                Support::Missing,
+                format!("running in a {rt} container; unshare(CLONE_NEWUSER) fails"),
+                cordon.into(),
+                true,
+            )
+            .fix(container_fix(rt)),
+        );
+    }
+    v
 }
 
 fn check(
-    layer: &'static str,
+    layer: Layer,
     feature: &'static str,
     support: Support,
     detail: String,
@@ -62,6 +238,7 @@ fn check(
         detail,
         cordon,
         required,
+        fix: None,
     }
 }
 
@@ -94,22 +271,31 @@ fn namespaces() -> Check {
         res
     })();
     match result {
-        Ok(()) => check("1 filesystem & process", feature, Support::Ok, "unprivileged clone works".into(), "used".into(), true),
+        Ok(()) => check(
+            Layer::Isolation,
+            feature,
+            Support::Ok,
+            "unprivileged clone works".into(),
+            "the command runs in namespaces of its own, with your uid and no capabilities; read-only root, writable project, masked credentials".into(),
+            true,
+        ),
         Err(e) => check(
-            "1 filesystem & process",
+            Layer::Isolation,
             feature,
             Support::Missing,
             e,
-            "cannot sandbox: enable user namespaces (sysctl user.max_user_namespaces, kernel.unprivileged_userns_clone, AppArmor's restrict_unprivileged_userns)".into(),
+            "cannot sandbox: cordon run refuses to start (exit 125)".into(),
             true,
-        ),
+        )
+        .fix("enable unprivileged user namespaces (the lines below name what blocks them here)"),
     }
 }
 
-fn landlock() -> Check {
-    match sys::landlock_abi() {
+/// The Landlock line for what the kernel answered when asked for its ABI.
+pub fn landlock(abi: Result<i32, std::io::Error>) -> Check {
+    match abi {
         Ok(abi) if abi >= 6 => check(
-            "1 filesystem & process",
+            Layer::Isolation,
             "Landlock",
             Support::Ok,
             format!("ABI {abi}"),
@@ -118,15 +304,16 @@ fn landlock() -> Check {
             true,
         ),
         Ok(abi) => check(
-            "1 filesystem & process",
+            Layer::Isolation,
             "Landlock",
             Support::Partial,
             format!("ABI {abi} (ABI 6 adds socket and signal scoping)"),
             "applied best-effort with the rights this ABI has".into(),
             true,
-        ),
+        )
+        .fix("a kernel of 6.12 or later (Landlock ABI 6) adds abstract-socket and signal scoping"),
         Err(e) => check(
-            "1 filesystem & process",
+            Layer::Isolation,
             "Landlock",
             Support::Missing,
             match e.raw_os_error() {
@@ -138,7 +325,8 @@ fn landlock() -> Check {
             "refuses to start unless the policy sets [filesystem] landlock = \"best-effort\""
                 .into(),
             true,
-        ),
+        )
+        .fix("no Landlock: add `landlock` to the kernel's lsm= boot parameter (see /sys/kernel/security/lsm; e.g. GRUB_CMDLINE_LINUX=\"lsm=landlock,…\", `sudo update-grub`, reboot) on a kernel of 5.13 or later built with CONFIG_SECURITY_LANDLOCK; or run without it: [filesystem] landlock = \"best-effort\""),
     }
 }
 
@@ -146,7 +334,7 @@ fn seccomp() -> Check {
     const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
     let ok = sys::seccomp_action_available(SECCOMP_RET_ERRNO);
     check(
-        "4 syscalls",
+        Layer::Syscalls,
         "seccomp-bpf filter",
         if ok { Support::Ok } else { Support::Missing },
         if ok {
@@ -154,7 +342,7 @@ fn seccomp() -> Check {
         } else {
             "not available".into()
         },
-        "the syscall filter layer is not built yet".into(),
+        "a seccomp-bpf filter installed just before the command: denied syscalls get EPERM and a log line".into(),
         false,
     )
 }
@@ -163,7 +351,7 @@ fn seccomp_notify() -> Check {
     const SECCOMP_RET_USER_NOTIF: u32 = 0x7fc0_0000;
     let ok = sys::seccomp_action_available(SECCOMP_RET_USER_NOTIF);
     check(
-        "4 syscalls",
+        Layer::Syscalls,
         "seccomp user notification",
         if ok { Support::Ok } else { Support::Missing },
         if ok {
@@ -171,33 +359,46 @@ fn seccomp_notify() -> Check {
         } else {
             "not available".into()
         },
-        "supervised exec rules are not built yet".into(),
+        "supervised exec: [exec] rules allow, deny or hold a program for `cordon approve`".into(),
         false,
     )
 }
 
-fn tun() -> Check {
+fn tun(host: &Host) -> Check {
     match std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .open("/dev/net/tun")
+        .open(host.path("/dev/net/tun"))
     {
         Ok(_) => check(
-            "2 network",
+            Layer::Network,
             "/dev/net/tun",
             Support::Ok,
             "openable".into(),
             "the egress gateway covers every program (transparent TCP, DNS, explicit proxy)".into(),
             false,
         ),
-        Err(e) => check(
-            "2 network",
-            "/dev/net/tun",
-            Support::Partial,
-            format!("cannot open: {e} (distributions ship it 0666; `chmod 0666 /dev/net/tun` as root)"),
-            "explicit-proxy mode only: programs honouring HTTP_PROXY get out through the gateway's policy; others have no network (still fenced)".into(),
-            false,
-        ),
+        Err(e) => {
+            let fix = match (e.kind(), host.container()) {
+                (std::io::ErrorKind::NotFound, Some(rt)) => format!(
+                    "no /dev/net/tun in this {rt} container: start it with `--device /dev/net/tun`"
+                ),
+                (std::io::ErrorKind::NotFound, None) => "no /dev/net/tun: `sudo modprobe tun` (and `echo tun | sudo tee /etc/modules-load.d/tun.conf` to keep it)".into(),
+                (_, Some(rt)) => format!(
+                    "this {rt} container does not let it be opened: start it with `--device /dev/net/tun`"
+                ),
+                _ => "`sudo chmod 0666 /dev/net/tun` (distributions ship it 0666; a udev rule KERNEL==\"tun\", MODE=\"0666\" keeps it)".into(),
+            };
+            check(
+                Layer::Network,
+                "/dev/net/tun",
+                Support::Partial,
+                format!("cannot open: {e}"),
+                "explicit-proxy mode only: programs honouring HTTP_PROXY get out through the gateway's policy; others have no network (still fenced)".into(),
+                false,
+            )
+            .fix(fix)
+        }
     }
 }
 
@@ -301,7 +502,7 @@ fn overlay() -> Check {
     });
     match result {
         Ok(()) => check(
-            "state",
+            Layer::State,
             "overlayfs in a user namespace",
             Support::Ok,
             "works".into(),
@@ -309,7 +510,7 @@ fn overlay() -> Check {
             false,
         ),
         Err(e) => check(
-            "state",
+            Layer::State,
             "overlayfs in a user namespace",
             Support::Missing,
             e,
@@ -327,7 +528,7 @@ fn cgroups() -> Check {
         .unwrap_or(false);
     if !v2 && sys::getuid() == 0 {
         return check(
-            "1 filesystem & process",
+            Layer::Isolation,
             "cgroup v2 delegation",
             Support::Partial,
             "/sys/fs/cgroup is cgroup v1 or hybrid; running as root".into(),
@@ -337,7 +538,7 @@ fn cgroups() -> Check {
     }
     if !v2 {
         return check(
-            "1 filesystem & process",
+            Layer::Isolation,
             "cgroup v2 delegation",
             Support::Missing,
             "/sys/fs/cgroup is cgroup v1 or hybrid".into(),
@@ -357,7 +558,7 @@ fn cgroups() -> Check {
         .map(|m| !m.permissions().readonly())
         .unwrap_or(false);
     check(
-        "1 filesystem & process",
+        Layer::Isolation,
         "cgroup v2 delegation",
         Support::Partial,
         format!(
@@ -372,4 +573,62 @@ fn cgroups() -> Check {
         "[limits] memory, pids and nofile use rlimits; cpu is not enforced yet".into(),
         false,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        for (p, text) in files {
+            let p = t.path().join(p);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        t
+    }
+
+    #[test]
+    fn a_blocked_user_namespace_names_its_cause_and_fix() {
+        let t = fake(&[(
+            "proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+            "1\n",
+        )]);
+        let v = userns_restrictions(&Host::at(t.path()), false);
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].support, Support::Missing);
+        assert!(v[0].required);
+        assert!(v[0].fix.as_deref().unwrap().contains("apparmor_parser"));
+        // Allowed anyway (root, a profile): reported, not a failure.
+        let v = userns_restrictions(&Host::at(t.path()), true);
+        assert_eq!(v[0].support, Support::Ok);
+        assert!(!v[0].required);
+    }
+
+    #[test]
+    fn a_container_without_user_namespaces_says_so() {
+        let t = fake(&[
+            (".dockerenv", ""),
+            ("proc/sys/user/max_user_namespaces", "0"),
+        ]);
+        let v = userns_restrictions(&Host::at(t.path()), false);
+        assert_eq!(v.len(), 1);
+        assert!(v[0].fix.as_deref().unwrap().contains("Docker container"));
+        let t = fake(&[("run/.containerenv", "")]);
+        let v = userns_restrictions(&Host::at(t.path()), false);
+        assert_eq!(v[0].feature, "container without user namespaces");
+        assert!(userns_restrictions(&Host::at(t.path()), true).is_empty());
+    }
+
+    #[test]
+    fn no_landlock_and_no_tun_come_with_a_fix() {
+        let c = landlock(Err(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP)));
+        assert_eq!(c.support, Support::Missing);
+        assert!(c.fix.unwrap().contains("lsm="));
+        let t = fake(&[]);
+        let c = tun(&Host::at(t.path()));
+        assert_eq!(c.support, Support::Partial);
+        assert!(c.fix.unwrap().contains("modprobe tun"));
+    }
 }

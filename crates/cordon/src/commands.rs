@@ -8,7 +8,6 @@ use anyhow::{Context, Result, anyhow};
 use clap::CommandFactory;
 use cordon_events::{Action, AuditLog, Layer, NewEvent};
 use cordon_policy::{LoadOptions, Loaded, TrustStore};
-use cordon_sandbox::probe::Support;
 
 use crate::cli::{CheckArgs, Cli, Cmd, LogArgs, PolicyArgs, RunArgs, TrustArgs};
 
@@ -20,7 +19,7 @@ pub fn dispatch(cmd: Cmd) -> i32 {
     match cmd {
         Cmd::Run(a) => run(a),
         Cmd::Check(a) => check(a),
-        Cmd::Doctor => doctor(),
+        Cmd::Doctor => crate::doctor::doctor(),
         Cmd::Trust(a) => report(trust(a)),
         Cmd::Log(a) => match log(a) {
             Ok(code) => code,
@@ -56,7 +55,7 @@ fn report(r: Result<()>) -> i32 {
     }
 }
 
-fn home() -> PathBuf {
+pub(crate) fn home() -> PathBuf {
     std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
         .map(PathBuf::from)
@@ -141,7 +140,7 @@ fn session_approvals(
 /// cordon's own directories, masked in every sandbox (the loader puts them in the plan):
 /// snapshots hold hard links to files a deny rule hides elsewhere, cache layers belong to
 /// every session, the data directory holds the CA's key, brokers take approvals.
-fn own_dirs() -> Vec<(PathBuf, &'static str)> {
+pub(crate) fn own_dirs() -> Vec<(PathBuf, &'static str)> {
     let mut v = Vec::new();
     v.extend(cordon_events::state_dir().map(|d| (d, "own state")));
     v.extend(cordon_state::cache_dir().map(|d| (d, "own caches")));
@@ -816,138 +815,6 @@ fn check(a: CheckArgs) -> i32 {
             EXIT_USAGE
         }
     }
-}
-
-fn doctor() -> i32 {
-    let mut out = std::io::stdout().lock();
-    let mut checks = cordon_sandbox::probe::probe();
-    let e2e = doctor_end_to_end();
-    checks.push(cordon_sandbox::probe::Check {
-        layer: "1 filesystem & process",
-        feature: "default policy, end to end",
-        support: if e2e.is_ok() {
-            Support::Ok
-        } else {
-            Support::Missing
-        },
-        detail: match &e2e {
-            Ok(()) => "`true` ran in a sandbox built from the built-in default policy".into(),
-            Err(e) => format!("{e:#}"),
-        },
-        cordon: if e2e.is_ok() {
-            "ready".into()
-        } else {
-            "cordon run will refuse to start (exit 125)".into()
-        },
-        required: true,
-    });
-    checks.push(doctor_home());
-    let mut failed = false;
-    for c in &checks {
-        let mark = match c.support {
-            Support::Ok => "ok     ",
-            Support::Partial => "partial",
-            Support::Missing => "MISSING",
-        };
-        if c.required && c.support == Support::Missing {
-            failed = true;
-        }
-        let _ = writeln!(
-            out,
-            "{mark}  [{}] {}: {}\n         cordon: {}",
-            c.layer, c.feature, c.detail, c.cordon
-        );
-    }
-    let _ = writeln!(
-        out,
-        "{}",
-        if failed {
-            "\nThe built-in default policy cannot be enforced on this machine."
-        } else {
-            "\nThe built-in default policy can be enforced on this machine."
-        }
-    );
-    if failed { 1 } else { 0 }
-}
-
-/// The copy-on-write home, tried for real on this home and the filesystem of cordon's state.
-fn doctor_home() -> cordon_sandbox::probe::Check {
-    let tried = (|| -> Result<PathBuf, String> {
-        let home = crate::home::home_dir().ok_or("$HOME is not set to an existing directory")?;
-        let state =
-            cordon_events::state_dir().ok_or("no state directory (XDG_STATE_HOME or HOME)")?;
-        std::fs::create_dir_all(&state).map_err(|e| format!("{}: {e}", state.display()))?;
-        cordon_sandbox::probe::home_overlay(&home, &state)?;
-        Ok(home)
-    })();
-    cordon_sandbox::probe::Check {
-        layer: "state",
-        feature: "copy-on-write home",
-        support: if tried.is_ok() {
-            Support::Ok
-        } else {
-            Support::Partial
-        },
-        detail: match &tried {
-            Ok(home) => format!(
-                "an overlay of {} mounts in a user namespace",
-                home.display()
-            ),
-            Err(e) => e.clone(),
-        },
-        cordon: if tried.is_ok() {
-            "writes in the home land in the session's layer; caches persist in cordon's own".into()
-        } else {
-            "the home is read-only in the sandbox (a warning at every start); set `[state] home = \"readonly\"` to say so".into()
-        },
-        required: false,
-    }
-}
-
-fn doctor_end_to_end() -> Result<()> {
-    let dir = tempfile_dir()?;
-    let opts = LoadOptions {
-        project_dir: dir.clone(),
-        home: home(),
-        passwd_home: None,
-        policy_file: None,
-        user_config: None,
-        profile: None,
-        trust_store: dir.join("trust.json"),
-        own_dirs: own_dirs(),
-    };
-    let result = (|| {
-        let loaded = cordon_policy::load(&opts).map_err(|e| anyhow!("{e}"))?;
-        let cmd = cordon_sandbox::Command {
-            argv: vec!["true".into()],
-            cwd: dir.clone(),
-            tty: cordon_sandbox::TtyMode::Never,
-            session: format!("doctor-{}", std::process::id()),
-            approvals: None,
-            staged: Vec::new(),
-            shown: Vec::new(),
-        };
-        let outcome = cordon_sandbox::run(&loaded.plan, &cmd, &|_| {})?;
-        if outcome.code() != 0 {
-            return Err(anyhow!("`true` exited with {}", outcome.code()));
-        }
-        Ok(())
-    })();
-    let _ = std::fs::remove_dir_all(&dir);
-    result
-}
-
-fn tempfile_dir() -> Result<PathBuf> {
-    let base = std::env::temp_dir()
-        .canonicalize()
-        .unwrap_or_else(|_| PathBuf::from("/tmp"));
-    let dir = base.join(format!(
-        "cordon-doctor-{}-{}",
-        std::process::id(),
-        cordon_events::new_session_id()
-    ));
-    std::fs::create_dir(&dir).with_context(|| format!("create {}", dir.display()))?;
-    Ok(dir)
 }
 
 fn trust(a: TrustArgs) -> Result<()> {

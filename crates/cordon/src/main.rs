@@ -6,6 +6,7 @@
 mod approve;
 mod cli;
 mod commands;
+mod doctor;
 mod home;
 mod output;
 mod state;
