@@ -50,7 +50,7 @@ pub struct DnsDecision {
     /// The answer given.
     pub answer: DnsAnswer,
     /// The rule that decided: the blocklist rule (`builtin:<domain>`, `block:<pattern>`),
-    /// `reserved:cordon.internal` or [`SINGLE_LABEL_RULE`] for [`DnsAnswer::NxDomain`];
+    /// `reserved:cordon.internal` or `single-label` for [`DnsAnswer::NxDomain`];
     /// `None` otherwise.
     pub rule: Option<String>,
 }

@@ -7,7 +7,7 @@
 //! Layout: `sections` holds one module per policy section — the only place its keys are
 //! named (schema, checks, merge, loosening, plan part, rendering); `schema` is the language
 //! sections are declared in and the located structural check; [`pattern`] is the one pattern
-//! language every layer matches with; [`load`] reads, merges and derives the rules that come
+//! language every layer matches with; [`load`](mod@load) reads, merges and derives the rules that come
 //! from the host, so the [`Plan`] is the whole truth.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -1,5 +1,5 @@
 //! The resolved plan: what every enforcement layer receives. Each section's part is defined
-//! with the section (see [`crate::sections`]); this module gathers them under one name.
+//! with the section (see `sections`); this module gathers them under one name.
 
 pub use crate::pattern::{Bare, HostPattern, HostPatternError, glob_match};
 pub use crate::schema::Choice;

@@ -32,7 +32,7 @@ pub struct FenceStatus {
 }
 
 impl FenceStatus {
-    /// The ABI whose rights are requested (see [`TARGET`]).
+    /// The ABI whose rights are requested (see `TARGET`).
     pub const REQUESTED_ABI: i32 = TARGET as i32;
 
     /// No ruleset: applying it failed with `e`.

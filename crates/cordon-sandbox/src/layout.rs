@@ -1,5 +1,5 @@
-//! Turns a policy [`Plan`] into a concrete [`Layout`]: the ordered mount operations and the
-//! Landlock rule sets that build the sandbox's filesystem view.
+//! Turns a policy [`Plan`](cordon_policy::Plan) into a concrete [`Layout`]: the ordered mount
+//! operations and the Landlock rule sets that build the sandbox's filesystem view.
 //!
 //! Runs on the host side, before the sandbox exists, so it sees the host's real paths:
 //! symlinks are resolved here (a denied `~/.ssh` that links elsewhere masks its target too),

@@ -3,7 +3,7 @@
 //! It serves what init made inside the sandbox's network namespace: the TUN device that holds
 //! its default route (a userspace TCP/IP stack, smoltcp via `netstack-smoltcp`, terminates
 //! every TCP flow here), UDP sockets on the sandbox's loopback port 53 (the resolver), and the
-//! explicit-proxy listener. Every TCP flow is decided by name ([`policy::decide`]) before a
+//! explicit-proxy listener. Every TCP flow is decided by name (the `policy` module) before a
 //! byte leaves: the SYN is held until policy allowed it and the host-side connect succeeded,
 //! so a denied or unreachable destination gets a RST at once and never a half-open socket.
 //! Published ports come the other way, through init's helper.
