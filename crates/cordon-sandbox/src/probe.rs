@@ -246,7 +246,8 @@ fn namespaces() -> Check {
     let feature = "user, mount, pid, ipc, uts, net, cgroup namespaces";
     let result = (|| -> Result<(), String> {
         let (r, w) = sys::pipe().map_err(|e| e.to_string())?;
-        // SAFETY: the child only reads a pipe and exits (async-signal-safe).
+        // SAFETY: the child only reads a pipe, makes one mount call on static data and exits
+        // (async-signal-safe, no allocation).
         let child = unsafe { sys::clone_into_namespaces(sys::SANDBOX_NAMESPACES) }
             .map_err(|e| format!("clone: {e}"))?;
         let Some(child) = child else {
@@ -254,7 +255,12 @@ fn namespaces() -> Check {
             sys::close_raw(w.as_raw_fd());
             let mut b = [0u8; 1];
             sys::read_raw(r.as_raw_fd(), &mut b);
-            sys::exit_now(0)
+            // The first mount the sandbox makes. A namespace without capabilities (Ubuntu's
+            // AppArmor restriction) clones and maps fine and fails here.
+            sys::exit_now(match sys::make_root_private_raw() {
+                Ok(()) => 0,
+                Err(errno) => errno.clamp(1, 255),
+            })
         };
         drop(r);
         let base = format!("/proc/{}", child.pid);
@@ -267,15 +273,23 @@ fn namespaces() -> Check {
             })
             .map_err(|e| format!("uid/gid map: {e}"));
         drop(w);
-        let _ = sys::waitpid(child.pid, false);
-        res
+        let ended = sys::waitpid(child.pid, false);
+        res?;
+        match ended {
+            Ok(Some((_, sys::WaitStatus::Exited(0)))) => Ok(()),
+            Ok(Some((_, sys::WaitStatus::Exited(errno)))) => Err(format!(
+                "the namespace has no capabilities: its first mount failed ({})",
+                std::io::Error::from_raw_os_error(errno)
+            )),
+            other => Err(format!("the namespace probe ended with {other:?}")),
+        }
     })();
     match result {
         Ok(()) => check(
             Layer::Isolation,
             feature,
             Support::Ok,
-            "unprivileged clone works".into(),
+            "unprivileged clone and a mount inside it work".into(),
             "the command runs in namespaces of its own, with your uid and no capabilities; read-only root, writable project, masked credentials".into(),
             true,
         ),
@@ -630,5 +644,15 @@ mod tests {
         let c = tun(&Host::at(t.path()));
         assert_eq!(c.support, Support::Partial);
         assert!(c.fix.unwrap().contains("modprobe tun"));
+    }
+
+    /// The namespace probe does what the sandbox does first (clone, map ids, make the mount
+    /// tree private), so a namespace that clones but cannot mount is not reported as working.
+    /// On this machine (root, or a user with unrestricted user namespaces) it works.
+    #[test]
+    fn the_namespace_probe_mounts_inside() {
+        let c = namespaces();
+        assert_eq!(c.support, Support::Ok, "{}", c.detail);
+        assert!(c.detail.contains("mount"), "{}", c.detail);
     }
 }

@@ -7,6 +7,29 @@ use std::path::Path;
 
 use super::{cstr, cvt, cvt_long};
 
+/// Makes the whole mount tree private (`mount --make-rprivate /`), the first thing the sandbox
+/// does in its mount namespace; without allocating, so a freshly cloned child may call it.
+/// Returns the errno on failure.
+pub(crate) fn make_root_private_raw() -> Result<(), i32> {
+    // SAFETY: a static NUL-terminated path and null pointers; mount(2) only reads them.
+    let rc = unsafe {
+        libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EPERM))
+    }
+}
+
 pub(crate) fn mount(
     src: Option<&CStr>,
     target: &Path,
