@@ -30,26 +30,27 @@ impl Blocklist {
 
     /// The rule blocking the normalised `name`, if any (in the plan's order: built-in first).
     pub(crate) fn check(&self, name: &str) -> Option<String> {
-        self.entries
-            .iter()
-            .find(|b| b.pattern.matches(name))
-            .map(|b| {
-                let kind = if b.origin == "built-in" {
-                    "builtin"
-                } else {
-                    "block"
-                };
-                format!("{kind}:{}", b.pattern)
-            })
+        rule_for(&self.entries, name)
     }
+}
+
+/// The rule of the first entry matching the normalised `name`.
+fn rule_for(entries: &[DnsBlock], name: &str) -> Option<String> {
+    entries.iter().find(|b| b.pattern.matches(name)).map(|b| {
+        let kind = if b.origin == "built-in" {
+            "builtin"
+        } else {
+            "block"
+        };
+        format!("{kind}:{}", b.pattern)
+    })
 }
 
 /// Checks `name` against `block` (see the module docs for the matching rule). Returns the
 /// matching rule (`builtin:<entry>` or `block:<entry>`). A name that is not a valid domain
 /// name matches nothing.
 pub fn blocked(name: &str, block: &[DnsBlock]) -> Option<String> {
-    let name = name::normalize(name).ok()?;
-    Blocklist::new(block).check(&name)
+    rule_for(block, &name::normalize(name).ok()?)
 }
 
 #[cfg(test)]

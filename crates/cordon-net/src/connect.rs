@@ -109,8 +109,8 @@ impl HostResolver {
         Self { cfg }
     }
 
-    /// The blocklist rule that blocks `name` (built-in or `[dns] block`), with the patterns
-    /// compiled once for the session rather than per call as [`crate::blocked`] does.
+    /// The blocklist rule that blocks `name` (built-in or `[dns] block`): [`crate::blocked`]
+    /// against the session's list.
     pub fn blocked(&self, name: &str) -> Option<String> {
         let norm = name::normalize(name).ok()?;
         self.cfg.blocklist.check(&norm)
