@@ -71,7 +71,7 @@ async fn front(up: SocketAddr, up_ca: String, secure: bool, ca: Arc<CertAuthorit
                         Known {
                             name: "bench".into(),
                             value: REAL.into(),
-                            hosts: vec!["bench.test".into()],
+                            hosts: vec!["bench.test".parse().unwrap()],
                         },
                         Known {
                             name: "DB_PASSWORD".into(),

@@ -57,7 +57,7 @@ fn main() {
         Known {
             name: "bench".into(),
             value: "real-bench-key-0123456789abcdef".into(),
-            hosts: vec!["bench.example.test".into()],
+            hosts: vec!["bench.example.test".parse().unwrap()],
         },
         Known {
             name: "DB_PASSWORD".into(),

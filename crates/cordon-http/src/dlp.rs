@@ -65,8 +65,8 @@ pub struct Known {
     pub name: String,
     /// The value (never shown).
     pub value: String,
-    /// Host globs it may go to.
-    pub hosts: Vec<String>,
+    /// The hosts it may go to.
+    pub hosts: Vec<HostPattern>,
 }
 
 impl std::fmt::Debug for Known {
@@ -83,15 +83,15 @@ impl std::fmt::Debug for Known {
 pub struct Exemption {
     /// Finding kinds; `*` for all.
     pub kinds: Vec<String>,
-    /// Host globs.
-    pub hosts: Vec<String>,
+    /// The hosts they may go to.
+    pub hosts: Vec<HostPattern>,
 }
 
 impl From<&cordon_policy::DlpAllow> for Exemption {
     fn from(a: &cordon_policy::DlpAllow) -> Self {
         Exemption {
             kinds: a.kinds.clone(),
-            hosts: a.hosts.iter().map(ToString::to_string).collect(),
+            hosts: a.hosts.clone(),
         }
     }
 }
@@ -153,15 +153,11 @@ impl Scanner {
             .filter_map(|(k, p)| Regex::new(p).ok().map(|r| (*k, r)))
             .collect();
         let mut allowed: Vec<(String, Vec<HostPattern>)> = Vec::new();
-        // Host globs come validated from the policy (or are the built-in issuers'); one that
-        // does not parse matches nothing.
-        let mut allow = |kind: &str, hosts: &[String]| {
-            let hosts = hosts.iter().filter_map(|h| HostPattern::glob(h).ok());
-            match allowed.iter_mut().find(|(k, _)| k == kind) {
-                Some((_, h)) => h.extend(hosts),
-                None => allowed.push((kind.to_string(), hosts.collect())),
-            }
-        };
+        let mut allow =
+            |kind: &str, hosts: &[HostPattern]| match allowed.iter_mut().find(|(k, _)| k == kind) {
+                Some((_, h)) => h.extend(hosts.iter().cloned()),
+                None => allowed.push((kind.to_string(), hosts.to_vec())),
+            };
         // The exemptions (the built-in issuers among them) first: a known value of a known
         // shape may go wherever that shape may.
         for e in &exemptions {
@@ -597,7 +593,7 @@ mod tests {
         let known = |name: &str, value: &str| Known {
             name: name.into(),
             value: value.into(),
-            hosts: vec!["db.example".into()],
+            hosts: vec!["db.example".parse().unwrap()],
         };
         let s = Scanner::new(
             vec![known("db", &secret), known("short", "abc")],
@@ -689,7 +685,7 @@ mod tests {
                 Known {
                     name: "db".into(),
                     value: "db-password-0123456789".into(),
-                    hosts: vec!["db.internal".into()],
+                    hosts: vec!["db.internal".parse().unwrap()],
                 },
             ],
             cordon_policy::built_in_dlp_allow()
@@ -697,7 +693,7 @@ mod tests {
                 .map(Exemption::from)
                 .chain([Exemption {
                     kinds: vec!["jwt".into()],
-                    hosts: vec!["*.auth.example".into()],
+                    hosts: vec!["*.auth.example".parse().unwrap()],
                 }])
                 .collect(),
         );

@@ -207,7 +207,7 @@ fn scanning(
         .map(|c| dlp::Known {
             name: c.name.clone(),
             value: c.real.clone(),
-            hosts: c.hosts.iter().map(ToString::to_string).collect(),
+            hosts: c.hosts.clone(),
         })
         .collect();
     known.extend(host_secrets);
