@@ -225,11 +225,6 @@ impl Broker {
             .collect()
     }
 
-    /// When the next question times out, if any.
-    pub fn next_deadline(&self) -> Option<Instant> {
-        self.held.values().map(|h| h.deadline).min()
-    }
-
     /// Deny every question past its deadline.
     pub fn expire(&mut self) -> Vec<(u64, Answer)> {
         let now = Instant::now();
