@@ -186,11 +186,7 @@ fn untrusted_project_file_loosening_is_reported_until_trusted() {
          writable = [\"~/.more\"]\n",
     );
     let l = env.load();
-    let whats: Vec<&str> = l
-        .untrusted_loosening
-        .iter()
-        .map(|x| x.what.as_str())
-        .collect();
+    let whats = loosened(&l);
     let cache = env.home.join(".cache");
     assert_eq!(
         whats,
@@ -260,11 +256,7 @@ fn untrusted_limits_may_lower_but_not_raise() {
     env.user("[limits]\nmemory = \"4G\"\npids = 100\ncpu = 2\nnofile = 1024\n");
     env.project("[limits]\nmemory = \"8G\"\npids = 50\ncpu = 4\nnofile = 512\n");
     let l = env.load();
-    let whats: Vec<&str> = l
-        .untrusted_loosening
-        .iter()
-        .map(|x| x.what.as_str())
-        .collect();
+    let whats = loosened(&l);
     assert_eq!(
         whats,
         [
@@ -406,11 +398,7 @@ fn secret_scanning_is_on_by_default_and_loosening_it_needs_trust() {
          files = [\"~/.config/x/key.json\"]\n",
     );
     let l = env.load();
-    let whats: Vec<&str> = l
-        .untrusted_loosening
-        .iter()
-        .map(|x| x.what.as_str())
-        .collect();
+    let whats = loosened(&l);
     assert!(
         whats.iter().any(|w| w.contains("[dlp] action = Log")),
         "{whats:?}"

@@ -149,11 +149,7 @@ fn untrusted_syscall_and_exec_loosening() {
          [[exec.rule]]\npattern = \"rm -rf *\"\naction = \"allow\"\n",
     );
     let l = env.load();
-    let whats: Vec<&str> = l
-        .untrusted_loosening
-        .iter()
-        .map(|x| x.what.as_str())
-        .collect();
+    let whats = loosened(&l);
     assert_eq!(
         whats,
         [
@@ -347,11 +343,7 @@ fn untrusted_on_exit_keep_is_loosening() {
     let env = Env::new();
     env.project("[filesystem]\n\n[state]\non_exit = \"keep\"\nprotect = [\"~/.x\"]\n");
     let l = env.load();
-    let whats: Vec<&str> = l
-        .untrusted_loosening
-        .iter()
-        .map(|x| x.what.as_str())
-        .collect();
+    let whats = loosened(&l);
     let x = env.home.join(".x");
     assert_eq!(
         whats,
@@ -391,11 +383,7 @@ fn untrusted_on_exit_keep_is_loosening() {
     env.user("[state]\non_exit = \"keep\"\nprotect = [\"~/.mine\"]\n");
     env.project("[state]\nprotect = [\"~/.mine/sub\", \"~/.other\"]\nproject_files = \"staged\"\n");
     let l = env.load();
-    let whats: Vec<&str> = l
-        .untrusted_loosening
-        .iter()
-        .map(|x| x.what.as_str())
-        .collect();
+    let whats = loosened(&l);
     assert_eq!(whats.len(), 2, "{whats:?}");
     assert!(whats[0].starts_with("protects ") && whats[0].contains(".other"));
     assert!(whats[1].starts_with("stages the project's read-only files"));
@@ -408,11 +396,7 @@ fn untrusted_on_exit_keep_is_loosening() {
     o.profile = Some("claude".into());
     let l = load(&o).unwrap();
     // The profile's own protected paths are the built-in ones: only on_exit loosens.
-    let whats: Vec<&str> = l
-        .untrusted_loosening
-        .iter()
-        .map(|x| x.what.as_str())
-        .collect();
+    let whats = loosened(&l);
     assert_eq!(
         whats,
         ["applies changes to protected state without review (on_exit = \"keep\") (line 2)"]

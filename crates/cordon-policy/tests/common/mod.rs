@@ -123,3 +123,11 @@ pub fn broken(text: &str) -> (String, usize, usize) {
     assert!(s.contains(&arrow), "{s}");
     (s, loc.line, loc.column)
 }
+
+/// What the untrusted files loosen, as the user is told.
+pub fn loosened(l: &Loaded) -> Vec<&str> {
+    l.untrusted_loosening
+        .iter()
+        .map(|x| x.what.as_str())
+        .collect()
+}
