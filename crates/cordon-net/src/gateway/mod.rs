@@ -186,7 +186,9 @@ impl Gateway {
                     _ => None,
                 })
                 .collect(),
-            ..NetConfig::default()
+            // Not `..NetConfig::default()`: that would parse the built-in policy again for a
+            // blocklist the plan already holds.
+            fake_range: crate::config::default_fake_range(),
         };
         let resolver = Resolver::new(cfg)?;
         let host = resolver.host_resolver();
