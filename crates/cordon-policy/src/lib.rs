@@ -14,6 +14,7 @@
 
 pub mod env;
 pub mod error;
+pub mod explain;
 mod expand;
 mod file;
 pub mod load;

@@ -1,0 +1,107 @@
+//! The `cordon explain` line a denial message names, so whoever was refused (a person or an
+//! agent inside the sandbox) can ask which rule decided instead of retrying around it.
+//!
+//! Every layer that refuses something calls one of these, so the line is spelled one way
+//! everywhere and always parses back as `cordon explain`'s own arguments.
+
+/// `cordon explain METHOD URL` for an HTTP request a rule refused.
+///
+/// ```
+/// assert_eq!(
+///     cordon_policy::explain::hint_for_request("post", "https://api.example.com/v1/x"),
+///     "cordon explain POST https://api.example.com/v1/x"
+/// );
+/// ```
+pub fn hint_for_request(method: &str, url: &str) -> String {
+    format!(
+        "cordon explain {} {}",
+        method.to_ascii_uppercase(),
+        shell_word(url)
+    )
+}
+
+/// `cordon explain HOST:PORT` for a connection refused before any HTTP was seen.
+pub fn hint_for_host(host: &str, port: u16) -> String {
+    let host = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    format!("cordon explain {}", shell_word(&format!("{host}:{port}")))
+}
+
+/// `cordon explain -- ARGV…` for a command an exec rule refused or held.
+pub fn hint_for_command<S: AsRef<str>>(argv: &[S]) -> String {
+    let mut out = String::from("cordon explain --");
+    for a in argv {
+        out.push(' ');
+        out.push_str(&shell_word(a.as_ref()));
+    }
+    out
+}
+
+/// `cordon explain [--write] PATH` for a path.
+pub fn hint_for_path(path: &str, write: bool) -> String {
+    format!(
+        "cordon explain {}{}",
+        if write { "--write " } else { "" },
+        shell_word(path)
+    )
+}
+
+/// A word a POSIX shell reads back as itself: bare when it holds only safe characters,
+/// otherwise single-quoted.
+pub fn shell_word(s: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "-_./:@%+=,~^".contains(c);
+    if !s.is_empty() && s.chars().all(safe) {
+        return s.to_string();
+    }
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_line_uppercases_the_method_and_quotes_a_query() {
+        assert_eq!(
+            hint_for_request("get", "https://h.example/a?b=1&c=2"),
+            "cordon explain GET 'https://h.example/a?b=1&c=2'"
+        );
+    }
+
+    #[test]
+    fn command_line_quotes_what_the_shell_would_split() {
+        assert_eq!(
+            hint_for_command(&["git", "commit", "-m", "it's done"]),
+            r"cordon explain -- git commit -m 'it'\''s done'"
+        );
+        assert_eq!(
+            hint_for_command(&["git", "push", "origin", "main"]),
+            "cordon explain -- git push origin main"
+        );
+    }
+
+    #[test]
+    fn host_line_brackets_ipv6() {
+        assert_eq!(hint_for_host("::1", 443), "cordon explain '[::1]:443'");
+        assert_eq!(
+            hint_for_host("example.com", 22),
+            "cordon explain example.com:22"
+        );
+    }
+
+    #[test]
+    fn path_line_says_write_when_asked() {
+        assert_eq!(
+            hint_for_path("/home/u/.ssh/id_rsa", false),
+            "cordon explain /home/u/.ssh/id_rsa"
+        );
+        assert_eq!(
+            hint_for_path("/etc/x y", true),
+            "cordon explain --write '/etc/x y'"
+        );
+        assert_eq!(shell_word(""), "''");
+    }
+}
