@@ -53,6 +53,7 @@ pub use gateway::{
     ConnectFn, Emit, FlowFuture, FlowHandler, FlowIo, FlowKind, FlowTarget, Gateway, GatewayError,
     InwardFn, Redact, SocketLookup,
 };
+pub use gateway::{FlowVerdict, explain_flow};
 use ipnet::Ipv4Net;
 
 /// The session's DNS state: the validated configuration and the fake-IP table.

@@ -11,6 +11,7 @@
 //! Runs on its own tokio runtime (two worker threads), so the supervisor's own loop is
 //! untouched. Dropping the [`Gateway`] stops it.
 
+mod flow;
 mod handler;
 mod owner;
 mod packet;
@@ -27,12 +28,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use cordon_events::{Action, Layer, NewEvent};
-use cordon_policy::{HostPattern, HttpAction, HttpPlan, NetworkPlan};
+use cordon_policy::{HostPattern, HttpPlan, NetworkPlan};
 use ipnet::IpNet;
 use thiserror::Error;
 use tokio::net::TcpStream;
 
-use crate::{DnsAnswer, DnsDecision, HOST_ALIAS, HostResolver, NetConfig, NetError, Resolver};
+use crate::{DnsAnswer, DnsDecision, HOST_ALIAS, HostResolver, NetError, Resolver};
+pub use flow::{FlowVerdict, explain_flow};
 pub use handler::{ConnectFn, FlowFuture, FlowHandler, FlowIo, FlowKind, FlowTarget, Redact};
 use policy::{Dest, FlowDecision};
 
@@ -173,23 +175,7 @@ impl Gateway {
                     .map_err(|_| GatewayError::BadCidr(c.clone()))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let cfg = NetConfig {
-            block: whole.dns.block.clone(),
-            hosts: whole.dns.hosts.clone(),
-            upstream: whole.dns.upstream,
-            // Exact names a rule allows may resolve to private addresses: the user named them.
-            allow_hosts: plan
-                .allow
-                .iter()
-                .filter_map(|r| match &r.host {
-                    cordon_policy::HostPattern::Exact(n) => Some(n.clone()),
-                    _ => None,
-                })
-                .collect(),
-            // Not `..NetConfig::default()`: that would parse the built-in policy again for a
-            // blocklist the plan already holds.
-            fake_range: crate::config::default_fake_range(),
-        };
+        let cfg = flow::net_config(whole);
         let resolver = Resolver::new(cfg)?;
         let host = resolver.host_resolver();
         let mut publish = Vec::new();
@@ -533,45 +519,19 @@ impl Shared {
     /// [`http_flow`](Self::http_flow), for any port when `any_port` (a plain request through
     /// the explicit proxy is HTTP whatever its port).
     pub(crate) fn http_flow_for(&self, dest: &Dest, port: u16, any_port: bool) -> HttpFlow {
-        let (Some(layer), Dest::Name(name)) = (self.http.get(), dest) else {
+        let Some(layer) = self.http.get() else {
             return HttpFlow::NotHttp;
         };
-        if !(any_port || matches!(port, 80 | 443))
-            || layer.passthrough.iter().any(|p| p.matches(name))
-        {
-            return HttpFlow::NotHttp;
-        }
-        if let Some(rule) = self.host.blocked(name) {
-            return HttpFlow::Deny(FlowDecision {
-                allow: false,
-                reason: format!("{name} is on the blocklist ({rule})"),
-                rule,
-            });
-        }
-        if self.http_reachable(layer, name, port) {
-            HttpFlow::Intercept
-        } else {
-            HttpFlow::Deny(FlowDecision {
-                allow: false,
-                rule: "http.default-deny".into(),
-                reason: format!(
-                    "no [[http.rule]] or [[network.allow]] lets requests to {name}:{port} through"
-                ),
-            })
-        }
-    }
-
-    /// Whether any request to `name:port` could be let through (so the connection is worth
-    /// accepting): an allowing rule for the host, a `[[network.allow]]`, or a default that is
-    /// not `deny`.
-    fn http_reachable(&self, layer: &HttpSide, name: &str, port: u16) -> bool {
-        layer.plan.default != HttpAction::Deny
-            || self.plan.allowing(name, port).is_some()
-            || layer.plan.rules.iter().any(|r| {
-                r.action != HttpAction::Deny
-                    && r.port.is_none_or(|p| p == port)
-                    && r.host.matches(name)
-            })
+        let blocked = |n: &str| self.host.blocked(n);
+        flow::http_flow(
+            &layer.plan,
+            &layer.passthrough,
+            &self.plan,
+            &blocked,
+            dest,
+            port,
+            any_port,
+        )
     }
 
     /// The connect an allowed HTTP request makes: the host-side lookup with the

@@ -1,0 +1,233 @@
+//! The whole connection-level decision as pure functions of the plan: which flows the HTTP
+//! layer takes, and what the flow policy says of the rest. The gateway calls these for every
+//! flow; [`explain_flow`] calls the same ones for `cordon explain`, with no session running.
+
+use std::net::IpAddr;
+
+use cordon_policy::{HostPattern, HttpAction, HttpPlan, NetMode, NetworkPlan, Plan};
+use ipnet::IpNet;
+
+use super::HttpFlow;
+use super::policy::{self, Dest, FlowDecision};
+use crate::{NetConfig, NetError, Resolver};
+
+/// The resolver's configuration for a session's plan (blocklist, `hosts`, upstream, the
+/// names whose private addresses a rule allows).
+pub(crate) fn net_config(whole: &Plan) -> NetConfig {
+    NetConfig {
+        block: whole.dns.block.clone(),
+        hosts: whole.dns.hosts.clone(),
+        upstream: whole.dns.upstream,
+        // Exact names a rule allows may resolve to private addresses: the user named them.
+        allow_hosts: whole
+            .network
+            .allow
+            .iter()
+            .filter_map(|r| match &r.host {
+                HostPattern::Exact(n) => Some(n.clone()),
+                _ => None,
+            })
+            .collect(),
+        // Not `..NetConfig::default()`: that would parse the built-in policy again for a
+        // blocklist the plan already holds.
+        fake_range: crate::config::default_fake_range(),
+    }
+}
+
+/// What the gateway does with a TCP flow to `dest:port` when the HTTP layer is on (see
+/// [`HttpFlow`]): it takes ports 443 and 80 (any port when `any_port`: a plain request
+/// through the explicit proxy) to names, except `[tls] passthrough` hosts.
+pub(crate) fn http_flow(
+    http: &HttpPlan,
+    passthrough: &[HostPattern],
+    net: &NetworkPlan,
+    blocked: &dyn Fn(&str) -> Option<String>,
+    dest: &Dest,
+    port: u16,
+    any_port: bool,
+) -> HttpFlow {
+    let Dest::Name(name) = dest else {
+        return HttpFlow::NotHttp;
+    };
+    if !(any_port || matches!(port, 80 | 443)) || passthrough.iter().any(|p| p.matches(name)) {
+        return HttpFlow::NotHttp;
+    }
+    if let Some(rule) = blocked(name) {
+        return HttpFlow::Deny(FlowDecision {
+            allow: false,
+            reason: format!("{name} is on the blocklist ({rule})"),
+            rule,
+        });
+    }
+    if http_reachable(http, net, name, port) {
+        HttpFlow::Intercept
+    } else {
+        HttpFlow::Deny(FlowDecision {
+            allow: false,
+            rule: "http.default-deny".into(),
+            reason: format!(
+                "no [[http.rule]] or [[network.allow]] lets requests to {name}:{port} through"
+            ),
+        })
+    }
+}
+
+/// Whether any request to `name:port` could be let through (so the connection is worth
+/// accepting): an allowing rule for the host, a `[[network.allow]]`, or a default that is
+/// not `deny`.
+fn http_reachable(http: &HttpPlan, net: &NetworkPlan, name: &str, port: u16) -> bool {
+    http.default != HttpAction::Deny
+        || net.allowing(name, port).is_some()
+        || http.rules.iter().any(|r| {
+            r.action != HttpAction::Deny && r.port.is_none_or(|p| p == port) && r.host.matches(name)
+        })
+}
+
+/// What the gateway would do with a TCP connection from the sandbox to `host:port`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowVerdict {
+    /// Whether the connection is let out.
+    pub allow: bool,
+    /// The rule that decided (`network.allow HOST (ORIGIN)`, `network.default-deny`, …).
+    pub rule: String,
+    /// Why, in words.
+    pub reason: String,
+    /// The HTTP layer takes the connection: each request on it is decided by the HTTP
+    /// rules (`allow` is then only "worth accepting").
+    pub http: bool,
+}
+
+/// The gateway's decision for a connection to `host:port` (a name, or a raw address) under
+/// `plan`, with `http_layer` saying whether the HTTP layer intercepts (it does whenever
+/// cordon's CA can be had). The same functions as the running gateway, without one: no
+/// lookup, no socket. A name the sandbox's DNS refuses (blocklist) is refused here too.
+pub fn explain_flow(
+    plan: &Plan,
+    host: &str,
+    port: u16,
+    http_layer: bool,
+) -> Result<FlowVerdict, NetError> {
+    let verdict = |d: FlowDecision, http: bool| FlowVerdict {
+        allow: d.allow,
+        rule: d.rule,
+        reason: d.reason,
+        http,
+    };
+    match plan.network.mode {
+        NetMode::Host => {
+            return Ok(FlowVerdict {
+                allow: true,
+                rule: "network.mode".into(),
+                reason: "[network] mode = \"host\": the host's network, unfiltered".into(),
+                http: false,
+            });
+        }
+        NetMode::None => {
+            return Ok(FlowVerdict {
+                allow: false,
+                rule: "network.mode".into(),
+                reason: "[network] mode = \"none\": loopback only, no way out".into(),
+                http: false,
+            });
+        }
+        NetMode::Gateway => {}
+    }
+    let resolver = Resolver::new(net_config(plan))?;
+    let names = resolver.host_resolver();
+    let blocked = |n: &str| names.blocked(n);
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let dest =
+        match bare.parse::<IpAddr>() {
+            Ok(ip) => Dest::Ip(ip),
+            Err(_) => Dest::Name(crate::name::normalize(host).map_err(|reason| {
+                NetError::BadHostName {
+                    name: host.to_string(),
+                    reason,
+                }
+            })?),
+        };
+    if http_layer {
+        match http_flow(
+            &plan.http,
+            &plan.tls.passthrough,
+            &plan.network,
+            &blocked,
+            &dest,
+            port,
+            false,
+        ) {
+            HttpFlow::Intercept => {
+                return Ok(FlowVerdict {
+                    allow: true,
+                    rule: "http".into(),
+                    reason: format!(
+                        "the HTTP layer takes connections to {}:{port}: each request is decided by rule",
+                        dest.host()
+                    ),
+                    http: true,
+                });
+            }
+            HttpFlow::Deny(d) => return Ok(verdict(d, false)),
+            HttpFlow::NotHttp => {}
+        }
+    }
+    let allow_ips = plan
+        .network
+        .allow_ips
+        .iter()
+        .filter_map(|c| c.parse::<IpNet>().ok())
+        .collect::<Vec<_>>();
+    Ok(verdict(
+        policy::decide(&plan.network, &allow_ips, &blocked, &dest, port),
+        false,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cordon_policy::{Bare, HostRule, HttpRule};
+
+    fn plan() -> Plan {
+        // The built-in policy (with its blocklist), nothing else.
+        let opts = cordon_policy::LoadOptions::new("/nonexistent", "/nonexistent", "/nonexistent");
+        let mut p = cordon_policy::load(&opts).unwrap().plan;
+        p.network.allow.push(HostRule {
+            host: HostPattern::name("github.com", Bare::Exact).unwrap(),
+            ports: vec![22, 443],
+            origin: "t.toml:3".into(),
+        });
+        p.http.default = HttpAction::Deny;
+        p.http.rules.push(HttpRule::new(
+            "files",
+            "files.example.org".parse().unwrap(),
+            HttpAction::Allow,
+        ));
+        p
+    }
+
+    #[test]
+    fn names_follow_rules_and_the_http_layer_takes_its_ports() {
+        let p = plan();
+        let v = explain_flow(&p, "github.com", 22, true).unwrap();
+        assert!(v.allow && !v.http && v.rule.contains("t.toml:3"), "{v:?}");
+        let v = explain_flow(&p, "files.example.org", 443, true).unwrap();
+        assert!(v.allow && v.http, "{v:?}");
+        let v = explain_flow(&p, "files.example.org", 443, false).unwrap();
+        assert!(!v.allow && v.rule == "network.default-deny", "{v:?}");
+        let v = explain_flow(&p, "evil.example", 443, true).unwrap();
+        assert!(!v.allow && v.rule == "http.default-deny", "{v:?}");
+        let v = explain_flow(&p, "10.0.0.1", 443, true).unwrap();
+        assert!(!v.allow && v.rule == "network.raw-ip", "{v:?}");
+        let v = explain_flow(&p, "webhook.site", 443, true).unwrap();
+        assert!(!v.allow && v.reason.contains("blocklist"), "{v:?}");
+    }
+
+    #[test]
+    fn modes_decide_before_rules() {
+        let mut p = plan();
+        p.network.mode = NetMode::None;
+        let v = explain_flow(&p, "github.com", 22, true).unwrap();
+        assert!(!v.allow && v.rule == "network.mode");
+    }
+}
