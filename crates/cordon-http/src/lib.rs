@@ -48,6 +48,7 @@
 pub mod ask;
 mod b64;
 mod ca;
+pub mod explain;
 pub mod credentials;
 pub mod dlp;
 pub mod intercept;

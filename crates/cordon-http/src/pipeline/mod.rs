@@ -17,6 +17,7 @@
 //! event, if any, is out already). Nothing here trusts the request: it comes from the sandbox.
 
 mod admit;
+pub(crate) use admit::normalize_path;
 mod body;
 mod check;
 mod decide;
