@@ -81,6 +81,13 @@ impl ExecCall {
             .unwrap_or(&self.resolved)
     }
 
+    /// The `cordon explain` line for this command (the program by the name it was called).
+    fn explain_hint(&self) -> String {
+        let mut argv = vec![display_safe(self.program())];
+        argv.extend(self.argv.iter().skip(1).map(|a| display_safe(a)));
+        cordon_policy::explain::hint_for_command(&argv)
+    }
+
     /// For people: control characters escaped, arguments quoted where needed.
     fn shown(&self) -> String {
         let mut l = display_safe(self.program());
@@ -325,14 +332,8 @@ impl<'a> ExecSupervisor<'a> {
         let args: Vec<String> = call.argv.iter().skip(1).cloned().collect();
         // The name it was called by and the file it really is (through symlinks): the first
         // rule matching either decides.
-        let by_name = self.exec.decide(call.program(), &args);
-        let by_file = self.exec.decide(call.resolved_program(), &args);
-        let position =
-            |r: &cordon_policy::ExecRule| self.exec.rules.iter().position(|x| std::ptr::eq(x, r));
-        let rule = match (by_name, by_file) {
-            (Some(a), Some(b)) => Some(if position(a) <= position(b) { a } else { b }),
-            (a, b) => a.or(b),
-        };
+        let rule =
+            crate::explain::decide_exec(self.exec, call.program(), call.resolved_program(), &args);
         let Some(rule) = rule else {
             if self.still_same(&n, &call) {
                 let _ = self.listener.allow(n.id);
@@ -366,7 +367,9 @@ impl<'a> ExecSupervisor<'a> {
             ExecAction::Deny => {
                 let _ = self.listener.deny(n.id, libc::EPERM);
                 tell_terminal(&format!(
-                    "denied `{line}` by rule {rule_text}; retrying another way will not help"
+                    "denied `{line}` by rule {rule_text}; retrying another way will not help \
+                     (why: `{}`)",
+                    call.explain_hint()
                 ));
                 (self.emit)(self.exec_event(Action::Deny, &line, &rule_text, &n));
             }
@@ -481,7 +484,11 @@ impl<'a> ExecSupervisor<'a> {
             let _ = self.listener.deny(h.notif, libc::EPERM);
         }
         if a.timed_out {
-            tell_terminal(&format!("`{}` was not approved in time: denied", h.line));
+            tell_terminal(&format!(
+                "`{}` was not approved in time: denied (why: `{}`)",
+                h.line,
+                h.call.explain_hint()
+            ));
         }
         (self.emit)(
             NewEvent::new(

@@ -218,6 +218,41 @@ impl Layout {
     }
 }
 
+/// Why a file of cordon's own cannot be placed in the view.
+#[derive(Debug, thiserror::Error)]
+#[error("{} is not inside a masked directory, where cordon's own files go", path.display())]
+pub struct PlaceError {
+    /// The path asked for.
+    pub path: PathBuf,
+}
+
+impl Layout {
+    /// Places a read-only file of cordon's own (not a host file) at `path` inside a masked
+    /// directory — `/run` is masked in every plan, so `/run/cordon/…` never covers anything
+    /// of the host's. Readable through Landlock too; the rest of the mask stays hidden.
+    pub fn place_file(&mut self, path: &Path, content: &str) -> Result<(), PlaceError> {
+        let target = normalize(path);
+        for m in self.mounts.iter_mut().rev() {
+            if let MountOp::MaskDir { path, shown, .. } = m
+                && target.starts_with(&*path)
+                && target != *path
+            {
+                let rel = target
+                    .strip_prefix(&*path)
+                    .map(Path::to_path_buf)
+                    .unwrap_or_default();
+                shown.retain(|(p, _)| *p != rel);
+                shown.push((rel, content.to_string()));
+                if !self.landlock.read.contains(&target) {
+                    self.landlock.read.push(target);
+                }
+                return Ok(());
+            }
+        }
+        Err(PlaceError { path: target })
+    }
+}
+
 /// Lexically normalise an absolute path (no filesystem access).
 pub(crate) fn normalize(p: &Path) -> PathBuf {
     let mut out = PathBuf::from("/");

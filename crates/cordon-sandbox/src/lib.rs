@@ -31,7 +31,7 @@
 //! ```no_run
 //! # fn demo(plan: &cordon_policy::Plan) -> Result<(), cordon_sandbox::SandboxError> {
 //! use cordon_sandbox::{Command, TtyMode};
-//! let cmd = Command { argv: vec!["true".into()], cwd: plan.project.clone(), tty: TtyMode::Never, session: "demo".into(), approvals: None, staged: vec![], shown: vec![] };
+//! let cmd = Command { argv: vec!["true".into()], cwd: plan.project.clone(), tty: TtyMode::Never, session: "demo".into(), approvals: None, staged: vec![], shown: vec![], placed: vec![] };
 //! let outcome = cordon_sandbox::run(plan, &cmd, &|event| eprintln!("{event:?}"))?;
 //! assert_eq!(outcome.code(), 0);
 //! # Ok(()) }
@@ -41,6 +41,7 @@
 
 mod cgroup;
 mod exec_supervisor;
+pub mod explain;
 mod fence;
 mod init;
 pub mod layout;

@@ -8,7 +8,7 @@ use std::ffi::{CString, OsString};
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStringExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -62,6 +62,10 @@ pub struct Command {
     /// Host files shown with other content (masked copies of credential files, the secret
     /// replaced by its placeholder), wherever they are masked or not.
     pub shown: Vec<(PathBuf, String)>,
+    /// cordon's own read-only files, placed inside masked directories (the effective policy
+    /// at [`POLICY_JSON`](crate::explain::POLICY_JSON) for `cordon explain`); one that cannot
+    /// be placed is reported and left out.
+    pub placed: Vec<(PathBuf, String)>,
 }
 
 /// How the sandboxed command ended.
@@ -224,6 +228,15 @@ fn view(
             format!("{} is shown as a masked copy", at.display()),
         ));
     }
+    for (path, content) in &cmd.placed {
+        if let Err(e) = layout.place_file(path, content) {
+            emit(NewEvent::new(
+                Layer::Filesystem,
+                Action::Degraded,
+                format!("{e}: not placed"),
+            ));
+        }
+    }
     if net_setup != NetSetup::Host {
         resolv_conf(&mut layout);
     }
@@ -247,6 +260,7 @@ fn environment(
     emit: &dyn Fn(NewEvent),
 ) -> Vec<(OsString, OsString)> {
     let mut env = plan.env.apply(std::env::vars_os());
+    let explain_at = explain_path(&env, layout);
     let mut set = |k: &str, v: &str| {
         env.retain(|(n, _)| n != k);
         env.push((k.into(), v.into()));
@@ -272,6 +286,9 @@ fn environment(
         for k in crate::net::BUNDLE_VARS {
             set(k, path);
         }
+    }
+    if let Some(path) = explain_at {
+        set("PATH", &path);
     }
     env.push(("CORDON_NOTICE".into(), denial_notice(layout).into()));
     let passed: Vec<String> = env
@@ -744,6 +761,38 @@ fn write_id_maps(pid: libc::pid_t, uid: u32, gid: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// `PATH` with the directory of this cordon executable appended, when it is visible in the
+/// view and not on `PATH` already: the denial messages name `cordon explain …`, and the
+/// agent must be able to run it. `None` when nothing changes (or the executable is hidden:
+/// then `cordon explain` is not available inside, and the messages say so in vain).
+fn explain_path(env: &[(OsString, OsString)], layout: &layout::Layout) -> Option<String> {
+    let exe = std::env::current_exe().ok()?.canonicalize().ok()?;
+    let dir = exe.parent()?;
+    let visible = !matches!(
+        crate::explain::path_access(layout, &exe),
+        crate::explain::PathAccess::Hidden { .. } | crate::explain::PathAccess::Absent
+    );
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let on_path = path.split(':').any(|d| {
+        Path::new(d)
+            .join("cordon")
+            .canonicalize()
+            .is_ok_and(|p| p == exe)
+    });
+    if !visible || on_path || dir.to_str()?.contains(':') {
+        return None;
+    }
+    Some(if path.is_empty() {
+        dir.display().to_string()
+    } else {
+        format!("{path}:{}", dir.display())
+    })
+}
+
 /// What the agent is told about denials: agents otherwise retry a masked read through other
 /// paths, links or tools. The sandboxed program sees this as `CORDON_NOTICE`.
 fn denial_notice(layout: &layout::Layout) -> String {
@@ -754,8 +803,11 @@ fn denial_notice(layout: &layout::Layout) -> String {
     format!(
         "This program runs inside cordon. Denials are deliberate policy, not errors to work around: \
          retrying another way (other paths, links, copies, tools, proxies) will not help. \
-         Outside the project the filesystem is read-only; these paths are masked: {}.",
-        masked.join(", ")
+         Outside the project the filesystem is read-only; these paths are masked: {}. \
+         To learn which rule decides and why, ask `cordon explain -- COMMAND…`, `cordon explain \
+         [METHOD] URL` or `cordon explain [--write] PATH`; the effective policy is in {}.",
+        masked.join(", "),
+        crate::explain::POLICY_TOML
     )
 }
 

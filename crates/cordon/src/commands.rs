@@ -308,6 +308,7 @@ fn run_in_session(
         approvals: session_approvals(&loaded.plan, session),
         staged: Vec::new(),
         shown: Vec::new(),
+        placed: Vec::new(),
     };
     let mut cmd = cmd;
     match crate::home::create_missing_writable(&loaded.plan) {

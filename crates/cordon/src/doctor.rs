@@ -298,6 +298,7 @@ fn run_true() -> Result<()> {
             approvals: None,
             staged: Vec::new(),
             shown: Vec::new(),
+            placed: Vec::new(),
         };
         let outcome = cordon_sandbox::run(&loaded.plan, &cmd, &|_| {})?;
         if outcome.code() != 0 {
