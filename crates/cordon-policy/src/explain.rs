@@ -49,6 +49,40 @@ pub fn hint_for_path(path: &str, write: bool) -> String {
     )
 }
 
+/// `plan` as the sandbox may read it (`cordon explain` inside a session): no credential
+/// value is ever in a plan, but how one is fetched may hold one (a command's arguments), and
+/// a judge URL may carry a key in its user info or query. Those are replaced by `…`; every
+/// rule, pattern and origin stays, so decisions come out the same.
+pub fn redacted(plan: &crate::Plan) -> crate::Plan {
+    let mut p = plan.clone();
+    for c in &mut p.credentials {
+        if let crate::CredentialSource::Command(argv) = &mut c.source {
+            argv.truncate(1);
+            argv.push("…".into());
+        }
+    }
+    if let Some(j) = &mut p.judge {
+        j.url = redact_url(&j.url);
+    }
+    p
+}
+
+/// A URL with its user info and query replaced by `…`.
+fn redact_url(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let (authority, tail) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
+    let authority = match authority.rsplit_once('@') {
+        Some((_, host)) => format!("…@{host}"),
+        None => authority.to_string(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, _)) => format!("{path}?…"),
+        None => tail.to_string(),
+    };
+    let sep = if scheme.is_empty() { "" } else { "://" };
+    format!("{scheme}{sep}{authority}{tail}")
+}
+
 /// A word a POSIX shell reads back as itself: bare when it holds only safe characters,
 /// otherwise single-quoted.
 pub fn shell_word(s: &str) -> String {
@@ -89,6 +123,18 @@ mod tests {
         assert_eq!(
             hint_for_host("example.com", 22),
             "cordon explain example.com:22"
+        );
+    }
+
+    #[test]
+    fn urls_lose_user_info_and_query() {
+        assert_eq!(
+            redact_url("https://u:sk-123@judge.example/v1?key=sk-9"),
+            "https://…@judge.example/v1?…"
+        );
+        assert_eq!(
+            redact_url("https://api.example.com"),
+            "https://api.example.com"
         );
     }
 

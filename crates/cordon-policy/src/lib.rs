@@ -25,6 +25,7 @@ mod render;
 mod schema;
 mod sections;
 pub mod syscall_table;
+mod template;
 pub mod trust;
 
 pub use env::{looks_secret, names_secret, never_passable};
@@ -33,4 +34,5 @@ pub use load::{
     DEFAULT_POLICY, LoadOptions, Loaded, Loosening, built_in_dlp_allow, built_in_dns_block, load,
 };
 pub use plan::*;
+pub use template::template;
 pub use trust::{TrustStore, sha256_hex, trust_key};
