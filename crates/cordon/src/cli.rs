@@ -31,6 +31,12 @@ pub enum Cmd {
     Run(RunArgs),
     /// Validate a policy and print the effective merged policy.
     Check(CheckArgs),
+    /// Say which rule decides a request, a connection, a path or a command, and why, without
+    /// running anything (inside a sandbox: by the session's own policy).
+    #[command(after_help = EXPLAIN_HELP)]
+    Explain(ExplainArgs),
+    /// Write a commented cordon.toml for the project, every key shown commented out.
+    Init(InitArgs),
     /// Report, layer by layer, what this kernel supports and what cordon does about it.
     Doctor,
     /// Trust a project policy file that loosens your own policy (by content hash, like direnv).
@@ -191,4 +197,47 @@ pub enum CacheCmd {
     List,
     /// Drop cache layers (all, or those of the given paths); the host's caches are untouched.
     Clear { paths: Vec<PathBuf> },
+}
+
+pub const EXPLAIN_HELP: &str = "\
+Examples:
+  cordon explain POST https://api.example.com/v1/upload
+  cordon explain https://pypi.org/simple/requests/     (GET)
+  cordon explain github.com:22
+  cordon explain ~/.ssh/id_rsa
+  cordon explain --write ~/.bashrc
+  cordon explain -- git push origin main
+Inside a sandbox the session's own policy (secrets redacted, /run/cordon/policy.json) decides.
+Exit status: 0 allowed; 1 denied, or decided only when it happens (ask: a person; judge: the
+LLM judge); 125 bad input or a policy that does not load.";
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// Policy file to use instead of PROJECT/cordon.toml (as `cordon run --policy`).
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    #[command(flatten)]
+    pub policy_args: PolicyArgs,
+    /// Ask about writing PATH (default: reading it).
+    #[arg(long)]
+    pub write: bool,
+    /// [METHOD] URL, HOST:PORT, or PATH.
+    #[arg(value_name = "WHAT", num_args = 0..=2)]
+    pub what: Vec<String>,
+    /// The command line to explain, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// The project directory to write cordon.toml in. Default: the current directory.
+    #[arg(long, value_name = "DIR")]
+    pub project: Option<PathBuf>,
+    /// Show what this profile adds (and name it in the file).
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// Overwrite an existing cordon.toml.
+    #[arg(long)]
+    pub force: bool,
 }

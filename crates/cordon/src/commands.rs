@@ -19,6 +19,8 @@ pub fn dispatch(cmd: Cmd) -> i32 {
     match cmd {
         Cmd::Run(a) => run(a),
         Cmd::Check(a) => check(a),
+        Cmd::Explain(a) => crate::explain::explain(a),
+        Cmd::Init(a) => crate::init::init(a),
         Cmd::Doctor => crate::doctor::doctor(),
         Cmd::Trust(a) => report(trust(a)),
         Cmd::Log(a) => match log(a) {
@@ -74,7 +76,7 @@ fn trust_store() -> TrustStore {
     TrustStore::new(xdg("XDG_DATA_HOME", ".local/share").join("cordon/trusted.json"))
 }
 
-fn resolve_project(dir: Option<&Path>) -> Result<PathBuf> {
+pub(crate) fn resolve_project(dir: Option<&Path>) -> Result<PathBuf> {
     let dir = match dir {
         Some(d) => d.to_path_buf(),
         None => std::env::current_dir().context("cannot read the current directory")?,
@@ -94,7 +96,7 @@ fn resolve_project(dir: Option<&Path>) -> Result<PathBuf> {
     Ok(canon)
 }
 
-fn load_options(policy: Option<PathBuf>, args: &PolicyArgs, project: PathBuf) -> LoadOptions {
+pub(crate) fn load_options(policy: Option<PathBuf>, args: &PolicyArgs, project: PathBuf) -> LoadOptions {
     let home = home();
     let passwd_home = cordon_sandbox::passwd_home(cordon_sandbox::ids().0).filter(|p| *p != home);
     LoadOptions {
@@ -391,6 +393,9 @@ fn run_in_session(
     if let Some(g) = &gateway {
         cmd.shown.clone_from(&g.shown);
     }
+    // The session's own policy, for `cordon explain` inside (secrets redacted).
+    let http_layer = gateway.as_ref().is_some_and(|g| g.bundle.is_some());
+    cmd.placed = crate::explain::placed_files(&plan, session, http_layer);
     let net = gateway
         .as_mut()
         .map(|g| g as &mut dyn cordon_sandbox::NetAttach);

@@ -7,7 +7,9 @@ mod approve;
 mod cli;
 mod commands;
 mod doctor;
+mod explain;
 mod home;
+mod init;
 mod output;
 mod state;
 mod summary;
@@ -30,8 +32,13 @@ fn main() -> ExitCode {
             let _ = e.print();
             let code = match e.kind() {
                 clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
-                // `run` promises 125 for its own failures, usage errors included.
-                _ if std::env::args_os().nth(1).is_some_and(|a| a == "run") => 125,
+                // `run` and `explain` promise 125 for their own failures, usage errors included.
+                _ if std::env::args_os()
+                    .nth(1)
+                    .is_some_and(|a| a == "run" || a == "explain") =>
+                {
+                    125
+                }
                 _ => 2,
             };
             return ExitCode::from(code);
