@@ -45,6 +45,9 @@ pub enum Cmd {
     Log(LogArgs),
     /// Answer questions held for a person (e.g. an `ask` exec rule), from another terminal.
     Approve(ApproveArgs),
+    /// Serve the live dashboard of every running session on 127.0.0.1 (a random port); the
+    /// first line of output is its URL, with the token it needs.
+    Ui,
     /// Review protected agent state changed by sessions: list, diff, accept, discard, restore.
     #[command(subcommand)]
     State(StateCmd),
@@ -91,6 +94,10 @@ pub struct RunArgs {
     /// Never allocate a pty, even when stdin and stdout are terminals.
     #[arg(long)]
     pub no_tty: bool,
+    /// Also serve the live dashboard (as `cordon ui`) while the session runs; its URL goes
+    /// to stderr.
+    #[arg(long)]
+    pub ui: bool,
     /// The command and its arguments.
     // No `allow_hyphen_values`: an unknown option before the command is a usage error naming
     // it, not a program called `--bogus`. Once COMMAND starts, its own flags are its own.

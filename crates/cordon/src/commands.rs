@@ -31,6 +31,7 @@ pub fn dispatch(cmd: Cmd) -> i32 {
             }
         },
         Cmd::Approve(a) => report(crate::approve::approve(a)),
+        Cmd::Ui => report(crate::ui::ui()),
         Cmd::State(c) => crate::state::command(c),
         Cmd::Cache(c) => crate::home::cache_command(c),
         Cmd::Completions { shell } => {
@@ -191,6 +192,14 @@ fn run(a: RunArgs) -> i32 {
             eprintln!(
                 "cordon: cannot create the audit log: {e}; pass --audit FILE to put it elsewhere"
             );
+            return EXIT_SETUP;
+        }
+    };
+    // Kept until the session ends: the dashboard lives as long as the run.
+    let _ui = match a.ui.then(|| crate::ui::for_run(&audit_path)).transpose() {
+        Ok(ui) => ui,
+        Err(e) => {
+            eprintln!("cordon: {}", crate::output::chain(&e));
             return EXIT_SETUP;
         }
     };

@@ -13,6 +13,7 @@ mod init;
 mod output;
 mod state;
 mod summary;
+mod ui;
 
 use std::process::ExitCode;
 

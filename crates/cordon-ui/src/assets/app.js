@@ -6,6 +6,8 @@
 const TOKEN = document.documentElement.dataset.token;
 const MAX_EVENTS = 2000;
 const SETUP = new Set(['apply', 'start', 'stop', 'exit', 'log']);
+// Layers whose events describe how the sandbox was built (masks, variables), not what it did.
+const SETUP_LAYERS = new Set(['filesystem', 'env']);
 const LAYERS = ['session', 'filesystem', 'process', 'landlock', 'env', 'limits', 'terminal',
   'network', 'dns', 'http', 'syscall', 'exec', 'credentials', 'state'];
 const ACTIONS = ['allow', 'deny', 'ask', 'error', 'degraded', 'apply', 'start', 'exit', 'stop', 'log'];
@@ -71,7 +73,8 @@ function passes(ev) {
   if (s && ev.session !== s) return false;
   if (l && ev.layer !== l) return false;
   if (a && ev.action !== a) return false;
-  if (!a && !$('f-noise').checked && SETUP.has(ev.action) && ev.layer !== 'session') return false;
+  if (!a && !l && !$('f-noise').checked && ev.layer !== 'session' &&
+      (SETUP.has(ev.action) || SETUP_LAYERS.has(ev.layer))) return false;
   if (t) {
     const hay = [ev.reason, ev.rule || '', JSON.stringify(ev.detail || {})].join(' ').toLowerCase();
     if (!hay.includes(t)) return false;
@@ -90,7 +93,7 @@ function row(ev) {
     el('td', '', short(ev.session)),
     el('td', '', ev.layer),
     el('td', 'a-' + ev.action, ev.action),
-    el('td', 'what', what ? what + ' — ' + ev.reason : ev.reason),
+    el('td', 'what', what && !ev.reason.includes(what) ? what + ' — ' + ev.reason : ev.reason),
     el('td', '', ev.rule || ''),
   );
   tr.title = ev.session + ' #' + ev.seq;
