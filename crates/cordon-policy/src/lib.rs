@@ -13,6 +13,7 @@
 #![warn(missing_docs)]
 
 pub mod env;
+pub mod detect;
 pub mod error;
 pub mod explain;
 mod expand;
@@ -31,7 +32,8 @@ pub mod trust;
 pub use env::{looks_secret, names_secret, never_passable};
 pub use error::{Diagnostic, Location, PolicyError};
 pub use load::{
-    DEFAULT_POLICY, LoadOptions, Loaded, Loosening, built_in_dlp_allow, built_in_dns_block, load,
+    DEFAULT_POLICY, LoadOptions, Loaded, Loosening, NO_PROFILE, ProfileChoice, built_in_dlp_allow,
+    built_in_dns_block, load,
 };
 pub use plan::*;
 pub use template::template;

@@ -36,8 +36,11 @@ pub struct LoadOptions {
     pub policy_file: Option<PathBuf>,
     /// The user's config (usually `~/.config/cordon/cordon.toml`); skipped when missing.
     pub user_config: Option<PathBuf>,
-    /// `--profile NAME`.
+    /// `--profile NAME`; `none` ([`NO_PROFILE`]) turns auto-detection off. When `None`, the
+    /// profile is detected from [`command`](Self::command).
     pub profile: Option<String>,
+    /// The command the sandbox runs, for auto-detecting the profile ([`crate::detect`]).
+    pub command: Vec<String>,
     /// The trust store (e.g. `$XDG_DATA_HOME/cordon/trusted.json`).
     pub trust_store: PathBuf,
     /// cordon's own directories (audit logs and state layers, caches, its CA and data,
@@ -60,6 +63,7 @@ impl LoadOptions {
             policy_file: None,
             user_config: None,
             profile: None,
+            command: Vec::new(),
             trust_store: trust_store.into(),
             own_dirs: Vec::new(),
         }
@@ -69,6 +73,8 @@ impl LoadOptions {
 /// The outcome of [`load`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Loaded {
+    /// The profile merged in, and how it was chosen.
+    pub profile: Option<ProfileChoice>,
     /// The effective policy, including whatever untrusted files loosen (see
     /// [`untrusted_loosening`](Self::untrusted_loosening)).
     pub plan: Plan,
@@ -79,6 +85,19 @@ pub struct Loaded {
     pub untrusted_loosening: Vec<Loosening>,
     /// Things worth telling the user that do not stop the run.
     pub warnings: Vec<String>,
+}
+
+/// `--profile none`: no profile, and no auto-detection (unless a policy defines a profile of
+/// that name).
+pub const NO_PROFILE: &str = "none";
+
+/// The profile a session runs with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProfileChoice {
+    /// Its name.
+    pub name: String,
+    /// What in the command selected it, when it was detected rather than named.
+    pub detected: Option<String>,
 }
 
 /// One way an untrusted policy file makes the policy more permissive.
@@ -133,12 +152,8 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded, PolicyError> {
     let mut layers = vec![parse_file(DEFAULT_POLICY, None, 0, &ctx)?];
     let sources = read_files(opts, &ctx, &mut layers)?;
 
-    let profile = opts.profile.as_deref();
-    if let Some(name) = profile
-        && !layers.iter().any(|l| l.profiles.contains_key(name))
-    {
-        return Err(unknown_profile(name, &layers).into());
-    }
+    let chosen = choose_profile(opts, &layers)?;
+    let profile = chosen.as_ref().map(|c| c.name.as_str());
     let mut warnings = Vec::new();
     for l in &layers {
         warnings.extend(l.base.warnings.iter().cloned());
@@ -172,6 +187,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded, PolicyError> {
     let mut plan = full.into_plan(opts.project_dir.clone(), opts.home.clone());
     derive(&mut plan, opts, &mut warnings);
     Ok(Loaded {
+        profile: chosen,
         plan,
         sources,
         untrusted_loosening,
@@ -223,6 +239,44 @@ fn read_files(
     Ok(sources)
 }
 
+/// The profile named by `--profile`, else the one the command selects (see [`crate::detect`]).
+fn choose_profile(
+    opts: &LoadOptions,
+    layers: &[ParsedFile],
+) -> Result<Option<ProfileChoice>, PolicyError> {
+    let defined = |name: &str| layers.iter().any(|l| l.profiles.contains_key(name));
+    match opts.profile.as_deref() {
+        Some(NO_PROFILE) if !defined(NO_PROFILE) => Ok(None),
+        Some(name) if !defined(name) => Err(unknown_profile(name, layers).into()),
+        Some(name) => Ok(Some(ProfileChoice {
+            name: name.to_string(),
+            detected: None,
+        })),
+        None => {
+            let names: std::collections::BTreeSet<&String> =
+                layers.iter().flat_map(|l| l.profiles.keys()).collect();
+            let candidates: Vec<(String, crate::AgentPlan)> = names
+                .into_iter()
+                .map(|n| {
+                    let mut agent = crate::sections::agent::Agent::default();
+                    for p in layers.iter().filter_map(|l| l.profiles.get(n)) {
+                        crate::sections::Section::merge(&mut agent, &p.agent);
+                    }
+                    (n.clone(), agent.to_plan())
+                })
+                .collect();
+            Ok(
+                crate::detect::detect(&opts.command, &candidates, &crate::detect::package_of).map(
+                    |d| ProfileChoice {
+                        name: d.profile,
+                        detected: Some(d.by),
+                    },
+                ),
+            )
+        }
+    }
+}
+
 fn unknown_profile(name: &str, layers: &[ParsedFile]) -> Diagnostic {
     let mut names: Vec<&str> = layers
         .iter()
@@ -238,7 +292,7 @@ fn unknown_profile(name: &str, layers: &[ParsedFile]) -> Diagnostic {
     if let Some(s) = did_you_mean(name, &names) {
         help.push_str(&format!("; did you mean `{s}`?"));
     }
-    help.push_str("; define one with a [profile.NAME] section");
+    help.push_str("; define one with a [profile.NAME] section, or pass `--profile none` for none");
     Diagnostic::new(format!("unknown profile `{name}`")).with_help(help)
 }
 
@@ -462,13 +516,30 @@ mod tests {
             ),
             ("codex", &["/home/u/.codex"]),
             ("gemini", &["/home/u/.gemini"]),
-            ("aider", &["/home/u/.aider"]),
+            ("aider", &["/home/u/.aider", "/home/u/.aider.conf.yml"]),
             (
                 "opencode",
                 &[
                     "/home/u/.config/opencode",
                     "/home/u/.local/share/opencode",
                     "/home/u/.local/state/opencode",
+                ],
+            ),
+            (
+                "copilot",
+                &["/home/u/.copilot", "/home/u/.config/github-copilot"],
+            ),
+            ("qwen", &["/home/u/.qwen"]),
+            (
+                "crush",
+                &["/home/u/.config/crush", "/home/u/.local/share/crush"],
+            ),
+            (
+                "goose",
+                &[
+                    "/home/u/.config/goose",
+                    "/home/u/.local/share/goose",
+                    "/home/u/.local/state/goose",
                 ],
             ),
         ] {

@@ -200,6 +200,11 @@ pub(crate) mod tests {
                     origin: "/p/cordon.toml:50".into(),
                 },
             ],
+            agent: AgentPlan {
+                commands: vec!["myagent".into()],
+                packages: vec!["@me/myagent".into()],
+                quiet: vec![glob("telemetry.myagent.test")],
+            },
         }
     }
 

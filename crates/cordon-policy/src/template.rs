@@ -50,7 +50,7 @@ fn table(out: &mut String, header: &str, path: &str, t: &Table) {
     }
     let nested = |f: &&Field| matches!(f.shape, Shape::Table(_) | Shape::Tables(_) | Shape::Map(_));
     for f in t.fields.iter().filter(|f| !nested(f)) {
-        out.push_str(&format!("# {}\n", line(f)));
+        out.push_str(&format!("# {}\n", line(f, t.example)));
     }
     for f in t.fields.iter().filter(nested) {
         let sub = format!("{path}.{}", f.key);
@@ -63,12 +63,21 @@ fn table(out: &mut String, header: &str, path: &str, t: &Table) {
     }
 }
 
-/// `key = value  # what it is`, the value from the field's example when it has one.
-fn line(f: &Field) -> String {
-    let example = f.example.split(" or ").next().unwrap_or_default().trim();
-    let written = match example.split_once('=') {
-        Some((k, v)) if k.trim() == f.key => format!("{} = {}", f.key, v.trim()),
-        _ => format!("{} = {}", f.key, value(&f.shape)),
+/// `key = value  # what it is`, the value from the field's example, else from the table's
+/// (`host = "github.com" and ports = [22]`), else a placeholder of the right type.
+fn line(f: &Field, table_example: &str) -> String {
+    let assigned = |text: &str| {
+        text.split(" or ")
+            .flat_map(|t| t.split(" and "))
+            .flat_map(|t| t.split(", "))
+            .find_map(|t| {
+                let (k, v) = t.split_once('=')?;
+                (k.trim() == f.key).then(|| v.trim().to_string())
+            })
+    };
+    let written = match assigned(f.example).or_else(|| assigned(table_example)) {
+        Some(v) => format!("{} = {v}", f.key),
+        None => format!("{} = {}", f.key, value(&f.shape)),
     };
     let mut notes = Vec::new();
     if let Shape::Choice(names) = f.shape {

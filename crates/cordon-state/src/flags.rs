@@ -215,11 +215,19 @@ fn collect<'v>(v: &'v Value, key: &str, at: String, out: &mut BTreeMap<String, &
     }
 }
 
+/// A JSON document, or JSON lines (agents' telemetry and transcripts: one event a line) as
+/// the array of its lines, so both are reviewed by structure rather than by their text.
 fn parse(text: &str) -> Option<Value> {
     if text.trim().is_empty() {
         return Some(Value::Null);
     }
-    serde_json::from_str(text).ok()
+    serde_json::from_str(text).ok().or_else(|| {
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).ok())
+            .collect::<Option<Vec<Value>>>()
+            .map(Value::Array)
+    })
 }
 
 fn strings_under(v: &Value, key: &str) -> Vec<String> {
@@ -535,6 +543,27 @@ mod tests {
             0o644,
         );
         assert_eq!(f.len(), 1, "{f:?}");
+    }
+
+    #[test]
+    fn json_lines_are_reviewed_by_structure() {
+        // Telemetry events that mention permissions as data are not a change of permissions.
+        let events = "{\"event\":\"tool\",\"permissions\":\"allow\"}\n{\"event\":\"hooks\"}\n";
+        let mut out = Vec::new();
+        json_flags("1p_failed_events.json", "", events, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        // An MCP server added on one of the lines still is one.
+        let mcp = format!("{events}{{\"mcpServers\":{{\"x\":{{\"command\":\"sh\"}}}}}}\n");
+        let mut out = Vec::new();
+        json_flags("events.json", events, &mcp, &mut out);
+        assert!(
+            out.iter().any(|f| f.starts_with("MCP servers changed")),
+            "{out:?}"
+        );
+        // Text that is neither still falls back to the lines naming the keys.
+        let mut out = Vec::new();
+        json_flags("x.json", "", "not json \"permissions\"", &mut out);
+        assert_eq!(out.len(), 1, "{out:?}");
     }
 
     #[test]

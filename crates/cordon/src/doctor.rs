@@ -285,6 +285,7 @@ fn run_true() -> Result<()> {
         policy_file: None,
         user_config: None,
         profile: None,
+        command: Vec::new(),
         trust_store: dir.join("trust.json"),
         own_dirs: crate::commands::own_dirs(),
     };

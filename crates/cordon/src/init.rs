@@ -68,16 +68,17 @@ fn profile_additions(project: &std::path::Path, name: &str) -> Result<String> {
         .with_context(|| format!("profile `{name}`"))?
         .plan
         .to_toml();
-    let base: std::collections::HashSet<&str> = without.lines().collect();
-    let mut section = "";
+    let base = units(&without);
     let mut out = String::new();
     let mut shown_section = "";
-    for l in with.lines() {
-        if l.starts_with('[') {
-            section = l;
-            continue;
-        }
-        if l.trim().is_empty() || l.starts_with('#') || base.contains(l) {
+    for (section, head, items) in units(&with) {
+        let before = base.iter().find(|(s, h, _)| *s == section && *h == head);
+        let new: Vec<&str> = match before {
+            Some(_) if items.is_empty() => continue,
+            Some((_, _, old)) => items.iter().filter(|i| !old.contains(i)).copied().collect(),
+            None => items.clone(),
+        };
+        if before.is_some() && new.is_empty() {
             continue;
         }
         if shown_section != section {
@@ -85,11 +86,46 @@ fn profile_additions(project: &std::path::Path, name: &str) -> Result<String> {
             out.push('\n');
             shown_section = section;
         }
-        out.push_str(l);
+        out.push_str(head);
         out.push('\n');
+        if !items.is_empty() {
+            for i in new {
+                out.push_str(i);
+                out.push('\n');
+            }
+            out.push_str("]\n");
+        }
     }
     if out.is_empty() {
         out.push_str("(nothing beyond the policy without it)\n");
     }
     Ok(out)
+}
+
+/// `cordon check`'s TOML as (section header, key line, items of a multi-line array): enough
+/// to tell which keys and array entries a profile adds.
+fn units(toml: &str) -> Vec<(&str, &str, Vec<&str>)> {
+    let mut out: Vec<(&str, &str, Vec<&str>)> = Vec::new();
+    let mut section = "";
+    let mut open = false;
+    for l in toml.lines() {
+        if open {
+            if l.trim() == "]" {
+                open = false;
+            } else if let Some(last) = out.last_mut() {
+                last.2.push(l);
+            }
+            continue;
+        }
+        if l.trim().is_empty() || l.starts_with('#') {
+            continue;
+        }
+        if l.starts_with('[') {
+            section = l;
+            continue;
+        }
+        open = l.trim_end().ends_with('[');
+        out.push((section, l, Vec::new()));
+    }
+    out
 }

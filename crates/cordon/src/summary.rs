@@ -22,6 +22,12 @@ const ORDER: [&str; 11] = [
 #[derive(Default)]
 struct Facts {
     profile: String,
+    /// What in the command selected the profile, when it was detected.
+    profile_by: String,
+    /// The agent's expected denials (telemetry, update checks): counted apart, not named one
+    /// by one among the denied hosts.
+    quiet: cordon_policy::AgentPlan,
+    quiet_hosts: BTreeMap<String, u64>,
     project: String,
     policy_files: Vec<String>,
     session: String,
@@ -81,6 +87,12 @@ impl Lines {
         }
     }
 
+    /// The selected profile's quiet hosts (see [`is_quiet_denial`]).
+    pub fn quiet(&self, agent: &cordon_policy::AgentPlan) {
+        let mut f = self.facts.lock().unwrap_or_else(|p| p.into_inner());
+        f.quiet = agent.clone();
+    }
+
     /// The exit line, with the command's exit status.
     pub fn finish(&self, code: i32) {
         if !self.enabled {
@@ -119,6 +131,21 @@ fn strings(e: &Event, key: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The host a network or HTTP denial names.
+fn denied_host(e: &Event) -> &str {
+    e.detail_str("host")
+        .or_else(|| e.detail_str("url").map(url_host))
+        .unwrap_or("?")
+}
+
+/// A network or HTTP denial of one of the agent's quiet hosts: logged as always, but not
+/// announced on the terminal one by one (the exit line counts them).
+pub fn is_quiet_denial(agent: &cordon_policy::AgentPlan, e: &Event) -> bool {
+    e.action == Action::Deny
+        && matches!(e.layer, Layer::Network | Layer::Http)
+        && agent.is_quiet(denied_host(e))
+}
+
 /// The host of `https://host:port/path` (HTTP events name a URL, not a host).
 fn url_host(url: &str) -> &str {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
@@ -148,6 +175,7 @@ impl Facts {
         match (layer, action) {
             (Layer::Session, Action::Start) => {
                 self.profile = clean(e.detail_str("profile").unwrap_or_default());
+                self.profile_by = clean(e.detail_str("profile_detected").unwrap_or_default());
                 self.project = clean(e.detail_str("project").unwrap_or_default());
                 self.policy_files = strings(e, "policy_files");
             }
@@ -213,13 +241,12 @@ impl Facts {
             (Layer::Credentials, Action::Degraded) => self.layer("creds", "partly", true),
             (Layer::Exec, Action::Degraded) => self.layer("exec", "no broker", true),
             (Layer::Network | Layer::Http, Action::Allow) => self.allowed += 1,
+            (Layer::Network | Layer::Http, Action::Deny) if is_quiet_denial(&self.quiet, e) => {
+                *self.quiet_hosts.entry(clean(denied_host(e))).or_default() += 1;
+            }
             (Layer::Network | Layer::Http, Action::Deny) => {
                 self.denied += 1;
-                let host = e
-                    .detail_str("host")
-                    .or_else(|| e.detail_str("url").map(url_host))
-                    .unwrap_or("?");
-                *self.denied_hosts.entry(clean(host)).or_default() += 1;
+                *self.denied_hosts.entry(clean(denied_host(e))).or_default() += 1;
             }
             (Layer::Exec, Action::Allow | Action::Deny) => {
                 let key = (
@@ -264,13 +291,13 @@ impl Facts {
         } else {
             self.policy_files.join(", ")
         };
+        let profile = match (self.profile.as_str(), self.profile_by.as_str()) {
+            ("", _) => "none".to_string(),
+            (p, "") => p.to_string(),
+            (p, by) => format!("{p} (detected: {by})"),
+        };
         format!(
-            "profile {} · {} · project {} · policy {policy} · session {}",
-            if self.profile.is_empty() {
-                "none"
-            } else {
-                &self.profile
-            },
+            "profile {profile} · {} · project {} · policy {policy} · session {}",
             layers.join(" "),
             self.project,
             self.session
@@ -281,16 +308,16 @@ impl Facts {
         let mut parts = vec![format!("exit {code} after {secs:.1}s")];
         let mut req = format!("requests {} allowed, {} denied", self.allowed, self.denied);
         if !self.denied_hosts.is_empty() {
-            let mut hosts: Vec<(&String, &u64)> = self.denied_hosts.iter().collect();
-            hosts.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-            let top: Vec<String> = hosts
-                .iter()
-                .take(TOP_DENIED)
-                .map(|(h, n)| format!("{h} ×{n}"))
-                .collect();
-            req.push_str(&format!(" ({})", top.join(", ")));
+            req.push_str(&format!(" ({})", top(&self.denied_hosts).join(", ")));
         }
         parts.push(req);
+        if !self.quiet_hosts.is_empty() {
+            parts.push(format!(
+                "{} expected denials not shown ({})",
+                self.quiet_hosts.values().sum::<u64>(),
+                top(&self.quiet_hosts).join(", ")
+            ));
+        }
         parts.push(format!(
             "exec rules hit {} ({} denied)",
             self.exec_allowed + self.exec_denied,
@@ -309,6 +336,17 @@ impl Facts {
         parts.push(format!("log {}", clean(&log.display().to_string())));
         parts.join(" · ")
     }
+}
+
+/// The most frequent hosts, `host ×N`, most first.
+fn top(counts: &BTreeMap<String, u64>) -> Vec<String> {
+    let mut hosts: Vec<(&String, &u64)> = counts.iter().collect();
+    hosts.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    hosts
+        .iter()
+        .take(TOP_DENIED)
+        .map(|(h, n)| format!("{h} ×{n}"))
+        .collect()
 }
 
 #[cfg(test)]
@@ -378,6 +416,54 @@ mod tests {
         );
         assert!(exit.contains("`cordon state diff S1`"), "{exit}");
         assert!(exit.ends_with("log /l.jsonl"), "{exit}");
+    }
+
+    #[test]
+    fn a_detected_profile_and_quiet_denials() {
+        let mut f = Facts {
+            quiet: cordon_policy::AgentPlan {
+                quiet: vec![cordon_policy::HostPattern::glob("*.telemetry.test").unwrap()],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        for n in [
+            NewEvent::new(Layer::Session, Action::Start, "s")
+                .detail("project", "/p")
+                .detail("profile", "claude")
+                .detail("profile_detected", "npx @anthropic-ai/claude-code"),
+            NewEvent::new(Layer::Network, Action::Deny, "d")
+                .rule("x")
+                .detail("host", "a.telemetry.test"),
+            NewEvent::new(Layer::Http, Action::Deny, "d")
+                .rule("x")
+                .detail("url", "https://a.telemetry.test/v1/log"),
+            NewEvent::new(Layer::Network, Action::Deny, "d")
+                .rule("x")
+                .detail("host", "evil.test"),
+        ] {
+            let e = ev(n);
+            assert_eq!(
+                is_quiet_denial(&f.quiet, &e),
+                denied_host(&e).ends_with("telemetry.test"),
+                "{e:?}"
+            );
+            f.take(&e);
+        }
+        assert!(
+            f.start_line()
+                .starts_with("profile claude (detected: npx @anthropic-ai/claude-code) · "),
+            "{}",
+            f.start_line()
+        );
+        let exit = f.exit_line(1.0, 0, std::path::Path::new("/l.jsonl"));
+        assert!(
+            exit.contains(
+                "requests 0 allowed, 1 denied (evil.test ×1) · \
+                 2 expected denials not shown (a.telemetry.test ×2)"
+            ),
+            "{exit}"
+        );
     }
 
     #[test]

@@ -243,8 +243,8 @@ impl Section for Credentials {
     type Raw = std::collections::BTreeMap<Spanned<String>, Spanned<Raw>>;
     type Plan = Vec<CredentialPlan>;
     const SHAPE: Shape = Shape::Map(&Raw::TABLE);
-    // A profile switches what runs, not where real secrets may go.
-    const IN_PROFILE: bool = false;
+    // A profile may name its agent's key variables: where a profile's credential may go is
+    // checked like any other (an untrusted file's is a loosening).
 
     fn convert(raw: Self::Raw, cx: &mut Convert<'_>) -> Result<Self, PolicyError> {
         let mut out = Vec::new();

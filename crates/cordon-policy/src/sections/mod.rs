@@ -20,6 +20,7 @@ use crate::load::Loosening;
 use crate::pattern::{Bare, HostPattern};
 use crate::schema::{Root, Shape, toml_string};
 
+pub mod agent;
 pub mod credentials;
 pub mod dlp;
 pub mod dns;
@@ -194,6 +195,8 @@ sections! {
     dlp: dlp::Dlp => dlp::DlpPlan,
     /// Credentials injected at the wire (layer 1b).
     credentials: credentials::Credentials => Vec<credentials::CredentialPlan>,
+    /// The selected profile's agent: what selects it, what it phones that is denied quietly.
+    agent: agent::Agent => agent::AgentPlan,
 }
 
 /// Where a rule or value came from.
@@ -815,6 +818,8 @@ mod tests {
             let r = crate::file::parse_file(&in_p, Some(Path::new("/f")), 1, &ctx);
             let empty_ok = match shape {
                 Shape::Table(t) => !t.fields.iter().any(|f| f.required),
+                // No entries: nothing required is missing.
+                Shape::Map(_) => true,
                 _ => false,
             };
             assert_eq!(r.is_ok(), *in_profile && empty_ok, "{name}: {r:?}");
