@@ -29,6 +29,11 @@ pub struct FenceStatus {
     /// Why no ruleset could be applied at all, when `[filesystem] landlock = "best-effort"`
     /// let the command start without one. Text: it comes from the other side of the boundary.
     pub error: Option<String>,
+    /// The filesystem rules were left out for nested sandboxes (`[syscalls] nested_userns`):
+    /// the kernel refuses mount(2), pivot_root(2) and umount(2) to any process under a Landlock
+    /// filesystem ruleset, and a nested sandbox is built of mounts. Only the scoping applies.
+    #[serde(default)]
+    pub nested: bool,
 }
 
 impl FenceStatus {
@@ -41,6 +46,7 @@ impl FenceStatus {
             enforcement: Enforcement::None,
             kernel_abi: crate::sys::landlock_abi().ok(),
             error: Some(e.to_string()),
+            nested: false,
         }
     }
 
@@ -60,6 +66,9 @@ impl FenceStatus {
         if let Some(err) = &self.error {
             e = e.detail("error", err.clone());
         }
+        if self.nested {
+            e = e.detail("filesystem_rules", "off for nested sandboxes");
+        }
         e
     }
 }
@@ -67,6 +76,24 @@ impl FenceStatus {
 /// `fully enforced (kernel ABI 7, requested ABI 6)`, `not enforced: <why>`.
 impl std::fmt::Display for FenceStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.nested {
+            // What is left is the scoping; say what is off first, and why.
+            write!(
+                f,
+                "{}: filesystem rules off for nested sandboxes ([syscalls] nested_userns; the \
+                 kernel refuses mounts under them), the mount view still fences files; ",
+                self.enforcement
+            )?;
+            return match (&self.error, self.kernel_abi) {
+                (Some(e), _) => write!(f, "no scoping: {e}"),
+                (None, Some(abi)) if abi >= 6 => write!(
+                    f,
+                    "abstract unix sockets and signals scoped (kernel ABI {abi})"
+                ),
+                (None, Some(abi)) => write!(f, "no scoping before ABI 6 (kernel ABI {abi})"),
+                (None, None) => write!(f, "Landlock unavailable on this kernel"),
+            };
+        }
         match (&self.error, self.kernel_abi) {
             (Some(e), _) => write!(f, "{}: {e}", self.enforcement),
             (None, Some(abi)) => write!(
@@ -82,6 +109,32 @@ impl std::fmt::Display for FenceStatus {
             ),
         }
     }
+}
+
+/// Only Landlock's scoping (abstract unix sockets, signals), no filesystem rules: what a
+/// command may have that builds nested sandboxes (see [`FenceStatus::nested`]). Never "fully
+/// enforced": the filesystem part of the fence is off.
+pub(crate) fn apply_scopes_only() -> Result<FenceStatus, landlock::RulesetError> {
+    let kernel_abi = crate::sys::landlock_abi().ok();
+    let enforcement = if kernel_abi.is_some_and(|abi| abi >= 6) {
+        let status = Ruleset::default()
+            .set_compatibility(CompatLevel::BestEffort)
+            .scope(Scope::from_all(TARGET))?
+            .create()?
+            .restrict_self()?;
+        match status.ruleset {
+            RulesetStatus::NotEnforced => Enforcement::None,
+            _ => Enforcement::Partial,
+        }
+    } else {
+        Enforcement::None
+    };
+    Ok(FenceStatus {
+        enforcement,
+        kernel_abi,
+        error: None,
+        nested: true,
+    })
 }
 
 /// Restrict the calling thread (and its future children) to `rules`.
@@ -126,6 +179,7 @@ pub(crate) fn apply(rules: &LandlockRules) -> Result<FenceStatus, landlock::Rule
         enforcement,
         kernel_abi: crate::sys::landlock_abi().ok(),
         error: None,
+        nested: false,
     })
 }
 
@@ -140,6 +194,7 @@ mod tests {
             enforcement: Enforcement::Full,
             kernel_abi: Some(7),
             error: None,
+            nested: false,
         };
         assert_eq!(
             full.to_string(),
@@ -163,6 +218,7 @@ mod tests {
             enforcement: Enforcement::None,
             kernel_abi: None,
             error: None,
+            nested: false,
         };
         assert_eq!(
             none.to_string(),
@@ -177,6 +233,22 @@ mod tests {
         assert_eq!(e.action, Action::Degraded);
         assert_eq!(e.detail["error"], "EINVAL");
         assert!(!e.detail.contains_key("kernel_abi"));
+        // Nested sandboxes: what is off comes first, and the event is degraded.
+        let nested = FenceStatus {
+            enforcement: Enforcement::Partial,
+            kernel_abi: Some(7),
+            error: None,
+            nested: true,
+        };
+        assert_eq!(
+            nested.to_string(),
+            "partially enforced: filesystem rules off for nested sandboxes ([syscalls] \
+             nested_userns; the kernel refuses mounts under them), the mount view still fences \
+             files; abstract unix sockets and signals scoped (kernel ABI 7)"
+        );
+        let e = nested.event();
+        assert_eq!(e.action, Action::Degraded);
+        assert_eq!(e.detail["filesystem_rules"], "off for nested sandboxes");
         // It crosses the control channel as JSON and comes back the same.
         let json = serde_json::to_string(&failed).unwrap();
         assert_eq!(serde_json::from_str::<FenceStatus>(&json).unwrap(), failed);

@@ -85,7 +85,13 @@ pub fn main() -> ! {
     {
         gateway_handoff(addr, mtu, proxy_port);
     }
-    if let Err(e) = mounts::build(&spec.layout, spec.tmpfs_size) {
+    // A nested sandbox needs a /proc it may mount again; never root's (see `ProcView`).
+    let proc = if spec.syscalls.nested_userns && spec.uid != 0 {
+        mounts::ProcView::Plain
+    } else {
+        mounts::ProcView::Sealed
+    };
+    if let Err(e) = mounts::build(&spec.layout, spec.tmpfs_size, proc) {
         fail("filesystem", e.to_string());
     }
     if let Err(e) = sys::sethostname(&spec.hostname) {
@@ -364,12 +370,28 @@ fn command_child(spec: &InitSpec, slave: Option<OwnedFd>, report: OwnedFd) -> ! 
     if let Err(e) = sys::set_no_new_privs() {
         child_fail(r, "no_new_privs", e);
     }
-    let landlock = match fence::apply(&spec.layout.landlock) {
-        Ok(status) => status,
-        Err(e) if spec.landlock == LandlockMode::Required => child_fail(r, "landlock", e),
-        Err(e) => FenceStatus::failed(e),
+    // Nested sandboxes are built of mounts, which the kernel refuses under a Landlock
+    // filesystem ruleset: `nested_userns` trades those rules for the nested sandbox's own.
+    let nested = spec.syscalls.nested_userns;
+    let fenced = if nested {
+        fence::apply_scopes_only()
+    } else {
+        fence::apply(&spec.layout.landlock)
     };
-    if landlock.enforcement == Enforcement::None && spec.landlock == LandlockMode::Required {
+    let landlock = match fenced {
+        Ok(status) => status,
+        Err(e) if spec.landlock == LandlockMode::Required && !nested => {
+            child_fail(r, "landlock", e)
+        }
+        Err(e) => FenceStatus {
+            nested,
+            ..FenceStatus::failed(e)
+        },
+    };
+    if landlock.enforcement == Enforcement::None
+        && spec.landlock == LandlockMode::Required
+        && !nested
+    {
         child_fail(
             r,
             "landlock",
@@ -379,7 +401,16 @@ fn command_child(spec: &InitSpec, slave: Option<OwnedFd>, report: OwnedFd) -> ! 
         );
     }
     send_report(r, "landlock", &landlock);
-    if let Err(e) = sys::drop_all_capabilities() {
+    // Root may map uid 0 into a user namespace it makes only while it holds CAP_SETFCAP
+    // (Linux 5.12: else a file capability written inside would be honoured outside), so a
+    // nested sandbox of root's keeps that one; no_new_privs and the empty rest of the bounding
+    // set keep it from ever becoming more at exec. Nothing else is kept, and never for a user.
+    let keep = if nested && spec.uid == 0 {
+        Some(sys::CAP_SETFCAP)
+    } else {
+        None
+    };
+    if let Err(e) = sys::drop_capabilities_but(keep) {
         child_fail(r, "capabilities", e);
     }
     // The syscall filter goes on last, just before exec: nothing of setup needs what it denies.

@@ -83,10 +83,29 @@ const RO: Attrs = Attrs {
     nodev: true,
 };
 
+/// How /proc is mounted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ProcView {
+    /// Kernel knobs (/proc/sys, sysrq-trigger, …) bound read-only over the proc mount, even
+    /// for root of the sandbox's user namespace. The kernel then refuses any nested sandbox a
+    /// fresh /proc of its own (it would not hide them): it can only bind this one.
+    Sealed,
+    /// The plain proc mount: a nested sandbox (bwrap `--unshare-pid --proc /proc`) may mount
+    /// its own. Only for a sandbox that is not root on the host: the kernel knobs are then
+    /// guarded by the kernel's own checks for that uid, as on the host; what the uid owns
+    /// are the sysctls of the namespaces cordon made for this sandbox (network, IPC), whose
+    /// only way out stays the gateway.
+    Plain,
+}
+
 /// Build the view and pivot into it. On return, `/` is the sandbox's root.
 /// `tmpfs_size`: the cap for the sandbox's own `/tmp` and `/dev/shm` (bytes), so with only
 /// rlimits in force (which do not count tmpfs pages) a `[limits] memory` still bounds them.
-pub(crate) fn build(layout: &Layout, tmpfs_size: Option<u64>) -> Result<(), MountError> {
+pub(crate) fn build(
+    layout: &Layout,
+    tmpfs_size: Option<u64>,
+    proc: ProcView,
+) -> Result<(), MountError> {
     let root = Path::new("/");
     // Nothing we mount may propagate back to the host.
     sys::mount(None, root, None, libc::MS_REC | libc::MS_PRIVATE, None)
@@ -110,7 +129,7 @@ pub(crate) fn build(layout: &Layout, tmpfs_size: Option<u64>) -> Result<(), Moun
     .ctx(|| "new root tmpfs".into())?;
 
     for op in &layout.mounts {
-        apply(op, tmpfs_size).map_err(|e| MountError {
+        apply(op, tmpfs_size, proc).map_err(|e| MountError {
             step: format!("{op:?}: {}", e.step),
             source: e.source,
         })?;
@@ -126,7 +145,7 @@ pub(crate) fn build(layout: &Layout, tmpfs_size: Option<u64>) -> Result<(), Moun
     Ok(())
 }
 
-fn apply(op: &MountOp, tmpfs_size: Option<u64>) -> Result<(), MountError> {
+fn apply(op: &MountOp, tmpfs_size: Option<u64>, proc: ProcView) -> Result<(), MountError> {
     let dst = under(NEW, op.path());
     let d = dst.clone();
     let at = move || d.display().to_string();
@@ -158,6 +177,9 @@ fn apply(op: &MountOp, tmpfs_size: Option<u64>) -> Result<(), MountError> {
             ensure_mountpoint(&dst, true).ctx(at.clone())?;
             let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
             sys::mount(Some(&cs("proc")), &dst, Some(&cs("proc")), flags, None).ctx(at)?;
+            if proc == ProcView::Plain {
+                return Ok(());
+            }
             // Kernel knobs stay read-only even for root of the sandbox's user namespace.
             for sub in [
                 "sys",

@@ -18,8 +18,26 @@ pub struct SyscallsPlan {
     pub allow: Vec<NamedRule>,
     /// Extra syscalls to deny, by name.
     pub deny: Vec<NamedRule>,
-    /// Allow new user namespaces inside the sandbox (`unshare`/`clone` with `CLONE_NEWUSER`),
-    /// e.g. for nested sandboxes. Default false.
+    /// Nested sandboxes (bubblewrap, `unshare -r`, Codex's and Claude Code's own sandboxes).
+    /// Default false. When true, what it lifts, and nothing else:
+    /// - `unshare`/`clone` with `CLONE_NEWUSER`;
+    /// - the mount family ([`SyscallsPlan::NESTED_USERNS_LIFTS`]): the kernel lets a process
+    ///   mount only in a mount namespace owned by a user namespace it made itself, where every
+    ///   mount of cordon's view is locked (no umount, no remount read-write, no bind of a masked
+    ///   directory's parent without the mask); in the sandbox's own namespaces it still fails
+    ///   (EPERM, from the kernel now, so not logged);
+    /// - Landlock's filesystem rules for the command (the kernel refuses every mount to a
+    ///   process under a Landlock filesystem ruleset); its socket and signal scoping stays;
+    /// - as root only, `CAP_SETFCAP` is kept, which the kernel requires to map uid 0 into a new
+    ///   user namespace (Linux 5.12); with no_new_privs and an otherwise empty bounding set it
+    ///   gains nothing at exec;
+    /// - for a non-root sandbox, /proc is not sealed read-only under /proc/sys and the like (a
+    ///   sealed /proc makes the kernel refuse a nested sandbox its own /proc): the kernel's own
+    ///   ownership checks guard those files, as on the host. As root they stay sealed, so a
+    ///   nested sandbox cannot mount a fresh /proc (bwrap's `--bind /proc /proc` works).
+    ///
+    /// The seccomp filter's other denials (ptrace, keyctl, bpf, setns, …), the gateway and the
+    /// mount view still apply to everything inside the nested sandbox.
     pub nested_userns: bool,
 }
 
@@ -106,6 +124,22 @@ pub const BUILTIN_CONDITIONAL_SYSCALLS: &[(&str, &str)] = &[
 ];
 
 impl SyscallsPlan {
+    /// Built-in denials that `nested_userns = true` lifts: what a nested sandbox needs to
+    /// build its own view. `[syscalls] deny` can deny them again.
+    pub const NESTED_USERNS_LIFTS: &'static [&'static str] = &[
+        "mount",
+        "umount2",
+        "pivot_root",
+        "move_mount",
+        "open_tree",
+        "open_tree_attr",
+        "fsopen",
+        "fsconfig",
+        "fsmount",
+        "fspick",
+        "mount_setattr",
+    ];
+
     /// The built-in denials that `allow = [name]` lifts (`ptrace` also lifts
     /// `process_vm_readv` and `process_vm_writev`); empty when `name` is not denied by default.
     pub fn lifted_by(name: &str) -> &'static [&'static str] {
@@ -120,13 +154,16 @@ impl SyscallsPlan {
     }
 
     /// Every syscall denied whatever its arguments, by name, with the rule that denies it:
-    /// the built-in list minus what `allow` lifts (origin `built-in`), then `deny` (its own
+    /// the built-in list minus what `allow` lifts and, with `nested_userns`, minus
+    /// [`SyscallsPlan::NESTED_USERNS_LIFTS`] (origin `built-in`), then `deny` (its own
     /// origin). A name both lifted and denied again by `deny` stays denied.
     pub fn denied(&self) -> Vec<NamedRule> {
         let lifted = |n: &str| {
-            self.allow
-                .iter()
-                .any(|a| Self::lifted_by(&a.name).contains(&n))
+            (self.nested_userns && Self::NESTED_USERNS_LIFTS.contains(&n))
+                || self
+                    .allow
+                    .iter()
+                    .any(|a| Self::lifted_by(&a.name).contains(&n))
         };
         let mut out: Vec<NamedRule> = BUILTIN_DENIED_SYSCALLS
             .iter()
@@ -270,6 +307,12 @@ impl Section for Syscalls {
         out.with_origins("allow", names(&s.allow));
         out.line("# denied in addition to the built-in filter");
         out.with_origins("deny", names(&s.deny));
+        if s.nested_userns {
+            out.line(format!(
+                "# nested sandboxes: CLONE_NEWUSER and {} allowed, Landlock's filesystem rules off",
+                SyscallsPlan::NESTED_USERNS_LIFTS.join(", ")
+            ));
+        }
         out.line(format!("nested_userns = {}", s.nested_userns));
     }
 }
@@ -376,5 +419,36 @@ mod tests {
         assert_eq!(d.iter().filter(|r| r.name == "mount").count(), 1);
         let default = SyscallsPlan::default().denied();
         assert_eq!(default.len(), BUILTIN_DENIED_SYSCALLS.len());
+    }
+
+    #[test]
+    fn nested_userns_lifts_the_mount_family_only() {
+        let plan = SyscallsPlan {
+            allow: vec![],
+            deny: vec![rule("pivot_root", "d:1")],
+            nested_userns: true,
+        };
+        let d = plan.denied();
+        let find = |n: &str| d.iter().find(|r| r.name == n).map(|r| r.origin.as_str());
+        for n in SyscallsPlan::NESTED_USERNS_LIFTS
+            .iter()
+            .filter(|n| **n != "pivot_root")
+        {
+            assert_eq!(find(n), None, "{n}");
+        }
+        assert_eq!(find("pivot_root"), Some("d:1"), "denied again by deny");
+        for n in [
+            "setns",
+            "ptrace",
+            "keyctl",
+            "bpf",
+            "perf_event_open",
+            "open_by_handle_at",
+        ] {
+            assert_eq!(find(n), Some("built-in"), "{n}");
+        }
+        for n in SyscallsPlan::NESTED_USERNS_LIFTS {
+            assert!(BUILTIN_DENIED_SYSCALLS.contains(n), "{n}");
+        }
     }
 }

@@ -28,6 +28,17 @@ fn the_f3_rules() {
     assert!(r[&nr("execve")].is_empty());
     assert!(r[&nr("execveat")].is_empty());
     assert!(r.contains_key(&nr("ptrace")));
+    // A nested sandbox builds its view with the mount family; setns stays denied.
+    for name in [
+        "mount",
+        "umount2",
+        "pivot_root",
+        "mount_setattr",
+        "open_tree",
+    ] {
+        assert!(!r.contains_key(&nr(name)), "{name}");
+    }
+    assert!(r[&nr("setns")].is_empty());
 }
 
 #[test]

@@ -1,0 +1,302 @@
+//! Nested sandboxes, black-box: with `[syscalls] nested_userns = true`, real bubblewrap,
+//! `unshare -r` and Codex's own sandbox run inside a real `cordon run`, as root and as an
+//! unprivileged user — and can only narrow: cordon's mounts stay locked, its masks hide what
+//! they hide, its seccomp filter and its gateway apply to everything inside.
+//!
+//! bwrap is always given `--unshare-user` here: bwrap run by uid 0 assumes it holds root's
+//! capabilities and makes no user namespace unless told, and root inside cordon holds none
+//! (Claude Code and Codex pass it themselves). The user variant also runs bwrap bare.
+
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+
+use common::net::{PY, Server, named, run as net_run, setup, www};
+use common::{Env, Who, all_output, need, show, skip};
+
+/// bwrap with a read-only root, cordon's /proc bound (no `--unshare-pid`: bwrap binds the
+/// /proc it has instead of mounting one) and a fresh /dev.
+const BWRAP: &str = "bwrap --unshare-user --die-with-parent --ro-bind / / --dev /dev --proc /proc";
+
+/// The npm Codex CLI that scripts/setup-agents.sh installs (pinned).
+const CODEX: &str = "/opt/cordon-agents/bin/codex";
+
+fn policy(env: &Env, extra: &str) -> String {
+    let p = env.base.join("nested.toml");
+    std::fs::write(&p, format!("[syscalls]\nnested_userns = true\n{extra}")).unwrap();
+    env.own(&p);
+    p.to_str().unwrap().to_string()
+}
+
+fn tools() -> bool {
+    need(&["bwrap", "unshare"], "nested sandboxes")
+}
+
+/// Run `script` with the nested policy; returns the output.
+fn nested(env: &Env, script: &str) -> Output {
+    let p = policy(env, "");
+    env.run_with(&["--policy", &p], script)
+}
+
+/// Run `script` with the nested policy and require exit 0; returns stdout.
+#[track_caller]
+fn nested_ok(env: &Env, script: &str) -> String {
+    let o = nested(env, script);
+    assert_eq!(o.status.code(), Some(0), "{script}\n{}", show(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn events(env: &Env) -> String {
+    std::fs::read_to_string(&env.audit).unwrap_or_default()
+}
+
+both!(nested_namespaces_are_off_by_default, |env: Env| {
+    if !tools() {
+        return;
+    }
+    for script in [
+        "unshare -r true",
+        &format!("{BWRAP} true"),
+        "unshare -rm sh -c 'mount -t tmpfs x /mnt'",
+    ] {
+        let o = env.denied(script);
+        assert!(
+            events(&env).contains("CLONE_NEWUSER"),
+            "{script}: no denial naming CLONE_NEWUSER\n{}",
+            show(&o)
+        );
+    }
+    // The default Landlock fence is the full one.
+    env.ok("true");
+    assert!(
+        !events(&env).contains("off for nested sandboxes"),
+        "{}",
+        events(&env)
+    );
+});
+
+both!(bwrap_and_unshare_run_inside, |env: Env| {
+    if !tools() {
+        return;
+    }
+    let out = nested_ok(
+        &env,
+        &format!(
+            "set -e\n\
+             {BWRAP} true\n\
+             {BWRAP} --unshare-net true\n\
+             {BWRAP} --unshare-ipc --unshare-uts --unshare-net --hostname inner sh -c 'echo HOST=$(hostname)'\n\
+             {BWRAP} --tmpfs /mnt sh -c 'echo x > /mnt/f && echo TMPFS=$(cat /mnt/f)'\n\
+             echo UNSHARE=$(unshare -r id -u)\n\
+             unshare -rm sh -c 'mount -t tmpfs x /mnt && touch /mnt/f && echo MOUNTED=$(ls /mnt)'\n"
+        ),
+    );
+    for want in ["HOST=inner", "TMPFS=x", "UNSHARE=0", "MOUNTED=f"] {
+        assert!(out.lines().any(|l| l == want), "{want} missing:\n{out}");
+    }
+    // What was lifted is said, and why: Landlock's filesystem rules are off.
+    let log = events(&env);
+    assert!(log.contains("off for nested sandboxes"), "{log}");
+    if env.who == Who::User {
+        // Bare bwrap makes its own user namespace for a user, and may mount its own /proc.
+        nested_ok(&env, "bwrap --ro-bind / / --dev /dev --proc /proc true");
+        nested_ok(
+            &env,
+            "bwrap --unshare-all --ro-bind / / --dev /dev --proc /proc true",
+        );
+    } else {
+        // Root's sandbox keeps /proc sealed (its /proc/sys would be the host's, writable by
+        // uid 0): the kernel refuses a nested sandbox a fresh /proc; binding it works.
+        let o = nested(
+            &env,
+            &format!("{BWRAP} --unshare-pid --proc /proc true 2>&1; echo rc=$?"),
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains("Can't mount proc") && !out.contains("rc=0"),
+            "{}",
+            show(&o)
+        );
+        nested_ok(
+            &env,
+            "bwrap --unshare-all --ro-bind / / --dev /dev --bind /proc /proc true",
+        );
+    }
+});
+
+// What no nested sandbox may do: undo a mount of cordon's, read what a mask hides, write
+// outside the project, write a kernel knob. Each tried inside bwrap and `unshare -rm`.
+both!(nested_sandboxes_cannot_undo_the_view, |env: Env| {
+    if !tools() {
+        return;
+    }
+    let outside = env.base.join("outside.txt");
+    std::fs::write(&outside, "host-original").unwrap();
+    env.own(&outside);
+    let o_path = outside.display();
+    let key = "~/.ssh/id_ed25519";
+    let p = policy(&env, "");
+    let attacks = [
+        // Inside bwrap with the whole view bound read-write.
+        format!("bwrap --unshare-user --bind / / --dev /dev --proc /proc cat {key}"),
+        format!("bwrap --unshare-user --bind / / --dev /dev --proc /proc sh -c 'echo pwned > {o_path}'"),
+        "bwrap --unshare-user --bind / / --dev /dev --proc /proc sh -c 'echo pwned > /usr/cordon-nested'".to_string(),
+        "bwrap --unshare-user --bind / / --dev /dev --proc /proc sh -c 'cat /proc/sys/kernel/core_pattern > /proc/sys/kernel/core_pattern'".to_string(),
+        // Revealing the masked file: umount it, bind its parent without it, overmount it.
+        format!("unshare -rm sh -c 'umount {key}; umount -l ~/.ssh; cat {key}'"),
+        "unshare -rm sh -c 'mount --bind ~ /mnt && cat /mnt/.ssh/id_ed25519'".to_string(),
+        "unshare -rm sh -c 'mount --rbind ~ /mnt && umount -l /mnt/.ssh; cat /mnt/.ssh/id_ed25519'".to_string(),
+        format!("unshare -rm sh -c 'mount -t tmpfs x ~/.ssh && umount ~/.ssh && cat {key}'"),
+        format!("{BWRAP} --bind ~ /mnt cat /mnt/.ssh/id_ed25519"),
+        // Making the read-only view writable.
+        "unshare -rm sh -c 'mount -o remount,bind,rw / ; mount -o remount,bind,rw /usr; touch /usr/cordon-nested'".to_string(),
+        format!("unshare -rm sh -c 'mount -o remount,bind,rw {dir} && echo pwned > {o_path}'", dir = env.base.display()),
+        // Mounting a /proc of its own (root) or writing a knob through it (user).
+        "unshare -rm --pid --fork sh -c 'mount -t proc proc /proc && cat /proc/sys/kernel/core_pattern > /proc/sys/kernel/core_pattern'".to_string(),
+    ];
+    for script in &attacks {
+        let o = env.denied_with(&["--policy", &p], script);
+        assert!(
+            !all_output(&o).contains("SECRET-"),
+            "{script}\n{}",
+            show(&o)
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "host-original");
+    assert!(!Path::new("/usr/cordon-nested").exists());
+    // Sanity: the same bwrap can write the project, so the refusals above are the view's.
+    nested_ok(
+        &env,
+        "bwrap --unshare-user --bind / / --dev /dev --proc /proc sh -c 'echo ok > nested-wrote'",
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.project.join("nested-wrote")).unwrap(),
+        "ok\n"
+    );
+});
+
+/// A python3 snippet calling `syscall(nr, args…)`, printing `errno=N` (0 on success).
+fn raw_syscall(nr: &str, args: &str) -> String {
+    format!(
+        "{PY} -c 'import ctypes; l = ctypes.CDLL(None, use_errno=True); \
+         r = l.syscall({nr}{args}); print(\"errno=%d\" % (0 if r >= 0 else ctypes.get_errno()))'"
+    )
+}
+
+both!(the_syscall_filter_applies_inside, |env: Env| {
+    if !tools() {
+        return;
+    }
+    if std::env::consts::ARCH != "x86_64" {
+        skip("x86_64", "syscall numbers here are x86_64's");
+        return;
+    }
+    // x86_64: keyctl 250 (KEYCTL_GET_KEYRING_ID of the session keyring), perf_event_open 298,
+    // setns 308, ptrace 101 (PTRACE_TRACEME).
+    for (name, nr, args) in [
+        ("keyctl", "250", ", 0, -3, 0"),
+        ("perf_event_open", "298", ", 0, 0, -1, -1, 0"),
+        ("setns", "308", ", 0, 0"),
+        ("ptrace", "101", ", 0, 0, 0, 0"),
+    ] {
+        let o = nested(&env, &format!("{BWRAP} {}", raw_syscall(nr, args)));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(out.trim(), "errno=1", "{name} inside bwrap\n{}", show(&o));
+        let log = events(&env);
+        assert!(
+            log.lines().any(|l| l.contains("\"action\":\"deny\"")
+                && l.contains(&format!("\"syscall\":\"{name}\""))),
+            "cordon's filter did not deny {name}:\n{log}"
+        );
+    }
+    // A new user namespace inside the nested one: the lift is the same all the way down, and
+    // the filter still applies two levels in.
+    let o = nested(
+        &env,
+        &format!("unshare -r unshare -r {}", raw_syscall("250", ", 0, -3, 0")),
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "errno=1",
+        "{}",
+        show(&o)
+    );
+});
+
+both!(the_gateway_applies_inside, |env: Env| {
+    if !tools() || !need(&["curl"], "requests from inside bwrap") {
+        return;
+    }
+    setup(&env);
+    let srv = Server::http(&www(&env, "www", "hello-from-host"));
+    let port = srv.port;
+    let pol = named(
+        &["api.example.test", "denied.example.test"],
+        &[("api.example.test", &[port])],
+        "[syscalls]\nnested_userns = true\n",
+    );
+    let curl = |label: &str, host: &str, extra: &str| {
+        format!(
+            "echo {label}=$({BWRAP} curl -sS --max-time 10 {extra} http://{host}:{port}/hello.txt 2>&1)"
+        )
+    };
+    let script = [
+        curl("ALLOWED", "api.example.test", ""),
+        curl("ALLOWED_DIRECT", "api.example.test", "--noproxy '*'"),
+        curl("DENIED", "denied.example.test", ""),
+        curl("DENIED_DIRECT", "denied.example.test", "--noproxy '*'"),
+        curl("RAW", "127.0.0.1", "--noproxy '*' --max-time 5"),
+    ]
+    .join("\n");
+    let o = net_run(&env, &pol, &script);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let line = |prefix: &str| {
+        out.lines()
+            .find(|l| l.starts_with(&format!("{prefix}=")))
+            .unwrap_or_else(|| panic!("no {prefix} line\n{}", show(&o)))
+            .to_string()
+    };
+    assert_eq!(line("ALLOWED"), "ALLOWED=hello-from-host", "{}", show(&o));
+    assert_eq!(
+        line("ALLOWED_DIRECT"),
+        "ALLOWED_DIRECT=hello-from-host",
+        "{}",
+        show(&o)
+    );
+    for denied in ["DENIED", "DENIED_DIRECT", "RAW"] {
+        assert!(
+            !line(denied).contains("hello-from-host"),
+            "{denied} got through\n{}",
+            show(&o)
+        );
+    }
+    assert_eq!(srv.count("REQ GET /hello.txt"), 2, "{}", srv.log());
+});
+
+// Codex's own sandbox, as its shell tool starts it (`codex sandbox` runs a command under the
+// same codex-linux-sandbox + bwrap pipeline): its read-only default narrows cordon's view.
+both!(codex_sandbox_runs_inside, |env: Env| {
+    if !tools() {
+        return;
+    }
+    if !Path::new(CODEX).exists() {
+        skip(
+            "codex",
+            "Codex's sandbox inside cordon (scripts/setup-agents.sh installs it)",
+        );
+        return;
+    }
+    let out = nested_ok(
+        &env,
+        &format!(
+            "export PATH=/opt/cordon-agents/bin:$PATH\n\
+             {CODEX} sandbox -- sh -c 'echo READ=$(cat /etc/hostname >/dev/null && echo ok); \
+             touch \"$HOME/codex-wrote\" 2>/dev/null && echo WROTE=yes || echo WROTE=no'"
+        ),
+    );
+    assert!(out.lines().any(|l| l == "READ=ok"), "{out}");
+    // Codex's default sandbox is read-only: its narrowing applied inside cordon's.
+    assert!(out.lines().any(|l| l == "WROTE=no"), "{out}");
+    assert!(!env.home.join("codex-wrote").exists());
+});
