@@ -107,6 +107,7 @@ pub(crate) fn load_options(policy: Option<PathBuf>, args: &PolicyArgs, project: 
         policy_file: policy,
         user_config: Some(xdg("XDG_CONFIG_HOME", ".config").join("cordon/cordon.toml")),
         profile: args.profile.clone(),
+        command: Vec::new(),
         trust_store: trust_store().path().to_path_buf(),
         own_dirs: own_dirs(),
     }
@@ -160,7 +161,13 @@ fn run(a: RunArgs) -> i32 {
             return EXIT_SETUP;
         }
     };
-    let opts = load_options(a.policy.clone(), &a.policy_args, project.clone());
+    let mut opts = load_options(a.policy.clone(), &a.policy_args, project.clone());
+    // Without --profile, the command picks its agent's profile.
+    opts.command = a
+        .command
+        .iter()
+        .map(|s| s.to_string_lossy().into_owned())
+        .collect();
     let loaded = match cordon_policy::load(&opts) {
         Ok(l) => l,
         Err(e) => {
@@ -210,6 +217,7 @@ fn run(a: RunArgs) -> i32 {
         verbose,
         audit_path.clone(),
     ));
+    lines.quiet(&loaded.plan.agent);
     let tap = lines.clone();
     // Shared with the egress gateway's threads. A closed or broken stderr must not take the
     // session down (eprintln! would panic).
@@ -237,6 +245,10 @@ fn run(a: RunArgs) -> i32 {
         .iter()
         .map(|s| s.to_string_lossy().into_owned())
         .collect();
+    let (profile, detected) = match &loaded.profile {
+        Some(p) => (p.name.clone(), p.detected.clone().unwrap_or_default()),
+        None => Default::default(),
+    };
     emit(
         NewEvent::new(Layer::Session, Action::Start, "session started")
             .detail("command", argv)
@@ -249,7 +261,8 @@ fn run(a: RunArgs) -> i32 {
                     .map(|p| p.display().to_string())
                     .collect::<Vec<_>>(),
             )
-            .detail("profile", a.policy_args.profile.clone().unwrap_or_default())
+            .detail("profile", profile)
+            .detail("profile_detected", detected)
             .detail("uid", cordon_sandbox::ids().0)
             .detail("version", env!("CARGO_PKG_VERSION")),
     );
@@ -464,6 +477,14 @@ fn host_secrets(credentials: &[cordon_http::WireCredential]) -> Vec<cordon_http:
         .collect()
 }
 
+/// A built-in profile's key variable the user has not set: that agent is used another way (a
+/// login, another provider), so its credential is simply absent, without a warning.
+fn unset_built_in(c: &cordon_policy::CredentialPlan) -> bool {
+    let unset = |v: &str| std::env::var_os(v).is_none();
+    c.origin == "built-in"
+        && matches!(&c.source, cordon_policy::CredentialSource::Env(v) if unset(v))
+}
+
 /// Reads each `[credentials.NAME]` source on the host, makes the session's placeholder for it,
 /// and puts the placeholder (never the value) in the sandbox's environment and in masked
 /// copies of the files credentials list (returned: path, content). A source that does not
@@ -483,6 +504,7 @@ fn resolve_credentials(
     for c in plan.credentials.clone() {
         let wire = match cordon_http::credentials::resolve(&c) {
             Ok(w) => w,
+            Err(_) if unset_built_in(&c) => continue,
             Err(e) => {
                 let _ = writeln!(
                     std::io::stderr(),
