@@ -9,6 +9,7 @@
 #  - iperf3, passt, slirp4netns: the network benchmark and its peers
 #  - chromium, chromium-driver, fonts-dejavu-core: the dashboard's end-to-end browser test
 #    (headless Chromium driven over WebDriver; the font so its screenshot has legible text)
+#  - man-db: `man -l` renders `cordon man`'s pages in the install test
 #  - an unprivileged account, cordon-test, for the second run of every sandbox test
 set -euo pipefail
 if [ "$(id -u)" -ne 0 ]; then
@@ -18,7 +19,7 @@ fi
 need=()
 for pkg in git python3 util-linux procps cargo strace bubblewrap hyperfine \
     curl openssl gcc libc6-dev python3-pip python3-venv iperf3 passt slirp4netns \
-    chromium chromium-driver fonts-dejavu-core; do
+    chromium chromium-driver fonts-dejavu-core man-db; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

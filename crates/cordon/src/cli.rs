@@ -59,8 +59,12 @@ pub enum Cmd {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff).
-    Man,
+    /// Print the man page (roff), or write one page per subcommand into DIR.
+    Man {
+        /// Write cordon.1, cordon-run.1, … into this directory instead.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 /// Where the policy comes from.

@@ -38,13 +38,23 @@ pub fn dispatch(cmd: Cmd) -> i32 {
             clap_complete::generate(shell, &mut Cli::command(), "cordon", &mut std::io::stdout());
             0
         }
-        Cmd::Man => match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("cordon: {e}");
-                1
-            }
-        },
+        Cmd::Man { dir } => man(dir.as_deref()),
+    }
+}
+
+/// The man page on stdout, or every page (one per subcommand) written into `dir`.
+fn man(dir: Option<&Path>) -> i32 {
+    let done = match dir {
+        None => clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()),
+        Some(d) => clap_mangen::generate_to(Cli::command(), d),
+    };
+    match done {
+        Ok(()) => 0,
+        Err(e) => {
+            let at = dir.map(|d| format!(" into {}", d.display())).unwrap_or_default();
+            eprintln!("cordon: man: cannot write the pages{at}: {e}");
+            1
+        }
     }
 }
 
