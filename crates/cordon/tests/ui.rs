@@ -261,6 +261,183 @@ both!(
     }
 );
 
+// ---- cordon run --ui ------------------------------------------------------------------------
+
+both!(run_ui_serves_the_session_while_it_runs, |env: Env| {
+    let mut child = env
+        .cordon()
+        .env("XDG_RUNTIME_DIR", common::runtime_dir(&env))
+        .args(["run", "--ui", "--no-tty", "--audit"])
+        .arg(&env.audit)
+        .args(["--", "sh", "-c", "echo started; sleep 8; echo done"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let url = loop {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "no dashboard line on stderr"
+        );
+        if let Some(u) = line.trim_end().strip_prefix("cordon: dashboard: ") {
+            break u.to_string();
+        }
+    };
+    let rest = url
+        .strip_prefix("http://127.0.0.1:")
+        .expect("a 127.0.0.1 URL");
+    let (port, token) = rest.split_once("/?token=").expect("URL with a token");
+    let port: u16 = port.parse().unwrap();
+    let (status, _) = http(port, "GET", "/api/snapshot", "", "");
+    assert_eq!(status, 403);
+    // The session's own log (--audit elsewhere) is followed.
+    let end = Instant::now() + Duration::from_secs(20);
+    let snap = loop {
+        let (status, body) = http(port, "GET", &format!("/api/snapshot?token={token}"), "", "");
+        assert_eq!(status, 200, "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        let started = v["sessions"].as_array().is_some_and(|s| {
+            s.iter().any(|s| {
+                s["events"].as_array().is_some_and(|e| {
+                    e.iter()
+                        .any(|e| e["layer"] == "session" && e["action"] == "start")
+                })
+            })
+        });
+        if started {
+            break v;
+        }
+        assert!(Instant::now() < end, "the session never showed: {body}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(
+        snap["sessions"][0]["log"].as_str(),
+        Some(env.audit.to_str().unwrap()),
+        "{snap}"
+    );
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    let o = wait_limited(child, Duration::from_secs(60));
+    assert!(o.status.success(), "{}", show(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "started\ndone\n");
+    // Gone with the session.
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+});
+
+// ---- a state review, accepted and discarded through the dashboard ----------------------------
+
+both!(
+    state_review_is_accepted_and_discarded_through_the_dashboard,
+    |env: Env| {
+        let claude = env.home.join(".claude");
+        std::fs::create_dir_all(&claude).unwrap();
+        std::fs::write(claude.join("settings.json"), "{}\n").unwrap();
+        env.own(&env.home);
+        let pol = env.base.join("state.toml");
+        std::fs::write(
+            &pol,
+            "[state]\nprotect = [\"~/.claude\"]\non_exit = \"pending\"\n",
+        )
+        .unwrap();
+        env.own(&pol);
+        let pol = pol.to_str().unwrap();
+        let session = |script: &str| {
+            let o = env
+                .cordon()
+                .args(["run", "--no-tty", "--policy", pol, "--", "sh", "-c", script])
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", show(&o));
+        };
+        session("echo '{\"hooks\": 1}' > ~/.claude/settings.json");
+        session("echo kept-out > ~/.claude/notes.md");
+        let ui = Dashboard::start(&env);
+        let (port, token) = (ui.port, ui.token.clone());
+        let end = Instant::now() + Duration::from_secs(20);
+        let pending: Vec<String> = loop {
+            let (_, body) = http(port, "GET", &format!("/api/snapshot?token={token}"), "", "");
+            let v: Value = serde_json::from_str(&body).unwrap();
+            let ids: Vec<String> = v["state"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|s| s["session"].as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if ids.len() == 2 {
+                break ids;
+            }
+            assert!(Instant::now() < end, "two pending reviews expected: {body}");
+            std::thread::sleep(Duration::from_millis(300));
+        };
+        // Oldest first in the store's own order is not promised: find each by its diff.
+        let diff = |id: &str| {
+            let (status, body) = http(
+                port,
+                "GET",
+                &format!("/api/state?session={id}&token={token}"),
+                "",
+                "",
+            );
+            assert_eq!(status, 200, "{body}");
+            let v: Value = serde_json::from_str(&body).unwrap();
+            v["summary"].as_str().unwrap_or_default().to_string()
+        };
+        let (edit, add): (Vec<&String>, Vec<&String>) = pending
+            .iter()
+            .partition(|id| diff(id).contains("settings.json"));
+        assert_eq!((edit.len(), add.len()), (1, 1), "{pending:?}");
+        assert!(diff(add[0]).contains("notes.md"));
+        let post = |path: &str, id: &str| {
+            http(
+                port,
+                "POST",
+                &format!("{path}?token={token}"),
+                &format!("Origin: http://127.0.0.1:{port}\r\nContent-Type: application/json\r\n"),
+                &format!("{{\"session\":\"{id}\"}}"),
+            )
+        };
+        // Not from another site, even with the token.
+        let (status, _) = http(
+            port,
+            "POST",
+            &format!("/api/state/accept?token={token}"),
+            "Origin: http://evil.test\r\nContent-Type: application/json\r\n",
+            &format!("{{\"session\":\"{}\"}}", edit[0]),
+        );
+        assert_eq!(status, 403);
+        assert_eq!(
+            std::fs::read_to_string(claude.join("settings.json")).unwrap(),
+            "{}\n"
+        );
+
+        let (status, body) = post("/api/state/accept", edit[0]);
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            std::fs::read_to_string(claude.join("settings.json")).unwrap(),
+            "{\"hooks\": 1}\n"
+        );
+        let (status, body) = post("/api/state/discard", add[0]);
+        assert_eq!(status, 200, "{body}");
+        assert!(!claude.join("notes.md").exists());
+        let o = env.cordon().args(["state", "list"]).output().unwrap();
+        let list = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            list.lines()
+                .any(|l| l.starts_with(edit[0].as_str()) && l.contains("accepted")),
+            "{list}"
+        );
+        assert!(
+            list.lines()
+                .any(|l| l.starts_with(add[0].as_str()) && l.contains("discarded")),
+            "{list}"
+        );
+    }
+);
+
 // ---- the page in Chromium ------------------------------------------------------------------
 
 /// A minimal W3C WebDriver client over chromedriver's HTTP port: the handful of commands this
@@ -537,7 +714,8 @@ fn dashboard_in_chromium() {
 
     // A session whose request waits for a person.
     let script = format!(
-        "echo GOT $(curl -s --max-time 100 -w ' %{{http_code}}' http://{name}:{p}/ask/a.txt)"
+        "echo GOT $(curl -s --max-time 100 -w ' %{{http_code}}' http://{name}:{p}/ask/a.txt)\n\
+         echo GOT2 $(curl -s --max-time 100 -o /dev/null -w '%{{http_code}}' http://{name}:{p}/ask/b.txt)"
     );
     let run = env
         .cordon()
@@ -578,6 +756,15 @@ fn dashboard_in_chromium() {
     );
 
     b.click(&button);
+    // The next request is held in turn; Deny refuses it.
+    let deny = b.wait_for(
+        "the second held request's deny button",
+        "const li = [...document.querySelectorAll('li.approval')]\
+         .find(l => l.textContent.includes('/ask/b.txt'));\
+         return li ? li.querySelector('button.deny') : null",
+        Duration::from_secs(60),
+    );
+    b.click(&deny);
     let o = wait_limited(run, Duration::from_secs(90));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
@@ -585,7 +772,9 @@ fn dashboard_in_chromium() {
         "{}",
         show(&o)
     );
+    assert!(out.lines().any(|l| l == "GOT2 403"), "{}", show(&o));
     assert_eq!(srv.count("REQ GET /ask/a.txt"), 1, "{}", srv.log());
+    assert_eq!(srv.count("REQ GET /ask/b.txt"), 0, "{}", srv.log());
     // The decision shows up too, and the host's numbers.
     b.wait_for(
         "the allowed request",
@@ -605,6 +794,20 @@ fn dashboard_in_chromium() {
     assert_eq!(
         b.js("return document.querySelectorAll('li.approval').length"),
         json!(0)
+    );
+    // The layer filter keeps only that layer's rows.
+    assert_eq!(
+        b.js(
+            "const f = document.getElementById('f-layer'); f.value = 'http';\
+              f.dispatchEvent(new Event('input'));\
+              const rows = [...document.querySelectorAll('#events tr.event')];\
+              return [rows.length >= 2, rows.every(r => r.dataset.layer === 'http')]"
+        ),
+        json!([true, true])
+    );
+    b.js(
+        "const f = document.getElementById('f-layer'); f.value = '';\
+          f.dispatchEvent(new Event('input')); return null",
     );
     b.screenshot(&shots().join("dashboard.png"));
 }

@@ -185,6 +185,9 @@ function card(s) {
     num('exec', `${st.exec_allow} allowed / ${st.exec_deny} denied`),
     num('dns', `${st.dns_allow} answered / ${st.dns_deny} refused`)));
   c.append(timeline(st));
+  const last = st.timeline.length ? st.timeline[st.timeline.length - 1][0] + st.bucket_secs : 0;
+  c.append(el('div', 'meta', `decisions per ${st.bucket_secs} s since the session started ` +
+    `(${Math.max(last, 60)} s shown): allow green, deny red, ask amber`));
   const t = el('table', 'hosts');
   t.append(el('thead', '', el('tr', '', el('th', '', 'host'), el('th', 'a-allow', 'allow'),
     el('th', 'a-deny', 'deny'), el('th', 'a-ask', 'ask'))));
