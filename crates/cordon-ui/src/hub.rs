@@ -8,7 +8,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use cordon_events::{Event, Follower};
 use serde::Serialize;
@@ -290,46 +290,80 @@ fn poll_state(root: &Path) -> Vec<StateRow> {
         .collect()
 }
 
+/// What the watcher does with one log.
+enum Slot {
+    Following(Follower),
+    /// Ended (its stop event seen), or unreadable: nothing more to show.
+    Done,
+    /// Incomplete but untouched for [`QUIET`] when first seen (a session killed with -9, most
+    /// likely): not shown unless it grows again.
+    Quiet(Option<SystemTime>),
+}
+
+/// How long an incomplete log must have been untouched to be taken for a dead session's.
+const QUIET: Duration = Duration::from_secs(15 * 60);
+
+fn modified(p: &Path) -> Option<SystemTime> {
+    std::fs::metadata(p).and_then(|m| m.modified()).ok()
+}
+
+fn first_sight(p: &Path) -> Slot {
+    if ended_already(p) {
+        return Slot::Done;
+    }
+    let mtime = modified(p);
+    if mtime.is_some_and(|t| t.elapsed().is_ok_and(|age| age > QUIET)) {
+        return Slot::Quiet(mtime);
+    }
+    Follower::open(p).map_or(Slot::Done, Slot::Following)
+}
+
+/// Reads what `f` has, up to [`PER_TICK`] events; the slot's next state.
+fn drain(hub: &Hub, path: &Path, f: &mut Follower) -> Option<Slot> {
+    for _ in 0..PER_TICK {
+        match f.next_event(Duration::ZERO) {
+            Ok(Some(e)) => {
+                let stop_event = e.is_session_stop();
+                hub.take(path, e);
+                if stop_event {
+                    return Some(Slot::Done);
+                }
+            }
+            Ok(None) => break,
+            // A malformed line is consumed: go on with the next.
+            Err(cordon_events::EventError::Parse { .. }) => continue,
+            Err(_) => return Some(Slot::Done),
+        }
+    }
+    None
+}
+
 /// Follows the sources until `stop` is set.
 pub fn watch(hub: Arc<Hub>, stop: Arc<AtomicBool>) {
-    // None: a log that had ended when first seen, or whose session has stopped since.
-    let mut followed: HashMap<PathBuf, Option<Follower>> = HashMap::new();
+    let mut followed: HashMap<PathBuf, Slot> = HashMap::new();
     for p in logs(&hub.sources) {
-        let f = if ended_already(&p) {
-            None
-        } else {
-            Follower::open(&p).ok()
-        };
-        followed.insert(p, f);
+        let slot = first_sight(&p);
+        followed.insert(p, slot);
     }
     let mut last_approvals = Instant::now() - APPROVALS_EVERY;
     let mut last_state = Instant::now() - STATE_EVERY;
     while !stop.load(Ordering::Relaxed) {
         for p in logs(&hub.sources) {
+            // A log that appears while the dashboard runs is a new session: follow it.
             followed
                 .entry(p.clone())
-                .or_insert_with(|| Follower::open(&p).ok());
+                .or_insert_with(|| Follower::open(&p).map_or(Slot::Done, Slot::Following));
         }
         for (path, slot) in followed.iter_mut() {
-            let Some(f) = slot else { continue };
-            for _ in 0..PER_TICK {
-                match f.next_event(Duration::ZERO) {
-                    Ok(Some(e)) => {
-                        let stop_event = e.is_session_stop();
-                        hub.take(path, e);
-                        if stop_event {
-                            *slot = None;
-                            break;
-                        }
-                    }
-                    Ok(None) => break,
-                    // A malformed line is consumed: go on with the next.
-                    Err(cordon_events::EventError::Parse { .. }) => continue,
-                    Err(_) => {
-                        *slot = None;
-                        break;
-                    }
+            let next = match slot {
+                Slot::Following(f) => drain(&hub, path, f),
+                Slot::Quiet(seen) if modified(path) != *seen => {
+                    Some(Follower::open(path).map_or(Slot::Done, Slot::Following))
                 }
+                Slot::Quiet(_) | Slot::Done => None,
+            };
+            if let Some(n) = next {
+                *slot = n;
             }
         }
         hub.flush_sessions();
@@ -408,6 +442,52 @@ mod tests {
             .collect();
         assert_eq!(ids, vec!["live"]);
         assert_eq!(snap["sessions"][0]["stats"]["dns_deny"], 1);
+    }
+
+    #[test]
+    fn a_dead_sessions_log_is_hidden_until_it_grows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("killed.jsonl");
+        let log = AuditLog::create(&path, "killed").unwrap();
+        log.emit(NewEvent::new(Layer::Session, Action::Start, "s"))
+            .unwrap();
+        let old = SystemTime::now() - Duration::from_secs(3600);
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        let hub = Hub::new(Sources {
+            log_dirs: vec![dir.path().to_path_buf()],
+            ..Sources::default()
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let t = {
+            let (hub, stop) = (hub.clone(), stop.clone());
+            std::thread::spawn(move || watch(hub, stop))
+        };
+        std::thread::sleep(Duration::from_millis(600));
+        assert_eq!(hub.snapshot()["sessions"], json!([]));
+        log.emit(NewEvent::new(Layer::Dns, Action::Allow, "again"))
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while hub.snapshot()["sessions"]
+            .as_array()
+            .is_none_or(|a| a.is_empty())
+        {
+            assert!(Instant::now() < deadline, "the grown log never showed");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stop.store(true, Ordering::Relaxed);
+        t.join().unwrap();
+        // Followed from its start: both events.
+        assert_eq!(
+            hub.snapshot()["sessions"][0]["events"]
+                .as_array()
+                .map(Vec::len),
+            Some(2)
+        );
     }
 
     #[test]
