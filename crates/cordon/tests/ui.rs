@@ -660,6 +660,7 @@ fn dashboard_in_chromium() {
     let root = www(&env, "asked", "unused");
     std::fs::create_dir_all(root.join("ask")).unwrap();
     std::fs::write(root.join("ask/a.txt"), "the-upstream-body").unwrap();
+    std::fs::write(root.join("ask/c.txt"), "c-body").unwrap();
     env.own(&root);
     let srv = Server::http(&root);
     let (name, p) = ("api.example.test", srv.port);
@@ -715,7 +716,9 @@ fn dashboard_in_chromium() {
     // A session whose request waits for a person.
     let script = format!(
         "echo GOT $(curl -s --max-time 100 -w ' %{{http_code}}' http://{name}:{p}/ask/a.txt)\n\
-         echo GOT2 $(curl -s --max-time 100 -o /dev/null -w '%{{http_code}}' http://{name}:{p}/ask/b.txt)"
+         echo GOT2 $(curl -s --max-time 100 -o /dev/null -w '%{{http_code}}' http://{name}:{p}/ask/b.txt)\n\
+         echo GOT3 $(curl -s --max-time 100 -w ' %{{http_code}}' http://{name}:{p}/ask/c.txt)\n\
+         echo GOT3 $(curl -s --max-time 100 -w ' %{{http_code}}' http://{name}:{p}/ask/c.txt)"
     );
     let run = env
         .cordon()
@@ -765,6 +768,15 @@ fn dashboard_in_chromium() {
         Duration::from_secs(60),
     );
     b.click(&deny);
+    // Allow always: the same rule, method and host are not asked again this session.
+    let always = b.wait_for(
+        "the third held request's allow-always button",
+        "const li = [...document.querySelectorAll('li.approval')]\
+         .find(l => l.textContent.includes('/ask/c.txt'));\
+         return li ? li.querySelector('button.allow-always') : null",
+        Duration::from_secs(60),
+    );
+    b.click(&always);
     let o = wait_limited(run, Duration::from_secs(90));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
@@ -773,8 +785,15 @@ fn dashboard_in_chromium() {
         show(&o)
     );
     assert!(out.lines().any(|l| l == "GOT2 403"), "{}", show(&o));
+    assert_eq!(
+        out.lines().filter(|l| *l == "GOT3 c-body 200").count(),
+        2,
+        "{}",
+        show(&o)
+    );
     assert_eq!(srv.count("REQ GET /ask/a.txt"), 1, "{}", srv.log());
     assert_eq!(srv.count("REQ GET /ask/b.txt"), 0, "{}", srv.log());
+    assert_eq!(srv.count("REQ GET /ask/c.txt"), 2, "{}", srv.log());
     // The decision shows up too, and the host's numbers.
     b.wait_for(
         "the allowed request",
@@ -784,10 +803,11 @@ fn dashboard_in_chromium() {
         Duration::from_secs(20),
     );
     b.wait_for(
-        "the host row",
+        "the host's row: 3 allowed, 1 denied",
         &format!(
             "return [...document.querySelectorAll('tr.host-row')]\
-             .some(r => r.dataset.host === '{name}:{p}' && r.textContent.includes('1'))"
+             .some(r => r.dataset.host === '{name}:{p}' && \
+             [...r.cells].slice(1).map(c => c.textContent).join(',') === '3,1,0')"
         ),
         Duration::from_secs(20),
     );
