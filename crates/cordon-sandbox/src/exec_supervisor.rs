@@ -15,7 +15,6 @@
 
 use std::collections::HashMap;
 use std::io::{self, Write};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -24,6 +23,7 @@ use cordon_events::{Action, Layer, NewEvent};
 use cordon_policy::{ExecAction, ExecPlan, SyscallsPlan};
 
 use crate::seccomp::{self, Listener, Notification};
+use crate::sys;
 
 /// Denials logged per syscall before further ones are only counted (a loop must not flood).
 const LOG_CAP: u32 = 50;
@@ -99,13 +99,13 @@ impl ExecCall {
     }
 }
 
-fn read_u64(mem: &std::fs::File, addr: u64) -> io::Result<u64> {
+fn read_u64(mem: &sys::RemoteMemory, addr: u64) -> io::Result<u64> {
     let mut b = [0u8; 8];
     mem.read_exact_at(&mut b, addr)?;
     Ok(u64::from_ne_bytes(b))
 }
 
-fn read_cstr(mem: &std::fs::File, addr: u64, budget: &mut usize) -> io::Result<String> {
+fn read_cstr(mem: &sys::RemoteMemory, addr: u64, budget: &mut usize) -> io::Result<String> {
     let mut out = Vec::new();
     let mut chunk = [0u8; 4096];
     let mut at = addr;
@@ -137,7 +137,7 @@ fn read_cstr(mem: &std::fs::File, addr: u64, budget: &mut usize) -> io::Result<S
 
 /// Read the program path and argv of a trapped execve/execveat from the process's memory.
 fn read_exec(n: &Notification) -> io::Result<ExecCall> {
-    let mem = std::fs::File::open(format!("/proc/{}/mem", n.pid))?;
+    let mem = sys::RemoteMemory::new(n.pid);
     let execveat = seccomp_name(n.nr) == Some("execveat");
     let (path_ptr, argv_ptr) = if execveat {
         (n.args[1], n.args[2])

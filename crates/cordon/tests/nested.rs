@@ -300,3 +300,114 @@ both!(codex_sandbox_runs_inside, |env: Env| {
     assert!(out.lines().any(|l| l == "WROTE=no"), "{out}");
     assert!(!env.home.join("codex-wrote").exists());
 });
+
+/// `python3 -c` that makes the process non-dumpable (`undumpable`), optionally in a user
+/// namespace of its own (`userns`), then execs the rest of its arguments: the shape of
+/// Claude Code's apply-seccomp step inside its bwrap.
+const THEN_EXEC: &str = "import ctypes, os, sys\n\
+l = ctypes.CDLL(None, use_errno=True)\n\
+assert l.prctl(4, 0, 0, 0, 0) == 0\n\
+if sys.argv[1] == 'userns':\n    assert l.unshare(0x10000000) == 0, ctypes.get_errno()\n\
+os.execvp(sys.argv[2], sys.argv[2:])\n";
+
+fn then_exec(env: &Env, mode: &str, cmd: &str) -> String {
+    let p = env.base.join("then_exec.py");
+    if !p.exists() {
+        std::fs::write(&p, THEN_EXEC).unwrap();
+        env.own(&p);
+    }
+    format!("{PY} {} {mode} {cmd}", p.display())
+}
+
+// A process that made itself non-dumpable (ssh-agent, gpg, Claude Code's apply-seccomp) still
+// has its execs decided by the exec rules: the supervisor reads the arguments all the same.
+both!(
+    a_non_dumpable_process_execs_under_the_exec_rules,
+    |env: Env| {
+        let p = env.base.join("exec.toml");
+        std::fs::write(&p, "[exec]\ndeny = [\"env *\"]\n").unwrap();
+        env.own(&p);
+        let p = p.to_str().unwrap();
+        let o = env.run_with(
+            &["--policy", p],
+            &format!(
+                "{}; echo rc=$?",
+                then_exec(&env, "undumpable", "echo ran-undumpable")
+            ),
+        );
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("ran-undumpable"),
+            "{}",
+            show(&o)
+        );
+        let o = env.run_with(
+            &["--policy", p],
+            &format!("{}; echo rc=$?", then_exec(&env, "undumpable", "env true")),
+        );
+        let log = events(&env);
+        assert!(
+            log.lines().any(|l| l.contains("\"layer\":\"exec\"")
+                && l.contains("\"action\":\"deny\"")
+                && l.contains("env *")),
+            "the exec rule did not decide the non-dumpable exec:\n{log}\n{}",
+            show(&o)
+        );
+        assert!(!log.contains("unreadable"), "{log}");
+    }
+);
+
+// Claude Code's sandbox, as @anthropic-ai/sandbox-runtime 0.0.83 (which Claude Code bundles)
+// starts a command: bwrap with its own user, pid and network namespaces, the view read-only
+// but the project, then a non-dumpable step in one more user namespace that execs the
+// command. As root the capability it keeps for that is CAP_SETFCAP, and /proc is bound (its
+// `enableWeakerNestedSandbox`): root's sandbox cannot have a fresh /proc.
+both!(claude_code_sandbox_invocation_runs_inside, |env: Env| {
+    if !tools() {
+        return;
+    }
+    let proj = env.project.display().to_string();
+    let (caps, proc) = match env.who {
+        Who::Root => ("--cap-drop ALL --cap-add CAP_SETFCAP", "--bind /proc /proc"),
+        Who::User => ("--cap-drop ALL", "--proc /proc"),
+    };
+    let inner = then_exec(
+        &env,
+        "userns",
+        "sh -c 'echo made > claude-wrote; touch /usr/claude-x 2>/dev/null && echo BAD; cat claude-wrote'",
+    );
+    let out = nested_ok(
+        &env,
+        &format!(
+            "bwrap --new-session --die-with-parent --unshare-net --ro-bind / / --bind {proj} {proj} \
+             --dev /dev --unshare-pid --unshare-user {caps} {proc} --chdir {proj} -- {inner}"
+        ),
+    );
+    assert_eq!(out.trim(), "made", "{out}");
+    assert!(!Path::new("/usr/claude-x").exists());
+    // The real sandbox-runtime CLI, when this machine has it (with its socat and ripgrep).
+    let srt = "/opt/cordon-agents/node/lib/node_modules/@anthropic-ai/sandbox-runtime/dist/cli.js";
+    if Path::new(srt).exists() && common::have("socat") && common::have("rg") {
+        let settings = env.base.join("srt.json");
+        std::fs::write(
+            &settings,
+            format!(
+                "{{\"enableWeakerNestedSandbox\": {}, \"filesystem\": {{\"denyRead\": [], \
+                 \"allowWrite\": [\"{proj}\"], \"denyWrite\": []}}, \"network\": \
+                 {{\"allowedDomains\": [], \"deniedDomains\": []}}}}",
+                env.who == Who::Root
+            ),
+        )
+        .unwrap();
+        env.own(&settings);
+        let out = nested_ok(
+            &env,
+            &format!(
+                "node {srt} -s {} -c 'echo srt-ran > srt-wrote; touch /usr/srt-x 2>/dev/null \
+                 && echo BAD; cat srt-wrote'",
+                settings.display()
+            ),
+        );
+        assert!(out.lines().any(|l| l == "srt-ran"), "{out}");
+        assert!(!out.contains("BAD"), "{out}");
+    }
+});

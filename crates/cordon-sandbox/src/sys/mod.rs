@@ -19,6 +19,7 @@ mod passwd;
 mod privilege;
 mod process;
 mod pty;
+mod remote;
 mod resources;
 mod signal;
 mod sock_diag;
@@ -36,6 +37,7 @@ pub(crate) use namespace::*;
 pub(crate) use netif::*;
 pub(crate) use privilege::*;
 pub(crate) use pty::*;
+pub(crate) use remote::*;
 pub(crate) use signal::*;
 pub(crate) use sock_diag::*;
 
