@@ -15,6 +15,7 @@ pub use crate::sections::judge::{JudgeApi, JudgeOnError, JudgePlan};
 pub use crate::sections::limits::LimitsPlan;
 pub use crate::sections::network::{HostRule, NetMode, NetworkPlan};
 pub use crate::sections::publish::Publish;
+pub use crate::sections::ssh::SshPlan;
 pub use crate::sections::state::{HomeMode, OnExit, ProjectFiles, StatePlan};
 pub use crate::sections::syscalls::{
     BUILTIN_CONDITIONAL_SYSCALLS, BUILTIN_DENIED_SYSCALLS, NamedRule, SyscallsPlan,

@@ -205,6 +205,10 @@ pub(crate) mod tests {
                 packages: vec!["@me/myagent".into()],
                 quiet: vec![glob("telemetry.myagent.test")],
             },
+            ssh: SshPlan {
+                agent: true,
+                show: vec![PathRule::new("/home/u/.ssh/known_hosts", "built-in")],
+            },
         }
     }
 

@@ -32,6 +32,7 @@ pub mod judge;
 pub mod limits;
 pub mod network;
 pub mod publish;
+pub mod ssh;
 pub mod state;
 pub mod syscalls;
 pub mod tls;
@@ -197,6 +198,8 @@ sections! {
     credentials: credentials::Credentials => Vec<credentials::CredentialPlan>,
     /// The selected profile's agent: what selects it, what it phones that is denied quietly.
     agent: agent::Agent => agent::AgentPlan,
+    /// SSH from inside: the filtering agent, the files of `~/.ssh` shown (layer 1b).
+    ssh: ssh::Ssh => ssh::SshPlan,
 }
 
 /// Where a rule or value came from.
