@@ -113,7 +113,9 @@ fn access_of(layout: &Layout, p: &Path) -> PathAccess {
         MountOp::Tmpfs { .. } | MountOp::Overlay { .. } | MountOp::StagedFile { .. } => {
             PathAccess::Private { at }
         }
-        MountOp::Dev { .. } | MountOp::Proc { .. } => PathAccess::ReadOnly { at },
+        MountOp::Dev { .. } | MountOp::Proc { .. } | MountOp::Socket { .. } => {
+            PathAccess::ReadOnly { at }
+        }
     }
 }
 

@@ -50,6 +50,10 @@ pub enum MountOp {
     MaskFile { path: PathBuf, rule: String },
     /// A read-only file with this content bound over an existing file (`/etc/resolv.conf`).
     Content { path: PathBuf, content: String },
+    /// A boundary crossing: the unix socket `host` of a service cordon runs host-side (the
+    /// filtering ssh agent), bound at `path` inside a masked directory. What the sandbox can
+    /// do through it is only what that service answers.
+    Socket { path: PathBuf, host: PathBuf },
 }
 
 impl MountOp {
@@ -66,7 +70,8 @@ impl MountOp {
             | MountOp::ReadOnly { path }
             | MountOp::MaskDir { path, .. }
             | MountOp::MaskFile { path, .. }
-            | MountOp::Content { path, .. } => path,
+            | MountOp::Content { path, .. }
+            | MountOp::Socket { path, .. } => path,
         }
     }
 }
@@ -250,6 +255,20 @@ impl Layout {
             }
         }
         Err(PlaceError { path: target })
+    }
+}
+
+impl Layout {
+    /// Binds the host-side socket `host` at `path` inside a masked directory (`/run/cordon/…`,
+    /// like [`Layout::place_file`]): an empty file there is its mount point.
+    pub fn place_socket(&mut self, path: &Path, host: &Path) -> Result<(), PlaceError> {
+        let target = normalize(path);
+        self.place_file(&target, "")?;
+        self.mounts.push(MountOp::Socket {
+            path: target,
+            host: host.to_path_buf(),
+        });
+        Ok(())
     }
 }
 
@@ -727,6 +746,28 @@ mod tests {
             l.show_copy(&home.join(".config"), "x").is_err(),
             "not a file"
         );
+    }
+
+    #[test]
+    fn a_socket_is_bound_onto_a_file_placed_in_its_mask_after_the_mask() {
+        let t = tempfile::tempdir().unwrap();
+        let run = t.path().canonicalize().unwrap().join("run");
+        std::fs::create_dir_all(&run).unwrap();
+        let mut l = prepare(&plan(&[Path::new("/")], &[], &[&run], &[]));
+        let at = run.join("cordon/ssh-agent.sock");
+        l.place_socket(&at, Path::new("/host/agent.sock")).unwrap();
+        let mask = l
+            .mounts
+            .iter()
+            .position(|m| matches!(m, MountOp::MaskDir { shown, .. } if shown.iter().any(|(p, c)| p == Path::new("cordon/ssh-agent.sock") && c.is_empty())))
+            .expect("an empty mount point in the mask");
+        let sock = l
+            .mounts
+            .iter()
+            .position(|m| matches!(m, MountOp::Socket { path, host } if *path == at && host == Path::new("/host/agent.sock")))
+            .unwrap();
+        assert!(mask < sock);
+        assert!(l.place_socket(Path::new("/usr/x.sock"), Path::new("/h")).is_err());
     }
 
     #[test]

@@ -31,7 +31,7 @@
 //! ```no_run
 //! # fn demo(plan: &cordon_policy::Plan) -> Result<(), cordon_sandbox::SandboxError> {
 //! use cordon_sandbox::{Command, TtyMode};
-//! let cmd = Command { argv: vec!["true".into()], cwd: plan.project.clone(), tty: TtyMode::Never, session: "demo".into(), approvals: None, staged: vec![], shown: vec![], placed: vec![] };
+//! let cmd = Command { argv: vec!["true".into()], cwd: plan.project.clone(), tty: TtyMode::Never, session: "demo".into(), approvals: None, staged: vec![], shown: vec![], placed: vec![], sockets: vec![] };
 //! let outcome = cordon_sandbox::run(plan, &cmd, &|event| eprintln!("{event:?}"))?;
 //! assert_eq!(outcome.code(), 0);
 //! # Ok(()) }
@@ -58,7 +58,7 @@ pub use cordon_policy::Plan;
 pub use fence::FenceStatus;
 pub use layout::{Layout, MountOp, ShowCopyError, Staged, prepare, prepare_with_state};
 pub use net::{Inward, NetAttach, NetHandoff, SocketTable, host_bundle};
-pub use supervisor::{Command, Outcome, TtyMode, run, run_with_network};
+pub use supervisor::{Command, Outcome, PlacedSocket, TtyMode, run, run_with_network};
 pub use sys::{
     WaitStatus, exit_quietly_on_closed_stdout, ids, landlock_abi, passwd_home,
     prefer_fresh_pages_for_large_allocations, raise_nofile_limit,

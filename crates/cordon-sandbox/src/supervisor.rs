@@ -66,6 +66,22 @@ pub struct Command {
     /// at [`POLICY_JSON`](crate::explain::POLICY_JSON) for `cordon explain`); one that cannot
     /// be placed is reported and left out.
     pub placed: Vec<(PathBuf, String)>,
+    /// Sockets of services cordon runs host-side, bound inside masked directories, each
+    /// with the variable that points programs at it; one that cannot be placed is
+    /// reported and left out (its variable too).
+    pub sockets: Vec<PlacedSocket>,
+}
+
+/// A host-side service's socket seen inside the sandbox (the filtering ssh agent): a
+/// crossing of the boundary, served only by what listens on `host`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlacedSocket {
+    /// Where the sandbox sees it (inside a masked directory: `/run/cordon/…`).
+    pub path: PathBuf,
+    /// The listening socket on the host.
+    pub host: PathBuf,
+    /// The variable set to `path` inside (`SSH_AUTH_SOCK`).
+    pub env: String,
 }
 
 /// How the sandboxed command ended.
@@ -134,7 +150,7 @@ pub fn run_with_network(
     let (fs, broker) = approvals(plan, cmd, emit)?;
     let net_setup = net_setup(plan, net.as_deref());
     let (layout, bundle_at) = view(&fs, cmd, net_setup, net.as_deref(), emit)?;
-    let env = environment(plan, net_setup, bundle_at.as_deref(), &layout, emit);
+    let env = environment(plan, cmd, net_setup, bundle_at.as_deref(), &layout, emit);
     let mut spec = init_spec(plan, cmd, layout, env, net_setup);
     let (sock, child) = launch(namespaces(net_setup, emit), spec.uid, spec.gid)?;
     let sandbox = Sandbox::into_cgroup(child, plan, &mut spec, emit)?;
@@ -237,6 +253,15 @@ fn view(
             ));
         }
     }
+    for sock in &cmd.sockets {
+        if let Err(e) = layout.place_socket(&sock.path, &sock.host) {
+            emit(NewEvent::new(
+                Layer::Filesystem,
+                Action::Degraded,
+                format!("{e}: {} not set", sock.env),
+            ));
+        }
+    }
     if net_setup != NetSetup::Host {
         resolv_conf(&mut layout);
     }
@@ -254,6 +279,7 @@ fn view(
 /// bundle's variables, and `CORDON_NOTICE`.
 fn environment(
     plan: &Plan,
+    cmd: &Command,
     net_setup: NetSetup,
     bundle_at: Option<&str>,
     layout: &layout::Layout,
@@ -289,6 +315,15 @@ fn environment(
     }
     if let Some(path) = explain_at {
         set("PATH", &path);
+    }
+    for sock in &cmd.sockets {
+        let placed = layout
+            .mounts
+            .iter()
+            .any(|m| matches!(m, MountOp::Socket { path, .. } if *path == sock.path));
+        if placed {
+            set(&sock.env, &sock.path.to_string_lossy());
+        }
     }
     env.push(("CORDON_NOTICE".into(), denial_notice(layout).into()));
     let passed: Vec<String> = env

@@ -343,6 +343,7 @@ fn run_in_session(
         staged: Vec::new(),
         shown: Vec::new(),
         placed: Vec::new(),
+        sockets: Vec::new(),
     };
     let mut cmd = cmd;
     match crate::home::create_missing_writable(&loaded.plan) {

@@ -300,6 +300,7 @@ fn run_true() -> Result<()> {
             staged: Vec::new(),
             shown: Vec::new(),
             placed: Vec::new(),
+            sockets: Vec::new(),
         };
         let outcome = cordon_sandbox::run(&loaded.plan, &cmd, &|_| {})?;
         if outcome.code() != 0 {
