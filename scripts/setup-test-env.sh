@@ -39,3 +39,5 @@ fi
 if [ -e /proc/sys/kernel/unprivileged_userns_clone ] && [ "$(cat /proc/sys/kernel/unprivileged_userns_clone)" != 1 ]; then
     echo 1 > /proc/sys/kernel/unprivileged_userns_clone
 fi
+# The real agent CLIs, pinned, for scripts/test-agents.sh.
+bash "$(dirname "$0")/setup-agents.sh"

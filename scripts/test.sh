@@ -25,3 +25,4 @@ fi
 cargo fmt --all --check
 cargo clippy -j2 --all-targets -- -D warnings
 cargo test -j2 --workspace
+bash scripts/test-agents.sh

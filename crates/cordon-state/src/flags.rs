@@ -82,6 +82,17 @@ const SETTINGS_KEYS: &[(&str, &str)] = &[
     ),
 ];
 
+/// Trees an agent rewrites from its own package at every start (Codex unpacks its bundled
+/// skills into `~/.codex/skills/.system`, marker file and all): what lands there is the
+/// installed version's, so the definition rule (`agents/`, `commands/`) is not a finding there.
+/// Hooks, new executables, setuid bits and symlinks out are flagged there as anywhere.
+const BUNDLED: &[&str] = &["/.codex/skills/.system/"];
+
+fn bundled(host_path: &Path) -> bool {
+    let p = host_path.to_string_lossy();
+    BUNDLED.iter().any(|b| p.contains(b))
+}
+
 /// Whether a symlink at `rel` (relative to the protected path) with `target` leads outside it.
 fn link_leaves(protected: Option<&Path>, rel: &Path, target: &Path) -> bool {
     if target.is_absolute() {
@@ -146,7 +157,7 @@ pub(crate) fn flags(s: &Subject<'_>) -> Vec<String> {
         .take(s.rel.components().count())
         .map(|c| c.as_os_str())
         .collect();
-    if inside.iter().any(|d| *d == "commands" || *d == "agents") {
+    if !bundled(s.host_path) && inside.iter().any(|d| *d == "commands" || *d == "agents") {
         out.push(
             "agent command or subagent definition: new or changed (the agent follows it)"
                 .to_owned(),
@@ -543,6 +554,23 @@ mod tests {
             0o644,
         );
         assert_eq!(f.len(), 1, "{f:?}");
+    }
+
+    #[test]
+    fn bundled_skills_are_not_definitions_but_still_executables() {
+        let skill = "/h/.codex/skills/.system/imagegen/agents/openai.yaml";
+        assert!(run(skill, ChangeKind::Added, None, "x: 1\n", 0o644).is_empty());
+        let f = run(skill, ChangeKind::Added, None, "#!/bin/sh\n", 0o755);
+        assert_eq!(f, ["new executable file"], "{f:?}");
+        // The same tree anywhere else is the session's doing.
+        let f = run(
+            "/h/.codex/skills/mine/agents/x.yaml",
+            ChangeKind::Added,
+            None,
+            "x",
+            0o644,
+        );
+        assert!(f.iter().any(|x| x.starts_with("agent command")), "{f:?}");
     }
 
     #[test]

@@ -1,0 +1,357 @@
+//! The real agent CLIs (installed pinned by scripts/setup-agents.sh under /opt/cordon-agents),
+//! each run non-interactively inside `cordon run -- AGENT …` with no `--profile` and no policy
+//! but the stand-in's address and CA (`[dns] hosts`, `[tls] upstream_ca`), on a home where the
+//! agent never ran. A local stand-in (fixtures/agents/llmstub.py) answers for the paid API over
+//! real TLS on loopback. Each test asserts: the profile was detected from the command; the
+//! agent printed the stand-in's answer; the stand-in received the real key while the agent's
+//! own environment held only the placeholder; the state review lists the agent's first-run
+//! files as added, with nothing FLAGGED.
+//!
+//! Run alone with scripts/test-agents.sh (not part of `cargo test --workspace`: see
+//! Cargo.toml's `[[test]] name = "agents"`).
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use common::net::{PY, make_tls, policy, tun_ready, variant_addr, wait_limited};
+use common::{Env, show, skip};
+use serde_json::Value;
+
+/// Where scripts/setup-agents.sh installs the agents.
+const AGENTS: &str = "/opt/cordon-agents/bin";
+const STUB: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/agents/llmstub.py"
+);
+
+/// The stand-in API on `addr:443` (TLS for `name`); killed on drop.
+struct Stub {
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Stub {
+    fn start(tls: &Path, addr: &str, answer: &str, shell: Option<&str>) -> Stub {
+        let mut c = Command::new(PY);
+        c.arg("-u")
+            .arg(STUB)
+            .args(["--addr", addr, "--port", "443", "--answer", answer, "--tls"])
+            .arg(tls.join("srv.pem"))
+            .arg(tls.join("srv.key"));
+        if let Some(s) = shell {
+            c.args(["--shell", s]);
+        }
+        let mut child = c
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start llmstub.py");
+        let out = child.stdout.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = mpsc::channel();
+        let seen = lines.clone();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if line.starts_with("READY ")
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(());
+                    continue;
+                }
+                seen.lock().unwrap().push(line);
+            }
+        });
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("llmstub.py never became ready");
+        Stub { child, lines }
+    }
+
+    fn log(&self) -> String {
+        self.lines.lock().unwrap().join("\n")
+    }
+}
+
+impl Drop for Stub {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One agent's run.
+struct Case {
+    /// The command (and the profile it must select).
+    agent: &'static str,
+    /// Its provider's API host, pointed at the stand-in.
+    host: &'static str,
+    /// The key variable and its real value (set in cordon's own environment).
+    key_var: &'static str,
+    key: &'static str,
+    /// Arguments after the command; `{answer}`-free, the stand-in's answer is fixed.
+    args: &'static [&'static str],
+    /// More variables for the agent (model choice and the like: what a user would set).
+    vars: &'static [(&'static str, &'static str)],
+    /// The loopback address's last byte (per variant: +1 for the user).
+    addr: u8,
+    /// Files of its own state the first run must show as added (relative to the home).
+    state: &'static [&'static str],
+    /// A command the stand-in asks the agent to run through its shell tool (OpenAI only).
+    shell: Option<&'static str>,
+}
+
+/// A shim named like the agent, first on PATH: records the environment the agent gets (its
+/// own /proc/self/environ, so exactly what the agent process holds) in the project, then
+/// execs the real one. Named like the agent, it selects the same profile.
+fn shim(env: &Env, agent: &str) -> PathBuf {
+    let dir = env.base.join("shim");
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(agent);
+    std::fs::write(
+        &p,
+        format!(
+            "#!/bin/sh\ntr '\\0' '\\n' < /proc/self/environ > \"$PWD/.agent-env\"\n\
+             exec {AGENTS}/{agent} \"$@\"\n"
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+/// `cordon …` as the variant's user, with the XDG directories at their defaults under the
+/// home, as a user has them: the harness's own (outside the home) would be the agents'
+/// too, and the profiles protect the agents' state under the home.
+fn cordon(env: &Env) -> Command {
+    let mut c = env.cordon();
+    c.env_remove("XDG_STATE_HOME")
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("XDG_CONFIG_HOME");
+    c
+}
+
+fn session_start(audit: &Path) -> Value {
+    let log = std::fs::read_to_string(audit).unwrap_or_default();
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["layer"] == "session" && e["action"] == "start")
+        .unwrap_or(Value::Null)
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Runs `case` and checks everything the module doc says; returns the run's output and the
+/// stand-in's log for the caller's own checks.
+fn run_agent(env: &Env, case: &Case) -> Option<(Output, String)> {
+    if !Path::new(AGENTS).join(case.agent).exists() {
+        skip(
+            &format!("agent {}", case.agent),
+            &format!(
+                "the real {} CLI (run scripts/setup-agents.sh as root)",
+                case.agent
+            ),
+        );
+        return None;
+    }
+    if !common::need(&["openssl"], "the stand-in's TLS certificate") {
+        return None;
+    }
+    tun_ready();
+    let addr = variant_addr(env, case.addr);
+    if std::net::TcpListener::bind((addr.as_str(), 443)).is_err() {
+        skip("root (port 443)", "the stand-in API on port 443");
+        return None;
+    }
+    let tls = env.base.join("tls");
+    assert!(make_tls(&tls, case.host), "openssl failed");
+    let answer = format!("CORDON-STUB-ANSWER-{}", case.agent.to_uppercase());
+    let stub = Stub::start(&tls, &addr, &answer, case.shell);
+    let pol = policy(
+        env,
+        &format!(
+            "[dns]\nhosts = {{ \"{}\" = \"{addr}\" }}\n[tls]\nupstream_ca = \"{}\"\n",
+            case.host,
+            tls.join("ca.pem").display()
+        ),
+    );
+    let shims = shim(env, case.agent);
+    env.own(&env.base);
+    let path = format!("{}:{AGENTS}:/usr/local/bin:/usr/bin:/bin", shims.display());
+    let _ = std::fs::remove_file(&env.audit);
+    let child = cordon(env)
+        .env("PATH", &path)
+        .env(case.key_var, case.key)
+        .envs(case.vars.iter().copied())
+        .args(["run", "--no-tty", "--audit"])
+        .arg(&env.audit)
+        .args(["--policy", &pol, "--", case.agent])
+        .args(case.args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let o = wait_limited(child, Duration::from_secs(180));
+    let log = stub.log();
+    let all = text(&o);
+    let ctx = format!("{}\n--- stand-in:\n{log}", show(&o));
+    // Detected from the command alone.
+    let start = session_start(&env.audit);
+    assert_eq!(start["detail"]["profile"], case.agent, "{ctx}");
+    assert_eq!(start["detail"]["profile_detected"], case.agent, "{ctx}");
+    assert!(all.contains(&answer), "no answer from the agent\n{ctx}");
+    // The real key reached the stand-in; the agent held only the placeholder.
+    assert!(
+        log.lines()
+            .any(|l| l.starts_with("KEY ") && l.contains(case.key)),
+        "the stand-in never saw the real key\n{ctx}"
+    );
+    let seen = std::fs::read_to_string(env.project.join(".agent-env")).unwrap_or_default();
+    let held = seen
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{}=", case.key_var)))
+        .unwrap_or_else(|| panic!("{} absent in the agent's environment\n{seen}", case.key_var));
+    assert!(
+        held.starts_with("cordon-") || !held.contains(case.key),
+        "{held}"
+    );
+    assert!(
+        !seen.contains(case.key),
+        "the real key is in the sandbox\n{seen}"
+    );
+    // First-run state: added, reviewed, nothing flagged.
+    let session = start["session"].as_str().unwrap_or_default().to_string();
+    let diff = cordon(env)
+        .args(["state", "diff", &session])
+        .output()
+        .unwrap();
+    let d = String::from_utf8_lossy(&diff.stdout).to_string();
+    assert!(diff.status.success(), "{}", show(&diff));
+    assert!(!d.contains("FLAGGED"), "a first run was flagged\n{d}");
+    for f in case.state {
+        assert!(
+            d.contains(&format!("~/{f}")) && !env.home.join(f).exists(),
+            "{f} is not in the review (or reached the host)\n{d}\n{ctx}"
+        );
+    }
+    Some((o, log))
+}
+
+const CLAUDE_KEY: &str = "sk-ant-api03-REALTEST-claude-0123456789abcdefghij";
+const OPENAI_KEY: &str = "sk-proj-REALTEST-openai-0123456789abcdefghijkl";
+const GEMINI_KEY: &str = "AIzaREALTEST-gemini-0123456789abcdefghijk";
+
+both!(claude_p_answers_with_the_detected_profile, |env: Env| {
+    run_agent(
+        &env,
+        &Case {
+            agent: "claude",
+            host: "api.anthropic.com",
+            key_var: "ANTHROPIC_API_KEY",
+            key: CLAUDE_KEY,
+            args: &["-p", "Say hello"],
+            vars: &[],
+            addr: 41,
+            state: &[".claude.json"],
+            shell: None,
+        },
+    );
+});
+
+both!(codex_exec_answers_with_the_detected_profile, |env: Env| {
+    run_agent(
+        &env,
+        &Case {
+            agent: "codex",
+            host: "api.openai.com",
+            key_var: "CODEX_API_KEY",
+            key: OPENAI_KEY,
+            args: &["exec", "--skip-git-repo-check", "Say hello"],
+            vars: &[],
+            addr: 43,
+            state: &[".codex"],
+            shell: None,
+        },
+    );
+});
+
+both!(gemini_p_answers_with_the_detected_profile, |env: Env| {
+    run_agent(
+        &env,
+        &Case {
+            agent: "gemini",
+            host: "generativelanguage.googleapis.com",
+            key_var: "GEMINI_API_KEY",
+            key: GEMINI_KEY,
+            args: &["--skip-trust", "-p", "Say hello"],
+            vars: &[],
+            addr: 45,
+            state: &[".gemini"],
+            shell: None,
+        },
+    );
+});
+
+both!(
+    aider_message_answers_with_the_detected_profile,
+    |env: Env| {
+        run_agent(
+            &env,
+            &Case {
+                agent: "aider",
+                host: "api.openai.com",
+                key_var: "OPENAI_API_KEY",
+                key: OPENAI_KEY,
+                args: &[
+                    "--model",
+                    "gpt-4o",
+                    "--no-git",
+                    "--yes-always",
+                    "--no-check-update",
+                    "--no-show-model-warnings",
+                    "--analytics-disable",
+                    "--message",
+                    "Say hello",
+                ],
+                vars: &[],
+                addr: 47,
+                state: &[],
+                shell: None,
+            },
+        );
+    }
+);
+
+both!(
+    opencode_run_answers_with_the_detected_profile,
+    |env: Env| {
+        run_agent(
+            &env,
+            &Case {
+                agent: "opencode",
+                host: "api.anthropic.com",
+                key_var: "ANTHROPIC_API_KEY",
+                key: CLAUDE_KEY,
+                args: &["run", "--model", "anthropic/claude-sonnet-4-5", "Say hello"],
+                vars: &[],
+                addr: 49,
+                state: &[],
+                shell: None,
+            },
+        );
+    }
+);
