@@ -133,8 +133,33 @@ pub fn probe(host: &Host) -> Vec<Check> {
     v.push(tun(host));
     v.push(seccomp());
     v.push(seccomp_notify());
+    v.push(nested_sandboxes(works));
     v.push(overlay());
     v
+}
+
+/// What `[syscalls] nested_userns` lifts, for agents that sandbox their own tools (bwrap,
+/// Codex, Claude Code). Nested sandboxes need the user namespaces the first line probes.
+pub fn nested_sandboxes(userns_work: bool) -> Check {
+    check(
+        Layer::Syscalls,
+        "nested sandboxes (bwrap, unshare -r, Codex's and Claude Code's own)",
+        if userns_work {
+            Support::Ok
+        } else {
+            Support::Missing
+        },
+        "off unless the policy or the agent's profile sets [syscalls] nested_userns = true".into(),
+        "nested_userns lifts the denial of new user namespaces and of the mount family (mounts \
+         succeed only in namespaces the nested sandbox made, where cordon's are locked) and \
+         Landlock's filesystem rules (the kernel refuses mounts under them; its scoping stays); \
+         as root it keeps CAP_SETFCAP, which mapping uid 0 needs. The rest of the filter, the \
+         masks and the gateway still apply inside. Root's /proc stays sealed: a nested sandbox \
+         binds it instead of mounting its own (Codex falls back by itself; Claude Code needs \
+         sandbox.enableWeakerNestedSandbox)"
+            .into(),
+        false,
+    )
 }
 
 /// The known reasons unprivileged user namespaces fail, each with its fix. `works` says
@@ -591,6 +616,25 @@ fn cgroups() -> Check {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn nested_sandboxes_say_what_they_lift() {
+        let c = super::nested_sandboxes(true);
+        assert_eq!(c.support, Support::Ok);
+        for needle in [
+            "nested_userns",
+            "mount family",
+            "Landlock",
+            "CAP_SETFCAP",
+            "gateway",
+        ] {
+            assert!(
+                c.cordon.contains(needle) || c.detail.contains(needle),
+                "{needle}"
+            );
+        }
+        assert_eq!(super::nested_sandboxes(false).support, Support::Missing);
+    }
+
     use super::*;
 
     fn fake(files: &[(&str, &str)]) -> tempfile::TempDir {
