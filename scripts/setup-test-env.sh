@@ -10,6 +10,8 @@
 #  - chromium, chromium-driver, fonts-dejavu-core: the dashboard's end-to-end browser test
 #    (headless Chromium driven over WebDriver; the font so its screenshot has legible text)
 #  - man-db: `man -l` renders `cordon man`'s pages in the install test
+#  - openssh-server, openssh-client: the SSH test's own sshds (loopback, unprivileged), ssh-agent,
+#    ssh and git over SSH through cordon's filtering agent
 #  - an unprivileged account, cordon-test, for the second run of every sandbox test
 set -euo pipefail
 if [ "$(id -u)" -ne 0 ]; then
@@ -19,6 +21,7 @@ fi
 need=()
 for pkg in git python3 util-linux procps cargo strace bubblewrap hyperfine \
     curl openssl gcc libc6-dev python3-pip python3-venv iperf3 passt slirp4netns \
+    openssh-server openssh-client \
     chromium chromium-driver fonts-dejavu-core man-db; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done

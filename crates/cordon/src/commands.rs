@@ -429,12 +429,15 @@ fn run_in_session(
     // The session's own policy, for `cordon explain` inside (secrets redacted).
     let http_layer = gateway.as_ref().is_some_and(|g| g.bundle.is_some());
     cmd.placed = crate::explain::placed_files(&plan, session, http_layer);
+    // Serves the sandbox's SSH_AUTH_SOCK until the sandbox is gone.
+    let ssh_agent = crate::ssh::setup(&plan, sink, &mut cmd);
     let net = gateway
         .as_mut()
         .map(|g| g as &mut dyn cordon_sandbox::NetAttach);
     let result = cordon_sandbox::run_with_network(&plan, &cmd, emit, net);
     // The sandbox is gone: nothing is left for the gateway to serve.
     drop(gateway);
+    drop(ssh_agent);
     // The sandbox is gone: its layers can no longer change.
     drop(running);
     match result {

@@ -11,6 +11,7 @@ mod explain;
 mod home;
 mod init;
 mod output;
+mod ssh;
 mod state;
 mod summary;
 mod ui;

@@ -1,0 +1,100 @@
+//! Wiring of `[ssh]`: the filtering agent the sandbox sees as `SSH_AUTH_SOCK`, asked about
+//! hosts through the network layer's own flow decision, and the files of `~/.ssh` shown.
+
+use std::path::PathBuf;
+
+use cordon_events::{Action, Layer, NewEvent};
+use cordon_policy::{HostPattern, Plan};
+use cordon_ssh::{AgentProxy, Host, HostPolicy, KnownHosts, Trust};
+
+/// Where the sandbox sees the agent: cordon's own place inside the masked `/run`.
+pub(crate) const AGENT_SOCKET: &str = "/run/cordon/ssh-agent.sock";
+
+/// "The policy allows the host on its port" is what the gateway would do with a TCP
+/// connection there: the same pure function `cordon explain` uses.
+struct NetworkHosts(Plan);
+
+impl HostPolicy for NetworkHosts {
+    fn allows(&self, host: &Host) -> Result<String, String> {
+        match cordon_net::explain_flow(&self.0, &host.name, host.port, false) {
+            Ok(v) if v.allow => Ok(v.rule),
+            Ok(v) => Err(format!("{} ({})", v.reason, v.rule)),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    fn candidates(&self) -> Vec<Host> {
+        let mut out = Vec::new();
+        for r in &self.0.network.allow {
+            if let HostPattern::Exact(name) = &r.host {
+                out.extend(r.ports.iter().map(|p| Host::new(name, *p)));
+            }
+        }
+        out
+    }
+}
+
+/// Adds `[ssh] show`'s files to what the sandbox is shown, and, with `[ssh] agent` and an
+/// agent on the host (`SSH_AUTH_SOCK`), starts the filtering agent and places its socket.
+/// The proxy returned serves until it is dropped, after the sandbox is gone.
+pub(crate) fn setup(
+    plan: &Plan,
+    sink: &cordon_net::Emit,
+    cmd: &mut cordon_sandbox::Command,
+) -> Option<AgentProxy> {
+    let degraded = |what: String| sink(NewEvent::new(Layer::Credentials, Action::Degraded, what));
+    for r in &plan.ssh.show {
+        match std::fs::read_to_string(&r.path) {
+            Ok(text) => cmd.shown.push((r.path.clone(), text)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => degraded(format!("{} is not shown: {e}", r.path.display())),
+        }
+    }
+    if !plan.ssh.agent {
+        return None;
+    }
+    let upstream = std::env::var_os("SSH_AUTH_SOCK")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)?;
+    let mut known_hosts = KnownHosts::default();
+    for f in ["known_hosts", "known_hosts2"] {
+        let path = plan.home.join(".ssh").join(f);
+        match KnownHosts::load(&path) {
+            Ok(k) => known_hosts.extend(k),
+            Err(e) => degraded(format!(
+                "{}: {e}; its hosts get no signature",
+                path.display()
+            )),
+        }
+    }
+    let trust = Trust {
+        known_hosts,
+        policy: Box::new(NetworkHosts(plan.clone())),
+    };
+    match AgentProxy::start(&std::env::temp_dir(), &upstream, trust, sink.clone()) {
+        Ok(proxy) => {
+            cmd.sockets.push(cordon_sandbox::PlacedSocket {
+                path: AGENT_SOCKET.into(),
+                host: proxy.socket().to_path_buf(),
+                env: "SSH_AUTH_SOCK".into(),
+            });
+            sink(
+                NewEvent::new(
+                    Layer::Credentials,
+                    Action::Apply,
+                    format!(
+                        "ssh agent: {AGENT_SOCKET} signs only logins to allowed hosts in known_hosts"
+                    ),
+                )
+                .rule("ssh.agent"),
+            );
+            Some(proxy)
+        }
+        Err(e) => {
+            degraded(format!(
+                "ssh agent: not started ({e}); SSH_AUTH_SOCK is not set"
+            ));
+            None
+        }
+    }
+}
