@@ -92,9 +92,9 @@ pub(crate) enum ProcView {
     Sealed,
     /// The plain proc mount: a nested sandbox (bwrap `--unshare-pid --proc /proc`) may mount
     /// its own. Only for a sandbox that is not root on the host: the kernel knobs are then
-    /// guarded by the kernel's own checks for that uid, as on the host; what the uid owns
-    /// are the sysctls of the namespaces cordon made for this sandbox (network, IPC), whose
-    /// only way out stays the gateway.
+    /// guarded by the kernel's own checks for that uid, as on the host; all the uid may
+    /// write are the sysctls of the namespaces cordon made for this sandbox (its IPC and
+    /// message-queue limits, its PID namespace's pid_max).
     Plain,
 }
 
