@@ -15,7 +15,9 @@
 //!   needs this server's own `Origin` and a JSON body (no cross-site request forgery);
 //! - a connection held by a cordon process at the other end (a session's gateway, the only way
 //!   a sandbox reaches the host's loopback, for `host.cordon.internal` or a `[dns] hosts`
-//!   entry) is refused, so no policy rule naming the port opens the dashboard to a sandbox.
+//!   entry) is refused, so no policy rule naming the port opens the dashboard to a sandbox;
+//!   so is one from another user's socket (the dashboard is one user's), and one that
+//!   `/proc/net/tcp` does not show (nobody to tell apart).
 
 #![forbid(unsafe_code)]
 

@@ -26,15 +26,17 @@ fn proc_hex(addr: SocketAddr) -> String {
     format!("{ip}:{:04X}", addr.port())
 }
 
-/// The inode of the socket whose local end is `peer` and remote end `ours`, from the text of
-/// `/proc/net/tcp` or `/proc/net/tcp6`.
-fn socket_inode(table: &str, peer: SocketAddr, ours: SocketAddr) -> Option<u64> {
+/// The owner's uid and the inode of the socket whose local end is `peer` and remote end
+/// `ours`, from the text of `/proc/net/tcp` or `/proc/net/tcp6`.
+fn socket_row(table: &str, peer: SocketAddr, ours: SocketAddr) -> Option<(u32, u64)> {
     let (want_local, want_remote) = (proc_hex(peer), proc_hex(ours));
     table.lines().skip(1).find_map(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();
-        (f.len() > 9 && f[1] == want_local && f[2] == want_remote)
-            .then(|| f[9].parse().ok())
-            .flatten()
+        if f.len() > 9 && f[1] == want_local && f[2] == want_remote {
+            Some((f[7].parse().ok()?, f[9].parse().ok()?))
+        } else {
+            None
+        }
     })
 }
 
@@ -92,20 +94,45 @@ fn held_by_cordon(inode: u64, own: Option<(u64, u64)>) -> bool {
     false
 }
 
-/// Whether the connection from `peer` to our `ours` comes from a cordon process (a session's
-/// gateway or HTTP layer): then it is a sandbox's, and refused. `cordon` is the running cordon
-/// binary's [`exe_id`] (whatever its name); any executable named `cordon` counts too.
-pub fn from_cordon(peer: SocketAddr, ours: SocketAddr, cordon: Option<(u64, u64)>) -> bool {
-    let tables: &[&str] = match peer.ip() {
-        IpAddr::V4(_) => &["/proc/net/tcp"],
-        IpAddr::V6(_) => &["/proc/net/tcp6"],
+/// Who is at the other end of a connection, as far as the dashboard cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peer {
+    /// A process of the dashboard's own user that is not cordon: a browser, curl.
+    Welcome,
+    /// A cordon process (a session's gateway or HTTP layer): a sandbox's connection.
+    Cordon,
+    /// A socket of another user: the dashboard is one user's.
+    OtherUser(u32),
+    /// The connection is not in `/proc/net` (already gone): nobody to serve.
+    Unknown,
+}
+
+/// The dashboard's own (effective) uid: the owner of `/proc/self`.
+fn own_uid() -> Option<u32> {
+    std::fs::metadata("/proc/self").ok().map(|m| m.uid())
+}
+
+/// Who connected from `peer` to our `ours`. `cordon` is the running cordon binary's
+/// [`exe_id`] (whatever its name); any executable named `cordon` counts too.
+pub fn who(peer: SocketAddr, ours: SocketAddr, cordon: Option<(u64, u64)>) -> Peer {
+    let table = match peer.ip() {
+        IpAddr::V4(_) => "/proc/net/tcp",
+        IpAddr::V6(_) => "/proc/net/tcp6",
     };
-    tables.iter().any(|t| {
-        std::fs::read_to_string(t)
-            .ok()
-            .and_then(|text| socket_inode(&text, peer, ours))
-            .is_some_and(|inode| held_by_cordon(inode, cordon))
-    })
+    let Some((uid, inode)) = std::fs::read_to_string(table)
+        .ok()
+        .and_then(|text| socket_row(&text, peer, ours))
+    else {
+        return Peer::Unknown;
+    };
+    if own_uid().is_some_and(|me| me != uid) {
+        return Peer::OtherUser(uid);
+    }
+    if held_by_cordon(inode, cordon) {
+        Peer::Cordon
+    } else {
+        Peer::Welcome
+    }
 }
 
 #[cfg(test)]
@@ -128,11 +155,11 @@ mod tests {
    1: 0100007F:C350 0100007F:1F90 01 00000000:00000000 00:00000000 00000000  1000        0 222 1 0 20 4 30 10 -1\n";
         let ours = "127.0.0.1:8080".parse().unwrap();
         assert_eq!(
-            socket_inode(table, "127.0.0.1:50000".parse().unwrap(), ours),
-            Some(222)
+            socket_row(table, "127.0.0.1:50000".parse().unwrap(), ours),
+            Some((1000, 222))
         );
         assert_eq!(
-            socket_inode(table, "127.0.0.1:50001".parse().unwrap(), ours),
+            socket_row(table, "127.0.0.1:50001".parse().unwrap(), ours),
             None
         );
     }
@@ -146,11 +173,19 @@ mod tests {
         let (_s, peer) = l.accept().unwrap();
         assert_eq!(peer, c.local_addr().unwrap());
         let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
-        let inode = socket_inode(&table, peer, ours).expect("the connection is in /proc/net/tcp");
+        let (uid, inode) =
+            socket_row(&table, peer, ours).expect("the connection is in /proc/net/tcp");
         assert!(inode > 0);
-        assert!(!from_cordon(peer, ours, None));
+        assert_eq!(Some(uid), own_uid());
+        assert_eq!(who(peer, ours, None), Peer::Welcome);
         // Named as the running cordon binary, the same process is refused.
-        assert!(from_cordon(peer, ours, exe_id(Path::new("/proc/self/exe"))));
+        assert_eq!(
+            who(peer, ours, exe_id(Path::new("/proc/self/exe"))),
+            Peer::Cordon
+        );
+        // A connection that is gone is nobody's.
+        let gone = "127.0.0.1:1".parse().unwrap();
+        assert_eq!(who(gone, ours, None), Peer::Unknown);
     }
 
     #[test]
@@ -169,7 +204,36 @@ mod tests {
             .spawn()
             .unwrap();
         let (s, peer) = l.accept().unwrap();
-        assert!(from_cordon(peer, ours, None));
+        assert_eq!(who(peer, ours, None), Peer::Cordon);
+        drop(s);
+        let _ = child.wait();
+    }
+}
+
+#[cfg(test)]
+mod other_user {
+    use super::*;
+
+    /// As root, a connection from another user (`nobody`, via setpriv) is that user's.
+    #[test]
+    fn a_connection_from_another_user_is_theirs() {
+        if own_uid() != Some(0) {
+            eprintln!("skipped: needs root to connect as another user");
+            return;
+        }
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let ours = l.local_addr().unwrap();
+        let mut child = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .args(["bash", "-c"])
+            .arg(format!(
+                "exec 3<>/dev/tcp/127.0.0.1/{}; read -t 20 <&3",
+                ours.port()
+            ))
+            .spawn()
+            .unwrap();
+        let (s, peer) = l.accept().unwrap();
+        assert_eq!(who(peer, ours, None), Peer::OtherUser(65534));
         drop(s);
         let _ = child.wait();
     }

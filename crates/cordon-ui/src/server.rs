@@ -172,14 +172,25 @@ pub(crate) async fn serve(ctx: Arc<Ctx>, listener: tokio::net::TcpListener) {
             let exe = ctx.cordon_exe;
             // A sandbox reaches the host's loopback only through its gateway, a cordon
             // process: whatever rule opened the port, it gets a refusal and nothing else.
-            let sandboxed =
-                tokio::task::spawn_blocking(move || crate::peer::from_cordon(peer, ours, exe))
-                    .await
-                    .unwrap_or(true);
-            if sandboxed {
+            let peer_is = tokio::task::spawn_blocking(move || crate::peer::who(peer, ours, exe))
+                .await
+                .unwrap_or(crate::peer::Peer::Unknown);
+            let refusal = match peer_is {
+                crate::peer::Peer::Welcome => None,
+                crate::peer::Peer::Cordon => {
+                    Some("cordon ui: connections from a cordon sandbox are refused\n".to_string())
+                }
+                crate::peer::Peer::OtherUser(uid) => Some(format!(
+                    "cordon ui: this dashboard is another user's; connections from uid {uid} are refused\n"
+                )),
+                // Refused rather than guessed: the connection must be in /proc/net/tcp.
+                crate::peer::Peer::Unknown => Some(
+                    "cordon ui: cannot tell who is connecting (not in /proc/net/tcp)\n".to_string(),
+                ),
+            };
+            if let Some(msg) = refusal {
                 use tokio::io::AsyncWriteExt;
                 let mut s = stream;
-                let msg = "cordon ui: connections from a cordon sandbox are refused\n";
                 let resp = format!(
                     "HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{msg}",
                     msg.len()

@@ -113,6 +113,49 @@ fn http(port: u16, method: &str, path: &str, headers: &str, body: &str) -> (u16,
     (status, body)
 }
 
+fn root_here() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// One request to 127.0.0.1:`port` as `user` (curl under setpriv), or from this process.
+fn http_as(
+    user: Option<&str>,
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &str,
+) -> (u16, String) {
+    let Some(user) = user else {
+        return http(port, method, path, headers, body);
+    };
+    let mut c = Command::new("setpriv");
+    c.arg(format!("--reuid={user}"))
+        .arg(format!("--regid={user}"))
+        .args(["--clear-groups", "--", "curl", "-s", "-X", method])
+        .args(["-w", "\n%{http_code}", "--max-time", "30"]);
+    for h in headers.split("\r\n").filter(|h| !h.is_empty()) {
+        c.args(["-H", h]);
+    }
+    if !body.is_empty() {
+        c.args(["--data-binary", body]);
+    }
+    let o = c
+        .arg(format!("http://127.0.0.1:{port}{path}"))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let (body, code) = out.rsplit_once('\n').unwrap_or(("", &out));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// A request to the dashboard as the variant's user: the dashboard refuses other users.
+fn ask(env: &Env, port: u16, method: &str, path: &str, headers: &str, body: &str) -> (u16, String) {
+    let user = (env.who == Who::User && root_here()).then_some(common::TEST_USER);
+    http_as(user, port, method, path, headers, body)
+}
+
 fn dechunk(mut s: &str) -> String {
     let mut out = String::new();
     while let Some((size, rest)) = s.split_once("\r\n") {
@@ -132,7 +175,7 @@ both!(
     ui_url_holds_a_token_and_nothing_opens_without_it,
     |env: Env| {
         let ui = Dashboard::start(&env);
-        let (status, body) = http(ui.port, "GET", "/", "", "");
+        let (status, body) = ask(&env, ui.port, "GET", "/", "", "");
         assert_eq!(status, 403, "{body}");
         assert!(body.contains("missing or wrong token"), "{body}");
         assert!(!body.contains(&ui.token));
@@ -143,14 +186,22 @@ both!(
             format!("/events?token={wrong}"),
             "/api/snapshot".to_string(),
         ] {
-            let (status, body) = http(ui.port, "GET", &path, "", "");
+            let (status, body) = ask(&env, ui.port, "GET", &path, "", "");
             assert_eq!(status, 403, "{path}: {body}");
         }
-        let (status, body) = http(ui.port, "GET", &format!("/?token={}", ui.token), "", "");
+        let (status, body) = ask(
+            &env,
+            ui.port,
+            "GET",
+            &format!("/?token={}", ui.token),
+            "",
+            "",
+        );
         assert_eq!(status, 200, "{body}");
         assert!(body.contains("cordon dashboard"), "{body}");
         // A state-changing request with the token but from another site is refused.
-        let (status, body) = http(
+        let (status, body) = ask(
+            &env,
             ui.port,
             "POST",
             &format!("/api/answer?token={}", ui.token),
@@ -160,7 +211,8 @@ both!(
         assert_eq!(status, 403, "{body}");
         assert!(body.contains("cross-origin"), "{body}");
         // The same from the page's own origin reaches the broker client (nothing held: 409).
-        let (status, body) = http(
+        let (status, body) = ask(
+            &env,
             ui.port,
             "POST",
             &format!("/api/answer?token={}", ui.token),
@@ -173,6 +225,23 @@ both!(
         assert_eq!(status, 409, "{body}");
         assert!(body.contains("not answered"), "{body}");
         assert!(ui.url.ends_with(&ui.token));
+        // Another account, even with the token, is refused: the dashboard is one user's.
+        if root_here() {
+            let other = match env.who {
+                Who::Root => Some(common::TEST_USER),
+                Who::User => None,
+            };
+            let (status, body) = http_as(
+                other,
+                ui.port,
+                "GET",
+                &format!("/?token={}", ui.token),
+                "",
+                "",
+            );
+            assert_eq!(status, 403, "{body}");
+            assert!(body.contains("this dashboard is another user's"), "{body}");
+        }
     }
 );
 
@@ -191,7 +260,11 @@ both!(
         let (u, p, t) = (ui.port, srv.port, &ui.token);
         let pol = policy(
             &env,
-            &format!("[[network.allow]]\nhost = \"{alias}\"\nports = [{u}, {p}]\n"),
+            &format!(
+                "[[network.allow]]\nhost = \"{alias}\"\nports = [{u}, {p}]\n\
+                 [[network.allow]]\nhost = \"ui.example.test\"\nports = [{u}]\n\
+                 [dns]\nhosts = {{ \"ui.example.test\" = \"127.0.0.1\" }}\n"
+            ),
         );
         let curl = |label: &str, args: &str| {
             format!(
@@ -213,6 +286,13 @@ both!(
             curl(
                 "PROXIED",
                 &format!("'http://{alias}:{u}/api/snapshot?token={t}'"),
+            ),
+            // A name the policy points at the host's loopback.
+            curl(
+                "HOSTS",
+                &format!(
+                    "--noproxy '*' -H 'Host: 127.0.0.1:{u}' 'http://ui.example.test:{u}/?token={t}'"
+                ),
             ),
         ]
         .join("\n");
@@ -239,7 +319,7 @@ both!(
             "{}",
             show(&o)
         );
-        for label in ["DIRECT", "PROXIED"] {
+        for label in ["DIRECT", "PROXIED", "HOSTS"] {
             let l = line(label);
             assert!(!l.ends_with(" 200"), "{l}\n{}", show(&o));
             assert!(
@@ -248,7 +328,7 @@ both!(
             );
         }
         // Both ways, the dashboard saw a connection from a cordon process and said why.
-        for label in ["DIRECT", "PROXIED"] {
+        for label in ["DIRECT", "PROXIED", "HOSTS"] {
             assert!(
                 line(label).contains("connections from a cordon sandbox are refused"),
                 "{}",
@@ -256,7 +336,7 @@ both!(
             );
         }
         // From the host, the same URL works: the refusal is about who asks.
-        let (status, _) = http(u, "GET", &format!("/api/snapshot?token={t}"), "", "");
+        let (status, _) = ask(&env, u, "GET", &format!("/api/snapshot?token={t}"), "", "");
         assert_eq!(status, 200);
     }
 );
@@ -291,12 +371,19 @@ both!(run_ui_serves_the_session_while_it_runs, |env: Env| {
         .expect("a 127.0.0.1 URL");
     let (port, token) = rest.split_once("/?token=").expect("URL with a token");
     let port: u16 = port.parse().unwrap();
-    let (status, _) = http(port, "GET", "/api/snapshot", "", "");
+    let (status, _) = ask(&env, port, "GET", "/api/snapshot", "", "");
     assert_eq!(status, 403);
     // The session's own log (--audit elsewhere) is followed.
     let end = Instant::now() + Duration::from_secs(20);
     let snap = loop {
-        let (status, body) = http(port, "GET", &format!("/api/snapshot?token={token}"), "", "");
+        let (status, body) = ask(
+            &env,
+            port,
+            "GET",
+            &format!("/api/snapshot?token={token}"),
+            "",
+            "",
+        );
         assert_eq!(status, 200, "{body}");
         let v: Value = serde_json::from_str(&body).unwrap();
         let started = v["sessions"].as_array().is_some_and(|s| {
@@ -357,7 +444,14 @@ both!(
         let (port, token) = (ui.port, ui.token.clone());
         let end = Instant::now() + Duration::from_secs(20);
         let pending: Vec<String> = loop {
-            let (_, body) = http(port, "GET", &format!("/api/snapshot?token={token}"), "", "");
+            let (_, body) = ask(
+                &env,
+                port,
+                "GET",
+                &format!("/api/snapshot?token={token}"),
+                "",
+                "",
+            );
             let v: Value = serde_json::from_str(&body).unwrap();
             let ids: Vec<String> = v["state"]
                 .as_array()
@@ -375,7 +469,8 @@ both!(
         };
         // Oldest first in the store's own order is not promised: find each by its diff.
         let diff = |id: &str| {
-            let (status, body) = http(
+            let (status, body) = ask(
+                &env,
                 port,
                 "GET",
                 &format!("/api/state?session={id}&token={token}"),
@@ -392,7 +487,8 @@ both!(
         assert_eq!((edit.len(), add.len()), (1, 1), "{pending:?}");
         assert!(diff(add[0]).contains("notes.md"));
         let post = |path: &str, id: &str| {
-            http(
+            ask(
+                &env,
                 port,
                 "POST",
                 &format!("{path}?token={token}"),
@@ -401,7 +497,8 @@ both!(
             )
         };
         // Not from another site, even with the token.
-        let (status, _) = http(
+        let (status, _) = ask(
+            &env,
             port,
             "POST",
             &format!("/api/state/accept?token={token}"),
