@@ -67,6 +67,16 @@ both!(nested_namespaces_are_off_by_default, |env: Env| {
             show(&o)
         );
     }
+    // /proc/sys is sealed read-only by default, for root and users alike.
+    let sealed = "awk '$5 == \"/proc/sys\" {print \"SEALED\", $6}' /proc/self/mountinfo";
+    let out = env.ok(sealed);
+    assert!(out.starts_with("SEALED ro"), "{out}");
+    // With nested sandboxes, root's stays sealed; a user's is the plain proc mount.
+    let out = nested_ok(&env, sealed);
+    match env.who {
+        Who::Root => assert!(out.starts_with("SEALED ro"), "{out}"),
+        Who::User => assert_eq!(out, "", "{out}"),
+    }
     // The default Landlock fence is the full one.
     env.ok("true");
     assert!(
