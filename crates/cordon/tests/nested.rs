@@ -301,14 +301,22 @@ both!(codex_sandbox_runs_inside, |env: Env| {
         &env,
         &format!(
             "export PATH=/opt/cordon-agents/bin:$PATH\n\
-             {CODEX} sandbox -- sh -c 'echo READ=$(cat /etc/hostname >/dev/null && echo ok); \
-             touch \"$HOME/codex-wrote\" 2>/dev/null && echo WROTE=yes || echo WROTE=no'"
+             echo OUTER=$(readlink /proc/self/ns/user)\n\
+             {CODEX} sandbox -- sh -c 'echo INNER=$(readlink /proc/self/ns/user); \
+             echo READ=$(cat /etc/hostname >/dev/null && echo ok); \
+             touch \"$HOME/codex-wrote\" 2>/dev/null && echo WROTE=yes || echo WROTE=no'\n\
+             touch \"$HOME/cordon-wrote\" && echo CONTROL=yes"
         ),
     );
     assert!(out.lines().any(|l| l == "READ=ok"), "{out}");
-    // Codex's default sandbox is read-only: its narrowing applied inside cordon's.
+    // It really ran in a user namespace of Codex's, not unsandboxed.
+    let ns = |k: &str| out.lines().find_map(|l| l.strip_prefix(k)).unwrap_or("");
+    assert!(ns("INNER=").starts_with("user:["), "{out}");
+    assert_ne!(ns("INNER="), ns("OUTER="), "{out}");
+    // Codex's default sandbox is read-only where cordon's home is writable: its narrowing
+    // applied inside cordon's.
     assert!(out.lines().any(|l| l == "WROTE=no"), "{out}");
-    assert!(!env.home.join("codex-wrote").exists());
+    assert!(out.lines().any(|l| l == "CONTROL=yes"), "{out}");
 });
 
 /// `python3 -c` that makes the process non-dumpable (`undumpable`), optionally in a user
