@@ -221,11 +221,15 @@ function renderApprovals(list) {
   $('approvals-empty').hidden = list.length > 0;
   $('approvals').replaceChildren(...list.map((q) => {
     const li = el('li', 'approval');
+    // Counted down here: the list is only resent when questions come or go.
+    const left = el('span', 'left', `${q.seconds_left} s left`);
+    left.dataset.deadline = String(Date.now() + q.seconds_left * 1000);
     li.dataset.session = q.session;
     li.dataset.id = String(q.id);
     li.append(
       el('div', 'what', q.what),
-      el('div', 'meta', `[${q.layer}] rule ${q.rule} · ${q.session}#${q.id} · ${q.seconds_left} s left when asked`),
+      el('div', 'meta', `[${q.layer}] rule ${q.rule} · ${q.session}#${q.id} · `,
+        left),
     );
     const answer = (allow, remember) => async (e) => {
       for (const b of li.querySelectorAll('button')) b.disabled = true;
@@ -341,7 +345,15 @@ function connect() {
   es.addEventListener('state', (m) => renderState(JSON.parse(m.data)));
 }
 
+function tick() {
+  for (const e of document.querySelectorAll('#approvals .left')) {
+    const s = Math.max(0, Math.round((Number(e.dataset.deadline) - Date.now()) / 1000));
+    e.textContent = s > 0 ? `${s} s left, then denied` : 'timed out: denied';
+  }
+}
+
 function init() {
+  setInterval(tick, 1000);
   $('f-layer').append(...LAYERS.map((l) => new Option(l, l)));
   $('f-action').append(...ACTIONS.map((a) => new Option(a, a)));
   for (const id of ['f-session', 'f-layer', 'f-action', 'f-text', 'f-noise']) {
