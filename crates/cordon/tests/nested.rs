@@ -164,6 +164,15 @@ both!(nested_sandboxes_cannot_undo_the_view, |env: Env| {
         format!("unshare -rm sh -c 'mount -o remount,bind,rw {dir} && echo pwned > {o_path}'", dir = env.base.display()),
         // Mounting a /proc of its own (root) or writing a knob through it (user).
         "unshare -rm --pid --fork sh -c 'mount -t proc proc /proc && cat /proc/sys/kernel/core_pattern > /proc/sys/kernel/core_pattern'".to_string(),
+        // The new mount API (open_tree 428, move_mount 429 on x86_64): a clone of the home
+        // without its submounts, attached at /mnt, would show what the masks cover.
+        format!(
+            "unshare -rm {PY} -c 'import ctypes, os; l = ctypes.CDLL(None, use_errno=True); \
+             fd = l.syscall(428, -100, os.path.expanduser(\"~\").encode(), 1); \
+             assert fd >= 0, ctypes.get_errno(); \
+             assert l.syscall(429, fd, b\"\", -100, b\"/mnt\", 4) == 0, ctypes.get_errno(); \
+             print(open(\"/mnt/.ssh/id_ed25519\").read())'"
+        ),
     ];
     for script in &attacks {
         let o = env.denied_with(&["--policy", &p], script);
