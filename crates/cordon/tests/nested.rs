@@ -241,6 +241,25 @@ both!(the_syscall_filter_applies_inside, |env: Env| {
         "{}",
         show(&o)
     );
+    // Supervised exec too: an [exec] deny rule decides a program run inside bwrap.
+    let p = policy(&env, "[exec]\ndeny = [\"env *\"]\n");
+    let o = env.run_with(
+        &["--policy", &p],
+        &format!("{BWRAP} env true; echo rc=$?; {BWRAP} true && echo ALLOWED"),
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("ALLOWED") && !out.contains("rc=0"),
+        "{}",
+        show(&o)
+    );
+    let log = events(&env);
+    assert!(
+        log.lines().any(|l| l.contains("\"layer\":\"exec\"")
+            && l.contains("\"action\":\"deny\"")
+            && l.contains("env *")),
+        "no exec denial from inside bwrap:\n{log}"
+    );
 });
 
 both!(the_gateway_applies_inside, |env: Env| {
