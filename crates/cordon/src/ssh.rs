@@ -1,7 +1,10 @@
 //! Wiring of `[ssh]`: the filtering agent the sandbox sees as `SSH_AUTH_SOCK`, asked about
 //! hosts through the network layer's own flow decision, and the files of `~/.ssh` shown.
 
+use std::collections::HashSet;
+use std::io::Write;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use cordon_events::{Action, Layer, NewEvent};
 use cordon_policy::{HostPattern, Plan};
@@ -34,12 +37,38 @@ impl HostPolicy for NetworkHosts {
     }
 }
 
+/// The proxy's events go to the session's sink; the first refusal for each host also gets a
+/// line on the user's terminal (unless `quiet`), since inside, ssh only says "Permission
+/// denied (publickey)".
+fn with_terminal_lines(sink: &cordon_net::Emit, quiet: bool) -> cordon_ssh::Emit {
+    let sink = sink.clone();
+    let told = Mutex::new(HashSet::<String>::new());
+    Arc::new(move |ev: NewEvent| {
+        if !quiet && ev.action == Action::Deny {
+            let host = ev
+                .detail
+                .get("host")
+                .and_then(|h| h.as_str())
+                .unwrap_or_default()
+                .to_string();
+            let first = told.lock().unwrap_or_else(|p| p.into_inner()).insert(host);
+            if first {
+                let line: String = ev.reason.chars().filter(|c| !c.is_control()).collect();
+                // A pty in raw mode needs the carriage returns; a broken stderr is not fatal.
+                let _ = write!(std::io::stderr(), "\r\ncordon: {line}\r\n");
+            }
+        }
+        sink(ev)
+    })
+}
+
 /// Adds `[ssh] show`'s files to what the sandbox is shown, and, with `[ssh] agent` and an
 /// agent on the host (`SSH_AUTH_SOCK`), starts the filtering agent and places its socket.
 /// The proxy returned serves until it is dropped, after the sandbox is gone.
 pub(crate) fn setup(
     plan: &Plan,
     sink: &cordon_net::Emit,
+    quiet: bool,
     cmd: &mut cordon_sandbox::Command,
 ) -> Option<AgentProxy> {
     let degraded = |what: String| sink(NewEvent::new(Layer::Credentials, Action::Degraded, what));
@@ -71,7 +100,8 @@ pub(crate) fn setup(
         known_hosts,
         policy: Box::new(NetworkHosts(plan.clone())),
     };
-    match AgentProxy::start(&std::env::temp_dir(), &upstream, trust, sink.clone()) {
+    let emit = with_terminal_lines(sink, quiet);
+    match AgentProxy::start(&std::env::temp_dir(), &upstream, trust, emit) {
         Ok(proxy) => {
             cmd.sockets.push(cordon_sandbox::PlacedSocket {
                 path: AGENT_SOCKET.into(),

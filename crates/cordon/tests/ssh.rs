@@ -337,6 +337,11 @@ both!(
             "{}",
             show(&o)
         );
+        assert!(
+            err.contains("cordon: ssh agent: refused session-bind for other.test:22"),
+            "the terminal is told which host got no signature: {}",
+            show(&o)
+        );
         let a = audit(&env);
         assert!(
             a.lines()
