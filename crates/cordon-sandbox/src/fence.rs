@@ -50,9 +50,20 @@ impl FenceStatus {
         }
     }
 
-    /// The `landlock` event: `apply` when fully enforced, else `degraded`.
+    /// Less was enforced than the policy asked for. With nested sandboxes the policy asked
+    /// for the scoping only, which is all a scopes-only ruleset can be (partial); on a kernel
+    /// without it, that is less.
+    pub fn is_degraded(&self) -> bool {
+        if self.nested {
+            self.enforcement != Enforcement::Partial
+        } else {
+            self.enforcement.is_degraded()
+        }
+    }
+
+    /// The `landlock` event: `apply` when enforced as asked, else `degraded`.
     pub(crate) fn event(&self) -> NewEvent {
-        let action = if self.enforcement.is_degraded() {
+        let action = if self.is_degraded() {
             Action::Degraded
         } else {
             Action::Apply
@@ -246,9 +257,18 @@ mod tests {
              nested_userns; the kernel refuses mounts under them), the mount view still fences \
              files; abstract unix sockets and signals scoped (kernel ABI 7)"
         );
+        // What the policy asked for: logged, not warned about.
+        assert!(!nested.is_degraded());
         let e = nested.event();
-        assert_eq!(e.action, Action::Degraded);
+        assert_eq!(e.action, Action::Apply);
         assert_eq!(e.detail["filesystem_rules"], "off for nested sandboxes");
+        let unscoped = FenceStatus {
+            enforcement: Enforcement::None,
+            kernel_abi: Some(5),
+            ..nested
+        };
+        assert!(unscoped.is_degraded());
+        assert_eq!(unscoped.event().action, Action::Degraded);
         // It crosses the control channel as JSON and comes back the same.
         let json = serde_json::to_string(&failed).unwrap();
         assert_eq!(serde_json::from_str::<FenceStatus>(&json).unwrap(), failed);

@@ -660,7 +660,7 @@ fn report_started(
     emit: &dyn Fn(NewEvent),
 ) {
     emit(landlock.event());
-    if landlock.enforcement.is_degraded() {
+    if landlock.is_degraded() {
         let _ = writeln!(io::stderr(), "cordon: warning: Landlock {landlock}");
     }
     for l in limits {
