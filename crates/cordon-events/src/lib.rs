@@ -106,6 +106,9 @@
 //! | `credentials` | `allow` | A credential was injected into a request. detail: `name`, `host` (never the secret). |
 //! | `credentials` | `deny` | A credential use was refused (wrong host, not allowed by policy). detail: `name`, `host`. |
 //! | `credentials` | `ask` | A credential use waits for the user's approval. |
+//! | `credentials` | `apply` | The filtering ssh agent is up (rule `ssh.agent`): `SSH_AUTH_SOCK` inside is its socket. |
+//! | `credentials` | `allow` | The ssh agent passed a login signature to the user's agent. rule: the network rule that allows the host. detail: `host` (`name:port`). |
+//! | `credentials` | `deny` | The ssh agent refused a request (rule `ssh.agent`). detail: `request` (`session-bind`, `sign`, `add identities`, …), `host` (as `known_hosts` names it, or the host key's fingerprint; empty when no host is involved). |
 //! | `state` | `apply` | Copy-on-write state was set up (overlay upper dirs) or a snapshot taken. detail: `path`. |
 //! | `state` | `allow` | Changes made in the sandbox were accepted into the real files. detail: `path`, counts. |
 //! | `state` | `deny` | Changes made in the sandbox were discarded. detail: `path`, counts. |
