@@ -1,7 +1,9 @@
 //! Nested sandboxes, black-box: with `[syscalls] nested_userns = true`, real bubblewrap,
-//! `unshare -r` and Codex's own sandbox run inside a real `cordon run`, as root and as an
-//! unprivileged user — and can only narrow: cordon's mounts stay locked, its masks hide what
-//! they hide, its seccomp filter and its gateway apply to everything inside.
+//! `unshare -r`, Codex's own sandbox (`codex sandbox`, the pinned npm CLI) and Claude Code's
+//! sandbox invocation run inside a real `cordon run`, as root and as an unprivileged user —
+//! and can only narrow: cordon's mounts stay locked, its masks hide what they hide, its
+//! seccomp filter, exec rules and gateway apply to everything inside. Without the key, none
+//! of it starts.
 //!
 //! bwrap is always given `--unshare-user` here: bwrap run by uid 0 assumes it holds root's
 //! capabilities and makes no user namespace unless told, and root inside cordon holds none
