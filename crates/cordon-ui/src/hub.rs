@@ -22,6 +22,8 @@ use crate::stats::Fold;
 const RECENT: usize = 400;
 /// How often the logs are read.
 const TICK: Duration = Duration::from_millis(200);
+/// How often the log directories are listed for new sessions.
+const SCAN_EVERY: Duration = Duration::from_millis(600);
 /// How often the brokers are asked what they hold.
 const APPROVALS_EVERY: Duration = Duration::from_millis(400);
 /// How often the state store is listed (it computes each pending session's changes).
@@ -347,17 +349,24 @@ pub fn watch(hub: Arc<Hub>, stop: Arc<AtomicBool>) {
     }
     let mut last_approvals = Instant::now() - APPROVALS_EVERY;
     let mut last_state = Instant::now() - STATE_EVERY;
+    let mut last_scan = Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        for p in logs(&hub.sources) {
-            // A log that appears while the dashboard runs is a new session: follow it.
-            followed
-                .entry(p.clone())
-                .or_insert_with(|| Follower::open(&p).map_or(Slot::Done, Slot::Following));
+        // The log directory may hold thousands of old sessions: list it less often than
+        // the followed logs are read.
+        let scan = last_scan.elapsed() >= SCAN_EVERY;
+        if scan {
+            last_scan = Instant::now();
+            for p in logs(&hub.sources) {
+                // A log that appears while the dashboard runs is a new session: follow it.
+                followed
+                    .entry(p.clone())
+                    .or_insert_with(|| Follower::open(&p).map_or(Slot::Done, Slot::Following));
+            }
         }
         for (path, slot) in followed.iter_mut() {
             let next = match slot {
                 Slot::Following(f) => drain(&hub, path, f),
-                Slot::Quiet(seen) if modified(path) != *seen => {
+                Slot::Quiet(seen) if scan && modified(path) != *seen => {
                     Some(Follower::open(path).map_or(Slot::Done, Slot::Following))
                 }
                 Slot::Quiet(_) | Slot::Done => None,

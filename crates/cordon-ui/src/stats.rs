@@ -90,12 +90,20 @@ impl Fold {
                 if let Some(n) = u("bytes_up") {
                     self.bytes_up += n;
                 }
-                let judged = matches!(e.action, Action::Allow | Action::Deny)
-                    && (e.rule.as_deref().is_some_and(|r| r.contains("→ judge"))
-                        || e.reason.contains("the judge"));
+                // A judged request's final event carries `judge_call` (verdict, the judge's own
+                // latency); older logs only name the judge in the deciding rule.
+                let call = e.detail.get("judge_call");
+                let judged = call.is_some()
+                    || (matches!(e.action, Action::Allow | Action::Deny)
+                        && (e.rule.as_deref().is_some_and(|r| r.contains("→ judge"))
+                            || e.reason.contains("the judge")));
                 if judged {
                     self.judge_calls += 1;
-                    if let Some(ms) = u("latency_ms") {
+                    let ms = match call {
+                        Some(c) => c.get("latency_ms").and_then(serde_json::Value::as_u64),
+                        None => u("latency_ms"),
+                    };
+                    if let Some(ms) = ms {
                         self.judge_ms_total += ms;
                         self.judge_ms_max = Some(self.judge_ms_max.map_or(ms, |m| m.max(ms)));
                     }
@@ -282,6 +290,21 @@ mod tests {
         assert_eq!(s.exec_deny, 1);
         // Buckets of 5 s from the first event: 0 s (allow+deny), 10 s (deny, exec deny).
         assert_eq!(s.timeline, vec![[0, 1, 1, 0], [10, 0, 2, 0]]);
+    }
+
+    #[test]
+    fn a_recorded_judge_call_gives_the_judges_own_latency() {
+        let mut f = Fold::default();
+        f.take(&ev(
+            "2026-12-01T10:00:01.000Z",
+            Layer::Http,
+            Action::Deny,
+            Some("r → judge"),
+            json!({"url": "https://a.test/", "latency_ms": 900,
+                   "judge_call": {"verdict": "deny", "latency_ms": 300}}),
+        ));
+        let s = f.stats();
+        assert_eq!((s.judge_calls, s.judge_ms_max), (1, Some(300)));
     }
 
     #[test]
