@@ -1,0 +1,729 @@
+//! The host-executed surface of writable paths: what the host loads or runs later without the
+//! user running project code (git dirs reached through every indirection, editor and agent
+//! settings, shell rc files), so that it goes through review before the host sees it.
+//!
+//! Three parts. [`discover`] runs before the sandbox: it follows git's indirections (`.git`
+//! dir or gitfile, `commondir`, `worktrees/*`, nested repositories) and symlinks to what exists
+//! (to be staged copy-on-write: changes land in the session and wait for review) and names what
+//! does not exist yet (to be watched). [`settle`] runs after the sandbox and before review: what
+//! the session created at a watched name, a swapped symlink, the executable parts of a git dir
+//! made during the session — each is moved off the host into the session as a pending change.
+//! [`flags`] and [`applies_unasked`] classify a change for review: a git change that executes
+//! nothing (commits, refs, `user.*`, `remote.*.url`) is applied at exit without asking.
+//!
+//! Everything here reads paths the untrusted session could have shaped: discovery resolves
+//! links on the host before the sandbox exists, and settling moves things without following
+//! symlinks.
+
+mod gitconfig;
+
+use std::fs;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+use crate::error::{StateError, io_err};
+use crate::flags::Subject;
+use crate::fsops;
+use crate::manifest::{Manifest, NodeKind};
+use crate::meta::{EntryKind, MetaEntry};
+use crate::store::{Change, Session};
+
+/// Names under a writable root that host tools load on their own: agents' project settings
+/// (their hooks and MCP servers run), editors' workspace settings and tasks, direnv, shell rc
+/// files, package-manager and build config, dev containers, pre-commit.
+pub const ROOT_NAMES: &[&str] = &[
+    ".gitmodules",
+    ".mcp.json",
+    ".envrc",
+    ".env.local",
+    ".vscode",
+    ".idea",
+    ".claude",
+    ".gemini",
+    ".codex",
+    ".cursor",
+    ".windsurf",
+    ".zed",
+    "opencode.json",
+    "opencode.jsonc",
+    ".opencode",
+    ".devcontainer",
+    ".pre-commit-config.yaml",
+    ".npmrc",
+    ".yarnrc",
+    ".yarnrc.yml",
+    ".cargo/config.toml",
+    ".cargo/config",
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+];
+
+/// When the home itself is writable (it is the project, or inside one): what the user's own
+/// session runs or loads from it.
+pub const HOME_NAMES: &[&str] = &[
+    ".bash_logout",
+    ".xprofile",
+    ".xsessionrc",
+    ".pam_environment",
+    ".gitconfig",
+    ".config/git",
+    ".config/fish",
+    ".config/autostart",
+    ".config/systemd/user",
+    ".config/environment.d",
+    ".config/opencode",
+    ".config/Code/User",
+    ".ssh",
+    ".claude.json",
+    ".local/bin",
+];
+
+/// Directories a nested-repository search does not enter: build output and dependency trees
+/// are large and git does not treat repositories inside them as submodules of the project.
+const NOT_SEARCHED: &[&str] = &["node_modules", "target", ".venv", "venv", "__pycache__"];
+/// How deep and how wide the nested-repository search goes, so a huge tree costs bounded time.
+const SEARCH_DEPTH: usize = 6;
+const SEARCH_ENTRIES: usize = 50_000;
+
+/// What [`discover`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Surface {
+    /// Existing paths to stage copy-on-write (canonical, none inside another).
+    pub stage: Vec<PathBuf>,
+    /// Paths that do not exist yet: whatever the session makes there is moved to review.
+    pub watch: Vec<PathBuf>,
+    /// Symlinks among the names, with their targets: a session that replaces one has its
+    /// replacement moved to review and the link put back.
+    pub links: Vec<(PathBuf, PathBuf)>,
+    /// Every `.git` (dir or gitfile) under the roots at the start.
+    pub dotgits: Vec<PathBuf>,
+    /// The writable roots searched (canonical).
+    pub roots: Vec<PathBuf>,
+}
+
+fn canon(p: &Path) -> Option<PathBuf> {
+    fs::canonicalize(p).ok()
+}
+
+/// Lexically normalised absolute path.
+fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::Normal(s) => out.push(s),
+            Component::ParentDir => {
+                out.pop();
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The directory a gitfile (`gitdir: X`) names, resolved against the file's directory.
+fn gitfile_target(file: &Path) -> Option<PathBuf> {
+    let text = fs::read_to_string(file).ok()?;
+    let t = text.lines().next()?.strip_prefix("gitdir:")?.trim();
+    let base = file.parent()?;
+    Some(normalize(&base.join(t)))
+}
+
+/// `commondir`'s directory, resolved against the git dir.
+fn commondir_of(gitdir: &Path) -> Option<PathBuf> {
+    let text = fs::read_to_string(gitdir.join("commondir")).ok()?;
+    Some(normalize(&gitdir.join(text.trim())))
+}
+
+struct Found<'a> {
+    roots: &'a [PathBuf],
+    exclude: &'a [PathBuf],
+    s: Surface,
+}
+
+impl Found<'_> {
+    fn inside_roots(&self, p: &Path) -> bool {
+        self.roots.iter().any(|r| p.starts_with(r) && p != r)
+    }
+
+    fn excluded(&self, p: &Path) -> bool {
+        self.exclude.iter().any(|e| p.starts_with(e))
+    }
+
+    fn stage(&mut self, p: PathBuf) {
+        if self.inside_roots(&p) && !self.excluded(&p) && !self.s.stage.contains(&p) {
+            self.s.stage.push(p);
+        }
+    }
+
+    fn watch(&mut self, p: PathBuf) {
+        if self.inside_roots(&p) && !self.excluded(&p) && !self.s.watch.contains(&p) {
+            self.s.watch.push(p);
+        }
+    }
+
+    /// A name at `p`: staged when it exists; its target staged (or watched) when it is a
+    /// symlink into a writable root; watched when absent.
+    fn name(&mut self, p: &Path) {
+        let Ok(md) = fs::symlink_metadata(p) else {
+            // An absent name inside an absent directory is watched by its full path: the
+            // directory itself (`.cargo`) is not host-loaded, the file (`config.toml`) is.
+            self.watch(p.to_path_buf());
+            return;
+        };
+        if !md.file_type().is_symlink() {
+            if let Some(c) = canon(p) {
+                self.stage(c);
+            }
+            return;
+        }
+        let Ok(raw) = fs::read_link(p) else { return };
+        self.s.links.push((p.to_path_buf(), raw.clone()));
+        match canon(p) {
+            Some(t) => self.stage(t),
+            None => {
+                let t = normalize(&p.parent().unwrap_or(Path::new("/")).join(&raw));
+                self.watch(t);
+            }
+        }
+    }
+
+    /// A `.git` entry (dir or gitfile): every git dir it reaches, and the gitfile itself.
+    fn dotgit(&mut self, dotgit: &Path) {
+        let Ok(md) = fs::symlink_metadata(dotgit) else {
+            self.watch(dotgit.to_path_buf());
+            return;
+        };
+        self.s.dotgits.push(dotgit.to_path_buf());
+        let gitdir = if md.is_file() {
+            self.stage(dotgit.to_path_buf());
+            gitfile_target(dotgit).and_then(|t| canon(&t))
+        } else {
+            canon(dotgit)
+        };
+        let Some(gitdir) = gitdir else { return };
+        let mut todo = vec![gitdir];
+        let mut seen: Vec<PathBuf> = Vec::new();
+        while let Some(g) = todo.pop() {
+            if seen.contains(&g) || seen.len() > 32 {
+                continue;
+            }
+            seen.push(g.clone());
+            self.stage(g.clone());
+            self.links_in_gitdir(&g);
+            if let Some(c) = commondir_of(&g).and_then(|c| canon(&c)) {
+                todo.push(c);
+            }
+            // Linked worktrees: their gitfiles (elsewhere) point back here.
+            if let Ok(rd) = fs::read_dir(g.join("worktrees")) {
+                for e in rd.flatten() {
+                    if let Some(f) = fs::read_to_string(e.path().join("gitdir"))
+                        .ok()
+                        .map(|t| normalize(Path::new(t.trim())))
+                    {
+                        self.stage(f);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Symlinks git follows out of a git dir (`hooks -> ../scripts`, `hooks/pre-commit -> …`,
+    /// `config -> …`): their targets are host-executed too.
+    fn links_in_gitdir(&mut self, g: &Path) {
+        let mut candidates: Vec<PathBuf> = ["hooks", "config", "config.worktree", "info"]
+            .iter()
+            .map(|n| g.join(n))
+            .collect();
+        if let Ok(rd) = fs::read_dir(g.join("hooks")) {
+            candidates.extend(rd.flatten().map(|e| e.path()));
+        }
+        for c in candidates {
+            let is_link = fs::symlink_metadata(&c).is_ok_and(|m| m.file_type().is_symlink());
+            if !is_link {
+                continue;
+            }
+            match canon(&c) {
+                Some(t) if !t.starts_with(g) => self.stage(t),
+                Some(_) => {}
+                None => {
+                    if let Ok(raw) = fs::read_link(&c) {
+                        let t = normalize(&c.parent().unwrap_or(g).join(raw));
+                        self.watch(t);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Every `.git` below `root` other than `root/.git`, bounded in depth and size; git dirs and
+/// dependency and build trees are not entered.
+fn find_dotgits(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut it = walkdir::WalkDir::new(root)
+        .follow_links(false)
+        .same_file_system(true)
+        .max_depth(SEARCH_DEPTH)
+        .into_iter();
+    let mut seen = 0usize;
+    while let Some(e) = it.next() {
+        let Ok(e) = e else { continue };
+        seen += 1;
+        if seen > SEARCH_ENTRIES {
+            break;
+        }
+        let name = e.file_name();
+        let dir = e.file_type().is_dir();
+        if e.depth() > 0 && name == ".git" {
+            if e.depth() > 1 {
+                out.push(e.path().to_path_buf());
+            }
+            if dir {
+                it.skip_current_dir();
+            }
+        } else if dir && e.depth() > 0 && NOT_SEARCHED.iter().any(|x| name == *x) {
+            it.skip_current_dir();
+        }
+    }
+    out
+}
+
+/// The host-executed surface of `roots` (writable paths, canonical): `home`, when given, is a
+/// home directory that is itself inside a root (its own rc files join the surface). Nothing
+/// inside `exclude` (denied paths, files kept read-only) is included.
+pub fn discover(roots: &[PathBuf], home: Option<&Path>, exclude: &[PathBuf]) -> Surface {
+    let roots: Vec<PathBuf> = roots.iter().filter_map(|r| canon(r)).collect();
+    let mut f = Found {
+        roots: &roots,
+        exclude,
+        s: Surface::default(),
+    };
+    for r in &roots {
+        for n in ROOT_NAMES {
+            f.name(&r.join(n));
+        }
+        f.dotgit(&r.join(".git"));
+        for d in find_dotgits(r) {
+            f.dotgit(&d);
+        }
+    }
+    if let Some(h) = home
+        .and_then(canon)
+        .filter(|h| f.inside_roots(h) || roots.contains(h))
+    {
+        for n in ROOT_NAMES.iter().chain(HOME_NAMES) {
+            f.name(&h.join(n));
+        }
+    }
+    let mut s = f.s;
+    s.roots = roots;
+    // None inside another: the outer one's mount and review cover it.
+    s.stage.sort_by_key(|p| p.components().count());
+    let mut kept: Vec<PathBuf> = Vec::new();
+    for p in s.stage {
+        if !kept.iter().any(|k| p.starts_with(k)) {
+            kept.push(p);
+        }
+    }
+    s.stage = kept;
+    let staged = s.stage.clone();
+    s.watch.retain(|w| !staged.iter().any(|k| w.starts_with(k)));
+    s
+}
+
+/// Whether `p` lies in a git dir: a `.git` component, or a directory holding `HEAD` and
+/// `objects` on the way up (a linked worktree's or a module's git dir under another name).
+fn gitdir_of(p: &Path) -> Option<PathBuf> {
+    let mut at = PathBuf::new();
+    let mut found = None;
+    for c in p.components() {
+        at.push(c);
+        if c.as_os_str() == ".git" {
+            found = Some(at.clone());
+        }
+    }
+    found.or_else(|| {
+        p.ancestors()
+            .find(|a| a.join("HEAD").is_file() && a.join("objects").is_dir())
+            .map(Path::to_path_buf)
+    })
+}
+
+/// Files in a git dir git only stores data in (never runs, never follows elsewhere).
+fn inert_in_gitdir(rel: &Path) -> bool {
+    let parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let name = parts.last().map(String::as_str).unwrap_or("");
+    if matches!(name, "alternates" | "http-alternates") {
+        return false;
+    }
+    if parts
+        .iter()
+        .any(|p| matches!(p.as_str(), "objects" | "refs" | "logs" | "rr-cache" | "lfs"))
+    {
+        return true;
+    }
+    matches!(
+        name,
+        "index"
+            | "HEAD"
+            | "ORIG_HEAD"
+            | "FETCH_HEAD"
+            | "MERGE_HEAD"
+            | "MERGE_MSG"
+            | "MERGE_MODE"
+            | "MERGE_RR"
+            | "CHERRY_PICK_HEAD"
+            | "REVERT_HEAD"
+            | "REBASE_HEAD"
+            | "AUTO_MERGE"
+            | "BISECT_LOG"
+            | "BISECT_START"
+            | "BISECT_TERMS"
+            | "BISECT_EXPECTED_REV"
+            | "COMMIT_EDITMSG"
+            | "TAG_EDITMSG"
+            | "SQUASH_MSG"
+            | "packed-refs"
+            | "description"
+            | "shallow"
+            | "exclude"
+            | "sparse-checkout"
+            | "locked"
+            | "gc.pid"
+            | "gc.log"
+            | "sharedindex"
+            | "done"
+            | "head-name"
+            | "onto"
+            | "orig-head"
+            | "interactive"
+            | "message"
+            | "author-script"
+            | "amend"
+            | "stopped-sha"
+            | "msgnum"
+            | "end"
+            | "git-rebase-todo.backup"
+            | "drop_redundant_commits"
+            | "keep_redundant_commits"
+            | "quiet"
+            | "verbose"
+            | "no-reschedule-failed-exec"
+            | "opt"
+            | "patch"
+    ) || name.starts_with("sharedindex.")
+        || name.ends_with(".lock")
+        || parts.iter().any(|p| p == "sequencer")
+}
+
+/// What git itself removes in everyday work (a deleted branch, a finished merge or rebase):
+/// removed without asking. Anything else removed from a git dir — objects, `HEAD`, the index,
+/// hooks, config — waits for review, so a session cannot empty the host's repository unseen.
+fn removable(rel: &Path) -> bool {
+    let parts: Vec<&std::ffi::OsStr> = rel.components().map(|c| c.as_os_str()).collect();
+    let name = parts.last().and_then(|n| n.to_str()).unwrap_or("");
+    if parts.iter().any(|p| *p == "objects" || *p == "hooks") {
+        return false;
+    }
+    parts.iter().any(|p| {
+        matches!(
+            p.to_str(),
+            Some("refs" | "logs" | "sequencer" | "rebase-merge" | "rebase-apply")
+        )
+    }) || name.ends_with(".lock")
+        || name.starts_with("BISECT_")
+        || matches!(
+            name,
+            "ORIG_HEAD"
+                | "FETCH_HEAD"
+                | "MERGE_HEAD"
+                | "MERGE_MSG"
+                | "MERGE_MODE"
+                | "MERGE_RR"
+                | "CHERRY_PICK_HEAD"
+                | "REVERT_HEAD"
+                | "REBASE_HEAD"
+                | "AUTO_MERGE"
+                | "COMMIT_EDITMSG"
+                | "SQUASH_MSG"
+                | "gc.pid"
+                | "gc.log"
+        )
+}
+
+/// What a reviewer must see about a change on the host-executed surface (empty elsewhere).
+pub(crate) fn flags(s: &Subject<'_>) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(after) = s.after else { return out };
+    if after.kind == NodeKind::Dir {
+        return out;
+    }
+    let name = s
+        .host_path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let before = s.before_text.unwrap_or("");
+    if name == ".git" && after.kind != NodeKind::Dir {
+        out.push("gitfile changed: it chooses the git dir every host git command uses".into());
+        return out;
+    }
+    if name == ".gitmodules" {
+        match s.after_text {
+            Some(t) if !gitconfig_update_keys(t) => {}
+            _ => out.push("`.gitmodules` sets a submodule update command".into()),
+        }
+        return out;
+    }
+    let Some(gitdir) = gitdir_of(s.host_path) else {
+        return out;
+    };
+    let rel = s.host_path.strip_prefix(&gitdir).unwrap_or(Path::new(""));
+    if after.kind == NodeKind::Symlink {
+        out.push("symlink in a git dir (git follows it)".into());
+        return out;
+    }
+    match name.as_str() {
+        "config" | "config.worktree" => match s.after_text {
+            Some(t) => out.extend(gitconfig::flags(before, t)),
+            None => out.push("git config that cannot be read as text: held".into()),
+        },
+        "commondir" | "gitdir" => out.push(format!(
+            "git indirection `{name}`: points git at another directory"
+        )),
+        "attributes" => out.push("git attributes: choose filter, diff and merge drivers".into()),
+        "alternates" | "http-alternates" => {
+            out.push("object alternates: git reads objects from another place".into())
+        }
+        "git-rebase-todo" => {
+            let exec = s.after_text.is_none_or(|t| {
+                t.lines()
+                    .any(|l| matches!(l.split_whitespace().next(), Some("exec" | "x")))
+            });
+            if exec {
+                out.push(
+                    "rebase plan with `exec` lines (the next `rebase --continue` runs them)".into(),
+                );
+            }
+        }
+        _ if rel.components().any(|c| c.as_os_str() == "hooks") => {}
+        _ if inert_in_gitdir(rel) => {}
+        _ => out.push("a file in a git dir that git may read: held for review".into()),
+    }
+    out
+}
+
+fn gitconfig_update_keys(text: &str) -> bool {
+    match gitconfig::parse(text) {
+        Some(k) => k.keys().any(|n| n.ends_with(".update")),
+        None => true,
+    }
+}
+
+/// A change applied at exit without asking: in a git dir, nothing flagged, and either a
+/// config change that sets only inert keys or a change to what git only stores (objects, refs,
+/// logs, the index) — a hook or config removed is held like one added; or the project's
+/// `.gitmodules` with no update command. Directories come along with the files that need them.
+pub fn applies_unasked(c: &Change) -> bool {
+    use crate::manifest::ChangeKind;
+    let is_dir =
+        |n: &Option<crate::manifest::Node>| n.as_ref().is_some_and(|n| n.kind == NodeKind::Dir);
+    // A directory named alone would take everything below it along, flagged or not.
+    if !c.flags.is_empty() || is_dir(&c.after) || is_dir(&c.before) {
+        return false;
+    }
+    let name = c.host_path.file_name().unwrap_or_default();
+    if name == ".gitmodules" {
+        return c.kind != ChangeKind::Removed;
+    }
+    if name == ".git" {
+        return false;
+    }
+    let Some(g) = gitdir_of(&c.host_path) else {
+        return false;
+    };
+    let rel = c.host_path.strip_prefix(&g).unwrap_or(Path::new(""));
+    let config = matches!(name.to_str(), Some("config" | "config.worktree"));
+    if c.kind == ChangeKind::Removed || c.before.as_ref().is_some_and(|b| b.kind == NodeKind::Dir) {
+        return removable(rel);
+    }
+    (config || inert_in_gitdir(rel)) && !rel.components().any(|x| x.as_os_str() == "hooks")
+}
+
+impl Session {
+    /// Move `host` (file, symlink or tree, not followed) off the host into this session as a
+    /// new change: it is shown in review and reaches the host again only when accepted.
+    pub fn quarantine(&self, host: &Path) -> Result<(), StateError> {
+        let meta_path = self.dir.join("meta.json");
+        let mut meta = self.meta()?;
+        if meta.entries.iter().any(|e| host.starts_with(&e.host)) {
+            return Ok(());
+        }
+        let name = format!("e{}", meta.entries.len());
+        let edir = self.dir.join(&name);
+        fsops::private_dir(&edir)?;
+        fsops::private_dir(&edir.join("snapshot"))?;
+        let m = Manifest::default();
+        m.save(&edir.join("manifest.json"))?;
+        fsops::move_aside(host, &edir.join("working"))?;
+        meta.entries.push(MetaEntry {
+            host: host.to_path_buf(),
+            kind: EntryKind::Absent,
+            dir: name,
+            before_hash: m.root_hash(),
+            embedded: false,
+        });
+        meta.save(&meta_path)
+    }
+}
+
+/// Where `p` really is when its parent directories are followed, if that is inside a root: the
+/// session may have turned a parent (`.cargo`) into a symlink, and what it points to outside
+/// the writable roots is nothing the session could have written (nor anything to move).
+fn on_host(p: &Path, roots: &[PathBuf]) -> Option<PathBuf> {
+    let parent = canon(p.parent()?)?;
+    let at = parent.join(p.file_name()?);
+    roots
+        .iter()
+        .any(|r| at.starts_with(r) && at != *r)
+        .then_some(at)
+}
+
+/// After the session, before review: what it made at watched names, swapped symlinks and the
+/// executable parts of git dirs that are new are moved into `session` (see
+/// [`Session::quarantine`]). Returns the host paths moved.
+pub fn settle(session: &Session, surface: &Surface) -> Result<Vec<PathBuf>, StateError> {
+    let mut moved = Vec::new();
+    let exists = |p: &Path| fs::symlink_metadata(p).is_ok();
+    for w in &surface.watch {
+        let Some(w) = on_host(w, &surface.roots) else {
+            continue;
+        };
+        let w = &w;
+        if !exists(w) {
+            continue;
+        }
+        if w.file_name().is_some_and(|n| n == ".git") {
+            sanitize_dotgit(session, w, &mut moved)?;
+        } else {
+            session.quarantine(w)?;
+            moved.push(w.clone());
+        }
+    }
+    for (link, target) in &surface.links {
+        let Some(link) = on_host(link, &surface.roots) else {
+            continue;
+        };
+        let link = &link;
+        let same = fs::read_link(link).is_ok_and(|t| t == *target);
+        if same {
+            continue;
+        }
+        if exists(link) {
+            session.quarantine(link)?;
+            moved.push(link.clone());
+        }
+        std::os::unix::fs::symlink(target, link).map_err(io_err("put back symlink", link))?;
+    }
+    for r in &surface.roots {
+        for d in find_dotgits(r) {
+            if !surface.dotgits.contains(&d) && !surface.stage.iter().any(|s| d.starts_with(s)) {
+                sanitize_dotgit(session, &d, &mut moved)?;
+            }
+        }
+    }
+    Ok(moved)
+}
+
+/// A `.git` the session made: a gitfile goes to review whole; in a git dir, what would run
+/// (hooks other than samples, config with keys that execute, indirections, attributes).
+fn sanitize_dotgit(
+    session: &Session,
+    dotgit: &Path,
+    moved: &mut Vec<PathBuf>,
+) -> Result<(), StateError> {
+    let md = match fs::symlink_metadata(dotgit) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err("inspect", dotgit)(e)),
+    };
+    if !md.is_dir() {
+        session.quarantine(dotgit)?;
+        moved.push(dotgit.to_path_buf());
+        return Ok(());
+    }
+    let mut dirs = vec![dotgit.to_path_buf()];
+    while let Some(g) = dirs.pop() {
+        for sub in ["modules", "worktrees"] {
+            if let Ok(rd) = fs::read_dir(g.join(sub)) {
+                dirs.extend(
+                    rd.flatten()
+                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                        .map(|e| e.path()),
+                );
+            }
+        }
+        let mut risky: Vec<PathBuf> = Vec::new();
+        for f in ["config", "config.worktree"] {
+            let p = g.join(f);
+            match fs::symlink_metadata(&p) {
+                Ok(m) if m.is_file() => {
+                    let text = fs::read_to_string(&p).unwrap_or_else(|_| "\0".into());
+                    if !gitconfig::flags("", &text).is_empty() {
+                        risky.push(p);
+                    }
+                }
+                Ok(_) => risky.push(p),
+                Err(_) => {}
+            }
+        }
+        for f in [
+            "commondir",
+            "gitdir",
+            "info/attributes",
+            "objects/info/alternates",
+        ] {
+            if exists_nofollow(&g.join(f)) {
+                risky.push(g.join(f));
+            }
+        }
+        let hooks = g.join("hooks");
+        match fs::symlink_metadata(&hooks) {
+            Ok(m) if m.is_dir() => {
+                if let Ok(rd) = fs::read_dir(&hooks) {
+                    risky.extend(
+                        rd.flatten()
+                            .map(|e| e.path())
+                            .filter(|p| !p.to_string_lossy().ends_with(".sample")),
+                    );
+                }
+            }
+            Ok(_) => risky.push(hooks),
+            Err(_) => {}
+        }
+        for p in risky
+            .iter()
+            .filter_map(|p| on_host(p, &[dotgit.to_path_buf()]))
+        {
+            session.quarantine(&p)?;
+            moved.push(p);
+        }
+    }
+    Ok(())
+}
+
+fn exists_nofollow(p: &Path) -> bool {
+    fs::symlink_metadata(p).is_ok()
+}
+
+#[cfg(test)]
+mod tests;
