@@ -759,7 +759,12 @@ fn dashboard_in_chromium() {
     std::fs::write(root.join("ask/a.txt"), "the-upstream-body").unwrap();
     std::fs::write(root.join("ask/c.txt"), "c-body").unwrap();
     env.own(&root);
+    std::fs::create_dir_all(root.join("judged")).unwrap();
+    std::fs::write(root.join("judged/ok.txt"), "judged-ok").unwrap();
+    env.own(&root);
     let srv = Server::http(&root);
+    // A stand-in for the LLM judge's API (a remote paid service), over real HTTP.
+    let judge = Server::start(&["judge"]);
     let (name, p) = ("api.example.test", srv.port);
     let pol = policy(
         &env,
@@ -767,7 +772,11 @@ fn dashboard_in_chromium() {
             "[dns]\nhosts = {{ \"{name}\" = \"127.0.0.1\" }}\n\
              [[network.allow]]\nhost = \"{name}\"\nports = [{p}]\n\
              [[http.rule]]\nname = \"a-person-decides\"\nhost = \"{name}\"\npath = \"/ask/*\"\naction = \"ask\"\n\
-             [exec]\nask_timeout = 120\n"
+             [[http.rule]]\nname = \"ask-the-judge\"\nhost = \"{name}\"\npath = \"/judged/*\"\naction = \"judge\"\n\
+             [judge]\napi = \"openai\"\nurl = \"http://127.0.0.1:{}\"\nmodel = \"fake\"\n\
+             policy = \"Reading public files is fine.\"\n\
+             [exec]\nask_timeout = 120\n",
+            judge.port
         ),
     );
     plant_hostile_log(&env);
@@ -812,7 +821,8 @@ fn dashboard_in_chromium() {
 
     // A session whose request waits for a person.
     let script = format!(
-        "echo GOT $(curl -s --max-time 100 -w ' %{{http_code}}' http://{name}:{p}/ask/a.txt)\n\
+        "echo JUDGED $(curl -s --max-time 30 http://{name}:{p}/judged/ok.txt)\n\
+         echo GOT $(curl -s --max-time 100 -w ' %{{http_code}}' http://{name}:{p}/ask/a.txt)\n\
          echo GOT2 $(curl -s --max-time 100 -o /dev/null -w '%{{http_code}}' http://{name}:{p}/ask/b.txt)\n\
          echo GOT3 $(curl -s --max-time 100 -w ' %{{http_code}}' http://{name}:{p}/ask/c.txt)\n\
          echo GOT3 $(curl -s --max-time 100 -w ' %{{http_code}}' http://{name}:{p}/ask/c.txt)"
@@ -882,6 +892,7 @@ fn dashboard_in_chromium() {
         show(&o)
     );
     assert!(out.lines().any(|l| l == "GOT2 403"), "{}", show(&o));
+    assert!(out.lines().any(|l| l == "JUDGED judged-ok"), "{}", show(&o));
     assert_eq!(
         out.lines().filter(|l| *l == "GOT3 c-body 200").count(),
         2,
@@ -900,17 +911,24 @@ fn dashboard_in_chromium() {
         Duration::from_secs(20),
     );
     b.wait_for(
-        "the host's row: 3 allowed, 1 denied",
+        "the host's row: 4 allowed, 1 denied",
         &format!(
             "return [...document.querySelectorAll('tr.host-row')]\
              .some(r => r.dataset.host === '{name}:{p}' && \
-             [...r.cells].slice(1).map(c => c.textContent).join(',') === '3,1,0')"
+             [...r.cells].slice(1).map(c => c.textContent).join(',') === '4,1,0')"
         ),
         Duration::from_secs(20),
     );
     assert_eq!(
         b.js("return document.querySelectorAll('li.approval').length"),
         json!(0)
+    );
+    // The judge was asked once: counted, with its latency.
+    b.wait_for(
+        "the judge call on the session's card",
+        "return [...document.querySelectorAll('#sessions .session')]\
+         .some(c => /judge calls 1 \\(mean \\d+ ms, max \\d+ ms\\)/.test(c.textContent))",
+        Duration::from_secs(20),
     );
     // The layer filter keeps only that layer's rows.
     assert_eq!(
