@@ -114,11 +114,10 @@ impl Fold {
                 }
             }
             Layer::Network => {
-                let closing = e.detail.contains_key("bytes_down");
-                if closing {
-                    self.bytes_up += u("bytes_up").unwrap_or(0);
-                    self.bytes_down += u("bytes_down").unwrap_or(0);
-                } else if let Some(d) = decision {
+                // The gateway logs an allowed connection once, when it closes, with its bytes.
+                self.bytes_up += u("bytes_up").unwrap_or(0);
+                self.bytes_down += u("bytes_down").unwrap_or(0);
+                if let Some(d) = decision {
                     let host = e
                         .detail_str("host")
                         .or_else(|| e.detail_str("ip"))
@@ -272,7 +271,7 @@ mod tests {
             vec![
                 HostRow {
                     host: "api.test:443".into(),
-                    allow: 1,
+                    allow: 2,
                     deny: 1,
                     ask: 0
                 },
@@ -288,8 +287,8 @@ mod tests {
         assert_eq!(s.judge_calls, 2);
         assert_eq!((s.judge_ms_mean, s.judge_ms_max), (Some(70), Some(100)));
         assert_eq!(s.exec_deny, 1);
-        // Buckets of 5 s from the first event: 0 s (allow+deny), 10 s (deny, exec deny).
-        assert_eq!(s.timeline, vec![[0, 1, 1, 0], [10, 0, 2, 0]]);
+        // Buckets of 5 s from the first event: 0 s (allow+deny), 10 s (flow, deny, exec deny).
+        assert_eq!(s.timeline, vec![[0, 1, 1, 0], [10, 1, 2, 0]]);
     }
 
     #[test]

@@ -822,6 +822,7 @@ fn dashboard_in_chromium() {
     // A session whose request waits for a person.
     let script = format!(
         "echo JUDGED $(curl -s --max-time 30 http://{name}:{p}/judged/ok.txt)\n\
+         echo DIRECT $(curl -s --max-time 30 --noproxy '*' http://{name}:{p}/hello.txt)\n\
          echo GOT $(curl -s --max-time 100 -w ' %{{http_code}}' http://{name}:{p}/ask/a.txt)\n\
          echo GOT2 $(curl -s --max-time 100 -o /dev/null -w '%{{http_code}}' http://{name}:{p}/ask/b.txt)\n\
          echo GOT3 $(curl -s --max-time 100 -w ' %{{http_code}}' http://{name}:{p}/ask/c.txt)\n\
@@ -893,6 +894,7 @@ fn dashboard_in_chromium() {
     );
     assert!(out.lines().any(|l| l == "GOT2 403"), "{}", show(&o));
     assert!(out.lines().any(|l| l == "JUDGED judged-ok"), "{}", show(&o));
+    assert!(out.lines().any(|l| l == "DIRECT unused"), "{}", show(&o));
     assert_eq!(
         out.lines().filter(|l| *l == "GOT3 c-body 200").count(),
         2,
@@ -911,11 +913,11 @@ fn dashboard_in_chromium() {
         Duration::from_secs(20),
     );
     b.wait_for(
-        "the host's row: 4 allowed, 1 denied",
+        "the host's row: 5 allowed (4 requests, 1 connection), 1 denied",
         &format!(
             "return [...document.querySelectorAll('tr.host-row')]\
              .some(r => r.dataset.host === '{name}:{p}' && \
-             [...r.cells].slice(1).map(c => c.textContent).join(',') === '4,1,0')"
+             [...r.cells].slice(1).map(c => c.textContent).join(',') === '5,1,0')"
         ),
         Duration::from_secs(20),
     );
@@ -923,6 +925,15 @@ fn dashboard_in_chromium() {
         b.js("return document.querySelectorAll('li.approval').length"),
         json!(0)
     );
+    // The direct connection: its name lookup and its bytes.
+    let card = b.wait_for(
+        "the direct flow's DNS answer and bytes on the session's card",
+        "return [...document.querySelectorAll('#sessions .session')]\
+         .map(c => c.textContent)\
+         .find(t => /dns [1-9]\\d* answered/.test(t) && !/down 0 B/.test(t)) || null",
+        Duration::from_secs(20),
+    );
+    assert!(card.as_str().unwrap().contains("judge calls 1"), "{card}");
     // The judge was asked once: counted, with its latency.
     b.wait_for(
         "the judge call on the session's card",
