@@ -775,7 +775,7 @@ fn dashboard_in_chromium() {
              [[http.rule]]\nname = \"ask-the-judge\"\nhost = \"{name}\"\npath = \"/judged/*\"\naction = \"judge\"\n\
              [judge]\napi = \"openai\"\nurl = \"http://127.0.0.1:{}\"\nmodel = \"fake\"\n\
              policy = \"Reading public files is fine.\"\n\
-             [exec]\nask_timeout = 120\n",
+             [exec]\nask_timeout = 120\nask = [\"touch asked-exec\"]\n",
             judge.port
         ),
     );
@@ -821,7 +821,8 @@ fn dashboard_in_chromium() {
 
     // A session whose request waits for a person.
     let script = format!(
-        "echo JUDGED $(curl -s --max-time 30 http://{name}:{p}/judged/ok.txt)\n\
+        "touch asked-exec && echo EXEC ran\n\
+         echo JUDGED $(curl -s --max-time 30 http://{name}:{p}/judged/ok.txt)\n\
          echo DIRECT $(curl -s --max-time 30 --noproxy '*' http://{name}:{p}/hello.txt)\n\
          echo GOT $(curl -s --max-time 100 -w ' %{{http_code}}' http://{name}:{p}/ask/a.txt)\n\
          echo GOT2 $(curl -s --max-time 100 -o /dev/null -w '%{{http_code}}' http://{name}:{p}/ask/b.txt)\n\
@@ -838,6 +839,22 @@ fn dashboard_in_chromium() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // A held command is answered the same way.
+    let exec = b.wait_for(
+        "the held command's allow button",
+        "const li = [...document.querySelectorAll('li.approval')]\
+         .find(l => l.textContent.includes('touch asked-exec') && l.textContent.includes('[exec]'));\
+         return li ? li.querySelector('button.allow-once') : null",
+        Duration::from_secs(60),
+    );
+    b.click(&exec);
+    b.wait_for(
+        "the allowed command's exec event",
+        "return [...document.querySelectorAll('#events tr.event')]\
+         .some(r => r.dataset.layer === 'exec' && r.dataset.action === 'allow' \
+         && r.textContent.includes('asked-exec'))",
+        Duration::from_secs(20),
+    );
     // It appears live: the held request in the approvals list and as an event.
     let button = b.wait_for(
         "the held request's allow button",
@@ -895,6 +912,7 @@ fn dashboard_in_chromium() {
     assert!(out.lines().any(|l| l == "GOT2 403"), "{}", show(&o));
     assert!(out.lines().any(|l| l == "JUDGED judged-ok"), "{}", show(&o));
     assert!(out.lines().any(|l| l == "DIRECT unused"), "{}", show(&o));
+    assert!(out.lines().any(|l| l == "EXEC ran"), "{}", show(&o));
     assert_eq!(
         out.lines().filter(|l| *l == "GOT3 c-body 200").count(),
         2,
