@@ -47,9 +47,12 @@ fi
 for p in "${npm_pkgs[@]}"; do
     installed "$p" || { echo "setup-agents.sh: $p did not install" >&2; exit 1; }
 done
-if [ "$("$root/aider/bin/python" -c 'import importlib.metadata as m; print(m.version("aider-chat"))' 2>/dev/null)" != "$aider_version" ]; then
+if [ "$(readlink -f "$root/aider/bin/python")" != "$(readlink -f /usr/bin/python3)" ] ||
+    [ "$("$root/aider/bin/python" -c 'import importlib.metadata as m; print(m.version("aider-chat"))' 2>/dev/null)" != "$aider_version" ]; then
     echo "setup-agents.sh: pip install aider-chat==$aider_version" >&2
-    python3 -m venv "$root/aider"
+    # The system's python, not a pyenv shim under /root: cordon-test must run the venv too.
+    rm -rf "$root/aider"
+    /usr/bin/python3 -m venv "$root/aider"
     "$root/aider/bin/pip" install --quiet --disable-pip-version-check "aider-chat==$aider_version" >&2
 fi
 # One directory for PATH: npm's bin links plus aider (the venv's own bin also holds python, pip,

@@ -29,6 +29,17 @@ const STUB: &str = concat!(
     "/tests/fixtures/agents/llmstub.py"
 );
 
+/// Hosts the built-in policy allows that the agents phone besides their API.
+const OUTSIDE: &[&str] = &[
+    "github.com",
+    "api.github.com",
+    "codeload.github.com",
+    "objects.githubusercontent.com",
+    "registry.npmjs.org",
+    "pypi.org",
+    "files.pythonhosted.org",
+];
+
 /// The stand-in API on `addr:443` (TLS for `name`); killed on drop.
 struct Stub {
     child: Child,
@@ -147,6 +158,27 @@ fn session_start(audit: &Path) -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// Every network and HTTP denial in the audit log: `host (rule)`.
+fn denials(audit: &Path) -> Vec<String> {
+    let log = std::fs::read_to_string(audit).unwrap_or_default();
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| {
+            (e["action"] == "deny" || std::env::var_os("AGENTS_SHOW_ALLOWED").is_some())
+                && (e["layer"] == "network" || e["layer"] == "http")
+        })
+        .map(|e| {
+            let d = &e["detail"];
+            let host = d["host"].as_str().or(d["url"].as_str()).unwrap_or("?");
+            format!(
+                "{host} ({} {})",
+                e["action"].as_str().unwrap_or("?"),
+                e["rule"].as_str().unwrap_or("?")
+            )
+        })
+        .collect()
+}
+
 fn text(o: &Output) -> String {
     format!(
         "{}{}",
@@ -181,10 +213,17 @@ fn run_agent(env: &Env, case: &Case) -> Option<(Output, String)> {
     assert!(make_tls(&tls, case.host), "openssl failed");
     let answer = format!("CORDON-STUB-ANSWER-{}", case.agent.to_uppercase());
     let stub = Stub::start(&tls, &addr, &answer, case.shell);
+    // The built-in policy allows the registries and GitHub, which agents also phone (plugin
+    // syncs, update checks): those names lead to a closed loopback port, so no test traffic
+    // leaves the machine. Nothing else is configured.
+    let elsewhere: String = OUTSIDE
+        .iter()
+        .map(|h| format!(", \"{h}\" = \"127.0.0.1\""))
+        .collect();
     let pol = policy(
         env,
         &format!(
-            "[dns]\nhosts = {{ \"{}\" = \"{addr}\" }}\n[tls]\nupstream_ca = \"{}\"\n",
+            "[dns]\nhosts = {{ \"{}\" = \"{addr}\"{elsewhere} }}\n[tls]\nupstream_ca = \"{}\"\n",
             case.host,
             tls.join("ca.pem").display()
         ),
@@ -208,7 +247,24 @@ fn run_agent(env: &Env, case: &Case) -> Option<(Output, String)> {
     let o = wait_limited(child, Duration::from_secs(180));
     let log = stub.log();
     let all = text(&o);
-    let ctx = format!("{}\n--- stand-in:\n{log}", show(&o));
+    let denied = denials(&env.audit);
+    eprintln!("{}: denied {denied:?}", case.agent);
+    let ctx = format!(
+        "{}\n--- stand-in:\n{log}\n--- denied:\n{}",
+        show(&o),
+        denied.join("\n")
+    );
+    // A normal session is quiet on the terminal: what the agent phones besides its API is the
+    // profile's `quiet` list, logged but not announced.
+    let announced: Vec<String> = String::from_utf8_lossy(&o.stderr)
+        .lines()
+        .filter(|l| l.trim_start().starts_with("cordon: denied"))
+        .map(str::to_string)
+        .collect();
+    assert!(
+        announced.is_empty(),
+        "denials announced: {announced:?}\n{ctx}"
+    );
     // Detected from the command alone.
     let start = session_start(&env.audit);
     assert_eq!(start["detail"]["profile"], case.agent, "{ctx}");
@@ -289,6 +345,48 @@ both!(codex_exec_answers_with_the_detected_profile, |env: Env| {
     );
 });
 
+both!(
+    codex_runs_a_shell_tool_call_in_its_own_sandbox,
+    |env: Env| {
+        let Some((o, log)) = run_agent(
+            &env,
+            &Case {
+                agent: "codex",
+                host: "api.openai.com",
+                key_var: "CODEX_API_KEY",
+                key: OPENAI_KEY,
+                args: &[
+                    "exec",
+                    "--skip-git-repo-check",
+                    "-m",
+                    "gpt-5-codex",
+                    "Run the check",
+                ],
+                vars: &[],
+                addr: 51,
+                state: &[".codex"],
+                shell: Some(
+                    "echo nested-$((6*7)); touch ~/codex-escape 2>/dev/null && echo WROTE-HOME \
+                 || echo HOME-READ-ONLY; cat ~/.ssh/id_ed25519 2>/dev/null || echo SSH-HIDDEN",
+                ),
+            },
+        ) else {
+            return;
+        };
+        let ctx = format!("{}\n--- stand-in:\n{log}", show(&o));
+        let out: Vec<&str> = log.lines().filter(|l| l.starts_with("TOOLOUT ")).collect();
+        assert_eq!(out.len(), 1, "the shell tool call did not come back\n{ctx}");
+        // It ran, under Codex's read-only sandbox (inside cordon's), and cordon's masks held.
+        assert!(out[0].contains("nested-42"), "{ctx}");
+        assert!(out[0].contains("HOME-READ-ONLY"), "{ctx}");
+        assert!(
+            out[0].contains("SSH-HIDDEN") && !out[0].contains("SECRET-ssh"),
+            "{ctx}"
+        );
+        assert!(!env.home.join("codex-escape").exists());
+    }
+);
+
 both!(gemini_p_answers_with_the_detected_profile, |env: Env| {
     run_agent(
         &env,
@@ -297,7 +395,13 @@ both!(gemini_p_answers_with_the_detected_profile, |env: Env| {
             host: "generativelanguage.googleapis.com",
             key_var: "GEMINI_API_KEY",
             key: GEMINI_KEY,
-            args: &["--skip-trust", "-p", "Say hello"],
+            args: &[
+                "--skip-trust",
+                "--model",
+                "gemini-2.5-flash",
+                "-p",
+                "Say hello",
+            ],
             vars: &[],
             addr: 45,
             state: &[".gemini"],
