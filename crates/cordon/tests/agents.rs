@@ -387,6 +387,23 @@ both!(
     }
 );
 
+both!(qwen_answers_with_the_detected_profile, |env: Env| {
+    run_agent(
+        &env,
+        &Case {
+            agent: "qwen",
+            host: "dashscope.aliyuncs.com",
+            key_var: "OPENAI_API_KEY",
+            key: OPENAI_KEY,
+            args: &["--auth-type", "openai", "--model", "gpt-4o", "Say hello"],
+            vars: &[],
+            addr: 53,
+            state: &[".qwen"],
+            shell: None,
+        },
+    );
+});
+
 both!(gemini_p_answers_with_the_detected_profile, |env: Env| {
     run_agent(
         &env,
