@@ -119,10 +119,17 @@ pub fn who(peer: SocketAddr, ours: SocketAddr, cordon: Option<(u64, u64)>) -> Pe
         IpAddr::V4(_) => "/proc/net/tcp",
         IpAddr::V6(_) => "/proc/net/tcp6",
     };
-    let Some((uid, inode)) = std::fs::read_to_string(table)
-        .ok()
-        .and_then(|text| socket_row(&text, peer, ours))
-    else {
+    // The table is read a page at a time while connections come and go, so a row can be
+    // missed in one reading: look again before calling the connection unknown.
+    let row = (0..5).find_map(|attempt| {
+        if attempt > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        std::fs::read_to_string(table)
+            .ok()
+            .and_then(|text| socket_row(&text, peer, ours))
+    });
+    let Some((uid, inode)) = row else {
         return Peer::Unknown;
     };
     if own_uid().is_some_and(|me| me != uid) {

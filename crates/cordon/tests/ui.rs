@@ -331,7 +331,8 @@ both!(
         for label in ["DIRECT", "PROXIED", "HOSTS"] {
             assert!(
                 line(label).contains("connections from a cordon sandbox are refused"),
-                "{}",
+                "{label}: {}\n{}",
+                line(label),
                 show(&o)
             );
         }
