@@ -3,7 +3,8 @@
 #  - git, python3, util-linux (script, unshare, setpriv), procps (pgrep): used inside sandboxes
 #  - cargo/rustc from Debian: a toolchain the unprivileged test user can run (rustup's is under /root)
 #  - strace: to show debuggers stay denied
-#  - bubblewrap, hyperfine: the benchmark's peer and timer
+#  - bubblewrap, hyperfine: the benchmark's peer and timer (bwrap also for the nested-sandbox tests)
+#  - libcap2-bin (setcap, getcap): file capabilities must not reach the host from a nested sandbox
 #  - curl, openssl, gcc (static libc), python3-pip, python3-venv: clients and servers of the
 #    network tests (npm comes with the machine's Node.js)
 #  - iperf3, passt, slirp4netns: the network benchmark and its peers
@@ -19,7 +20,7 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 need=()
-for pkg in git python3 util-linux procps cargo strace bubblewrap hyperfine \
+for pkg in git python3 util-linux procps cargo strace bubblewrap hyperfine libcap2-bin \
     curl openssl gcc libc6-dev python3-pip python3-venv iperf3 passt slirp4netns \
     openssh-server openssh-client \
     chromium chromium-driver fonts-dejavu-core man-db; do

@@ -48,6 +48,8 @@ pub(crate) struct ExecSupervisor<'a> {
     listener: Listener,
     exec: &'a ExecPlan,
     syscalls: &'a SyscallsPlan,
+    /// The command keeps CAP_SETFCAP, so the filter denies it xattr writes too.
+    holds_setfcap: bool,
     /// The session's broker, and where its answers to this layer land.
     approvals: Option<(Approvals, Mailbox)>,
     held: HashMap<u64, Held>,
@@ -254,6 +256,8 @@ impl<'a> ExecSupervisor<'a> {
             listener,
             exec,
             syscalls,
+            // The sandbox runs as the supervisor's own uid (see `InitSpec::uid`).
+            holds_setfcap: sys::keeps_setfcap(syscalls.nested_userns, sys::getuid()),
             approvals,
             held: HashMap::new(),
             remembered: HashMap::new(),
@@ -297,7 +301,12 @@ impl<'a> ExecSupervisor<'a> {
             Action::Deny,
             format!("{name} denied with EPERM"),
         )
-        .rule(seccomp::denial_rule(self.syscalls, n.nr, &n.args))
+        .rule(seccomp::denial_rule(
+            self.syscalls,
+            self.holds_setfcap,
+            n.nr,
+            &n.args,
+        ))
         .detail("syscall", name)
         .detail("pid", n.pid)
         .detail("program", comm(n.pid));

@@ -405,16 +405,15 @@ fn command_child(spec: &InitSpec, slave: Option<OwnedFd>, report: OwnedFd) -> ! 
     // (Linux 5.12: else a file capability written inside would be honoured outside), so a
     // nested sandbox of root's keeps that one; no_new_privs and the empty rest of the bounding
     // set keep it from ever becoming more at exec. Nothing else is kept, and never for a user.
-    let keep = if nested && spec.uid == 0 {
-        Some(sys::CAP_SETFCAP)
-    } else {
-        None
-    };
+    // What CAP_SETFCAP is for, writing security.capability, the filter below takes away: root
+    // here is root of the host, and the host would honour what it wrote.
+    let setfcap = sys::keeps_setfcap(nested, spec.uid);
+    let keep = setfcap.then_some(sys::CAP_SETFCAP);
     if let Err(e) = sys::drop_capabilities_but(keep) {
         child_fail(r, "capabilities", e);
     }
     // The syscall filter goes on last, just before exec: nothing of setup needs what it denies.
-    let filters = match seccomp::build(&spec.syscalls, spec.supervise_exec) {
+    let filters = match seccomp::build(&spec.syscalls, spec.supervise_exec, setfcap) {
         Ok(f) => f,
         Err(e) => child_fail(r, "syscalls", e),
     };

@@ -356,6 +356,75 @@ both!(codex_sandbox_runs_inside, |env: Env| {
     assert!(out.lines().any(|l| l == "CONTROL=yes"), "{out}");
 });
 
+both!(file_capabilities_never_reach_the_host, |env: Env| {
+    if !tools() || !need(&["setcap", "getcap", "python3"], "file capabilities") {
+        return;
+    }
+    // Root of a root-run sandbox is root of the host, and keeps CAP_SETFCAP so that nested
+    // sandboxes may map uid 0: a capability it set on a project file would be honoured for
+    // any host user who runs the file. Set directly, from a nested user namespace, or from
+    // bwrap's; then an xattr of no consequence, which the filter cannot tell apart.
+    let out = nested_ok(
+        &env,
+        &format!(
+            "cp /bin/true ./x\n\
+             setcap cap_net_raw+ep ./x; echo DIRECT=$?\n\
+             unshare -r setcap cap_net_raw+ep ./x; echo UNSHARE=$?\n\
+             {BWRAP} --bind \"$PWD\" \"$PWD\" setcap cap_net_raw+ep ./x; echo BWRAP=$?\n\
+             python3 -c 'import os; os.setxattr(\"x\", \"user.cordon\", b\"1\")'; \
+             echo USER_XATTR=$?\n\
+             unshare -r sh -c 'echo NESTED_UID=$(id -u)'\n\
+             {BWRAP} true && echo BWRAP_RUNS=yes"
+        ),
+    );
+    let got = |k: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .unwrap_or_else(|| panic!("{k} missing:\n{out}"))
+            .to_string()
+    };
+    // Nested sandboxes still work.
+    assert_eq!(got("NESTED_UID="), "0", "{out}");
+    assert_eq!(got("BWRAP_RUNS="), "yes", "{out}");
+    // What the host sees: the kernel's own view of the attribute, as host root.
+    let x = env.project.join("x");
+    let host = std::process::Command::new("getcap")
+        .arg(&x)
+        .output()
+        .unwrap();
+    let host = String::from_utf8_lossy(&host.stdout).into_owned();
+    let log = events(&env);
+    match env.who {
+        Who::Root => {
+            for k in ["DIRECT=", "UNSHARE=", "BWRAP=", "USER_XATTR="] {
+                assert_ne!(got(k), "0", "{k}\n{out}");
+            }
+            assert_eq!(
+                host.trim(),
+                "",
+                "a capability reached the host file: {host}"
+            );
+            assert!(
+                log.contains("built-in: setxattr as root with nested sandboxes"),
+                "{log}"
+            );
+        }
+        Who::User => {
+            // A user holds no CAP_SETFCAP of the host's: the kernel refuses it directly, and
+            // what a nested root of the user's writes is scoped to the user's namespaces
+            // (rootid is the user's uid), never honoured for the host. xattr writes are the
+            // kernel's to judge.
+            assert_ne!(got("DIRECT="), "0", "{out}");
+            assert_eq!(got("USER_XATTR="), "0", "{out}");
+            assert!(
+                host.trim().is_empty() || host.contains(&format!("[rootid={}]", env.uid())),
+                "{host}"
+            );
+            assert!(!log.contains("as root with nested sandboxes"), "{log}");
+        }
+    }
+});
+
 /// `python3 -c` that makes the process non-dumpable (`undumpable`), optionally in a user
 /// namespace of its own (`userns`), then execs the rest of its arguments: the shape of
 /// Claude Code's apply-seccomp step inside its bwrap.

@@ -30,7 +30,9 @@ pub struct SyscallsPlan {
     ///   process under a Landlock filesystem ruleset); its socket and signal scoping stays;
     /// - as root only, `CAP_SETFCAP` is kept, which the kernel requires to map uid 0 into a new
     ///   user namespace (Linux 5.12); with no_new_privs and an otherwise empty bounding set it
-    ///   gains nothing at exec;
+    ///   gains nothing at exec. What it is for, setting file capabilities, the filter then
+    ///   denies (`setxattr`, `lsetxattr`, `fsetxattr`, every attribute name: seccomp cannot
+    ///   read it): uid 0 of a root-run sandbox is the host's, which would honour them;
     /// - for a non-root sandbox, /proc is not sealed read-only under /proc/sys and the like (a
     ///   sealed /proc makes the kernel refuse a nested sandbox its own /proc): the kernel's own
     ///   ownership checks guard those files, as on the host. As root they stay sealed, so a
@@ -309,7 +311,8 @@ impl Section for Syscalls {
         out.with_origins("deny", names(&s.deny));
         if s.nested_userns {
             out.line(format!(
-                "# nested sandboxes: CLONE_NEWUSER and {} allowed, Landlock's filesystem rules off",
+                "# nested sandboxes: CLONE_NEWUSER and {} allowed, Landlock's filesystem rules \
+                 off; as root, xattr writes denied",
                 SyscallsPlan::NESTED_USERNS_LIFTS.join(", ")
             ));
         }

@@ -19,15 +19,17 @@ struct Seen {
     execs: AtomicUsize,
 }
 
-/// Forks; the child sets no_new_privs, installs `build(plan, supervise_exec)`, starts a
+/// Forks; the child sets no_new_privs, installs `build(plan, supervise_exec, holds_setfcap)`,
+/// starts a
 /// thread that answers EPERM to denials and CONTINUE to execs, and runs `checks`. Returns
 /// the child's exit code: 0 when every check passed, else the failed check's code.
 fn in_filtered_child(
     plan: &SyscallsPlan,
     supervise_exec: bool,
+    holds_setfcap: bool,
     checks: fn(&Seen) -> Result<(), i32>,
 ) -> sys::WaitStatus {
-    let filters = build(plan, supervise_exec).unwrap();
+    let filters = build(plan, supervise_exec, holds_setfcap).unwrap();
     let pid = sys::fork().unwrap();
     if pid == 0 {
         let code = std::panic::catch_unwind(|| {
@@ -90,7 +92,7 @@ fn the_filter_on_the_real_kernel() {
         deny: vec![rule("chroot", "test:1")],
         ..Default::default()
     };
-    let status = in_filtered_child(&plan, false, |seen| {
+    let status = in_filtered_child(&plan, false, false, |seen| {
         // SAFETY (whole closure): raw syscalls with integer arguments, null pointers the
         // kernel checks, or pointers to live locals.
         unsafe {
@@ -129,6 +131,14 @@ fn the_filter_on_the_real_kernel() {
                 || errno() != libc::EBADF
             {
                 return Err(19);
+            }
+            // Without CAP_SETFCAP kept, xattr writes are the kernel's to judge.
+            let (path, name) = (c"/nonexistent-cordon-test", c"user.cordon");
+            if libc::setxattr(path.as_ptr(), name.as_ptr(), null.cast(), 0, 0) != -1
+                || errno() != libc::ENOENT
+                || seen.denials.load(Ordering::SeqCst) != 5
+            {
+                return Err(27);
             }
             #[cfg(target_arch = "x86_64")]
             {
@@ -180,7 +190,7 @@ fn lifted_denials_and_supervised_exec_on_the_real_kernel() {
         nested_userns: true,
         ..Default::default()
     };
-    let status = in_filtered_child(&plan, true, |seen| {
+    let status = in_filtered_child(&plan, true, true, |seen| {
         // SAFETY (whole closure): raw syscalls with integer arguments, null pointers the
         // kernel checks, or pointers to live locals.
         unsafe {
@@ -216,6 +226,28 @@ fn lifted_denials_and_supervised_exec_on_the_real_kernel() {
             // Still denied: setns, which nested_userns does not lift.
             let r = libc::syscall(libc::SYS_setns, -1, 0);
             expect_denied(r, seen, 1, 35)?;
+            // Holding CAP_SETFCAP: no xattr write reaches the kernel (which would say ENOENT,
+            // EBADF); setxattrat, newer than the table, is ENOSYS.
+            let (path, name) = (c"/nonexistent-cordon-test", c"security.capability");
+            let r = libc::setxattr(path.as_ptr(), name.as_ptr(), null.cast(), 0, 0) as libc::c_long;
+            expect_denied(r, seen, 2, 36)?;
+            let r =
+                libc::lsetxattr(path.as_ptr(), name.as_ptr(), null.cast(), 0, 0) as libc::c_long;
+            expect_denied(r, seen, 3, 37)?;
+            let r = libc::fsetxattr(-1, name.as_ptr(), null.cast(), 0, 0) as libc::c_long;
+            expect_denied(r, seen, 4, 38)?;
+            if syscall_table::name(463).is_none()
+                && (libc::syscall(463, -1, path.as_ptr(), 0, name.as_ptr(), null, 0) != -1
+                    || errno() != libc::ENOSYS)
+            {
+                return Err(39);
+            }
+            // Reading them is not writing: the kernel answers.
+            let mut buf = [0u8; 8];
+            let r = libc::getxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), 8);
+            if r != -1 || errno() != libc::ENOENT || seen.denials.load(Ordering::SeqCst) != 4 {
+                return Err(40);
+            }
         }
         Ok(())
     });

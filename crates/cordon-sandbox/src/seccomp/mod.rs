@@ -21,7 +21,8 @@
 //! - **F3, notify**: the built-in denials and `[syscalls] deny`, `execve`/`execveat` when
 //!   exec is supervised, and the argument-dependent denials (`unshare`/`clone` with
 //!   `CLONE_NEWUSER` unless `nested_userns`, `ioctl` `TIOCSTI`/`TIOCLINUX`, `socket` outside
-//!   AF_UNIX/AF_INET/AF_INET6/AF_NETLINK(route)) go to the supervisor, which logs each denial
+//!   AF_UNIX/AF_INET/AF_INET6/AF_NETLINK(route)), and the xattr writes of a command that keeps
+//!   `CAP_SETFCAP` ([`rules::FILE_CAPABILITY_WRITERS`]) go to the supervisor, which logs each denial
 //!   (see [`rules::denial_rule`]) and answers EPERM, or decides an exec. If the listener is gone,
 //!   the kernel fails them with ENOSYS: closed, not open.
 //!

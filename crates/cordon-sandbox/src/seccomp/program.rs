@@ -35,8 +35,13 @@ fn target_arch() -> Result<TargetArch, SeccompError> {
 }
 
 /// Builds the three filters for `plan`; `supervise_exec` also sends `execve`/`execveat` to the
-/// supervisor.
-pub(crate) fn build(plan: &SyscallsPlan, supervise_exec: bool) -> Result<Filters, SeccompError> {
+/// supervisor, `holds_setfcap` the syscalls that write file capabilities
+/// ([`super::rules::FILE_CAPABILITY_WRITERS`]).
+pub(crate) fn build(
+    plan: &SyscallsPlan,
+    supervise_exec: bool,
+    holds_setfcap: bool,
+) -> Result<Filters, SeccompError> {
     let arch = target_arch()?;
     let table = syscall_table::native();
     let eperm = SeccompAction::Errno(libc::EPERM as u32);
@@ -66,7 +71,7 @@ pub(crate) fn build(plan: &SyscallsPlan, supervise_exec: bool) -> Result<Filters
 
     // F3: to the supervisor.
     let f3 = SeccompFilter::new(
-        notify_rules(plan, supervise_exec)?,
+        notify_rules(plan, supervise_exec, holds_setfcap)?,
         SeccompAction::Allow,
         SeccompAction::Trace(NOTIFY_MARKER),
         arch,

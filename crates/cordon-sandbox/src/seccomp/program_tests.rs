@@ -7,7 +7,7 @@ fn programs_are_patched_and_fit() {
         deny: vec![rule("chroot", "f:1")],
         ..Default::default()
     };
-    let f = build(&plan, true).unwrap();
+    let f = build(&plan, true, false).unwrap();
     assert_eq!(f.programs.len(), 3);
     for (i, p) in f.programs.iter().enumerate() {
         assert!(p.len() < 4096, "filter {i}: {} instructions", p.len());
@@ -33,7 +33,7 @@ fn programs_are_patched_and_fit() {
         nested_userns: true,
         ..Default::default()
     };
-    let g = build(&lifted, false).unwrap();
+    let g = build(&lifted, false, false).unwrap();
     assert!(notifies(&g.programs[2]) < notifies(&f.programs[2]) - 4);
 }
 

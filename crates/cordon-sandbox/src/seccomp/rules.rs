@@ -31,10 +31,21 @@ fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, Secco
     )?)
 }
 
+/// The syscalls that write extended attributes, `security.capability` among them, denied to
+/// a command that holds `CAP_SETFCAP` (root with nested sandboxes, see
+/// [`crate::sys::keeps_setfcap`]). Root of the sandbox is root of the host: a file capability
+/// it wrote (or a nested namespace's root, which maps to it, wrote) would be honoured on the
+/// host for whoever runs the file later. seccomp cannot read the attribute's name, so every
+/// name is refused; `setxattrat` (Linux 6.13) is newer than the syscall table and F2 answers
+/// it ENOSYS. Not liftable: `[syscalls] allow` names the built-in list only.
+pub const FILE_CAPABILITY_WRITERS: [&str; 3] = ["setxattr", "lsetxattr", "fsetxattr"];
+
 /// F3's rules: syscall number → conditions (an empty list matches every call).
+/// `holds_setfcap`: the command keeps `CAP_SETFCAP` (see [`FILE_CAPABILITY_WRITERS`]).
 pub(super) fn notify_rules(
     plan: &SyscallsPlan,
     supervise_exec: bool,
+    holds_setfcap: bool,
 ) -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     let mut always = |name: &str| {
@@ -48,6 +59,9 @@ pub(super) fn notify_rules(
     }
     for r in plan.denied() {
         always(&r.name);
+    }
+    if holds_setfcap {
+        FILE_CAPABILITY_WRITERS.iter().for_each(|n| always(n));
     }
 
     let mut conditional: Vec<(&str, Vec<SeccompRule>)> = Vec::new();
@@ -144,11 +158,18 @@ const FAMILIES: &[(i32, &str)] = &[
 /// The rule that denied syscall `nr` with `args`, for the audit log and the terminal, e.g.
 /// `built-in: mount`, `/home/u/.config/cordon/cordon.toml:3: chroot`,
 /// `built-in: socket family 17 (AF_PACKET)`, `built-in: ioctl TIOCSTI`. A call no rule denies
-/// (which F3 does not send) gives `no rule: NAME`.
-pub fn denial_rule(plan: &SyscallsPlan, nr: i64, args: &[u64; 6]) -> String {
+/// (which F3 does not send) gives `no rule: NAME`. `holds_setfcap` as for [`notify_rules`].
+pub fn denial_rule(plan: &SyscallsPlan, holds_setfcap: bool, nr: i64, args: &[u64; 6]) -> String {
     let Some(name) = syscall_table::name(nr) else {
         return format!("built-in: unknown syscall {nr}");
     };
+    // A policy's own denial of the name is the more specific rule.
+    let own = plan.deny.iter().find(|r| r.name == name);
+    if holds_setfcap && own.is_none() && FILE_CAPABILITY_WRITERS.contains(&name) {
+        return format!(
+            "built-in: {name} as root with nested sandboxes (file capabilities would reach the host)"
+        );
+    }
     // Arguments compared as the filter does: the low 32 bits.
     let a = |i: usize| args[i] as u32;
     match name {

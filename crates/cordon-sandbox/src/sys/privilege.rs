@@ -19,6 +19,13 @@ pub(crate) fn set_no_new_privs() -> io::Result<()> {
 /// [`drop_capabilities_but`]).
 pub(crate) const CAP_SETFCAP: libc::c_ulong = 31;
 
+/// Whether the command keeps [`CAP_SETFCAP`]: a sandbox of root's (uid 0 inside is uid 0 of
+/// the host) with nested sandboxes. The seccomp filter then refuses it every xattr write,
+/// lest a file capability it set be honoured on the host.
+pub(crate) fn keeps_setfcap(nested_userns: bool, uid: u32) -> bool {
+    nested_userns && uid == 0
+}
+
 /// Drop every capability but `keep`: bounding set, ambient set, then effective/permitted/
 /// inheritable. With an empty bounding set even uid 0 gains nothing at the next `execve`; a
 /// kept capability stays in the bounding, permitted and effective sets, so uid 0 gets it back
