@@ -7,7 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use cordon_events::{Action, Layer, NewEvent};
 
@@ -19,6 +19,9 @@ pub type Emit = Arc<dyn Fn(NewEvent) + Send + Sync>;
 
 /// OpenSSH's own limit on an agent message (`AGENT_MAX_LEN`).
 const MAX_MESSAGE: usize = 256 * 1024;
+/// Connections served at once: each has a host-side thread, which the sandbox must not be
+/// able to multiply without bound. ssh and git use one or two.
+const MAX_CLIENTS: usize = 64;
 
 /// Why the proxy cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -73,15 +76,39 @@ impl AgentProxy {
         std::thread::Builder::new()
             .name("ssh-agent-proxy".into())
             .spawn(move || {
+                let active = Arc::new(AtomicUsize::new(0));
                 for client in listener.incoming() {
                     if stopped.load(Ordering::Relaxed) {
                         break;
                     }
                     let Ok(client) = client else { continue };
+                    if active.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
+                        active.fetch_sub(1, Ordering::AcqRel);
+                        emit(
+                            NewEvent::new(
+                                Layer::Credentials,
+                                Action::Deny,
+                                format!(
+                                    "ssh agent: refused a connection: {MAX_CLIENTS} are open already"
+                                ),
+                            )
+                            .rule("ssh.agent")
+                            .detail("request", "connect")
+                            .detail("host", ""),
+                        );
+                        continue;
+                    }
                     let (trust, emit, upstream) = (trust.clone(), emit.clone(), upstream.clone());
-                    let _ = std::thread::Builder::new()
+                    let done = active.clone();
+                    let spawned = std::thread::Builder::new()
                         .name("ssh-agent-client".into())
-                        .spawn(move || serve(client, &upstream, &trust, &emit));
+                        .spawn(move || {
+                            serve(client, &upstream, &trust, &emit);
+                            done.fetch_sub(1, Ordering::AcqRel);
+                        });
+                    if spawned.is_err() {
+                        active.fetch_sub(1, Ordering::AcqRel);
+                    }
                 }
             })
             .map_err(io("start the proxy's thread"))?;
@@ -217,10 +244,13 @@ mod tests {
         let g = got.clone();
         std::thread::spawn(move || {
             for mut c in l.incoming().flatten() {
-                while let Some(m) = read_message(&mut c) {
-                    g.lock().unwrap().push(m);
-                    let _ = write_message(&mut c, &[6]);
-                }
+                let g = g.clone();
+                std::thread::spawn(move || {
+                    while let Some(m) = read_message(&mut c) {
+                        g.lock().unwrap().push(m);
+                        let _ = write_message(&mut c, &[6]);
+                    }
+                });
             }
         });
         (path, got)
@@ -252,6 +282,35 @@ mod tests {
         let e = events.lock().unwrap();
         assert_eq!(e.len(), 1);
         assert!(e[0].reason.contains("remove all identities"), "{:?}", e[0]);
+        drop(e);
+        // Past MAX_CLIENTS open connections, more are closed at once; closing one frees a place.
+        let mut open: Vec<UnixStream> = (0..MAX_CLIENTS - 1)
+            .map(|_| UnixStream::connect(p.socket()).unwrap())
+            .collect();
+        for s in &mut open {
+            write_message(s, &[msg::REQUEST_IDENTITIES]).unwrap();
+            assert_eq!(read_message(s).unwrap(), [6]);
+        }
+        let mut extra = UnixStream::connect(p.socket()).unwrap();
+        let _ = write_message(&mut extra, &[msg::REQUEST_IDENTITIES]);
+        assert!(
+            read_message(&mut extra).is_none(),
+            "one too many was served"
+        );
+        drop(open.pop());
+        let start = std::time::Instant::now();
+        loop {
+            let mut again = UnixStream::connect(p.socket()).unwrap();
+            let _ = write_message(&mut again, &[msg::REQUEST_IDENTITIES]);
+            if read_message(&mut again).is_some() {
+                break;
+            }
+            assert!(
+                start.elapsed().as_secs() < 5,
+                "the freed place never came back"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         // A frame over the limit ends the connection rather than being buffered.
         c.write_all(&(MAX_MESSAGE as u32 + 1).to_be_bytes())
             .unwrap();
