@@ -18,6 +18,14 @@ use crate::layout::LandlockRules;
 /// added later cannot silently deny something the rules never granted.
 const TARGET: ABI = ABI::V6;
 
+/// What nested sandboxes cost the fence, for `cordon check` and `cordon doctor`: said each
+/// time, since a profile may turn them on without the user asking.
+pub const NESTED_COST: &str = "with [syscalls] nested_userns (the claude and codex profiles \
+     set it) Landlock's filesystem rules are OFF for the command: the kernel refuses mounts \
+     under them, and nested sandboxes are built of mounts. Files are then fenced by the mount \
+     view alone; Landlock only scopes abstract unix sockets and signals. A root-run sandbox is \
+     also denied every xattr write (a file capability it set would be honoured on the host)";
+
 /// What Landlock did, for the log and `doctor`; crosses from the command's setup to the
 /// supervisor (serde) without becoming text.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -55,7 +55,7 @@ mod supervisor;
 mod sys;
 
 pub use cordon_policy::Plan;
-pub use fence::FenceStatus;
+pub use fence::{FenceStatus, NESTED_COST};
 pub use layout::{Layout, MountOp, ShowCopyError, Staged, prepare, prepare_with_state};
 pub use net::{Inward, NetAttach, NetHandoff, SocketTable, host_bundle};
 pub use supervisor::{Command, Outcome, PlacedSocket, TtyMode, run, run_with_network};

@@ -150,16 +150,24 @@ pub fn nested_sandboxes(userns_work: bool) -> Check {
             Support::Missing
         },
         "off unless the policy or the agent's profile sets [syscalls] nested_userns = true".into(),
-        "nested_userns lifts the denial of new user namespaces and of the mount family (mounts \
-         succeed only in namespaces the nested sandbox made, where cordon's are locked) and \
-         Landlock's filesystem rules (the kernel refuses mounts under them; its scoping stays); \
-         as root it keeps CAP_SETFCAP, which mapping uid 0 needs. The rest of the filter, the \
-         masks and the gateway still apply inside. Root's /proc stays sealed: a nested sandbox \
-         binds it instead of mounting its own (Codex falls back by itself; Claude Code needs \
-         sandbox.enableWeakerNestedSandbox)"
-            .into(),
+        format!(
+            "{}. nested_userns lifts the denial of new user namespaces and of the mount family \
+             (mounts succeed only in namespaces the nested sandbox made, where cordon's are \
+             locked); as root it keeps CAP_SETFCAP, which mapping uid 0 needs. The rest of the \
+             filter, the masks and the gateway still apply inside. Root's /proc stays sealed: a \
+             nested sandbox binds it instead of mounting its own (Codex falls back by itself; \
+             Claude Code needs sandbox.enableWeakerNestedSandbox)",
+            capitalized(crate::fence::NESTED_COST)
+        ),
         false,
     )
+}
+
+fn capitalized(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
 }
 
 /// The known reasons unprivileged user namespaces fail, each with its fix. `works` says

@@ -815,6 +815,14 @@ fn check(a: CheckArgs) -> i32 {
             for w in &l.warnings {
                 eprintln!("cordon: warning: {w}");
             }
+            if l.plan.syscalls.nested_userns {
+                let by = l
+                    .profile
+                    .as_ref()
+                    .map(|p| format!(" (profile `{}` in use)", p.name))
+                    .unwrap_or_default();
+                eprintln!("cordon: warning{by}: {}", cordon_sandbox::NESTED_COST);
+            }
             if a.json {
                 match serde_json::to_string_pretty(&l.plan) {
                     Ok(s) => println!("{s}"),

@@ -182,6 +182,16 @@ impl Facts {
             (Layer::Filesystem, Action::Apply) if e.detail.contains_key("writable") => {
                 self.layer("fs", "", false)
             }
+            // Nested sandboxes turn the filesystem rules off; a profile may have asked for
+            // that without the user knowing, so the fence shows as degraded even when the
+            // scoping left is all the policy wanted.
+            (Layer::Landlock, _) if e.detail.contains_key("filesystem_rules") => {
+                let note = match action {
+                    Action::Apply => "scoping only, nested sandboxes",
+                    _ => "off, nested sandboxes",
+                };
+                self.layer("landlock", note, true)
+            }
             (Layer::Landlock, Action::Apply) => self.layer("landlock", "", false),
             (Layer::Landlock, Action::Degraded) => self.layer(
                 "landlock",
@@ -416,6 +426,29 @@ mod tests {
         );
         assert!(exit.contains("`cordon state diff S1`"), "{exit}");
         assert!(exit.ends_with("log /l.jsonl"), "{exit}");
+    }
+
+    #[test]
+    fn landlock_without_its_filesystem_rules_is_degraded() {
+        for (action, want) in [
+            (
+                Action::Apply,
+                "landlock(scoping only, nested sandboxes: DEGRADED)",
+            ),
+            (
+                Action::Degraded,
+                "landlock(off, nested sandboxes: DEGRADED)",
+            ),
+        ] {
+            let mut f = Facts::default();
+            f.take(&ev(NewEvent::new(Layer::Landlock, action, "l")
+                .detail("enforcement", "partial")
+                .detail("filesystem_rules", "off for nested sandboxes")));
+            assert!(f.start_line().contains(want), "{}", f.start_line());
+        }
+        let mut f = Facts::default();
+        f.take(&ev(NewEvent::new(Layer::Landlock, Action::Apply, "l")));
+        assert!(f.start_line().contains(" landlock "), "{}", f.start_line());
     }
 
     #[test]

@@ -116,6 +116,8 @@ struct Case {
     state: &'static [&'static str],
     /// A command the stand-in asks the agent to run through its shell tool (OpenAI only).
     shell: Option<&'static str>,
+    /// More of the provider's names the agent needs, served by the same stand-in.
+    also: &'static [&'static str],
 }
 
 /// A shim named like the agent, first on PATH: records the environment the agent gets (its
@@ -187,9 +189,16 @@ fn text(o: &Output) -> String {
     )
 }
 
-/// Runs `case` and checks everything the module doc says; returns the run's output and the
-/// stand-in's log for the caller's own checks.
-fn run_agent(env: &Env, case: &Case) -> Option<(Output, String)> {
+/// A case made ready to run: its stand-in up, the policy file, the PATH with the shim first.
+struct Ready {
+    stub: Stub,
+    policy: String,
+    path: String,
+    answer: String,
+}
+
+/// Starts `case`'s stand-in and writes its policy; `None` (after a [`skip`]) when it cannot run.
+fn prepare(env: &Env, case: &Case) -> Option<Ready> {
     if !Path::new(AGENTS).join(case.agent).exists() {
         skip(
             &format!("agent {}", case.agent),
@@ -210,7 +219,10 @@ fn run_agent(env: &Env, case: &Case) -> Option<(Output, String)> {
         return None;
     }
     let tls = env.base.join("tls");
-    assert!(make_tls(&tls, case.host), "openssl failed");
+    let names: Vec<&str> = std::iter::once(case.host)
+        .chain(case.also.iter().copied())
+        .collect();
+    assert!(make_tls(&tls, &names.join(",DNS:")), "openssl failed");
     let answer = format!("CORDON-STUB-ANSWER-{}", case.agent.to_uppercase());
     let stub = Stub::start(&tls, &addr, &answer, case.shell);
     // The built-in policy allows the registries and GitHub, which agents also phone (plugin
@@ -219,6 +231,7 @@ fn run_agent(env: &Env, case: &Case) -> Option<(Output, String)> {
     let elsewhere: String = OUTSIDE
         .iter()
         .map(|h| format!(", \"{h}\" = \"127.0.0.1\""))
+        .chain(case.also.iter().map(|h| format!(", \"{h}\" = \"{addr}\"")))
         .collect();
     let pol = policy(
         env,
@@ -231,6 +244,41 @@ fn run_agent(env: &Env, case: &Case) -> Option<(Output, String)> {
     let shims = shim(env, case.agent);
     env.own(&env.base);
     let path = format!("{}:{AGENTS}:/usr/local/bin:/usr/bin:/bin", shims.display());
+    Some(Ready {
+        stub,
+        policy: pol,
+        path,
+        answer,
+    })
+}
+
+/// The state review of `session`: it succeeds, flags nothing, and lists `files` (relative to
+/// the home) as changed there while the host's home has none of them.
+fn review_is_quiet(env: &Env, session: &str, files: &[&str], ctx: &str) {
+    let diff = cordon(env)
+        .args(["state", "diff", session])
+        .output()
+        .unwrap();
+    let d = String::from_utf8_lossy(&diff.stdout).to_string();
+    assert!(diff.status.success(), "{}", show(&diff));
+    assert!(!d.contains("FLAGGED"), "a first run was flagged\n{d}");
+    for f in files {
+        assert!(
+            d.contains(&format!("~/{f}")) && !env.home.join(f).exists(),
+            "{f} is not in the review (or reached the host)\n{d}\n{ctx}"
+        );
+    }
+}
+
+/// Runs `case` and checks everything the module doc says; returns the run's output and the
+/// stand-in's log for the caller's own checks.
+fn run_agent(env: &Env, case: &Case) -> Option<(Output, String)> {
+    let Ready {
+        stub,
+        policy: pol,
+        path,
+        answer,
+    } = prepare(env, case)?;
     let _ = std::fs::remove_file(&env.audit);
     let child = cordon(env)
         .env("PATH", &path)
@@ -291,19 +339,7 @@ fn run_agent(env: &Env, case: &Case) -> Option<(Output, String)> {
     );
     // First-run state: added, reviewed, nothing flagged.
     let session = start["session"].as_str().unwrap_or_default().to_string();
-    let diff = cordon(env)
-        .args(["state", "diff", &session])
-        .output()
-        .unwrap();
-    let d = String::from_utf8_lossy(&diff.stdout).to_string();
-    assert!(diff.status.success(), "{}", show(&diff));
-    assert!(!d.contains("FLAGGED"), "a first run was flagged\n{d}");
-    for f in case.state {
-        assert!(
-            d.contains(&format!("~/{f}")) && !env.home.join(f).exists(),
-            "{f} is not in the review (or reached the host)\n{d}\n{ctx}"
-        );
-    }
+    review_is_quiet(env, &session, case.state, &ctx);
     Some((o, log))
 }
 
@@ -324,6 +360,7 @@ both!(claude_p_answers_with_the_detected_profile, |env: Env| {
             addr: 41,
             state: &[".claude.json"],
             shell: None,
+            also: &[],
         },
     );
 });
@@ -341,6 +378,7 @@ both!(codex_exec_answers_with_the_detected_profile, |env: Env| {
             addr: 43,
             state: &[".codex"],
             shell: None,
+            also: &[],
         },
     );
 });
@@ -369,6 +407,7 @@ both!(
                     "echo nested-$((6*7)); touch ~/codex-escape 2>/dev/null && echo WROTE-HOME \
                  || echo HOME-READ-ONLY; cat ~/.ssh/id_ed25519 2>/dev/null || echo SSH-HIDDEN",
                 ),
+                also: &[],
             },
         ) else {
             return;
@@ -400,6 +439,7 @@ both!(qwen_answers_with_the_detected_profile, |env: Env| {
             addr: 53,
             state: &[".qwen"],
             shell: None,
+            also: &[],
         },
     );
 });
@@ -423,6 +463,7 @@ both!(gemini_p_answers_with_the_detected_profile, |env: Env| {
             addr: 45,
             state: &[".gemini"],
             shell: None,
+            also: &[],
         },
     );
 });
@@ -452,6 +493,7 @@ both!(
                 addr: 47,
                 state: &[],
                 shell: None,
+                also: &[],
             },
         );
     }
@@ -472,7 +514,184 @@ both!(
                 addr: 49,
                 state: &[],
                 shell: None,
+                also: &[],
             },
         );
     }
 );
+
+/// `sh -c` quoting.
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// A tmux session of the test's own running `c` (its program, arguments and environment);
+/// killed on drop.
+struct Tmux(String);
+
+impl Tmux {
+    fn start(name: &str, c: &Command, cwd: &Path) -> Tmux {
+        let mut line = format!("cd {} && exec env -i", quote(&cwd.display().to_string()));
+        for (k, v) in c.get_envs() {
+            if let Some(v) = v {
+                line.push_str(&format!(
+                    " {}={}",
+                    k.to_string_lossy(),
+                    quote(&v.to_string_lossy())
+                ));
+            }
+        }
+        line.push_str(" TERM=xterm-256color ");
+        line.push_str(&quote(&c.get_program().to_string_lossy()));
+        for a in c.get_args() {
+            line.push(' ');
+            line.push_str(&quote(&a.to_string_lossy()));
+        }
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", name])
+            .status();
+        let ok = Command::new("tmux")
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                name,
+                "-x",
+                "160",
+                "-y",
+                "50",
+                &line,
+            ])
+            .status()
+            .unwrap();
+        assert!(ok.success(), "tmux new-session failed");
+        Tmux(name.to_string())
+    }
+
+    fn screen(&self) -> String {
+        let o = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &self.0])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// Waits until the screen shows `text`; the screen so far on a timeout.
+    fn wait(&self, text: &str, secs: u64) -> Result<String, String> {
+        let end = std::time::Instant::now() + Duration::from_secs(secs);
+        loop {
+            let s = self.screen();
+            if s.contains(text) {
+                return Ok(s);
+            }
+            if std::time::Instant::now() > end {
+                return Err(s);
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        for k in keys {
+            let _ = Command::new("tmux")
+                .args(["send-keys", "-t", &self.0, k])
+                .status();
+            std::thread::sleep(Duration::from_millis(400));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.0])
+            .status();
+    }
+}
+
+both!(claude_interactive_with_an_api_key_answers, |env: Env| {
+    if !common::need(&["tmux"], "Claude Code on a terminal") {
+        return;
+    }
+    let case = Case {
+        agent: "claude",
+        host: "api.anthropic.com",
+        key_var: "ANTHROPIC_API_KEY",
+        key: CLAUDE_KEY,
+        args: &[],
+        vars: &[],
+        addr: 55,
+        state: &[".claude.json"],
+        shell: None,
+        // The interactive start checks it can reach both.
+        also: &["platform.claude.com"],
+    };
+    let Some(ready) = prepare(&env, &case) else {
+        return;
+    };
+    let _ = std::fs::remove_file(&env.audit);
+    let mut c = cordon(&env);
+    c.env("PATH", &ready.path)
+        .env(case.key_var, case.key)
+        .args(["run", "--audit"])
+        .arg(&env.audit)
+        .args(["--policy", &ready.policy, "--", "claude"]);
+    let name = format!(
+        "cordon-agents-{}",
+        std::process::id() as u64 * 2 + env.uid() as u64
+    );
+    let t = Tmux::start(&name, &c, &env.project);
+    let step = |text: &str, keys: &[&str]| {
+        let s = t.wait(text, 60).unwrap_or_else(|s| {
+            panic!(
+                "never showed {text:?}:\n{s}\n--- stand-in:\n{}",
+                ready.stub.log()
+            )
+        });
+        t.keys(keys);
+        s
+    };
+    // First run: theme, the key (shown by its placeholder), the notes, trusting the folder.
+    step("Choose the text style", &["Enter"]);
+    let s = step("Do you want to use this API key?", &["Up", "Enter"]);
+    assert!(
+        !s.contains(&case.key[case.key.len() - 20..]),
+        "the real key on screen:\n{s}"
+    );
+    step("Press Enter to continue", &["Enter"]);
+    step("Yes, I trust this folder", &["Down", "Enter"]);
+    step("auto mode", &["Say hello"]);
+    t.keys(&["Enter"]);
+    let s = t.wait(&ready.answer, 60).unwrap_or_else(|s| {
+        panic!(
+            "no answer on screen:\n{s}\n--- stand-in:\n{}",
+            ready.stub.log()
+        )
+    });
+    assert!(!s.contains("Not logged in"), "{s}");
+    assert!(
+        s.lines()
+            .next()
+            .is_some_and(|l| l.contains("profile claude (detected: claude)")),
+        "{s}"
+    );
+    // The real key went to the stand-in only.
+    assert!(
+        ready
+            .stub
+            .log()
+            .lines()
+            .any(|l| l.starts_with("KEY x-api-key ") && l.ends_with(case.key)),
+        "{}",
+        ready.stub.log()
+    );
+    t.keys(&["/exit", "Enter"]);
+    // Leave the changes pending (Enter takes the default) and review them.
+    step("apply these changes to your files?", &["Enter"]);
+    let _ = t.wait("\u{0}never", 3);
+    let session = session_start(&env.audit)["session"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    review_is_quiet(&env, &session, case.state, &s);
+});

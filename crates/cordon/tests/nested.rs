@@ -425,6 +425,55 @@ both!(file_capabilities_never_reach_the_host, |env: Env| {
     }
 });
 
+both!(
+    the_fence_without_filesystem_rules_is_said_degraded,
+    |env: Env| {
+        // Landlock's filesystem rules are off with nested sandboxes, and profiles turn those on
+        // by themselves: the start line, `cordon check` and `cordon doctor` say so.
+        let start = |args: &str| {
+            let line = format!("{} run {args} -- true", env.cordon_line());
+            let out = common::under_pty(&env, &line, "");
+            out.lines()
+                .find(|l| l.contains("cordon: profile "))
+                .unwrap_or_else(|| panic!("no start line for {args}:\n{out}"))
+                .to_string()
+        };
+        let degraded = "landlock(scoping only, nested sandboxes: DEGRADED)";
+        let p = policy(&env, "");
+        let l = start(&format!("--policy {p}"));
+        assert!(l.contains(degraded), "{l}");
+        let l = start("--profile codex");
+        assert!(l.contains(degraded), "{l}");
+        assert!(l.contains("profile codex"), "{l}");
+        let l = start("");
+        assert!(l.contains(" landlock") && !l.contains("nested"), "{l}");
+
+        let check = |args: &[&str]| {
+            let o = env.cordon().arg("check").args(args).output().unwrap();
+            assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+            String::from_utf8_lossy(&o.stderr).into_owned()
+        };
+        let off = "Landlock's filesystem rules are OFF for the command";
+        let err = check(&["--profile", "codex"]);
+        assert!(err.contains(off), "{err}");
+        assert!(err.contains("profile `codex` in use"), "{err}");
+        let err = check(&[&p]);
+        assert!(err.contains(off), "{err}");
+        let err = check(&["--profile", "none"]);
+        assert!(!err.contains(off), "{err}");
+
+        let o = env.cordon().arg("doctor").output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        // The check's line, then what cordon does about it.
+        let nested = out
+            .lines()
+            .skip_while(|l| !l.contains("nested sandboxes (bwrap"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no nested sandboxes line:\n{}", show(&o)));
+        assert!(nested.contains(off), "{nested}");
+    }
+);
+
 /// `python3 -c` that makes the process non-dumpable (`undumpable`), optionally in a user
 /// namespace of its own (`userns`), then execs the rest of its arguments: the shape of
 /// Claude Code's apply-seccomp step inside its bwrap.
