@@ -476,9 +476,11 @@ both!(limits_are_enforced, |env: Env| {
 });
 
 both!(escapes_fail_with_the_syscall_denials_lifted, |env: Env| {
-    // Lift the filter's mount and user-namespace denials: the escapes must still fail, because
-    // the mounts are locked by the nested user namespace and Landlock refuses mount(2) to a
-    // landlocked process. No single layer carries this.
+    // Lift the filter's mount and user-namespace denials (nested_userns also turns Landlock's
+    // filesystem rules off, so Landlock plays no part): the escapes must still fail on the
+    // kernel's own rules. In the sandbox's namespaces the command holds no capability over
+    // them (EPERM); in a user and mount namespace it makes itself, every mount of cordon's view
+    // is locked (no umount, no remount read-write), so the masks stay over what they mask.
     let policy = env.base.join("lift.toml");
     std::fs::write(
         &policy,
@@ -509,6 +511,8 @@ both!(escapes_fail_with_the_syscall_denials_lifted, |env: Env| {
         !log.contains("\"syscall\":\"umount2\""),
         "umount2 still filtered: {log}"
     );
+    // And Landlock's filesystem rules were not there to help.
+    assert!(log.contains("off for nested sandboxes"), "{log}");
 });
 
 both!(submodule_git_config_is_read_only, |env: Env| {
