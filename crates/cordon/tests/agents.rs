@@ -695,3 +695,122 @@ both!(claude_interactive_with_an_api_key_answers, |env: Env| {
         .to_string();
     review_is_quiet(&env, &session, case.state, &s);
 });
+
+/// The session start event of `cordon run --no-tty -- ARGV` (with `extra` before `--`).
+fn detected_for(env: &Env, extra: &[&str], argv: &[&str], path: &str) -> (Value, Output) {
+    let _ = std::fs::remove_file(&env.audit);
+    let o = cordon(env)
+        .env("PATH", path)
+        .args(["run", "--no-tty", "--audit"])
+        .arg(&env.audit)
+        .args(extra)
+        .arg("--")
+        .args(argv)
+        .output()
+        .unwrap();
+    (session_start(&env.audit)["detail"].clone(), o)
+}
+
+both!(
+    the_profile_is_detected_through_runners_and_off_with_none,
+    |env: Env| {
+        let codex_js = "/opt/cordon-agents/node/lib/node_modules/@openai/codex/bin/codex.js";
+        if !Path::new(codex_js).exists() {
+            skip(
+                "agent codex",
+                "the real codex CLI (run scripts/setup-agents.sh as root)",
+            );
+            return;
+        }
+        tun_ready();
+        let path = format!("{AGENTS}:/usr/local/bin:/usr/bin:/bin");
+        // `node …/codex.js`: the script's package.json names the package.
+        let (d, o) = detected_for(&env, &[], &["node", codex_js, "--version"], &path);
+        assert_eq!(d["profile"], "codex", "{}", show(&o));
+        assert_eq!(
+            d["profile_detected"],
+            "node (@openai/codex)",
+            "{}",
+            show(&o)
+        );
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("codex-cli"),
+            "{}",
+            show(&o)
+        );
+        // Through `env` and by the program's name.
+        let (d, o) = detected_for(&env, &[], &["env", "A=1", "claude", "--version"], &path);
+        assert_eq!(d["profile"], "claude", "{}", show(&o));
+        // `--profile none` turns detection off; a plain command selects nothing.
+        let (d, o) = detected_for(
+            &env,
+            &["--profile", "none"],
+            &["claude", "--version"],
+            &path,
+        );
+        assert_eq!(d["profile"], "", "{}", show(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("Claude Code"),
+            "{}",
+            show(&o)
+        );
+        let (d, o) = detected_for(&env, &[], &["sh", "-c", "true"], &path);
+        assert_eq!(d["profile"], "", "{}", show(&o));
+        // -v prints the start line without a terminal: it names how the profile was found.
+        let (_, o) = detected_for(&env, &["-v"], &["node", codex_js, "--version"], &path);
+        assert!(
+            String::from_utf8_lossy(&o.stderr)
+                .contains("profile codex (detected: node (@openai/codex))"),
+            "{}",
+            show(&o)
+        );
+    }
+);
+
+both!(goose_is_detected_and_its_state_reviewed, |env: Env| {
+    // No registry package for goose here: a stand-in named `goose` writes what goose writes
+    // on a first run and shows what it was given.
+    tun_ready();
+    let dir = env.base.join("goose-bin");
+    std::fs::create_dir_all(&dir).unwrap();
+    let goose = dir.join("goose");
+    std::fs::write(
+        &goose,
+        "#!/bin/sh\nmkdir -p ~/.config/goose ~/.local/share/goose/sessions\n\
+         printf 'GOOSE_PROVIDER: anthropic\\n' > ~/.config/goose/config.yaml\n\
+         echo '{\"id\":1}' > ~/.local/share/goose/sessions/s1.jsonl\n\
+         echo \"KEY ${ANTHROPIC_API_KEY%%-*}\"\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&goose, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    env.own(&env.base);
+    let path = format!("{}:/usr/local/bin:/usr/bin:/bin", dir.display());
+    let _ = std::fs::remove_file(&env.audit);
+    let o = cordon(&env)
+        .env("PATH", &path)
+        .env("ANTHROPIC_API_KEY", CLAUDE_KEY)
+        .args(["run", "--no-tty", "--audit"])
+        .arg(&env.audit)
+        .args(["--", "goose"])
+        .output()
+        .unwrap();
+    let start = session_start(&env.audit);
+    assert_eq!(start["detail"]["profile"], "goose", "{}", show(&o));
+    // The profile's credential: a placeholder inside, never the key.
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("KEY cordon") || out.contains("KEY sk"),
+        "{}",
+        show(&o)
+    );
+    assert!(!out.contains("REALTEST"), "{}", show(&o));
+    let session = start["session"].as_str().unwrap_or_default().to_string();
+    review_is_quiet(
+        &env,
+        &session,
+        &[".config/goose", ".local/share/goose"],
+        &show(&o),
+    );
+});
