@@ -230,6 +230,7 @@ fn prepare(env: &Env, case: &Case) -> Option<Ready> {
     // leaves the machine. Nothing else is configured.
     let elsewhere: String = OUTSIDE
         .iter()
+        .filter(|h| !case.also.contains(h) && **h != case.host)
         .map(|h| format!(", \"{h}\" = \"127.0.0.1\""))
         .chain(case.also.iter().map(|h| format!(", \"{h}\" = \"{addr}\"")))
         .collect();
