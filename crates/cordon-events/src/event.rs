@@ -191,7 +191,33 @@ pub struct Event {
     pub hash: String,
 }
 
+/// The `detail` key that marks an HTTP event whose request the LLM judge was asked about
+/// (one per judged request, on its final event). Counted by this key, never by wording.
+pub const JUDGE_CALL: &str = "judge_call";
+
+/// One question put to the LLM judge, as [`JUDGE_CALL`] records it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct JudgeCall {
+    /// What the judge answered: `allow`, `deny`, or `failed` (no usable answer).
+    pub verdict: String,
+    /// How long the question took, in milliseconds.
+    pub latency_ms: u64,
+}
+
+impl NewEvent {
+    /// Marks the event as the final one of a request the judge was asked about.
+    pub fn judge_call(self, call: &JudgeCall) -> Self {
+        let v = serde_json::to_value(call).unwrap_or(Value::Null);
+        self.detail(JUDGE_CALL, v)
+    }
+}
+
 impl Event {
+    /// The judge question this event records, if it is the final event of a judged request.
+    pub fn judge_call(&self) -> Option<JudgeCall> {
+        serde_json::from_value(self.detail.get(JUDGE_CALL)?.clone()).ok()
+    }
+
     /// Whether this is the `session`/`stop` event that ends a complete log.
     pub fn is_session_stop(&self) -> bool {
         self.layer == Layer::Session && self.action == Action::Stop

@@ -97,6 +97,7 @@
 //! | `http` | `apply` | The HTTP layer is up: requests are decided one by one, HTTPS intercepted with cordon's CA. |
 //! | `http` | `allow` | An HTTP request through the proxy was forwarded. detail: `method`, `url`, `status`. |
 //! | `http` | `deny` | An HTTP request was blocked (rule, judge or secret scan). detail: `method`, `url`. |
+//! | `http` | any | The final event of a request the LLM judge was asked about carries `judge_call` ([`JudgeCall`]: `verdict`, `latency_ms`), whatever became of the request. |
 //! | `http` | `ask` | An HTTP request waits for the user's approval. |
 //! | `syscall` | `apply` | The seccomp filter is loaded. detail: counts of denied/notified syscalls. |
 //! | `syscall` | `deny` | A system call was refused. detail: `syscall`, `pid`. |
@@ -134,7 +135,7 @@ mod sink;
 mod status;
 
 pub use chain::{GENESIS_PREV, hash_event};
-pub use event::{Action, Event, EventError, Layer, NewEvent};
+pub use event::{Action, Event, EventError, JUDGE_CALL, JudgeCall, Layer, NewEvent};
 pub use follow::Follower;
 pub use human::{SUBJECT_KEYS, format_human};
 pub use paths::{

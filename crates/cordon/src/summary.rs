@@ -273,12 +273,8 @@ impl Facts {
             }
             _ => {}
         }
-        // The HTTP layer names the judge in what decided (`rule → judge`) or in the refusal.
-        if layer == Layer::Http
-            && matches!(action, Action::Allow | Action::Deny)
-            && (e.rule.as_deref().is_some_and(|r| r.contains("→ judge"))
-                || e.reason.contains("the judge"))
-        {
+        // The final event of each judged request says so, whatever became of the request.
+        if e.judge_call().is_some() {
             self.judge_calls += 1;
         }
     }
@@ -400,7 +396,16 @@ mod tests {
             NewEvent::new(Layer::Network, Action::Deny, "d")
                 .rule("x")
                 .detail("host", "b\u{1b}.test"),
-            NewEvent::new(Layer::Http, Action::Allow, "a").rule("r → judge"),
+            NewEvent::new(Layer::Http, Action::Allow, "a")
+                .rule("r → judge")
+                .judge_call(&cordon_events::JudgeCall {
+                    verdict: "allow".into(),
+                    latency_ms: 40,
+                }),
+            // Words alone are no judge call: only the field counts.
+            NewEvent::new(Layer::Http, Action::Deny, "the judge said no")
+                .rule("r → judge")
+                .detail("url", "https://judged.test/"),
             NewEvent::new(Layer::Exec, Action::Deny, "e").rule("x"),
             NewEvent::new(Layer::Syscall, Action::Apply, "s")
                 .detail("exec_rules", vec!["a".to_string(), "b".to_string()]),
@@ -415,9 +420,7 @@ mod tests {
         );
         let exit = f.exit_line(1.24, 3, std::path::Path::new("/l.jsonl"));
         assert!(
-            exit.starts_with(
-                "exit 3 after 1.2s · requests 1 allowed, 3 denied (evil.test ×2, b?.test ×1)"
-            ),
+            exit.starts_with("exit 3 after 1.2s · requests 1 allowed, 4 denied (evil.test ×2, "),
             "{exit}"
         );
         assert!(

@@ -88,3 +88,52 @@ both!(nothing_extra_without_a_terminal, |env: Env| {
         "{err}"
     );
 });
+
+both!(judge_calls_are_counted_by_the_events_field, |env: Env| {
+    use common::net::{Server, policy, setup, www};
+    if !common::need(&["curl"], "this test's client") {
+        return;
+    }
+    setup(&env);
+    let root = www(&env, "judged-summary", "unused");
+    std::fs::create_dir_all(root.join("judged")).unwrap();
+    std::fs::write(root.join("judged/ok.txt"), "judged-ok").unwrap();
+    std::fs::write(root.join("judged/no.txt"), "judged-no").unwrap();
+    env.own(&root);
+    let srv = Server::http(&root);
+    let judge = Server::start(&["judge"]);
+    let (name, p) = ("api.example.test", srv.port);
+    let pol = policy(
+        &env,
+        &format!(
+            "[dns]\nhosts = {{ \"{name}\" = \"127.0.0.1\" }}\n\
+             [[network.allow]]\nhost = \"{name}\"\nports = [{p}]\n\
+             [[http.rule]]\nname = \"judged\"\nhost = \"{name}\"\npath = \"/judged/*\"\naction = \"judge\"\n\
+             [[http.rule]]\nname = \"no-other\"\nhost = \"{name}\"\npath = \"/other\"\naction = \"deny\"\n\
+             [judge]\napi = \"openai\"\nurl = \"http://127.0.0.1:{}\"\nmodel = \"fake\"\n\
+             policy = \"Reading public files is fine.\"\n",
+            judge.port
+        ),
+    );
+    let script = format!(
+        "curl -s -m 10 http://{name}:{p}/judged/ok.txt; curl -s -m 10 http://{name}:{p}/judged/no.txt; \
+         curl -s -m 10 http://{name}:{p}/other; exit 0"
+    );
+    let o = env.run_with(&["--policy", &pol, "-v"], &script);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("judge calls 2 "), "{}", show(&o));
+    let log = std::fs::read_to_string(&env.audit).unwrap();
+    let calls: Vec<serde_json::Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|e| {
+            e["detail"]["judge_call"]
+                .as_object()
+                .cloned()
+                .map(serde_json::Value::Object)
+        })
+        .collect();
+    let verdicts: Vec<&str> = calls.iter().filter_map(|c| c["verdict"].as_str()).collect();
+    assert_eq!(verdicts, ["allow", "deny"], "{log}");
+    assert!(calls.iter().all(|c| c["latency_ms"].is_u64()), "{log}");
+});

@@ -21,6 +21,18 @@ pub(crate) struct Cleared {
     pub why: Option<String>,
     /// Who approved it, when a person was asked.
     pub approved_by: Option<String>,
+    /// The judge's answer and latency, when it was asked: the request's final event says so.
+    pub judge_call: Option<cordon_events::JudgeCall>,
+}
+
+impl Cleared {
+    /// `e` with the judge's call, when there was one ([`cordon_events::JUDGE_CALL`]).
+    pub(crate) fn mark(&self, e: cordon_events::NewEvent) -> cordon_events::NewEvent {
+        match &self.judge_call {
+            Some(call) => e.judge_call(call),
+            None => e,
+        }
+    }
 }
 
 /// Settles `d` for the request (see the module docs).
@@ -43,6 +55,7 @@ pub(crate) async fn check(
         decided_by: d.rule.clone(),
         why: None,
         approved_by: None,
+        judge_call: None,
     };
     if action == HttpAction::Judge {
         action = judge(i, ex, body, &d, &mut verdict).await;
@@ -76,7 +89,11 @@ pub(crate) async fn check(
         return Ok(verdict);
     }
     let why = refusal_reason(action, verdict.why.as_deref(), &d);
-    (i.emit)(ex.event(EvAction::Deny, 403, &why, &d.rule));
+    let mut denied = ex.event(EvAction::Deny, 403, &why, &d.rule);
+    if let Some(call) = &verdict.judge_call {
+        denied = denied.judge_call(call);
+    }
+    (i.emit)(denied);
     Err(Refused::new(
         StatusCode::FORBIDDEN,
         format!(
@@ -108,6 +125,7 @@ async fn judge(
     } else {
         format!("{}?{}", ex.url, ex.query)
     };
+    let asked_at = std::time::Instant::now();
     let answer = judge
         .judge(&crate::judge::Question {
             method: &ex.method,
@@ -119,6 +137,15 @@ async fn judge(
         })
         .await;
     verdict.decided_by = format!("{} → judge", d.rule);
+    verdict.judge_call = Some(cordon_events::JudgeCall {
+        verdict: match &answer {
+            crate::judge::Verdict::Allow(_) => "allow",
+            crate::judge::Verdict::Deny(_) => "deny",
+            crate::judge::Verdict::Failed(_) => "failed",
+        }
+        .to_string(),
+        latency_ms: u64::try_from(asked_at.elapsed().as_millis()).unwrap_or(u64::MAX),
+    });
     match answer {
         crate::judge::Verdict::Allow(r) => {
             verdict.why = Some(r);

@@ -76,12 +76,12 @@ pub(crate) async fn forward(
     let Ok(Ok(permit)) =
         tokio::time::timeout(BODY_PREFIX_TIMEOUT, i.upstream.clone().acquire_owned()).await
     else {
-        (i.emit)(ex.event(
+        (i.emit)(verdict.mark(ex.event(
             EvAction::Error,
             503,
             "too many requests in flight",
             &verdict.decided_by,
-        ));
+        )));
         return Err(Refused::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "cordon: too many requests are in flight; retry shortly\n",

@@ -40,14 +40,14 @@ pub(crate) fn relay(
     } = f;
     let mut resp = result.map_err(|e| {
         let why = upstream_error(&e);
-        (i.emit)(ex.event(EvAction::Error, 502, &why, &verdict.decided_by));
+        (i.emit)(verdict.mark(ex.event(EvAction::Error, 502, &why, &verdict.decided_by)));
         Refused::new(
             StatusCode::BAD_GATEWAY,
             format!("cordon: {}: {why}\n", ex.url),
         )
     })?;
     let status = resp.status().as_u16();
-    let mut e = ex.event(EvAction::Allow, status, "forwarded", &verdict.decided_by);
+    let mut e = verdict.mark(ex.event(EvAction::Allow, status, "forwarded", &verdict.decided_by));
     if let Some(j) = &verdict.why {
         e = e.detail("judge", j.clone());
     }
@@ -84,12 +84,12 @@ pub(crate) fn relay(
             .get(header::CONTENT_ENCODING)
             .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
         if encoded && !sent.is_empty() {
-            (i.emit)(ex.event(
+            (i.emit)(verdict.mark(ex.event(
                 EvAction::Deny,
                 502,
                 "the response is compressed although asked not to be; it cannot be scrubbed of the credential",
                 &verdict.decided_by,
-            ));
+            )));
             return Err(Refused::new(
                 StatusCode::BAD_GATEWAY,
                 format!(
