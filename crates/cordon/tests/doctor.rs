@@ -1,5 +1,6 @@
 //! `cordon doctor`: what is built, in layer order, with the host restrictions it knows and
-//! the fix for each.
+//! the fix for each — as root and as an unprivileged user, whose probes (namespaces, cgroup
+//! delegation, the end-to-end sandbox) take other paths.
 
 mod common;
 
@@ -14,9 +15,7 @@ fn doctor(env: &Env, fake_root: Option<&std::path::Path>) -> std::process::Outpu
     c.output().unwrap()
 }
 
-#[test]
-fn doctor_lists_what_is_built_in_layer_order() {
-    let env = Env::here();
+both!(doctor_lists_what_is_built_in_layer_order, |env: Env| {
     let o = doctor(&env, None);
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
@@ -51,38 +50,40 @@ fn doctor_lists_what_is_built_in_layer_order() {
         assert!(out.contains(needle), "no {needle:?}:\n{out}");
     }
     assert!(out.contains("can be enforced"), "{out}");
-}
+});
 
-#[test]
-fn doctor_names_host_restrictions_and_their_fixes() {
-    let env = Env::here();
-    let root = env.base.join("fake-host");
-    for (knob, value) in [
-        (
-            "proc/sys/kernel/apparmor_restrict_unprivileged_userns",
-            "1\n",
-        ),
-        ("proc/sys/user/max_user_namespaces", "0\n"),
-    ] {
-        let p = root.join(knob);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, value).unwrap();
+both!(
+    doctor_names_host_restrictions_and_their_fixes,
+    |env: Env| {
+        let root = env.base.join("fake-host");
+        for (knob, value) in [
+            (
+                "proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+                "1\n",
+            ),
+            ("proc/sys/user/max_user_namespaces", "0\n"),
+        ] {
+            let p = root.join(knob);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, value).unwrap();
+        }
+        // Readable by the variant's user; no dev/net/tun under it.
+        env.own(&root);
+        let o = doctor(&env, Some(&root));
+        let out = String::from_utf8_lossy(&o.stdout);
+        for needle in [
+            "AppArmor user-namespace restriction",
+            "kernel.apparmor_restrict_unprivileged_userns = 1",
+            "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0",
+            "apparmor_parser",
+            "user.max_user_namespaces = 0",
+            "sudo sysctl -w user.max_user_namespaces=",
+            "no /dev/net/tun: `sudo modprobe tun`",
+        ] {
+            assert!(out.contains(needle), "no {needle:?}:\n{out}");
+        }
+        // The real namespaces still work here, so the restrictions are reported, not held
+        // against the machine: the default policy can still be enforced.
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     }
-    // No dev/net/tun under the fake root.
-    let o = doctor(&env, Some(&root));
-    let out = String::from_utf8_lossy(&o.stdout);
-    for needle in [
-        "AppArmor user-namespace restriction",
-        "kernel.apparmor_restrict_unprivileged_userns = 1",
-        "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0",
-        "apparmor_parser",
-        "user.max_user_namespaces = 0",
-        "sudo sysctl -w user.max_user_namespaces=",
-        "no /dev/net/tun: `sudo modprobe tun`",
-    ] {
-        assert!(out.contains(needle), "no {needle:?}:\n{out}");
-    }
-    // The real namespaces still work here, so the restrictions are reported, not held
-    // against the machine: the default policy can still be enforced.
-    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
-}
+);
