@@ -41,7 +41,21 @@ impl Section for Ssh {
     const SHAPE: Shape = Shape::Table(&Raw::TABLE);
 
     fn convert(raw: Raw, cx: &mut Convert<'_>) -> Result<Self, PolicyError> {
-        crate::sections::filesystem::refuse_globs(cx, "show", &raw.show)?;
+        // Paths are literal: `id_*` would show a file of that name, never the keys.
+        if let Some(p) = raw
+            .show
+            .iter()
+            .find(|p| p.get_ref().contains(['*', '?', '[']))
+        {
+            return Err(cx.diag(
+                format!(
+                    "show path {} has a glob, but paths are literal",
+                    crate::schema::toml_string(p.get_ref())
+                ),
+                p.span(),
+                "list each file instead, e.g. show = [\"~/.ssh/known_hosts\"]",
+            ));
+        }
         Ok(Ssh {
             agent: raw.agent.map(|a| (*a.get_ref(), cx.origin(a.span()))),
             show: cx.paths(&raw.show, "show", false)?,
