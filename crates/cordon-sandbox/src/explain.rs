@@ -216,6 +216,11 @@ mod tests {
             PathAccess::Hidden { .. }
         ));
         assert!(layout.landlock.read.contains(&at));
+        assert!(
+            layout.mounts.iter().any(
+                |m| matches!(m, MountOp::MaskDir { path, sealed: true, .. } if *path == masked)
+            )
+        );
         assert!(layout.place_file(Path::new("/usr/x"), "").is_err());
     }
 }

@@ -45,6 +45,11 @@ pub enum MountOp {
         rule: String,
         #[serde(default)]
         shown: Vec<(PathBuf, String)>,
+        /// The mask's own directory cannot be listed (mode 0111): what cordon placed in it
+        /// ([`Layout::place_file`]) is reached by its path only, and a mask still says
+        /// nothing of what it hides.
+        #[serde(default)]
+        sealed: bool,
     },
     /// Hide a file (or socket) under an empty, unreadable file.
     MaskFile { path: PathBuf, rule: String },
@@ -238,10 +243,16 @@ impl Layout {
     pub fn place_file(&mut self, path: &Path, content: &str) -> Result<(), PlaceError> {
         let target = normalize(path);
         for m in self.mounts.iter_mut().rev() {
-            if let MountOp::MaskDir { path, shown, .. } = m
+            if let MountOp::MaskDir {
+                path,
+                shown,
+                sealed,
+                ..
+            } = m
                 && target.starts_with(&*path)
                 && target != *path
             {
+                *sealed = true;
                 let rel = target
                     .strip_prefix(&*path)
                     .map(Path::to_path_buf)
@@ -545,6 +556,7 @@ fn masks(deny: &[(PathBuf, String)], mounts: &mut Vec<MountOp>) {
                 path: p,
                 rule,
                 shown: Vec::new(),
+                sealed: false,
             });
         } else {
             mounts.push(MountOp::MaskFile { path: p, rule });

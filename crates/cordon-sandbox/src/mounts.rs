@@ -250,7 +250,7 @@ fn apply(op: &MountOp, tmpfs_size: Option<u64>, proc: ProcView) -> Result<(), Mo
             .ctx(at.clone())?;
             sys::mount_setattr(&dst, false, RO).ctx(at)?;
         }
-        MountOp::MaskDir { shown, .. } => {
+        MountOp::MaskDir { shown, sealed, .. } => {
             // Only the masked copies, read-only; nothing else of the directory.
             tmpfs(
                 &dst,
@@ -265,6 +265,10 @@ fn apply(op: &MountOp, tmpfs_size: Option<u64>, proc: ProcView) -> Result<(), Mo
                 }
                 std::fs::write(&file, content).ctx(at.clone())?;
                 std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o444))
+                    .ctx(at.clone())?;
+            }
+            if *sealed {
+                std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o111))
                     .ctx(at.clone())?;
             }
             sys::mount_setattr(&dst, false, RO).ctx(at)?;

@@ -195,7 +195,8 @@ both!(
         // The policy files, copied out for the host to search (the script names no secret).
         script.push_str(
             "cp /run/cordon/policy.json /run/cordon/policy.toml \"$PWD\"/ && echo copied\n\
-         (echo x > /run/cordon/policy.json) 2>/dev/null && echo WRITABLE; true\n",
+         (echo x > /run/cordon/policy.json) 2>/dev/null && echo WRITABLE; \
+         ls /run >/dev/null 2>&1 && echo LISTED; true\n",
         );
         let o = inside(&env, &script);
         let out = stdout(&o);
@@ -205,6 +206,8 @@ both!(
             "{}",
             show(&o)
         );
+        // The mask over /run still lists nothing: the policy is reached by its path only.
+        assert!(!out.contains("LISTED"), "{}", show(&o));
         let answers: Vec<&str> = out.split("===\n").collect();
         for (i, a) in asks.iter().enumerate() {
             let outside = explain(&env, a);
