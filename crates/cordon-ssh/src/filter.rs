@@ -175,15 +175,19 @@ impl Session {
             ));
         };
         // Every hop must have been allowed: a refused binding taints the connection.
-        if let Some(Err(r)) = self.binds.iter().map(|b| &b.verdict).find(|v| v.is_err()) {
-            return Ok(refuse(
+        let tainted = |r: &Refusal| {
+            refuse(
                 "sign",
                 r.host.clone(),
                 format!("its session was not bound to an allowed host: {}", r.reason),
-            ));
+            )
+        };
+        if let Some(Err(r)) = self.binds.iter().map(|b| &b.verdict).find(|v| v.is_err()) {
+            return Ok(tainted(r));
         }
-        let Ok((host, rule)) = &last.verdict else {
-            unreachable!("every verdict was checked above");
+        let (host, rule) = match &last.verdict {
+            Ok(v) => v,
+            Err(r) => return Ok(tainted(r)),
         };
         if last.forwarding {
             return Ok(refuse(
