@@ -571,6 +571,41 @@ mod tests {
     }
 
     #[test]
+    fn the_command_picks_the_profile_and_none_turns_it_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = LoadOptions::new("/work/p", "/home/u", dir.path().join("t.json"));
+        opts.command = vec!["npx".into(), "-y".into(), "@openai/codex@1".into()];
+        let l = load(&opts).unwrap();
+        assert_eq!(
+            l.profile,
+            Some(ProfileChoice {
+                name: "codex".into(),
+                detected: Some("npx @openai/codex".into()),
+            })
+        );
+        assert!(l.plan.syscalls.nested_userns);
+        assert!(
+            l.plan
+                .state
+                .protect
+                .iter()
+                .any(|r| r.path == Path::new("/home/u/.codex"))
+        );
+        let creds: Vec<&str> = l.plan.credentials.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(creds, ["codex-api-key", "openai-api-key"]);
+        assert!(l.plan.agent.is_quiet("chatgpt.com"));
+        opts.profile = Some(NO_PROFILE.into());
+        let l = load(&opts).unwrap();
+        assert_eq!(l.profile, None);
+        assert!(l.plan.credentials.is_empty() && l.plan.state.protect.is_empty());
+        assert!(!l.plan.syscalls.nested_userns);
+        // A command no profile names selects none.
+        opts.profile = None;
+        opts.command = vec!["sh".into(), "-c".into(), "claude".into()];
+        assert_eq!(load(&opts).unwrap().profile, None);
+    }
+
+    #[test]
     fn the_built_in_state_section() {
         let dir = tempfile::tempdir().unwrap();
         let opts = LoadOptions::new("/work/p", "/home/u", dir.path().join("t.json"));

@@ -127,3 +127,44 @@ impl Section for Agent {
         out.strings("quiet", &q);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::sections::{Context, Sections};
+
+    /// What `cordon check` prints for the section loads back to the same plan, and a profile's
+    /// agent is what detection reads.
+    #[test]
+    fn renders_and_loads_back() {
+        let plan = crate::render::tests::full_plan();
+        let text = plan.to_toml();
+        assert!(text.contains("[agent]"), "{text}");
+        let ctx = Context {
+            home: Path::new("/home/u"),
+            passwd_home: None,
+            project: Path::new("/work/p"),
+        };
+        let layer = crate::file::parse_file(&text, Some(Path::new("/r.toml")), 1, &ctx)
+            .unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let mut merged = Sections::default();
+        merged.merge(&layer.base);
+        assert_eq!(merged.agent.to_plan(), plan.agent);
+        let src = "[profile.x.agent]\ncommands = [\"x\"]\nquiet = [\"*.t.test\"]\n";
+        let l = crate::file::parse_file(src, Some(Path::new("/p.toml")), 1, &ctx).unwrap();
+        let a = l.profiles["x"].agent.to_plan();
+        assert_eq!(a.commands, ["x"]);
+        assert!(a.is_quiet("a.t.test") && !a.is_quiet("t.test.evil"));
+        for bad in [
+            "commands = [\"a/b\"]",
+            "packages = [\"a b\"]",
+            "quiet = [\"http://x\"]",
+        ] {
+            let e = crate::file::parse_file(&format!("[agent]\n{bad}\n"), None, 1, &ctx)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("e.g."), "{bad}: {e}");
+        }
+    }
+}
