@@ -768,53 +768,62 @@ both!(
     }
 );
 
-both!(goose_is_detected_and_its_state_reviewed, |env: Env| {
-    // No registry package for goose here: a stand-in named `goose` writes what goose writes
-    // on a first run and shows what it was given.
-    tun_ready();
-    let dir = env.base.join("goose-bin");
-    std::fs::create_dir_all(&dir).unwrap();
-    let goose = dir.join("goose");
-    std::fs::write(
-        &goose,
-        "#!/bin/sh\nmkdir -p ~/.config/goose ~/.local/share/goose/sessions\n\
-         printf 'GOOSE_PROVIDER: anthropic\\n' > ~/.config/goose/config.yaml\n\
-         echo '{\"id\":1}' > ~/.local/share/goose/sessions/s1.jsonl\n\
-         echo \"KEY ${ANTHROPIC_API_KEY%%-*}\"\n",
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&goose, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    env.own(&env.base);
-    let path = format!("{}:/usr/local/bin:/usr/bin:/bin", dir.display());
-    let _ = std::fs::remove_file(&env.audit);
-    let o = cordon(&env)
-        .env("PATH", &path)
-        .env("ANTHROPIC_API_KEY", CLAUDE_KEY)
-        .args(["run", "--no-tty", "--audit"])
-        .arg(&env.audit)
-        .args(["--", "goose"])
-        .output()
-        .unwrap();
-    let start = session_start(&env.audit);
-    assert_eq!(start["detail"]["profile"], "goose", "{}", show(&o));
-    // The profile's credential: a placeholder inside, never the key.
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        out.contains("KEY cordon") || out.contains("KEY sk"),
-        "{}",
-        show(&o)
-    );
-    assert!(!out.contains("REALTEST"), "{}", show(&o));
-    let session = start["session"].as_str().unwrap_or_default().to_string();
-    review_is_quiet(
-        &env,
-        &session,
-        &[".config/goose", ".local/share/goose"],
-        &show(&o),
-    );
-});
+both!(
+    goose_and_crush_are_detected_and_their_state_reviewed,
+    |env: Env| {
+        // No installable package for these here (goose has none on the registries; crush's npm
+        // package downloads its binary from GitHub): a stand-in of the same name writes where the
+        // agent writes on a first run and says what key it was given.
+        tun_ready();
+        use std::os::unix::fs::PermissionsExt;
+        for (agent, state) in [
+            ("goose", [".config/goose", ".local/share/goose"]),
+            ("crush", [".config/crush", ".local/share/crush"]),
+        ] {
+            let dir = env.base.join(format!("{agent}-bin"));
+            std::fs::create_dir_all(&dir).unwrap();
+            let bin = dir.join(agent);
+            std::fs::write(
+                &bin,
+                format!(
+                    "#!/bin/sh
+mkdir -p ~/{a} ~/{b}/sessions
+                 printf 'provider: anthropic\\n' > ~/{a}/config.yaml
+                 echo '{{\"id\":1}}' > ~/{b}/sessions/s1.jsonl
+                 case \"$ANTHROPIC_API_KEY\" in *REALTEST*) echo LEAKED;; '') echo ABSENT;; \
+                 *) echo PLACEHOLDER;; esac\n",
+                    a = state[0],
+                    b = state[1]
+                ),
+            )
+            .unwrap();
+            std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+            env.own(&env.base);
+            let path = format!("{}:/usr/local/bin:/usr/bin:/bin", dir.display());
+            let _ = std::fs::remove_file(&env.audit);
+            let o = cordon(&env)
+                .env("PATH", &path)
+                .env("ANTHROPIC_API_KEY", CLAUDE_KEY)
+                .args(["run", "--no-tty", "--audit"])
+                .arg(&env.audit)
+                .args(["--", agent])
+                .output()
+                .unwrap();
+            let start = session_start(&env.audit);
+            assert_eq!(start["detail"]["profile"], agent, "{}", show(&o));
+            // The profile's credential: a placeholder inside, never the key.
+            assert_eq!(
+                String::from_utf8_lossy(&o.stdout),
+                "PLACEHOLDER\n",
+                "{}",
+                show(&o)
+            );
+            let session = start["session"].as_str().unwrap_or_default().to_string();
+            review_is_quiet(&env, &session, &state, &show(&o));
+        }
+    }
+);
 
 both!(
     tampering_after_a_real_claude_run_is_still_flagged,
