@@ -5,8 +5,8 @@
 #  - strace: to show debuggers stay denied
 #  - bubblewrap, hyperfine: the benchmark's peer and timer (bwrap also for the nested-sandbox tests)
 #  - libcap2-bin (setcap, getcap): file capabilities must not reach the host from a nested sandbox
-#  - curl, openssl, gcc (static libc), python3-pip, python3-venv: clients and servers of the
-#    network tests (npm comes with the machine's Node.js)
+#  - curl, openssl, gcc (static libc), python3-pip, python3-venv, python3-requests: clients and
+#    servers of the network tests (npm comes with the machine's Node.js)
 #  - iperf3, passt, slirp4netns: the network benchmark and its peers
 #  - chromium, chromium-driver, fonts-dejavu-core: the dashboard's end-to-end browser test
 #    (headless Chromium driven over WebDriver; the font so its screenshot has legible text)
@@ -21,7 +21,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 need=()
 for pkg in git python3 util-linux procps cargo strace bubblewrap hyperfine libcap2-bin \
-    curl openssl gcc libc6-dev python3-pip python3-venv iperf3 passt slirp4netns \
+    curl openssl gcc libc6-dev python3-pip python3-venv python3-requests iperf3 passt slirp4netns \
     openssh-server openssh-client \
     chromium chromium-driver fonts-dejavu-core man-db; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")

@@ -176,24 +176,40 @@ impl Interceptor {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        let alpn: Vec<&[u8]> = self.server_alpn.iter().map(Vec::as_slice).collect();
+        let Some(tls) = self.accept_tls(stream, &host, port, &alpn).await else {
+            return;
+        };
+        self.serve(TokioIo::new(tls), host, port, "https").await;
+    }
+
+    /// The sandbox's side of TLS for a connection to `host:port`, with a leaf for `host`
+    /// offering `alpn`; a failed handshake is reported and gives `None`.
+    pub(crate) async fn accept_tls<S>(
+        &self,
+        stream: S,
+        host: &str,
+        port: u16,
+        alpn: &[&[u8]],
+    ) -> Option<tokio_rustls::server::TlsStream<S>>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let resolver = Arc::new(LeafResolver {
             ca: self.ca.clone(),
-            host: host.clone(),
+            host: host.to_string(),
         });
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let cfg = match rustls::ServerConfig::builder_with_provider(provider)
+        let cfg = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-        {
-            Ok(b) => b,
-            Err(_) => return,
-        };
+            .ok()?;
         let mut cfg = cfg.with_no_client_auth().with_cert_resolver(resolver);
-        cfg.alpn_protocols = self.server_alpn.clone();
-        let tls = match tokio_rustls::TlsAcceptor::from(Arc::new(cfg))
+        cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        match tokio_rustls::TlsAcceptor::from(Arc::new(cfg))
             .accept(stream)
             .await
         {
-            Ok(t) => t,
+            Ok(t) => Some(t),
             Err(e) => {
                 (self.emit)(
                     NewEvent::new(
@@ -204,10 +220,9 @@ impl Interceptor {
                     .detail("host", host)
                     .detail("port", port),
                 );
-                return;
+                None
             }
-        };
-        self.serve(TokioIo::new(tls), host, port, "https").await;
+        }
     }
 
     /// Serves one plain-HTTP sandbox connection made to `host:port`.

@@ -120,6 +120,17 @@ impl HttpLayer {
         self.interceptor.clone().serve_tls(stream, host, port).await;
     }
 
+    /// Answers a TLS connection to `host:port` the gateway denied (see [`crate::Denied`]).
+    pub async fn refuse_tls<S>(&self, stream: S, host: String, port: u16, denied: crate::Denied)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        self.interceptor
+            .clone()
+            .refuse_tls(stream, host, port, denied)
+            .await;
+    }
+
     /// Serves one plain-HTTP sandbox connection made to `host:port`.
     pub async fn serve_plain<S>(&self, stream: S, host: String, port: u16)
     where

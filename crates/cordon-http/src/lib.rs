@@ -17,6 +17,9 @@
 //!   here only, never in what goes back into the sandbox.
 //! - [`credentials`]: a plan's `[credentials.NAME]` resolved on the host into a
 //!   [`WireCredential`] (its real value, the sandbox's placeholder, its slot).
+//! - [`Denied`]: a flow the gateway refused that speaks TLS, answered after the handshake
+//!   with a 403 naming the rule, the reason and the lines that would allow it (nothing is
+//!   forwarded), so the client prints cordon's words.
 //! - [`dlp`]: outbound secret scanning (token shapes, known values, their encodings), with
 //!   each kind's issuers exempt.
 //! - [`judge`] and [`ask`]: the LLM judge and the approval broker, for `judge` and `ask`
@@ -50,6 +53,7 @@ mod b64;
 mod ca;
 pub mod explain;
 pub mod credentials;
+mod denied;
 pub mod dlp;
 pub mod intercept;
 pub mod judge;
@@ -60,6 +64,7 @@ mod upstream;
 
 pub use ask::Asker;
 pub use ca::{CaError, CertAuthority};
+pub use denied::Denied;
 pub use intercept::{Config, ConnectFn, InterceptError, Interceptor, WireCredential};
 pub use judge::{Judge, JudgeConfig};
 pub use layer::{AskConfig, HttpLayer, HttpLayerError};

@@ -229,6 +229,8 @@ fn run(a: RunArgs) -> i32 {
     ));
     lines.quiet(&loaded.plan.agent);
     let tap = lines.clone();
+    let quiet = loaded.plan.agent.clone();
+    let denials = crate::denials::DenialLines::new(a.quiet);
     // Shared with the egress gateway's threads. A closed or broken stderr must not take the
     // session down (eprintln! would panic).
     let sink: cordon_net::Emit = std::sync::Arc::new(move |ev: NewEvent| match log.emit(ev) {
@@ -241,6 +243,9 @@ fn run(a: RunArgs) -> i32 {
                 );
             }
             tap.observe(&e);
+            if !crate::summary::is_quiet_denial(&quiet, &e) {
+                denials.observe(&e);
+            }
         }
         Err(e) => {
             let _ = writeln!(
@@ -650,6 +655,21 @@ impl cordon_net::FlowHandler for HttpFlows {
 
     fn redact(&self, text: &str) -> String {
         self.0.redact(text)
+    }
+
+    fn refuse(
+        &self,
+        stream: Box<dyn cordon_net::FlowIo>,
+        to: cordon_net::FlowTarget,
+        denial: cordon_net::FlowDenial,
+    ) -> cordon_net::FlowFuture {
+        let layer = self.0.clone();
+        let denied = cordon_http::Denied {
+            rule: denial.rule,
+            reason: denial.reason,
+            allow_with: denial.allow_with,
+        };
+        Box::pin(async move { layer.refuse_tls(stream, to.name, to.port, denied).await })
     }
 }
 

@@ -6,6 +6,7 @@
 mod approve;
 mod cli;
 mod commands;
+mod denials;
 mod doctor;
 mod explain;
 mod home;

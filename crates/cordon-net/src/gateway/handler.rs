@@ -4,6 +4,12 @@
 //! handler returns. The handler is whatever the caller wires in (the binary adapts cordon's
 //! HTTP layer to it): this crate knows nothing of TLS or HTTP, and its types here are std and
 //! tokio only, so neither layer crate depends on the other.
+//!
+//! Two crossings, both through [`FlowHandler`]: `serve` for a flow the HTTP layer decides
+//! request by request, and `refuse` for a flow the gateway already denied but that speaks
+//! TLS (its first bytes were a ClientHello): the handler finishes the handshake with cordon's
+//! CA and answers every request with a 403 naming the [`FlowDenial`], so the client shows
+//! cordon's words instead of "connection refused" or "CONNECT tunnel failed".
 
 use std::future::Future;
 use std::io;
@@ -40,6 +46,18 @@ pub struct FlowTarget {
     pub kind: FlowKind,
 }
 
+/// Why the gateway denied a flow it hands to [`FlowHandler::refuse`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowDenial {
+    /// The rule that decided (`network.default-deny`, `http.default-deny`, a blocklist
+    /// entry…), as the flow's event names it.
+    pub rule: String,
+    /// Why, in words.
+    pub reason: String,
+    /// Policy lines (TOML) that would allow the flow, when a policy line can.
+    pub allow_with: Option<String>,
+}
+
 /// A handler's future: runs until the flow (and anything it was upgraded to) is done.
 pub type FlowFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
@@ -51,6 +69,16 @@ pub trait FlowHandler: Send + Sync {
     /// `text` with every secret the handler knows redacted (for the command lines events
     /// name).
     fn redact(&self, text: &str) -> String;
+
+    /// Answers a flow the gateway denied that speaks TLS (`stream` replays its ClientHello):
+    /// TLS with cordon's CA, then a 403 naming `denial` for each request. The gateway has
+    /// already reported the denial; nothing goes upstream. A handler that cannot speak TLS
+    /// drops the stream, which the client sees as the connection closing.
+    fn refuse(&self, stream: Box<dyn FlowIo>, to: FlowTarget, denial: FlowDenial) -> FlowFuture {
+        let _ = (to, denial);
+        drop(stream);
+        Box::pin(async {})
+    }
 }
 
 /// Redacts a text for events (see [`super::Gateway::new`]).

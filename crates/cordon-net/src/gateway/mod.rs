@@ -6,6 +6,11 @@
 //! explicit-proxy listener. Every TCP flow is decided by name (the `policy` module) before a
 //! byte leaves: the SYN is held until policy allowed it and the host-side connect succeeded,
 //! so a denied or unreachable destination gets a RST at once and never a half-open socket.
+//! One exception, for readable denials: a denied flow to a port that may carry TLS (443,
+//! 8443) to a name completes its handshake when the HTTP layer is on, and if its first bytes
+//! are a ClientHello the HTTP layer answers it with cordon's 403 (see
+//! [`FlowHandler::refuse`]); nothing goes upstream. Every other denied port is refused at
+//! its SYN.
 //! Published ports come the other way, through init's helper.
 //!
 //! Runs on its own tokio runtime (two worker threads), so the supervisor's own loop is
@@ -35,7 +40,9 @@ use tokio::net::TcpStream;
 
 use crate::{DnsAnswer, DnsDecision, HOST_ALIAS, HostResolver, NetError, Resolver};
 pub use flow::{FlowVerdict, explain_flow};
-pub use handler::{ConnectFn, FlowFuture, FlowHandler, FlowIo, FlowKind, FlowTarget, Redact};
+pub use handler::{
+    ConnectFn, FlowDenial, FlowFuture, FlowHandler, FlowIo, FlowKind, FlowTarget, Redact,
+};
 use policy::{Dest, FlowDecision};
 
 /// Where events go (the session's audit log); called from the gateway's threads.
@@ -60,6 +67,8 @@ const HALF_CLOSE_IDLE: Duration = Duration::from_secs(30);
 /// Per-second budget of DNS and refusal events; beyond it they are counted and summarised, so a
 /// flood from inside cannot fill the disk with the audit log.
 const EVENTS_PER_SECOND: u32 = 200;
+/// How long a denied flow that may be TLS has to send its first bytes.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Process lookups in flight at most; beyond it a flow's event names no process.
 const MAX_OWNER_LOOKUPS: usize = 8;
 
@@ -438,6 +447,70 @@ impl Shared {
                 Err(verdict)
             }
         }
+    }
+
+    /// What to hand the HTTP layer for a flow to `dest:port` that `v` denied, when the flow
+    /// may be TLS (see [`policy::maybe_tls`]) to a name and a handler can answer it: the
+    /// name, and the denial. `None`: the flow is refused at its SYN, as every other denial.
+    pub(crate) fn tls_denial(
+        &self,
+        dest: &Dest,
+        port: u16,
+        v: &FlowDecision,
+    ) -> Option<(String, FlowDenial)> {
+        let Dest::Name(name) = dest else {
+            return None;
+        };
+        (self.http.get().is_some() && !v.allow && policy::maybe_tls(port)).then(|| {
+            let denial = FlowDenial {
+                rule: v.rule.clone(),
+                reason: v.reason.clone(),
+                allow_with: policy::allow_with(v, dest, port),
+            };
+            (name.clone(), denial)
+        })
+    }
+
+    /// Answers a denied flow that was accepted to be seen: when its first bytes are a TLS
+    /// ClientHello the handler's `refuse` gets it (those bytes replayed), otherwise it is
+    /// closed unread. Nothing goes upstream either way.
+    pub(crate) async fn answer_denied<S: FlowIo>(
+        &self,
+        mut stream: S,
+        name: String,
+        port: u16,
+        denial: FlowDenial,
+    ) {
+        use tokio::io::AsyncReadExt;
+        let Some(layer) = self.http.get() else {
+            return;
+        };
+        let mut head = Vec::with_capacity(policy::HELLO_PEEK);
+        let peek = async {
+            let mut chunk = [0u8; policy::HELLO_PEEK];
+            while head.len() < policy::HELLO_PEEK {
+                match stream
+                    .read(&mut chunk[..policy::HELLO_PEEK - head.len()])
+                    .await
+                {
+                    Ok(0) | Err(_) => return false,
+                    Ok(n) => head.extend_from_slice(&chunk[..n]),
+                }
+            }
+            true
+        };
+        if !matches!(tokio::time::timeout(HELLO_TIMEOUT, peek).await, Ok(true))
+            || !policy::is_client_hello(&head)
+        {
+            return;
+        }
+        let to = FlowTarget {
+            name,
+            port,
+            kind: FlowKind::Tls,
+        };
+        let stream = proxy::prefixed(head, stream);
+        layer.handler.refuse(stream, to, denial).await;
     }
 
     /// The host-side lookup of `name` with the rebinding/SSRF rule: static answers at once, a

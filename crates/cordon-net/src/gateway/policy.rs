@@ -82,6 +82,59 @@ pub(crate) fn proto_guess(port: u16) -> &'static str {
     }
 }
 
+/// Whether a flow to `port` may be TLS, so that a denial is worth accepting to see: the
+/// ports [`proto_guess`] calls TLS. The first bytes decide ([`is_client_hello`]); every other
+/// port is refused at its SYN.
+pub(crate) fn maybe_tls(port: u16) -> bool {
+    proto_guess(port) == "tls"
+}
+
+/// Whether `first` (a flow's first bytes) opens a TLS ClientHello: a handshake record
+/// (0x16), a TLS 1.x record version, a handshake of type 1.
+pub(crate) fn is_client_hello(first: &[u8]) -> bool {
+    matches!(first, [0x16, 0x03, 0x00..=0x04, _, _, 0x01, ..])
+}
+
+/// How many bytes [`is_client_hello`] needs.
+pub(crate) const HELLO_PEEK: usize = 6;
+
+/// The policy lines that would allow a flow `decision` denied to `host:port`: a
+/// `[[network.allow]]` for a name, an `allow_ips` entry for a raw address. `None` where no
+/// line re-opens it (the blocklist, the rebinding rule, an unknown cordon address).
+pub(crate) fn allow_with(decision: &FlowDecision, dest: &Dest, port: u16) -> Option<String> {
+    match (decision.rule.as_str(), dest) {
+        ("network.default-deny" | "http.default-deny", Dest::Name(name)) => Some(format!(
+            "[[network.allow]]\nhost = {}\nports = [{port}]",
+            toml_string(name)
+        )),
+        ("network.raw-ip", Dest::Ip(ip))
+            if crate::classify(*ip, crate::default_fake_range()).is_none() =>
+        {
+            let net = match ip {
+                IpAddr::V4(_) => format!("{ip}/32"),
+                IpAddr::V6(_) => format!("{ip}/128"),
+            };
+            Some(format!("[network]\nallow_ips = [{}]", toml_string(&net)))
+        }
+        _ => None,
+    }
+}
+
+/// A TOML basic string.
+fn toml_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 /// Decides one TCP flow. Names: blocklist first, then the first `[[network.allow]]` rule that
 /// matches name and port. Raw addresses: `allow_ips` only.
 pub(crate) fn decide(
@@ -342,6 +395,47 @@ mod tests {
             )
             .allow
         );
+    }
+
+    #[test]
+    fn a_client_hello_is_told_from_other_first_bytes() {
+        assert!(is_client_hello(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00]));
+        assert!(!is_client_hello(b"GET / HTTP/1.1\r\n"));
+        assert!(!is_client_hello(b"SSH-2.0-OpenSSH"));
+        assert!(!is_client_hello(&[0x16, 0x03, 0x01]));
+        assert!(maybe_tls(443) && maybe_tls(8443) && !maybe_tls(80) && !maybe_tls(22));
+    }
+
+    #[test]
+    fn a_denial_says_which_lines_would_allow_it() {
+        let d = |rule: &str| FlowDecision {
+            allow: false,
+            rule: rule.into(),
+            reason: String::new(),
+        };
+        assert_eq!(
+            allow_with(&d("network.default-deny"), &name("x.example"), 8443).as_deref(),
+            Some("[[network.allow]]\nhost = \"x.example\"\nports = [8443]")
+        );
+        assert_eq!(
+            allow_with(
+                &d("network.raw-ip"),
+                &Dest::Ip("140.82.112.3".parse().unwrap()),
+                443
+            )
+            .as_deref(),
+            Some("[network]\nallow_ips = [\"140.82.112.3/32\"]")
+        );
+        // Loopback and the blocklist are not re-opened by a line.
+        assert!(
+            allow_with(
+                &d("network.raw-ip"),
+                &Dest::Ip("127.0.0.1".parse().unwrap()),
+                443
+            )
+            .is_none()
+        );
+        assert!(allow_with(&d("webhook.site"), &name("webhook.site"), 443).is_none());
     }
 
     #[test]

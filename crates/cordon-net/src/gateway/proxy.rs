@@ -265,12 +265,16 @@ async fn handle(shared: Arc<Shared>, mut conn: TcpStream) {
     match flow {
         HttpFlow::Intercept => to_http(&shared, conn, head, &t, dest.host()).await,
         HttpFlow::Deny(v) => {
-            let why = format!(
-                "cordon: {} (rule {}). The same request by any other route is refused too.\n",
-                v.reason, v.rule
-            );
+            let why = refusal_text(&t, &dest, &v);
+            let tls = t
+                .connect
+                .then(|| shared.tls_denial(&dest, t.port, &v))
+                .flatten();
             shared.refuse(&dest, t.port, "proxy", client, v).await;
-            reply(&mut conn, "403 Forbidden", &why).await;
+            match tls {
+                Some((name, denial)) => refuse_tls(&shared, conn, head, t.port, name, denial).await,
+                None => reply(&mut conn, "403 Forbidden", &why).await,
+            }
         }
         HttpFlow::NotHttp => {
             let sent = origin_head(&t, req.headers);
@@ -311,7 +315,61 @@ async fn to_http(shared: &Shared, mut conn: TcpStream, head: Head, t: &Target, n
     layer.handler.serve(stream, to).await;
 }
 
-fn prefixed(head: Vec<u8>, inner: TcpStream) -> Box<dyn FlowIo> {
+/// A denied `CONNECT` to a port that may carry TLS: `200`, then what the client sends goes to
+/// [`Shared::answer_denied`] — so a TLS client reads cordon's 403 instead of "CONNECT tunnel
+/// failed, response 403", which most print without its body.
+async fn refuse_tls(
+    shared: &Shared,
+    mut conn: TcpStream,
+    head: Head,
+    port: u16,
+    name: String,
+    denial: super::FlowDenial,
+) {
+    if conn
+        .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let rest = head.buf[head.len..].to_vec();
+    let stream = Prefixed {
+        head: rest,
+        at: 0,
+        inner: conn,
+    };
+    shared.answer_denied(stream, name, port, denial).await;
+}
+
+/// The body of the proxy's own 403: what was refused, by which rule and why, the policy lines
+/// that would allow it, and the `cordon explain` line that shows the decision.
+fn refusal_text(t: &Target, dest: &Dest, v: &super::FlowDecision) -> String {
+    let (what, explain) = if t.connect {
+        (
+            format!("the connection to {}:{}", t.host, t.port),
+            cordon_policy::explain::hint_for_host(&t.host, t.port),
+        )
+    } else {
+        let url = format!("http://{}{}", t.authority, t.path);
+        (
+            format!("{} {url}", t.method),
+            cordon_policy::explain::hint_for_request(&t.method, &url),
+        )
+    };
+    let mut out = format!(
+        "cordon: {what} was denied by rule {}: {}.\nThe same request by any other route is refused too.\n",
+        v.rule, v.reason
+    );
+    if let Some(lines) = super::policy::allow_with(v, dest, t.port) {
+        out.push_str(&format!("To allow it, add to the policy:\n{lines}\n"));
+    }
+    out.push_str(&format!("To see why: {explain}\n"));
+    out
+}
+
+/// `inner` with `head` (bytes already read from it) read again first.
+pub(crate) fn prefixed<S: FlowIo>(head: Vec<u8>, inner: S) -> Box<dyn FlowIo> {
     Box::new(Prefixed { head, at: 0, inner })
 }
 
@@ -378,13 +436,18 @@ async fn splice(
                     ),
                 )
             } else {
-                (
-                    "403 Forbidden",
-                    format!(
-                        "cordon: {} (rule {}). The same connection by any other route is refused too.\n",
-                        verdict.reason, verdict.rule
-                    ),
-                )
+                if let Some((name, denial)) = t
+                    .connect
+                    .then(|| shared.tls_denial(dest, t.port, &verdict))
+                    .flatten()
+                {
+                    let head = Head {
+                        buf: head.buf.clone(),
+                        len: head.len,
+                    };
+                    return refuse_tls(shared, conn, head, t.port, name, denial).await;
+                }
+                ("403 Forbidden", refusal_text(t, dest, &verdict))
             };
             return reply(&mut conn, status, &why).await;
         }

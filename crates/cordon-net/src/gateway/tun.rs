@@ -3,7 +3,8 @@
 //! Each packet is looked at before the userspace stack sees it: UDP to port 53 (any address)
 //! is answered by the resolver; other UDP gets "port unreachable", ICMP echo "prohibited".
 //! A TCP SYN is held while policy decides and the host-side connect runs; then it is fed to
-//! the stack (which completes the handshake and hands us the stream) or answered with a RST.
+//! the stack (which completes the handshake and hands us the stream) or answered with a RST
+//! (a denied flow that may be TLS is completed instead, for the HTTP layer's readable 403).
 
 use std::collections::HashMap;
 use std::collections::HashSet;
@@ -20,7 +21,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use super::packet::{self, Parsed};
-use super::{Flow, FlowKind, FlowTarget, Shared};
+use super::{Flow, FlowDenial, FlowKind, FlowTarget, Shared};
 
 /// Per-flow socket buffers in the stack (the TCP window): 1 MiB each way keeps a loopback-speed
 /// stream busy; allocated from fresh pages (see `prefer_fresh_pages_for_large_allocations`).
@@ -66,6 +67,8 @@ enum FlowState {
     Ready(Box<(TcpStream, Flow, Slot)>),
     /// For the HTTP layer (name, port); waiting for the stack to hand over the sandbox side.
     Intercept(String, u16, Slot),
+    /// Denied, but it may be TLS: accepted so a ClientHello gets cordon's 403 (name, port).
+    Refuse(Box<(String, u16, FlowDenial)>, Slot),
     /// Relaying.
     Live,
 }
@@ -200,7 +203,9 @@ async fn accept(shared: Arc<Shared>, flows: Flows, mut listener: netstack_smoltc
         let state = {
             let mut f = flows.lock().unwrap_or_else(|p| p.into_inner());
             match f.insert((src, dst), FlowState::Live) {
-                Some(s @ (FlowState::Ready(_) | FlowState::Intercept(..))) => s,
+                Some(
+                    s @ (FlowState::Ready(_) | FlowState::Intercept(..) | FlowState::Refuse(..)),
+                ) => s,
                 _ => {
                     f.remove(&(src, dst));
                     continue;
@@ -226,6 +231,10 @@ async fn accept(shared: Arc<Shared>, flows: Flows, mut listener: netstack_smoltc
                         let to = FlowTarget { name, port, kind };
                         layer.handler.serve(Box::new(stream), to).await;
                     }
+                }
+                FlowState::Refuse(denied, _slot) => {
+                    let (name, port, denial) = *denied;
+                    shared.answer_denied(stream, name, port, denial).await;
                 }
                 FlowState::Pending | FlowState::Live => {}
             }
@@ -283,6 +292,10 @@ async fn hold_syn(
         } = syn;
         let next = match decide(&shared, src, dst).await {
             Decided::Intercept(name) => Some(FlowState::Intercept(name, dst.port(), slot)),
+            Decided::Refuse(name, denial) => Some(FlowState::Refuse(
+                Box::new((name, dst.port(), denial)),
+                slot,
+            )),
             Decided::Open(up, flow) => {
                 shared.find_owner(&flow);
                 Some(FlowState::Ready(Box::new((up, flow, slot))))
@@ -311,6 +324,9 @@ enum Decided {
     Intercept(String),
     /// Allowed and connected on the host.
     Open(TcpStream, Flow),
+    /// Refused, but it may be TLS (the name, why): the handshake completes so a ClientHello
+    /// gets cordon's 403 (the event is out already).
+    Refuse(String, FlowDenial),
     /// Refused or unreachable alike: the event is out, a RST follows.
     Refused,
 }
@@ -335,14 +351,21 @@ async fn decide(shared: &Shared, src: SocketAddrV4, dst: SocketAddrV4) -> Decide
             .await
         {
             Ok((up, flow)) => Decided::Open(up, flow),
-            Err(_) => Decided::Refused,
+            Err(v) => match shared.tls_denial(&dest, dst.port(), &v) {
+                Some((name, denial)) => Decided::Refuse(name, denial),
+                None => Decided::Refused,
+            },
         },
         super::HttpFlow::Intercept => Decided::Intercept(dest.host()),
         super::HttpFlow::Deny(v) => {
+            let tls = shared.tls_denial(&dest, dst.port(), &v);
             shared
                 .refuse(&dest, dst.port(), "tun", Some((src, dst)), v)
                 .await;
-            Decided::Refused
+            match tls {
+                Some((name, denial)) => Decided::Refuse(name, denial),
+                None => Decided::Refused,
+            }
         }
     }
 }

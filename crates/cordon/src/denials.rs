@@ -1,0 +1,167 @@
+//! One line on the user's terminal per denied host, as exec denials get: the first denial of
+//! a host at once, then at most one line per host every [`EVERY`], counting what it held back.
+//! Built from the session's events (network and HTTP denials), so it says what the log says.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use cordon_events::{Action, Event, Layer};
+
+/// How often one host may get a line after its first.
+pub const EVERY: Duration = Duration::from_secs(10);
+/// Hosts that get lines at all; past it, one line says the rest are only in the log.
+const MAX_HOSTS: usize = 200;
+
+/// The terminal lines for one session's denials.
+pub struct DenialLines {
+    enabled: bool,
+    /// Per host: when its last line was printed, denials since then not shown.
+    hosts: Mutex<HashMap<String, (Instant, u64)>>,
+}
+
+impl DenialLines {
+    /// Silent with `-q`.
+    pub fn new(quiet: bool) -> Self {
+        Self {
+            enabled: !quiet,
+            hosts: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Takes one emitted event; prints its line when it is a denial that is due one.
+    pub fn observe(&self, e: &Event) {
+        if let Some(line) = self.line_for(e, Instant::now()) {
+            // A pty in raw mode needs the carriage returns; a broken stderr is not fatal.
+            let _ = write!(std::io::stderr(), "\r\ncordon: {line}\r\n");
+        }
+    }
+
+    fn line_for(&self, e: &Event, now: Instant) -> Option<String> {
+        if !self.enabled
+            || e.action != Action::Deny
+            || !matches!(e.layer, Layer::Network | Layer::Http)
+        {
+            return None;
+        }
+        let host = clean(
+            e.detail_str("host")
+                .or_else(|| e.detail_str("url").map(url_host))
+                .unwrap_or("?"),
+        );
+        let rule = clean(e.rule.as_deref().unwrap_or("?"));
+        let what = clean(&e.reason);
+        let mut hosts = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
+        let n = hosts.len();
+        match hosts.get_mut(&host) {
+            None if n >= MAX_HOSTS => None,
+            None => {
+                hosts.insert(host.clone(), (now, 0));
+                Some(if n + 1 == MAX_HOSTS {
+                    format!(
+                        "denied {what} (rule {rule}); further denied hosts are only in the log (cordon log)"
+                    )
+                } else {
+                    format!("denied {what} (rule {rule})")
+                })
+            }
+            Some((last, held)) if now.duration_since(*last) < EVERY => {
+                *held += 1;
+                None
+            }
+            Some((last, held)) => {
+                let more = match *held {
+                    0 => String::new(),
+                    k => format!(
+                        "; {k} more denials of {host} in the last {} s",
+                        EVERY.as_secs()
+                    ),
+                };
+                *last = now;
+                *held = 0;
+                Some(format!("denied {what} (rule {rule}){more}"))
+            }
+        }
+    }
+}
+
+/// Control characters out, so a hostile name cannot drive the terminal.
+fn clean(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
+/// The host of `https://host:port/path`.
+fn url_host(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let auth = &rest[..end];
+    auth.rsplit_once(':')
+        .filter(|(_, p)| p.chars().all(|c| c.is_ascii_digit()))
+        .map_or(auth, |(h, _)| h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cordon_events::NewEvent;
+
+    fn event(n: NewEvent) -> Event {
+        Event {
+            time: "2026-12-01T00:00:00.000Z".into(),
+            session: "S1".into(),
+            seq: 0,
+            layer: n.layer,
+            action: n.action,
+            reason: n.reason,
+            rule: n.rule,
+            detail: n.detail,
+            prev: String::new(),
+            hash: String::new(),
+        }
+    }
+
+    fn ev(host: &str) -> Event {
+        event(
+            NewEvent::new(
+                Layer::Network,
+                Action::Deny,
+                format!("{host}:443 — no rule"),
+            )
+            .rule("network.default-deny")
+            .detail("host", host),
+        )
+    }
+
+    #[test]
+    fn first_denial_of_a_host_at_once_then_one_line_per_interval_with_a_count() {
+        let d = DenialLines::new(false);
+        let t0 = Instant::now();
+        let first = d.line_for(&ev("a.test"), t0).unwrap();
+        assert_eq!(
+            first,
+            "denied a.test:443 — no rule (rule network.default-deny)"
+        );
+        assert!(
+            d.line_for(&ev("b.test"), t0).is_some(),
+            "another host: its own line"
+        );
+        for _ in 0..3 {
+            assert!(
+                d.line_for(&ev("a.test"), t0 + Duration::from_secs(1))
+                    .is_none()
+            );
+        }
+        let later = d.line_for(&ev("a.test"), t0 + EVERY).unwrap();
+        assert!(
+            later.ends_with("; 3 more denials of a.test in the last 10 s"),
+            "{later}"
+        );
+        assert!(d.line_for(&ev("a.test"), t0 + EVERY).is_none());
+        assert!(DenialLines::new(true).line_for(&ev("c.test"), t0).is_none());
+        let allowed = event(NewEvent::new(Layer::Network, Action::Allow, "x"));
+        assert!(d.line_for(&allowed, t0).is_none());
+    }
+}

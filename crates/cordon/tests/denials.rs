@@ -1,0 +1,147 @@
+//! Readable denials, black-box: a denied HTTPS flow (through the proxy's CONNECT or straight
+//! through the TUN) reaches real clients — curl, python requests, pip — as a 403 in cordon's
+//! words, naming the rule, the reason and the policy lines that would allow it; other ports
+//! stay refused at the SYN; the user's terminal gets one line per denied host.
+
+mod common;
+
+use common::net::{PY, UNPROXIED, policy, setup, spawn_run, wait_limited};
+use common::{Env, show};
+use std::time::Duration;
+
+const NAME: &str = "denied.example.test";
+
+/// A name cordon's DNS answers (so clients connect) that no rule allows.
+fn pol(env: &Env) -> String {
+    policy(
+        env,
+        &format!("[dns]\nhosts = {{ \"{NAME}\" = \"127.0.0.1\" }}\n"),
+    )
+}
+
+fn run(env: &Env, script: &str) -> std::process::Output {
+    let p = pol(env);
+    wait_limited(spawn_run(env, &p, script), Duration::from_secs(120))
+}
+
+both!(
+    a_denied_https_flow_is_answered_with_cordons_403,
+    |env: Env| {
+        if !common::need(&["curl"], "the client") {
+            return;
+        }
+        setup(&env);
+        let script = [
+        // Through HTTPS_PROXY (CONNECT) and straight through the TUN, on 443 and on 8443.
+        format!("echo P443; curl -sS --max-time 10 https://{NAME}/simple/pkg/; echo \"RC $?\""),
+        format!("echo T443; curl -sS --noproxy '*' --max-time 10 https://{NAME}/x; echo \"RC $?\""),
+        format!("echo P8443; curl -sS --max-time 10 https://{NAME}:8443/y; echo \"RC $?\""),
+        format!("echo T8443; {UNPROXIED} curl -sS --max-time 10 https://{NAME}:8443/z; echo \"RC $?\""),
+        // A TLS port that is sent something else is closed; any other port is refused at once.
+        format!("echo PLAIN8443; {UNPROXIED} curl -sS --max-time 10 http://{NAME}:8443/; echo \"RC $?\""),
+        format!("echo SYN; {UNPROXIED} curl -sS --max-time 10 http://{NAME}:8081/; echo \"RC $?\""),
+    ]
+    .join("\n");
+        let o = run(&env, &script);
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let section = |tag: &str| -> String {
+            let start = out
+                .find(&format!("{tag}\n"))
+                .unwrap_or_else(|| panic!("no {tag}: {}", show(&o)));
+            let rest = &out[start..];
+            let end = rest.find("RC ").map_or(rest.len(), |i| {
+                i + rest[i..].find('\n').unwrap_or(rest.len() - i)
+            });
+            rest[..end].to_string()
+        };
+        for (tag, port, path, rule) in [
+            ("P443", 443, "/simple/pkg/", "http.default-deny"),
+            ("T443", 443, "/x", "http.default-deny"),
+            ("P8443", 8443, "/y", "network.default-deny"),
+            ("T8443", 8443, "/z", "network.default-deny"),
+        ] {
+            let s = section(tag);
+            assert!(
+                s.contains(&format!("denied by rule {rule}")),
+                "{tag}: {s}\n{}",
+                show(&o)
+            );
+            assert!(
+                s.contains("RC 0"),
+                "{tag}: curl read the 403 as an answer: {s}"
+            );
+            let ports = format!("[[network.allow]]\nhost = \"{NAME}\"\nports = [{port}]\n");
+            assert!(s.contains(&ports), "{tag}: the lines that allow it: {s}");
+            let url = if port == 443 {
+                format!("https://{NAME}{path}")
+            } else {
+                format!("https://{NAME}:{port}{path}")
+            };
+            assert!(
+                s.contains(&format!("To see why: cordon explain GET {url}")),
+                "{tag}: {s}"
+            );
+            assert!(!s.contains("CONNECT tunnel failed"), "{tag}: {s}");
+        }
+        let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+        // Not TLS: closed without an answer (curl 52, empty reply), never relayed.
+        assert!(section("PLAIN8443").contains("RC 52"), "{}", show(&o));
+        // Any other port: refused at the SYN (curl 7).
+        assert!(section("SYN").contains("RC 7"), "{}", show(&o));
+        // One terminal line for the host, though it was denied six times within seconds.
+        let lines: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with(&format!("cordon: denied {NAME}")))
+            .collect();
+        assert_eq!(lines.len(), 1, "{}", show(&o));
+        assert!(lines[0].contains("(rule "), "{}", lines[0]);
+    }
+);
+
+both!(python_requests_and_pip_show_the_rule, |env: Env| {
+    setup(&env);
+    let requests = format!(
+        "import requests\ntry:\n    r = requests.get('https://{NAME}/api', timeout=10)\n    print('BODY', r.text)\n    r.raise_for_status()\nexcept Exception as e:\n    print('EXC', e)\n"
+    );
+    env.write("req.py", &requests);
+    let script = [
+        format!("echo REQ-PROXY; {PY} req.py"),
+        format!("echo REQ-TUN; {UNPROXIED} {PY} req.py"),
+        // An index no rule allows (pip logs an index's HTTP errors at debug level only, so
+        // -vv), and a file from it (an error at the default level).
+        format!(
+            "echo PIP-INDEX; {PY} -m pip download -vv --no-cache-dir --retries 0 --timeout 10 -d dl --index-url https://{NAME}/simple/ somepkg 2>&1"
+        ),
+        format!(
+            "echo PIP-URL; {UNPROXIED} {PY} -m pip download --no-cache-dir --retries 0 --timeout 10 -d dl https://{NAME}/files/somepkg-1.0.tar.gz 2>&1"
+        ),
+        "echo END".to_string(),
+    ]
+    .join("\n");
+    let o = run(&env, &script);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let between = |a: &str, b: &str| -> String {
+        let i = out
+            .find(a)
+            .unwrap_or_else(|| panic!("no {a}: {}", show(&o)));
+        let j = out[i..].find(b).map_or(out.len(), |j| i + j);
+        out[i..j].to_string()
+    };
+    for (tag, next) in [("REQ-PROXY", "REQ-TUN"), ("REQ-TUN", "PIP-INDEX")] {
+        let s = between(tag, next);
+        // The body, and the exception itself, name the rule.
+        assert!(s.contains("BODY cordon: GET https://denied.example.test/api was denied by rule http.default-deny"), "{tag}: {s}");
+        assert!(
+            s.contains("EXC 403 Client Error: Forbidden by cordon rule http.default-deny"),
+            "{tag}: {s}"
+        );
+    }
+    for (tag, next) in [("PIP-INDEX", "PIP-URL"), ("PIP-URL", "END")] {
+        let s = between(tag, next);
+        assert!(s.contains("403"), "{tag}: {s}");
+        assert!(
+            s.contains("Forbidden by cordon rule http.default-deny"),
+            "{tag}: {s}"
+        );
+    }
+});
