@@ -9,4 +9,6 @@ if [ "$(id -u)" -eq 0 ]; then
     bash scripts/setup-agents.sh
     export CORDON_TEST_STRICT="${CORDON_TEST_STRICT:-1}"
 fi
+# Not among `cargo clippy --all-targets` (the target is test = false): linted here.
+cargo clippy -j2 -p cordon --test agents -- -D warnings
 cargo test -j2 -p cordon --test agents -- --test-threads=2
