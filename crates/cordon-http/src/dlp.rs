@@ -138,6 +138,9 @@ pub struct Scanner {
     forms: Vec<(String, usize)>,
     /// Per kind: the hosts it may go to.
     allowed: Vec<(String, Vec<HostPattern>)>,
+    /// Credentials' placeholders: they keep their key's shape (`sk-ant-…`) but open nothing,
+    /// so a token-shaped match inside one is no finding.
+    placeholders: Vec<Vec<u8>>,
 }
 
 impl Scanner {
@@ -205,7 +208,20 @@ impl Scanner {
             known,
             forms,
             allowed,
+            placeholders: Vec::new(),
         }
+    }
+
+    /// The same scanner, ignoring token shapes that are part of one of `placeholders`
+    /// (credentials' placeholders keep their key's prefix; where one may go is the swap's
+    /// business, which refuses it anywhere else).
+    pub fn ignoring_placeholders(mut self, placeholders: &[String]) -> Self {
+        self.placeholders = placeholders
+            .iter()
+            .filter(|p| !p.is_empty())
+            .map(|p| p.as_bytes().to_vec())
+            .collect();
+        self
     }
 
     /// Every secret in `data`, found at `place` (wherever it goes).
@@ -220,8 +236,13 @@ impl Scanner {
                 }
                 for m in re.find_iter(data) {
                     // AWS's documentation keys (`AKIAIOSFODNN7EXAMPLE`) are everywhere in
-                    // tests and READMEs, and open nothing.
-                    if m.as_bytes().ends_with(b"EXAMPLE") {
+                    // tests and READMEs, and open nothing; nor do placeholders.
+                    if m.as_bytes().ends_with(b"EXAMPLE")
+                        || self
+                            .placeholders
+                            .iter()
+                            .any(|p| memchr::memmem::find(p, m.as_bytes()).is_some())
+                    {
                         continue;
                     }
                     // An AWS key id is not part of a longer run of [0-9A-Z] (base32 text,

@@ -223,8 +223,11 @@ fn scanning(
         .collect();
     known.extend(host_secrets);
     let exemptions = d.allow.iter().map(dlp::Exemption::from).collect();
+    let placeholders: Vec<String> = credentials.iter().map(|c| c.placeholder.clone()).collect();
     Some(Dlp {
-        scanner: Arc::new(dlp::Scanner::new(known, exemptions)),
+        scanner: Arc::new(
+            dlp::Scanner::new(known, exemptions).ignoring_placeholders(&placeholders),
+        ),
         action: d.action,
         max_body: usize::try_from(d.max_body_bytes).unwrap_or(usize::MAX),
     })

@@ -4,7 +4,9 @@
 pub use crate::pattern::{Bare, HostPattern, HostPatternError, glob_match};
 pub use crate::schema::Choice;
 pub use crate::sections::agent::AgentPlan;
-pub use crate::sections::credentials::{CredentialPlan, CredentialSlot, CredentialSource};
+pub use crate::sections::credentials::{
+    CredentialPlan, CredentialSlot, CredentialSource, HeaderSlot,
+};
 pub use crate::sections::dlp::{DLP_KINDS, DlpAction, DlpAllow, DlpPlan};
 pub use crate::sections::dns::{DnsBlock, DnsPlan};
 pub use crate::sections::env::EnvPlan;

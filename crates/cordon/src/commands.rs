@@ -520,8 +520,13 @@ fn resolve_credentials(
     Vec<cordon_http::dlp::Known>,
 ) {
     let mut out: Vec<cordon_http::WireCredential> = Vec::new();
+    let key = match plan.credentials.is_empty() {
+        true => None,
+        false => placeholder_key(sink),
+    };
     for c in plan.credentials.clone() {
-        let wire = match cordon_http::credentials::resolve(&c) {
+        let Some(key) = &key else { break };
+        let wire = match cordon_http::credentials::resolve(&c, key) {
             Ok(w) => w,
             Err(_) if unset_built_in(&c) => continue,
             Err(e) => {
@@ -583,7 +588,9 @@ fn resolve_credentials(
         })
         .collect();
     known.extend(host.iter().cloned());
-    let leftover = cordon_http::dlp::Scanner::new(known, Vec::new());
+    let placeholders: Vec<String> = out.iter().map(|c| c.placeholder.clone()).collect();
+    let leftover =
+        cordon_http::dlp::Scanner::new(known, Vec::new()).ignoring_placeholders(&placeholders);
     for (path, names) in files {
         let masked = std::fs::read_to_string(&path)
             .map_err(|e| e.to_string())
@@ -632,6 +639,43 @@ fn resolve_credentials(
         }
     }
     (out, shown, host)
+}
+
+/// Where the user's placeholder secret lives: beside the CA, in the data directory that every
+/// sandbox has masked.
+pub(crate) fn placeholder_key_path() -> Option<PathBuf> {
+    cordon_events::data_dir().map(|d| d.join("credentials").join("placeholder.key"))
+}
+
+/// The user's placeholder secret (made on first use), so a credential keeps its placeholder
+/// from one session to the next. Without it, one for this session only, said in a warning
+/// and an event; `None` only when not even that can be had (credentials are then absent).
+fn placeholder_key(sink: &cordon_net::Emit) -> Option<cordon_http::credentials::PlaceholderKey> {
+    use cordon_http::credentials::PlaceholderKey;
+    let why = match placeholder_key_path().map(|p| PlaceholderKey::load_or_create(&p)) {
+        Some(Ok(k)) => return Some(k),
+        Some(Err(e)) => e.to_string(),
+        None => "no data directory (set HOME or XDG_DATA_HOME)".to_string(),
+    };
+    let _ = writeln!(
+        std::io::stderr(),
+        "cordon: warning: {why}; credential placeholders are new this session"
+    );
+    sink(NewEvent::new(
+        Layer::Credentials,
+        Action::Degraded,
+        format!("placeholders last this session only: {why}"),
+    ));
+    match PlaceholderKey::ephemeral() {
+        Ok(k) => Some(k),
+        Err(e) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "cordon: warning: no random source for placeholders ({e}); credentials are absent in the sandbox"
+            );
+            None
+        }
+    }
 }
 
 /// The HTTP layer as the gateway's flow handler: the one place layer 2 hands flows to layer
@@ -870,7 +914,7 @@ fn check(a: CheckArgs) -> i32 {
             }
             // Which credentials resolve here — never their values.
             for c in &l.plan.credentials {
-                if cordon_http::credentials::resolve(c).is_ok() {
+                if cordon_http::credentials::resolves(c) {
                     eprintln!("cordon: credential `{}` resolves", c.name);
                 } else {
                     eprintln!(

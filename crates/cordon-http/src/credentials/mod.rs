@@ -3,16 +3,20 @@
 //!
 //! - [`resolve`]: a plan's `[credentials.NAME]` made into a [`WireCredential`] — the real
 //!   value read on the host (an environment variable, a file, a command's output) and an
-//!   unguessable placeholder for the sandbox to hold instead.
+//!   unguessable placeholder for the sandbox to hold instead, the same in every session
+//!   ([`placeholder`]: keyed by a secret of the user's that no sandbox sees).
 //! - `swap` (crate-internal): at the wire, placeholders become real values only where the
 //!   credential may go; a placeholder anywhere else is a leak and refuses the request.
 //!
 //! Trust boundary: real values never go back into the sandbox; the caller puts only the
 //! placeholder in the sandbox's environment and files.
 
+mod placeholder;
 pub(crate) mod swap;
 
-use cordon_policy::{CredentialPlan, CredentialSlot, CredentialSource, HostPattern};
+pub use placeholder::{KeyError, PlaceholderKey, placeholder};
+
+use cordon_policy::{CredentialPlan, CredentialSlot, CredentialSource, HeaderSlot, HostPattern};
 
 /// A credential as the interceptor holds it: the sandbox's placeholder and the real value.
 #[derive(Clone)]
@@ -42,11 +46,25 @@ impl std::fmt::Debug for WireCredential {
 }
 
 impl WireCredential {
-    /// The header it travels in (lower-case), when it travels in one.
-    pub fn header(&self) -> Option<&str> {
+    /// The headers it travels in (lower-case), each with its format; none for a query
+    /// parameter.
+    pub fn headers(&self) -> Vec<HeaderSlot> {
         match &self.slot {
-            CredentialSlot::Header { name, .. } => Some(name),
-            CredentialSlot::Query { .. } => None,
+            CredentialSlot::Header { name, format } => vec![HeaderSlot {
+                name: name.clone(),
+                format: format.clone(),
+            }],
+            CredentialSlot::Headers(list) => list.clone(),
+            CredentialSlot::Query { .. } => Vec::new(),
+        }
+    }
+
+    /// Whether header `name` (lower-case) may carry it.
+    pub fn carries(&self, name: &str) -> bool {
+        match &self.slot {
+            CredentialSlot::Header { name: n, .. } => n == name,
+            CredentialSlot::Headers(list) => list.iter().any(|h| h.name == name),
+            CredentialSlot::Query { .. } => false,
         }
     }
 
@@ -54,25 +72,26 @@ impl WireCredential {
     pub fn query(&self) -> Option<&str> {
         match &self.slot {
             CredentialSlot::Query { name } => Some(name),
-            CredentialSlot::Header { .. } => None,
+            _ => None,
         }
     }
 
-    /// Where it travels, in words (`authorization`, `query parameter key`).
+    /// Where it travels, in words (`authorization`, `x-api-key or authorization`, `query
+    /// parameter key`).
     pub fn place(&self) -> String {
         match &self.slot {
-            CredentialSlot::Header { name, .. } => name.clone(),
             CredentialSlot::Query { name } => format!("query parameter {name}"),
+            _ => {
+                let names: Vec<String> = self.headers().into_iter().map(|h| h.name).collect();
+                names.join(" or ")
+            }
         }
     }
 
-    /// The header value to inject, holding `value` (the real one, or the placeholder to say
+    /// A header value in `format` holding `value` (the real one, or the placeholder to say
     /// what the sandbox would have sent); `Basic …` is base64-encoded after the scheme.
-    pub(crate) fn formatted(&self, value: &str) -> String {
-        let v = match &self.slot {
-            CredentialSlot::Header { format, .. } => format.replace("{}", value),
-            CredentialSlot::Query { .. } => value.to_string(),
-        };
+    pub(crate) fn formatted(format: &str, value: &str) -> String {
+        let v = format.replace("{}", value);
         match v.strip_prefix("Basic ") {
             Some(userpass) => format!("Basic {}", crate::b64::encode(userpass.as_bytes(), true)),
             None => v,
@@ -94,20 +113,29 @@ pub enum CredentialError {
     },
 }
 
-/// Reads `c`'s real value on the host and makes the session's placeholder for it.
-pub fn resolve(c: &CredentialPlan) -> Result<WireCredential, CredentialError> {
+/// Reads `c`'s real value on the host and makes its placeholder under `key` (the same one
+/// every session, for the same name and value).
+pub fn resolve(
+    c: &CredentialPlan,
+    key: &PlaceholderKey,
+) -> Result<WireCredential, CredentialError> {
     let real = read(&c.source).ok_or_else(|| CredentialError::Unresolved {
         name: c.name.clone(),
         from: c.source.clone(),
     })?;
     Ok(WireCredential {
         name: c.name.clone(),
-        placeholder: placeholder_for(&real),
+        placeholder: placeholder(key, &c.name, &real),
         real,
         hosts: c.hosts.clone(),
         slot: c.slot.clone(),
         inject: c.inject,
     })
+}
+
+/// Whether `c`'s source gives a value on the host (for `cordon check`; the value is dropped).
+pub fn resolves(c: &CredentialPlan) -> bool {
+    read(&c.source).is_some()
 }
 
 /// A credential's real value, read on the host (trimmed); `None` when it does not resolve.
@@ -129,29 +157,6 @@ fn read(source: &CredentialSource) -> Option<String> {
     }
     .map(|v| v.trim().to_string())
     .filter(|v| !v.is_empty())
-}
-
-/// An unguessable `cordon-` placeholder, as long as the real value where that is long enough
-/// for clients that check lengths.
-fn placeholder_for(real: &str) -> String {
-    // As long as the value (so scrubbing a response keeps its length), at least 12.
-    let len = real.len().max(12);
-    let mut bytes = vec![0u8; len.div_ceil(2)];
-    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| {
-        use std::io::Read;
-        f.read_exact(&mut bytes)
-    });
-    if read.is_err() {
-        // No /dev/urandom: std's per-process random hash keys, never a constant.
-        use std::hash::{BuildHasher, Hasher};
-        for (i, chunk) in bytes.chunks_mut(8).enumerate() {
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_usize(i);
-            chunk.copy_from_slice(&h.finish().to_le_bytes()[..chunk.len()]);
-        }
-    }
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("cordon-{}", &hex[..len - 7])
 }
 
 #[cfg(test)]

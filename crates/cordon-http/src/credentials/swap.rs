@@ -107,7 +107,7 @@ pub(crate) fn swap(
                 if !ours {
                     return Err(leak(elsewhere()));
                 }
-                if c.header() != Some(name.as_str()) {
+                if !c.carries(name.as_str()) {
                     return Err(leak(format!(
                         "in header {} (only {} may carry it)",
                         name.as_str(),
@@ -141,16 +141,19 @@ pub(crate) fn swap(
                 Err(_) => return Err(leak("in a URL it cannot be written to".into())),
             }
         }
-        if ours
-            && c.inject
-            && let Some(header) = c.header()
-            && let Ok(name) = hyper::header::HeaderName::from_bytes(header.as_bytes())
-            && let Ok(mut hv) = HeaderValue::from_str(&c.formatted(&c.real))
-        {
-            hv.set_sensitive(true);
-            parts.headers.insert(name, hv);
-            sent.push((c.formatted(&c.real), c.formatted(&c.placeholder)));
-            sent.push((c.real.clone(), c.placeholder.clone()));
+        if ours && c.inject {
+            // Every header it names: a client may read either.
+            for h in c.headers() {
+                let real = WireCredential::formatted(&h.format, &c.real);
+                if let Ok(name) = hyper::header::HeaderName::from_bytes(h.name.as_bytes())
+                    && let Ok(mut hv) = HeaderValue::from_str(&real)
+                {
+                    hv.set_sensitive(true);
+                    parts.headers.insert(name, hv);
+                    sent.push((real, WireCredential::formatted(&h.format, &c.placeholder)));
+                    sent.push((c.real.clone(), c.placeholder.clone()));
+                }
+            }
         }
         if cleartext && sent.len() > before {
             return Err(leak(

@@ -120,3 +120,48 @@ fn an_injected_credential_is_set_on_every_request_to_its_hosts() {
 fn query_values_are_percent_encoded() {
     assert_eq!(percent_encode("a b/c~d"), "a%20b%2Fc~d");
 }
+
+fn two_headers() -> CredentialSlot {
+    CredentialSlot::Headers(vec![
+        cordon_policy::HeaderSlot {
+            name: "x-api-key".into(),
+            format: "{}".into(),
+        },
+        cordon_policy::HeaderSlot {
+            name: "authorization".into(),
+            format: "Bearer {}".into(),
+        },
+    ])
+}
+
+#[test]
+fn a_credential_in_two_headers_is_swapped_in_both_and_nowhere_else() {
+    let c = [cred(two_headers(), false)];
+    let mut p = parts(
+        "https://api.example.test/x",
+        &[
+            ("x-api-key", PH),
+            ("authorization", &format!("Bearer {PH}")),
+        ],
+    );
+    swap(&c, &mut p, "api.example.test", b"").unwrap();
+    assert_eq!(p.headers["x-api-key"], REAL);
+    assert_eq!(p.headers["authorization"], format!("Bearer {REAL}"));
+    let err = swap(
+        &c,
+        &mut parts("https://api.example.test/", &[("cookie", PH)]),
+        "api.example.test",
+        b"",
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.1,
+        "in header cookie (only x-api-key or authorization may carry it)"
+    );
+    // Injected: each header in its own format.
+    let c = [cred(two_headers(), true)];
+    let mut p = parts("https://api.example.test/x", &[]);
+    swap(&c, &mut p, "api.example.test", b"").unwrap();
+    assert_eq!(p.headers["x-api-key"], REAL);
+    assert_eq!(p.headers["authorization"], format!("Bearer {REAL}"));
+}

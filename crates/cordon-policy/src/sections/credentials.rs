@@ -34,11 +34,34 @@ pub enum CredentialSlot {
         /// How the value is written.
         format: String,
     },
+    /// Several headers, each with its format: the same value travels in each (a client that
+    /// sends its key as both `x-api-key` and `authorization: Bearer …`).
+    Headers(Vec<HeaderSlot>),
     /// A query parameter.
     Query {
         /// The parameter name.
         name: String,
     },
+}
+
+/// One header of [`CredentialSlot::Headers`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HeaderSlot {
+    /// The header name, lower-case.
+    pub name: String,
+    /// How the value is written, `{}` for the value.
+    pub format: String,
+}
+
+impl HeaderSlot {
+    /// As `headers = [...]` writes it: `name`, or `name: format` when the format is not `{}`.
+    pub fn written(&self) -> String {
+        if self.format == "{}" {
+            self.name.clone()
+        } else {
+            format!("{}: {}", self.name, self.format)
+        }
+    }
 }
 
 /// `[credentials.NAME]`: the sandbox holds a placeholder; the HTTP layer swaps in the real
@@ -80,6 +103,7 @@ raw_table! {
         source: Table(RawSource) [required],
         hosts: Strings [required],
         header: String = "header = \"x-api-key\"",
+        headers: Strings = "headers = [\"x-api-key\", \"authorization: Bearer {}\"]",
         query: String = "query = \"key\"",
         format: String = "format = \"Bearer {}\"",
         inject: Boolean,
@@ -135,7 +159,7 @@ fn slot(
     at: &Spanned<Raw>,
 ) -> Result<CredentialSlot, PolicyError> {
     if let Some(q) = &e.query {
-        if e.header.is_some() {
+        if e.header.is_some() || !e.headers.is_empty() {
             return Err(cx.diag(
                 format!("[credentials.{name}] has both `header` and `query`"),
                 q.span(),
@@ -156,14 +180,13 @@ fn slot(
         }
         return Ok(CredentialSlot::Query { name: n });
     }
+    if !e.headers.is_empty() {
+        return headers(cx, name, e);
+    }
     let header = e.header.as_ref().map_or("authorization".to_string(), |h| {
         h.get_ref().trim().to_ascii_lowercase()
     });
-    if header.is_empty()
-        || !header
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-    {
+    if !header_name_ok(&header) {
         return Err(cx.diag(
             format!("invalid header name for [credentials.{name}]"),
             e.header.as_ref().map_or(at.span(), |h| h.span()),
@@ -185,6 +208,63 @@ fn slot(
         name: header,
         format,
     })
+}
+
+fn header_name_ok(h: &str) -> bool {
+    !h.is_empty() && h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
+/// `headers = ["x-api-key", "authorization: Bearer {}"]`: each entry a header name, with its
+/// format after a colon when it is not the bare value (as the header reads on the wire).
+fn headers(cx: &Convert<'_>, name: &str, e: &Raw) -> Result<CredentialSlot, PolicyError> {
+    if let Some(h) = e.header.as_ref() {
+        return Err(cx.diag(
+            format!("[credentials.{name}] has both `header` and `headers`"),
+            h.span(),
+            "keep one: headers = [\"x-api-key\", \"authorization: Bearer {}\"] names several",
+        ));
+    }
+    if let Some(f) = e.format.as_ref() {
+        return Err(cx.diag(
+            format!("[credentials.{name}]: `format` goes with `header`; with `headers` each entry carries its own"),
+            f.span(),
+            "write the format after the name: headers = [\"x-api-key\", \"authorization: Bearer {}\"]",
+        ));
+    }
+    let mut out: Vec<HeaderSlot> = Vec::new();
+    for h in &e.headers {
+        let (n, format) = match h.get_ref().split_once(':') {
+            Some((n, f)) => (n, f.trim().to_string()),
+            None => (h.get_ref().as_str(), "{}".to_string()),
+        };
+        let n = n.trim().to_ascii_lowercase();
+        if !header_name_ok(&n) {
+            return Err(cx.diag(
+                format!(
+                    "invalid header name {} in [credentials.{name}] headers",
+                    toml_string(h.get_ref())
+                ),
+                h.span(),
+                "e.g. headers = [\"x-api-key\", \"authorization: Bearer {}\"]",
+            ));
+        }
+        if !format.contains("{}") {
+            return Err(cx.diag(
+                format!("header {n} of [credentials.{name}] needs `{{}}` where the value goes"),
+                h.span(),
+                "e.g. \"authorization: Bearer {}\"",
+            ));
+        }
+        if out.iter().any(|x| x.name == n) {
+            return Err(cx.diag(
+                format!("header {n} is named twice in [credentials.{name}] headers"),
+                h.span(),
+                "name each header once",
+            ));
+        }
+        out.push(HeaderSlot { name: n, format });
+    }
+    Ok(CredentialSlot::Headers(out))
 }
 
 fn credential(
@@ -303,6 +383,10 @@ impl Section for Credentials {
                 CredentialSlot::Header { name, format } => {
                     out.string("header", name);
                     out.string("format", format);
+                }
+                CredentialSlot::Headers(list) => {
+                    let h: Vec<String> = list.iter().map(HeaderSlot::written).collect();
+                    out.strings("headers", &h);
                 }
             }
             if !c.files.is_empty() {
