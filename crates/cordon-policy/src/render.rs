@@ -199,6 +199,25 @@ pub(crate) mod tests {
                     inject: false,
                     origin: "/p/cordon.toml:50".into(),
                 },
+                CredentialPlan {
+                    name: "two headers".into(),
+                    env: Some("TWO_KEY".into()),
+                    source: CredentialSource::Env("TWO_KEY".into()),
+                    hosts: vec![glob("api.two.test")],
+                    slot: CredentialSlot::Headers(vec![
+                        crate::HeaderSlot {
+                            name: "x-api-key".into(),
+                            format: "{}".into(),
+                        },
+                        crate::HeaderSlot {
+                            name: "authorization".into(),
+                            format: "Bearer {}".into(),
+                        },
+                    ]),
+                    files: vec![],
+                    inject: true,
+                    origin: "/p/cordon.toml:60".into(),
+                },
             ],
             agent: AgentPlan {
                 commands: vec!["myagent".into()],
