@@ -50,7 +50,13 @@ impl DenialLines {
                 .or_else(|| e.detail_str("url").map(url_host))
                 .unwrap_or("?"),
         );
-        let rule = clean(e.rule.as_deref().unwrap_or("?"));
+        let rule = format!(
+            "{}{}",
+            clean(e.rule.as_deref().unwrap_or("?")),
+            explain_hint(e)
+                .map(|h| format!("; why: `{}`", clean(&h)))
+                .unwrap_or_default()
+        );
         let what = clean(&e.reason);
         let mut hosts = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
         let n = hosts.len();
@@ -82,6 +88,28 @@ impl DenialLines {
                 *held = 0;
                 Some(format!("denied {what} (rule {rule}){more}"))
             }
+        }
+    }
+}
+
+/// The `cordon explain` line for a denial: the request for an HTTP one (its query left out:
+/// the log shows it redacted), the connection for a network one.
+fn explain_hint(e: &Event) -> Option<String> {
+    match e.layer {
+        Layer::Http => {
+            let url = e.detail_str("url")?;
+            let url = url.split('?').next().unwrap_or(url);
+            Some(cordon_policy::explain::hint_for_request(
+                e.detail_str("method")?,
+                url,
+            ))
+        }
+        _ => {
+            let port = u16::try_from(e.detail.get("port")?.as_u64()?).ok()?;
+            Some(cordon_policy::explain::hint_for_host(
+                e.detail_str("host")?,
+                port,
+            ))
         }
     }
 }
@@ -163,5 +191,37 @@ mod tests {
         assert!(DenialLines::new(true).line_for(&ev("c.test"), t0).is_none());
         let allowed = event(NewEvent::new(Layer::Network, Action::Allow, "x"));
         assert!(d.line_for(&allowed, t0).is_none());
+    }
+
+    #[test]
+    fn a_line_names_the_explain_line_to_run() {
+        let d = DenialLines::new(false);
+        let t0 = Instant::now();
+        let flow = event(
+            NewEvent::new(Layer::Network, Action::Deny, "x.test:22 — no rule")
+                .rule("network.default-deny")
+                .detail("host", "x.test")
+                .detail("port", 22),
+        );
+        let line = d.line_for(&flow, t0).unwrap();
+        assert!(
+            line.ends_with("(rule network.default-deny; why: `cordon explain x.test:22`)"),
+            "{line}"
+        );
+        let req = event(
+            NewEvent::new(
+                Layer::Http,
+                Action::Deny,
+                "POST https://y.test/up?k=… → 403",
+            )
+            .rule("no-uploads")
+            .detail("method", "POST")
+            .detail("url", "https://y.test/up?k=…"),
+        );
+        let line = d.line_for(&req, t0).unwrap();
+        assert!(
+            line.ends_with("; why: `cordon explain POST https://y.test/up`)"),
+            "{line}"
+        );
     }
 }

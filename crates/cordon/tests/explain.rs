@@ -257,3 +257,21 @@ both!(an_exec_denial_names_its_explain_line, |env: Env| {
         show(&o)
     );
 });
+
+both!(a_network_denial_names_its_explain_line, |env: Env| {
+    if !common::need(&["curl"], "a denied connection") {
+        return;
+    }
+    common::net::tun_ready();
+    let o = inside(
+        &env,
+        &common::marked("curl -s -m 5 http://nothing-allows.example:8080/ >/dev/null; true"),
+    );
+    common::assert_ran(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("why: `cordon explain nothing-allows.example:8080`"),
+        "{}",
+        show(&o)
+    );
+});
