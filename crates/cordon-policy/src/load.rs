@@ -611,7 +611,7 @@ mod tests {
         let opts = LoadOptions::new("/work/p", "/home/u", dir.path().join("t.json"));
         let s = load(&opts).unwrap().plan.state;
         assert_eq!(s.on_exit, OnExit::Ask);
-        assert_eq!(s.project_files, ProjectFiles::Readonly);
+        assert_eq!(s.project_files, ProjectFiles::Staged);
         // Outside the project everything is read-only by default, which is stronger than review.
         assert!(s.protect.is_empty(), "{:?}", s.protect);
     }

@@ -317,10 +317,10 @@ fn built_in_state_protects_nothing_by_default() {
     let s = &l.plan.state;
     assert!(s.protect.is_empty(), "{:?}", s.protect);
     assert_eq!(s.on_exit, OnExit::Ask);
-    assert_eq!(s.project_files, ProjectFiles::Readonly);
+    assert_eq!(s.project_files, ProjectFiles::Staged);
     let json = serde_json::to_value(&l.plan).unwrap();
     assert_eq!(json["state"]["on_exit"], "ask");
-    assert_eq!(json["state"]["project_files"], "readonly");
+    assert_eq!(json["state"]["project_files"], "staged");
 }
 
 #[test]
@@ -378,9 +378,12 @@ fn untrusted_on_exit_keep_is_loosening() {
         );
     }
 
-    // The user keeps changes: an untrusted file that protects more, or stages the project's
-    // host-executed files, makes them writable without review.
-    env.user("[state]\non_exit = \"keep\"\nprotect = [\"~/.mine\"]\n");
+    // The user keeps changes (and keeps the project's host-executed files read-only, where
+    // the built-in policy stages them): an untrusted file that protects more, or stages them,
+    // makes them writable without review.
+    env.user(
+        "[state]\non_exit = \"keep\"\nprotect = [\"~/.mine\"]\nproject_files = \"readonly\"\n",
+    );
     env.project("[state]\nprotect = [\"~/.mine/sub\", \"~/.other\"]\nproject_files = \"staged\"\n");
     let l = env.load();
     let whats = loosened(&l);

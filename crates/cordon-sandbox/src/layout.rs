@@ -466,10 +466,55 @@ fn binds(
                 copy: copy.clone(),
             },
         });
+        // A staged git dir's object stores are written in place: content-addressed data git
+        // never runs, which review need not hash at every start (cordon-state leaves them
+        // out of its snapshots alike).
+        if let Staged::Dir { path, .. } = st {
+            for objects in git_object_dirs(path) {
+                binds.push(MountOp::Bind {
+                    path: objects,
+                    writable: true,
+                });
+            }
+        }
     }
     // Stable: at equal depth the sandbox's own mounts (pushed first) come before user binds.
     binds.sort_by_key(|b| depth(b.path()));
     binds
+}
+
+/// The object stores of the git dir `gitdir` and of the submodules' git dirs inside it (the
+/// state layer leaves every `objects` beside a `HEAD` out of its snapshots, the same rule).
+fn git_object_dirs(gitdir: &Path) -> Vec<PathBuf> {
+    let store = |g: &Path| {
+        let o = g.join("objects");
+        (g.join("HEAD").is_file() && std::fs::symlink_metadata(&o).is_ok_and(|m| m.is_dir()))
+            .then_some(o)
+    };
+    let mut out: Vec<PathBuf> = store(gitdir).into_iter().collect();
+    // A module's git dir holds HEAD and modules of its own; names may contain `/`.
+    let mut todo = vec![(gitdir.join("modules"), 0)];
+    while let Some((dir, depth)) = todo.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        if depth > 8 {
+            continue;
+        }
+        for e in rd.flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let p = e.path();
+            if p.join("HEAD").is_file() {
+                out.extend(store(&p));
+                todo.push((p.join("modules"), depth + 1));
+            } else {
+                todo.push((p, depth + 1));
+            }
+        }
+    }
+    out
 }
 
 /// Step 2. Read-only carve-outs, with their parents pinned so they cannot be swapped out by a
@@ -494,16 +539,25 @@ fn carve_outs(
             guarded.push(p.clone());
         }
     }
-    for p in guarded {
-        let staged = staged_paths.contains(&p);
+    for mut p in guarded {
+        // Inside a staged path (a whole git dir copy-on-write): reviewed with it, and writable
+        // there so that git's lock-and-rename writes work.
+        if staged_paths.iter().any(|s| within(&p, s) && *s != p) {
+            continue;
+        }
         let Ok(meta) = std::fs::symlink_metadata(&p) else {
             continue;
         };
         if meta.file_type().is_symlink() {
-            // A symlink cannot be a mount point; the link itself lives in a writable dir and
-            // could be replaced, so protect where it points only if that is inside the project.
-            continue;
+            // A symlink cannot be a mount point: protect where it points when that is inside
+            // a writable path (elsewhere it is read-only already). The link itself can still
+            // be replaced; the state layer puts it back at exit.
+            match std::fs::canonicalize(&p) {
+                Ok(t) if writable_roots.iter().any(|w| within(&t, w) && t != *w) => p = t,
+                _ => continue,
+            }
         }
+        let staged = staged_paths.contains(&p);
         if deny.iter().any(|(d, _)| within(&p, d)) {
             continue;
         }
@@ -779,7 +833,10 @@ mod tests {
             .position(|m| matches!(m, MountOp::Socket { path, host } if *path == at && host == Path::new("/host/agent.sock")))
             .unwrap();
         assert!(mask < sock);
-        assert!(l.place_socket(Path::new("/usr/x.sock"), Path::new("/h")).is_err());
+        assert!(
+            l.place_socket(Path::new("/usr/x.sock"), Path::new("/h"))
+                .is_err()
+        );
     }
 
     #[test]

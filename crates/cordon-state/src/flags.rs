@@ -202,6 +202,8 @@ pub(crate) fn flags(s: &Subject<'_>) -> Vec<String> {
             None => out.push("shell rc file changed (content not readable as text)".to_owned()),
         }
     }
+    // Git dirs, gitfiles and `.gitmodules`: which config keys execute, indirections.
+    out.extend(crate::exec_surface::flags(s));
     out
 }
 

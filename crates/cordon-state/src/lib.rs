@@ -15,7 +15,9 @@
 //! discard; `review`: changes, summary; `accept`; `restore`; `paths`: resolving callers' paths
 //! and the no-symlink checks before every host write), `manifest` the snapshots and their diff,
 //! `overlay` reading an overlayfs upper dir, `flags` what a reviewer must not miss, `escape`
-//! making untrusted names and text safe to print, `fsops` the atomic, no-follow file
+//! making untrusted names and text safe to print, `exec_surface` what the host loads or runs
+//! later (git dirs through their indirections, agents' and editors' settings: found, settled at
+//! exit, classified), `fsops` the atomic, no-follow file
 //! operations, `meta` the session record, `home` and `caches` the copy-on-write home and its
 //! cache layers.
 //!
@@ -31,6 +33,7 @@
 mod caches;
 mod error;
 mod escape;
+mod exec_surface;
 mod flags;
 mod fsops;
 mod home;
@@ -43,6 +46,9 @@ mod textdiff;
 
 pub use caches::{CacheInfo, CacheLayer, CacheStore, cache_dir};
 pub use error::StateError;
+pub use exec_surface::{
+    HOME_NAMES, ROOT_NAMES, Surface, applies_unasked, discover, is_git_objects, settle,
+};
 pub use home::{HomeLayer, HomeSpec, HomeWrite, home_writes_line};
 pub use manifest::{
     ChangeKind, Manifest, ManifestChange, Node, NodeKind, diff_manifests, hash_file, node_of, scan,

@@ -242,13 +242,20 @@ pub(crate) fn join_rel(base: &Path, rel: &Path) -> PathBuf {
     }
 }
 
-fn walk(root: &Path) -> walkdir::IntoIter {
+/// A git dir's object store is left out of snapshots and scans: it is only ever added to (a
+/// content-addressed store git never runs anything from), the sandbox writes it in place
+/// rather than through the git dir's copy-on-write layer, and hashing it at every start would
+/// cost time in proportion to the repository's history.
+fn walk(root: &Path) -> impl Iterator<Item = walkdir::Result<walkdir::DirEntry>> {
     walkdir::WalkDir::new(root)
         .follow_links(false)
         .follow_root_links(false)
         .same_file_system(true)
         .sort_by_file_name()
         .into_iter()
+        .filter_entry(|e| {
+            !(e.file_type().is_dir() && crate::exec_surface::is_git_objects(e.path()))
+        })
 }
 
 fn walk_err(root: &Path, e: walkdir::Error) -> StateError {

@@ -88,6 +88,7 @@ fn trust_store() -> TrustStore {
 }
 
 pub(crate) fn resolve_project(dir: Option<&Path>) -> Result<PathBuf> {
+    let explicit = dir.is_some();
     let dir = match dir {
         Some(d) => d.to_path_buf(),
         None => std::env::current_dir().context("cannot read the current directory")?,
@@ -101,6 +102,19 @@ pub(crate) fn resolve_project(dir: Option<&Path>) -> Result<PathBuf> {
     if !canon.is_dir() {
         return Err(anyhow!(
             "project {} is not a directory; pass --project DIR",
+            canon.display()
+        ));
+    }
+    // The project is writable as a whole: taken from the current directory, `/` or the home
+    // would hand the sandbox the user's rc files and every project at once by accident.
+    let home = home().canonicalize().unwrap_or_else(|_| home());
+    if !explicit && home.starts_with(&canon) {
+        return Err(anyhow!(
+            "the project would be {}, which {} your home directory: everything in it would be \
+             writable. Run cordon from the project's directory, or pass --project {} if you mean \
+             it (your shell rc files and agents' settings then stay under review)",
+            canon.display(),
+            if home == canon { "is" } else { "contains" },
             canon.display()
         ));
     }

@@ -19,19 +19,54 @@ fn store() -> Result<StateStore> {
         .ok_or_else(|| anyhow!("no state directory: set XDG_STATE_HOME or HOME"))
 }
 
-/// The paths to protect: the policy's list, plus the project's host-executed files when the
-/// policy stages them instead of making them read-only (the project's cordon.toml never is).
-fn protected(plan: &Plan) -> Vec<PathBuf> {
+/// The paths to protect: the policy's list, plus — when the policy stages the host-executed
+/// files instead of making them read-only — the host-executed surface of every writable path
+/// (git dirs through their indirections, agents' and editors' settings, rc files; see
+/// `cordon_state::discover`) and the project's other read-only files (its cordon.toml never).
+fn protected(plan: &Plan) -> (Vec<PathBuf>, Option<cordon_state::Surface>) {
     let mut v: Vec<PathBuf> = plan.state.protect.iter().map(|r| r.path.clone()).collect();
-    if plan.state.project_files == ProjectFiles::Staged {
-        let policy = plan.project.join("cordon.toml");
-        for r in &plan.filesystem.read_only {
-            if r.path.starts_with(&plan.project) && r.path != policy && !v.contains(&r.path) {
-                v.push(r.path.clone());
-            }
+    if plan.state.project_files != ProjectFiles::Staged {
+        return (v, None);
+    }
+    let policy = plan.project.join("cordon.toml");
+    let roots: Vec<PathBuf> = plan
+        .filesystem
+        .writable
+        .iter()
+        .map(|r| r.path.clone())
+        .collect();
+    let mut exclude: Vec<PathBuf> = plan
+        .filesystem
+        .deny
+        .iter()
+        .map(|r| r.path.clone())
+        .collect();
+    exclude.push(policy.clone());
+    let mut surface = cordon_state::discover(&roots, crate::home::home_dir().as_deref(), &exclude);
+    // The policy's own protected paths win where they overlap (one mount, one review each).
+    let own: Vec<PathBuf> = v
+        .iter()
+        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
+        .collect();
+    let clash = |p: &Path| own.iter().any(|o| p.starts_with(o) || o.starts_with(p));
+    surface.stage.retain(|p| !clash(p));
+    surface.watch.retain(|p| !clash(p));
+    v.extend(surface.stage.iter().cloned());
+    for r in &plan.filesystem.read_only {
+        let covered = surface.stage.iter().any(|s| r.path.starts_with(s))
+            || std::fs::canonicalize(&r.path).is_ok_and(|c| surface.stage.contains(&c));
+        // An absent one is on the surface's watch list (or inside a git dir that is).
+        let exists = std::fs::symlink_metadata(&r.path).is_ok();
+        if exists
+            && r.path.starts_with(&plan.project)
+            && r.path != policy
+            && !covered
+            && !v.contains(&r.path)
+        {
+            v.push(r.path.clone());
         }
     }
-    v
+    (v, Some(surface))
 }
 
 /// What the state layer hands the sandbox for one session.
@@ -47,12 +82,17 @@ pub struct Prepared {
     /// Caches left unmounted (neither the host nor a layer has them yet): what the session
     /// writes there becomes their layer at exit.
     pub unmounted: Vec<PathBuf>,
+    /// The host-executed surface found at the start, settled at exit before review.
+    pub surface: Option<cordon_state::Surface>,
 }
 
 /// Prepare the session's copy-on-write layers: the home (when the policy and this kernel
 /// allow it), its caches, and the protected paths. Warnings go to stderr and the log.
 pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prepared> {
-    let paths = protected(plan);
+    let (paths, surface) = protected(plan);
+    let watched = surface
+        .as_ref()
+        .is_some_and(|s| !s.watch.is_empty() || !s.links.is_empty() || !s.roots.is_empty());
     let store = store()?;
     let home = match crate::home::plan_home(plan, &paths) {
         Ok(Some(h)) => match crate::home::probe_home(&h.spec.path, &ensure_root(&store)?) {
@@ -75,7 +115,7 @@ pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prep
             None
         }
     };
-    if paths.is_empty() && home.is_none() {
+    if paths.is_empty() && home.is_none() && !watched {
         return Ok(Prepared::default());
     }
     let s = store
@@ -89,7 +129,7 @@ pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prep
         eprintln!("cordon: warning: {hint}");
         emit(NewEvent::new(Layer::State, Action::Degraded, hint));
     }
-    if s.entries.is_empty() && s.home.is_none() {
+    if s.entries.is_empty() && s.home.is_none() && !watched {
         let _ = s.forget();
         return Ok(Prepared::default());
     }
@@ -162,6 +202,7 @@ pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prep
         staged,
         caches,
         unmounted,
+        surface,
     })
 }
 
@@ -211,6 +252,11 @@ pub fn to_sandbox(s: &Session) -> Vec<Staged> {
 /// session wrote in the home; drop the session's layers once nothing in them is wanted.
 pub fn finish(plan: &Plan, p: &Prepared, emit: &dyn Fn(NewEvent)) {
     let Some(s) = &p.session else { return };
+    let settled = p
+        .surface
+        .as_ref()
+        .and_then(|surface| settle(s, surface, emit));
+    let s = settled.as_ref().unwrap_or(s);
     if let Some(home) = &s.home {
         crate::home::adopt_caches(&p.unmounted, home, emit);
     }
@@ -268,6 +314,47 @@ pub fn finish(plan: &Plan, p: &Prepared, emit: &dyn Fn(NewEvent)) {
                 .collect::<Vec<_>>(),
         ),
     );
+}
+
+/// What the session made on the host-executed surface outside its mounts (a new `.mcp.json`,
+/// a swapped symlink, a new git dir's hooks) is moved into it, so review sees it and the host
+/// does not; the session is reopened when its entries grew.
+fn settle(
+    s: &Session,
+    surface: &cordon_state::Surface,
+    emit: &dyn Fn(NewEvent),
+) -> Option<Session> {
+    match cordon_state::settle(s, surface) {
+        Ok(moved) if moved.is_empty() => None,
+        Ok(moved) => {
+            let names: Vec<String> = moved.iter().map(|p| p.display().to_string()).collect();
+            eprintln!(
+                "cordon: {} the host would load or run, made outside review, moved to review: {}",
+                crate::output::count(moved.len(), "file", "files"),
+                names.join(", ")
+            );
+            emit(
+                NewEvent::new(
+                    Layer::State,
+                    Action::Ask,
+                    "host-executed files made in the session moved to review",
+                )
+                .detail("paths", names),
+            );
+            store().and_then(|st| Ok(st.open(&s.id)?)).ok()
+        }
+        Err(e) => {
+            eprintln!(
+                "cordon: warning: checking host-executed files after the session failed: {e}"
+            );
+            emit(NewEvent::new(
+                Layer::State,
+                Action::Error,
+                format!("settling host-executed files failed: {e}"),
+            ));
+            None
+        }
+    }
 }
 
 /// Accept `paths` of a session (all protected changes when empty): those under a protected
@@ -414,6 +501,10 @@ fn review(plan: &Plan, s: &Session, emit: &dyn Fn(NewEvent)) -> Reviewed {
         // Dropped by the caller, with the rest of the session when nothing else is kept.
         return Reviewed::Unchanged;
     }
+    let changes = match apply_unasked(plan, s, changes, emit) {
+        Some(rest) => rest,
+        None => return Reviewed::Decided,
+    };
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let choice = match plan.state.on_exit {
         OnExit::Ask if interactive => ask(s),
@@ -479,6 +570,55 @@ fn review(plan: &Plan, s: &Session, emit: &dyn Fn(NewEvent)) -> Reviewed {
         }
     }
     Reviewed::Decided
+}
+
+/// Git changes that run nothing (commits, refs, `user.*`, `remote.*.url`, `branch.*`) are
+/// applied at once, and said so; the rest goes on to review. `None`: nothing is left.
+fn apply_unasked(
+    plan: &Plan,
+    s: &Session,
+    changes: Vec<cordon_state::Change>,
+    emit: &dyn Fn(NewEvent),
+) -> Option<Vec<cordon_state::Change>> {
+    let auto: Vec<PathBuf> = changes
+        .iter()
+        .filter(|c| cordon_state::applies_unasked(c))
+        .map(|c| c.host_path.clone())
+        .collect();
+    if auto.is_empty() || plan.state.on_exit == OnExit::Discard {
+        return Some(changes);
+    }
+    match s.accept(&auto) {
+        Ok(r) => {
+            eprintln!(
+                "cordon: applied {} to git metadata without asking: none sets a key that runs anything (commits, refs, identity, remotes, upstreams)",
+                crate::output::count(r.applied.len(), "change", "changes"),
+            );
+            for c in &r.conflicts {
+                eprintln!("cordon: not applied: {}: {}", c.path.display(), c.why);
+            }
+            emit(
+                NewEvent::new(
+                    Layer::State,
+                    Action::Allow,
+                    "git changes that run nothing applied",
+                )
+                .detail("applied", r.applied.len()),
+            );
+            if r.accepted {
+                return None;
+            }
+        }
+        Err(e) => {
+            eprintln!("cordon: applying git changes failed: {e}; they stay for review");
+            return Some(changes);
+        }
+    }
+    match s.changes() {
+        Ok(rest) if rest.is_empty() => None,
+        Ok(rest) => Some(rest),
+        Err(_) => None,
+    }
 }
 
 fn ask(s: &Session) -> OnExit {

@@ -205,29 +205,41 @@ both!(private_tmp_and_shm, |env: Env| {
     );
 });
 
-both!(host_executed_files_are_read_only, |env: Env| {
+both!(host_executed_files_do_not_reach_the_host, |env: Env| {
+    // Staged by default: writable inside (copy-on-write), held for review at exit; the
+    // project's own policy and the git dir's place stay fixed. tests/host_files.rs has the
+    // attacks judged by host-side git.
     env.ok("git init -q .");
     env.write(".envrc", "echo ok");
     env.write(".vscode/tasks.json", "{}");
     env.write(".mcp.json", "{}");
     env.write("cordon.toml", "");
+    for script in [
+        "echo evil > .git/hooks/pre-commit",
+        "git config core.hooksPath /tmp/h",
+        "echo evil >> .envrc",
+        "echo evil > .vscode/tasks.json",
+        "echo evil > .mcp.json",
+        "rm -rf .git/hooks",
+        "rm -f .envrc",
+    ] {
+        common::assert_ran(&env.run(&common::marked(script)));
+    }
     for (what, script) in [
-        ("hook", "echo evil > .git/hooks/pre-commit"),
-        ("git config", "git config core.hooksPath /tmp/h"),
-        ("envrc", "echo evil >> .envrc"),
-        ("vscode", "echo evil > .vscode/tasks.json"),
-        ("mcp", "echo evil > .mcp.json"),
         ("cordon.toml", "echo '[env]' > cordon.toml"),
         ("rename .git", "mv .git .git-old"),
-        ("remove hooks", "rm -rf .git/hooks"),
-        ("replace envrc", "rm -f .envrc"),
     ] {
         common::assert_denied(&env.run(&common::marked(script)), what);
     }
     assert!(!env.project.join(".git/hooks/pre-commit").exists());
+    assert!(env.project.join(".git/hooks").is_dir());
     assert_eq!(
         std::fs::read_to_string(env.project.join(".envrc")).unwrap(),
         "echo ok"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.project.join(".mcp.json")).unwrap(),
+        "{}"
     );
     assert!(
         !std::fs::read_to_string(env.project.join(".git/config"))
@@ -515,7 +527,7 @@ both!(escapes_fail_with_the_syscall_denials_lifted, |env: Env| {
     assert!(log.contains("off for nested sandboxes"), "{log}");
 });
 
-both!(submodule_git_config_is_read_only, |env: Env| {
+both!(submodule_git_config_is_reviewed, |env: Env| {
     // A repo with a submodule: a host `git status` reads the submodule's own config, whose
     // core.fsmonitor is a command, so it is host-executed like .git/config.
     let upstream = env.base.join("upstream");
@@ -551,11 +563,20 @@ both!(submodule_git_config_is_read_only, |env: Env| {
     );
     env.own(&env.base);
     assert!(env.project.join(".git/modules/sub/config").exists());
-    env.denied(
+    // Writable inside (the git dir is copy-on-write), held for review: not on the host.
+    for script in [
         "git config -f .git/modules/sub/config core.fsmonitor 'touch /var/tmp/pwned; false'",
+        "echo evil > .git/modules/sub/hooks/post-checkout",
+        "mv .git/modules .git/modules-old",
+    ] {
+        common::assert_ran(&env.run(&common::marked(script)));
+    }
+    assert!(
+        !env.project
+            .join(".git/modules/sub/hooks/post-checkout")
+            .exists()
     );
-    env.denied("echo evil > .git/modules/sub/hooks/post-checkout");
-    env.denied("mv .git/modules .git/modules-old");
+    assert!(!env.project.join(".git/modules-old/sub/config").exists());
     assert!(
         !std::fs::read_to_string(env.project.join(".git/modules/sub/config"))
             .unwrap()

@@ -104,6 +104,25 @@ pub(crate) struct Exec {
     pub ask_timeout: Scalar<u64>,
 }
 
+/// A `[` that starts a word reads as a character class, which exec patterns do not have
+/// (only `*` and `?`): closed, it would match only itself; unclosed, nothing a shell passes.
+/// A lone `[` (the `test` program, `[ -f x ]`) is a word of its own and fine.
+fn bracket_problem(pat: &str) -> Option<&'static str> {
+    for (i, _) in pat.match_indices('[') {
+        let rest = &pat[i + 1..];
+        if rest.is_empty() || rest.starts_with(char::is_whitespace) {
+            continue;
+        }
+        let word = rest.split(char::is_whitespace).next().unwrap_or("");
+        return Some(if word.contains(']') {
+            "has a character class `[...]`, but exec patterns only know `*` and `?`: it would match the brackets literally"
+        } else {
+            "has an unclosed `[`, so it cannot match what it seems to"
+        });
+    }
+    None
+}
+
 fn pattern(
     cx: &Convert<'_>,
     p: &Spanned<String>,
@@ -120,6 +139,8 @@ fn pattern(
             "exec pattern {} contains a NUL character",
             toml_string(pat)
         ))
+    } else if let Some(why) = bracket_problem(pat) {
+        Some(format!("exec pattern {} {why}", toml_string(pat)))
     } else if pat.trim() != pat {
         Some(format!(
             "exec pattern {} starts or ends with whitespace, so it would never match",

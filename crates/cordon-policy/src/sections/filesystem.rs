@@ -36,6 +36,38 @@ pub struct FilesystemPlan {
     pub landlock: LandlockMode,
 }
 
+/// The glob character in `path`, if it has one: paths are taken literally, so `deny =
+/// ["~/work/*.pem"]` would mask a file named `*.pem` and nothing else.
+pub(crate) fn glob_char(path: &str) -> Option<usize> {
+    let b = path.as_bytes();
+    b.iter().enumerate().find_map(|(i, c)| match c {
+        b'*' | b'?' => Some(i),
+        b'[' if path[i + 1..].contains(']') => Some(i),
+        _ => None,
+    })
+}
+
+/// A path with a glob is an error naming its line, never a rule that silently matches nothing.
+pub(crate) fn refuse_globs(
+    cx: &Convert<'_>,
+    key: &str,
+    list: &[serde_spanned::Spanned<String>],
+) -> Result<(), PolicyError> {
+    for p in list {
+        if glob_char(p.get_ref()).is_some() {
+            return Err(cx.diag(
+                format!(
+                    "{key} path {} has a glob, but paths are literal: it would match nothing",
+                    crate::schema::toml_string(p.get_ref())
+                ),
+                p.span(),
+                "list each path instead; a directory covers everything inside it (e.g. \"~/work/keys\")",
+            ));
+        }
+    }
+    Ok(())
+}
+
 raw_table! {
     /// `[filesystem]` as written.
     pub(crate) struct Raw example "writable = [\"~/.cache/x\"]" {
@@ -63,6 +95,14 @@ impl Section for Filesystem {
     const SHAPE: Shape = Shape::Table(&Raw::TABLE);
 
     fn convert(raw: Raw, cx: &mut Convert<'_>) -> Result<Self, PolicyError> {
+        for (key, list) in [
+            ("readable", &raw.readable),
+            ("writable", &raw.writable),
+            ("deny", &raw.deny),
+            ("read_only", &raw.read_only),
+        ] {
+            refuse_globs(cx, key, list)?;
+        }
         Ok(Filesystem {
             readable: cx.paths(&raw.readable, "readable", false)?,
             writable: cx.paths(&raw.writable, "writable", false)?,

@@ -35,7 +35,11 @@ crate::choice! {
         /// Read-only inside the sandbox (the filesystem plan's `read_only`).
         #[default]
         Readonly = "readonly",
-        /// Writable copy-on-write, reviewed at exit like other protected state.
+        /// Writable copy-on-write, reviewed at exit like other protected state: the whole
+        /// host-executed surface of every writable path (git dirs through their indirections,
+        /// agents' and editors' settings, rc files), including names made during the session.
+        /// Git changes that run nothing are applied at exit without asking. The built-in policy's
+        /// choice.
         Staged = "staged",
     }
 }
@@ -101,6 +105,8 @@ impl Section for State {
     const SHAPE: Shape = Shape::Table(&Raw::TABLE);
 
     fn convert(raw: Raw, cx: &mut Convert<'_>) -> Result<Self, PolicyError> {
+        crate::sections::filesystem::refuse_globs(cx, "protect", &raw.protect)?;
+        crate::sections::filesystem::refuse_globs(cx, "caches", &raw.caches)?;
         Ok(State {
             protect: cx.paths(&raw.protect, "protect", false)?,
             on_exit: raw.on_exit.map(|v| (*v.get_ref(), cx.origin(v.span()))),

@@ -355,6 +355,12 @@ fn gitdir_of(p: &Path) -> Option<PathBuf> {
     })
 }
 
+/// A git dir's object store (`objects` beside `HEAD`).
+pub fn is_git_objects(p: &Path) -> bool {
+    p.file_name().is_some_and(|n| n == "objects")
+        && p.parent().is_some_and(|g| g.join("HEAD").is_file())
+}
+
 /// Files in a git dir git only stores data in (never runs, never follows elsewhere).
 fn inert_in_gitdir(rel: &Path) -> bool {
     let parts: Vec<String> = rel

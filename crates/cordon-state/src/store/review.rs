@@ -85,6 +85,16 @@ impl Session {
             let (after, sources) = match e.kind {
                 _ if e.embedded => crate::home::embedded_after(&before, &e.upper)?,
                 EntryKind::Dir => overlay::merged(&before, &e.upper)?,
+                // A tree moved off the host at exit (`Session::quarantine`): all of it is new.
+                EntryKind::Absent if fs::symlink_metadata(&e.upper).is_ok_and(|m| m.is_dir()) => {
+                    let m = manifest::scan(&e.upper)?;
+                    let s = m
+                        .entries
+                        .keys()
+                        .map(|r| (r.clone(), join_rel(&e.upper, r)))
+                        .collect();
+                    (m, s)
+                }
                 EntryKind::File | EntryKind::Absent => {
                     let mut m = Manifest::default();
                     let mut s = BTreeMap::new();
