@@ -23,7 +23,7 @@ fn policy(env: &Env) {
         format!(
             "[[http.rule]]\nname = \"no-uploads\"\nhost = \"pypi.org\"\nmethods = [\"POST\"]\n\
              action = \"deny\"\n\
-             [exec]\ndeny = [\"git push *\"]\n\
+             [exec]\ndeny = [\"git push *\"]\nask = [\"npm publish *\"]\n\
              [credentials.fromcmd]\nenv = \"FROMCMD\"\nsource = {{ command = [\"printf\", \"{CMD_SECRET}\"] }}\n\
              hosts = [\"api.example.test\"]\nheader = \"x-a\"\n\
              [credentials.fromenv]\nenv = \"FROMENV\"\nsource = {{ env = \"CORDON_TEST_EXPLAIN_KEY\" }}\n\
@@ -143,6 +143,14 @@ both!(commands_are_decided_by_the_exec_rules, |env: Env| {
     assert!(out.contains("cordon/cordon.toml:"), "{out}");
     let o = explain(&env, &["--", "git", "status"]);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    // Held for a person: not allowed yet, so exit 1, and it says who decides.
+    let o = explain(&env, &["--", "npm", "publish", "--tag", "x"]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains(": ask\n") && out.contains("cordon approve"),
+        "{out}"
+    );
 });
 
 both!(bad_input_is_125_with_what_to_give, |env: Env| {
