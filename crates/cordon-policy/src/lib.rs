@@ -12,11 +12,11 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod env;
 pub mod detect;
+pub mod env;
 pub mod error;
-pub mod explain;
 mod expand;
+pub mod explain;
 mod file;
 pub mod load;
 pub mod pattern;
