@@ -145,3 +145,44 @@ both!(python_requests_and_pip_show_the_rule, |env: Env| {
         );
     }
 });
+
+both!(
+    a_request_no_http_rule_allows_names_the_rule_that_would,
+    |env: Env| {
+        if !common::need(&["curl"], "the client") {
+            return;
+        }
+        setup(&env);
+        let host = "rules.example.test";
+        // The host is reachable (a rule allows part of it), so cordon reads each request: one
+        // outside that rule falls to the default.
+        let p = policy(
+            &env,
+            &format!(
+                "[dns]\nhosts = {{ \"{host}\" = \"127.0.0.1\" }}\n\
+             [[http.rule]]\nname = \"only-ok\"\nhost = \"{host}\"\npath = \"/ok/*\"\naction = \"allow\"\n"
+            ),
+        );
+        let script =
+            format!("{UNPROXIED} curl -sS --max-time 10 https://{host}/other?x=1; echo \"RC $?\"");
+        let o = wait_limited(spawn_run(&env, &p, &script), Duration::from_secs(120));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains("was denied by rule \"default\""),
+            "{}",
+            show(&o)
+        );
+        let lines = format!(
+            "To allow it, add to the policy:\n[[http.rule]]\nname = \"allow-{host}\"\nhost = \"{host}\"\nport = 443\nmethods = [\"GET\"]\npath = \"/other\"\naction = \"allow\"\n"
+        );
+        assert!(out.contains(&lines), "{}", show(&o));
+        assert!(
+            out.contains(&format!(
+                "To see why: cordon explain GET https://{host}/other\n"
+            )),
+            "{}",
+            show(&o)
+        );
+        assert!(out.contains("RC 0"), "{}", show(&o));
+    }
+);

@@ -94,13 +94,49 @@ pub(crate) async fn check(
         denied = denied.judge_call(call);
     }
     (i.emit)(denied);
-    Err(Refused::new(
-        StatusCode::FORBIDDEN,
-        format!(
-            "cordon: {} {} was denied by rule \"{}\": {why}.\nThe same request by any other route (another tool, proxy or address) is denied too.\n",
-            ex.method, ex.url, d.rule
-        ),
-    ))
+    let mut text = format!(
+        "cordon: {} {} was denied by rule \"{}\": {why}.\nThe same request by any other route (another tool, proxy or address) is denied too.\n",
+        ex.method, ex.url, d.rule
+    );
+    if action == HttpAction::Deny && d.rule == "default" {
+        text.push_str(&format!(
+            "To allow it, add to the policy:\n{}\n",
+            allow_lines(ex)
+        ));
+    }
+    text.push_str(&format!(
+        "To see why: {}\n",
+        cordon_policy::explain::hint_for_request(&ex.method, &ex.url)
+    ));
+    Err(Refused::new(StatusCode::FORBIDDEN, text))
+}
+
+/// The `[[http.rule]]` that would let this request (method, host, port, path) through.
+fn allow_lines(ex: &Exchange<'_>) -> String {
+    let q = |s: &str| {
+        let mut out = String::from("\"");
+        for c in s.chars() {
+            match c {
+                '"' | '\\' => {
+                    out.push('\\');
+                    out.push(c);
+                }
+                c if c.is_control() => out.push_str(&format!("\\u{:04X}", u32::from(c))),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+        out
+    };
+    let host = ex.host();
+    format!(
+        "[[http.rule]]\nname = {}\nhost = {}\nport = {}\nmethods = [{}]\npath = {}\naction = \"allow\"",
+        q(&format!("allow-{host}")),
+        q(host),
+        ex.conn.port,
+        q(&ex.method),
+        q(&ex.path)
+    )
 }
 
 /// Asks the judge about the request; returns what its answer makes of it (allow, deny, or
