@@ -185,11 +185,15 @@ both!(
     inside_a_session_the_answer_is_the_same_and_no_secret_is_readable,
     |env: Env| {
         policy(&env);
-        let asks: [&[&str]; 4] = [
+        let asks: [&[&str]; 7] = [
             &["POST", "https://pypi.org/upload/x"],
             &["https://nothing-allows.example/"],
             &["--", "git", "push", "origin", "main"],
             &["--write", "/usr/lib/cordon-explain-test"],
+            // Masked inside, so the view differs there: the answer must not.
+            &["~/.ssh/id_ed25519"],
+            &["--write", "~/.bashrc"],
+            &["github.com:22"],
         ];
         let mut script = String::new();
         for a in asks {
