@@ -695,6 +695,27 @@ both!(claude_interactive_with_an_api_key_answers, |env: Env| {
         .unwrap_or_default()
         .to_string();
     review_is_quiet(&env, &session, case.state, &s);
+    // Kept, the first run's answers hold in the next session, the approval of the key too
+    // (Claude keeps it by the key's tail): the placeholder is the same, session after session.
+    let o = cordon(&env)
+        .args(["state", "accept", &session])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let _ = std::fs::remove_file(&env.audit);
+    let t2 = Tmux::start(&format!("{name}-2"), &c, &env.project);
+    let s = t2
+        .wait("shift+tab to cycle", 60)
+        .unwrap_or_else(|s| panic!("the second session did not reach the prompt:\n{s}"));
+    assert!(
+        !s.contains("Do you want to use this API key") && !s.contains("Choose the text style"),
+        "the second session asked again:\n{s}"
+    );
+    t2.keys(&["Say hello again", "Enter"]);
+    let s = t2
+        .wait(&ready.answer, 60)
+        .unwrap_or_else(|s| panic!("no answer in the second session:\n{s}"));
+    assert!(!s.contains("Not logged in"), "{s}");
 });
 
 /// The session start event of `cordon run --no-tty -- ARGV` (with `extra` before `--`).
