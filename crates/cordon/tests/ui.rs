@@ -7,6 +7,7 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -557,7 +558,10 @@ impl Browser {
             .local_addr()
             .unwrap()
             .port();
+        // Its own process group, so dropping the driver ends the browser it started too, even
+        // when the test fails before the WebDriver session is deleted.
         let driver = Command::new("chromedriver")
+            .process_group(0)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -681,6 +685,10 @@ impl Drop for Browser {
                 "",
             );
         }
+        let _ = Command::new("kill")
+            .args(["-KILL", "--"])
+            .arg(format!("-{}", self.driver.id()))
+            .status();
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
