@@ -48,8 +48,9 @@ pub(crate) struct ExecSupervisor<'a> {
     listener: Listener,
     exec: &'a ExecPlan,
     syscalls: &'a SyscallsPlan,
-    /// The command keeps CAP_SETFCAP, so the filter denies it xattr writes too.
-    holds_setfcap: bool,
+    /// The command runs as uid 0, the host's root: the filter denies it set-id modes (and
+    /// xattr writes, with nested sandboxes).
+    root: bool,
     /// The session's broker, and where its answers to this layer land.
     approvals: Option<(Approvals, Mailbox)>,
     held: HashMap<u64, Held>,
@@ -257,7 +258,7 @@ impl<'a> ExecSupervisor<'a> {
             exec,
             syscalls,
             // The sandbox runs as the supervisor's own uid (see `InitSpec::uid`).
-            holds_setfcap: sys::keeps_setfcap(syscalls.nested_userns, sys::getuid()),
+            root: sys::getuid() == 0,
             approvals,
             held: HashMap::new(),
             remembered: HashMap::new(),
@@ -303,7 +304,7 @@ impl<'a> ExecSupervisor<'a> {
         )
         .rule(seccomp::denial_rule(
             self.syscalls,
-            self.holds_setfcap,
+            self.root,
             n.nr,
             &n.args,
         ))

@@ -407,13 +407,14 @@ fn command_child(spec: &InitSpec, slave: Option<OwnedFd>, report: OwnedFd) -> ! 
     // set keep it from ever becoming more at exec. Nothing else is kept, and never for a user.
     // What CAP_SETFCAP is for, writing security.capability, the filter below takes away: root
     // here is root of the host, and the host would honour what it wrote.
-    let setfcap = sys::keeps_setfcap(nested, spec.uid);
-    let keep = setfcap.then_some(sys::CAP_SETFCAP);
+    let root = spec.uid == 0;
+    let keep = sys::keeps_setfcap(nested, root).then_some(sys::CAP_SETFCAP);
     if let Err(e) = sys::drop_capabilities_but(keep) {
         child_fail(r, "capabilities", e);
     }
     // The syscall filter goes on last, just before exec: nothing of setup needs what it denies.
-    let filters = match seccomp::build(&spec.syscalls, spec.supervise_exec, setfcap) {
+    // As root it also keeps set-id bits off files (and file capabilities, with CAP_SETFCAP).
+    let filters = match seccomp::build(&spec.syscalls, spec.supervise_exec, root) {
         Ok(f) => f,
         Err(e) => child_fail(r, "syscalls", e),
     };

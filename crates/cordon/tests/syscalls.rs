@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::time::{Duration, Instant};
 
 use common::{Env, all_output, approve, runtime_dir, show, wait_for_question};
@@ -234,6 +235,127 @@ both!(policy_can_deny_more_syscalls, |env: Env| {
             || log.contains(&policy.display().to_string()),
         "{log}"
     );
+});
+
+both!(set_id_files_never_reach_the_host_as_root, |env: Env| {
+    if !common::need(&["python3", "tar", "install"], "set-id modes as root") {
+        return;
+    }
+    // An archive holding a setuid file (as root: a setuid-root one), made on the host.
+    let fixture = env.base.join("setid");
+    std::fs::create_dir_all(fixture.join("t")).unwrap();
+    let member = fixture.join("t/member");
+    std::fs::copy("/bin/true", &member).unwrap();
+    let setuid = std::fs::Permissions::from_mode(0o4755);
+    std::fs::set_permissions(&member, setuid).unwrap();
+    let archive = fixture.join("setid.tar");
+    let made = std::process::Command::new("tar")
+        .arg("-C")
+        .arg(fixture.join("t"))
+        .arg("-cpf")
+        .arg(&archive)
+        .arg("member")
+        .status()
+        .unwrap();
+    assert!(made.success());
+    env.own(&fixture);
+    // Every way a set-id file is made: chmod (octal, u+s, g+s; fchmodat), install -m
+    // (fchmodat after creating), open(O_CREAT) with the mode, mknod of a regular file, tar -p
+    // (fchmod), cp -p of a setuid file, a setgid directory; then what must still work.
+    let o = env.attempt(&format!(
+        "cp /bin/true a; chmod 4755 a; echo OCTAL=$?\n\
+         cp /bin/true b; chmod u+s b; echo U_S=$?\n\
+         cp /bin/true c; chmod g+s c; echo G_S=$?\n\
+         install -m 4755 /bin/true d; echo INSTALL=$?\n\
+         python3 -c 'import os; os.close(os.open(\"e\", os.O_CREAT | os.O_WRONLY, 0o4755))'; echo OPEN=$?\n\
+         python3 -c 'import os, stat; os.mknod(\"f\", stat.S_IFREG | 0o2755)'; echo MKNOD=$?\n\
+         mkdir -p x && tar -C x -xpf {archive}; echo TAR=$?\n\
+         cp -p {member} g; echo CP_P=$?\n\
+         mkdir sgid; chmod g+s sgid; echo DIR=$?\n\
+         cp /bin/true h; chmod 755 h; echo PLAIN=$?\n\
+         cp /bin/true i; chmod 600 i; chmod +x i && ./i; echo PLUS_X=$?\n\
+         mkdir sticky; chmod 1777 sticky; echo STICKY=$?\n\
+         {}\n",
+        raw_syscall("437", ", -100, b\"j\", 0, 24").replace("print(\"", "print(\"OPENAT2 "),
+        archive = archive.display(),
+        member = member.display(),
+    ));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let got = |k: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .unwrap_or_else(|| panic!("{k} missing\n{}", show(&o)))
+            .to_string()
+    };
+    let host_mode = |rel: &str| {
+        std::fs::symlink_metadata(env.project.join(rel))
+            .map(|m| m.permissions().mode() & 0o7777)
+            .ok()
+    };
+    // Ordinary modes work for both.
+    for k in ["PLAIN=", "PLUS_X=", "STICKY="] {
+        assert_eq!(got(k), "0", "{k}\n{}", show(&o));
+    }
+    assert_eq!(host_mode("h"), Some(0o755));
+    assert_eq!(host_mode("sticky"), Some(0o1777));
+    let log = std::fs::read_to_string(&env.audit).unwrap();
+    let rule = |syscall: &str| {
+        log.lines().any(|l| {
+            l.contains(&format!("\"syscall\":\"{syscall}\""))
+                && l.contains(&format!(
+                    "built-in: {syscall} with set-id bits as root (a set-id file would reach the host)"
+                ))
+        })
+    };
+    // `[syscalls] allow` cannot lift it: the policy is refused, saying why.
+    let lift = env.base.join("lift.toml");
+    std::fs::write(&lift, "[syscalls]\nallow = [\"fchmodat\"]\n").unwrap();
+    env.own(&lift);
+    let checked = env.cordon().arg("check").arg(&lift).output().unwrap();
+    assert!(
+        !checked.status.success()
+            && all_output(&checked).contains("only as root, with a setuid or setgid mode"),
+        "{}",
+        show(&checked)
+    );
+    match env.who {
+        common::Who::Root => {
+            for k in [
+                "OCTAL=", "U_S=", "G_S=", "INSTALL=", "OPEN=", "MKNOD=", "TAR=", "CP_P=", "DIR=",
+            ] {
+                assert_ne!(got(k), "0", "{k} succeeded\n{}", show(&o));
+            }
+            // What the host sees: no set-id bit anywhere (a file may be left without it).
+            for rel in ["a", "b", "c", "d", "e", "f", "x/member", "g", "sgid"] {
+                let m = host_mode(rel);
+                assert!(
+                    m.is_none_or(|m| m & 0o6000 == 0),
+                    "{rel} reached the host with mode {m:?}"
+                );
+            }
+            assert_eq!(host_mode("a"), Some(0o755), "cp worked, chmod did not");
+            assert!(host_mode("e").is_none(), "open(O_CREAT, 04755) created it");
+            // openat2 carries its mode out of the filter's reach: ENOSYS, so callers fall back.
+            assert_eq!(got("OPENAT2 "), "errno=38", "{}", show(&o));
+            for syscall in ["fchmodat", "openat", "mknodat", "fchmod"] {
+                assert!(rule(syscall), "no {syscall} denial naming the rule:\n{log}");
+            }
+        }
+        common::Who::User => {
+            // A user's set-id file runs as the user, which the user is already (and the
+            // sandbox's own mounts are nosuid): the kernel's to judge, as on the host.
+            assert_eq!(got("OCTAL="), "0", "{}", show(&o));
+            assert_eq!(got("U_S="), "0", "{}", show(&o));
+            assert_eq!(host_mode("b"), Some(0o4755));
+            let uid = std::fs::metadata(env.project.join("b")).unwrap().uid();
+            assert_eq!(uid, env.uid(), "owned by the user, not root");
+            assert_eq!(got("OPEN="), "0", "{}", show(&o));
+            assert_eq!(host_mode("e").map(|m| m & 0o4000), Some(0o4000));
+            // openat2 reaches the kernel, which finds no `struct open_how` at NULL.
+            assert_eq!(got("OPENAT2 "), "errno=14", "{}", show(&o));
+            assert!(!log.contains("set-id bits as root"), "{log}");
+        }
+    }
 });
 
 // ---- supervised exec ----

@@ -39,7 +39,8 @@ pub struct SyscallsPlan {
     ///   nested sandbox cannot mount a fresh /proc (bwrap's `--bind /proc /proc` works).
     ///
     /// The seccomp filter's other denials (ptrace, keyctl, bpf, setns, …), the gateway and the
-    /// mount view still apply to everything inside the nested sandbox.
+    /// mount view still apply to everything inside the nested sandbox; so does, as root, the
+    /// denial of set-id modes (see [`BUILTIN_CONDITIONAL_SYSCALLS`]).
     pub nested_userns: bool,
 }
 
@@ -123,7 +124,29 @@ pub const BUILTIN_CONDITIONAL_SYSCALLS: &[(&str, &str)] = &[
         "socket",
         "only for address families other than AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK (route); these cannot be allowed",
     ),
+    ("chmod", SET_ID_AS_ROOT),
+    ("fchmod", SET_ID_AS_ROOT),
+    ("fchmodat", SET_ID_AS_ROOT),
+    ("fchmodat2", SET_ID_AS_ROOT),
+    ("creat", SET_ID_AS_ROOT),
+    ("mknod", SET_ID_AS_ROOT),
+    ("mknodat", SET_ID_AS_ROOT),
+    (
+        "open",
+        "only as root, creating a file (O_CREAT, O_TMPFILE) with a setuid or setgid mode (a set-id root file would reach the host); this cannot be allowed",
+    ),
+    (
+        "openat",
+        "only as root, creating a file (O_CREAT, O_TMPFILE) with a setuid or setgid mode (a set-id root file would reach the host); this cannot be allowed",
+    ),
+    (
+        "openat2",
+        "only as root, with ENOSYS (its mode is out of the filter's reach), so that programs fall back to `openat`",
+    ),
 ];
+
+/// Why the mode setters are in [`BUILTIN_CONDITIONAL_SYSCALLS`].
+const SET_ID_AS_ROOT: &str = "only as root, with a setuid or setgid mode (a set-id root file would reach the host); this cannot be allowed";
 
 impl SyscallsPlan {
     /// Built-in denials that `nested_userns = true` lifts: what a nested sandbox needs to

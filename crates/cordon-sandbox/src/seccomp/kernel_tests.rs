@@ -19,17 +19,16 @@ struct Seen {
     execs: AtomicUsize,
 }
 
-/// Forks; the child sets no_new_privs, installs `build(plan, supervise_exec, holds_setfcap)`,
-/// starts a
+/// Forks; the child sets no_new_privs, installs `build(plan, supervise_exec, root)`, starts a
 /// thread that answers EPERM to denials and CONTINUE to execs, and runs `checks`. Returns
 /// the child's exit code: 0 when every check passed, else the failed check's code.
 fn in_filtered_child(
     plan: &SyscallsPlan,
     supervise_exec: bool,
-    holds_setfcap: bool,
+    root: bool,
     checks: fn(&Seen) -> Result<(), i32>,
 ) -> sys::WaitStatus {
-    let filters = build(plan, supervise_exec, holds_setfcap).unwrap();
+    let filters = build(plan, supervise_exec, root).unwrap();
     let pid = sys::fork().unwrap();
     if pid == 0 {
         let code = std::panic::catch_unwind(|| {
@@ -139,6 +138,20 @@ fn the_filter_on_the_real_kernel() {
                 || seen.denials.load(Ordering::SeqCst) != 5
             {
                 return Err(27);
+            }
+            // Not root's sandbox: a set-id mode and openat2 are the kernel's to judge.
+            let nowhere = c"/nonexistent-cordon-test";
+            if libc::fchmodat(libc::AT_FDCWD, nowhere.as_ptr(), 0o4755, 0) != -1
+                || errno() != libc::ENOENT
+                || seen.denials.load(Ordering::SeqCst) != 5
+            {
+                return Err(28);
+            }
+            if let Some(openat2) = syscall_table::nr("openat2")
+                && (libc::syscall(openat2, libc::AT_FDCWD, nowhere.as_ptr(), null, 24) != -1
+                    || errno() != libc::EFAULT)
+            {
+                return Err(29);
             }
             #[cfg(target_arch = "x86_64")]
             {
@@ -256,4 +269,120 @@ fn lifted_denials_and_supervised_exec_on_the_real_kernel() {
         sys::WaitStatus::Exited(0),
         "the exit code names the failed check"
     );
+}
+
+#[test]
+fn set_id_modes_as_root_on_the_real_kernel() {
+    // Root without nested sandboxes: set-id modes denied, xattr writes the kernel's.
+    let status = in_filtered_child(&SyscallsPlan::default(), false, true, |seen| {
+        let dir = std::env::temp_dir().join(format!("cordon-setid-{}", std::process::id()));
+        std::fs::create_dir(&dir).map_err(|_| 50)?;
+        let r = set_id_checks(&dir, seen);
+        let _ = std::fs::remove_dir_all(&dir);
+        r
+    });
+    assert_eq!(
+        status,
+        sys::WaitStatus::Exited(0),
+        "the exit code names the failed check"
+    );
+}
+
+/// What [`set_id_modes_as_root_on_the_real_kernel`] checks in `dir`, a fresh directory.
+fn set_id_checks(dir: &std::path::Path, seen: &Seen) -> Result<(), i32> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    let c = |name: &str| CString::new(dir.join(name).as_os_str().as_bytes()).unwrap();
+    let mode = |name: &str| {
+        std::fs::symlink_metadata(dir.join(name)).map_or(0, |m| m.permissions().mode() & 0o7777)
+    };
+    let (f, d) = (c("f"), CString::new(dir.as_os_str().as_bytes()).unwrap());
+    let at = libc::AT_FDCWD;
+    let wr = libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC;
+    // SAFETY (whole block): raw syscalls with integer arguments, null pointers the kernel
+    // checks, or pointers to live locals.
+    unsafe {
+        // Created with a set-id mode: denied, and nothing is created.
+        let r = libc::syscall(libc::SYS_openat, at, f.as_ptr(), wr, 0o4755);
+        expect_denied(r, seen, 1, 51)?;
+        if dir.join("f").exists() {
+            return Err(52);
+        }
+        let r = libc::syscall(
+            libc::SYS_openat,
+            at,
+            d.as_ptr(),
+            libc::O_TMPFILE | libc::O_RDWR,
+            0o2755,
+        );
+        expect_denied(r, seen, 2, 53)?;
+        let fd = libc::syscall(libc::SYS_openat, at, f.as_ptr(), wr, 0o755) as libc::c_int;
+        if fd < 0 {
+            return Err(54);
+        }
+        // Without O_CREAT the mode is unused: not sent.
+        let rd = libc::syscall(libc::SYS_openat, at, f.as_ptr(), libc::O_RDONLY, 0o4755);
+        if rd < 0 || seen.denials.load(Ordering::SeqCst) != 2 {
+            return Err(55);
+        }
+        libc::close(rd as libc::c_int);
+        // The chmod family, through each call, with either bit and the file type bits.
+        let r = libc::fchmod(fd, libc::S_IFREG | 0o4755) as libc::c_long;
+        expect_denied(r, seen, 3, 56)?;
+        let r = libc::fchmod(fd, 0o2755) as libc::c_long;
+        expect_denied(r, seen, 4, 57)?;
+        let r = libc::fchmodat(at, f.as_ptr(), 0o6755, 0) as libc::c_long;
+        expect_denied(r, seen, 5, 58)?;
+        let mut denials = 5;
+        if let Some(fchmodat2) = syscall_table::nr("fchmodat2") {
+            let r = libc::syscall(fchmodat2, at, f.as_ptr(), 0o4755, 0);
+            denials += 1;
+            expect_denied(r, seen, denials, 59)?;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let r = libc::syscall(libc::SYS_chmod, f.as_ptr(), 0o4755);
+            denials += 1;
+            expect_denied(r, seen, denials, 60)?;
+            let r = libc::syscall(libc::SYS_creat, c("g").as_ptr(), 0o4755);
+            denials += 1;
+            expect_denied(r, seen, denials, 61)?;
+            let r = libc::syscall(libc::SYS_mknod, c("g").as_ptr(), libc::S_IFREG | 0o2755, 0);
+            denials += 1;
+            expect_denied(r, seen, denials, 62)?;
+        }
+        let r = libc::mknodat(at, c("h").as_ptr(), libc::S_IFREG | 0o4755, 0) as libc::c_long;
+        denials += 1;
+        expect_denied(r, seen, denials, 63)?;
+        // Other modes pass: the sticky bit, plain permissions, a plain mknod.
+        if libc::fchmod(fd, 0o1755) != 0 || mode("f") != 0o1755 {
+            return Err(64);
+        }
+        if libc::fchmodat(at, f.as_ptr(), 0o700, 0) != 0 || mode("f") != 0o700 {
+            return Err(65);
+        }
+        if libc::mknodat(at, c("h").as_ptr(), libc::S_IFREG | 0o644, 0) != 0 {
+            return Err(66);
+        }
+        libc::close(fd);
+        // openat2's mode is out of reach: ENOSYS, so callers fall back to openat.
+        if let Some(openat2) = syscall_table::nr("openat2") {
+            let how = [u64::from(wr as u32), 0o4755, 0];
+            let r = libc::syscall(openat2, at, c("i").as_ptr(), how.as_ptr(), 24);
+            if r != -1 || errno() != libc::ENOSYS || dir.join("i").exists() {
+                return Err(67);
+            }
+        }
+        // No CAP_SETFCAP kept without nested sandboxes: the kernel judges xattr writes.
+        let name = c"user.cordon";
+        let r = libc::setxattr(c("f").as_ptr(), name.as_ptr(), b"1".as_ptr().cast(), 1, 0);
+        if (r != 0 && errno() == libc::EPERM) || seen.denials.load(Ordering::SeqCst) != denials {
+            return Err(68);
+        }
+        if mode("f") & 0o6000 != 0 || mode("h") & 0o6000 != 0 {
+            return Err(69);
+        }
+    }
+    Ok(())
 }

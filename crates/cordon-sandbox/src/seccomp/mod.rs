@@ -15,16 +15,19 @@
 //!   unconditionally (so the kernel's per-syscall action cache makes them nearly free); any
 //!   other number, x32 numbers (`nr | 0x40000000`) included, fails with EPERM.
 //! - **F2, ENOSYS**: `clone3` fails with ENOSYS, so glibc falls back to `clone`, whose flags F3
-//!   can inspect (clone3 passes them in memory, out of BPF's reach). So does every number in
-//!   [`rules::NEWER_SYSCALLS`] missing from the table: syscalls added to Linux after the table was
-//!   generated. Programs probe new syscalls and fall back on ENOSYS, not on EPERM.
+//!   can inspect (clone3 passes them in memory, out of BPF's reach); as root, so does
+//!   `openat2`, whose mode is in memory too (callers fall back to `openat`). So does every
+//!   number in [`rules::NEWER_SYSCALLS`] missing from the table: syscalls added to Linux after
+//!   the table was generated. Programs probe new syscalls and fall back on ENOSYS, not on EPERM.
 //! - **F3, notify**: the built-in denials and `[syscalls] deny`, `execve`/`execveat` when
 //!   exec is supervised, and the argument-dependent denials (`unshare`/`clone` with
 //!   `CLONE_NEWUSER` unless `nested_userns`, `ioctl` `TIOCSTI`/`TIOCLINUX`, `socket` outside
-//!   AF_UNIX/AF_INET/AF_INET6/AF_NETLINK(route)), and the xattr writes of a command that keeps
-//!   `CAP_SETFCAP` ([`rules::FILE_CAPABILITY_WRITERS`]) go to the supervisor, which logs each denial
-//!   (see [`rules::denial_rule`]) and answers EPERM, or decides an exec. If the listener is gone,
-//!   the kernel fails them with ENOSYS: closed, not open.
+//!   AF_UNIX/AF_INET/AF_INET6/AF_NETLINK(route)), as root the calls that would give a file a
+//!   set-id mode ([`rules::SET_ID_MODE_SETTERS`]: `chmod` family, `open`/`openat`/`creat` with
+//!   `O_CREAT` or `O_TMPFILE`, `mknod`), and the xattr writes of a command that keeps
+//!   `CAP_SETFCAP` ([`rules::FILE_CAPABILITY_WRITERS`]) go to the supervisor, which logs each
+//!   denial (see [`rules::denial_rule`]) and answers EPERM, or decides an exec. If the listener
+//!   is gone, the kernel fails them with ENOSYS: closed, not open.
 //!
 //! The files, after gVisor's `runsc/boot/filter/config/` (rules as data beside the installer):
 //! - `rules`: what F3 catches, as data, and the rule a caught call is explained by;

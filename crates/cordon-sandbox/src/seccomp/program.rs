@@ -7,7 +7,7 @@ use cordon_policy::{SyscallsPlan, syscall_table};
 use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, SeccompRule, TargetArch};
 
 use super::SeccompError;
-use super::rules::{NEWER_SYSCALLS, notify_rules};
+use super::rules::{NEWER_SYSCALLS, ROOT_ENOSYS, notify_rules};
 
 /// `BPF_RET | BPF_K`.
 const BPF_RET_K: u16 = 0x06;
@@ -35,12 +35,13 @@ fn target_arch() -> Result<TargetArch, SeccompError> {
 }
 
 /// Builds the three filters for `plan`; `supervise_exec` also sends `execve`/`execveat` to the
-/// supervisor, `holds_setfcap` the syscalls that write file capabilities
-/// ([`super::rules::FILE_CAPABILITY_WRITERS`]).
+/// supervisor; `root` (the command's uid 0 is the host's) the calls that would set a set-id
+/// mode ([`super::rules::SET_ID_MODE_SETTERS`]), and with nested sandboxes those that write
+/// file capabilities ([`super::rules::FILE_CAPABILITY_WRITERS`]).
 pub(crate) fn build(
     plan: &SyscallsPlan,
     supervise_exec: bool,
-    holds_setfcap: bool,
+    root: bool,
 ) -> Result<Filters, SeccompError> {
     let arch = target_arch()?;
     let table = syscall_table::native();
@@ -59,7 +60,12 @@ pub(crate) fn build(
         .filter(|nr| syscall_table::name(*nr).is_none())
         .map(|nr| (nr, Vec::new()))
         .collect();
-    if let Some(nr) = syscall_table::nr("clone3") {
+    let root_enosys = ROOT_ENOSYS.iter().filter(|_| root);
+    for nr in ["clone3"]
+        .iter()
+        .chain(root_enosys)
+        .filter_map(|n| syscall_table::nr(n))
+    {
         enosys.insert(nr, Vec::new());
     }
     let f2 = SeccompFilter::new(
@@ -71,7 +77,7 @@ pub(crate) fn build(
 
     // F3: to the supervisor.
     let f3 = SeccompFilter::new(
-        notify_rules(plan, supervise_exec, holds_setfcap)?,
+        notify_rules(plan, supervise_exec, root)?,
         SeccompAction::Allow,
         SeccompAction::Trace(NOTIFY_MARKER),
         arch,

@@ -7,6 +7,7 @@ use cordon_policy::{SyscallsPlan, syscall_table};
 use seccompiler::{SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompRule};
 
 use super::SeccompError;
+use crate::sys;
 
 /// Syscall numbers shared by every architecture since Linux 5.1 start at 424; numbers from
 /// here up that the table lacks are newer syscalls, answered ENOSYS by F2. The end is kept
@@ -40,12 +41,91 @@ fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, Secco
 /// it ENOSYS. Not liftable: `[syscalls] allow` names the built-in list only.
 pub const FILE_CAPABILITY_WRITERS: [&str; 3] = ["setxattr", "lsetxattr", "fsetxattr"];
 
+/// The syscalls that give a file its mode: (name, index of the mode argument, index of the
+/// flags that make the kernel use it, for the `open` family: `O_CREAT` or `O_TMPFILE`). As
+/// root, F3 denies them a mode with `S_ISUID` or `S_ISGID`: uid 0 of a root-run sandbox is the
+/// host's, and a set-id file it made in the project (or any writable path) would be a set-id
+/// root program on the host for any user who runs it (`chmod u+s`, `install -m 4755`,
+/// `tar -xp` and `cp -p` of one, `open(O_CREAT, 04755)`, `mknod`). Directories too: seccomp
+/// cannot tell a directory from a file, and a setgid-root directory would give root's group
+/// to what host users create in it; so GNU `chmod 755` of a directory that is already setgid
+/// (it keeps the bit, so asks for 02755) fails as root. `mkdir` needs no rule: the kernel
+/// drops set-id bits from its mode (a new directory is setgid only below one that is). Names
+/// the architecture lacks (`chmod`, `open`, `creat`, `mknod` on aarch64) are skipped;
+/// `fchmodat2`, where newer than the table, is ENOSYS from F2 and glibc falls back to
+/// `fchmodat`. `openat2` passes its mode in memory, out of BPF's reach: as root F2 answers it
+/// ENOSYS ([`ROOT_ENOSYS`]). io_uring's open is out of any filter's reach: it stays denied
+/// unless `[syscalls] allow` lifts it. Not liftable: `[syscalls] allow` names the built-in
+/// list only. A user's sandbox is unchanged: its set-id files are the user's own.
+pub const SET_ID_MODE_SETTERS: [(&str, u8, Option<u8>); 9] = [
+    ("chmod", 1, None),
+    ("fchmod", 1, None),
+    ("fchmodat", 2, None),
+    ("fchmodat2", 2, None),
+    ("creat", 1, None),
+    ("open", 2, Some(1)),
+    ("openat", 3, Some(2)),
+    ("mknod", 1, None),
+    ("mknodat", 2, None),
+];
+
+/// Syscalls F2 answers ENOSYS as root: `openat2`, whose mode seccomp cannot read (see
+/// [`SET_ID_MODE_SETTERS`]); systemd's `RestrictSUIDSGID=` does the same. Callers fall back to
+/// `openat`, as on kernels before 5.6 (gnulib, cap-std, containers/storage do on ENOSYS, not on
+/// EPERM); glibc's `open`, Rust's std, Python, Node, git and cargo never call it. One that
+/// needs it with no fallback (GNU tar since its CVE-2025-45582 fix, built on a glibc with an
+/// `openat2` wrapper; Debian 12's tar 1.34 is older) fails as root either way. Allowing it
+/// after reading `open_how` from the caller's memory would race: another thread could change
+/// the mode between the supervisor's read and the kernel's.
+pub(super) const ROOT_ENOSYS: [&str; 1] = ["openat2"];
+
+const SET_ID_BITS: [u64; 2] = [libc::S_ISUID as u64, libc::S_ISGID as u64];
+
+/// The `open` flags with which the kernel uses the mode: `O_CREAT`, and `O_TMPFILE` less the
+/// `O_DIRECTORY` it includes (a tmpfile linked in later keeps its mode).
+fn creating_flags() -> [u64; 2] {
+    [
+        libc::O_CREAT as u64,
+        (libc::O_TMPFILE & !libc::O_DIRECTORY) as u64,
+    ]
+}
+
+/// F3's conditions for a set-id bit in argument `mode`, with a creating flag in `flags`.
+fn set_id_rules(mode: u8, flags: Option<u8>) -> Result<Vec<SeccompRule>, SeccompError> {
+    let mut out = Vec::new();
+    for bit in SET_ID_BITS {
+        let has_bit = cond(mode, SeccompCmpOp::MaskedEq(bit), bit)?;
+        match flags {
+            None => out.push(SeccompRule::new(vec![has_bit])?),
+            Some(f) => {
+                for c in creating_flags() {
+                    let creating = cond(f, SeccompCmpOp::MaskedEq(c), c)?;
+                    out.push(SeccompRule::new(vec![creating, has_bit.clone()])?);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Whether the call `name(args)` is one [`set_id_rules`] match, comparing as the filter does
+/// (the low 32 bits).
+fn sets_id_bits(name: &str, args: &[u64; 6]) -> bool {
+    let Some((_, mode, flags)) = SET_ID_MODE_SETTERS.iter().find(|(n, ..)| *n == name) else {
+        return false;
+    };
+    let a = |i: u8| u64::from(args[usize::from(i)] as u32);
+    let creating = flags.is_none_or(|f| creating_flags().iter().any(|c| a(f) & c == *c));
+    creating && SET_ID_BITS.iter().any(|b| a(*mode) & b != 0)
+}
+
 /// F3's rules: syscall number → conditions (an empty list matches every call).
-/// `holds_setfcap`: the command keeps `CAP_SETFCAP` (see [`FILE_CAPABILITY_WRITERS`]).
+/// `root`: the command runs as uid 0, the host's (see [`SET_ID_MODE_SETTERS`]); with
+/// `nested_userns` it keeps `CAP_SETFCAP` too (see [`FILE_CAPABILITY_WRITERS`]).
 pub(super) fn notify_rules(
     plan: &SyscallsPlan,
     supervise_exec: bool,
-    holds_setfcap: bool,
+    root: bool,
 ) -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     let mut always = |name: &str| {
@@ -60,11 +140,16 @@ pub(super) fn notify_rules(
     for r in plan.denied() {
         always(&r.name);
     }
-    if holds_setfcap {
+    if sys::keeps_setfcap(plan.nested_userns, root) {
         FILE_CAPABILITY_WRITERS.iter().for_each(|n| always(n));
     }
 
     let mut conditional: Vec<(&str, Vec<SeccompRule>)> = Vec::new();
+    if root {
+        for (name, mode, flags) in SET_ID_MODE_SETTERS {
+            conditional.push((name, set_id_rules(mode, flags)?));
+        }
+    }
     if !plan.nested_userns {
         let newuser = libc::CLONE_NEWUSER as u64;
         // `unshare(flags)` and `clone(flags, ...)`: the flags are the first argument on both
@@ -158,16 +243,24 @@ const FAMILIES: &[(i32, &str)] = &[
 /// The rule that denied syscall `nr` with `args`, for the audit log and the terminal, e.g.
 /// `built-in: mount`, `/home/u/.config/cordon/cordon.toml:3: chroot`,
 /// `built-in: socket family 17 (AF_PACKET)`, `built-in: ioctl TIOCSTI`. A call no rule denies
-/// (which F3 does not send) gives `no rule: NAME`. `holds_setfcap` as for [`notify_rules`].
-pub fn denial_rule(plan: &SyscallsPlan, holds_setfcap: bool, nr: i64, args: &[u64; 6]) -> String {
+/// (which F3 does not send) gives `no rule: NAME`. `root` as for [`notify_rules`].
+pub fn denial_rule(plan: &SyscallsPlan, root: bool, nr: i64, args: &[u64; 6]) -> String {
     let Some(name) = syscall_table::name(nr) else {
         return format!("built-in: unknown syscall {nr}");
     };
     // A policy's own denial of the name is the more specific rule.
     let own = plan.deny.iter().find(|r| r.name == name);
-    if holds_setfcap && own.is_none() && FILE_CAPABILITY_WRITERS.contains(&name) {
+    if sys::keeps_setfcap(plan.nested_userns, root)
+        && own.is_none()
+        && FILE_CAPABILITY_WRITERS.contains(&name)
+    {
         return format!(
             "built-in: {name} as root with nested sandboxes (file capabilities would reach the host)"
+        );
+    }
+    if root && own.is_none() && sets_id_bits(name, args) {
+        return format!(
+            "built-in: {name} with set-id bits as root (a set-id file would reach the host)"
         );
     }
     // Arguments compared as the filter does: the low 32 bits.

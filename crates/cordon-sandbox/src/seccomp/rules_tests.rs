@@ -151,3 +151,82 @@ fn denial_rules_name_the_rule() {
     assert!(is_exec(nr("execve")) && is_exec(nr("execveat")));
     assert!(!is_exec(nr("getpid")) && !is_exec(-1));
 }
+
+#[test]
+fn set_id_modes_as_root() {
+    let plan = SyscallsPlan {
+        deny: vec![rule("fchmod", "d:1")],
+        ..Default::default()
+    };
+    // A user's set-id files are the user's own: nothing is sent.
+    let r = notify_rules(&plan, false, false).unwrap();
+    for (name, ..) in SET_ID_MODE_SETTERS {
+        if name != "fchmod"
+            && let Some(n) = syscall_table::nr(name)
+        {
+            assert!(!r.contains_key(&n), "{name}");
+        }
+    }
+    let r = notify_rules(&plan, false, true).unwrap();
+    // S_ISUID or S_ISGID; with O_CREAT or O_TMPFILE for the open family.
+    for (name, want) in [("fchmodat", 2), ("mknodat", 2), ("openat", 4)] {
+        assert_eq!(r[&nr(name)].len(), want, "{name}");
+    }
+    #[cfg(target_arch = "x86_64")]
+    for (name, want) in [("chmod", 2), ("creat", 2), ("open", 4), ("mknod", 2)] {
+        assert_eq!(r[&nr(name)].len(), want, "{name}");
+    }
+    assert!(
+        r[&nr("fchmod")].is_empty(),
+        "the policy's whole denial stays"
+    );
+    // Root without nested sandboxes keeps no CAP_SETFCAP: xattr writes are the kernel's.
+    assert!(!r.contains_key(&nr("setxattr")));
+
+    let args = |i: usize, mode: u64, j: usize, flags: u64| {
+        let mut a = [0u64; 6];
+        a[i] = mode;
+        a[j] |= flags;
+        a
+    };
+    let say = |name: &str| {
+        format!("built-in: {name} with set-id bits as root (a set-id file would reach the host)")
+    };
+    let creat = libc::O_CREAT as u64 | libc::O_WRONLY as u64;
+    let tmpfile = libc::O_TMPFILE as u64 | libc::O_RDWR as u64;
+    let cases: [(&str, [u64; 6], bool); 10] = [
+        ("fchmodat", args(2, 0o4755, 3, 0), true),
+        ("fchmodat", args(2, 0o2775, 3, 0), true),
+        ("fchmodat", args(2, 0o1777, 3, 0), false),
+        ("fchmodat", args(2, 0o755 | 0o4000 << 32, 3, 0), false),
+        (
+            "mknodat",
+            args(2, u64::from(libc::S_IFREG) | 0o4755, 3, 0),
+            true,
+        ),
+        ("openat", args(3, 0o4755, 2, creat), true),
+        ("openat", args(3, 0o2755, 2, tmpfile), true),
+        ("openat", args(3, 0o4755, 2, libc::O_RDONLY as u64), false),
+        ("openat", args(3, 0o644, 2, creat), false),
+        ("fchmod", args(1, 0o4755, 2, 0), false),
+    ];
+    for (name, a, denied) in cases {
+        let got = denial_rule(&plan, true, nr(name), &a);
+        if denied {
+            assert_eq!(got, say(name), "{name} {a:?}");
+        } else {
+            assert_ne!(got, say(name), "{name} {a:?}");
+        }
+        assert_ne!(denial_rule(&plan, false, nr(name), &a), say(name));
+    }
+    // `[syscalls] allow` of one explains why it cannot be allowed.
+    let conditional = cordon_policy::BUILTIN_CONDITIONAL_SYSCALLS;
+    for name in SET_ID_MODE_SETTERS.iter().map(|s| s.0).chain(ROOT_ENOSYS) {
+        assert!(conditional.iter().any(|(n, _)| *n == name), "{name}");
+    }
+    // The policy's own denial of fchmod names the policy.
+    assert_eq!(
+        denial_rule(&plan, true, nr("fchmod"), &args(1, 0o4755, 2, 0)),
+        "d:1: fchmod"
+    );
+}

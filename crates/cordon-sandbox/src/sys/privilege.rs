@@ -21,9 +21,9 @@ pub(crate) const CAP_SETFCAP: libc::c_ulong = 31;
 
 /// Whether the command keeps [`CAP_SETFCAP`]: a sandbox of root's (uid 0 inside is uid 0 of
 /// the host) with nested sandboxes. The seccomp filter then refuses it every xattr write,
-/// lest a file capability it set be honoured on the host.
-pub(crate) fn keeps_setfcap(nested_userns: bool, uid: u32) -> bool {
-    nested_userns && uid == 0
+/// lest a file capability it set be honoured on the host. `root`: the sandbox's uid is 0.
+pub(crate) fn keeps_setfcap(nested_userns: bool, root: bool) -> bool {
+    nested_userns && root
 }
 
 /// Drop every capability but `keep`: bounding set, ambient set, then effective/permitted/
