@@ -467,3 +467,50 @@ both!(restore_refuses_paths_that_climb_out, |env: Env| {
         "years of work"
     );
 });
+
+both!(set_id_bits_never_reach_the_host_on_accept, |env: Env| {
+    use std::os::unix::fs::PermissionsExt;
+    let p = setup(&env, "pending");
+    // As root the filter refuses the bit itself; as a user the session's layer keeps it (the
+    // file is the user's own), and the review flags it and accept strips it.
+    let o = env.run_with(
+        &["--policy", &p],
+        "cp /bin/true ~/.claude/hooks/x && chmod 4755 ~/.claude/hooks/x; echo RC=$?\n\
+         mkdir ~/.claude/d && chmod 2755 ~/.claude/d; echo DIR=$?",
+    );
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let id = session_of(&env);
+    let diff = String::from_utf8_lossy(&state(&env, &["diff"]).stdout).into_owned();
+    match env.who {
+        common::Who::Root => {
+            assert!(
+                !out.contains("RC=0") && !out.contains("DIR=0"),
+                "{}",
+                show(&o)
+            );
+            assert!(!diff.contains("SETUID/SETGID"), "{diff}");
+        }
+        common::Who::User => {
+            assert!(
+                out.contains("RC=0") && out.contains("DIR=0"),
+                "{}",
+                show(&o)
+            );
+            assert!(
+                diff.contains("SETUID/SETGID bit (stripped on accept)"),
+                "{diff}"
+            );
+        }
+    }
+    let o = state(&env, &["accept", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let mode = |rel: &str| {
+        std::fs::symlink_metadata(env.home.join(rel))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    assert_eq!(mode(".claude/hooks/x"), 0o755, "applied without the bit");
+    assert_eq!(mode(".claude/d"), 0o755, "applied without the bit");
+});
