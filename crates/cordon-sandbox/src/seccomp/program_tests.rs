@@ -35,6 +35,19 @@ fn programs_are_patched_and_fit() {
     };
     let g = build(&lifted, false, false).unwrap();
     assert!(notifies(&g.programs[2]) < notifies(&f.programs[2]) - 4);
+    // As root: the set-id mode rules in F3 (two or four per call) and openat2 in F2; each
+    // program still within the kernel's limit.
+    let r = build(&plan, true, true).unwrap();
+    for (i, p) in r.programs.iter().enumerate() {
+        assert!(p.len() < 4096, "filter {i}: {} instructions", p.len());
+    }
+    assert!(notifies(&r.programs[2]) >= notifies(&f.programs[2]) + 20);
+    let enosys = |p: &BpfProgram| {
+        p.iter()
+            .filter(|i| i.code == BPF_RET_K && i.k == SECCOMP_RET_ERRNO | libc::ENOSYS as u32)
+            .count()
+    };
+    assert!(enosys(&r.programs[1]) > enosys(&f.programs[1]));
 }
 
 #[test]
