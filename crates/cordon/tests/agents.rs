@@ -263,6 +263,9 @@ fn review_is_quiet(env: &Env, session: &str, files: &[&str], ctx: &str) {
     let d = String::from_utf8_lossy(&diff.stdout).to_string();
     assert!(diff.status.success(), "{}", show(&diff));
     assert!(!d.contains("FLAGGED"), "a first run was flagged\n{d}");
+    if std::env::var_os("AGENTS_SHOW_DIFF").is_some() {
+        eprintln!("{d}");
+    }
     for f in files {
         assert!(
             d.contains(&format!("~/{f}")) && !env.home.join(f).exists(),
@@ -492,7 +495,7 @@ both!(
                 ],
                 vars: &[],
                 addr: 47,
-                state: &[],
+                state: &[".aider"],
                 shell: None,
                 also: &[],
             },
@@ -513,7 +516,11 @@ both!(
                 args: &["run", "--model", "anthropic/claude-sonnet-4-5", "Say hello"],
                 vars: &[],
                 addr: 49,
-                state: &[],
+                state: &[
+                    ".config/opencode",
+                    ".local/share/opencode",
+                    ".local/state/opencode",
+                ],
                 shell: None,
                 also: &[],
             },
