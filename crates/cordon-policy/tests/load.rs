@@ -141,10 +141,14 @@ fn unknown_profile_names_the_available_ones() {
     let s = e.to_string();
     assert!(s.starts_with("error: unknown profile `claud`"), "{s}");
     assert!(
-        s.contains("`aider`, `claude`, `codex`, `gemini`, `mine`, `opencode`"),
+        s.contains(
+            "`aider`, `claude`, `codex`, `copilot`, `crush`, `gemini`, `goose`, `mine`, \
+             `opencode`, `qwen`, `shell`"
+        ),
         "{s}"
     );
     assert!(s.contains("did you mean `claude`?"), "{s}");
+    assert!(s.contains("`--profile none`"), "{s}");
     assert!(s.contains("= help:"), "{s}");
 }
 
