@@ -445,11 +445,11 @@ fn run_in_session(
     if let Some(g) = &gateway {
         cmd.shown.clone_from(&g.shown);
     }
+    // Serves the sandbox's SSH_AUTH_SOCK until the sandbox is gone.
+    let ssh_agent = crate::ssh::setup(&mut plan, sink, a.quiet, &mut cmd);
     // The session's own policy, for `cordon explain` inside (secrets redacted).
     let http_layer = gateway.as_ref().is_some_and(|g| g.bundle.is_some());
     cmd.placed = crate::explain::placed_files(&plan, session, http_layer);
-    // Serves the sandbox's SSH_AUTH_SOCK until the sandbox is gone.
-    let ssh_agent = crate::ssh::setup(&plan, sink, a.quiet, &mut cmd);
     let net = gateway
         .as_mut()
         .map(|g| g as &mut dyn cordon_sandbox::NetAttach);

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use cordon_events::{Action, Layer, NewEvent};
-use cordon_policy::{HostPattern, Plan};
+use cordon_policy::{HostPattern, PathRule, Plan};
 use cordon_ssh::{AgentProxy, Host, HostPolicy, KnownHosts, Trust};
 
 /// Where the sandbox sees the agent: cordon's own place inside the masked `/run`.
@@ -64,14 +64,25 @@ fn with_terminal_lines(sink: &cordon_net::Emit, quiet: bool) -> cordon_ssh::Emit
 
 /// Adds `[ssh] show`'s files to what the sandbox is shown, and, with `[ssh] agent` and an
 /// agent on the host (`SSH_AUTH_SOCK`), starts the filtering agent and places its socket.
-/// The proxy returned serves until it is dropped, after the sandbox is gone.
+/// The host's own agent socket is masked in every case: where it lives in a path the
+/// sandbox sees (`~/.1password/agent.sock`, a directory under `/var/tmp`), a client could
+/// otherwise talk to the real agent past the filter. The proxy returned serves until it is
+/// dropped, after the sandbox is gone.
 pub(crate) fn setup(
-    plan: &Plan,
+    plan: &mut Plan,
     sink: &cordon_net::Emit,
     quiet: bool,
     cmd: &mut cordon_sandbox::Command,
 ) -> Option<AgentProxy> {
     let degraded = |what: String| sink(NewEvent::new(Layer::Credentials, Action::Degraded, what));
+    let host_agent = std::env::var_os("SSH_AUTH_SOCK")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    if let Some(sock) = host_agent.as_ref().filter(|p| p.is_absolute()) {
+        plan.filesystem
+            .deny
+            .push(PathRule::new(sock, "the host's ssh agent (SSH_AUTH_SOCK)"));
+    }
     for r in &plan.ssh.show {
         match std::fs::read_to_string(&r.path) {
             Ok(text) => cmd.shown.push((r.path.clone(), text)),
@@ -82,9 +93,7 @@ pub(crate) fn setup(
     if !plan.ssh.agent {
         return None;
     }
-    let upstream = std::env::var_os("SSH_AUTH_SOCK")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)?;
+    let upstream = host_agent?;
     let mut known_hosts = KnownHosts::default();
     for f in ["known_hosts", "known_hosts2"] {
         let path = plan.home.join(".ssh").join(f);

@@ -387,11 +387,13 @@ both!(
         let o = net::run_with(
             &env,
             &policy,
-            &common::marked(
+            &common::marked(&format!(
                 "cat ~/.ssh/known_hosts ~/.ssh/config && echo READABLE; \
-             cat ~/.ssh/id_git ~/.ssh/id_ed25519 && echo KEY-READ; \
-             ls ~/.ssh; ssh-add -D && echo REMOVED; ssh-add -l",
-            ),
+                 cat ~/.ssh/id_git ~/.ssh/id_ed25519 && echo KEY-READ; \
+                 ls ~/.ssh; ssh-add -D && echo REMOVED; ssh-add -l; \
+                 SSH_AUTH_SOCK={real} ssh-add -D && echo REAL-REACHED",
+                real = s.agent_sock.display()
+            )),
             &vars,
         );
         common::assert_ran(&o);
@@ -406,6 +408,11 @@ both!(
                 && !out.contains("PRIVATE KEY")
                 && !out.contains("SECRET-ssh-key"),
             "{}",
+            show(&o)
+        );
+        assert!(
+            !out.contains("REAL-REACHED"),
+            "the host's own agent socket was reachable past the filter: {}",
             show(&o)
         );
         assert!(
