@@ -307,6 +307,15 @@ both!(set_id_files_never_reach_the_host_as_root, |env: Env| {
                 ))
         })
     };
+    // Nor from a nested user namespace, whose root is the sandbox's (so, as root, the host's).
+    let nested = env.base.join("nested.toml");
+    std::fs::write(&nested, "[syscalls]\nnested_userns = true\n").unwrap();
+    env.own(&nested);
+    let n = env.attempt_with(
+        &["--policy", nested.to_str().unwrap()],
+        "cp /bin/true n && unshare -r sh -c 'echo IN=$(id -u); chmod 4755 n; echo NESTED=$?'",
+    );
+    let nested_rc = String::from_utf8_lossy(&n.stdout).into_owned();
     // `[syscalls] allow` cannot lift it: the policy is refused, saying why.
     let lift = env.base.join("lift.toml");
     std::fs::write(&lift, "[syscalls]\nallow = [\"fchmodat\"]\n").unwrap();
@@ -334,6 +343,12 @@ both!(set_id_files_never_reach_the_host_as_root, |env: Env| {
                 );
             }
             assert_eq!(host_mode("a"), Some(0o755), "cp worked, chmod did not");
+            assert!(
+                nested_rc.contains("IN=0\nNESTED=") && !nested_rc.contains("NESTED=0"),
+                "{}",
+                show(&n)
+            );
+            assert_eq!(host_mode("n"), Some(0o755), "{}", show(&n));
             assert!(host_mode("e").is_none(), "open(O_CREAT, 04755) created it");
             // openat2 carries its mode out of the filter's reach: ENOSYS, so callers fall back.
             assert_eq!(got("OPENAT2 "), "errno=38", "{}", show(&o));
