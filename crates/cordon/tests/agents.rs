@@ -677,6 +677,8 @@ both!(claude_interactive_with_an_api_key_answers, |env: Env| {
         )
     });
     assert!(!s.contains("Not logged in"), "{s}");
+    // What it phones besides its API is quiet: no denial announced on its screen.
+    assert!(!s.contains("cordon: denied"), "{s}");
     assert!(
         s.lines()
             .next()
