@@ -1,7 +1,7 @@
 //! Readable denials, black-box: a denied HTTPS flow (through the proxy's CONNECT or straight
-//! through the TUN) reaches real clients — curl, python requests, pip — as a 403 in cordon's
-//! words, naming the rule, the reason and the policy lines that would allow it; other ports
-//! stay refused at the SYN; the user's terminal gets one line per denied host.
+//! through the TUN) reaches real clients — curl, python requests, pip, npm — as a 403 in
+//! cordon's words, naming the rule, the reason and the policy lines that would allow it; other
+//! ports stay refused at the SYN; the user's terminal gets one line per denied host.
 
 mod common;
 
@@ -37,6 +37,8 @@ both!(
         format!("echo T443; curl -sS --noproxy '*' --max-time 10 https://{NAME}/x; echo \"RC $?\""),
         format!("echo P8443; curl -sS --max-time 10 https://{NAME}:8443/y; echo \"RC $?\""),
         format!("echo T8443; {UNPROXIED} curl -sS --max-time 10 https://{NAME}:8443/z; echo \"RC $?\""),
+        // Plain HTTP through the proxy: the proxy's own 403, in the same words.
+        format!("echo P80; curl -sS --max-time 10 http://{NAME}/plain; echo \"RC $?\""),
         // A TLS port that is sent something else is closed; any other port is refused at once.
         format!("echo PLAIN8443; {UNPROXIED} curl -sS --max-time 10 http://{NAME}:8443/; echo \"RC $?\""),
         format!("echo SYN; {UNPROXIED} curl -sS --max-time 10 http://{NAME}:8081/; echo \"RC $?\""),
@@ -83,12 +85,20 @@ both!(
             );
             assert!(!s.contains("CONNECT tunnel failed"), "{tag}: {s}");
         }
+        let p80 = section("P80");
+        for want in [
+            format!("cordon: GET http://{NAME}/plain was denied by rule http.default-deny"),
+            format!("[[network.allow]]\nhost = \"{NAME}\"\nports = [80]\n"),
+            format!("To see why: cordon explain GET http://{NAME}/plain\n"),
+        ] {
+            assert!(p80.contains(&want), "P80: {p80}\n{}", show(&o));
+        }
         let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
         // Not TLS: closed without an answer (curl 52, empty reply), never relayed.
         assert!(section("PLAIN8443").contains("RC 52"), "{}", show(&o));
         // Any other port: refused at the SYN (curl 7).
         assert!(section("SYN").contains("RC 7"), "{}", show(&o));
-        // One terminal line for the host, though it was denied six times within seconds.
+        // One terminal line for the host, though it was denied seven times within seconds.
         let lines: Vec<&str> = stderr
             .lines()
             .filter(|l| l.starts_with(&format!("cordon: denied {NAME}")))
@@ -186,3 +196,29 @@ both!(
         assert!(out.contains("RC 0"), "{}", show(&o));
     }
 );
+
+both!(npm_shows_the_rule, |env: Env| {
+    if !common::need(&["npm"], "the client") {
+        return;
+    }
+    setup(&env);
+    // Through HTTPS_PROXY (npm reads it) and straight through the TUN.
+    let npm = format!(
+        "npm view somepkg --registry https://{NAME}/ --cache ./npmcache --fetch-retries 0 \
+         --no-update-notifier 2>&1"
+    );
+    let script = format!("echo NPM-PROXY; {npm}\necho NPM-TUN; {UNPROXIED} {npm}\necho END");
+    let o = run(&env, &script);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    for (tag, next) in [("NPM-PROXY", "NPM-TUN"), ("NPM-TUN", "END")] {
+        let i = out
+            .find(tag)
+            .unwrap_or_else(|| panic!("no {tag}: {}", show(&o)));
+        let j = out[i..].find(next).map_or(out.len(), |j| i + j);
+        let s = &out[i..j];
+        assert!(
+            s.contains("403 Forbidden by cordon rule http.default-deny: no [[http.rule]]"),
+            "{tag}: {s}"
+        );
+    }
+});
