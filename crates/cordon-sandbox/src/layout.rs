@@ -880,6 +880,67 @@ mod tests {
     }
 
     #[test]
+    fn a_staged_git_dir_keeps_its_objects_in_place_and_drops_read_only_inside() {
+        let t = tempfile::tempdir().unwrap();
+        let proj = t.path().canonicalize().unwrap().join("proj");
+        for d in [".git/objects", ".git/hooks", ".git/modules/sub/objects"] {
+            std::fs::create_dir_all(proj.join(d)).unwrap();
+        }
+        std::fs::write(proj.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(proj.join(".git/modules/sub/HEAD"), "x\n").unwrap();
+        std::fs::write(proj.join(".git/config"), "").unwrap();
+        let staged = [Staged::Dir {
+            path: proj.join(".git"),
+            upper: t.path().join("u"),
+            work: t.path().join("w"),
+        }];
+        let l = prepare_with_state(
+            &plan(
+                &[Path::new("/")],
+                &[&proj],
+                &[],
+                &[&proj.join(".git/hooks"), &proj.join(".git/config")],
+            ),
+            &staged,
+        );
+        let pos = |want: &Path| l.mounts.iter().position(|m| m.path() == want);
+        let overlay = pos(&proj.join(".git")).unwrap();
+        for o in [".git/objects", ".git/modules/sub/objects"] {
+            let at = pos(&proj.join(o)).unwrap_or_else(|| panic!("{o} not bound"));
+            assert!(at > overlay, "{o} must be bound over the overlay");
+            assert!(matches!(l.mounts[at], MountOp::Bind { writable: true, .. }));
+        }
+        assert!(
+            !l.mounts
+                .iter()
+                .any(|m| matches!(m, MountOp::ReadOnly { .. })),
+            "read-only inside a staged git dir would break git's renames: {:?}",
+            l.mounts
+        );
+    }
+
+    #[test]
+    fn a_symlinked_read_only_path_protects_its_target_inside_the_project() {
+        let t = tempfile::tempdir().unwrap();
+        let proj = t.path().canonicalize().unwrap().join("proj");
+        std::fs::create_dir_all(proj.join("decoy")).unwrap();
+        std::os::unix::fs::symlink("decoy", proj.join(".vscode")).unwrap();
+        let l = prepare(&plan(
+            &[Path::new("/")],
+            &[&proj],
+            &[],
+            &[&proj.join(".vscode")],
+        ));
+        assert!(
+            l.mounts
+                .iter()
+                .any(|m| matches!(m, MountOp::ReadOnly { path } if *path == proj.join("decoy"))),
+            "{:?}",
+            l.mounts
+        );
+    }
+
+    #[test]
     fn writable_inside_deny_is_dropped() {
         let t = tempfile::tempdir().unwrap();
         let base = t.path().canonicalize().unwrap();

@@ -279,4 +279,17 @@ mod tests {
         assert!(exec_glob("*make", "cmake"));
         assert!(!exec_glob("su *", "sudo x"));
     }
+
+    #[test]
+    fn brackets_that_read_as_a_class_are_refused_and_the_test_program_is_not() {
+        assert!(bracket_problem("rm [abc").unwrap().contains("unclosed"));
+        assert!(
+            bracket_problem("rm [abc]*")
+                .unwrap()
+                .contains("character class")
+        );
+        assert_eq!(bracket_problem("[ -f x ]"), None);
+        assert_eq!(bracket_problem("test * [ *"), None);
+        assert_eq!(bracket_problem("git push *"), None);
+    }
 }

@@ -181,3 +181,17 @@ impl Section for Filesystem {
         out.string("landlock", &p.landlock.to_string());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::glob_char;
+
+    #[test]
+    fn globs_are_found_and_plain_paths_pass() {
+        assert_eq!(glob_char("~/work/*.pem"), Some(7));
+        assert_eq!(glob_char("/a/b?c"), Some(4));
+        assert_eq!(glob_char("/a/[xy]"), Some(3));
+        assert_eq!(glob_char("/a/[x"), None);
+        assert_eq!(glob_char("${PROJECT}/.git/hooks"), None);
+    }
+}
