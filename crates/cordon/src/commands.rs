@@ -244,7 +244,8 @@ fn run(a: RunArgs) -> i32 {
     lines.quiet(&loaded.plan.agent);
     let tap = lines.clone();
     let quiet = loaded.plan.agent.clone();
-    let denials = crate::denials::DenialLines::new(a.quiet);
+    let denials = std::sync::Arc::new(crate::denials::DenialLines::new(a.quiet));
+    let denials_tap = denials.clone();
     // Shared with the egress gateway's threads. A closed or broken stderr must not take the
     // session down (eprintln! would panic).
     let sink: cordon_net::Emit = std::sync::Arc::new(move |ev: NewEvent| match log.emit(ev) {
@@ -258,7 +259,7 @@ fn run(a: RunArgs) -> i32 {
             }
             tap.observe(&e);
             if !crate::summary::is_quiet_denial(&quiet, &e) {
-                denials.observe(&e);
+                denials_tap.observe(&e);
             }
         }
         Err(e) => {
@@ -297,6 +298,7 @@ fn run(a: RunArgs) -> i32 {
     );
     let code = run_in_session(&a, &project, &loaded, &session, &emit, &sink);
     emit(NewEvent::new(Layer::Session, Action::Stop, "session ended").detail("code", code));
+    denials.finish();
     lines.finish(code);
     code
 }

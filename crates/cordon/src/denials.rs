@@ -38,6 +38,32 @@ impl DenialLines {
         }
     }
 
+    /// At the session's end: the denials each host had that no line showed yet.
+    pub fn finish(&self) {
+        for line in self.held_lines() {
+            let _ = write!(std::io::stderr(), "\r\ncordon: {line}\r\n");
+        }
+    }
+
+    fn held_lines(&self) -> Vec<String> {
+        if !self.enabled {
+            return Vec::new();
+        }
+        let hosts = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held: Vec<(&String, u64)> = hosts
+            .iter()
+            .filter(|(_, (_, n))| *n > 0)
+            .map(|(h, (_, n))| (h, *n))
+            .collect();
+        held.sort();
+        held.into_iter()
+            .map(|(h, n)| {
+                let s = if n == 1 { "" } else { "s" };
+                format!("{n} more denial{s} of {h} not shown (cordon log lists them)")
+            })
+            .collect()
+    }
+
     fn line_for(&self, e: &Event, now: Instant) -> Option<String> {
         if !self.enabled
             || e.action != Action::Deny
@@ -189,6 +215,19 @@ mod tests {
         );
         assert!(d.line_for(&ev("a.test"), t0 + EVERY).is_none());
         assert!(DenialLines::new(true).line_for(&ev("c.test"), t0).is_none());
+        // What no line showed yet is said at the end.
+        assert!(d.line_for(&ev("a.test"), t0 + EVERY).is_none());
+        assert!(
+            d.line_for(&ev("b.test"), t0 + Duration::from_secs(2))
+                .is_none()
+        );
+        assert_eq!(
+            d.held_lines(),
+            [
+                "2 more denials of a.test not shown (cordon log lists them)",
+                "1 more denial of b.test not shown (cordon log lists them)"
+            ]
+        );
         let allowed = event(NewEvent::new(Layer::Network, Action::Allow, "x"));
         assert!(d.line_for(&allowed, t0).is_none());
     }
