@@ -208,6 +208,13 @@ both!(
             "<project/>"
         );
         host_git_runs_nothing(&env, &env.project, "symlink");
+        // The review says what would run: the hook, and the task that runs on folder open.
+        let d = env.cordon().args(["state", "diff"]).output().unwrap();
+        let text = all_output(&d);
+        assert!(
+            text.contains("folderOpen") && text.contains("hook"),
+            "{text}"
+        );
     }
 );
 
@@ -262,6 +269,10 @@ both!(absent_host_loaded_files_go_to_review, |env: Env| {
     for f in [".mcp.json", ".envrc", "settings.local.json", ".bashrc"] {
         assert!(text.contains(f), "{f} not in the review\n{text}");
     }
+    assert!(
+        text.contains("direnv runs it"),
+        "not flagged by what runs it\n{text}"
+    );
 });
 
 both!(a_nested_repo_added_as_a_gitlink_runs_nothing, |env: Env| {

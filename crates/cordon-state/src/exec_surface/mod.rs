@@ -491,6 +491,7 @@ pub(crate) fn flags(s: &Subject<'_>) -> Vec<String> {
         return out;
     }
     let Some(gitdir) = gitdir_of(s.host_path) else {
+        out.extend(loaded_by_host_tools(s.host_path, s.after_text));
         return out;
     };
     let rel = s.host_path.strip_prefix(&gitdir).unwrap_or(Path::new(""));
@@ -525,6 +526,57 @@ pub(crate) fn flags(s: &Subject<'_>) -> Vec<String> {
         _ if inert_in_gitdir(rel) => {}
         _ => out.push("a file in a git dir that git may read: held for review".into()),
     }
+    out
+}
+
+/// Why a file outside git dirs is one a host tool loads on its own, with what in it runs.
+fn loaded_by_host_tools(path: &Path, text: Option<&str>) -> Vec<String> {
+    let has = |p: &str| path.components().any(|c| c.as_os_str() == p);
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let t = text.unwrap_or("");
+    let mut out = Vec::new();
+    if has(".vscode") || has(".cursor") || has(".windsurf") {
+        if name == "tasks.json" && t.contains("folderOpen") {
+            out.push("editor task that runs when the folder opens (`runOn: folderOpen`)".into());
+        } else if name == "settings.json"
+            && [
+                "path\"",
+                "Path\"",
+                "executable",
+                "command",
+                "terminal.integrated",
+                "interpreter",
+            ]
+            .iter()
+            .any(|k| t.contains(k))
+        {
+            out.push("editor setting that names a program the editor runs".into());
+        } else if name == "extensions.json" || name == "launch.json" || name == "tasks.json" {
+            out.push("editor workspace file (tasks, launch configs, extensions)".into());
+        }
+    }
+    let why = match name {
+        ".envrc" => "direnv runs it when a shell enters the directory",
+        ".bashrc" | ".zshrc" | ".profile" | ".bash_profile" | ".zshenv" | ".zprofile" => {
+            "shell startup file (runs in every new shell that reads it)"
+        }
+        ".npmrc" | ".yarnrc" | ".yarnrc.yml" => {
+            "package-manager config (may set script-shell, node-options)"
+        }
+        ".pre-commit-config.yaml" => "pre-commit hooks (run by `git commit` once installed)",
+        "config.toml" | "config" if has(".cargo") => {
+            "cargo config (may set rustc-wrapper, runner, aliases)"
+        }
+        "config.toml" if has(".codex") && t.contains("mcp_servers") => {
+            "codex MCP servers (commands it starts)"
+        }
+        _ if has(".devcontainer") => {
+            "dev container config (its commands run when the container is built)"
+        }
+        _ if has(".idea") => "IDE project file (run configurations, external tools)",
+        _ => return out,
+    };
+    out.push(why.into());
     out
 }
 
