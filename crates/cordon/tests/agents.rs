@@ -369,6 +369,45 @@ both!(claude_p_answers_with_the_detected_profile, |env: Env| {
     );
 });
 
+// Claude Code runs its apiKeyHelper inside the sandbox with its own environment, so a helper
+// printing the key prints the placeholder; Claude then sends the helper's output as a bearer
+// token beside x-api-key. The profile's credential names both headers: both are swapped.
+both!(claude_api_key_helper_answers_in_both_headers, |env: Env| {
+    let settings = env.home.join(".claude/settings.json");
+    std::fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    std::fs::write(
+        &settings,
+        r#"{"apiKeyHelper": "printenv ANTHROPIC_API_KEY"}"#,
+    )
+    .unwrap();
+    let Some((_, log)) = run_agent(
+        &env,
+        &Case {
+            agent: "claude",
+            host: "api.anthropic.com",
+            key_var: "ANTHROPIC_API_KEY",
+            key: CLAUDE_KEY,
+            args: &["-p", "Say hello"],
+            vars: &[],
+            addr: 71,
+            state: &[".claude.json"],
+            shell: None,
+            also: &[],
+        },
+    ) else {
+        return;
+    };
+    let keys: Vec<&str> = log.lines().filter(|l| l.starts_with("KEY ")).collect();
+    for want in [
+        format!("KEY x-api-key {CLAUDE_KEY}"),
+        format!("KEY authorization Bearer {CLAUDE_KEY}"),
+    ] {
+        assert!(keys.contains(&want.as_str()), "{want} not seen\n{log}");
+    }
+    // Every header the stand-in saw held the real key: no placeholder got through unswapped.
+    assert!(keys.iter().all(|l| l.ends_with(CLAUDE_KEY)), "{keys:#?}");
+});
+
 both!(codex_exec_answers_with_the_detected_profile, |env: Env| {
     run_agent(
         &env,
