@@ -99,6 +99,9 @@ pub enum Staged {
         upper: PathBuf,
         work: PathBuf,
     },
+    /// A host-executed file left writable in place (a read-only rule's path that tools replace
+    /// by a rename, which neither a read-only bind nor a working copy can take): no mount.
+    InPlace { path: PathBuf },
     /// A persistent cache inside the home: an overlay of `lower` (top first: the host's cache,
     /// or an empty directory when the host has none) with cordon's cache layer as upper. Its
     /// mount point may not exist on the host (it is made in the home's layer).
@@ -117,6 +120,7 @@ impl Staged {
             Staged::Dir { path, .. }
             | Staged::File { path, .. }
             | Staged::Home { path, .. }
+            | Staged::InPlace { path }
             | Staged::Cache { path, .. } => path,
         }
     }
@@ -350,10 +354,15 @@ pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
         .filter(|s| s.reviewed())
         .map(|s| normalize(s.path()))
         .collect();
+    let in_place: Vec<PathBuf> = staged
+        .iter()
+        .filter(|s| matches!(s, Staged::InPlace { .. }))
+        .map(|s| normalize(s.path()))
+        .collect();
     layout.mounts.extend(binds);
     carve_outs(
         fs,
-        &staged_paths,
+        (&staged_paths, &in_place),
         &writable_roots,
         &deny,
         &mut layout.mounts,
@@ -430,7 +439,10 @@ fn binds(
     };
     add_binds(&fs.readable, false, skipped);
     add_binds(&fs.writable, true, skipped);
-    for st in staged {
+    for st in staged
+        .iter()
+        .filter(|s| !matches!(s, Staged::InPlace { .. }))
+    {
         let path = normalize(st.path());
         if deny.iter().any(|(d, _)| within(&path, d)) {
             skipped.push(format!(
@@ -465,6 +477,7 @@ fn binds(
                 path,
                 copy: copy.clone(),
             },
+            Staged::InPlace { .. } => continue,
         });
         // A staged git dir's object stores are written in place: content-addressed data git
         // never runs, which review need not hash at every start (cordon-state leaves them
@@ -521,7 +534,7 @@ fn git_object_dirs(gitdir: &Path) -> Vec<PathBuf> {
 /// rename; staged paths are pinned the same way but stay writable (reviewed at exit instead).
 fn carve_outs(
     fs: &FilesystemPlan,
-    staged_paths: &[PathBuf],
+    (staged_paths, in_place): (&[PathBuf], &[PathBuf]),
     writable_roots: &[PathBuf],
     deny: &[(PathBuf, String)],
     mounts: &mut Vec<MountOp>,
@@ -533,7 +546,11 @@ fn carve_outs(
     let ro_rules: &[PathRule] = &fs.read_only;
     // Staged paths need their parents pinned just like read-only ones: renaming `.git` away
     // and making a new one would otherwise slip a hook past both the mount and the review.
-    let mut guarded: Vec<PathBuf> = ro_rules.iter().map(|r| normalize(&r.path)).collect();
+    let mut guarded: Vec<PathBuf> = ro_rules
+        .iter()
+        .map(|r| normalize(&r.path))
+        .filter(|p| !in_place.contains(p))
+        .collect();
     for p in staged_paths {
         if !guarded.contains(p) {
             guarded.push(p.clone());

@@ -47,7 +47,8 @@ mod textdiff;
 pub use caches::{CacheInfo, CacheLayer, CacheStore, cache_dir};
 pub use error::StateError;
 pub use exec_surface::{
-    HOME_NAMES, ROOT_NAMES, Surface, applies_unasked, discover, is_git_objects, settle,
+    HOME_NAMES, ROOT_NAMES, Surface, WRITTEN_IN_PLACE, applies_unasked, discover, is_git_objects,
+    settle,
 };
 pub use home::{HomeLayer, HomeSpec, HomeWrite, home_writes_line};
 pub use manifest::{

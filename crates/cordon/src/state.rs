@@ -57,7 +57,12 @@ fn protected(plan: &Plan) -> (Vec<PathBuf>, Option<cordon_state::Surface>) {
             || std::fs::canonicalize(&r.path).is_ok_and(|c| surface.stage.contains(&c));
         // An absent one is on the surface's watch list (or inside a git dir that is).
         let exists = std::fs::symlink_metadata(&r.path).is_ok();
+        let in_place = r
+            .path
+            .file_name()
+            .is_some_and(|n| cordon_state::WRITTEN_IN_PLACE.iter().any(|w| n == *w));
         if exists
+            && !in_place
             && r.path.starts_with(&plan.project)
             && r.path != policy
             && !covered
@@ -152,6 +157,21 @@ pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prep
         work: c.work.clone(),
     }));
     staged.extend(to_sandbox(&s));
+    // Host-executed files git replaces by a rename stay writable in place (see
+    // cordon_state::WRITTEN_IN_PLACE), where the read-only rules would bind them.
+    if plan.state.project_files == ProjectFiles::Staged {
+        for r in &plan.filesystem.read_only {
+            let named = r
+                .path
+                .file_name()
+                .is_some_and(|n| cordon_state::WRITTEN_IN_PLACE.iter().any(|w| n == *w));
+            if named && std::fs::symlink_metadata(&r.path).is_ok_and(|m| m.is_file()) {
+                staged.push(Staged::InPlace {
+                    path: r.path.clone(),
+                });
+            }
+        }
+    }
     emit(
         NewEvent::new(
             Layer::State,

@@ -364,6 +364,21 @@ both!(git_loop_works_inside, |env: Env| {
     assert_eq!(url.trim(), bare.display().to_string());
     let log = host_git_ok(&env.project, &["log", "--oneline", "feature"]);
     assert!(log.contains("two") && log.contains("three"), "{log}");
+    // A second session adds a second submodule: `.gitmodules` exists now, and git replaces
+    // it by a rename.
+    let o = env.run_with(
+        &["--policy", policy.to_str().unwrap()],
+        &format!(
+            "export GIT_CONFIG_NOSYSTEM=1; git -c protocol.file.allow=always submodule add -q {up} sub2 \
+             && git commit -qm 'add sub2'",
+            up = upstream.display()
+        ),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let gm = std::fs::read_to_string(env.project.join(".gitmodules")).unwrap();
+    assert!(gm.contains("sub2") && gm.contains("\"sub\""), "{gm}");
+    // The submodules' gitfiles lead into the reviewed git dir: they stay on the host.
+    assert!(env.project.join("sub/.git").is_file() && env.project.join("sub2/.git").is_file());
 });
 
 both!(an_executing_git_config_change_is_held, |env: Env| {

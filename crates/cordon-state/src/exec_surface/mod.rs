@@ -64,6 +64,12 @@ pub const ROOT_NAMES: &[&str] = &[
     ".zlogin",
 ];
 
+/// Names git replaces by renaming a new file over them, which a bind of a working copy cannot
+/// take (`EBUSY`): when they exist they stay writable in place. `.gitmodules` runs nothing by
+/// itself (git refuses `update = !command` from it) and is tracked content; the repositories
+/// it names are what runs, and those are git dirs on the surface. When absent it is watched.
+pub const WRITTEN_IN_PLACE: &[&str] = &[".gitmodules"];
+
 /// When the home itself is writable (it is the project, or inside one): what the user's own
 /// session runs or loads from it.
 pub const HOME_NAMES: &[&str] = &[
@@ -177,7 +183,10 @@ impl Found<'_> {
             return;
         };
         if !md.file_type().is_symlink() {
-            if let Some(c) = canon(p) {
+            let in_place = p
+                .file_name()
+                .is_some_and(|n| WRITTEN_IN_PLACE.iter().any(|w| n == *w));
+            if let Some(c) = canon(p).filter(|_| !in_place) {
                 self.stage(c);
             }
             return;
@@ -671,7 +680,7 @@ pub fn settle(session: &Session, surface: &Surface) -> Result<Vec<PathBuf>, Stat
             continue;
         }
         if w.file_name().is_some_and(|n| n == ".git") {
-            sanitize_dotgit(session, w, &mut moved)?;
+            sanitize_dotgit(session, surface, w, &mut moved)?;
         } else {
             session.quarantine(w)?;
             moved.push(w.clone());
@@ -695,17 +704,19 @@ pub fn settle(session: &Session, surface: &Surface) -> Result<Vec<PathBuf>, Stat
     for r in &surface.roots {
         for d in find_dotgits(r) {
             if !surface.dotgits.contains(&d) && !surface.stage.iter().any(|s| d.starts_with(s)) {
-                sanitize_dotgit(session, &d, &mut moved)?;
+                sanitize_dotgit(session, surface, &d, &mut moved)?;
             }
         }
     }
     Ok(moved)
 }
 
-/// A `.git` the session made: a gitfile goes to review whole; in a git dir, what would run
+/// A `.git` the session made: a gitfile goes to review whole unless it leads into a staged git
+/// dir; in a git dir, what would run
 /// (hooks other than samples, config with keys that execute, indirections, attributes).
 fn sanitize_dotgit(
     session: &Session,
+    surface: &Surface,
     dotgit: &Path,
     moved: &mut Vec<PathBuf>,
 ) -> Result<(), StateError> {
@@ -715,6 +726,14 @@ fn sanitize_dotgit(
         Err(e) => return Err(io_err("inspect", dotgit)(e)),
     };
     if !md.is_dir() {
+        // A submodule's gitfile into a git dir that was staged (`.git/modules/sub`) leads
+        // only to reviewed state; one that leads anywhere else goes to review.
+        // Read lexically: the module's git dir is in the session's layer, not on the host yet.
+        let reviewed = gitfile_target(dotgit)
+            .is_some_and(|t| surface.stage.iter().any(|s| t.starts_with(s) && t != *s));
+        if reviewed {
+            return Ok(());
+        }
         session.quarantine(dotgit)?;
         moved.push(dotgit.to_path_buf());
         return Ok(());
