@@ -408,6 +408,38 @@ both!(claude_api_key_helper_answers_in_both_headers, |env: Env| {
     assert!(keys.iter().all(|l| l.ends_with(CLAUDE_KEY)), "{keys:#?}");
 });
 
+// GitHub Copilot CLI: a fine-grained token (it refuses classic ghp_ ones) looks up the
+// account's Copilot entitlement on api.github.com, takes its API endpoint from it, lists the
+// models there and asks one; every call carries the token.
+const COPILOT_KEY: &str =
+    "github_pat_11REALTEST0copilot0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUV";
+
+both!(copilot_p_answers_with_the_detected_profile, |env: Env| {
+    let Some((_, log)) = run_agent(
+        &env,
+        &Case {
+            agent: "copilot",
+            host: "api.githubcopilot.com",
+            key_var: "COPILOT_GITHUB_TOKEN",
+            key: COPILOT_KEY,
+            args: &["-p", "Say hello"],
+            vars: &[],
+            addr: 73,
+            state: &[".copilot"],
+            shell: None,
+            also: &["api.github.com"],
+        },
+    ) else {
+        return;
+    };
+    for want in [
+        "REQ GET api.github.com /copilot_internal/user",
+        "REQ GET api.githubcopilot.com /models",
+    ] {
+        assert!(log.contains(want), "{want} not seen\n{log}");
+    }
+});
+
 both!(codex_exec_answers_with_the_detected_profile, |env: Env| {
     run_agent(
         &env,
