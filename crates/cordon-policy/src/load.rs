@@ -409,6 +409,11 @@ fn hide_credential_sources(plan: &mut Plan) {
                 .deny
                 .push(PathRule::new(f, format!("credentials.{}: source", c.name))),
             CredentialSource::Command(_) => {}
+            // A login file: hidden unless its masked copy can be shown.
+            CredentialSource::Json { file, .. } => plan.filesystem.deny.push(PathRule::new(
+                file,
+                format!("credentials.{}: login file", c.name),
+            )),
         }
         for f in &c.files {
             plan.filesystem
@@ -592,7 +597,17 @@ mod tests {
                 .any(|r| r.path == Path::new("/home/u/.codex"))
         );
         let creds: Vec<&str> = l.plan.credentials.iter().map(|c| c.name.as_str()).collect();
-        assert_eq!(creds, ["codex-api-key", "openai-api-key"]);
+        assert_eq!(
+            creds,
+            [
+                "codex-access-token",
+                "codex-api-key",
+                "codex-file-api-key",
+                "codex-id-token",
+                "codex-refresh-token",
+                "openai-api-key"
+            ]
+        );
         assert!(l.plan.agent.is_quiet("chatgpt.com"));
         opts.profile = Some(NO_PROFILE.into());
         let l = load(&opts).unwrap();

@@ -202,7 +202,10 @@ pub(crate) mod tests {
                 CredentialPlan {
                     name: "two headers".into(),
                     env: Some("TWO_KEY".into()),
-                    source: CredentialSource::Env("TWO_KEY".into()),
+                    source: CredentialSource::Json {
+                        file: "/home/u/.agent/auth.json".into(),
+                        field: "tokens.access_token".into(),
+                    },
                     hosts: vec![glob("api.two.test")],
                     slot: CredentialSlot::Headers(vec![
                         crate::HeaderSlot {

@@ -516,8 +516,13 @@ fn host_secrets(credentials: &[cordon_http::WireCredential]) -> Vec<cordon_http:
 /// login, another provider), so its credential is simply absent, without a warning.
 fn unset_built_in(c: &cordon_policy::CredentialPlan) -> bool {
     let unset = |v: &str| std::env::var_os(v).is_none();
+    // A login file without this token (no file, an API-key login): nothing to hide.
     c.origin == "built-in"
-        && matches!(&c.source, cordon_policy::CredentialSource::Env(v) if unset(v))
+        && match &c.source {
+            cordon_policy::CredentialSource::Env(v) => unset(v),
+            cordon_policy::CredentialSource::Json { .. } => true,
+            _ => false,
+        }
 }
 
 /// Reads each `[credentials.NAME]` source on the host, makes the session's placeholder for it,
@@ -583,10 +588,15 @@ fn resolve_credentials(
     // Masked copies: one per file, every credential's value replaced.
     let mut files: Vec<(PathBuf, Vec<String>)> = Vec::new();
     for c in &plan.credentials {
-        for f in &c.files {
+        // A login file is shown when a token of it resolved (otherwise it holds none).
+        let login = c
+            .source
+            .login_file()
+            .filter(|_| out.iter().any(|w| w.name == c.name));
+        for f in c.files.iter().map(PathBuf::as_path).chain(login) {
             match files.iter_mut().find(|(p, _)| p == f) {
                 Some((_, names)) => names.push(c.name.clone()),
-                None => files.push((f.clone(), vec![c.name.clone()])),
+                None => files.push((f.to_path_buf(), vec![c.name.clone()])),
             }
         }
     }
@@ -622,6 +632,21 @@ fn resolve_credentials(
                         ));
                     }
                     text = text.replace(&c.real, &c.placeholder);
+                }
+                let fields: Vec<(&str, &str)> = plan
+                    .credentials
+                    .iter()
+                    .filter(|c| names.contains(&c.name))
+                    .filter_map(|c| match &c.source {
+                        cordon_policy::CredentialSource::Json { file, field } if *file == path => {
+                            let w = out.iter().find(|w| w.name == c.name)?;
+                            Some((field.as_str(), w.placeholder.as_str()))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                if !fields.is_empty() {
+                    cordon_http::credentials::login::check_masked(&text, &fields)?;
                 }
                 let left = leftover.scan(text.as_bytes(), cordon_http::dlp::Place::Body);
                 if let Some(f) = left.first() {
@@ -930,7 +955,23 @@ fn check(a: CheckArgs) -> i32 {
             }
             // Which credentials resolve here — never their values.
             for c in &l.plan.credentials {
-                if cordon_http::credentials::resolves(c) {
+                if let cordon_policy::CredentialSource::Json { file, field } = &c.source {
+                    let hosts: Vec<String> = c.hosts.iter().map(ToString::to_string).collect();
+                    if cordon_http::credentials::resolves(c) {
+                        eprintln!(
+                            "cordon: login `{}` found in {} ({field}): the sandbox sees a placeholder; the real token goes only to {}",
+                            c.name,
+                            file.display(),
+                            hosts.join(", ")
+                        );
+                    } else {
+                        eprintln!(
+                            "cordon: login `{}`: none in {} ({field})",
+                            c.name,
+                            file.display()
+                        );
+                    }
+                } else if cordon_http::credentials::resolves(c) {
                     eprintln!("cordon: credential `{}` resolves", c.name);
                 } else {
                     eprintln!(

@@ -11,6 +11,7 @@
 //! Trust boundary: real values never go back into the sandbox; the caller puts only the
 //! placeholder in the sandbox's environment and files.
 
+pub mod login;
 mod placeholder;
 pub(crate) mod swap;
 
@@ -143,6 +144,7 @@ fn read(source: &CredentialSource) -> Option<String> {
     match source {
         CredentialSource::Env(v) => std::env::var(v).ok(),
         CredentialSource::File(p) => std::fs::read_to_string(p).ok(),
+        CredentialSource::Json { file, field } => login::json_field(file, field),
         CredentialSource::Command(argv) => {
             let (program, args) = argv.split_first()?;
             std::process::Command::new(program)

@@ -73,6 +73,8 @@ const PREFIXES: &[&str] = &[
     "hf_",
     "gsk_",
     "xai-",
+    // Google OAuth access tokens.
+    "ya29.",
 ];
 
 /// Random characters after a known prefix at least (a short value gets a longer placeholder).
@@ -251,6 +253,9 @@ fn hex(d: &mut Derived<'_>, len: usize) -> String {
 }
 
 fn shaped(d: &mut Derived<'_>, real: &str) -> String {
+    if let Some(p) = jwt_shaped(d, real) {
+        return p;
+    }
     let prefix = PREFIXES
         .iter()
         .filter(|p| real.starts_with(**p))
@@ -276,6 +281,31 @@ fn shaped(d: &mut Derived<'_>, real: &str) -> String {
             format!("cordon-{}", hex(d, len.saturating_sub(7)))
         }
     }
+}
+
+/// A JWT (an OAuth access or ID token) keeps its header and claims, which agents decode to
+/// learn the account, plan and expiry, and gets a signature of cordon's own: the claims are
+/// not what makes it a credential, the signature is, and a placeholder's verifies nowhere.
+fn jwt_shaped(d: &mut Derived<'_>, real: &str) -> Option<String> {
+    let b64url = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    let mut parts = real.split('.');
+    let (h, c, sig) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || !h.starts_with("eyJ") || ![h, c, sig].iter().all(|p| b64url(p)) {
+        return None;
+    }
+    let set: Vec<u8> = (b'A'..=b'Z')
+        .chain(b'a'..=b'z')
+        .chain(b'0'..=b'9')
+        .chain(*b"-_")
+        .collect();
+    let fresh: String = (0..sig.len().max(MIN_RANDOM))
+        .map(|_| d.pick(&set))
+        .collect();
+    Some(format!("{h}.{c}.{fresh}"))
 }
 
 /// The characters a placeholder's random part is drawn from: each class the real value's
@@ -376,6 +406,22 @@ mod tests {
         // Short after its prefix: more random characters than the value had.
         let p = placeholder(&key(7), "k", "sk-abc");
         assert!(p.starts_with("sk-") && p.len() == 3 + MIN_RANDOM, "{p}");
+    }
+
+    #[test]
+    fn a_jwt_keeps_its_header_and_claims_and_gets_another_signature() {
+        let real =
+            "eyJhbGciOiJSUzI1NiJ9.eyJlbWFpbCI6ImFAYi5jIn0.c2lnbmF0dXJlLXJlYWwtMDEyMzQ1Njc4OQ";
+        let p = placeholder(&key(3), "id", real);
+        let (head, sig) = p.rsplit_once('.').unwrap();
+        assert_eq!(head, "eyJhbGciOiJSUzI1NiJ9.eyJlbWFpbCI6ImFAYi5jIn0");
+        assert_eq!(sig.len(), "c2lnbmF0dXJlLXJlYWwtMDEyMzQ1Njc4OQ".len());
+        assert_ne!(sig, "c2lnbmF0dXJlLXJlYWwtMDEyMzQ1Njc4OQ");
+        assert_eq!(p, placeholder(&key(3), "id", real));
+        // Not a JWT: the usual shapes.
+        let g = "ya29.a0AfB_byC-0123456789abcdef";
+        let p = placeholder(&key(3), "g", g);
+        assert!(p.starts_with("ya29.") && p.len() == g.len(), "{p}");
     }
 
     #[test]

@@ -20,6 +20,26 @@ pub enum CredentialSource {
     File(PathBuf),
     /// A command's standard output, trimmed (`gh auth token`).
     Command(Vec<String>),
+    /// A string field of a JSON file (an agent's login file), named by its dotted path
+    /// (`claudeAiOauth.accessToken`). The file is shown inside with the field's value replaced
+    /// by the placeholder, the rest as it is; it is masked whenever it cannot be.
+    Json {
+        /// The file.
+        file: PathBuf,
+        /// The field's dotted path from the top-level object.
+        field: String,
+    },
+}
+
+impl CredentialSource {
+    /// The login file a [`CredentialSource::Json`] reads, which the sandbox only ever sees
+    /// masked.
+    pub fn login_file(&self) -> Option<&std::path::Path> {
+        match self {
+            CredentialSource::Json { file, .. } => Some(file),
+            _ => None,
+        }
+    }
 }
 
 /// Where in a request the real value travels.
@@ -92,6 +112,7 @@ raw_table! {
     pub(crate) struct RawSource example "source = { env = \"VAR\" }" {
         env: String,
         file: String,
+        json: String,
         command: Strings,
     }
 }
@@ -127,6 +148,9 @@ fn source(
             .map(|x| x.get_ref().trim().to_string())
             .filter(|x| !x.is_empty())
     };
+    if let Some(j) = &src.json {
+        return json_source(cx, name, s, j);
+    }
     Ok(
         match (trimmed(&src.env), &src.file, src.command.is_empty()) {
             (Some(v), None, true) => CredentialSource::Env(v),
@@ -150,6 +174,44 @@ fn source(
             }
         },
     )
+}
+
+/// `source = { file = "~/.claude/.credentials.json", json = "claudeAiOauth.accessToken" }`.
+fn json_source(
+    cx: &Convert<'_>,
+    name: &str,
+    s: &Spanned<RawSource>,
+    j: &Spanned<String>,
+) -> Result<CredentialSource, PolicyError> {
+    let src = s.get_ref();
+    let Some(f) = src
+        .file
+        .as_ref()
+        .filter(|_| src.env.is_none() && src.command.is_empty())
+    else {
+        return Err(cx.diag(
+            format!("[credentials.{name}]: `json` names a field of `file`, and goes with it alone"),
+            s.span(),
+            "source = { file = \"~/.claude/.credentials.json\", json = \"claudeAiOauth.accessToken\" }",
+        ));
+    };
+    let field = j.get_ref().trim().to_string();
+    if field.is_empty() || field.split('.').any(str::is_empty) {
+        return Err(cx.diag(
+            format!(
+                "invalid JSON field {} in [credentials.{name}]",
+                toml_string(j.get_ref())
+            ),
+            j.span(),
+            "a dotted path of object keys from the top, e.g. json = \"tokens.access_token\"",
+        ));
+    }
+    let file = cx
+        .paths(std::slice::from_ref(f), "source.file", false)?
+        .pop()
+        .map(|r| r.path)
+        .unwrap_or_default();
+    Ok(CredentialSource::Json { file, field })
 }
 
 fn slot(
@@ -374,6 +436,11 @@ impl Section for Credentials {
                     let a: Vec<String> = argv.iter().map(|x| toml_string(x)).collect();
                     format!("{{ command = [{}] }}", a.join(", "))
                 }
+                CredentialSource::Json { file, field } => format!(
+                    "{{ file = {}, json = {} }}",
+                    toml_string(&file.display().to_string()),
+                    toml_string(field)
+                ),
             };
             out.line(format!("source = {source}"));
             let h: Vec<String> = c.hosts.iter().map(ToString::to_string).collect();

@@ -1,0 +1,75 @@
+//! Agents' login files (`~/.claude/.credentials.json`, `~/.codex/auth.json`,
+//! `~/.gemini/oauth_creds.json`): each token a field of a JSON file. The real value is read
+//! here, on the host; the sandbox sees the file with each token's value replaced by its
+//! placeholder, every other byte as it was, so the agent parses the same keys and believes it
+//! is logged in.
+
+use std::path::Path;
+
+/// The string at dotted path `field` of the JSON file `file`; `None` when the file is
+/// unreadable or not JSON, or the field is absent, not a string, or empty (a login without
+/// that token: nothing secret to hide).
+pub fn json_field(file: &Path, field: &str) -> Option<String> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let doc: serde_json::Value = serde_json::from_str(&text).ok()?;
+    lookup(&doc, field)
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_string)
+}
+
+fn lookup<'a>(doc: &'a serde_json::Value, field: &str) -> Option<&'a serde_json::Value> {
+    field.split('.').try_fold(doc, |v, k| v.get(k))
+}
+
+/// Checks a masked copy of a login file before the sandbox is shown it: it still parses as
+/// JSON, and each `(field, placeholder)` holds exactly its placeholder (a replacement that
+/// broke the file or missed the field would show the agent a login that is not there, or the
+/// real value).
+pub fn check_masked(text: &str, fields: &[(&str, &str)]) -> Result<(), String> {
+    let doc: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("the masked copy is not JSON ({e})"))?;
+    for (field, placeholder) in fields {
+        if lookup(&doc, field).and_then(serde_json::Value::as_str) != Some(placeholder) {
+            return Err(format!(
+                "field {field} does not hold its placeholder in the masked copy"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_field_is_read_by_its_dotted_path_and_only_a_string_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("auth.json");
+        std::fs::write(
+            &f,
+            r#"{"OPENAI_API_KEY":null,"tokens":{"access_token":"at-1","n":3,"e":""}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            json_field(&f, "tokens.access_token").as_deref(),
+            Some("at-1")
+        );
+        assert_eq!(json_field(&f, "OPENAI_API_KEY"), None);
+        assert_eq!(json_field(&f, "tokens.n"), None);
+        assert_eq!(json_field(&f, "tokens.missing"), None);
+        assert_eq!(json_field(&dir.path().join("none.json"), "a"), None);
+        std::fs::write(&f, "not json").unwrap();
+        assert_eq!(json_field(&f, "tokens.access_token"), None);
+    }
+
+    #[test]
+    fn a_masked_copy_must_parse_and_hold_each_placeholder() {
+        let ok = r#"{"a":{"t":"PH"}}"#;
+        assert!(check_masked(ok, &[("a.t", "PH")]).is_ok());
+        let e = check_masked(ok, &[("a.t", "OTHER")]).unwrap_err();
+        assert!(e.contains("a.t"), "{e}");
+        let e = check_masked("{\"a\":", &[]).unwrap_err();
+        assert!(e.contains("not JSON"), "{e}");
+    }
+}
