@@ -172,6 +172,8 @@ fn check_login(env: Env, l: Login) {
          TOK=$({py} -c 'import json,sys,functools; print(functools.reduce(lambda v,p: v[p], sys.argv[2].split(\".\"), json.load(open(sys.argv[1]))))' \"$F\" {access})\n\
          echo TOKLEN ${{#TOK}}\n\
          echo REPLY $(curl -sS --max-time 10 -H \"authorization: Bearer $TOK\" https://{host}/hello.txt)\n\
+         RT=$({py} -c 'import json,sys,functools; print(functools.reduce(lambda v,p: v[p], sys.argv[2].split(\".\"), json.load(open(sys.argv[1]))))' \"$F\" {refresh})\n\
+         echo REFRESH $(curl -s --max-time 10 -o /dev/null -w '%{{http_code}}' -H 'content-type: application/json' -d \"{{\\\"grant_type\\\":\\\"refresh_token\\\",\\\"refresh_token\\\":\\\"$RT\\\"}}\" https://{host}/token)\n\
          echo '{{}}' > \"$F\" 2>/dev/null && echo WRITE-IN-PLACE ok || echo WRITE-IN-PLACE refused\n\
          echo '{{}}' > ~/{dir}/new.json && mv -f ~/{dir}/new.json \"$F\" 2>/dev/null && echo RENAME-OVER ok || echo RENAME-OVER refused\n\
          rm -f \"$F\" 2>/dev/null && echo REMOVE ok || echo REMOVE refused\n\
@@ -179,6 +181,12 @@ fn check_login(env: Env, l: Login) {
         file = l.file,
         revs = revs.join(" "),
         access = l.access,
+        refresh = l
+            .tokens
+            .iter()
+            .find(|(f, _)| f.contains("refresh"))
+            .unwrap()
+            .0,
         host = l.host,
     );
     let _ = std::fs::remove_file(&env.audit);
@@ -227,6 +235,16 @@ fn check_login(env: Env, l: Login) {
         "the stand-in never saw the real token: {}",
         srv.log()
     );
+    // A refresh is not brokered yet: the refresh token's placeholder in a body is refused
+    // before anything leaves, and the real one never goes.
+    assert_eq!(line("REFRESH "), "403", "{}", show(&o));
+    // (The head may go ahead while the body is inspected; the body never arrives.)
+    let bodies = srv
+        .log()
+        .lines()
+        .filter(|x| x.starts_with("POST ") && !x.ends_with(" 0"))
+        .count();
+    assert_eq!(bodies, 0, "{}", srv.log());
     // The login file cannot be changed inside; what is written beside it is reviewed.
     assert_eq!(line("WRITE-IN-PLACE "), "refused", "{}", show(&o));
     assert_eq!(line("RENAME-OVER "), "refused", "{}", show(&o));
@@ -323,3 +341,74 @@ both!(
 fn all(o: &std::process::Output) -> String {
     common::all_output(o)
 }
+
+/// `cordon run --profile PROFILE` with `policy_text`, as the variant's user.
+fn run_profile(env: &Env, profile: &str, policy_text: &str, script: &str) -> std::process::Output {
+    let pol = policy(env, policy_text);
+    let child = env
+        .cordon()
+        .env("XDG_RUNTIME_DIR", common::runtime_dir(env))
+        .args(["run", "--no-tty", "--audit"])
+        .arg(&env.audit)
+        .args(["--profile", profile, "--policy", &pol, "--"])
+        .args(["sh", "-c", script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_limited(child, std::time::Duration::from_secs(120))
+}
+
+both!(
+    login_files_stay_hidden_without_the_http_layer,
+    |env: Env| {
+        // No gateway, no HTTP layer to swap placeholders: the login file is not shown at all
+        // (without the profile's credentials it would be a plain readable file of the home).
+        let l = claude();
+        let file = env.home.join(l.file);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, &l.json).unwrap();
+        env.own(&env.home);
+        let o = run_profile(
+            &env,
+            "claude",
+            "[network]\nmode = \"none\"\n",
+            "cat ~/.claude/.credentials.json >/dev/null 2>&1 && echo SEEN || echo HIDDEN; ls ~/.claude",
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.lines().any(|x| x == "HIDDEN"), "{}", show(&o));
+        for (_, v) in &l.tokens {
+            assert!(!all(&o).contains(v.as_str()), "{}", show(&o));
+        }
+    }
+);
+
+both!(
+    a_login_file_holding_another_secret_stays_hidden,
+    |env: Env| {
+        // A token no credential covers (here a GitHub token beside Gemini's): no masked copy can
+        // be shown without it, so the file stays masked, with a warning naming it.
+        let l = gemini();
+        let mut doc: Value = serde_json::from_str(&l.json).unwrap();
+        doc["other"] = Value::String(format!("ghp_{}", "Zq9".repeat(12)));
+        let file = env.home.join(l.file);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, serde_json::to_string(&doc).unwrap()).unwrap();
+        env.own(&env.home);
+        let o = run_profile(
+            &env,
+            "gemini",
+            "",
+            "cat ~/.gemini/oauth_creds.json >/dev/null 2>&1 && echo SEEN || echo HIDDEN",
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.lines().any(|x| x == "HIDDEN"), "{}", show(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("oauth_creds.json stays hidden: it holds another secret"),
+            "{}",
+            show(&o)
+        );
+        assert!(!all(&o).contains("Zq9Zq9Zq9"), "{}", show(&o));
+    }
+);
