@@ -177,7 +177,9 @@ fn check_login(env: Env, l: Login) {
          echo '{{}}' > \"$F\" 2>/dev/null && echo WRITE-IN-PLACE ok || echo WRITE-IN-PLACE refused\n\
          echo '{{}}' > ~/{dir}/new.json && mv -f ~/{dir}/new.json \"$F\" 2>/dev/null && echo RENAME-OVER ok || echo RENAME-OVER refused\n\
          rm -f \"$F\" 2>/dev/null && echo REMOVE ok || echo REMOVE refused\n\
-         echo kept > ~/{dir}/notes.md\n",
+         echo kept > ~/{dir}/notes.md\n\
+         mv ~/{dir} ~/{dir}-moved 2>/dev/null && echo MOVE-DIR ok || echo MOVE-DIR refused\n\
+         mkdir -p ~/{dir} && cp ~/{dir}-moved/* ~/{dir}/ 2>/dev/null; cat \"$F\" > ~/{dir}/x && mv -f ~/{dir}/x \"$F\" 2>/dev/null && echo REPLACED ok || echo REPLACED refused\n",
         file = l.file,
         revs = revs.join(" "),
         access = l.access,
@@ -249,6 +251,8 @@ fn check_login(env: Env, l: Login) {
     assert_eq!(line("WRITE-IN-PLACE "), "refused", "{}", show(&o));
     assert_eq!(line("RENAME-OVER "), "refused", "{}", show(&o));
     assert_eq!(line("REMOVE "), "refused", "{}", show(&o));
+    // Not by moving its directory away and putting a file in its place either.
+    assert_eq!(line("REPLACED "), "refused", "{}", show(&o));
     let audit = std::fs::read_to_string(&env.audit).unwrap_or_default();
     for (_, v) in &l.tokens {
         assert!(!audit.contains(v.as_str()), "the audit log holds a token");
