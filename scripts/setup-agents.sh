@@ -24,8 +24,13 @@ npm_pkgs=(
     "@github/copilot@1.0.102"
     "@qwen-code/qwen-code@0.24.4"
 )
-# Not installed: @charmland/crush. Its npm package is only a postinstall that downloads the
-# binary from GitHub releases, which CI cannot reach (only the package registries).
+# Not installed: @charmland/crush (0.96.1). Its npm package is only a postinstall (install.js,
+# made by GoReleaser) that downloads crush_<v>_Linux_x86_64.tar.gz from GitHub releases, which CI
+# cannot reach (only the package registries). Checked, none carries the binary: the npm package
+# has no optionalDependencies and there is no @charmland/crush-linux-x64 (or -amd64) on npm; PyPI's
+# `crush` is an unrelated 2017 library; Debian has no crush package (apt-cache search: pngcrush
+# and the like). It is a Go module (github.com/charmbracelet/crush), but CI has no Go proxy.
+# agents.rs tests its profile with a same-named stand-in instead.
 aider_version=0.86.2
 umask 022
 mkdir -p "$root/node" "$root/bin"

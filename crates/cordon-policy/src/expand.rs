@@ -1,4 +1,5 @@
-//! Path expansion (`~`, `$HOME`, `${HOME}`, `${PROJECT}`) and lexical normalisation.
+//! Path expansion (`~`, `$HOME`, `${HOME}`, `${PROJECT}`, the XDG base directories) and
+//! lexical normalisation.
 
 use std::ffi::OsString;
 use std::ops::Range;
@@ -28,6 +29,27 @@ pub(crate) struct Vars<'a> {
     pub project: &'a Path,
 }
 
+/// The XDG base directories a path may name, each with its default under the home. An agent
+/// that follows them keeps its state wherever the user pointed them, so a profile names
+/// `$XDG_CONFIG_HOME/opencode`, not `~/.config/opencode`.
+const XDG: &[(&str, &str)] = &[
+    ("XDG_CONFIG_HOME", ".config"),
+    ("XDG_DATA_HOME", ".local/share"),
+    ("XDG_STATE_HOME", ".local/state"),
+    ("XDG_CACHE_HOME", ".cache"),
+];
+
+/// The value of XDG variable `name`: the environment's when absolute (the spec says a relative
+/// or empty one is ignored), else the default under `home`. `None` when `name` is no XDG base
+/// directory.
+fn xdg_dir(name: &str, home: &Path, env: &dyn Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+    let (_, default) = XDG.iter().find(|(n, _)| *n == name)?;
+    match env(name).map(PathBuf::from) {
+        Some(p) if p.is_absolute() => Some(p),
+        _ => Some(home.join(default)),
+    }
+}
+
 /// Whether the raw path refers to the home directory (so deny rules apply to both homes).
 pub(crate) fn uses_home(raw: &str) -> bool {
     raw == "~" || raw.starts_with("~/") || raw.contains("$HOME") || raw.contains("${HOME}")
@@ -37,8 +59,18 @@ fn is_name_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_'
 }
 
-/// Expands `raw` and normalises the result lexically. The result is absolute.
+/// Expands `raw` and normalises the result lexically. The result is absolute. The XDG
+/// variables are read from cordon's own environment, which the sandbox inherits: the agent
+/// inside resolves them to the same directories.
 pub(crate) fn expand(raw: &str, vars: &Vars<'_>) -> Result<PathBuf, ExpandError> {
+    expand_with(raw, vars, &|n| std::env::var_os(n))
+}
+
+fn expand_with(
+    raw: &str,
+    vars: &Vars<'_>,
+    env: &dyn Fn(&str) -> Option<OsString>,
+) -> Result<PathBuf, ExpandError> {
     if raw.is_empty() {
         return Err(ExpandError::Empty);
     }
@@ -82,6 +114,7 @@ pub(crate) fn expand(raw: &str, vars: &Vars<'_>) -> Result<PathBuf, ExpandError>
         match name {
             "HOME" => out.push(vars.home.as_os_str()),
             "PROJECT" => out.push(vars.project.as_os_str()),
+            xdg if let Some(dir) = xdg_dir(xdg, vars.home, env) => out.push(dir.as_os_str()),
             "" => {
                 return Err(ExpandError::BadDollar {
                     at: dollar..end.max(dollar + 1),
@@ -152,6 +185,58 @@ mod tests {
         assert_eq!(ex("$PROJECT").unwrap(), PathBuf::from("/work/p"));
         assert_eq!(ex("/mnt/${PROJECT}").unwrap(), PathBuf::from("/mnt/work/p"));
         assert_eq!(ex("/a/b~c").unwrap(), PathBuf::from("/a/b~c"));
+    }
+
+    #[test]
+    fn expands_xdg_from_the_environment_or_its_default() {
+        let vars = Vars {
+            home: Path::new("/home/u"),
+            project: Path::new("/work/p"),
+        };
+        let unset = |_: &str| None;
+        let set = |n: &str| match n {
+            "XDG_CONFIG_HOME" => Some(OsString::from("/elsewhere/cfg")),
+            "XDG_DATA_HOME" => Some(OsString::from("relative/ignored")),
+            "XDG_STATE_HOME" => Some(OsString::new()),
+            _ => None,
+        };
+        let ex = |raw, env: &dyn Fn(&str) -> Option<OsString>| expand_with(raw, &vars, env);
+        assert_eq!(
+            ex("$XDG_CONFIG_HOME/opencode", &unset).unwrap(),
+            PathBuf::from("/home/u/.config/opencode")
+        );
+        assert_eq!(
+            ex("${XDG_DATA_HOME}/opencode", &unset).unwrap(),
+            PathBuf::from("/home/u/.local/share/opencode")
+        );
+        assert_eq!(
+            ex("$XDG_STATE_HOME/x", &unset).unwrap(),
+            PathBuf::from("/home/u/.local/state/x")
+        );
+        assert_eq!(
+            ex("$XDG_CACHE_HOME/x", &unset).unwrap(),
+            PathBuf::from("/home/u/.cache/x")
+        );
+        assert_eq!(
+            ex("$XDG_CONFIG_HOME/opencode", &set).unwrap(),
+            PathBuf::from("/elsewhere/cfg/opencode")
+        );
+        // A relative or empty value is ignored, as the XDG spec says.
+        assert_eq!(
+            ex("$XDG_DATA_HOME/opencode", &set).unwrap(),
+            PathBuf::from("/home/u/.local/share/opencode")
+        );
+        assert_eq!(
+            ex("$XDG_STATE_HOME/opencode", &set).unwrap(),
+            PathBuf::from("/home/u/.local/state/opencode")
+        );
+        assert_eq!(
+            ex("$XDG_RUNTIME_DIR/x", &set),
+            Err(ExpandError::UnknownVariable {
+                name: "XDG_RUNTIME_DIR".into(),
+                at: 0..16
+            })
+        );
     }
 
     #[test]

@@ -599,6 +599,74 @@ both!(
     }
 );
 
+/// opencode with `XDG_CONFIG_HOME` at `cfg` (a path under the home or outside it): the
+/// profile names `$XDG_CONFIG_HOME/opencode`, so its config is protected where it really is.
+fn opencode_with_xdg_config(env: &Env, cfg: &Path, addr: u8, state: &'static [&'static str]) {
+    std::fs::create_dir_all(cfg).unwrap();
+    let cfg: &'static str = Box::leak(cfg.display().to_string().into_boxed_str());
+    let vars: &'static [(&str, &str)] = Box::leak(Box::new([("XDG_CONFIG_HOME", cfg)]));
+    run_agent(
+        env,
+        &Case {
+            agent: "opencode",
+            host: "api.anthropic.com",
+            key_var: "ANTHROPIC_API_KEY",
+            key: CLAUDE_KEY,
+            args: &["run", "--model", "anthropic/claude-sonnet-4-5", "Say hello"],
+            vars,
+            addr,
+            state,
+            shell: None,
+            also: &[],
+        },
+    );
+}
+
+both!(
+    opencode_follows_xdg_config_home_inside_the_home,
+    |env: Env| {
+        let cfg = env.home.join(".xdg-cfg");
+        opencode_with_xdg_config(
+            &env,
+            &cfg,
+            75,
+            &[".xdg-cfg/opencode", ".local/share/opencode"],
+        );
+        assert!(
+            !env.home.join(".config/opencode").exists(),
+            "opencode's config went to ~/.config on the host"
+        );
+    }
+);
+
+both!(
+    opencode_follows_xdg_config_home_outside_the_home,
+    |env: Env| {
+        // Protected where it is, through the same copy-on-write protection as any path: it
+        // must exist on the host (a protected path outside the home that does not is skipped,
+        // and the agent's mkdir there fails read-only).
+        let cfg = env.base.join("xdg-cfg");
+        std::fs::create_dir_all(cfg.join("opencode")).unwrap();
+        opencode_with_xdg_config(&env, &cfg, 77, &[".local/share/opencode"]);
+        let session = session_start(&env.audit)["session"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let diff = cordon(&env)
+            .args(["state", "diff", &session])
+            .output()
+            .unwrap();
+        let d = String::from_utf8_lossy(&diff.stdout);
+        let at = cfg.join("opencode").display().to_string();
+        assert!(d.contains(&at), "{at} is not in the review\n{d}");
+        assert_eq!(
+            std::fs::read_dir(cfg.join("opencode")).unwrap().count(),
+            0,
+            "opencode's config reached the host before review"
+        );
+    }
+);
+
 /// `sh -c` quoting.
 fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))

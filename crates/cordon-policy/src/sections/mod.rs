@@ -494,12 +494,12 @@ impl Convert<'_> {
             ExpandError::UnknownVariable { name, at } => self.diag(
                 format!("unknown variable `{name}` in {key} path {shown}"),
                 self.inner_span(raw, at),
-                "only $HOME (or ${HOME}, ~) and ${PROJECT} expand in paths; write the value out",
+                "only $HOME (or ${HOME}, ~) and ${PROJECT} expand in paths, besides $XDG_CONFIG_HOME, $XDG_DATA_HOME, $XDG_STATE_HOME and $XDG_CACHE_HOME; write the value out",
             ),
             ExpandError::BadDollar { at } => self.diag(
                 format!("stray `$` in {key} path {shown}"),
                 self.inner_span(raw, at),
-                "only $HOME, ${HOME} and ${PROJECT} expand; a path cannot contain a literal `$`",
+                "only $HOME, ${HOME}, ${PROJECT} and the XDG base directories ($XDG_CONFIG_HOME, ...) expand; a path cannot contain a literal `$`",
             ),
             ExpandError::TildeUser => self.diag(
                 format!("`~user` is not supported in {key} path {shown}"),
