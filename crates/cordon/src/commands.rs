@@ -520,7 +520,9 @@ fn unset_built_in(c: &cordon_policy::CredentialPlan) -> bool {
     c.origin == "built-in"
         && match &c.source {
             cordon_policy::CredentialSource::Env(v) => unset(v),
-            cordon_policy::CredentialSource::Json { .. } => true,
+            cordon_policy::CredentialSource::Json { file, .. } => {
+                cordon_http::credentials::login::absent_or_json(file)
+            }
             _ => false,
         }
 }

@@ -416,3 +416,27 @@ both!(
         assert!(!all(&o).contains("Zq9Zq9Zq9"), "{}", show(&o));
     }
 );
+
+both!(a_broken_login_file_is_hidden_with_a_warning, |env: Env| {
+    // Not JSON (cut short): no token can be read, so none can be replaced: hidden, and said.
+    let l = claude();
+    let file = env.home.join(l.file);
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, &l.json[..l.json.len() / 2]).unwrap();
+    env.own(&env.home);
+    let o = run_profile(
+        &env,
+        "claude",
+        "",
+        "cat ~/.claude/.credentials.json >/dev/null 2>&1 && echo SEEN || echo HIDDEN",
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.lines().any(|x| x == "HIDDEN"), "{}", show(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("credential `claude-oauth-access` did not resolve"),
+        "{}",
+        show(&o)
+    );
+    assert!(!all(&o).contains("CanaryAccessClaude"), "{}", show(&o));
+});

@@ -17,6 +17,15 @@ pub fn json_field(file: &Path, field: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// Whether `file` is absent or holds JSON: a login file that is there but broken is worth a
+/// warning (it stays hidden, and the agent would say it is logged out without saying why).
+pub fn absent_or_json(file: &Path) -> bool {
+    match std::fs::read_to_string(file) {
+        Ok(text) => serde_json::from_str::<serde_json::Value>(&text).is_ok(),
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    }
+}
+
 fn lookup<'a>(doc: &'a serde_json::Value, field: &str) -> Option<&'a serde_json::Value> {
     field.split('.').try_fold(doc, |v, k| v.get(k))
 }
@@ -59,8 +68,10 @@ mod tests {
         assert_eq!(json_field(&f, "tokens.n"), None);
         assert_eq!(json_field(&f, "tokens.missing"), None);
         assert_eq!(json_field(&dir.path().join("none.json"), "a"), None);
+        assert!(absent_or_json(&f) && absent_or_json(&dir.path().join("none.json")));
         std::fs::write(&f, "not json").unwrap();
         assert_eq!(json_field(&f, "tokens.access_token"), None);
+        assert!(!absent_or_json(&f));
     }
 
     #[test]
