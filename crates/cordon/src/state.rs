@@ -128,9 +128,19 @@ pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prep
         .with_context(
             || "cannot prepare copy-on-write state (protected paths would be unprotected)",
         )?;
-    if s.home.is_none()
-        && let Some(hint) = missing_state_hint(&s.skipped, crate::home::home_dir().as_deref())
-    {
+    let hint = if s.home.is_none() {
+        missing_state_hint(&s.skipped, crate::home::home_dir().as_deref())
+    } else {
+        // Only the policy's own entries: the staged surface names what exists.
+        let own: Vec<PathBuf> = s
+            .skipped
+            .iter()
+            .filter(|p| plan.state.protect.iter().any(|r| r.path == **p))
+            .cloned()
+            .collect();
+        missing_outside_hint(&own, &|n| std::env::var_os(n))
+    };
+    if let Some(hint) = hint {
         eprintln!("cordon: warning: {hint}");
         emit(NewEvent::new(Layer::State, Action::Degraded, hint));
     }
@@ -435,6 +445,46 @@ fn missing_state_hint(skipped: &[PathBuf], home: Option<&Path>) -> Option<String
         },
         names[0],
     ))
+}
+
+/// Protected state outside the copy-on-write home that does not exist yet (an agent's XDG
+/// directory pointed outside the home): only what exists can be mounted copy-on-write, and the
+/// rest of the host is read-only, so the agent's first mkdir there fails. Say which path, the
+/// variable that put it there, and the fix, before it starts.
+fn missing_outside_hint(
+    skipped: &[PathBuf],
+    env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+) -> Option<String> {
+    let first = skipped.first()?;
+    let var = [
+        "XDG_CONFIG_HOME",
+        "XDG_DATA_HOME",
+        "XDG_STATE_HOME",
+        "XDG_CACHE_HOME",
+    ]
+    .into_iter()
+    .find(|n| env(n).is_some_and(|v| !v.is_empty() && first.starts_with(&v)));
+    let names: Vec<String> = skipped.iter().map(|p| p.display().to_string()).collect();
+    let (it, does) = if names.len() == 1 {
+        ("it", "does")
+    } else {
+        ("them", "do")
+    };
+    Some(match var {
+        Some(var) => format!(
+            "{} (protected state under ${var}) {does} not exist, and outside the home the \
+             agent cannot create {it} in this sandbox: create {it} on the host first (`mkdir -p \
+             {}`), or point {var} inside the home",
+            names.join(", "),
+            names.join(" "),
+        ),
+        None => format!(
+            "{} (protected state outside the home) {does} not exist, and the agent cannot \
+             create {it} in this sandbox: create {it} on the host first (`mkdir -p {}`)",
+            names.join(", "),
+            names.join(" "),
+        ),
+    })
 }
 
 /// Every host path the session changed, protected or elsewhere in the home. What cannot be
@@ -801,6 +851,23 @@ mod tests {
     fn missing_agent_state_names_the_paths_and_the_fix() {
         let home = Path::new("/h");
         assert_eq!(missing_state_hint(&[], Some(home)), None);
+        let env = |n: &str| (n == "XDG_CONFIG_HOME").then(|| "/srv/cfg".into());
+        assert_eq!(missing_outside_hint(&[], &env), None);
+        let one = missing_outside_hint(&[PathBuf::from("/srv/cfg/opencode")], &env).unwrap();
+        assert!(
+            one.contains("/srv/cfg/opencode (protected state under $XDG_CONFIG_HOME)"),
+            "{one}"
+        );
+        assert!(one.contains("`mkdir -p /srv/cfg/opencode`"), "{one}");
+        assert!(
+            one.contains("point XDG_CONFIG_HOME inside the home"),
+            "{one}"
+        );
+        let other = missing_outside_hint(&[PathBuf::from("/opt/x")], &env).unwrap();
+        assert!(
+            other.contains("/opt/x (protected state outside the home) does not"),
+            "{other}"
+        );
         assert_eq!(
             missing_state_hint(&[PathBuf::from("/h/.claude")], Some(home)).unwrap(),
             "~/.claude does not exist and the home is read-only in this sandbox, so the agent \

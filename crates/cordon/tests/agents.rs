@@ -646,6 +646,23 @@ both!(
         // must exist on the host (a protected path outside the home that does not is skipped,
         // and the agent's mkdir there fails read-only).
         let cfg = env.base.join("xdg-cfg");
+        // Missing there, it cannot be protected: cordon says so before the agent starts.
+        std::fs::create_dir_all(&cfg).unwrap();
+        env.own(&env.base);
+        let o = cordon(&env)
+            .env("XDG_CONFIG_HOME", &cfg)
+            .args(["run", "--no-tty", "--profile", "opencode", "--", "true"])
+            .output()
+            .unwrap();
+        let at = cfg.join("opencode").display().to_string();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&format!(
+                "{at} (protected state under $XDG_CONFIG_HOME) does not exist"
+            )) && err.contains(&format!("`mkdir -p {at}`")),
+            "{}",
+            show(&o)
+        );
         std::fs::create_dir_all(cfg.join("opencode")).unwrap();
         opencode_with_xdg_config(&env, &cfg, 77, &[".local/share/opencode"]);
         let session = session_start(&env.audit)["session"]
@@ -657,7 +674,6 @@ both!(
             .output()
             .unwrap();
         let d = String::from_utf8_lossy(&diff.stdout);
-        let at = cfg.join("opencode").display().to_string();
         assert!(d.contains(&at), "{at} is not in the review\n{d}");
         assert_eq!(
             std::fs::read_dir(cfg.join("opencode")).unwrap().count(),
