@@ -107,6 +107,8 @@ pub struct Interceptor {
     pub(crate) placeholders: Arc<Vec<(String, String)>>,
     /// How far back a streamed body's scan must look: the longest secret or placeholder.
     pub(crate) scan_window: usize,
+    /// The upstream roots, loaded while the first flow's client handshake runs.
+    pub(crate) roots: Arc<crate::upstream::Roots>,
 }
 
 /// Why the interceptor could not be built.
@@ -121,8 +123,8 @@ pub enum InterceptError {
 }
 
 impl Interceptor {
-    /// Builds the upstream TLS client (the host's roots plus `upstream_ca_pem`, ALPN h2 and
-    /// http/1.1) and the connection pool.
+    /// Sets up the upstream TLS client (the host's roots plus `upstream_ca_pem`, ALPN h2 and
+    /// http/1.1; built on the first HTTPS request upstream) and the connection pool.
     pub fn new(cfg: Config) -> Result<Self, InterceptError> {
         let placeholders: Vec<(String, String)> = cfg
             .credentials
@@ -137,11 +139,11 @@ impl Interceptor {
             .unwrap_or(0);
         let roots = upstream_roots(&cfg.upstream_ca_pem)?;
         let upstream =
-            Upstream::with_roots(cfg.connect.clone(), roots.clone(), &[b"h2", b"http/1.1"])?;
+            Upstream::with_roots(cfg.connect.clone(), roots.clone(), &[b"h2", b"http/1.1"]);
+        let h1 = Upstream::with_roots(cfg.connect, roots.clone(), &[b"http/1.1"]);
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(32)
             .build(upstream);
-        let h1 = Upstream::with_roots(cfg.connect, roots, &[b"http/1.1"])?;
         let client_h1 = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(8)
             .build(h1);
@@ -167,6 +169,7 @@ impl Interceptor {
             scrubbers: std::sync::Mutex::new(Vec::new()),
             placeholders: Arc::new(placeholders),
             scan_window,
+            roots,
         })
     }
 
@@ -176,6 +179,7 @@ impl Interceptor {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        self.roots.warm();
         let alpn: Vec<&[u8]> = self.server_alpn.iter().map(Vec::as_slice).collect();
         let Some(tls) = self.accept_tls(stream, &host, port, &alpn).await else {
             return;

@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use hyper::Uri;
@@ -20,55 +20,108 @@ use crate::intercept::{ConnectFn, InterceptError};
 /// The upstream connector: the gateway's checked connect, then TLS (for https URIs).
 #[derive(Clone)]
 pub(crate) struct Upstream {
-    tls: tokio_rustls::TlsConnector,
+    tls: Arc<LazyTls>,
     connect: ConnectFn,
+}
+
+/// The upstream TLS client, made when the first HTTPS request goes upstream: its roots are
+/// the costliest thing a session would otherwise build at start, and a session that never
+/// speaks HTTPS upstream needs none of it. Never skipped: no TLS connection is made without it.
+struct LazyTls {
+    roots: Arc<Roots>,
+    alpn: Vec<Vec<u8>>,
+    made: OnceLock<Result<tokio_rustls::TlsConnector, String>>,
+}
+
+impl LazyTls {
+    fn get(&self) -> io::Result<&tokio_rustls::TlsConnector> {
+        self.made
+            .get_or_init(|| {
+                let provider = Arc::new(rustls::crypto::ring::default_provider());
+                let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| e.to_string())?
+                    .with_root_certificates(self.roots.get())
+                    .with_no_client_auth();
+                tls.alpn_protocols.clone_from(&self.alpn);
+                Ok(tokio_rustls::TlsConnector::from(Arc::new(tls)))
+            })
+            .as_ref()
+            .map_err(|e| io::Error::other(format!("upstream TLS client: {e}")))
+    }
+}
+
+/// The roots upstream servers are verified against: the host's own store (read on first use:
+/// it is every certificate under /etc/ssl, read and parsed), plus `[tls] upstream_ca`, which is
+/// checked when the session starts so a bad file is an error then.
+pub(crate) struct Roots {
+    extra: Vec<rustls::pki_types::CertificateDer<'static>>,
+    store: OnceLock<Arc<rustls::RootCertStore>>,
+}
+
+impl Roots {
+    /// Starts loading the host's roots off the async workers, if nobody has yet: the first
+    /// upstream connect then finds them ready (or waits for this load, never starts another).
+    pub(crate) fn warm(self: &Arc<Self>) {
+        if self.store.get().is_none() {
+            let me = self.clone();
+            tokio::task::spawn_blocking(move || {
+                me.get();
+            });
+        }
+    }
+
+    fn get(&self) -> Arc<rustls::RootCertStore> {
+        self.store
+            .get_or_init(|| {
+                let mut roots = rustls::RootCertStore::empty();
+                roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+                // Each was added to a store once already, when checked.
+                roots.add_parsable_certificates(self.extra.iter().cloned());
+                Arc::new(roots)
+            })
+            .clone()
+    }
 }
 
 impl Upstream {
     /// TLS verified against the host's roots plus `extra_ca_pem`; ALPN h2 and http/1.1.
     pub(crate) fn new(connect: ConnectFn, extra_ca_pem: &[String]) -> Result<Self, InterceptError> {
-        Self::with_roots(
+        Ok(Self::with_roots(
             connect,
             upstream_roots(extra_ca_pem)?,
             &[b"h2", b"http/1.1"],
-        )
+        ))
     }
 
     /// An upstream connector trusting `roots`, offering only `alpn` (HTTP/1.1 alone for
     /// upgrades: HTTP/2 has none).
-    pub(crate) fn with_roots(
-        connect: ConnectFn,
-        roots: Arc<rustls::RootCertStore>,
-        alpn: &[&[u8]],
-    ) -> Result<Self, InterceptError> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-        Ok(Self {
-            tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
+    pub(crate) fn with_roots(connect: ConnectFn, roots: Arc<Roots>, alpn: &[&[u8]]) -> Self {
+        Self {
+            tls: Arc::new(LazyTls {
+                roots,
+                alpn: alpn.iter().map(|p| p.to_vec()).collect(),
+                made: OnceLock::new(),
+            }),
             connect,
-        })
+        }
     }
 }
 
-/// The roots upstream servers are verified against: the host's own, plus `extra_ca_pem`
-/// (`[tls] upstream_ca`). Read from disk once per connector set, not per connector.
-pub(crate) fn upstream_roots(
-    extra_ca_pem: &[String],
-) -> Result<Arc<rustls::RootCertStore>, InterceptError> {
+/// The roots upstream servers are verified against: the host's own (loaded on first use),
+/// plus `extra_ca_pem` (`[tls] upstream_ca`), checked now. Shared by a connector set.
+pub(crate) fn upstream_roots(extra_ca_pem: &[String]) -> Result<Arc<Roots>, InterceptError> {
     use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+    let mut extra = Vec::new();
     for pem in extra_ca_pem {
         let mut any = false;
         for c in rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()) {
             let c = c.map_err(|e| InterceptError::UpstreamCa(e.to_string()))?;
-            roots
-                .add(c)
+            // What the store would refuse later is refused now, naming the file's problem.
+            rustls::RootCertStore::empty()
+                .add(c.clone())
                 .map_err(|e| InterceptError::UpstreamCa(e.to_string()))?;
+            extra.push(c);
             any = true;
         }
         if !any {
@@ -77,7 +130,10 @@ pub(crate) fn upstream_roots(
             ));
         }
     }
-    Ok(Arc::new(roots))
+    Ok(Arc::new(Roots {
+        extra,
+        store: OnceLock::new(),
+    }))
 }
 
 /// An upstream connection, plain or TLS.
@@ -191,7 +247,7 @@ impl tower_service::Service<Uri> for Upstream {
             }
             let name = rustls::pki_types::ServerName::try_from(host)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-            let tls = me.tls.connect(name, tcp).await?;
+            let tls = me.tls.get()?.connect(name, tcp).await?;
             Ok(UpIo(TokioIo::new(UpStream::Tls(Box::new(tls)))))
         })
     }

@@ -318,8 +318,13 @@ impl Drop for Gateway {
                 while shared.live.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
-                // Let the relays' owners emit their closing events.
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                // Let the flows' owners emit their closing events: each holds its slot until
+                // it has, so all slots back means every event is out. Waiting on that rather
+                // than a fixed pause costs nothing when the session had no flows open.
+                let grace = Instant::now() + Duration::from_millis(20);
+                while shared.slots.available_permits() < MAX_FLOWS && Instant::now() < grace {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
             });
             rt.shutdown_background();
         }

@@ -72,6 +72,13 @@ pub(crate) fn open_tun() -> io::Result<OwnedFd> {
     req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
     // SAFETY: TUNSETIFF reads the ifreq we own.
     cvt(unsafe { libc::ioctl(tun.as_raw_fd(), libc::TUNSETIFF, &req) })?;
+    // Persistent, so closing the last descriptor does not unregister the device then and
+    // there (~10-20 ms of RCU waits in the closing process, which held up the session's
+    // exit): it goes with the sandbox's network namespace, torn down by the kernel's own
+    // worker once the session is gone. Nothing outlives that namespace, and nobody else can
+    // reach it. Failing, the device is only torn down the slow way.
+    // SAFETY: TUNSETPERSIST takes its flag by value.
+    let _ = unsafe { libc::ioctl(tun.as_raw_fd(), libc::TUNSETPERSIST, 1 as libc::c_ulong) };
     Ok(tun)
 }
 
