@@ -16,4 +16,7 @@ bench_setup() {
     chmod 755 "$WORK"
     mkdir -p "$WORK/bin"
     install -m 755 "$CORDON_BIN" "$WORK/bin/cordon"
+    if [ -n "${CORDON_BASE:-}" ]; then
+        install -m 755 "$CORDON_BASE" "$WORK/bin/cordon-base"
+    fi
 }

@@ -3,8 +3,14 @@
 # `unshare -Urmpf --mount-proc true` and a bare `true`, all measured in ONE round-robin run (only
 # ratios taken in the same run mean anything). Prints markdown tables; asserts nothing.
 #
+# Two cordon rows: `cordon` on the built-in policy (egress gateway and HTTP layer on, as users
+# run it) and `cordon-none` with `[network] mode = "none"` (no network at all, like bwrap's
+# --unshare-all).
+#
 # Usage: bash bench/sandbox-start.sh   (env: N=100 runs per tool, WARMUP=3 dropped rounds,
-#        CORDON_BIN=path to measure a prebuilt binary instead of building target/release/cordon)
+#        CORDON_BIN=path to measure a prebuilt binary instead of building target/release/cordon,
+#        CORDON_BASE=path to a second binary measured in the same run as `base`/`base-none`,
+#        for before/after ratios)
 # As root it also repeats the run as the unprivileged user `cordon-test` if that account exists
 # (UNPRIV=0 skips it). Timer: shared/anchors/src/spawnbench.c (posix_spawn + waitpid, argv
 # direct, no shell, stdout/stderr to /dev/null); hyperfine -N if that file or cc is missing.
@@ -37,6 +43,7 @@ make_env() {
     echo 'fn main() {}' > "$d/project/main.rs"
     local h=$d/home
     mkdir -p "$h"/{.ssh,.aws,.gnupg,.kube,.mozilla,.password-store,.config/gh,.config/gcloud}
+    printf '[network]\nmode = "none"\n' > "$d/none.toml"
     echo fake > "$h/.ssh/id_ed25519"
     echo fake > "$h/.aws/credentials"
     for f in .netrc .git-credentials .npmrc .pypirc .bash_history .python_history .vault-token; do
@@ -85,6 +92,15 @@ for line in open(sys.argv[1]):
         --die-with-parent --new-session true)
     local -a unshare_cmd=(unshare -Urmpf --mount-proc true)
     local -a cordon_cmd=("$WORK/bin/cordon" run --no-tty --project "$proj" -- true)
+    local -a none_cmd=("$WORK/bin/cordon" run --no-tty --policy "$d/none.toml" --project "$proj" -- true)
+    # Optional: the same two rows for a baseline binary, round-robin with the rest.
+    local -a base_rows=()
+    if [ -x "$WORK/bin/cordon-base" ]; then
+        local -a base_cmd=("$WORK/bin/cordon-base" run --no-tty --project "$proj" -- true)
+        local -a base_none_cmd=("$WORK/bin/cordon-base" run --no-tty --policy "$d/none.toml" \
+            --project "$proj" -- true)
+        base_rows=(::: base "${base_cmd[@]}" ::: base-none "${base_none_cmd[@]}")
+    fi
 
     echo "measuring as $("${as[@]}" id -un): cordon masks $nmask paths, bwrap is given the same" >&2
     local raw=$d/raw.tsv
@@ -94,13 +110,15 @@ for line in open(sys.argv[1]):
             bwrap "${bwrap_cmd[@]}" ::: \
             bwrap-anchor "${bwrap_bare_cmd[@]}" ::: \
             unshare "${unshare_cmd[@]}" ::: \
-            cordon "${cordon_cmd[@]}") > "$raw"
+            cordon "${cordon_cmd[@]}" ::: \
+            cordon-none "${none_cmd[@]}" "${base_rows[@]}") > "$raw"
     else
         local q; q() { local s; printf -v s '%q ' "$@"; echo "${s% }"; }
         (cd "$proj" && "${as[@]}" "${env_cmd[@]}" hyperfine -N --style none --runs "$N" --warmup "$WARMUP" \
             -i --export-json "$d/hf.json" -n true true -n bwrap "$(q "${bwrap_cmd[@]}")" \
             -n bwrap-anchor "$(q "${bwrap_bare_cmd[@]}")" \
-            -n unshare "$(q "${unshare_cmd[@]}")" -n cordon "$(q "${cordon_cmd[@]}")") >/dev/null
+            -n unshare "$(q "${unshare_cmd[@]}")" -n cordon "$(q "${cordon_cmd[@]}")" \
+            -n cordon-none "$(q "${none_cmd[@]}")") >/dev/null
         "$PY" -c '
 import json, sys
 for r in json.load(open(sys.argv[1]))["results"]:
@@ -143,6 +161,7 @@ EOF
         printf 'bwrap-anchor: '; printf '%q ' "${bwrap_bare_cmd[@]}"; echo
         printf 'unshare: '; printf '%q ' "${unshare_cmd[@]}"; echo
         printf 'cordon: '; printf '%q ' "${cordon_cmd[@]}"; echo
+        printf 'cordon-none: '; printf '%q ' "${none_cmd[@]}"; echo
     } | sed "s|$WORK|\$WORK|g"
     echo '```'
     echo
