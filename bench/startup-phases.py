@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Where `cordon run -- true` spends its time, phase by phase, from the audit log's timestamps
+(ms resolution; the first event of each kind ends a phase) and the wall clock around the spawn.
+
+Usage: python3 bench/startup-phases.py [-n 25] BIN[:POLICY] ...
+  BIN     a cordon binary; POLICY an optional --policy file (e.g. one with [network] mode = "none")
+  `none` as POLICY writes and uses such a file.
+Binaries are run round-robin, n rounds, in a scratch dir under /var/tmp (fake HOME, XDG dirs, a
+project), as the calling user. Prints a markdown table of medians. Asserts nothing; compare
+columns of one run only.
+"""
+import argparse
+import datetime
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+
+MARKS = [
+    (("session", "start"), "exec, arguments, policy load, audit log created"),
+    (("http", "apply"), "state layer, gateway + CA + HTTP layer built"),
+    (("filesystem", "apply"), "host-side layout"),
+    (("network", "apply"), "clone, init, TUN, gateway start"),
+    (("process", "start"), "mounts, nested namespace, Landlock, seccomp, exec"),
+    (("process", "exit"), "command runs, is reaped, gateway stops"),
+]
+
+
+def ms(e):
+    return datetime.datetime.fromisoformat(e["time"].replace("Z", "+00:00")).timestamp() * 1000
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-n", type=int, default=25)
+    ap.add_argument("specs", nargs="+")
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="cordon-phases.", dir="/var/tmp")
+    try:
+        for d in ("project", "state", "config", "data", "home"):
+            os.makedirs(os.path.join(work, d))
+        none = os.path.join(work, "none.toml")
+        with open(none, "w") as f:
+            f.write('[network]\nmode = "none"\n')
+        env = {
+            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "LANG": "C.UTF-8",
+            "HOME": os.path.join(work, "home"),
+            "XDG_STATE_HOME": os.path.join(work, "state"),
+            "XDG_CONFIG_HOME": os.path.join(work, "config"),
+            "XDG_DATA_HOME": os.path.join(work, "data"),
+        }
+        audit = os.path.join(work, "audit.jsonl")
+        res = {s: [] for s in a.specs}
+        for _ in range(a.n):
+            for spec in a.specs:
+                binary, _, pol = spec.partition(":")
+                pol = none if pol == "none" else pol
+                if os.path.exists(audit):
+                    os.unlink(audit)
+                cmd = [binary, "run", "--no-tty"] + (["--policy", pol] if pol else [])
+                cmd += ["--project", ".", "--audit", audit, "--", "true"]
+                t0 = time.time() * 1000
+                subprocess.run(cmd, env=env, cwd=os.path.join(work, "project"),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+                t1 = time.time() * 1000
+                first = {}
+                for line in open(audit):
+                    e = json.loads(line)
+                    first.setdefault((e["layer"], e["action"]), ms(e))
+                pts = [t0]
+                for key, _ in MARKS:
+                    # A phase without its event (no gateway) folds into the next one.
+                    pts.append(first.get(key, pts[-1]))
+                pts.append(t1)
+                res[spec].append([pts[i + 1] - pts[i] for i in range(len(pts) - 1)] + [t1 - t0])
+        names = [n for _, n in MARKS] + ["session end to the process being gone", "total"]
+        print("| phase | " + " | ".join(a.specs) + " |")
+        print("|---|" + "---|" * len(a.specs))
+        for i, name in enumerate(names):
+            cells = ["%.1f" % statistics.median(r[i] for r in res[s]) for s in a.specs]
+            print("| %s | %s |" % (name, " | ".join(cells)))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
