@@ -127,12 +127,25 @@ const SHAPES: &[(&str, &str)] = &[
 /// match ordinary text).
 const MIN_KNOWN: usize = 8;
 
-/// The scanner: compiled shapes plus known values (and their encodings), and where each kind
+/// The built-in shapes, compiled once per process when first needed (the first body scanned,
+/// or a known value checked for its shape): compiling them was the largest CPU cost of
+/// building the HTTP layer, paid before the sandbox could start, whether or not it ever sent
+/// a request.
+static COMPILED: std::sync::LazyLock<(RegexSet, Vec<(&'static str, Regex)>)> =
+    std::sync::LazyLock::new(|| {
+        let set =
+            RegexSet::new(SHAPES.iter().map(|(_, p)| *p)).unwrap_or_else(|_| RegexSet::empty());
+        let shapes = SHAPES
+            .iter()
+            .filter_map(|(k, p)| Regex::new(p).ok().map(|r| (*k, r)))
+            .collect();
+        (set, shapes)
+    });
+
+/// The scanner: the built-in shapes plus known values (and their encodings), and where each kind
 /// may go.
 #[derive(Debug)]
 pub struct Scanner {
-    set: RegexSet,
-    shapes: Vec<(&'static str, Regex)>,
     /// Every form of every known value, one automaton; `forms[i]` names pattern `i`.
     known: Option<AhoCorasick>,
     forms: Vec<(String, usize)>,
@@ -149,12 +162,6 @@ impl Scanner {
     /// [`cordon_policy::built_in_dlp_allow`]). A known value that also has a known shape may go
     /// where that shape may (the host's `GITHUB_TOKEN` to GitHub).
     pub fn new(known: Vec<Known>, exemptions: Vec<Exemption>) -> Self {
-        let set =
-            RegexSet::new(SHAPES.iter().map(|(_, p)| *p)).unwrap_or_else(|_| RegexSet::empty());
-        let shapes: Vec<(&'static str, Regex)> = SHAPES
-            .iter()
-            .filter_map(|(k, p)| Regex::new(p).ok().map(|r| (*k, r)))
-            .collect();
         let mut allowed: Vec<(String, Vec<HostPattern>)> = Vec::new();
         let mut allow =
             |kind: &str, hosts: &[HostPattern]| match allowed.iter_mut().find(|(k, _)| k == kind) {
@@ -176,7 +183,7 @@ impl Scanner {
             }
             let kind = format!("known:{}", k.name);
             let mut hosts = k.hosts.clone();
-            for (shape, re) in &shapes {
+            for (shape, re) in &COMPILED.1 {
                 if re.is_match(k.value.as_bytes()) {
                     let issuers = exemptions
                         .iter()
@@ -203,8 +210,6 @@ impl Scanner {
             .then(|| AhoCorasick::new(&patterns).ok())
             .flatten();
         Self {
-            set,
-            shapes,
             known,
             forms,
             allowed,
@@ -228,9 +233,9 @@ impl Scanner {
     pub fn scan(&self, data: &[u8], place: Place) -> Vec<Finding> {
         let mut out = Vec::new();
         // One pass says whether any shape is there at all; most data has none.
-        let hits = self.set.matches(data);
+        let hits = COMPILED.0.matches(data);
         if hits.matched_any() {
-            for (i, (kind, re)) in self.shapes.iter().enumerate() {
+            for (i, (kind, re)) in COMPILED.1.iter().enumerate() {
                 if !hits.matched(i) {
                     continue;
                 }
