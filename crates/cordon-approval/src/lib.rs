@@ -249,6 +249,26 @@ impl Broker {
             .collect()
     }
 
+    /// When the next held question times out, if any.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.held.values().map(|h| h.deadline).min()
+    }
+
+    /// A blocking twin of the listening socket, for a thread that waits on `accept` (it
+    /// shares the socket's file: the broker's own [`Broker::serve`] then blocks too, so use one
+    /// or the other).
+    pub(crate) fn blocking_listener(&self) -> std::io::Result<UnixListener> {
+        let l = self.listener.try_clone()?;
+        l.set_nonblocking(false)?;
+        Ok(l)
+    }
+
+    /// Answers one connection accepted elsewhere; returns the answers people gave.
+    pub(crate) fn serve_one(&mut self, stream: UnixStream) -> Vec<(u64, Answer)> {
+        let _ = self.handle(stream);
+        std::mem::take(&mut self.answered)
+    }
+
     /// Withdraw a question nobody needs answered any more (the asker went away).
     pub fn withdraw(&mut self, id: u64) {
         self.held.remove(&id);

@@ -7,9 +7,9 @@ use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::{Answer, ApprovalError, Broker};
 
@@ -25,11 +25,21 @@ enum Msg {
         reply: Reply,
     },
     Withdraw(u64),
+    /// `cordon approve` connected (from the accepting thread).
+    Conn(UnixStream),
+    /// The last handle is gone: no more questions can come.
+    Closed,
 }
 
-/// How often the broker's thread looks at its socket and deadlines: the delay between a
-/// person's answer and the held request going on.
-const TICK: Duration = Duration::from_millis(50);
+/// Says [`Msg::Closed`] when the last clone of an [`Approvals`] goes (the accepting thread
+/// keeps the channel itself open).
+struct Alive(mpsc::Sender<Msg>);
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        let _ = self.0.send(Msg::Closed);
+    }
+}
 
 /// The answer nobody gave: the broker is gone, so the question is denied.
 const GONE: Answer = Answer {
@@ -45,6 +55,7 @@ pub struct Approvals {
     tx: mpsc::Sender<Msg>,
     socket: Arc<PathBuf>,
     next: Arc<AtomicU64>,
+    _alive: Arc<Alive>,
 }
 
 impl std::fmt::Debug for Approvals {
@@ -62,18 +73,30 @@ impl Approvals {
         let mut broker = Broker::bind(dir, session)?;
         let socket = Arc::new(broker.path().to_path_buf());
         let (tx, rx) = mpsc::channel::<Msg>();
+        let err = |source| ApprovalError::Io {
+            what: "start the broker for",
+            path: socket.to_path_buf(),
+            source,
+        };
+        // Connections are waited for on a thread of their own, blocked in accept, so the
+        // broker's thread sleeps until a message, a connection or the next deadline: no tick
+        // between a person's answer and the held request going on.
+        let listener = broker.blocking_listener().map_err(err)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (conns, stopped) = (tx.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("cordon-approvals-accept".into())
+            .spawn(move || accept(&listener, &conns, &stopped))
+            .map_err(err)?;
         std::thread::Builder::new()
             .name("cordon-approvals".into())
-            .spawn(move || serve(&mut broker, &rx))
-            .map_err(|source| ApprovalError::Io {
-                what: "start the broker for",
-                path: socket.to_path_buf(),
-                source,
-            })?;
+            .spawn(move || serve(&mut broker, &rx, &stop))
+            .map_err(err)?;
         Ok(Self {
-            tx,
+            tx: tx.clone(),
             socket,
             next: Arc::new(AtomicU64::new(1)),
+            _alive: Arc::new(Alive(tx)),
         })
     }
 
@@ -121,27 +144,62 @@ impl Approvals {
     }
 }
 
-fn serve(broker: &mut Broker, rx: &mpsc::Receiver<Msg>) {
+/// Hands each connection to the broker's thread until it says stop.
+fn accept(
+    listener: &std::os::unix::net::UnixListener,
+    conns: &mpsc::Sender<Msg>,
+    stop: &AtomicBool,
+) {
+    loop {
+        let conn = listener.accept();
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        match conn {
+            Ok((stream, _)) => {
+                if conns.send(Msg::Conn(stream)).is_err() {
+                    return;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // Out of descriptors or memory: back off rather than spin.
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+fn serve(broker: &mut Broker, rx: &mpsc::Receiver<Msg>, stop: &AtomicBool) {
     let mut waiting: HashMap<u64, Reply> = HashMap::new();
     let mut open = true;
     loop {
-        let msg = if open {
-            match rx.recv_timeout(TICK) {
+        if !open && waiting.is_empty() {
+            // Every handle is gone and nothing waits: the socket goes with the broker, and
+            // the accepting thread is woken to see it.
+            stop.store(true, Ordering::SeqCst);
+            let _ = UnixStream::connect(broker.path());
+            return;
+        }
+        let deadline = broker.next_deadline();
+        let msg = match deadline {
+            Some(d) => match rx.recv_timeout(d.saturating_duration_since(Instant::now())) {
                 Ok(m) => Some(m),
                 Err(mpsc::RecvTimeoutError::Timeout) => None,
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    // Nothing can arrive any more; the waiting ones still time out.
+                    open = false;
+                    std::thread::sleep(d.saturating_duration_since(Instant::now()));
+                    None
+                }
+            },
+            None => match rx.recv() {
+                Ok(m) => Some(m),
+                Err(_) => {
                     open = false;
                     None
                 }
-            }
-        } else if waiting.is_empty() {
-            // Every handle is gone and nothing waits: the socket goes with the broker.
-            return;
-        } else {
-            // No more questions can come; the waiting ones still get their answer or timeout.
-            std::thread::sleep(TICK);
-            None
+            },
         };
+        let mut answers = Vec::new();
         match msg {
             Some(Msg::Ask {
                 id,
@@ -158,9 +216,11 @@ fn serve(broker: &mut Broker, rx: &mpsc::Receiver<Msg>) {
                 broker.withdraw(id);
                 waiting.remove(&id);
             }
+            Some(Msg::Conn(stream)) => answers = broker.serve_one(stream),
+            Some(Msg::Closed) => open = false,
             None => {}
         }
-        for (id, answer) in broker.serve().into_iter().chain(broker.expire()) {
+        for (id, answer) in answers.into_iter().chain(broker.expire()) {
             if let Some(reply) = waiting.remove(&id) {
                 reply(id, answer);
             }
