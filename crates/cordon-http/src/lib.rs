@@ -51,10 +51,10 @@
 pub mod ask;
 mod b64;
 mod ca;
-pub mod explain;
 pub mod credentials;
 mod denied;
 pub mod dlp;
+pub mod explain;
 pub mod intercept;
 pub mod judge;
 mod layer;

@@ -51,8 +51,7 @@ pub use connect::{HostResolver, Refusal, is_host_alias};
 pub use dns::{DnsAnswer, DnsDecision, FAKE_TTL, Reject};
 pub use gateway::{
     ConnectFn, Emit, FlowDenial, FlowFuture, FlowHandler, FlowIo, FlowKind, FlowTarget, Gateway,
-    GatewayError,
-    InwardFn, Redact, SocketLookup,
+    GatewayError, InwardFn, Redact, SocketLookup,
 };
 pub use gateway::{FlowVerdict, explain_flow};
 use ipnet::Ipv4Net;

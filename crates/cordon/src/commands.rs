@@ -51,7 +51,9 @@ fn man(dir: Option<&Path>) -> i32 {
     match done {
         Ok(()) => 0,
         Err(e) => {
-            let at = dir.map(|d| format!(" into {}", d.display())).unwrap_or_default();
+            let at = dir
+                .map(|d| format!(" into {}", d.display()))
+                .unwrap_or_default();
             eprintln!("cordon: man: cannot write the pages{at}: {e}");
             1
         }
@@ -121,7 +123,11 @@ pub(crate) fn resolve_project(dir: Option<&Path>) -> Result<PathBuf> {
     Ok(canon)
 }
 
-pub(crate) fn load_options(policy: Option<PathBuf>, args: &PolicyArgs, project: PathBuf) -> LoadOptions {
+pub(crate) fn load_options(
+    policy: Option<PathBuf>,
+    args: &PolicyArgs,
+    project: PathBuf,
+) -> LoadOptions {
     let home = home();
     let passwd_home = cordon_sandbox::passwd_home(cordon_sandbox::ids().0).filter(|p| *p != home);
     LoadOptions {

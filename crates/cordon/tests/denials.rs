@@ -105,12 +105,12 @@ both!(
             .collect();
         assert_eq!(lines.len(), 1, "{}", show(&o));
         assert!(lines[0].contains("(rule "), "{}", lines[0]);
-    // The rest are counted at the end.
-    assert!(
-        stderr.contains(&format!("cordon: 6 more denials of {NAME} not shown")),
-        "{}",
-        show(&o)
-    );
+        // The rest are counted at the end.
+        assert!(
+            stderr.contains(&format!("cordon: 6 more denials of {NAME} not shown")),
+            "{}",
+            show(&o)
+        );
     }
 );
 
