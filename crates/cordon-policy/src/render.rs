@@ -158,70 +158,7 @@ pub(crate) mod tests {
                     origin: "/p/cordon.toml:28".into(),
                 }],
             },
-            credentials: vec![
-                CredentialPlan {
-                    name: "gh".into(),
-                    env: Some("GH_TOKEN".into()),
-                    source: CredentialSource::Command(vec![
-                        "gh".into(),
-                        "auth".into(),
-                        "token".into(),
-                    ]),
-                    hosts: vec![glob("github.com")],
-                    slot: CredentialSlot::Header {
-                        name: "authorization".into(),
-                        format: "Basic x-access-token:{}".into(),
-                    },
-                    files: vec!["/home/u/.config/gh/hosts.yml".into()],
-                    inject: true,
-                    origin: "/p/cordon.toml:30".into(),
-                },
-                CredentialPlan {
-                    name: "maps key".into(),
-                    env: None,
-                    source: CredentialSource::Env("MAPS_KEY".into()),
-                    hosts: vec![glob("maps.test")],
-                    slot: CredentialSlot::Query { name: "key".into() },
-                    files: vec![],
-                    inject: false,
-                    origin: "/p/cordon.toml:40".into(),
-                },
-                CredentialPlan {
-                    name: "file".into(),
-                    env: Some("FILE_KEY".into()),
-                    source: CredentialSource::File("/home/u/.config/k".into()),
-                    hosts: vec![glob("*.k.test")],
-                    slot: CredentialSlot::Header {
-                        name: "x-api-key".into(),
-                        format: "{}".into(),
-                    },
-                    files: vec![],
-                    inject: false,
-                    origin: "/p/cordon.toml:50".into(),
-                },
-                CredentialPlan {
-                    name: "two headers".into(),
-                    env: Some("TWO_KEY".into()),
-                    source: CredentialSource::Json {
-                        file: "/home/u/.agent/auth.json".into(),
-                        field: "tokens.access_token".into(),
-                    },
-                    hosts: vec![glob("api.two.test")],
-                    slot: CredentialSlot::Headers(vec![
-                        crate::HeaderSlot {
-                            name: "x-api-key".into(),
-                            format: "{}".into(),
-                        },
-                        crate::HeaderSlot {
-                            name: "authorization".into(),
-                            format: "Bearer {}".into(),
-                        },
-                    ]),
-                    files: vec![],
-                    inject: true,
-                    origin: "/p/cordon.toml:60".into(),
-                },
-            ],
+            credentials: full_credentials(glob),
             agent: AgentPlan {
                 commands: vec!["myagent".into()],
                 packages: vec!["@me/myagent".into()],
@@ -232,6 +169,70 @@ pub(crate) mod tests {
                 show: vec![PathRule::new("/home/u/.ssh/known_hosts", "built-in")],
             },
         }
+    }
+
+    /// The credentials of [`full_plan`]: one of each source and slot.
+    fn full_credentials(glob: impl Fn(&str) -> HostPattern) -> Vec<CredentialPlan> {
+        vec![
+            CredentialPlan {
+                name: "gh".into(),
+                env: Some("GH_TOKEN".into()),
+                source: CredentialSource::Command(vec!["gh".into(), "auth".into(), "token".into()]),
+                hosts: vec![glob("github.com")],
+                slot: CredentialSlot::Header {
+                    name: "authorization".into(),
+                    format: "Basic x-access-token:{}".into(),
+                },
+                files: vec!["/home/u/.config/gh/hosts.yml".into()],
+                inject: true,
+                origin: "/p/cordon.toml:30".into(),
+            },
+            CredentialPlan {
+                name: "maps key".into(),
+                env: None,
+                source: CredentialSource::Env("MAPS_KEY".into()),
+                hosts: vec![glob("maps.test")],
+                slot: CredentialSlot::Query { name: "key".into() },
+                files: vec![],
+                inject: false,
+                origin: "/p/cordon.toml:40".into(),
+            },
+            CredentialPlan {
+                name: "file".into(),
+                env: Some("FILE_KEY".into()),
+                source: CredentialSource::File("/home/u/.config/k".into()),
+                hosts: vec![glob("*.k.test")],
+                slot: CredentialSlot::Header {
+                    name: "x-api-key".into(),
+                    format: "{}".into(),
+                },
+                files: vec![],
+                inject: false,
+                origin: "/p/cordon.toml:50".into(),
+            },
+            CredentialPlan {
+                name: "two headers".into(),
+                env: Some("TWO_KEY".into()),
+                source: CredentialSource::Json {
+                    file: "/home/u/.agent/auth.json".into(),
+                    field: "tokens.access_token".into(),
+                },
+                hosts: vec![glob("api.two.test")],
+                slot: CredentialSlot::Headers(vec![
+                    crate::HeaderSlot {
+                        name: "x-api-key".into(),
+                        format: "{}".into(),
+                    },
+                    crate::HeaderSlot {
+                        name: "authorization".into(),
+                        format: "Bearer {}".into(),
+                    },
+                ]),
+                files: vec![],
+                inject: true,
+                origin: "/p/cordon.toml:60".into(),
+            },
+        ]
     }
 
     #[test]

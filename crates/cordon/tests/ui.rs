@@ -911,6 +911,12 @@ fn dashboard_in_chromium() {
         Duration::from_secs(60),
     );
     b.click(&always);
+    after_the_answers(&b, run, &srv, name, p);
+}
+
+/// What the page and the session show once every held question of [`dashboard_in_chromium`]
+/// was answered.
+fn after_the_answers(b: &Browser, run: std::process::Child, srv: &Server, name: &str, p: u16) {
     let o = wait_limited(run, Duration::from_secs(90));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
