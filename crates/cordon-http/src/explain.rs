@@ -1,6 +1,6 @@
 //! The HTTP layer's decision for one request, with no session: the rules the layer builds
 //! from the plan, the path normalised as the layer normalises it, the same first-match
-//! [`rules::decide`](crate::rules::decide). For `cordon explain METHOD URL`.
+//! [`rules::decide`]. For `cordon explain METHOD URL`.
 
 use cordon_policy::Plan;
 

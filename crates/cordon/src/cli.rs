@@ -232,7 +232,7 @@ pub struct ExplainArgs {
     /// Ask about writing PATH (default: reading it).
     #[arg(long)]
     pub write: bool,
-    /// [METHOD] URL, HOST:PORT, or PATH.
+    /// `[METHOD] URL`, `HOST:PORT`, or `PATH`.
     #[arg(value_name = "WHAT", num_args = 0..=2)]
     pub what: Vec<String>,
     /// The command line to explain, after `--`.
