@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 pub const POLICY_JSON: &str = "/run/cordon/policy.json";
 /// The same, as `cordon check` prints it, for people and agents to read.
 pub const POLICY_TOML: &str = "/run/cordon/policy.toml";
+/// Where cordon's own executable is bound inside when the view hides where it lives (and
+/// this directory goes on `PATH`), so `cordon explain` runs inside wherever cordon is.
+pub const PROGRAM: &str = "/run/cordon/bin/cordon";
 
 use cordon_policy::{ExecPlan, ExecRule};
 
@@ -113,9 +116,10 @@ fn access_of(layout: &Layout, p: &Path) -> PathAccess {
         MountOp::Tmpfs { .. } | MountOp::Overlay { .. } | MountOp::StagedFile { .. } => {
             PathAccess::Private { at }
         }
-        MountOp::Dev { .. } | MountOp::Proc { .. } | MountOp::Socket { .. } => {
-            PathAccess::ReadOnly { at }
-        }
+        MountOp::Dev { .. }
+        | MountOp::Proc { .. }
+        | MountOp::Socket { .. }
+        | MountOp::Program { .. } => PathAccess::ReadOnly { at },
     }
 }
 

@@ -59,6 +59,10 @@ pub enum MountOp {
     /// filtering ssh agent), bound at `path` inside a masked directory. What the sandbox can
     /// do through it is only what that service answers.
     Socket { path: PathBuf, host: PathBuf },
+    /// cordon's own executable, bound read-only at `path` inside a masked directory when the
+    /// view hides where it lives (a private `/tmp`, a masked directory), so the `cordon
+    /// explain` line every denial names runs inside. The same binary as the supervisor's.
+    Program { path: PathBuf, host: PathBuf },
 }
 
 impl MountOp {
@@ -76,7 +80,8 @@ impl MountOp {
             | MountOp::MaskDir { path, .. }
             | MountOp::MaskFile { path, .. }
             | MountOp::Content { path, .. }
-            | MountOp::Socket { path, .. } => path,
+            | MountOp::Socket { path, .. }
+            | MountOp::Program { path, .. } => path,
         }
     }
 }
@@ -280,6 +285,20 @@ impl Layout {
         let target = normalize(path);
         self.place_file(&target, "")?;
         self.mounts.push(MountOp::Socket {
+            path: target,
+            host: host.to_path_buf(),
+        });
+        Ok(())
+    }
+}
+
+impl Layout {
+    /// Binds the host file `host` (cordon's own executable) read-only at `path` inside a
+    /// masked directory, like [`Layout::place_socket`].
+    pub fn place_program(&mut self, path: &Path, host: &Path) -> Result<(), PlaceError> {
+        let target = normalize(path);
+        self.place_file(&target, "")?;
+        self.mounts.push(MountOp::Program {
             path: target,
             host: host.to_path_buf(),
         });

@@ -295,6 +295,11 @@ fn apply(op: &MountOp, tmpfs_size: Option<u64>, proc: ProcView) -> Result<(), Mo
             sys::bind(&under(OLD, host), &dst, false).ctx(at.clone())?;
             sys::mount_setattr(&dst, false, RO).ctx(at)?;
         }
+        MountOp::Program { host, .. } => {
+            // Onto the empty file placed in the mask; executable, never writable.
+            sys::bind(&under(OLD, host), &dst, false).ctx(at.clone())?;
+            sys::mount_setattr(&dst, false, RO).ctx(at)?;
+        }
     }
     Ok(())
 }

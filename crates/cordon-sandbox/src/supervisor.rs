@@ -262,6 +262,7 @@ fn view(
             ));
         }
     }
+    place_program(&mut layout, emit);
     if net_setup != NetSetup::Host {
         resolv_conf(&mut layout);
     }
@@ -796,17 +797,50 @@ fn write_id_maps(pid: libc::pid_t, uid: u32, gid: u32) -> io::Result<()> {
     Ok(())
 }
 
-/// `PATH` with the directory of this cordon executable appended, when it is visible in the
-/// view and not on `PATH` already: the denial messages name `cordon explain …`, and the
-/// agent must be able to run it. `None` when nothing changes (or the executable is hidden:
-/// then `cordon explain` is not available inside, and the messages say so in vain).
-fn explain_path(env: &[(OsString, OsString)], layout: &layout::Layout) -> Option<String> {
-    let exe = std::env::current_exe().ok()?.canonicalize().ok()?;
-    let dir = exe.parent()?;
-    let visible = !matches!(
-        crate::explain::path_access(layout, &exe),
+/// This cordon executable, bound at [`crate::explain::PROGRAM`] when the view hides where
+/// it lives (a private `/tmp`, a masked directory).
+fn place_program(layout: &mut layout::Layout, emit: &dyn Fn(NewEvent)) {
+    let Ok(exe) = std::env::current_exe().and_then(|e| e.canonicalize()) else {
+        return;
+    };
+    if program_visible(layout, &exe) {
+        return;
+    }
+    if let Err(e) = layout.place_program(Path::new(crate::explain::PROGRAM), &exe) {
+        emit(NewEvent::new(
+            Layer::Filesystem,
+            Action::Degraded,
+            format!("{e}: `cordon explain` is not available inside"),
+        ));
+    }
+}
+
+fn program_visible(layout: &layout::Layout, exe: &Path) -> bool {
+    !matches!(
+        crate::explain::path_access(layout, exe),
         crate::explain::PathAccess::Hidden { .. } | crate::explain::PathAccess::Absent
-    );
+    )
+}
+
+/// `PATH` with the directory of this cordon executable appended (where the view shows it, or
+/// [`crate::explain::PROGRAM`]'s when it was placed there), unless it is on `PATH` already:
+/// the denial messages name `cordon explain …`, and the agent must be able to run it. `None`
+/// when nothing changes (or it could be neither seen nor placed: a degraded event said so).
+fn explain_path(env: &[(OsString, OsString)], layout: &layout::Layout) -> Option<String> {
+    let host_exe = std::env::current_exe().ok()?.canonicalize().ok()?;
+    let placed = Path::new(crate::explain::PROGRAM);
+    let exe = if program_visible(layout, &host_exe) {
+        host_exe
+    } else if layout
+        .mounts
+        .iter()
+        .any(|m| matches!(m, MountOp::Program { path, .. } if path == placed))
+    {
+        placed.to_path_buf()
+    } else {
+        return None;
+    };
+    let dir = exe.parent()?;
     let path = env
         .iter()
         .find(|(k, _)| k == "PATH")
@@ -818,7 +852,7 @@ fn explain_path(env: &[(OsString, OsString)], layout: &layout::Layout) -> Option
             .canonicalize()
             .is_ok_and(|p| p == exe)
     });
-    if !visible || on_path || dir.to_str()?.contains(':') {
+    if on_path || dir.to_str()?.contains(':') {
         return None;
     }
     Some(if path.is_empty() {
