@@ -816,6 +816,15 @@ fn place_program(layout: &mut layout::Layout, emit: &dyn Fn(NewEvent)) {
 }
 
 fn program_visible(layout: &layout::Layout, exe: &Path) -> bool {
+    // A fresh tmpfs (the private /tmp) is "private" to explain, but holds nothing of the host.
+    let deciding = layout
+        .mounts
+        .iter()
+        .rev()
+        .find(|m| exe.starts_with(m.path()));
+    if matches!(deciding, Some(MountOp::Tmpfs { .. })) {
+        return false;
+    }
     !matches!(
         crate::explain::path_access(layout, exe),
         crate::explain::PathAccess::Hidden { .. } | crate::explain::PathAccess::Absent

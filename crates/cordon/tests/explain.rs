@@ -287,3 +287,47 @@ both!(a_network_denial_names_its_explain_line, |env: Env| {
         show(&o)
     );
 });
+
+/// cordon run from where the view hides it (here: inside cordon's own data dir, masked in
+/// every sandbox; a build under a private /tmp is the same case) still has `cordon explain`
+/// inside: its executable is bound at /run/cordon/bin/cordon and that directory is on PATH.
+#[test]
+fn explain_runs_inside_when_the_executable_is_hidden() {
+    let Some(env) = Env::new(common::Who::Root) else {
+        return;
+    };
+    let hidden = env.base.join("data/cordon/hidden-bin");
+    std::fs::create_dir_all(&hidden).unwrap();
+    let bin = hidden.join("cordon");
+    std::fs::copy(env!("CARGO_BIN_EXE_cordon"), &bin).unwrap();
+    let o = std::process::Command::new(&bin)
+        .env_clear()
+        .env("HOME", &env.home)
+        .env("PATH", "/usr/bin:/bin")
+        .env("XDG_STATE_HOME", env.base.join("state"))
+        .env("XDG_CONFIG_HOME", env.home.join(".config"))
+        .env("XDG_DATA_HOME", env.base.join("data"))
+        .current_dir(&env.project)
+        .args(["run", "--no-tty", "--", "sh", "-c"])
+        .arg(format!(
+            "test -r {0} && echo BIN-HIDDEN; echo \"PATH=$PATH\"; \
+             cordon explain https://nothing-allows.example/; echo \"rc=$?\"",
+            bin.display()
+        ))
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(
+        !out.contains("BIN-HIDDEN"),
+        "the copy must be hidden: {}",
+        show(&o)
+    );
+    assert!(out.contains(":/run/cordon/bin\n"), "{}", show(&o));
+    assert!(
+        out.contains("https://nothing-allows.example/: deny"),
+        "{}",
+        show(&o)
+    );
+    assert!(out.contains("rc=1"), "{}", show(&o));
+}
