@@ -13,6 +13,8 @@
 //! with failure and reported. The agent protocol is parsed here (draft-miller-ssh-agent and
 //! OpenSSH's PROTOCOL.agent): three messages are read, and their signature checks use `ring`.
 
+#![forbid(unsafe_code)]
+
 mod filter;
 mod hostkey;
 mod known_hosts;
