@@ -282,12 +282,21 @@ impl Layout {
     /// Binds the host-side socket `host` at `path` inside a masked directory (`/run/cordon/…`,
     /// like [`Layout::place_file`]): an empty file there is its mount point.
     pub fn place_socket(&mut self, path: &Path, host: &Path) -> Result<(), PlaceError> {
+        self.place_bound(path, |path| MountOp::Socket {
+            path,
+            host: host.to_path_buf(),
+        })
+    }
+
+    /// An empty file placed at `path` (its mount point), then `op` bound onto it.
+    fn place_bound(
+        &mut self,
+        path: &Path,
+        op: impl FnOnce(PathBuf) -> MountOp,
+    ) -> Result<(), PlaceError> {
         let target = normalize(path);
         self.place_file(&target, "")?;
-        self.mounts.push(MountOp::Socket {
-            path: target,
-            host: host.to_path_buf(),
-        });
+        self.mounts.push(op(target));
         Ok(())
     }
 }
@@ -296,13 +305,10 @@ impl Layout {
     /// Binds the host file `host` (cordon's own executable) read-only at `path` inside a
     /// masked directory, like [`Layout::place_socket`].
     pub fn place_program(&mut self, path: &Path, host: &Path) -> Result<(), PlaceError> {
-        let target = normalize(path);
-        self.place_file(&target, "")?;
-        self.mounts.push(MountOp::Program {
-            path: target,
+        self.place_bound(path, |path| MountOp::Program {
+            path,
             host: host.to_path_buf(),
-        });
-        Ok(())
+        })
     }
 }
 

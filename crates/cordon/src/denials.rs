@@ -162,20 +162,7 @@ mod tests {
     use super::*;
     use cordon_events::NewEvent;
 
-    fn event(n: NewEvent) -> Event {
-        Event {
-            time: "2026-12-01T00:00:00.000Z".into(),
-            session: "S1".into(),
-            seq: 0,
-            layer: n.layer,
-            action: n.action,
-            reason: n.reason,
-            rule: n.rule,
-            detail: n.detail,
-            prev: String::new(),
-            hash: String::new(),
-        }
-    }
+    use crate::summary::tests::ev as event;
 
     fn ev(host: &str) -> Event {
         event(

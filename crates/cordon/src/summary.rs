@@ -356,11 +356,12 @@ fn top(counts: &BTreeMap<String, u64>) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use cordon_events::NewEvent;
 
-    fn ev(n: NewEvent) -> Event {
+    /// An event as the log would hold it, for tests of what reads events.
+    pub(crate) fn ev(n: NewEvent) -> Event {
         Event {
             time: "2026-12-01T00:00:00.000Z".into(),
             session: "S1".into(),
