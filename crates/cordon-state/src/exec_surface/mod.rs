@@ -500,7 +500,11 @@ pub(crate) fn flags(s: &Subject<'_>) -> Vec<String> {
         return out;
     }
     let Some(gitdir) = gitdir_of(s.host_path) else {
-        out.extend(loaded_by_host_tools(s.host_path, s.after_text));
+        out.extend(loaded_by_host_tools(
+            s.host_path,
+            s.after_text,
+            s.before.is_none(),
+        ));
         return out;
     };
     let rel = s.host_path.strip_prefix(&gitdir).unwrap_or(Path::new(""));
@@ -539,7 +543,8 @@ pub(crate) fn flags(s: &Subject<'_>) -> Vec<String> {
 }
 
 /// Why a file outside git dirs is one a host tool loads on its own, with what in it runs.
-fn loaded_by_host_tools(path: &Path, text: Option<&str>) -> Vec<String> {
+/// `created`: it did not exist before the session.
+fn loaded_by_host_tools(path: &Path, text: Option<&str>, created: bool) -> Vec<String> {
     let has = |p: &str| path.components().any(|c| c.as_os_str() == p);
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
     let t = text.unwrap_or("");
@@ -566,7 +571,11 @@ fn loaded_by_host_tools(path: &Path, text: Option<&str>) -> Vec<String> {
     }
     let why = match name {
         ".envrc" => "direnv runs it when a shell enters the directory",
-        ".bashrc" | ".zshrc" | ".profile" | ".bash_profile" | ".zshenv" | ".zprofile" => {
+        // A changed one is judged line by line (flags.rs: what a new line runs); a new one is
+        // held whatever it holds.
+        ".bashrc" | ".zshrc" | ".profile" | ".bash_profile" | ".zshenv" | ".zprofile"
+            if created =>
+        {
             "shell startup file (runs in every new shell that reads it)"
         }
         ".npmrc" | ".yarnrc" | ".yarnrc.yml" => {
