@@ -83,6 +83,22 @@ fn redact_url(url: &str) -> String {
     format!("{scheme}{sep}{authority}{tail}")
 }
 
+/// A TOML basic string (always double-quoted, escaped by hand so the spelling is fixed): the
+/// one quoting of the TOML lines a denial or `cordon explain` offers to allow something.
+pub fn toml_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 /// A word a POSIX shell reads back as itself: bare when it holds only safe characters,
 /// otherwise single-quoted.
 pub fn shell_word(s: &str) -> String {

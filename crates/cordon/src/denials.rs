@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use cordon_events::{Action, Event, Layer};
 
+use crate::summary::url_host;
+
 /// How often one host may get a line after its first.
 pub const EVERY: Duration = Duration::from_secs(10);
 /// Hosts that get lines at all; past it, one line says the rest are only in the log.
@@ -145,16 +147,6 @@ fn clean(s: &str) -> String {
     s.chars()
         .map(|c| if c.is_control() { '?' } else { c })
         .collect()
-}
-
-/// The host of `https://host:port/path`.
-fn url_host(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let auth = &rest[..end];
-    auth.rsplit_once(':')
-        .filter(|(_, p)| p.chars().all(|c| c.is_ascii_digit()))
-        .map_or(auth, |(h, _)| h)
 }
 
 #[cfg(test)]

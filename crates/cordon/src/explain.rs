@@ -337,7 +337,7 @@ fn flow(
     .then(|| {
         format!(
             "[[network.allow]]\nhost = {}\nports = [{port}]",
-            toml_string(host)
+            cordon_policy::explain::toml_string(host)
         )
     });
     let (rule, origin) = split_origin(&v.rule);
@@ -417,9 +417,9 @@ fn http(
         let mut lines = format!(
             "[[http.rule]]\nname = \"allow-{}\"\nhost = {}\nmethods = [{}]\npath = {}\naction = \"allow\"",
             host.replace('.', "-"),
-            toml_string(host),
-            toml_string(method),
-            toml_string(path)
+            cordon_policy::explain::toml_string(host),
+            cordon_policy::explain::toml_string(method),
+            cordon_policy::explain::toml_string(path)
         );
         if from_rule.is_some() {
             lines.push_str(&format!(
@@ -459,7 +459,7 @@ fn filesystem(plan: &Plan, path: &Path, write: bool) -> Explanation {
     };
     let writable_line = format!(
         "[filesystem]\nwritable = [{}]",
-        toml_string(&path.display().to_string())
+        cordon_policy::explain::toml_string(&path.display().to_string())
     );
     match access {
         PathAccess::Hidden { at, rule } => {
@@ -591,7 +591,7 @@ fn exec(plan: &Plan, argv: &[String]) -> Explanation {
         format!(
             "[exec]\nallow = [{}]\n# the first matching rule decides, earlier files first: \
              this helps only where it comes before \"{}\" ({})",
-            toml_string(&line),
+            cordon_policy::explain::toml_string(&line),
             rule.pattern,
             rule.origin
         )
@@ -617,21 +617,6 @@ fn which(program: &str) -> Option<PathBuf> {
     std::env::split_paths(&path)
         .map(|d| d.join(program))
         .find(|p| p.is_file())
-}
-
-/// A TOML basic string.
-fn toml_string(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 #[cfg(test)]

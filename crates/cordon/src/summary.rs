@@ -147,7 +147,7 @@ pub fn is_quiet_denial(agent: &cordon_policy::AgentPlan, e: &Event) -> bool {
 }
 
 /// The host of `https://host:port/path` (HTTP events name a URL, not a host).
-fn url_host(url: &str) -> &str {
+pub(crate) fn url_host(url: &str) -> &str {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
     let end = rest.find(['/', '?']).unwrap_or(rest.len());
     let auth = &rest[..end];

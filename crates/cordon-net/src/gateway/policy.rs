@@ -105,7 +105,7 @@ pub(crate) fn allow_with(decision: &FlowDecision, dest: &Dest, port: u16) -> Opt
     match (decision.rule.as_str(), dest) {
         ("network.default-deny" | "http.default-deny", Dest::Name(name)) => Some(format!(
             "[[network.allow]]\nhost = {}\nports = [{port}]",
-            toml_string(name)
+            cordon_policy::explain::toml_string(name)
         )),
         ("network.raw-ip", Dest::Ip(ip))
             if crate::classify(*ip, crate::default_fake_range()).is_none() =>
@@ -114,25 +114,13 @@ pub(crate) fn allow_with(decision: &FlowDecision, dest: &Dest, port: u16) -> Opt
                 IpAddr::V4(_) => format!("{ip}/32"),
                 IpAddr::V6(_) => format!("{ip}/128"),
             };
-            Some(format!("[network]\nallow_ips = [{}]", toml_string(&net)))
+            Some(format!(
+                "[network]\nallow_ips = [{}]",
+                cordon_policy::explain::toml_string(&net)
+            ))
         }
         _ => None,
     }
-}
-
-/// A TOML basic string.
-fn toml_string(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if c.is_control() => out.push_str(&format!("\\u{:04X}", u32::from(c))),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// Decides one TCP flow. Names: blocklist first, then the first `[[network.allow]]` rule that

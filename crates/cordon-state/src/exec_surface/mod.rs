@@ -370,6 +370,21 @@ pub fn is_git_objects(p: &Path) -> bool {
         && p.parent().is_some_and(|g| g.join("HEAD").is_file())
 }
 
+/// The state files of a merge, cherry-pick, revert, rebase or fetch at a git dir's top:
+/// inert, and removed by git itself when the operation ends.
+const OPERATION_FILES: &[&str] = &[
+    "ORIG_HEAD",
+    "FETCH_HEAD",
+    "MERGE_HEAD",
+    "MERGE_MSG",
+    "MERGE_MODE",
+    "MERGE_RR",
+    "CHERRY_PICK_HEAD",
+    "REVERT_HEAD",
+    "REBASE_HEAD",
+    "AUTO_MERGE",
+];
+
 /// Files in a git dir git only stores data in (never runs, never follows elsewhere).
 fn inert_in_gitdir(rel: &Path) -> bool {
     let parts: Vec<String> = rel
@@ -386,56 +401,48 @@ fn inert_in_gitdir(rel: &Path) -> bool {
     {
         return true;
     }
-    matches!(
-        name,
-        "index"
-            | "HEAD"
-            | "ORIG_HEAD"
-            | "FETCH_HEAD"
-            | "MERGE_HEAD"
-            | "MERGE_MSG"
-            | "MERGE_MODE"
-            | "MERGE_RR"
-            | "CHERRY_PICK_HEAD"
-            | "REVERT_HEAD"
-            | "REBASE_HEAD"
-            | "AUTO_MERGE"
-            | "BISECT_LOG"
-            | "BISECT_START"
-            | "BISECT_TERMS"
-            | "BISECT_EXPECTED_REV"
-            | "COMMIT_EDITMSG"
-            | "TAG_EDITMSG"
-            | "SQUASH_MSG"
-            | "packed-refs"
-            | "description"
-            | "shallow"
-            | "exclude"
-            | "sparse-checkout"
-            | "locked"
-            | "gc.pid"
-            | "gc.log"
-            | "sharedindex"
-            | "done"
-            | "head-name"
-            | "onto"
-            | "orig-head"
-            | "interactive"
-            | "message"
-            | "author-script"
-            | "amend"
-            | "stopped-sha"
-            | "msgnum"
-            | "end"
-            | "git-rebase-todo.backup"
-            | "drop_redundant_commits"
-            | "keep_redundant_commits"
-            | "quiet"
-            | "verbose"
-            | "no-reschedule-failed-exec"
-            | "opt"
-            | "patch"
-    ) || name.starts_with("sharedindex.")
+    OPERATION_FILES.contains(&name)
+        || matches!(
+            name,
+            "index"
+                | "HEAD"
+                | "BISECT_LOG"
+                | "BISECT_START"
+                | "BISECT_TERMS"
+                | "BISECT_EXPECTED_REV"
+                | "COMMIT_EDITMSG"
+                | "TAG_EDITMSG"
+                | "SQUASH_MSG"
+                | "packed-refs"
+                | "description"
+                | "shallow"
+                | "exclude"
+                | "sparse-checkout"
+                | "locked"
+                | "gc.pid"
+                | "gc.log"
+                | "sharedindex"
+                | "done"
+                | "head-name"
+                | "onto"
+                | "orig-head"
+                | "interactive"
+                | "message"
+                | "author-script"
+                | "amend"
+                | "stopped-sha"
+                | "msgnum"
+                | "end"
+                | "git-rebase-todo.backup"
+                | "drop_redundant_commits"
+                | "keep_redundant_commits"
+                | "quiet"
+                | "verbose"
+                | "no-reschedule-failed-exec"
+                | "opt"
+                | "patch"
+        )
+        || name.starts_with("sharedindex.")
         || name.ends_with(".lock")
         || parts.iter().any(|p| p == "sequencer")
 }
@@ -456,23 +463,8 @@ fn removable(rel: &Path) -> bool {
         )
     }) || name.ends_with(".lock")
         || name.starts_with("BISECT_")
-        || matches!(
-            name,
-            "ORIG_HEAD"
-                | "FETCH_HEAD"
-                | "MERGE_HEAD"
-                | "MERGE_MSG"
-                | "MERGE_MODE"
-                | "MERGE_RR"
-                | "CHERRY_PICK_HEAD"
-                | "REVERT_HEAD"
-                | "REBASE_HEAD"
-                | "AUTO_MERGE"
-                | "COMMIT_EDITMSG"
-                | "SQUASH_MSG"
-                | "gc.pid"
-                | "gc.log"
-        )
+        || matches!(name, "COMMIT_EDITMSG" | "SQUASH_MSG" | "gc.pid" | "gc.log")
+        || OPERATION_FILES.contains(&name)
 }
 
 /// What a reviewer must see about a change on the host-executed surface (empty elsewhere).
