@@ -155,6 +155,11 @@ pub struct Layout {
     pub landlock: LandlockRules,
     /// Rules that had nothing to act on (path missing), for the log.
     pub skipped: Vec<String>,
+    /// Test-only (debug builds): the mount fence is off, so init leaves the new root
+    /// writable as well ([`crate::test_off`]).
+    #[cfg(debug_assertions)]
+    #[serde(default)]
+    pub mounts_off: bool,
 }
 
 impl Layout {

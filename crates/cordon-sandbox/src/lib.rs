@@ -53,6 +53,9 @@ mod protocol;
 mod seccomp;
 mod supervisor;
 mod sys;
+/// Test-only layer switches; debug builds only (see the module).
+#[cfg(debug_assertions)]
+pub mod test_off;
 
 pub use cordon_policy::Plan;
 pub use fence::{FenceStatus, NESTED_COST};

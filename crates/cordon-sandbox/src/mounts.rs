@@ -135,8 +135,15 @@ pub(crate) fn build(
         })?;
     }
 
-    // Whatever is still the bare tmpfs root becomes read-only too.
-    sys::mount_setattr(Path::new(NEW), false, RO).ctx(|| "read-only new root".into())?;
+    // Whatever is still the bare tmpfs root becomes read-only too (unless a test turned the
+    // mount fence off: debug builds only).
+    #[cfg(debug_assertions)]
+    let fenced = !layout.mounts_off;
+    #[cfg(not(debug_assertions))]
+    let fenced = true;
+    if fenced {
+        sys::mount_setattr(Path::new(NEW), false, RO).ctx(|| "read-only new root".into())?;
+    }
     sys::umount_detach(Path::new(OLD)).ctx(|| "detach old root".into())?;
     std::env::set_current_dir(NEW).ctx(|| "chdir new root".into())?;
     sys::pivot_root(Path::new("."), Path::new(".")).ctx(|| "pivot into new root".into())?;

@@ -271,6 +271,8 @@ fn view(
         (NetSetup::Gateway { .. }, Some(bundle)) => trust_bundle(&mut layout, &bundle),
         _ => None,
     };
+    #[cfg(debug_assertions)]
+    crate::test_off::apply(&mut layout, emit);
     report_layout(&layout, emit);
     Ok((layout, bundle_at))
 }

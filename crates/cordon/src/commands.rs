@@ -431,6 +431,12 @@ fn run_in_session(
             return EXIT_SETUP;
         }
     }
+    // Test-only layer switches (debug builds): before anything is enforced.
+    #[cfg(debug_assertions)]
+    if let Err(e) = crate::layer_off::apply(&mut plan, emit) {
+        eprintln!("cordon: {e}");
+        return EXIT_SETUP;
+    }
     if plan.network.mode == cordon_policy::NetMode::Gateway {
         cordon_sandbox::prefer_fresh_pages_for_large_allocations();
         cordon_sandbox::raise_nofile_limit();

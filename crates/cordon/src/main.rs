@@ -11,6 +11,8 @@ mod doctor;
 mod explain;
 mod home;
 mod init;
+#[cfg(debug_assertions)]
+mod layer_off;
 mod output;
 mod ssh;
 mod state;
