@@ -260,6 +260,14 @@ pub enum EventError {
         "invalid session id {0:?}: use letters, digits, '.', '_' and '-', not starting with '.'"
     )]
     InvalidSession(String),
+    /// The log cannot be written now; this event waits in memory with `held - 1` before it
+    /// (see [`AuditLog::emit`](crate::AuditLog::emit)).
+    #[error("{}: not written yet, {held} events wait in memory: {error}", path.display())]
+    Held {
+        path: PathBuf,
+        held: usize,
+        error: String,
+    },
     #[error("{}: could not encode event: {source}", path.display())]
     Encode {
         path: PathBuf,

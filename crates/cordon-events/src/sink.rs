@@ -1,15 +1,46 @@
 //! The writer: one per session, shared by every layer.
+//!
+//! A write that fails (the disk full, an I/O error) loses nothing it can keep: the event, and
+//! every later one, is held in memory (up to [`MAX_HELD`]) and written, in order and chained,
+//! before anything newer once a write succeeds again; a line the kernel took only part of is
+//! finished first, so the file never keeps a torn line. While anything is held the log's
+//! [`AuditHealth`] says so, and the layers that decide refuse what they would otherwise let
+//! out: a decision nobody can audit is not made (as auditd's `disk_full_action` would halt).
 
+use std::collections::VecDeque;
 use std::fs::{DirBuilder, File, OpenOptions};
-use std::io::Write;
+use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use crate::chain::{GENESIS_PREV, hash_event};
-use crate::event::{Event, EventError, NewEvent};
+use crate::event::{Action, Event, EventError, Layer, NewEvent};
 use crate::paths::is_valid_session_id;
+
+/// Events kept in memory while the log cannot be written (~1 KiB each); past it they are
+/// counted as lost, and the count is logged when writing works again.
+pub const MAX_HELD: usize = 10_000;
+
+/// Whether a session's log is being written right now. Cheap to clone; every clone follows
+/// the same log. The default (not tied to a log) is always writable.
+#[derive(Clone, Debug)]
+pub struct AuditHealth(Arc<AtomicBool>);
+
+impl Default for AuditHealth {
+    fn default() -> Self {
+        Self(Arc::new(AtomicBool::new(true)))
+    }
+}
+
+impl AuditHealth {
+    /// `false` from a failed write until everything held has been written.
+    pub fn writable(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
 
 /// The session's log. Cheap to clone (clones share the file), `Send + Sync`.
 ///
@@ -26,14 +57,41 @@ pub struct AuditLog {
 struct Inner {
     path: PathBuf,
     session: String,
+    health: AuditHealth,
     state: Mutex<State>,
+}
+
+/// Where the lines go: the log file, or a stand-in in tests.
+pub(crate) trait LogFile: Write + Send + std::fmt::Debug {
+    fn sync(&self) -> io::Result<()>;
+}
+
+impl LogFile for File {
+    fn sync(&self) -> io::Result<()> {
+        self.sync_data()
+    }
 }
 
 #[derive(Debug)]
 struct State {
-    file: File,
+    file: Box<dyn LogFile>,
     next_seq: u64,
     prev: String,
+    /// The end of a line the kernel took only part of: written before anything else.
+    tail: Vec<u8>,
+    /// Stamped events not written yet, oldest first (seq and chain are given when written).
+    held: VecDeque<Event>,
+    /// The current outage, if any.
+    outage: Option<Outage>,
+}
+
+#[derive(Debug)]
+struct Outage {
+    since: String,
+    started: Instant,
+    error: String,
+    held: u64,
+    lost: u64,
 }
 
 impl AuditLog {
@@ -57,17 +115,25 @@ impl AuditLog {
             .mode(0o600)
             .open(path)
             .map_err(|e| EventError::io(path, e))?;
-        Ok(Self {
+        Ok(Self::with_file(path, session, Box::new(file)))
+    }
+
+    pub(crate) fn with_file(path: &Path, session: &str, file: Box<dyn LogFile>) -> Self {
+        Self {
             inner: Arc::new(Inner {
                 path: path.to_owned(),
                 session: session.to_owned(),
+                health: AuditHealth::default(),
                 state: Mutex::new(State {
                     file,
                     next_seq: 0,
                     prev: GENESIS_PREV.to_owned(),
+                    tail: Vec::new(),
+                    held: VecDeque::new(),
+                    outage: None,
                 }),
             }),
-        })
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -78,42 +144,85 @@ impl AuditLog {
         &self.inner.session
     }
 
+    /// Follows whether this log is being written (see the module docs).
+    pub fn health(&self) -> AuditHealth {
+        self.inner.health.clone()
+    }
+
     /// Stamps `ev` (time, session, seq, chain) and appends it. Returns the event as written.
-    /// On error nothing is counted: the next event reuses the seq and prev.
+    /// When it cannot be written now it is held and written later, before anything newer:
+    /// [`EventError::Io`] for the write that failed, [`EventError::Held`] while earlier events
+    /// still wait.
     pub fn emit(&self, ev: NewEvent) -> Result<Event, EventError> {
-        let path = &self.inner.path;
         // A panic elsewhere while holding the lock leaves the state consistent (it only changes
-        // after a successful write), so a poisoned mutex is safe to keep using.
+        // after a write), so a poisoned mutex is safe to keep using.
         let mut state = self
             .inner
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let mut event = Event {
+        let event = self.stamp(ev);
+        if state.outage.is_some() {
+            if let Err(e) = state.flush() {
+                let held = state.hold(event);
+                return Err(EventError::Held {
+                    path: self.inner.path.clone(),
+                    held,
+                    error: e.to_string(),
+                });
+            }
+            let o = state.outage.take().expect("checked above");
+            let note = self.stamp(o.note(&self.inner.path));
+            if let Err(e) = self.write_or_hold(&mut state, note) {
+                state.hold(event);
+                return Err(e);
+            }
+            self.inner.health.0.store(true, Ordering::SeqCst);
+        }
+        self.write_or_hold(&mut state, event)
+    }
+
+    fn stamp(&self, ev: NewEvent) -> Event {
+        Event {
             time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
             session: self.inner.session.clone(),
-            seq: state.next_seq,
+            seq: 0,
             layer: ev.layer,
             action: ev.action,
             reason: ev.reason,
             rule: ev.rule,
             detail: ev.detail,
-            prev: state.prev.clone(),
+            prev: String::new(),
             hash: String::new(),
-        };
-        event.hash = hash_event(&event);
-        let mut line = serde_json::to_string(&event).map_err(|source| EventError::Encode {
-            path: path.clone(),
-            source,
-        })?;
-        line.push('\n');
-        state
-            .file
-            .write_all(line.as_bytes())
-            .map_err(|e| EventError::io(path, e))?;
-        state.next_seq += 1;
-        state.prev.clone_from(&event.hash);
-        Ok(event)
+        }
+    }
+
+    /// Writes `event` now, or starts an outage: the log is unwritable until what is held
+    /// has been written.
+    fn write_or_hold(&self, state: &mut State, event: Event) -> Result<Event, EventError> {
+        let path = &self.inner.path;
+        match state.write(event) {
+            Ok(e) => Ok(e),
+            Err(Written::Encode(source)) => Err(EventError::Encode {
+                path: path.clone(),
+                source,
+            }),
+            Err(Written::Io(e, unwritten)) => {
+                self.inner.health.0.store(false, Ordering::SeqCst);
+                state.outage = Some(Outage {
+                    since: unwritten.time().to_owned(),
+                    started: Instant::now(),
+                    error: e.to_string(),
+                    // A begun line is late too.
+                    held: u64::from(matches!(unwritten, Unwritten::Begun(_))),
+                    lost: 0,
+                });
+                if let Unwritten::Whole(event) = unwritten {
+                    state.hold(*event);
+                }
+                Err(EventError::io(path, e))
+            }
+        }
     }
 
     /// Forces the written events to disk (`fsync`). Emits do not do this themselves.
@@ -125,9 +234,135 @@ impl AuditLog {
             .unwrap_or_else(PoisonError::into_inner);
         state
             .file
-            .sync_data()
+            .sync()
             .map_err(|e| EventError::io(&self.inner.path, e))
     }
+}
+
+/// A write that did not go through.
+enum Written {
+    Io(io::Error, Unwritten),
+    Encode(serde_json::Error),
+}
+
+/// The event a failed write was for: whole (nothing of it is in the file), or begun (part of
+/// its line is, the rest is the state's `tail`).
+enum Unwritten {
+    Whole(Box<Event>),
+    Begun(String),
+}
+
+impl Unwritten {
+    /// When the event was emitted.
+    fn time(&self) -> &str {
+        match self {
+            Unwritten::Whole(e) => &e.time,
+            Unwritten::Begun(t) => t,
+        }
+    }
+}
+
+impl Outage {
+    /// What the log says once writing works again, after what was held.
+    fn note(&self, path: &Path) -> NewEvent {
+        let secs = self.started.elapsed().as_secs_f64();
+        NewEvent::new(
+            Layer::Session,
+            Action::Error,
+            format!(
+                "the audit log could not be written for {secs:.1} s ({}): {} events were held in memory and are written above, late; {} were lost",
+                self.error, self.held, self.lost
+            ),
+        )
+        .rule("audit.unwritable")
+        .detail("since", self.since.clone())
+        .detail("error", self.error.clone())
+        .detail("held", self.held)
+        .detail("lost", self.lost)
+        .detail("path", path.display().to_string())
+    }
+}
+
+impl State {
+    /// Writes `event` as the next line: seq and chain given now, then the line; a line taken
+    /// in part leaves its end as the tail (the event counts as written: its bytes have begun).
+    fn write(&mut self, mut event: Event) -> Result<Event, Written> {
+        event.seq = self.next_seq;
+        event.prev.clone_from(&self.prev);
+        event.hash = hash_event(&event);
+        let mut line = serde_json::to_string(&event).map_err(Written::Encode)?;
+        line.push('\n');
+        let (n, err) = write_some(&mut *self.file, line.as_bytes());
+        if n > 0 {
+            self.next_seq += 1;
+            self.prev.clone_from(&event.hash);
+        }
+        match err {
+            None => Ok(event),
+            Some(e) if n > 0 => {
+                self.tail = line.as_bytes()[n..].to_vec();
+                Err(Written::Io(e, Unwritten::Begun(event.time)))
+            }
+            Some(e) => Err(Written::Io(e, Unwritten::Whole(Box::new(event)))),
+        }
+    }
+
+    /// Keeps `event` for later (or counts it lost past [`MAX_HELD`]); returns how many wait.
+    fn hold(&mut self, event: Event) -> usize {
+        if let Some(o) = self.outage.as_mut() {
+            if self.held.len() < MAX_HELD {
+                self.held.push_back(event);
+                o.held += 1;
+            } else {
+                o.lost += 1;
+            }
+        }
+        self.held.len()
+    }
+
+    /// Finishes a torn line, then writes what is held, in order; `Ok` when nothing waits.
+    fn flush(&mut self) -> io::Result<()> {
+        if !self.tail.is_empty() {
+            let (n, err) = write_some(&mut *self.file, &self.tail);
+            self.tail.drain(..n);
+            if let Some(e) = err {
+                return Err(e);
+            }
+        }
+        while let Some(event) = self.held.pop_front() {
+            match self.write(event) {
+                Ok(_) => {}
+                // serde_json cannot fail on these types; an event it refused is lost, not a
+                // reason to hold everything after it forever.
+                Err(Written::Encode(_)) => {
+                    if let Some(o) = self.outage.as_mut() {
+                        o.lost += 1;
+                    }
+                }
+                Err(Written::Io(e, unwritten)) => {
+                    if let Unwritten::Whole(event) = unwritten {
+                        self.held.push_front(*event);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes as much of `buf` as the file takes: (bytes written, the error that stopped it).
+fn write_some(file: &mut dyn LogFile, buf: &[u8]) -> (usize, Option<io::Error>) {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.write(&buf[n..]) {
+            Ok(0) => return (n, Some(io::ErrorKind::WriteZero.into())),
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return (n, Some(e)),
+        }
+    }
+    (n, None)
 }
 
 #[cfg(test)]
@@ -197,6 +432,130 @@ mod tests {
         assert_eq!(report.events, 2);
         assert!(!report.complete);
         assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    }
+
+    /// A disk that takes `room` bytes more, then says ENOSPC.
+    #[derive(Debug, Clone, Default)]
+    struct Disk(Arc<Mutex<(Vec<u8>, usize)>>);
+
+    impl Disk {
+        fn room(&self, n: usize) {
+            self.0.lock().unwrap().1 = n;
+        }
+    }
+
+    impl Write for Disk {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            let mut d = self.0.lock().unwrap();
+            if d.1 == 0 {
+                return Err(io::Error::from_raw_os_error(28));
+            }
+            let n = buf.len().min(d.1);
+            d.0.extend_from_slice(&buf[..n]);
+            d.1 -= n;
+            Ok(n)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl LogFile for Disk {
+        fn sync(&self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn tick(i: u64) -> NewEvent {
+        NewEvent::new(Layer::Network, Action::Allow, "flow").detail("i", i)
+    }
+
+    #[test]
+    fn a_full_disk_holds_events_and_writes_them_whole_and_chained_when_room_returns() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = Disk::default();
+        disk.room(usize::MAX);
+        let log = AuditLog::with_file(&dir.path().join("s.jsonl"), "s1", Box::new(disk.clone()));
+        let health = log.health();
+        log.emit(NewEvent::new(Layer::Session, Action::Start, "started"))
+            .unwrap();
+        log.emit(tick(1)).unwrap();
+        assert!(health.writable());
+        // Room for part of a line: the kernel takes some bytes, then ENOSPC.
+        disk.room(40);
+        assert!(matches!(log.emit(tick(2)), Err(EventError::Io { .. })));
+        assert!(!health.writable());
+        assert!(!log.health().writable());
+        for i in 3..6 {
+            assert!(matches!(
+                log.emit(tick(i)),
+                Err(EventError::Held { held, .. }) if held == (i - 2) as usize
+            ));
+        }
+        assert!(!health.writable());
+        disk.room(usize::MAX);
+        let e = log.emit(tick(6)).unwrap();
+        assert!(health.writable());
+        log.emit(NewEvent::new(Layer::Session, Action::Stop, "stopped"))
+            .unwrap();
+        let path = dir.path().join("copy.jsonl");
+        std::fs::write(&path, &disk.0.lock().unwrap().0).unwrap();
+        let report = verify(&path).unwrap();
+        assert!(report.ok(), "{:?}", report.problems);
+        assert!(report.complete);
+        let events = read_log(&path).unwrap();
+        let is: Vec<Option<u64>> = events
+            .iter()
+            .map(|e| e.detail.get("i").and_then(|v| v.as_u64()))
+            .collect();
+        // Nothing lost, nothing reordered; the note comes after what was held, before the new.
+        assert_eq!(
+            is,
+            vec![
+                None,
+                Some(1),
+                Some(2),
+                Some(3),
+                Some(4),
+                Some(5),
+                None,
+                Some(6),
+                None
+            ]
+        );
+        let note = &events[6];
+        assert_eq!(note.rule.as_deref(), Some("audit.unwritable"));
+        assert_eq!(note.action, Action::Error);
+        assert_eq!(note.detail["held"], 4);
+        assert_eq!(note.detail["lost"], 0);
+        assert!(note.reason.contains("No space left"), "{}", note.reason);
+        assert_eq!(e.seq, 7);
+    }
+
+    #[test]
+    fn past_the_memory_bound_events_are_counted_as_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = Disk::default();
+        disk.room(usize::MAX);
+        let log = AuditLog::with_file(&dir.path().join("s.jsonl"), "s1", Box::new(disk.clone()));
+        log.emit(NewEvent::new(Layer::Session, Action::Start, "started"))
+            .unwrap();
+        disk.room(0);
+        for i in 0..(MAX_HELD as u64 + 5) {
+            assert!(log.emit(tick(i)).is_err());
+        }
+        disk.room(usize::MAX);
+        log.emit(NewEvent::new(Layer::Session, Action::Stop, "stopped"))
+            .unwrap();
+        let path = dir.path().join("copy.jsonl");
+        std::fs::write(&path, &disk.0.lock().unwrap().0).unwrap();
+        let events = read_log(&path).unwrap();
+        assert_eq!(events.len(), 1 + MAX_HELD + 2);
+        let note = &events[MAX_HELD + 1];
+        assert_eq!(note.detail["held"], MAX_HELD as u64);
+        assert_eq!(note.detail["lost"], 5);
+        let report = verify(&path).unwrap();
+        assert!(report.ok() && report.complete, "{:?}", report.problems);
     }
 
     #[test]
