@@ -235,6 +235,11 @@ impl Scanner {
         // One pass says whether any shape is there at all; most data has none.
         let hits = COMPILED.0.matches(data);
         if hits.matched_any() {
+            // Where two shapes match the same bytes, the earlier (more specific) one names
+            // them: `sk-ant-oat01-…` is an Anthropic token, though the generic `sk-…` of
+            // OpenAI's shape matches it too — named after both, it would be refused on its
+            // way to its own issuer.
+            let mut taken: Vec<std::ops::Range<usize>> = Vec::new();
             for (i, (kind, re)) in COMPILED.1.iter().enumerate() {
                 if !hits.matched(i) {
                     continue;
@@ -260,6 +265,10 @@ impl Scanner {
                             continue;
                         }
                     }
+                    if taken.iter().any(|t| t.start < m.end() && m.start() < t.end) {
+                        continue;
+                    }
+                    taken.push(m.range());
                     out.push(finding(kind, place, m.as_bytes()));
                 }
             }
@@ -589,6 +598,24 @@ mod tests {
                 format!("eyJ{}.eyJ{}.{}", r('h', 20), r('p', 20), r('s', 30)),
             ),
         ]
+    }
+
+    #[test]
+    fn an_anthropic_oauth_token_is_an_anthropic_key_only() {
+        let r = |c: char, n: usize| std::iter::repeat_n(c, n).collect::<String>();
+        let s = Scanner::new(Vec::new(), Vec::new());
+        for token in [
+            format!("sk-ant-oat01-{}-{}", r('o', 86), r('A', 8)),
+            format!("sk-ant-ort01-{}", r('r', 90)),
+            format!("sk-ant-api03-{}", r('k', 93)),
+        ] {
+            let f = s.scan(format!("Bearer {token}").as_bytes(), Place::Body);
+            assert_eq!(kinds(&f), vec!["anthropic-key"], "{token}");
+        }
+        // OpenAI's own still are OpenAI's, beside an Anthropic one.
+        let both = format!("sk-proj-{} sk-ant-oat01-{}", r('p', 48), r('o', 90));
+        let f = s.scan(both.as_bytes(), Place::Body);
+        assert_eq!(kinds(&f), vec!["anthropic-key", "openai-key"]);
     }
 
     #[test]
