@@ -143,7 +143,7 @@ pub use paths::{
     data_dir, default_log_dir, default_log_path, is_valid_session_id, new_session_id, state_dir,
 };
 pub use read::{SessionSummary, VerifyProblem, VerifyReport, list_sessions, read_log, verify};
-pub use sink::{AuditHealth, AuditLog, MAX_HELD};
+pub use sink::{AUDIT_UNWRITABLE, AuditHealth, AuditLog, MAX_HELD};
 pub use status::{Enforcement, LimitVia};
 
 /// Where a layer that runs on threads of its own (the gateway, the HTTP layer) sends its

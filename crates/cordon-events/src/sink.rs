@@ -20,6 +20,9 @@ use crate::chain::{GENESIS_PREV, hash_event};
 use crate::event::{Action, Event, EventError, Layer, NewEvent};
 use crate::paths::is_valid_session_id;
 
+/// The rule of the note an outage leaves in the log, and of what the layers refuse meanwhile.
+pub const AUDIT_UNWRITABLE: &str = "audit.unwritable";
+
 /// Events kept in memory while the log cannot be written (~1 KiB each); past it they are
 /// counted as lost, and the count is logged when writing works again.
 pub const MAX_HELD: usize = 10_000;
@@ -36,6 +39,11 @@ impl Default for AuditHealth {
 }
 
 impl AuditHealth {
+    /// A health tied to no log, fixed at `writable` (for tests of the layers that watch one).
+    pub fn fixed(writable: bool) -> Self {
+        Self(Arc::new(AtomicBool::new(writable)))
+    }
+
     /// `false` from a failed write until everything held has been written.
     pub fn writable(&self) -> bool {
         self.0.load(Ordering::SeqCst)
@@ -274,7 +282,7 @@ impl Outage {
                 self.error, self.held, self.lost
             ),
         )
-        .rule("audit.unwritable")
+        .rule(AUDIT_UNWRITABLE)
         .detail("since", self.since.clone())
         .detail("error", self.error.clone())
         .detail("held", self.held)

@@ -109,6 +109,8 @@ pub struct Interceptor {
     pub(crate) scan_window: usize,
     /// The upstream roots, loaded while the first flow's client handshake runs.
     pub(crate) roots: Arc<crate::upstream::Roots>,
+    /// The session's audit log: while it cannot be written no request is decided.
+    pub(crate) audit: std::sync::OnceLock<cordon_events::AuditHealth>,
 }
 
 /// Why the interceptor could not be built.
@@ -168,6 +170,7 @@ impl Interceptor {
             dlp: cfg.dlp,
             scrubbers: std::sync::Mutex::new(Vec::new()),
             placeholders: Arc::new(placeholders),
+            audit: std::sync::OnceLock::new(),
             scan_window,
             roots,
         })

@@ -142,6 +142,12 @@ impl HttpLayer {
             .await;
     }
 
+    /// Refuses every request (503, rule `audit.unwritable`) while `audit` says the session's
+    /// log cannot be written: a decision nobody could audit is not made.
+    pub fn watch_audit(&self, audit: cordon_events::AuditHealth) {
+        let _ = self.interceptor.audit.set(audit);
+    }
+
     /// `text` with every secret the layer knows redacted (see [`Interceptor::redact`]).
     pub fn redact(&self, text: &str) -> String {
         self.interceptor.redact(text).into_owned()

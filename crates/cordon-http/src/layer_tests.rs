@@ -107,3 +107,53 @@ fn an_unreadable_upstream_ca_stops_the_layer_before_the_sandbox_starts() {
     assert!(matches!(err, HttpLayerError::UpstreamCa { .. }), "{err}");
     assert!(err.to_string().contains("missing.pem"));
 }
+
+#[tokio::test]
+async fn while_the_audit_log_cannot_be_written_no_request_is_decided() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Arc::new(CertAuthority::load_or_create(&dir.path().join("ca")).unwrap());
+    let mut p = plan();
+    p.network.allow.push(HostRule {
+        host: "api.example.test".parse().unwrap(),
+        ports: vec![80],
+        origin: "user.toml:1".into(),
+    });
+    let dialed = Arc::new(AtomicBool::new(false));
+    let d = dialed.clone();
+    let connect: ConnectFn = Arc::new(move |_, _| {
+        d.store(true, Ordering::SeqCst);
+        Box::pin(async { Err(std::io::Error::other("no upstream in this test")) })
+    });
+    let events: Arc<Mutex<Vec<NewEvent>>> = Arc::new(Mutex::new(Vec::new()));
+    let ev = events.clone();
+    let emit: Emit = Arc::new(move |e| ev.lock().unwrap().push(e));
+    let layer = HttpLayer::from_plan(&p, ca, None, Vec::new(), Vec::new(), emit, connect).unwrap();
+    layer.watch_audit(cordon_events::AuditHealth::fixed(false));
+    let (mut client, server) = tokio::io::duplex(64 << 10);
+    tokio::spawn(async move {
+        layer
+            .serve_plain(server, "api.example.test".into(), 80)
+            .await
+    });
+    client
+        .write_all(b"GET /x HTTP/1.1\r\nHost: api.example.test\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("audit log cannot be written"), "{answer}");
+    assert!(!dialed.load(Ordering::SeqCst), "nothing may go upstream");
+    let events = events.lock().unwrap();
+    assert!(
+        events.iter().any(|e| e.action == EvAction::Deny
+            && e.rule.as_deref() == Some(cordon_events::AUDIT_UNWRITABLE)),
+        "{events:?}"
+    );
+}

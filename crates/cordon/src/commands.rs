@@ -254,8 +254,18 @@ fn run(a: RunArgs) -> i32 {
     let denials_tap = denials.clone();
     // Shared with the egress gateway's threads. A closed or broken stderr must not take the
     // session down (eprintln! would panic).
+    let audit = log.health();
+    // Said once per outage, not once per event: while the log cannot be written the layers
+    // refuse what they would let out, and the events wait in memory.
+    let failing = std::sync::atomic::AtomicBool::new(false);
     let sink: cordon_net::Emit = std::sync::Arc::new(move |ev: NewEvent| match log.emit(ev) {
         Ok(e) => {
+            if failing.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "cordon: the audit log can be written again; the events held meanwhile are in it (see its audit.unwritable event)"
+                );
+            }
             if verbose {
                 let _ = writeln!(
                     std::io::stderr(),
@@ -269,10 +279,13 @@ fn run(a: RunArgs) -> i32 {
             }
         }
         Err(e) => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "cordon: warning: audit log write failed: {e}"
-            );
+            if !failing.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "cordon: ERROR: the audit log cannot be written ({e}): every new connection and request is refused until it can; events wait in memory (up to {})",
+                    cordon_events::MAX_HELD
+                );
+            }
         }
     });
     let emit = |ev: NewEvent| sink(ev);
@@ -302,8 +315,14 @@ fn run(a: RunArgs) -> i32 {
             .detail("uid", cordon_sandbox::ids().0)
             .detail("version", env!("CARGO_PKG_VERSION")),
     );
-    let code = run_in_session(&a, &project, &loaded, &session, &emit, &sink);
+    let code = run_in_session(&a, &project, &loaded, &session, &emit, &sink, &audit);
     emit(NewEvent::new(Layer::Session, Action::Stop, "session ended").detail("code", code));
+    if !audit.writable() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "cordon: ERROR: the audit log could still not be written when the session ended: the events held since are lost, and the log has no stop event"
+        );
+    }
     denials.finish();
     lines.finish(code);
     code
@@ -316,6 +335,7 @@ fn run_in_session(
     session: &str,
     emit: &dyn Fn(NewEvent),
     sink: &cordon_net::Emit,
+    audit: &cordon_events::AuditHealth,
 ) -> i32 {
     if !loaded.untrusted_loosening.is_empty() {
         let mut msg = String::from(
@@ -443,7 +463,7 @@ fn run_in_session(
     }
     let mut gateway = match plan.network.mode {
         cordon_policy::NetMode::Gateway => {
-            match start_gateway(&mut plan, sink, cmd.approvals.as_ref()) {
+            match start_gateway(&mut plan, sink, audit, cmd.approvals.as_ref()) {
                 Ok(g) => Some(g),
                 Err(e) => {
                     eprintln!(
@@ -788,6 +808,7 @@ struct GatewayAttach {
 fn start_gateway(
     plan: &mut cordon_policy::Plan,
     sink: &cordon_net::Emit,
+    audit: &cordon_events::AuditHealth,
     approvals: Option<&cordon_approval::Approvals>,
 ) -> Result<GatewayAttach> {
     // Command lines in events are redacted by token shape until the HTTP layer, which knows
@@ -795,6 +816,9 @@ fn start_gateway(
     let redact: cordon_net::Redact =
         std::sync::Arc::new(|s: &str| cordon_http::dlp::redact(s).into_owned());
     let gateway = cordon_net::Gateway::new(plan, sink.clone(), redact)?;
+    // A decision nobody could audit is not made: new flows and requests are refused while
+    // the log cannot be written.
+    gateway.watch_audit(audit.clone());
     // The data directory is masked in every sandbox (the plan says so): the CA key is safe there.
     let ca = cordon_events::data_dir()
         .ok_or_else(|| anyhow!("no data directory (set HOME or XDG_DATA_HOME)"))
@@ -827,6 +851,7 @@ fn start_gateway(
                 gateway.connector(),
             )
             .context("start the HTTP layer")?;
+            layer.watch_audit(audit.clone());
             let gateway =
                 gateway.with_http(std::sync::Arc::new(HttpFlows(std::sync::Arc::new(layer))));
             sink(NewEvent::new(

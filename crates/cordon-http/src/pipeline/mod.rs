@@ -173,11 +173,26 @@ async fn run(
     tunnels: &Tunnels,
 ) -> Result<Response<Body>, Refused> {
     let ex = admit::admit(i, &req, conn)?;
+    audit_writable(i, &ex)?;
     let decision = decide::decide(&i.rules, i.default, &ex);
     let body = body::read(i, &mut req, &ex, decision.action).await?;
     let verdict = check::check(i, &ex, decision, &body).await?;
     let sent = forward::forward(i, req, &ex, &verdict, body).await?;
     relay::relay(i, &ex, &verdict, sent, tunnels)
+}
+
+/// While the session's audit log cannot be written (the disk full) no request is decided:
+/// each is refused, its event held with the rest until the log can be written.
+fn audit_writable(i: &Interceptor, ex: &Exchange<'_>) -> Result<(), Refused> {
+    if i.audit.get().is_none_or(|a| a.writable()) {
+        return Ok(());
+    }
+    let why = "the audit log cannot be written (its disk full?); no request goes out until it can";
+    (i.emit)(ex.event(EvAction::Deny, 503, why, cordon_events::AUDIT_UNWRITABLE));
+    Err(Refused::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("cordon: {}: {why}\n", ex.url),
+    ))
 }
 
 /// A body's size hint with the `held` bytes a wrapper still owes added.

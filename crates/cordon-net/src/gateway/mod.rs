@@ -125,6 +125,8 @@ pub(crate) struct Shared {
     pub noisy: Mutex<(Instant, u32, u64)>,
     /// Process lookups running.
     pub lookups: Arc<AtomicUsize>,
+    /// The session's audit log: while it cannot be written no new flow is let out.
+    pub audit: OnceLock<cordon_events::AuditHealth>,
 }
 
 /// Layer 3 as the gateway uses it: which flows it takes, and the handler that serves them.
@@ -213,6 +215,7 @@ impl Gateway {
                 slots: Arc::new(tokio::sync::Semaphore::new(MAX_FLOWS)),
                 noisy: Mutex::new((Instant::now(), 0, 0)),
                 lookups: Arc::new(AtomicUsize::new(0)),
+                audit: OnceLock::new(),
             }),
             http_plan: (whole.http.clone(), whole.tls.passthrough.clone()),
             publish,
@@ -231,6 +234,12 @@ impl Gateway {
             handler,
         });
         self
+    }
+
+    /// Refuses every new flow while `audit` says the session's log cannot be written (the
+    /// disk full): a connection nobody could audit is not let out (rule `audit.unwritable`).
+    pub fn watch_audit(&self, audit: cordon_events::AuditHealth) {
+        let _ = self.shared.audit.set(audit);
     }
 
     /// The policy-checked connect (the host-side lookup with the rebinding/SSRF rule, then
@@ -401,7 +410,14 @@ impl Shared {
         client: Option<(std::net::SocketAddrV4, std::net::SocketAddrV4)>,
     ) -> Result<(TcpStream, Flow), FlowDecision> {
         let blocked = |n: &str| self.host.blocked(n);
-        let verdict = policy::decide(&self.plan, &self.allow_ips, &blocked, dest, port);
+        let mut verdict = policy::decide(&self.plan, &self.allow_ips, &blocked, dest, port);
+        if verdict.allow && self.audit.get().is_some_and(|a| !a.writable()) {
+            verdict = FlowDecision {
+                allow: false,
+                rule: cordon_events::AUDIT_UNWRITABLE.into(),
+                reason: "the audit log cannot be written (its disk full?): no new connection goes out until it can".into(),
+            };
+        }
         let mut flow = Flow::new(dest, port, via, verdict, client);
         if !flow.verdict.allow {
             let (verdict, reason) = (flow.verdict.clone(), flow.verdict.reason.clone());
