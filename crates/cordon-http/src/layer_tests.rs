@@ -157,3 +157,77 @@ async fn while_the_audit_log_cannot_be_written_no_request_is_decided() {
         "{events:?}"
     );
 }
+
+/// Found by the soak: an agent killed while its request waited for the upstream's answer left
+/// a request the upstream saw and the audit log did not (the event went out with the answer).
+#[tokio::test]
+async fn a_request_let_out_is_logged_when_the_sandbox_leaves_before_the_answer() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Arc::new(CertAuthority::load_or_create(&dir.path().join("ca")).unwrap());
+    let mut p = plan();
+    p.network.allow.push(HostRule {
+        host: "api.example.test".parse().unwrap(),
+        ports: vec![80],
+        origin: "user.toml:1".into(),
+    });
+    // An upstream that reads the request and never answers.
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let at = upstream.local_addr().unwrap();
+    let (seen_tx, seen_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let (mut s, _) = upstream.accept().await.unwrap();
+        let mut head = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0);
+            head.extend_from_slice(&buf[..n]);
+        }
+        let _ = seen_tx.send(());
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        drop(s);
+    });
+    let connect: ConnectFn =
+        Arc::new(move |_, _| Box::pin(async move { tokio::net::TcpStream::connect(at).await }));
+    let events: Arc<Mutex<Vec<NewEvent>>> = Arc::new(Mutex::new(Vec::new()));
+    let ev = events.clone();
+    let emit: Emit = Arc::new(move |e| ev.lock().unwrap().push(e));
+    let layer = HttpLayer::from_plan(&p, ca, None, Vec::new(), Vec::new(), emit, connect).unwrap();
+    let (mut client, server) = tokio::io::duplex(64 << 10);
+    tokio::spawn(async move {
+        layer
+            .serve_plain(server, "api.example.test".into(), 80)
+            .await
+    });
+    client
+        .write_all(b"GET /killed-mid-request HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), seen_rx)
+        .await
+        .unwrap()
+        .unwrap();
+    drop(client);
+    let logged = async {
+        loop {
+            let found = events.lock().unwrap().iter().any(|e| {
+                e.action == EvAction::Allow
+                    && e.detail.get("url").and_then(|v| v.as_str())
+                        == Some("http://api.example.test/killed-mid-request")
+                    && e.detail.get("incomplete") == Some(&serde_json::Value::Bool(true))
+            });
+            if found {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    assert!(
+        tokio::time::timeout(Duration::from_secs(10), logged)
+            .await
+            .is_ok(),
+        "{:?}",
+        events.lock().unwrap()
+    );
+}

@@ -87,6 +87,14 @@ pub(crate) async fn forward(
             "cordon: too many requests are in flight; retry shortly\n",
         ));
     };
+    // From here the request is on its way upstream: should the sandbox go away before the
+    // answer is relayed (the future dropped), the request is still logged as let out.
+    let mut pending = Unanswered {
+        i,
+        ex,
+        verdict,
+        armed: true,
+    };
     let result = client.request(out).await;
     if streamed && result.is_ok() {
         // The server answered before the body was through (it need not read it): a moment
@@ -104,6 +112,8 @@ pub(crate) async fn forward(
         .as_ref()
         .is_some_and(|d| d.action == cordon_policy::DlpAction::Log);
     let tripped = trip.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    // Each way on reports itself (the relay, or the trip's own events).
+    pending.armed = false;
     match tripped {
         Some(Trip::Placeholder(name)) => {
             return Err(Refused::new(
@@ -134,6 +144,31 @@ pub(crate) async fn forward(
         // The server may answer before a streamed body trips: the answer then stops too.
         stopped: (streamed && !log).then_some(trip),
     })
+}
+
+/// A request sent upstream whose answer has not reached the relay: dropped armed (the sandbox
+/// closed the connection meanwhile), it emits the request's event, which would otherwise go
+/// out only with the answer. Found by the soak (scripts/soak.py): an agent killed mid-request
+/// left a request the upstream saw and the audit log did not.
+struct Unanswered<'a, 'b> {
+    i: &'a Interceptor,
+    ex: &'a Exchange<'b>,
+    verdict: &'a Cleared,
+    armed: bool,
+}
+
+impl Drop for Unanswered<'_, '_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let e = self.ex.event(
+                EvAction::Allow,
+                0,
+                "forwarded; the sandbox closed the connection before the answer came",
+                &self.verdict.decided_by,
+            );
+            (self.i.emit)(self.verdict.mark(e).detail("incomplete", true));
+        }
+    }
 }
 
 /// The upstream request's URI and headers; the credentials swapped in. A placeholder where
