@@ -608,7 +608,7 @@ mod tests {
                 "openai-api-key"
             ]
         );
-        assert!(l.plan.agent.is_quiet("chatgpt.com"));
+        assert!(l.plan.agent.is_quiet("ab.chatgpt.com") && !l.plan.agent.is_quiet("chatgpt.com"));
         opts.profile = Some(NO_PROFILE.into());
         let l = load(&opts).unwrap();
         assert_eq!(l.profile, None);

@@ -5,7 +5,7 @@ pub use crate::pattern::{Bare, HostPattern, HostPatternError, glob_match};
 pub use crate::schema::Choice;
 pub use crate::sections::agent::AgentPlan;
 pub use crate::sections::credentials::{
-    CredentialPlan, CredentialSlot, CredentialSource, HeaderSlot,
+    CredentialPlan, CredentialSlot, CredentialSource, HeaderSlot, RefreshPlan,
 };
 pub use crate::sections::dlp::{DLP_KINDS, DlpAction, DlpAllow, DlpPlan};
 pub use crate::sections::dns::{DnsBlock, DnsPlan};

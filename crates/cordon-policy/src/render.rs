@@ -185,6 +185,7 @@ pub(crate) mod tests {
                 },
                 files: vec!["/home/u/.config/gh/hosts.yml".into()],
                 inject: true,
+                refresh: None,
                 origin: "/p/cordon.toml:30".into(),
             },
             CredentialPlan {
@@ -195,6 +196,7 @@ pub(crate) mod tests {
                 slot: CredentialSlot::Query { name: "key".into() },
                 files: vec![],
                 inject: false,
+                refresh: None,
                 origin: "/p/cordon.toml:40".into(),
             },
             CredentialPlan {
@@ -208,6 +210,7 @@ pub(crate) mod tests {
                 },
                 files: vec![],
                 inject: false,
+                refresh: None,
                 origin: "/p/cordon.toml:50".into(),
             },
             CredentialPlan {
@@ -230,6 +233,15 @@ pub(crate) mod tests {
                 ]),
                 files: vec![],
                 inject: true,
+                refresh: Some(crate::RefreshPlan {
+                    url: "https://auth.two.test:8443/oauth/token".into(),
+                    host: "auth.two.test".into(),
+                    port: 8443,
+                    path: "/oauth/token".into(),
+                    token: "access_token".into(),
+                    expires_ms: Some("tokens.expires_at".into()),
+                    refreshed_at: Some("last_refresh".into()),
+                }),
                 origin: "/p/cordon.toml:60".into(),
             },
         ]

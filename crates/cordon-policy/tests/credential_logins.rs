@@ -109,3 +109,106 @@ fn bad_json_sources_say_where_and_how() {
         assert!(e.contains("json = "), "{source}: the fix is shown: {e}");
     }
 }
+
+#[test]
+fn a_login_names_its_token_endpoint_and_prints_it_back() {
+    let env = Env::new();
+    env.user(
+        "[credentials.tool-refresh]\n\
+         source = { file = \"~/.tool/auth.json\", json = \"tokens.refresh_token\" }\n\
+         hosts = [\"auth.tool.example\"]\n\
+         refresh = { url = \"https://auth.tool.example:8443/oauth/token\", token = \"refresh_token\", expires_ms = \"tokens.expires_at\", refreshed_at = \"last_refresh\" }\n",
+    );
+    let l = env.load();
+    let r = l.plan.credentials[0].refresh.clone().unwrap();
+    assert_eq!(
+        (r.host.as_str(), r.port, r.path.as_str(), r.token.as_str()),
+        ("auth.tool.example", 8443, "/oauth/token", "refresh_token")
+    );
+    assert!(r.is_endpoint("Auth.Tool.Example.", 8443, "/oauth/token"));
+    assert!(!r.is_endpoint("auth.tool.example", 443, "/oauth/token"));
+    assert!(!r.is_endpoint("auth.tool.example", 8443, "/oauth/token/x"));
+    let text = l.plan.to_toml();
+    assert!(text.contains("refresh = { url = \"https://auth.tool.example:8443/oauth/token\", token = \"refresh_token\", expires_ms = \"tokens.expires_at\", refreshed_at = \"last_refresh\" }"), "{text}");
+    assert_eq!(env.reload(&text).plan.credentials[0].refresh, Some(r));
+}
+
+#[test]
+fn the_built_in_logins_are_renewed_at_their_providers_token_endpoints() {
+    for (profile, url, tokens) in [
+        (
+            "claude",
+            "https://platform.claude.com/v1/oauth/token",
+            &["access_token", "refresh_token"][..],
+        ),
+        (
+            "codex",
+            "https://auth.openai.com/oauth/token",
+            &["access_token", "refresh_token", "id_token"][..],
+        ),
+        (
+            "gemini",
+            "https://oauth2.googleapis.com/token",
+            &["access_token", "refresh_token", "id_token"][..],
+        ),
+    ] {
+        let env = Env::new();
+        let mut o = env.opts();
+        o.profile = Some(profile.into());
+        let l = cordon_policy::load(&o).unwrap();
+        let mut got: Vec<&str> = l
+            .plan
+            .credentials
+            .iter()
+            .filter_map(|c| c.refresh.as_ref())
+            .filter(|r| r.url == url)
+            .map(|r| r.token.as_str())
+            .collect();
+        got.sort_unstable();
+        let mut want = tokens.to_vec();
+        want.sort_unstable();
+        assert_eq!(got, want, "{profile}");
+        // The endpoint is reachable: a refresh is brokered, not refused at the network.
+        let host = url
+            .trim_start_matches("https://")
+            .split('/')
+            .next()
+            .unwrap();
+        assert!(
+            l.plan.network.allow.iter().any(|a| a.host.matches(host)),
+            "{profile}: {host}"
+        );
+    }
+}
+
+#[test]
+fn bad_refresh_settings_say_where_and_how() {
+    for (cred, says, fix) in [
+        (
+            "source = { env = \"X\" }\nhosts = [\"a.example\"]\nrefresh = { url = \"https://a.example/t\", token = \"access_token\" }",
+            "`refresh` renews a token of a login file",
+            "json = ",
+        ),
+        (
+            "source = { file = \"~/a.json\", json = \"r\" }\nhosts = [\"a.example\"]\nrefresh = { url = \"http://a.example/t\", token = \"refresh_token\" }",
+            "invalid token endpoint",
+            "https URL",
+        ),
+        (
+            "source = { file = \"~/a.json\", json = \"r\" }\nhosts = [\"a.example\"]\nrefresh = { url = \"https://b.example/t\", token = \"refresh_token\" }",
+            "would go to b.example, which is not one of its hosts",
+            "add \"b.example\" to hosts",
+        ),
+        (
+            "source = { file = \"~/a.json\", json = \"r\" }\nhosts = [\"a.example\"]\nrefresh = { url = \"https://a.example/t\", token = \"a-b\" }",
+            "invalid answer key",
+            "token = \"access_token\"",
+        ),
+    ] {
+        let env = Env::new();
+        env.user(&format!("[credentials.x]\n{cred}\n"));
+        let e = env.load_err().to_string();
+        assert!(e.contains(says), "{cred}: {e}");
+        assert!(e.contains(fix), "{cred}: the fix is shown: {e}");
+    }
+}

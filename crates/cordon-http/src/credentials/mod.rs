@@ -12,6 +12,7 @@
 //! placeholder in the sandbox's environment and files.
 
 pub mod login;
+pub mod login_file;
 mod placeholder;
 pub(crate) mod swap;
 

@@ -9,6 +9,7 @@ fn plan(source: CredentialSource, slot: CredentialSlot) -> CredentialPlan {
         slot,
         files: Vec::new(),
         inject: false,
+        refresh: None,
         origin: "test".into(),
     }
 }

@@ -103,8 +103,49 @@ pub struct CredentialPlan {
     pub files: Vec<PathBuf>,
     /// Put it in every request to `hosts`, whatever the client sent.
     pub inject: bool,
+    /// A login token that its provider renews at a token endpoint: cordon brokers the
+    /// exchange and keeps the host's login file current.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh: Option<RefreshPlan>,
     /// Where it came from.
     pub origin: String,
+}
+
+/// `refresh = { url, token, … }` of a login credential: the provider's OAuth token endpoint,
+/// where the agent renews its login (`grant_type=refresh_token`) or first logs in
+/// (`authorization_code`). cordon puts the real refresh token in place of its placeholder in
+/// the request's body, and takes the answer's new tokens: the real ones are written to the
+/// host's login file at once, the agent gets placeholders for them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RefreshPlan {
+    /// The endpoint as written (`https://platform.claude.com/v1/oauth/token`).
+    pub url: String,
+    /// Its host (lower-case).
+    pub host: String,
+    /// Its port.
+    pub port: u16,
+    /// Its path.
+    pub path: String,
+    /// The key of the endpoint's JSON answer that holds this credential's new value
+    /// (`access_token`, `refresh_token`, `id_token`).
+    pub token: String,
+    /// A field of the login file set to when the new token expires, in milliseconds since
+    /// the epoch (now + the answer's `expires_in`): Claude's `claudeAiOauth.expiresAt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_ms: Option<String>,
+    /// A field of the login file set to the time of the exchange, RFC 3339 (codex's
+    /// `last_refresh`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refreshed_at: Option<String>,
+}
+
+impl RefreshPlan {
+    /// Whether a request to `host:port` for `path` is to this endpoint.
+    pub fn is_endpoint(&self, host: &str, port: u16, path: &str) -> bool {
+        self.port == port
+            && self.host.eq_ignore_ascii_case(host.trim_end_matches('.'))
+            && self.path == path
+    }
 }
 
 raw_table! {
@@ -114,6 +155,16 @@ raw_table! {
         file: String,
         json: String,
         command: Strings,
+    }
+}
+
+raw_table! {
+    /// `refresh` of a `[credentials.NAME]` as written.
+    pub(crate) struct RawRefresh example "refresh = { url = \"https://platform.claude.com/v1/oauth/token\", token = \"access_token\" }" {
+        url: String [required] = "url = \"https://auth.openai.com/oauth/token\"",
+        token: String [required] = "token = \"refresh_token\"",
+        expires_ms: String = "expires_ms = \"claudeAiOauth.expiresAt\"",
+        refreshed_at: String = "refreshed_at = \"last_refresh\"",
     }
 }
 
@@ -129,6 +180,7 @@ raw_table! {
         format: String = "format = \"Bearer {}\"",
         inject: Boolean,
         files: Strings,
+        refresh: Table(RawRefresh),
     }
 }
 
@@ -349,7 +401,7 @@ fn credential(
         .hosts
         .iter()
         .map(|h| cx.host_glob(h))
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<Vec<_>, _>>()?;
     let slot = slot(cx, n, e, entry)?;
     let env = match &e.env {
         Some(v) => {
@@ -365,6 +417,10 @@ fn credential(
         }
         None => None,
     };
+    let refresh = match &e.refresh {
+        Some(r) => Some(refresh(cx, n, r, &source, &hosts)?),
+        None => None,
+    };
     Ok(CredentialPlan {
         name: n.clone(),
         env,
@@ -377,8 +433,101 @@ fn credential(
             .map(|r| r.path)
             .collect(),
         inject: e.inject.as_ref().is_some_and(|i| *i.get_ref()),
+        refresh,
         origin: cx.origin(name.span()).label,
     })
+}
+
+/// `refresh = { url = "https://…/oauth/token", token = "refresh_token" }`.
+fn refresh(
+    cx: &Convert<'_>,
+    name: &str,
+    r: &Spanned<RawRefresh>,
+    source: &CredentialSource,
+    hosts: &[HostPattern],
+) -> Result<RefreshPlan, PolicyError> {
+    let raw = r.get_ref();
+    if source.login_file().is_none() {
+        return Err(cx.diag(
+            format!("[credentials.{name}]: `refresh` renews a token of a login file, and `source` names none"),
+            r.span(),
+            "source = { file = \"~/.claude/.credentials.json\", json = \"claudeAiOauth.refreshToken\" }",
+        ));
+    }
+    let url = raw.url.as_ref().map(|u| u.get_ref().trim()).unwrap_or("");
+    let at = raw.url.as_ref().map_or(r.span(), |u| u.span());
+    let Some((host, port, path)) = https_url(url) else {
+        return Err(cx.diag(
+            format!("invalid token endpoint {} in [credentials.{name}] refresh", toml_string(url)),
+            at,
+            "an https URL with a path and no query, e.g. url = \"https://auth.openai.com/oauth/token\"",
+        ));
+    };
+    let token = raw.token.as_ref().map(|t| t.get_ref().trim()).unwrap_or("");
+    if token.is_empty()
+        || !token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    {
+        return Err(cx.diag(
+            format!(
+                "invalid answer key {} in [credentials.{name}] refresh",
+                toml_string(token)
+            ),
+            raw.token.as_ref().map_or(r.span(), |t| t.span()),
+            "the key of the token endpoint's JSON answer, e.g. token = \"access_token\"",
+        ));
+    }
+    // The real refresh token goes to the endpoint in the request's body: the endpoint must
+    // be one of the places it may go.
+    if token == "refresh_token" && !hosts.iter().any(|h| h.matches(&host)) {
+        return Err(cx.diag(
+            format!("[credentials.{name}]: its refresh token would go to {host}, which is not one of its hosts"),
+            at,
+            format!("add {} to hosts, or name another endpoint", toml_string(&host)),
+        ));
+    }
+    let field = |f: &Option<Spanned<String>>, key: &str| -> Result<Option<String>, PolicyError> {
+        let Some(f) = f else { return Ok(None) };
+        let v = f.get_ref().trim();
+        if v.is_empty() || v.split('.').any(str::is_empty) {
+            return Err(cx.diag(
+                format!(
+                    "invalid field {} for `{key}` in [credentials.{name}] refresh",
+                    toml_string(v)
+                ),
+                f.span(),
+                "a dotted path of object keys from the top, e.g. \"claudeAiOauth.expiresAt\"",
+            ));
+        }
+        Ok(Some(v.to_string()))
+    };
+    Ok(RefreshPlan {
+        url: url.to_string(),
+        host,
+        port,
+        path,
+        token: token.to_string(),
+        expires_ms: field(&raw.expires_ms, "expires_ms")?,
+        refreshed_at: field(&raw.refreshed_at, "refreshed_at")?,
+    })
+}
+
+/// (host, port, path) of `https://host[:port]/path`; `None` for anything else (another
+/// scheme, no path, a query or fragment, user info).
+fn https_url(url: &str) -> Option<(String, u16, String)> {
+    let rest = url.strip_prefix("https://")?;
+    let (authority, path) = rest.split_at(rest.find('/')?);
+    if path.contains(['?', '#']) || authority.contains('@') || authority.is_empty() {
+        return None;
+    }
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) => (h, p.parse::<u16>().ok().filter(|p| *p != 0)?),
+        None => (authority, 443),
+    };
+    let ok = |b: u8| b.is_ascii_alphanumeric() || b"-.".contains(&b);
+    (!host.is_empty() && host.bytes().all(ok))
+        .then(|| (host.to_ascii_lowercase(), port, path.to_string()))
 }
 
 impl Section for Credentials {
@@ -461,6 +610,19 @@ impl Section for Credentials {
                 out.strings("files", &f);
             }
             out.line(format!("inject = {}", c.inject));
+            if let Some(r) = &c.refresh {
+                let mut parts = vec![
+                    format!("url = {}", toml_string(&r.url)),
+                    format!("token = {}", toml_string(&r.token)),
+                ];
+                if let Some(f) = &r.expires_ms {
+                    parts.push(format!("expires_ms = {}", toml_string(f)));
+                }
+                if let Some(f) = &r.refreshed_at {
+                    parts.push(format!("refreshed_at = {}", toml_string(f)));
+                }
+                out.line(format!("refresh = {{ {} }}", parts.join(", ")));
+            }
         }
     }
 }
