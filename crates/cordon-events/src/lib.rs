@@ -70,7 +70,7 @@
 //! | `session` | `exit` | The agent's top-level process ended. detail: `code` (exit status) or `signal`. |
 //! | `session` | `stop` | Last event of every complete log: the supervisor finished and closed the log. |
 //! | `session` | `error` | The supervisor failed; the session ends. |
-//! | `session` | `error` | rule `audit.unwritable`: the log could not be written for a while (the disk full); written when it can be again, after the events held meanwhile. detail: `since`, `error`, `held` (events written late), `lost` (past the memory bound), `path`. Meanwhile `cordon run` refused every new connection and request (rule `audit.unwritable`). |
+//! | `session` | `error` | rule `audit.unwritable`: the log could not be written for a while (the disk full); written when it can be again, after the events held meanwhile. detail: `since`, `error`, `held` (events written late), `lost` (past the memory bound), `refused` (connections and requests refused meanwhile, rule `audit.unwritable`: counted here, not one by one), `path`. |
 //! | `filesystem` | `apply` | The filesystem view was built. detail: counts of readable/writable/denied paths. |
 //! | `filesystem` | `allow` | A path was made visible (read-only or writable). detail: `path`, `mode`. |
 //! | `filesystem` | `deny` | A path was masked: no content visible inside the sandbox. detail: `path`. |

@@ -100,6 +100,8 @@ struct Outage {
     error: String,
     held: u64,
     lost: u64,
+    /// Flows and requests refused because of the outage (rule [`AUDIT_UNWRITABLE`]).
+    refused: u64,
 }
 
 impl AuditLog {
@@ -172,6 +174,18 @@ impl AuditLog {
         let event = self.stamp(ev);
         if state.outage.is_some() {
             if let Err(e) = state.flush() {
+                // What the layers refuse because of the outage is counted, not held: the
+                // memory is kept for the decisions made before it (answers still relayed).
+                if event.action == Action::Deny && event.rule.as_deref() == Some(AUDIT_UNWRITABLE) {
+                    if let Some(o) = state.outage.as_mut() {
+                        o.refused += 1;
+                    }
+                    return Err(EventError::Held {
+                        path: self.inner.path.clone(),
+                        held: state.held.len(),
+                        error: e.to_string(),
+                    });
+                }
                 let held = state.hold(event);
                 return Err(EventError::Held {
                     path: self.inner.path.clone(),
@@ -224,6 +238,7 @@ impl AuditLog {
                     // A begun line is late too.
                     held: u64::from(matches!(unwritten, Unwritten::Begun(_))),
                     lost: 0,
+                    refused: 0,
                 });
                 if let Unwritten::Whole(event) = unwritten {
                     state.hold(*event);
@@ -278,8 +293,8 @@ impl Outage {
             Layer::Session,
             Action::Error,
             format!(
-                "the audit log could not be written for {secs:.1} s ({}): {} events were held in memory and are written above, late; {} were lost",
-                self.error, self.held, self.lost
+                "the audit log could not be written for {secs:.1} s ({}): {} events were held in memory and are written above, late; {} were lost; {} flows and requests were refused meanwhile, counted here",
+                self.error, self.held, self.lost, self.refused
             ),
         )
         .rule(AUDIT_UNWRITABLE)
@@ -287,6 +302,7 @@ impl Outage {
         .detail("error", self.error.clone())
         .detail("held", self.held)
         .detail("lost", self.lost)
+        .detail("refused", self.refused)
         .detail("path", path.display().to_string())
     }
 }
@@ -499,6 +515,10 @@ mod tests {
                 log.emit(tick(i)),
                 Err(EventError::Held { held, .. }) if held == (i - 2) as usize
             ));
+            // What the layers refuse for the outage is counted, not held.
+            let refused =
+                NewEvent::new(Layer::Http, Action::Deny, "refused").rule(AUDIT_UNWRITABLE);
+            assert!(matches!(log.emit(refused), Err(EventError::Held { .. })));
         }
         assert!(!health.writable());
         disk.room(usize::MAX);
@@ -536,6 +556,7 @@ mod tests {
         assert_eq!(note.action, Action::Error);
         assert_eq!(note.detail["held"], 4);
         assert_eq!(note.detail["lost"], 0);
+        assert_eq!(note.detail["refused"], 3);
         assert!(note.reason.contains("No space left"), "{}", note.reason);
         assert_eq!(e.seq, 7);
     }
