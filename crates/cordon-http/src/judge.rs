@@ -125,6 +125,31 @@ fn redact_url(url: &str) -> String {
         .collect();
     format!("{base}?{}", parts.join("&"))
 }
+/// The quoted request with the markers' key word escaped wherever the sandbox's text spells it
+/// (`untrusted` in any case becomes `\u0075ntrusted`, `\u0055NTRUSTED`, …): the JSON reads the
+/// same, but no body, header or URL can hold anything that looks like `END UNTRUSTED REQUEST`
+/// and so close the data block early, to speak outside it as the user. Every occurrence is
+/// inside a JSON string (no key holds the word), where a `\u` escape is valid.
+fn neutralise_markers(json: &str) -> String {
+    const WORD: &[u8] = b"untrusted";
+    let bytes = json.as_bytes();
+    let mut out = String::with_capacity(json.len());
+    let mut last = 0;
+    let mut i = 0;
+    while i + WORD.len() <= bytes.len() {
+        if bytes[i..i + WORD.len()].eq_ignore_ascii_case(WORD) {
+            out.push_str(&json[last..i]);
+            out.push_str(&format!("\\u{:04x}", bytes[i]));
+            last = i + 1;
+            i += WORD.len();
+        } else {
+            i += 1;
+        }
+    }
+    out.push_str(&json[last..]);
+    out
+}
+
 const CACHE_TTL: Duration = Duration::from_secs(300);
 const MAX_CACHE: usize = 4096;
 const MAX_CONCURRENT: usize = 4;
@@ -367,31 +392,6 @@ impl Judge {
         };
         parse_verdict(text)
     }
-}
-
-/// The quoted request with the markers' key word escaped wherever the sandbox's text spells it
-/// (`untrusted` in any case becomes `\u0075ntrusted`, `\u0055NTRUSTED`, …): the JSON reads the
-/// same, but no body, header or URL can hold anything that looks like `END UNTRUSTED REQUEST`
-/// and so close the data block early, to speak outside it as the user. Every occurrence is
-/// inside a JSON string (no key holds the word), where a `\u` escape is valid.
-fn neutralise_markers(json: &str) -> String {
-    const WORD: &[u8] = b"untrusted";
-    let bytes = json.as_bytes();
-    let mut out = String::with_capacity(json.len());
-    let mut last = 0;
-    let mut i = 0;
-    while i + WORD.len() <= bytes.len() {
-        if bytes[i..i + WORD.len()].eq_ignore_ascii_case(WORD) {
-            out.push_str(&json[last..i]);
-            out.push_str(&format!("\\u{:04x}", bytes[i]));
-            last = i + 1;
-            i += WORD.len();
-        } else {
-            i += 1;
-        }
-    }
-    out.push_str(&json[last..]);
-    out
 }
 
 /// Strict: one JSON object, `decision` allow|deny, `reason` a string; nothing else accepted.
