@@ -11,6 +11,7 @@
 #  - chromium, chromium-driver, fonts-dejavu-core: the dashboard's end-to-end browser test
 #    (headless Chromium driven over WebDriver; the font so its screenshot has legible text)
 #  - man-db: `man -l` renders `cordon man`'s pages in the install test
+#  - bind9-dnsutils (dig), iputils-ping: the network escape battery's DNS-tunnel and ICMP attacks
 #  - openssh-server, openssh-client: the SSH test's own sshds (loopback, unprivileged), ssh-agent,
 #    ssh and git over SSH through cordon's filtering agent
 #  - an unprivileged account, cordon-test, for the second run of every sandbox test
@@ -22,7 +23,7 @@ fi
 need=()
 for pkg in git python3 util-linux procps cargo strace bubblewrap hyperfine libcap2-bin \
     curl openssl gcc libc6-dev python3-pip python3-venv python3-requests iperf3 passt slirp4netns \
-    openssh-server openssh-client \
+    openssh-server openssh-client bind9-dnsutils iputils-ping \
     chromium chromium-driver fonts-dejavu-core man-db; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
