@@ -36,6 +36,11 @@ pub(crate) fn parse(pkt: &[u8]) -> Parsed<'_> {
     let Ok(ip) = Ipv4Packet::new_checked(pkt) else {
         return Parsed::Other;
     };
+    // `new_checked` checks lengths only. The stack reads the version nibble: a packet it
+    // refuses must never reach it, since a refused send ends the TUN loop.
+    if ip.version() != 4 {
+        return Parsed::Other;
+    }
     // Fragments are not reassembled: nothing the sandbox sends needs them (MTU 65520).
     if ip.more_frags() || ip.frag_offset() != 0 {
         return Parsed::Other;
@@ -211,6 +216,24 @@ mod tests {
         let i = Icmpv4Packet::new_checked(ip.payload()).unwrap();
         assert_eq!(i.msg_type(), Icmpv4Message::DstUnreachable);
         assert_eq!(i.msg_code(), 3);
+    }
+
+    /// Found by the `packet` fuzz target: an ACK whose version nibble is 12 (and one that
+    /// claims 6) parsed as IPv4 TCP, went to the stack, which refused it, and that refusal
+    /// ended the TUN loop: the sandbox's whole transparent network.
+    #[test]
+    fn only_version_4_is_ipv4() {
+        let hex =
+            "c500002804d24000400663830a000264c61200059c4001bb000003e900000001508c0a000264c612";
+        let pkt: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
+        assert_eq!(parse(&pkt), Parsed::Other);
+        let mut syn = tcp_rst(a("10.0.2.100:40000"), a("198.18.0.5:25"), 1000);
+        assert!(matches!(parse(&syn), Parsed::Tcp { .. }));
+        syn[0] = 0x65;
+        assert_eq!(parse(&syn), Parsed::Other);
     }
 
     #[test]
