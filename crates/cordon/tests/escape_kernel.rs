@@ -1,5 +1,5 @@
 //! The escape battery, kernel and process part (issue #19): black-box attacks, each a real
-//! program (`fixtures/escape_kernel/esc.c`, compiled here with `cc`; shell tools where they
+//! program (`fixtures/escape_kernel/esc.c`, compiled here with `gcc`; shell tools where they
 //! are the attack) run inside `cordon run` on the built-in policy, as root and as the
 //! unprivileged user. Each test asserts that the attack failed where it matters, ON THE HOST
 //! (a host process alive and unchanged, a host file or keyring untouched, nothing reached a
@@ -17,13 +17,13 @@
 //! | # | attack | layer(s) | test |
 //! |---|--------|----------|------|
 //! | 1 | read a host process's `/proc/PID/{root,cwd,environ,mem,fd,maps,cmdline}` | pid namespace | `host_process_proc_entries_are_invisible` |
-//! | 2 | `/proc/1/{root,cwd,environ,mem,maps,exe,ns/*}` of cordon-init, write a host file through `/proc/1/root` | non-dumpable init, read-only root | `cordon_init_is_closed` |
+//! | 2 | `/proc/1/{root,cwd,environ,mem,maps,exe,ns/*}` of cordon-init, write a host file through `/proc/1/root`; with ptrace lifted: attach, process_vm_*, pidfd_getfd of init | non-dumpable init (kernel), read-only root | `cordon_init_is_closed` |
 //! | 3 | `kill -9`, pidfd_open, rt_sigqueueinfo, tgkill of a host process | pid namespace (+ Landlock signal scoping) | `host_process_survives_signals` |
 //! | 4 | `kill(-1, SIGKILL)` from inside | pid namespace | `kill_everything_stays_inside` |
-//! | 5 | ptrace attach/seize, process_vm_readv/writev, `/proc/PID/mem` of a host process | seccomp + pid namespace | `ptrace_of_a_host_process_is_denied` |
+//! | 5 | ptrace attach/seize, process_vm_readv/writev, pidfd_getfd, `/proc/PID/mem` of a host process | seccomp + pid namespace | `ptrace_of_a_host_process_is_denied` |
 //! | 6 | the same with the ptrace family lifted | pid namespace alone | `ptrace_of_a_host_process_without_the_filter` |
 //! | 7 | ptrace attach/seize, process_vm_readv/writev of a sibling inside | seccomp | `ptrace_of_a_sibling_is_denied` |
-//! | 8 | write a sibling's memory through `/proc/PID/mem` | none (GAP, ignored) | `proc_mem_of_a_sibling_is_not_writable` |
+//! | 8 | write a sibling's memory through `/proc/PID/mem`, take its descriptors with pidfd_getfd | none (GAP, ignored) | `proc_mem_of_a_sibling_is_not_writable` |
 //! | 9 | write `/proc/sys` knobs | read-only mount; user namespace (DAC) | `sysctl_writes_stay_in_the_sandbox` |
 //! | 10 | write `/sys` | read-only mount | `sysfs_writes_fail` |
 //! | 11 | umount/overmount/bind/rbind/open_tree/move_mount a mask, remount `/` rw, mount_setattr, fsopen proc, mount proc, pivot_root | seccomp | `mount_games_are_denied` |
@@ -152,6 +152,16 @@ both!(cordon_init_is_closed, |env: Env| {
     assert_ne!(got.get("WRITE_THROUGH_ROOT"), "0");
     got.all(&["OPEN_net", "OPEN_mnt", "OPEN_user", "OPEN_pid"], EACCES);
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "host-original");
+    // With the ptrace family lifted, the kernel alone refuses every way into init's memory
+    // and descriptors (non-dumpable): attach, process_vm_*, pidfd_getfd, /proc/1/mem.
+    let p = policy(&env, "ptrace.toml", "[syscalls]\nallow = [\"ptrace\"]\n");
+    let got = attack(&env, &["--policy", &p], &format!("{esc} memory 1 4194304"));
+    got.all(
+        &["ATTACH", "SEIZE", "VM_READ", "VM_WRITE", "PIDFD_GETFD"],
+        EPERM,
+    );
+    got.is("PROC_MEM_OPEN", EACCES);
+    assert_not_logged(&env, "ptrace");
     // Control: a process of the command's own is readable, so "refused" is init's alone.
     let o = env.ok("readlink /proc/self/root && cat /proc/self/maps >/dev/null && echo own-ok");
     assert!(o.contains("own-ok"), "{o}");
@@ -221,6 +231,7 @@ both!(ptrace_of_a_host_process_is_denied, |env: Env| {
         &format!("{esc} memory {} {}", victim.pid(), victim.addr),
     );
     got.all(&["ATTACH", "SEIZE", "VM_READ", "VM_WRITE"], EPERM);
+    got.is("PIDFD_GETFD", ESRCH);
     got.is("PROC_MEM_OPEN", ENOENT);
     assert_logged(&env, "ptrace", "built-in: ptrace");
     assert_logged(&env, "process_vm_readv", "built-in: process_vm_readv");
@@ -252,7 +263,10 @@ both!(ptrace_of_a_host_process_without_the_filter, |env: Env| {
         &["--policy", &p],
         &format!("{esc} memory {} {}", victim.pid(), victim.addr),
     );
-    got.all(&["ATTACH", "SEIZE", "VM_READ", "VM_WRITE"], ESRCH);
+    got.all(
+        &["ATTACH", "SEIZE", "VM_READ", "VM_WRITE", "PIDFD_GETFD"],
+        ESRCH,
+    );
     got.is("PROC_MEM_OPEN", ENOENT);
     for s in ["ptrace", "process_vm_readv", "process_vm_writev"] {
         assert_not_logged(&env, s);
@@ -280,7 +294,8 @@ both!(ptrace_of_a_sibling_is_denied, |env: Env| {
 });
 
 // GAP (no layer): the filter denies ptrace and process_vm_writev, but /proc/PID/mem of a child
-// is open to its parent by the kernel's ptrace access rules (no Yama on this kernel; Landlock
+// (and its descriptors, through pidfd_getfd, which the filter does not list) is open to its
+// parent by the kernel's ptrace access rules (no Yama on this kernel; Landlock
 // does not scope it within one domain), so a sandboxed process writes its child's memory. It
 // stays inside the sandbox (every process there is the same untrusted command under the same
 // filter; cordon-init is non-dumpable, the host's processes are out of the pid namespace), so
@@ -295,6 +310,7 @@ fn proc_mem_of_a_sibling_is_not_writable() {
     let Some(esc) = esc() else { return };
     let got = attack(&env, &[], &format!("{esc} sibling"));
     got.is("SIBLING_HOLDS", "UNTOUCHED-SIBLING");
+    assert_ne!(got.get("SIB_PIDFD_GETFD"), "ok", "{}", got.text());
 }
 
 // ---- kernel knobs ----------------------------------------------------------------------------

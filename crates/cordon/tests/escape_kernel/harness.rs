@@ -24,7 +24,7 @@ pub(crate) fn is_root() -> bool {
 pub(crate) fn esc() -> Option<String> {
     static BIN: OnceLock<Option<PathBuf>> = OnceLock::new();
     BIN.get_or_init(|| {
-        if !common::need(&["cc"], "compiling the attack program") {
+        if !common::need(&["gcc"], "compiling the attack program") {
             return None;
         }
         let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -44,13 +44,13 @@ pub(crate) fn esc() -> Option<String> {
             let src = dir.join(format!("esc.{pid}.c"));
             let tmp = dir.join(format!("esc.{pid}"));
             std::fs::write(&src, ESC_C).unwrap();
-            let o = Command::new("cc")
+            let o = Command::new("gcc")
                 .args(["-O1", "-Wall", "-o"])
                 .arg(&tmp)
                 .arg(&src)
                 .output()
                 .unwrap();
-            assert!(o.status.success(), "cc esc.c: {}", show(&o));
+            assert!(o.status.success(), "gcc esc.c: {}", show(&o));
             std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
             std::fs::rename(&tmp, &bin).unwrap();
             let _ = std::fs::remove_file(&src);
