@@ -46,6 +46,7 @@ pub(crate) fn parse_file(
         ctx,
         phase: 0,
         warnings: Vec::new(),
+        newlines: crate::sections::newlines(src),
     };
     let (base, profile) = parsed.split();
     let base = Sections::convert(base, &mut cx)?;
@@ -111,6 +112,35 @@ mod tests {
         assert_eq!(l.base.filesystem.deny[1].origin.label, "/f.toml:2");
         assert_eq!(l.base.filesystem.writable.len(), 1);
         assert_eq!(l.base.filesystem.writable[0].origin.label, "/f.toml:3");
+    }
+
+    #[test]
+    fn origins_name_the_line_of_each_entry_and_duplicates_keep_the_first() {
+        let (h, _, p) = ctx();
+        let c = Context {
+            home: &h,
+            passwd_home: None,
+            project: &p,
+        };
+        // Entries on the first line, after blank and CRLF lines, and on the last line without
+        // a final newline; `/a//b` is the same path as `/a/b` and keeps the first origin.
+        let src = "[filesystem]\r\ndeny = [\"/a/b\",\n\n  \"/c\",\r\n\"/a//b\", \"/d\"]";
+        let l = parse_file(src, Some(Path::new("/f.toml")), 1, &c).unwrap();
+        let got: Vec<_> = l
+            .base
+            .filesystem
+            .deny
+            .iter()
+            .map(|r| (r.path.clone(), r.origin.line, r.origin.label.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (PathBuf::from("/a/b"), 2, "/f.toml:2".to_string()),
+                ("/c".into(), 4, "/f.toml:4".into()),
+                ("/d".into(), 5, "/f.toml:5".into()),
+            ]
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! The list below wires every section into all of these at once, so a section cannot be
 //! added without being parsed, checked, merged, loosened, planned and rendered.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
@@ -267,8 +267,11 @@ pub(crate) fn append_new<T: Clone>(
 
 /// Appends the paths `later` adds to `into`.
 pub(crate) fn append_rules(into: &mut Vec<PathEntry>, later: &[PathEntry]) {
+    // A set, not a scan of `into` per rule: the built-in lists are long and `Path` equality
+    // walks components. `Path`'s hash agrees with that equality (`a//b` is `a/b`).
+    let mut seen: HashSet<PathBuf> = into.iter().map(|x| x.path.clone()).collect();
     for r in later {
-        if !into.iter().any(|x| x.path == r.path) {
+        if seen.insert(r.path.clone()) {
             into.push(r.clone());
         }
     }
@@ -323,14 +326,24 @@ pub(crate) struct Convert<'a> {
     /// 0 for the base sections, 1 for a profile.
     pub phase: u8,
     pub warnings: Vec<String>,
+    /// Byte offsets of every `\n` in `src`, ascending ([`newlines`]): an origin's line is a
+    /// binary search, not a count from the start of the file for every rule (that count was
+    /// two thirds of loading the built-in policy).
+    pub newlines: Vec<usize>,
+}
+
+/// The byte offsets of the line breaks in `src`, for [`Convert::newlines`].
+pub(crate) fn newlines(src: &str) -> Vec<usize> {
+    src.bytes()
+        .enumerate()
+        .filter_map(|(i, b)| (b == b'\n').then_some(i))
+        .collect()
 }
 
 impl Convert<'_> {
     pub(crate) fn origin(&self, span: Range<usize>) -> Origin {
-        let line = self.src[..span.start.min(self.src.len())]
-            .matches('\n')
-            .count()
-            + 1;
+        let start = span.start.min(self.src.len());
+        let line = self.newlines.partition_point(|&o| o < start) + 1;
         let label = match self.file {
             Some(f) => format!("{}:{line}", f.display()),
             None => "built-in".to_string(),
@@ -464,6 +477,7 @@ impl Convert<'_> {
         both_homes: bool,
     ) -> Result<Vec<PathEntry>, PolicyError> {
         let mut out = Vec::new();
+        let mut seen = HashSet::new();
         for raw in raws {
             let mut homes = vec![self.ctx.home];
             if both_homes && uses_home(raw.get_ref()) {
@@ -476,7 +490,7 @@ impl Convert<'_> {
                 };
                 let path =
                     expand(raw.get_ref(), &vars).map_err(|e| self.expand_error(raw, key, e))?;
-                if !out.iter().any(|r: &PathEntry| r.path == path) {
+                if seen.insert(path.clone()) {
                     out.push(PathEntry {
                         path,
                         origin: self.origin(raw.span()),
