@@ -107,7 +107,7 @@ pub struct Surface {
     /// Symlinks among the names, with their targets: a session that replaces one has its
     /// replacement moved to review and the link put back.
     pub links: Vec<(PathBuf, PathBuf)>,
-    /// Every `.git` (dir or gitfile) under the roots at the start.
+    /// Every `.git` (dir or gitfile) and bare repository under the roots at the start.
     pub dotgits: Vec<PathBuf>,
     /// The writable roots searched (canonical).
     pub roots: Vec<PathBuf>,
@@ -271,8 +271,19 @@ impl Found<'_> {
     }
 }
 
-/// Every `.git` below `root` other than `root/.git`, bounded in depth and size; git dirs and
-/// dependency and build trees are not entered.
+/// Whether git's discovery takes `dir` for a git dir (setup.c's `is_git_directory`): a `HEAD`,
+/// and `objects/` and `refs/` or a `commondir`. A bare repository planted in a project
+/// subdirectory is one: the host's git run beneath it (a shell prompt's, on `cd`) uses its
+/// config — `core.worktree` gives it a work tree, `core.fsmonitor` then runs.
+fn looks_like_gitdir(dir: &Path) -> bool {
+    fs::symlink_metadata(dir.join("HEAD")).is_ok()
+        && (dir.join("commondir").is_file()
+            || (dir.join("objects").is_dir() && dir.join("refs").is_dir()))
+}
+
+/// Every `.git` below `root` other than `root/.git`, and every directory git would take for a
+/// git dir by itself (a bare repository), bounded in depth and size; git dirs and dependency
+/// and build trees are not entered.
 fn find_dotgits(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut it = walkdir::WalkDir::new(root)
@@ -296,6 +307,9 @@ fn find_dotgits(root: &Path) -> Vec<PathBuf> {
             if dir {
                 it.skip_current_dir();
             }
+        } else if dir && e.depth() > 0 && looks_like_gitdir(e.path()) {
+            out.push(e.path().to_path_buf());
+            it.skip_current_dir();
         } else if dir && e.depth() > 0 && NOT_SEARCHED.iter().any(|x| name == *x) {
             it.skip_current_dir();
         }

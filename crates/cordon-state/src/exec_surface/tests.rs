@@ -43,6 +43,29 @@ fn follows_git_indirections_and_symlinks_into_writable_roots() {
 }
 
 #[test]
+fn a_bare_repository_in_a_subdirectory_is_a_git_dir_too() {
+    let (_t, root) = tree();
+    // What git's discovery accepts: HEAD, objects/ and refs/ (or a commondir).
+    let bare = root.join("sub/evil");
+    fs::create_dir_all(bare.join("objects")).unwrap();
+    fs::create_dir_all(bare.join("refs/heads")).unwrap();
+    fs::write(bare.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    let linked = root.join("other");
+    fs::create_dir_all(&linked).unwrap();
+    fs::write(linked.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    fs::write(linked.join("commondir"), "../sub/evil\n").unwrap();
+    // A HEAD alone is not a git dir.
+    fs::create_dir_all(root.join("docs")).unwrap();
+    fs::write(root.join("docs/HEAD"), "not git").unwrap();
+    let found = find_dotgits(&root);
+    assert!(found.contains(&bare), "{found:?}");
+    assert!(found.contains(&linked), "{found:?}");
+    assert!(!found.contains(&root.join("docs")), "{found:?}");
+    let s = discover(std::slice::from_ref(&root), None, &[]);
+    assert!(s.stage.contains(&bare), "{:?}", s.stage);
+}
+
+#[test]
 fn a_gitfile_is_staged_with_the_git_dir_it_names() {
     let (_t, root) = tree();
     let wt = root.join("wt");
