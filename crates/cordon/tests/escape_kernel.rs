@@ -38,16 +38,18 @@
 //! | 20 | the same with the keyring calls lifted | user namespace (own keyrings) | `keyrings_without_the_filter` |
 //! | 21 | io_uring_setup | seccomp | `io_uring_is_denied` |
 //! | 22 | io_uring lifted: IORING_OP_OPENAT of a masked file (no filter sees it) | mount mask + Landlock | `io_uring_open_of_a_mask_fails` |
-//! | 22b | the same open of a masked file outside the home, mounts or Landlock off | mount mask alone; Landlock alone | `io_uring_open_each_layer_alone` |
-//! | 23 | bpf, userfaultfd, perf_event_open, syslog, iopl, ioperm, open_by_handle_at, quotactl, vhangup | seccomp | `kernel_interfaces_are_denied` |
-//! | 24 | kexec_load, kexec_file_load, init/finit/delete_module, reboot, acct, swapon, clock setting | seccomp | `modules_kexec_and_clock_are_denied` |
-//! | 25 | the same with the filter's denials lifted | capabilities (kernel) | `modules_kexec_and_clock_without_the_filter` |
-//! | 26 | a 32-bit personality, then denied calls | seccomp (arch per call) | `personality_does_not_change_the_filter` |
-//! | 27 | bubblewrap's try-syscall.c list (TIOCSTI with high bits, CVE-2019-10063) | seccomp | `bubblewrap_try_syscall` |
-//! | 28 | codex-linux-sandbox: no_new_privs, capabilities; a setuid-root program | process (NNP, no caps) | `no_privileges_and_no_setuid` |
-//! | 29 | connect to host unix sockets under the home, /run, /run/user/UID/bus (D-Bus), docker.sock | copy-on-write home, /run mask | `host_unix_sockets_are_unreachable` |
-//! | 30 | connect to a host abstract unix socket | network namespace (+ Landlock scoping) | `host_abstract_socket_is_unreachable` |
-//! | 31 | a D-Bus socket in `$XDG_RUNTIME_DIR` outside /run | none (HOLE, ignored) | `runtime_dir_outside_run_is_masked` |
+//! | 23 | the same open of a masked file outside the home, mounts or Landlock off | mount mask alone; Landlock alone | `io_uring_open_each_layer_alone` |
+//! | 24 | bpf, userfaultfd, perf_event_open, syslog, iopl, ioperm, open_by_handle_at, quotactl, vhangup | seccomp | `kernel_interfaces_are_denied` |
+//! | 25 | kexec_load, kexec_file_load, init/finit/delete_module, reboot, acct, swapon, clock setting | seccomp | `modules_kexec_and_clock_are_denied` |
+//! | 26 | the same with the filter's denials lifted | capabilities (kernel) | `modules_kexec_and_clock_without_the_filter` |
+//! | 27 | a 32-bit personality, then denied calls | seccomp (arch per call) | `personality_does_not_change_the_filter` |
+//! | 28 | a seccomp filter of its own: allow-all, and one with its own listener to answer "continue" | seccomp (strictest wins; one listener per chain) | `a_filter_of_its_own_lifts_nothing` |
+//! | 29 | chroot breakout (chroot into a subdir, climb `..`), in the sandbox and in a nested user namespace | capabilities; mount namespace root | `chroot_breakout_reaches_only_the_sandbox_root` |
+//! | 30 | bubblewrap's try-syscall.c list (TIOCSTI with high bits, CVE-2019-10063) | seccomp | `bubblewrap_try_syscall` |
+//! | 31 | codex-linux-sandbox: no_new_privs, capabilities; a setuid-root program | process (NNP, no caps) | `no_privileges_and_no_setuid` |
+//! | 32 | connect to host unix sockets under the home, /run, /run/user/UID/bus (D-Bus), docker.sock | copy-on-write home, /run mask | `host_unix_sockets_are_unreachable` |
+//! | 33 | connect to a host abstract unix socket | network namespace (+ Landlock scoping) | `host_abstract_socket_is_unreachable` |
+//! | 34 | a D-Bus socket in `$XDG_RUNTIME_DIR` outside /run | none (HOLE, ignored) | `runtime_dir_outside_run_is_masked` |
 //!
 //! x86_64 only where raw numbers matter (the fixture uses the C library's `SYS_*` names, so
 //! it compiles for either architecture; the TIOCSTI high-bits case is 64-bit only).
@@ -1011,6 +1013,52 @@ both!(personality_does_not_change_the_filter, |env: Env| {
     got.all(&["KEYCTL_AFTER", "PTRACE_AFTER", "KEYCTL_AFTER_ALL"], EPERM);
     assert_logged(&env, "keyctl", "built-in: keyctl");
     assert_logged(&env, "ptrace", "built-in: ptrace");
+});
+
+// Layer: seccomp, as the kernel stacks filters: a filter the command adds runs beside cordon's
+// and the strictest answer wins, so an allow-everything filter lifts nothing; and a filter with
+// a listener of its own (which would answer "continue" in the supervisor's place: of two
+// notifying filters the newest gets the call) is refused, one listener per chain (EBUSY).
+// Logged: the keyctl denials still reach cordon's supervisor. No host effect to check here (the
+// lifted call would be a keyring's; keyrings_are_denied checks the host side).
+both!(a_filter_of_its_own_lifts_nothing, |env: Env| {
+    let Some(esc) = esc() else { return };
+    let got = attack(&env, &[], &format!("{esc} seccomp-stack"));
+    got.is("ALLOW_FILTER", "ok");
+    got.is("KEYCTL_UNDER_ALLOW", EPERM);
+    got.is("OWN_LISTENER", "errno=16");
+    got.is("KEYCTL_UNDER_OWN_LISTENER", EPERM);
+    let keyctl = denials(&env).iter().filter(|(s, _)| s == "keyctl").count();
+    assert_eq!(keyctl, 2, "{:?}", denials(&env));
+});
+
+// Layers: capabilities (in the sandbox's namespaces chroot needs CAP_SYS_CHROOT: EPERM, not
+// logged) and the mount namespace: in a user namespace of its own the classic breakout (chroot
+// into a subdirectory, climb "..", chroot there) lands at the root of the sandbox's view —
+// /run/cordon, which only the sandbox has, is there — with the masks and the read-only root
+// in place. Host side: the secret not printed, nothing written under /usr.
+both!(chroot_breakout_reaches_only_the_sandbox_root, |env: Env| {
+    let Some(esc) = esc() else { return };
+    let script = format!("{esc} chroot-escape $HOME/.ssh/id_ed25519");
+    let got = attack(&env, &[], &script);
+    got.all(&["CHROOT_JAIL", "CHROOT_UP"], EPERM);
+    assert_not_logged(&env, "chroot");
+    let p = policy(&env, "nested.toml", "[syscalls]\nnested_userns = true\n");
+    let got = attack(&env, &["--policy", &p], &format!("{script} nested"));
+    got.all(
+        &["USERNS", "CHROOT_JAIL", "CHROOT_UP", "SEES_CORDON_RUN"],
+        "ok",
+    );
+    assert!(
+        got.get("SECRET_AFTER").starts_with("errno="),
+        "{}",
+        got.text()
+    );
+    assert_ne!(got.get("WRITE_USR"), "ok");
+    assert!(!got.text().contains("SECRET-"), "{}", got.text());
+    assert!(!Path::new("/usr/cordon-escape-kernel").exists());
+    // Control: the host has no /run/cordon, so seeing it means the sandbox's root.
+    assert!(!Path::new("/run/cordon").exists());
 });
 
 // Peer: bubblewrap tests/try-syscall.c with tests/test-seccomp.py. Each call gets a bad

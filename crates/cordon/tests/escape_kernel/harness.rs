@@ -45,7 +45,7 @@ pub(crate) fn esc() -> Option<String> {
             let tmp = dir.join(format!("esc.{pid}"));
             std::fs::write(&src, ESC_C).unwrap();
             let o = Command::new("gcc")
-                .args(["-O1", "-Wall", "-o"])
+                .args(["-O1", "-Wall", "-pthread", "-o"])
                 .arg(&tmp)
                 .arg(&src)
                 .output()

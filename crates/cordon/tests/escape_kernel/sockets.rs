@@ -1,4 +1,4 @@
-//! Host unix sockets, named and abstract, reached for from inside (attacks 29-31 of the
+//! Host unix sockets, named and abstract, reached for from inside (attacks 32-34 of the
 //! battery's table in `escape_kernel.rs`).
 
 use std::os::unix::fs::PermissionsExt;
