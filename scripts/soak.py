@@ -30,6 +30,8 @@ import time
 
 UP = "up.soak.test"
 DENY = "deny.soak.test"
+# Allowed by connection only ([tls] passthrough): spliced, decided by the gateway, not per request.
+PASS = "pass.soak.test"
 ID_RE = re.compile(r"sk\d+x\d+x\d+")
 # kind: (weight, host, path prefix). Every request's path ends in its canary id.
 KINDS = {
@@ -42,6 +44,7 @@ KINDS = {
     "judged-hang": (2, UP, "/judged/hang-"),
     "judged-junk": (5, UP, "/judged/junk-"),
     "deny-host": (14, DENY, "/small/"),
+    "spliced": (6, PASS, "/small/"),
 }
 # What must never reach an upstream.
 FORBIDDEN = {"private", "judged-no", "judged-hang", "judged-junk", "deny-host"}
@@ -52,9 +55,11 @@ CLIENT_TIMEOUT = 30
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3"
 
 
-def kind_of(path):
-    for k, (_, host, prefix) in KINDS.items():
-        if host == UP and path.startswith(prefix):
+def kind_of(host, path):
+    if host.startswith(PASS):
+        return "spliced"
+    for k, (_, h, prefix) in KINDS.items():
+        if h == UP and path.startswith(prefix):
             return k
     return "?"
 
@@ -70,6 +75,8 @@ def worker(out, seconds, agents):
     child = subprocess.Popen(["sleep", str(int(seconds) + 60)])
     fd = os.open(os.path.join(out, "w%d.log" % os.getpid()), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     ctx = ssl.create_default_context()
+    # A spliced connection meets the upstream's own certificate.
+    ctx_pass = ssl.create_default_context(cafile=os.path.join(os.path.dirname(os.path.abspath(__file__)), "soak-ca.pem"))
     kinds = list(KINDS)
     weights = [KINDS[k][0] for k in kinds]
 
@@ -91,7 +98,8 @@ def worker(out, seconds, agents):
                 # Allowed hosts reuse a keep-alive connection: decisions per request, not per flow.
                 if host == UP and conn is None:
                     conn = http.client.HTTPSConnection(UP, 443, timeout=CLIENT_TIMEOUT, context=ctx)
-                c = conn if host == UP else http.client.HTTPSConnection(host, 443, timeout=CLIENT_TIMEOUT, context=ctx)
+                c = conn if host == UP else http.client.HTTPSConnection(
+                    host, 443, timeout=CLIENT_TIMEOUT, context=ctx_pass if host == PASS else ctx)
                 c.request("GET", prefix + rid)
                 r = c.getresponse()
                 body = r.read()
@@ -193,7 +201,7 @@ class Upstream(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self):
-        self.server.log.add("REQ %s %s" % (self.headers.get("Host", ""), self.path))
+        self.server.log.add("REQ %.3f %s %s" % (time.time(), self.headers.get("Host", ""), self.path))
         if self.path.startswith("/large/"):
             self.answer(LARGE, reset=False)
         elif self.path.startswith("/reset/"):
@@ -293,8 +301,8 @@ def make_tls(d):
     ext = os.path.join(d, "ext.cnf")
     with open(ext, "w") as f:
         f.write(
-            "subjectAltName=DNS:%s,DNS:%s,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
-            "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n" % (UP, DENY)
+            "subjectAltName=DNS:%s,DNS:%s,DNS:%s,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
+            "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n" % (UP, DENY, PASS)
         )
     sh = (
         "set -e; cd '%s'; "
@@ -474,6 +482,7 @@ class Soak:
         shutil.copy(os.path.abspath(__file__), os.path.join(self.project, "soak.py"))
         ctx, self.ca = make_tls(os.path.join(self.work, "tls"))
         os.chmod(self.ca, 0o644)
+        shutil.copy(self.ca, os.path.join(self.project, "soak-ca.pem"))
         # The audit log's disk: small, so filling it is quick.
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m,mode=0755", "soak-audit", self.audit_dir], check=True)
         self.mounted = True
@@ -485,15 +494,16 @@ class Soak:
         self.policy = os.path.join(self.work, "soak.toml")
         with open(self.policy, "w") as f:
             f.write(
-                '[dns]\nhosts = { "%s" = "%s", "%s" = "%s" }\n'
+                '[dns]\nhosts = { "%s" = "%s", "%s" = "%s", "%s" = "%s" }\n'
+                '[[network.allow]]\nhost = "%s"\nports = [443]\n'
                 '[[network.allow]]\nhost = "%s"\nports = [443]\n'
                 '[[http.rule]]\nname = "soak-private"\nhost = "%s"\npath = "/private/*"\naction = "deny"\n'
                 'reason = "soak: never allowed"\n'
                 '[[http.rule]]\nname = "soak-judged"\nhost = "%s"\npath = "/judged/*"\naction = "judge"\n'
-                '[tls]\nupstream_ca = ["%s"]\n'
+                '[tls]\nupstream_ca = ["%s"]\npassthrough = ["%s"]\n'
                 '[judge]\napi = "openai"\nurl = "https://127.0.0.1:%d"\nmodel = "fake"\n'
                 'policy = "Reading public files is fine."\ntimeout_ms = %d\non_error = "deny"\n'
-                % (UP, self.up_addr, DENY, self.deny_addr, UP, UP, UP, self.ca,
+                % (UP, self.up_addr, DENY, self.deny_addr, PASS, self.up_addr, UP, PASS, UP, UP, self.ca, PASS,
                    self.judge.server_address[1], JUDGE_TIMEOUT_MS)
             )
         os.chmod(self.policy, 0o644)
@@ -681,23 +691,28 @@ class Soak:
         events, bad = self.read_audit(self.log1)
         reached = collections.Counter()
         reached_ids = {}
+        reached_at = {}
         for l in self.up_log.all():
             if l.startswith("REQ "):
                 m = ID_RE.search(l)
                 if m:
-                    reached_ids[m.group(0)] = kind_of(l.split()[2])
+                    _, t, host, path = l.split(" ", 3)
+                    reached_ids[m.group(0)] = kind_of(host, path)
+                    reached_at[m.group(0)] = float(t)
         for rid, k in reached_ids.items():
             reached[k] += 1
         sink_conns = [l for l in self.sink_log.all()]
         # Decisions in the audit log, by canary id.
         decided = collections.defaultdict(list)
-        held = lost = refused = suppressed = flows_denied = 0
+        held = lost = refused = suppressed = flows_denied = flows_spliced = 0
         for e in events:
             d = e.get("detail") or {}
             # The denied host is refused by connection (each agent request is a connection of
             # its own): those decisions carry the host, not the path.
             if e.get("layer") == "network" and e.get("action") == "deny" and d.get("host") == DENY:
                 flows_denied += 1
+            if e.get("layer") == "network" and e.get("action") == "allow" and d.get("host") == PASS:
+                flows_spliced += 1
             if e.get("rule") == "network.event-budget":
                 suppressed += int(d.get("suppressed", 0) or 0)
             if e.get("layer") == "http" and "url" in d:
@@ -726,6 +741,8 @@ class Soak:
             deny = sum(1 for i in ids if any(a == "deny" for a, _ in decided.get(i, [])))
             if k == "deny-host":
                 deny = flows_denied
+            if k == "spliced":
+                allow = flows_spliced
             err = sum(1 for i in ids if any(a == "error" for a, _ in decided.get(i, [])))
             rows.append((k, len(ids), st, reached[k], allow, deny, err))
             tot["attempted"] += len(ids)
@@ -752,13 +769,24 @@ class Soak:
         self.check(not sink_conns, "the denied host's sink saw no connection (%d)" % len(sink_conns))
         # A request let out that the upstream then cut before its answer's head is an `error`
         # (502) naming the rule that let it out: logged, as a failure rather than an answer.
-        unlogged = [i for i in reached_ids
-                    if not any(a == "allow" or (a == "error" and st == 502) for a, st in decided.get(i, []))]
+        unlogged = [i for i, k in reached_ids.items() if k != "spliced"
+                    and not any(a == "allow" or (a == "error" and st == 502) for a, st in decided.get(i, []))]
         self.check(not unlogged, "every request that reached the upstream has an allow in the audit log, or a 502 "
                    "error when the upstream cut it (%d reached, %d without%s)"
                    % (len(reached_ids), len(unlogged), ": %s" % unlogged[:5] if unlogged else ""))
+        spliced = sum(1 for k in reached_ids.values() if k == "spliced")
+        self.check(spliced > 0 and flows_spliced >= spliced,
+                   "every spliced connection that reached the upstream is an allowed flow in the audit log "
+                   "(%d reached, %d logged)" % (spliced, flows_spliced))
+        # Fail closed: while the log's disk was full nothing new went out. A decision made just
+        # before it filled may still be on its way (a judge's answer takes up to its timeout).
+        if getattr(self, "full_window", (None, None))[1]:
+            lo, hi = self.full_window[0] + JUDGE_TIMEOUT_MS / 1000 + 2, self.full_window[1]
+            during = [i for i, t in reached_at.items() if lo < t < hi]
+            self.check(not during, "nothing reached the upstream while the audit log's disk was full "
+                       "(%.0f s window, %d did%s)" % (hi - lo, len(during), ": %s" % during[:5] if during else ""))
         answered = {i: o for i, o in outcomes.items() if o[0] == "status"}
-        by_request = {i: o for i, o in answered.items() if attempts.get(i) != "deny-host"}
+        by_request = {i: o for i, o in answered.items() if attempts.get(i) not in ("deny-host", "spliced")}
         undecided = [i for i in by_request if not decided.get(i)]
         # Refused for the outage: counted in its note, not one by one.
         outage_503 = [i for i in undecided if answered[i][1] == 503]
@@ -768,7 +796,7 @@ class Soak:
                    "counts (%d answered; %d without an event of their own: %d refused for the outage (%d counted), "
                    "%d others (%d reported lost))" % (len(by_request), len(undecided), len(outage_503), refused,
                                                       len(others), lost))
-        refused_flows = len(answered) - len(by_request)
+        refused_flows = sum(1 for i in answered if attempts.get(i) == "deny-host")
         self.check(flows_denied + suppressed >= refused_flows,
                    "every refused connection to the denied host is in the audit log, one by one or in "
                    "the event budget's counts (%d refused; %d logged, %d counted over the budget)"
