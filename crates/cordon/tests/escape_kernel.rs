@@ -10,9 +10,11 @@
 //!
 //! Where two layers each stop an attack, each is tested with the other off: the filter's
 //! denial is lifted through the policy's own `[syscalls] allow` (or `nested_userns`), so the
-//! kernel's boundary (namespaces, locked mounts, missing capabilities) must stop it alone.
-//! `TIOCSTI`, `TIOCLINUX` and the pid namespace cannot be turned off by policy; those tests
-//! say which layer is left untested alone.
+//! kernel's boundary (namespaces, locked mounts, missing capabilities) must stop it alone; the
+//! mount fence and Landlock are turned off one at a time with the debug-only
+//! `CORDON_TEST_LAYER_OFF` (io_uring's open, which no filter sees). The filter has no such
+//! switch (`TIOCSTI`, `TIOCLINUX` cannot be lifted by policy), nor has the pid namespace; those
+//! tests say which layer is left untested alone.
 //!
 //! | # | attack | layer(s) | test |
 //! |---|--------|----------|------|
@@ -330,6 +332,7 @@ both!(sysctl_writes_stay_in_the_sandbox, |env: Env| {
     let path = "/proc/sys/kernel/printk_ratelimit_burst";
     let before = knob(path);
     let other: u64 = before.parse::<u64>().unwrap() + 1;
+    let stat_before = knob("/proc/sys/vm/stat_interval");
     let script = format!(
         "echo {other} > {path}; echo RC=$?; echo {other} > /proc/sys/vm/stat_interval; echo RC2=$?"
     );
@@ -351,6 +354,7 @@ both!(sysctl_writes_stay_in_the_sandbox, |env: Env| {
         restore(&before);
         panic!("a sysctl of the host was changed from inside");
     }
+    assert_eq!(knob("/proc/sys/vm/stat_interval"), stat_before);
     match env.who {
         Who::Root => assert!(got_nested.text().contains("Read-only file system")),
         Who::User => assert!(
