@@ -154,6 +154,8 @@ pub struct Scanner {
     /// Credentials' placeholders: they keep their key's shape (`sk-ant-…`) but open nothing,
     /// so a token-shaped match inside one is no finding.
     placeholders: Vec<Vec<u8>>,
+    /// Placeholders made during the session (a login's tokens rotated), ignored the same way.
+    later: std::sync::RwLock<Vec<Vec<u8>>>,
 }
 
 impl Scanner {
@@ -214,6 +216,17 @@ impl Scanner {
             forms,
             allowed,
             placeholders: Vec::new(),
+            later: std::sync::RwLock::new(Vec::new()),
+        }
+    }
+
+    /// Ignores token shapes that are part of `placeholder` from now on, as those given to
+    /// [`Scanner::ignoring_placeholders`]: one made when a login's tokens rotated.
+    pub fn ignore_placeholder(&self, placeholder: &str) {
+        let mut later = self.later.write().unwrap_or_else(|p| p.into_inner());
+        let p = placeholder.as_bytes().to_vec();
+        if !p.is_empty() && !self.placeholders.contains(&p) && !later.contains(&p) {
+            later.push(p);
         }
     }
 
@@ -247,11 +260,15 @@ impl Scanner {
                 for m in re.find_iter(data) {
                     // AWS's documentation keys (`AKIAIOSFODNN7EXAMPLE`) are everywhere in
                     // tests and READMEs, and open nothing; nor do placeholders.
+                    let within = |p: &Vec<u8>| memchr::memmem::find(p, m.as_bytes()).is_some();
                     if m.as_bytes().ends_with(b"EXAMPLE")
+                        || self.placeholders.iter().any(within)
                         || self
-                            .placeholders
+                            .later
+                            .read()
+                            .unwrap_or_else(|p| p.into_inner())
                             .iter()
-                            .any(|p| memchr::memmem::find(p, m.as_bytes()).is_some())
+                            .any(within)
                     {
                         continue;
                     }
@@ -598,6 +615,22 @@ mod tests {
                 format!("eyJ{}.eyJ{}.{}", r('h', 20), r('p', 20), r('s', 30)),
             ),
         ]
+    }
+
+    #[test]
+    fn a_placeholder_made_later_is_ignored_like_the_first_ones() {
+        let r = |c: char, n: usize| std::iter::repeat_n(c, n).collect::<String>();
+        let first = format!("sk-ant-ort01-{}", r('f', 60));
+        let later = format!("sk-ant-ort01-{}", r('l', 60));
+        let s = Scanner::new(Vec::new(), Vec::new())
+            .ignoring_placeholders(std::slice::from_ref(&first));
+        assert!(s.scan(first.as_bytes(), Place::Body).is_empty());
+        assert_eq!(
+            kinds(&s.scan(later.as_bytes(), Place::Body)),
+            ["anthropic-key"]
+        );
+        s.ignore_placeholder(&later);
+        assert!(s.scan(later.as_bytes(), Place::Body).is_empty());
     }
 
     #[test]

@@ -111,6 +111,8 @@ pub struct Interceptor {
     pub(crate) roots: Arc<crate::upstream::Roots>,
     /// The session's audit log: while it cannot be written no request is decided.
     pub(crate) audit: std::sync::OnceLock<cordon_events::AuditHealth>,
+    /// The logins whose token exchanges are brokered (and the credentials since they rotated).
+    pub(crate) logins: std::sync::OnceLock<crate::credentials::refresh::Logins>,
 }
 
 /// Why the interceptor could not be built.
@@ -171,6 +173,7 @@ impl Interceptor {
             scrubbers: std::sync::Mutex::new(Vec::new()),
             placeholders: Arc::new(placeholders),
             audit: std::sync::OnceLock::new(),
+            logins: std::sync::OnceLock::new(),
             scan_window,
             roots,
         })
@@ -280,25 +283,25 @@ impl Interceptor {
     /// pairs: the session's own when they are plain values, else one made for them (kept: a
     /// client sends the same Basic value request after request).
     pub(crate) fn scrubber_for(&self, sent: &[(String, String)]) -> Option<crate::dlp::Scrubber> {
+        let live = self.live();
+        let credentials = live.as_ref().map_or(&self.credentials[..], |l| &l.credentials[..]);
         let extra: Vec<(String, String)> = sent
             .iter()
             .filter(|p| {
-                !self
-                    .credentials
+                !credentials
                     .iter()
                     .any(|c| c.real == p.0 && c.placeholder == p.1)
             })
             .cloned()
             .collect();
         if extra.is_empty() {
-            return self.scrub.clone();
+            return live.map_or_else(|| self.scrub.clone(), |l| l.scrub.clone());
         }
         let mut cache = self.scrubbers.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((_, s)) = cache.iter().find(|(k, _)| *k == extra) {
             return Some(s.clone());
         }
-        let mut pairs: Vec<(String, String)> = self
-            .credentials
+        let mut pairs: Vec<(String, String)> = credentials
             .iter()
             .map(|c| (c.real.clone(), c.placeholder.clone()))
             .collect();
@@ -309,6 +312,12 @@ impl Interceptor {
         }
         cache.push((extra, s.clone()));
         Some(s)
+    }
+
+    /// The credentials at the wire since a login's tokens rotated (`None`: the session's
+    /// starting ones, [`Interceptor::credentials`]).
+    pub(crate) fn live(&self) -> Option<Arc<crate::credentials::refresh::Live>> {
+        self.logins.get().and_then(|l| l.live())
     }
 
     /// `text` with every secret the scanner knows (token shapes, known values) redacted, for

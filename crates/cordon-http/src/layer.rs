@@ -142,6 +142,13 @@ impl HttpLayer {
             .await;
     }
 
+    /// Brokers the token exchanges of `logins` (see [`crate::credentials::refresh`]): from
+    /// then on a refresh or first login at their endpoints keeps the host's login files
+    /// current and the sandbox on placeholders.
+    pub fn broker_logins(&self, logins: crate::credentials::refresh::Logins) {
+        let _ = self.interceptor.logins.set(logins);
+    }
+
     /// Refuses every request (503, rule `audit.unwritable`) while `audit` says the session's
     /// log cannot be written: a decision nobody could audit is not made.
     pub fn watch_audit(&self, audit: cordon_events::AuditHealth) {

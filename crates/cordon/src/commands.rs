@@ -559,6 +559,16 @@ fn unset_built_in(c: &cordon_policy::CredentialPlan) -> bool {
         }
 }
 
+/// What [`resolve_credentials`] gives: the credentials at the wire, the masked copies of
+/// their files, the host's secret-looking variables, and the logins whose token exchanges
+/// are brokered.
+type Resolved = (
+    Vec<cordon_http::WireCredential>,
+    Vec<(PathBuf, String)>,
+    Vec<cordon_http::dlp::Known>,
+    Option<cordon_http::credentials::refresh::Logins>,
+);
+
 /// Reads each `[credentials.NAME]` source on the host, makes the session's placeholder for it,
 /// and puts the placeholder (never the value) in the sandbox's environment and in masked
 /// copies of the files credentials list (returned: path, content). A source that does not
@@ -566,19 +576,16 @@ fn unset_built_in(c: &cordon_policy::CredentialPlan) -> bool {
 /// every credential listing it had its value replaced there and nothing secret is left in it
 /// (no token shape, no other known value); otherwise it stays hidden, with a warning. Also
 /// returns the host's secret-looking variables (read once, for secret scanning too).
-fn resolve_credentials(
-    plan: &mut cordon_policy::Plan,
-    sink: &cordon_net::Emit,
-) -> (
-    Vec<cordon_http::WireCredential>,
-    Vec<(PathBuf, String)>,
-    Vec<cordon_http::dlp::Known>,
-) {
+fn resolve_credentials(plan: &mut cordon_policy::Plan, sink: &cordon_net::Emit) -> Resolved {
     let mut out: Vec<cordon_http::WireCredential> = Vec::new();
     let key = match plan.credentials.is_empty() {
         true => None,
         false => placeholder_key(sink),
     };
+    // Logins renewed (or first made) inside: brokered whether or not their file exists yet.
+    let logins = key
+        .clone()
+        .and_then(|k| cordon_http::credentials::refresh::Logins::new(k, &plan.credentials));
     for c in plan.credentials.clone() {
         let Some(key) = &key else { break };
         let wire = match cordon_http::credentials::resolve(&c, key) {
@@ -637,7 +644,7 @@ fn resolve_credentials(
     let host = host_secrets(&out);
     let mut shown = Vec::new();
     if files.is_empty() {
-        return (out, shown, host);
+        return (out, shown, host, logins);
     }
     let mut known: Vec<cordon_http::dlp::Known> = out
         .iter()
@@ -713,7 +720,7 @@ fn resolve_credentials(
             }
         }
     }
-    (out, shown, host)
+    (out, shown, host, logins)
 }
 
 /// Where the user's placeholder secret lives: beside the CA, in the data directory that every
@@ -839,7 +846,7 @@ fn start_gateway(
                 approvals: a.clone(),
                 timeout: Duration::from_secs(plan.exec.ask_timeout_secs),
             });
-            let (credentials, shown, host_secrets) = resolve_credentials(plan, sink);
+            let (credentials, shown, host_secrets, logins) = resolve_credentials(plan, sink);
             // Secret scanning also looks for the host's secret-looking variables by value.
             let layer = cordon_http::HttpLayer::from_plan(
                 plan,
@@ -852,6 +859,9 @@ fn start_gateway(
             )
             .context("start the HTTP layer")?;
             layer.watch_audit(audit.clone());
+            if let Some(l) = logins {
+                layer.broker_logins(l);
+            }
             let gateway =
                 gateway.with_http(std::sync::Arc::new(HttpFlows(std::sync::Arc::new(layer))));
             sink(NewEvent::new(

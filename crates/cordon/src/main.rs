@@ -13,6 +13,7 @@ mod home;
 mod init;
 #[cfg(debug_assertions)]
 mod layer_off;
+mod logins;
 mod output;
 mod ssh;
 mod state;

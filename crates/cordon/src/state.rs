@@ -287,6 +287,7 @@ pub fn finish(plan: &Plan, p: &Prepared, emit: &dyn Fn(NewEvent)) {
         .as_ref()
         .and_then(|surface| settle(s, surface, emit));
     let s = settled.as_ref().unwrap_or(s);
+    crate::logins::drop_copies(plan, s, emit);
     if let Some(home) = &s.home {
         crate::home::adopt_caches(&p.unmounted, home, emit);
     }

@@ -237,8 +237,9 @@ fn check_login(env: Env, l: Login) {
         "the stand-in never saw the real token: {}",
         srv.log()
     );
-    // A refresh is not brokered yet: the refresh token's placeholder in a body is refused
-    // before anything leaves, and the real one never goes.
+    // The refresh token's placeholder in a body anywhere but its token endpoint (where
+    // logins_refresh.rs has it swapped) is refused before anything leaves, and the real one
+    // never goes.
     assert_eq!(line("REFRESH "), "403", "{}", show(&o));
     // (The head may go ahead while the body is inspected; the body never arrives.)
     let bodies = srv

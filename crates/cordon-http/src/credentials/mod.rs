@@ -13,6 +13,7 @@
 
 pub mod login;
 pub mod login_file;
+pub mod refresh;
 mod placeholder;
 pub(crate) mod swap;
 

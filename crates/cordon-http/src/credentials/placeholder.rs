@@ -54,6 +54,7 @@ const PREFIXES: &[&str] = &[
     "sk-ant-api03-",
     "sk-ant-admin01-",
     "sk-ant-oat01-",
+    "sk-ant-ort01-",
     "sk-ant-",
     "sk-proj-",
     "sk-svcacct-",

@@ -98,7 +98,7 @@ pub(crate) async fn read(
             _ => 0,
         },
         dlp: i.dlp.as_ref().map(|d| (d.action, d.max_body)),
-        credentials: !i.credentials.is_empty(),
+        credentials: !i.credentials.is_empty() || i.logins.get().is_some(),
     };
     let encoding = req
         .headers()

@@ -52,7 +52,7 @@ pub(crate) async fn forward(
     // A response to a request that carried a real value is scrubbed of every form it was
     // sent in — which needs it uncompressed.
     let scrub = if sent.is_empty() {
-        i.scrub.clone()
+        i.live().map_or_else(|| i.scrub.clone(), |l| l.scrub.clone())
     } else {
         parts.headers.insert(
             header::ACCEPT_ENCODING,
@@ -191,7 +191,9 @@ fn upstream_head(
     clean_headers(&mut parts.headers, upgrade);
     // Credentials at the wire: placeholders become real values only in the named header (or
     // query parameter) of requests to the credential's hosts; anywhere else one is a leak.
-    swap(&i.credentials, parts, c.host, scanned).map_err(|(name, place)| {
+    let live = i.live();
+    let credentials = live.as_ref().map_or(&i.credentials[..], |l| &l.credentials[..]);
+    swap(credentials, parts, c.host, scanned).map_err(|(name, place)| {
         (i.emit)(
             leak_event(&format!("{} {}", ex.method, ex.url), &name, &place)
                 .detail("method", ex.method.clone())
@@ -227,13 +229,15 @@ fn upstream_body(
                         .dlp
                         .as_ref()
                         .is_some_and(|d| d.action == cordon_policy::DlpAction::Log),
-                    placeholders: i.placeholders.clone(),
+                    placeholders: i
+                        .live()
+                        .map_or_else(|| i.placeholders.clone(), |l| l.placeholders.clone()),
                     host: ex.host().to_string(),
                     window: i.scan_window,
                     // Placeholders are looked for at least as far as PLACEHOLDER_BODY_BYTES,
                     // whatever [dlp] max_body_bytes says.
                     budget: i.dlp.as_ref().map_or(0, |d| d.max_body).max(
-                        if i.credentials.is_empty() {
+                        if i.credentials.is_empty() && i.logins.get().is_none() {
                             0
                         } else {
                             PLACEHOLDER_BODY_BYTES

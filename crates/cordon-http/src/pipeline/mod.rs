@@ -24,6 +24,7 @@ mod decide;
 mod forward;
 mod relay;
 mod streamed;
+mod token;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -175,6 +176,12 @@ async fn run(
     let ex = admit::admit(i, &req, conn)?;
     audit_writable(i, &ex)?;
     let decision = decide::decide(&i.rules, i.default, &ex);
+    // A login's token exchange: its body and its answer carry the tokens (see `token`).
+    if decision.action != cordon_policy::HttpAction::Deny && token::brokered(i, &ex) {
+        let (parts, body) = token::read(req).await?;
+        let verdict = check::check(i, &ex, decision, &body).await?;
+        return token::exchange(i, parts, &ex, &verdict, body).await;
+    }
     let body = body::read(i, &mut req, &ex, decision.action).await?;
     let verdict = check::check(i, &ex, decision, &body).await?;
     let sent = forward::forward(i, req, &ex, &verdict, body).await?;

@@ -1,0 +1,406 @@
+//! Brokered logins: an agent renews its OAuth login (or first logs in) at its provider's token
+//! endpoint (`[credentials.X] refresh`), and the tokens rotate. The sandbox holds only
+//! placeholders, so cordon does the exchange's secret parts:
+//!
+//! - the request: the placeholder of the refresh token in its body (JSON or form) becomes
+//!   the real one, for that endpoint only ([`Logins::request_body`]);
+//! - the answer: its new tokens are written to the host's login file at once, before the
+//!   agent hears anything (a rotated refresh token makes the old one dead: the host must
+//!   never be left holding it), the credentials swapped at the wire from then on are the new
+//!   ones, and the agent gets the answer with placeholders for them ([`Logins::answer`]).
+//!
+//! A placeholder handed out earlier in the session keeps working (it now stands for the new
+//! value): the login file inside is a read-only copy taken at start, and a second process of
+//! the agent reads it. Host side only.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+
+use cordon_policy::{CredentialPlan, RefreshPlan};
+
+use super::{PlaceholderKey, WireCredential, login_file, placeholder};
+
+/// The session's brokered logins, and the credentials at the wire once one has changed.
+pub struct Logins {
+    key: PlaceholderKey,
+    /// The credentials that name a token endpoint.
+    plans: Vec<CredentialPlan>,
+    /// The credentials swapped at the wire since the first exchange (`None`: the session's
+    /// starting ones).
+    live: RwLock<Option<Arc<Live>>>,
+    /// One exchange's file writes and credential update at a time.
+    writing: Mutex<()>,
+}
+
+impl std::fmt::Debug for Logins {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.plans.iter().map(|p| p.name.as_str()).collect();
+        f.debug_struct("Logins")
+            .field("plans", &names)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The credentials at the wire after an exchange, with what follows from them.
+pub(crate) struct Live {
+    /// Every credential; a rotated one also under each placeholder it had before.
+    pub credentials: Vec<WireCredential>,
+    /// Real values back to placeholders in answers.
+    pub scrub: Option<crate::dlp::Scrubber>,
+    /// (credential, placeholder), for bodies checked as they stream.
+    pub placeholders: Arc<Vec<(String, String)>>,
+}
+
+/// What an exchange's answer became.
+#[derive(Debug)]
+pub(crate) struct Answered {
+    /// The body the agent gets: every new real token replaced by its placeholder.
+    pub body: Vec<u8>,
+    /// The credentials that changed.
+    pub renewed: Vec<String>,
+    /// The login files written.
+    pub written: Vec<PathBuf>,
+    /// A login file that could not be written, and why (the new tokens then live in this
+    /// session only).
+    pub failed: Vec<(PathBuf, String)>,
+}
+
+impl Logins {
+    /// The brokered logins of `plans` (those with `refresh`); `None` when there are none.
+    /// `key` makes the placeholders of new tokens, as at the start of a session.
+    pub fn new(key: PlaceholderKey, plans: &[CredentialPlan]) -> Option<Self> {
+        let plans: Vec<CredentialPlan> = plans
+            .iter()
+            .filter(|p| p.refresh.is_some() && p.source.login_file().is_some())
+            .cloned()
+            .collect();
+        (!plans.is_empty()).then(|| Self {
+            key,
+            plans,
+            live: RwLock::new(None),
+            writing: Mutex::new(()),
+        })
+    }
+
+    /// Whether a request to `host:port` for `path` is a token exchange this session brokers.
+    pub(crate) fn is_endpoint(&self, host: &str, port: u16, path: &str) -> bool {
+        self.at(host, port, path).next().is_some()
+    }
+
+    fn at<'a>(
+        &'a self,
+        host: &'a str,
+        port: u16,
+        path: &'a str,
+    ) -> impl Iterator<Item = (&'a CredentialPlan, &'a RefreshPlan)> + 'a {
+        self.plans.iter().filter_map(move |p| {
+            let r = p.refresh.as_ref()?;
+            r.is_endpoint(host, port, path).then_some((p, r))
+        })
+    }
+
+    /// The credentials at the wire since the first exchange (`None`: the starting ones).
+    pub(crate) fn live(&self) -> Option<Arc<Live>> {
+        self.live.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The body to send the endpoint: the placeholder of a refresh token it takes, as the
+    /// whole value of `refresh_token` (a JSON string or a form field), becomes the real one.
+    /// Anything else is left for the wire's own check (a placeholder elsewhere is a leak).
+    /// Also returns the grant type the body names, for events.
+    pub(crate) fn request_body(
+        &self,
+        current: &[WireCredential],
+        to: (&str, u16, &str),
+        json: bool,
+        body: &[u8],
+    ) -> (Vec<u8>, String) {
+        let (host, port, path) = to;
+        let ours = |v: &str| {
+            self.at(host, port, path)
+                .filter(|(_, r)| r.token == "refresh_token")
+                .find_map(|(p, _)| {
+                    current
+                        .iter()
+                        .find(|c| c.name == p.name && c.placeholder == v)
+                })
+        };
+        let text = String::from_utf8_lossy(body);
+        if json {
+            let Ok(serde_json::Value::Object(doc)) = serde_json::from_slice(body) else {
+                return (body.to_vec(), String::new());
+            };
+            let grant = doc
+                .get("grant_type")
+                .and_then(|g| g.as_str())
+                .unwrap_or_default()
+                .to_string();
+            let swapped = doc
+                .get("refresh_token")
+                .and_then(|v| v.as_str())
+                .and_then(ours)
+                .and_then(|c| {
+                    login_file::set_field(
+                        &text,
+                        "refresh_token",
+                        &serde_json::Value::String(c.real.clone()),
+                    )
+                    .ok()
+                });
+            return (swapped.map_or(body.to_vec(), String::into_bytes), grant);
+        }
+        let mut grant = String::new();
+        let pairs: Vec<String> = text
+            .split('&')
+            .map(|kv| {
+                let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                let value = form_decode(v);
+                if k == "grant_type" {
+                    grant.clone_from(&value);
+                }
+                match ours(&value).filter(|_| k == "refresh_token") {
+                    Some(c) => format!("{k}={}", form_encode(&c.real)),
+                    None => kv.to_string(),
+                }
+            })
+            .collect();
+        (pairs.join("&").into_bytes(), grant)
+    }
+
+    /// Takes the endpoint's (successful, JSON) answer: its new tokens go to the host's login
+    /// files at once, the credentials at the wire become the new ones, and the agent's copy
+    /// holds placeholders. `None` when the answer carries no token this session brokers (it
+    /// is then relayed as any other, scrubbed).
+    pub(crate) fn answer(
+        &self,
+        current: &[WireCredential],
+        to: (&str, u16, &str),
+        body: &[u8],
+    ) -> Option<Answered> {
+        let (host, port, path) = to;
+        let doc: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body).ok()?;
+        let expires_in = doc.get("expires_in").and_then(serde_json::Value::as_f64);
+        let mut renewed: Vec<(&CredentialPlan, String)> = Vec::new();
+        for (p, r) in self.at(host, port, path) {
+            if let Some(v) = doc.get(&r.token).and_then(|v| v.as_str())
+                && !v.is_empty()
+            {
+                renewed.push((p, v.to_string()));
+            }
+        }
+        if renewed.is_empty() {
+            return None;
+        }
+        let _one = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        // The host first: should the file not take them, the tokens still work this session.
+        let mut files: Vec<(PathBuf, Vec<(String, serde_json::Value)>)> = Vec::new();
+        for (p, real) in &renewed {
+            let cordon_policy::CredentialSource::Json { file, field } = &p.source else {
+                continue;
+            };
+            let mut updates = vec![(field.clone(), serde_json::Value::String(real.clone()))];
+            if let Some(r) = &p.refresh {
+                if let (Some(f), Some(secs)) = (&r.expires_ms, expires_in) {
+                    updates.push((f.clone(), serde_json::Value::from(expiry_ms(secs))));
+                }
+                if let Some(f) = &r.refreshed_at {
+                    updates.push((f.clone(), serde_json::Value::String(now_rfc3339())));
+                }
+            }
+            match files.iter_mut().find(|(f, _)| f == file) {
+                Some((_, list)) => {
+                    for u in updates {
+                        if !list.iter().any(|(k, _)| *k == u.0) {
+                            list.push(u);
+                        }
+                    }
+                }
+                None => files.push((file.clone(), updates)),
+            }
+        }
+        let mut written = Vec::new();
+        let mut failed = Vec::new();
+        for (file, updates) in files {
+            match login_file::write_json_fields(&file, &updates) {
+                Ok(()) => written.push(file),
+                Err(e) => failed.push((file, e.to_string())),
+            }
+        }
+        let credentials = self.renew(current, &renewed);
+        // Every real value the answer holds (the new ones, or an old one it echoes) as the
+        // agent knows it: by its newest placeholder.
+        let mut out = body.to_vec();
+        let mut seen: Vec<&str> = Vec::new();
+        for c in &credentials {
+            if !seen.contains(&c.real.as_str()) {
+                seen.push(&c.real);
+                out = replace_all(&out, c.real.as_bytes(), c.placeholder.as_bytes());
+            }
+        }
+        self.set_live(credentials);
+        Some(Answered {
+            body: out,
+            renewed: renewed.iter().map(|(p, _)| p.name.clone()).collect(),
+            written,
+            failed,
+        })
+    }
+
+    /// `current` with each renewed credential's value replaced (under its new placeholder,
+    /// and under every one it had before); a login made in the session (no credential yet)
+    /// is added from its plan.
+    fn renew(
+        &self,
+        current: &[WireCredential],
+        renewed: &[(&CredentialPlan, String)],
+    ) -> Vec<WireCredential> {
+        let mut out: Vec<WireCredential> = Vec::new();
+        for c in current {
+            match renewed.iter().find(|(p, _)| p.name == c.name) {
+                Some((_, real)) => {
+                    // The earlier placeholders stand for the new value too; only the
+                    // newest is injected.
+                    out.push(WireCredential {
+                        real: real.clone(),
+                        inject: false,
+                        ..c.clone()
+                    });
+                }
+                None => out.push(c.clone()),
+            }
+        }
+        for (p, real) in renewed {
+            let ph = placeholder(&self.key, &p.name, real);
+            out.retain(|c| !(c.name == p.name && c.placeholder == ph));
+            let inject = current
+                .iter()
+                .find(|c| c.name == p.name)
+                .map_or(p.inject, |c| c.inject);
+            // The newest first: the answer and the scrubber name a value by it.
+            out.insert(
+                0,
+                WireCredential {
+                    name: p.name.clone(),
+                    placeholder: ph,
+                    real: real.clone(),
+                    hosts: p.hosts.clone(),
+                    slot: p.slot.clone(),
+                    inject,
+                },
+            );
+        }
+        out
+    }
+
+    fn set_live(&self, credentials: Vec<WireCredential>) {
+        let mut pairs: Vec<(String, String)> = Vec::new();
+        for c in &credentials {
+            if !pairs.iter().any(|(r, _)| *r == c.real) {
+                pairs.push((c.real.clone(), c.placeholder.clone()));
+            }
+        }
+        let live = Live {
+            scrub: crate::dlp::Scrubber::new(&pairs),
+            placeholders: Arc::new(
+                credentials
+                    .iter()
+                    .map(|c| (c.name.clone(), c.placeholder.clone()))
+                    .collect(),
+            ),
+            credentials,
+        };
+        *self.live.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(live));
+    }
+}
+
+/// `data` with every `from` replaced by `to`.
+pub(crate) fn replace_all(data: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    if from.is_empty() {
+        return data.to_vec();
+    }
+    let mut out = Vec::with_capacity(data.len());
+    let mut at = 0;
+    for i in memchr::memmem::find_iter(data, from) {
+        if i < at {
+            continue;
+        }
+        out.extend_from_slice(&data[at..i]);
+        out.extend_from_slice(to);
+        at = i + from.len();
+    }
+    out.extend_from_slice(&data[at..]);
+    out
+}
+
+fn now() -> std::time::Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+/// When a token valid for `secs` from now expires, in milliseconds since the epoch.
+fn expiry_ms(secs: f64) -> u64 {
+    let ms = u64::try_from(now().as_millis()).unwrap_or(u64::MAX);
+    ms.saturating_add((secs.max(0.0) * 1000.0) as u64)
+}
+
+/// Now as RFC 3339 in UTC, with microseconds (`2026-12-01T17:30:38.123456Z`).
+fn now_rfc3339() -> String {
+    let n = now();
+    let t = time::OffsetDateTime::from_unix_timestamp(i64::try_from(n.as_secs()).unwrap_or(0))
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        n.subsec_micros()
+    )
+}
+
+/// A form value decoded (`+` is a space, `%XX` a byte).
+fn form_decode(v: &str) -> String {
+    let b = v.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                let hex = std::str::from_utf8(&b[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
+                match hex {
+                    Some(x) => {
+                        out.push(x);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A form value encoded (RFC 3986 unreserved characters kept).
+fn form_encode(v: &str) -> String {
+    let mut out = String::new();
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+#[path = "refresh_tests.rs"]
+mod tests;

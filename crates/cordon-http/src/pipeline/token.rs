@@ -1,0 +1,281 @@
+//! A brokered token exchange (`[credentials.X] refresh`): a request to a login's token
+//! endpoint takes this way instead of stages 3, 5 and 6, since both its body and its answer
+//! carry secrets. The body is read whole (it is small) and checked like any other; the
+//! refresh token's placeholder in it becomes the real one; the answer is read whole too, its
+//! new tokens written to the host's login file before the agent sees it with placeholders
+//! ([`crate::credentials::refresh`]). An answer that cannot be read is never passed on: it
+//! may hold real tokens.
+
+use std::io::Write;
+
+use cordon_events::{Action as EvAction, Layer, NewEvent};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{self, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+
+use super::body::{BODY_PREFIX_TIMEOUT, ReadBody};
+use super::check::Cleared;
+use super::{Body, Exchange, HOP_BY_HOP, Refused};
+use crate::credentials::refresh::replace_all;
+use crate::credentials::swap::{leak_event, leak_refusal, swap};
+use crate::intercept::Interceptor;
+
+/// A token request's body, at most this long.
+const MAX_REQUEST: usize = 64 << 10;
+/// A token endpoint's answer, at most this long.
+const MAX_ANSWER: usize = 1 << 20;
+
+/// Whether `ex` is a token exchange this session brokers (POST over TLS to an endpoint a
+/// login names).
+pub(crate) fn brokered(i: &Interceptor, ex: &Exchange<'_>) -> bool {
+    ex.method == "POST"
+        && ex.conn.scheme == "https"
+        && i.logins
+            .get()
+            .is_some_and(|l| l.is_endpoint(ex.host(), ex.conn.port, &ex.path))
+}
+
+/// Reads the whole body, for the checks and the exchange.
+pub(crate) async fn read(
+    req: Request<Incoming>,
+) -> Result<(hyper::http::request::Parts, ReadBody), Refused> {
+    let encoded = req
+        .headers()
+        .get(header::CONTENT_ENCODING)
+        .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
+    if encoded {
+        return Err(Refused::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "cordon: a login's token request must not be compressed (cordon reads it to put the real refresh token in)\n",
+        ));
+    }
+    let (parts, body) = req.into_parts();
+    let read = tokio::time::timeout(
+        BODY_PREFIX_TIMEOUT,
+        Limited::new(body, MAX_REQUEST).collect(),
+    )
+    .await;
+    let bytes = match read {
+        Ok(Ok(c)) => c.to_bytes(),
+        Ok(Err(e)) => {
+            return Err(Refused::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("cordon: reading a login's token request: {e}\n"),
+            ));
+        }
+        Err(_) => {
+            return Err(Refused::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "cordon: a login's token request took too long to arrive\n",
+            ));
+        }
+    };
+    Ok((
+        parts,
+        ReadBody {
+            scanned: bytes.to_vec(),
+            ..ReadBody::default()
+        },
+    ))
+}
+
+/// Sends the exchange upstream and hands the agent its answer (see the module docs).
+pub(crate) async fn exchange(
+    i: &Interceptor,
+    mut parts: hyper::http::request::Parts,
+    ex: &Exchange<'_>,
+    verdict: &Cleared,
+    body: ReadBody,
+) -> Result<Response<Body>, Refused> {
+    let Some(logins) = i.logins.get() else {
+        return Err(Refused::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "cordon: no logins\n",
+        ));
+    };
+    let live = logins.live();
+    let creds = live
+        .as_ref()
+        .map_or(&i.credentials[..], |l| &l.credentials[..]);
+    let to = (ex.host(), ex.conn.port, ex.path.as_str());
+    let json = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().contains("json"));
+    let (sent, grant) = logins.request_body(creds, to, json, &body.scanned);
+    let pq = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    let authority = if ex.conn.port == 443 {
+        ex.host().to_string()
+    } else {
+        format!("{}:{}", ex.host(), ex.conn.port)
+    };
+    parts.uri = format!("https://{authority}{pq}")
+        .parse()
+        .map_err(|_| Refused::new(StatusCode::BAD_REQUEST, "cordon: bad request target\n"))?;
+    for h in HOP_BY_HOP {
+        parts.headers.remove(*h);
+    }
+    parts.headers.remove(header::HOST);
+    parts
+        .headers
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(sent.len()));
+    // The answer is read for its tokens: it must come uncompressed.
+    parts.headers.insert(
+        header::ACCEPT_ENCODING,
+        HeaderValue::from_static("identity"),
+    );
+    parts.version = hyper::Version::HTTP_11;
+    // The rest of the request as any other: a placeholder anywhere else is a leak.
+    swap(creds, &mut parts, ex.host(), &sent).map_err(|(name, place)| {
+        (i.emit)(
+            leak_event(&format!("{} {}", ex.method, ex.url), &name, &place)
+                .detail("method", ex.method.clone())
+                .detail("url", ex.shown_url()),
+        );
+        Refused::new(StatusCode::FORBIDDEN, leak_refusal(&name, &place))
+    })?;
+    let out = Request::from_parts(
+        parts,
+        Full::new(Bytes::from(sent))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    let refuse = |status: StatusCode, why: String| {
+        (i.emit)(verdict.mark(ex.event(
+            EvAction::Error,
+            status.as_u16(),
+            &why,
+            &verdict.decided_by,
+        )));
+        Refused::new(status, format!("cordon: {}: {why}\n", ex.url))
+    };
+    let _permit = i.upstream.clone().acquire_owned().await.ok();
+    let resp = i
+        .client
+        .request(out)
+        .await
+        .map_err(|e| refuse(StatusCode::BAD_GATEWAY, format!("the token endpoint: {e}")))?;
+    let (mut head, incoming) = resp.into_parts();
+    let answer = tokio::time::timeout(
+        BODY_PREFIX_TIMEOUT,
+        Limited::new(incoming, MAX_ANSWER).collect(),
+    )
+    .await
+    .map_err(|_| {
+        refuse(
+            StatusCode::GATEWAY_TIMEOUT,
+            "the token endpoint's answer took too long".into(),
+        )
+    })?
+    .map_err(|e| {
+        refuse(
+            StatusCode::BAD_GATEWAY,
+            format!("reading the token endpoint's answer: {e}"),
+        )
+    })?
+    .to_bytes();
+    let encoded = head
+        .headers
+        .get(header::CONTENT_ENCODING)
+        .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
+    if encoded {
+        return Err(refuse(
+            StatusCode::BAD_GATEWAY,
+            "the token endpoint answered compressed although asked not to; cordon cannot take the new tokens out of it, so it does not pass it on (log in again if the login stops working)".into(),
+        ));
+    }
+    let status = head.status;
+    let answered = status
+        .is_success()
+        .then(|| logins.answer(creds, to, &answer))
+        .flatten();
+    let body = match &answered {
+        Some(a) => a.body.clone(),
+        // Scrubbed of every real value the session knows, as any answer.
+        None => {
+            let mut b = answer.to_vec();
+            for c in creds {
+                b = replace_all(&b, c.real.as_bytes(), c.placeholder.as_bytes());
+            }
+            b
+        }
+    };
+    if let Some(a) = &answered {
+        // The new placeholders keep their token's shape: secret scanning lets them pass as
+        // it does the session's first ones.
+        if let (Some(d), Some(live)) = (&i.dlp, logins.live()) {
+            for c in &live.credentials {
+                d.scanner.ignore_placeholder(&c.placeholder);
+            }
+        }
+        report(i, ex, &grant, a);
+        if grant == "authorization_code" && a.failed.is_empty() {
+            let files: Vec<String> = a.written.iter().map(|f| f.display().to_string()).collect();
+            let _ = write!(
+                std::io::stderr(),
+                "\r\ncordon: logged in: the real tokens are in {} on the host; the agent holds placeholders, and its own copy of the login file lasts this session only\r\n",
+                files.join(", ")
+            );
+        }
+    }
+    for h in HOP_BY_HOP {
+        head.headers.remove(*h);
+    }
+    head.headers
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    let what = match (&answered, grant.as_str()) {
+        (Some(_), "authorization_code") => "login brokered: new tokens to the host's login file",
+        (Some(_), _) => "token refresh brokered: new tokens to the host's login file",
+        (None, _) => "token exchange forwarded (no new token in the answer)",
+    };
+    let e = verdict.mark(ex.event(EvAction::Allow, status.as_u16(), what, &verdict.decided_by));
+    (i.emit)(e.detail("grant_type", grant));
+    Ok(Response::from_parts(
+        head,
+        Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed(),
+    ))
+}
+
+/// The credentials layer's events for an exchange that renewed tokens, and a line on the
+/// terminal when the host's file could not take them.
+fn report(
+    i: &Interceptor,
+    ex: &Exchange<'_>,
+    grant: &str,
+    a: &crate::credentials::refresh::Answered,
+) {
+    for f in &a.written {
+        (i.emit)(
+            ex.credentials_event(
+                EvAction::Apply,
+                &format!(
+                    "login {} renewed ({grant}): the real tokens went to {}, the sandbox got placeholders",
+                    a.renewed.join(", "),
+                    f.display()
+                ),
+                &format!("credentials.{}", a.renewed.join(",")),
+            )
+            .detail("file", f.display().to_string()),
+        );
+    }
+    for (f, why) in &a.failed {
+        let line = format!(
+            "cordon: the login's new tokens could not be written to {} ({why}); they work until this session ends, then log in again",
+            f.display()
+        );
+        // A pty in raw mode needs the carriage returns.
+        let _ = write!(std::io::stderr(), "\r\n{line}\r\n");
+        (i.emit)(
+            NewEvent::new(Layer::Credentials, EvAction::Error, line)
+                .rule(format!("credentials.{}", a.renewed.join(","))),
+        );
+    }
+}
