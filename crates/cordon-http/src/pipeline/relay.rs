@@ -2,7 +2,8 @@
 //! credential value never shows it to the sandbox — headers scrubbed here, the body as it
 //! streams, trailers at its end; a compressed answer to a request that carried a credential
 //! cannot be checked and is refused. The request's event goes out when the answer has been
-//! relayed (or abandoned), with its size and time. A WebSocket upgrade is spliced.
+//! relayed (or abandoned), with its size and time. A WebSocket upgrade is spliced, the
+//! sandbox's frames checked for secrets on their way ([`ws_guard`]).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -21,6 +22,8 @@ use super::streamed::TripCell;
 use super::{Body, BoxError, Exchange, HOP_BY_HOP, Refused, Tunnels, plus_held};
 use crate::credentials::swap::rewrite_headers;
 use crate::intercept::{Emit, Interceptor};
+
+mod ws_guard;
 
 /// The answer the sandbox gets (see the module docs).
 pub(crate) fn relay(
@@ -60,13 +63,34 @@ pub(crate) fn relay(
     if status == 101
         && let Some(client_up) = client_upgrade
     {
+        // The sandbox's frames are secret-scanned like a body (see ws_guard).
+        let guard = i.dlp.as_ref().map(|d| ws_guard::Guard {
+            scanner: d.scanner.clone(),
+            host: ex.host().to_string(),
+            deflate: resp
+                .headers()
+                .get_all(header::SEC_WEBSOCKET_EXTENSIONS)
+                .iter()
+                .any(|v| {
+                    v.to_str()
+                        .is_ok_and(|s| s.to_ascii_lowercase().contains("permessage-deflate"))
+                }),
+            log_only: d.action == cordon_policy::DlpAction::Log,
+            label: i.redact(&ex.label()).into_owned(),
+            emit: i.emit.clone(),
+        });
         let server_up = hyper::upgrade::on(&mut resp);
         let held = permit.take();
         let task = tokio::spawn(async move {
             let _permit = held;
             if let (Ok(c), Ok(s)) = (client_up.await, server_up.await) {
                 let (mut c, mut s) = (TokioIo::new(c), TokioIo::new(s));
-                let _ = tokio::io::copy_bidirectional(&mut c, &mut s).await;
+                match guard {
+                    Some(g) => ws_guard::splice(c, s, g).await,
+                    None => {
+                        let _ = tokio::io::copy_bidirectional(&mut c, &mut s).await;
+                    }
+                }
             }
         });
         tunnels.lock().unwrap_or_else(|p| p.into_inner()).push(task);
