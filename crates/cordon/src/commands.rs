@@ -1006,16 +1006,20 @@ fn check(a: CheckArgs) -> i32 {
             for c in &l.plan.credentials {
                 if let cordon_policy::CredentialSource::Json { file, field } = &c.source {
                     let hosts: Vec<String> = c.hosts.iter().map(ToString::to_string).collect();
+                    // Where it is renewed, brokered: the host's file is kept current.
+                    let renewed = c.refresh.as_ref().map_or(String::new(), |r| {
+                        format!("; renewed at {} (brokered: new tokens to this file)", r.url)
+                    });
                     if cordon_http::credentials::resolves(c) {
                         eprintln!(
-                            "cordon: login `{}` found in {} ({field}): the sandbox sees a placeholder; the real token goes only to {}",
+                            "cordon: login `{}` found in {} ({field}): the sandbox sees a placeholder; the real token goes only to {}{renewed}",
                             c.name,
                             file.display(),
                             hosts.join(", ")
                         );
                     } else {
                         eprintln!(
-                            "cordon: login `{}`: none in {} ({field})",
+                            "cordon: login `{}`: none in {} ({field}){renewed}",
                             c.name,
                             file.display()
                         );

@@ -325,6 +325,12 @@ both!(
             "{}",
             show(&o)
         );
+        // Where each is renewed, and that it is brokered.
+        assert!(
+            err.contains("(claudeAiOauth.refreshToken): the sandbox sees a placeholder; the real token goes only to platform.claude.com, console.anthropic.com; renewed at https://platform.claude.com/v1/oauth/token (brokered: new tokens to this file)"),
+            "{}",
+            show(&o)
+        );
         for (_, v) in &l.tokens {
             assert!(!all(&o).contains(v.as_str()), "check printed a token");
         }
