@@ -31,7 +31,7 @@
 //! | placeholder in a WebSocket frame to another host | credentials (never swapped: the sink gets the worthless placeholder) | `placeholder_to_another_host_is_refused` |
 //! | placeholder to its own host in the body, another header, the path | credentials (swapped only where policy says) | `placeholder_to_its_own_host_elsewhere_is_not_expanded` |
 //! | placeholder with DLP off / real value with DLP off (two layers, each alone) | credentials alone / DLP alone (the control shows DLP was what stopped it) | `credential_scoping_and_dlp_each_stop_their_leak_alone` |
-//! | real secret in a WebSocket frame to an allowed host | none today (frames after the upgrade are not scanned) | `websocket_frames_carry_a_found_secret_out` (ignored: HOLE) |
+//! | real secret / a token in a WebSocket frame to an allowed host (was a HOLE: frames were spliced unread) | DLP on the sandbox's frames | `websocket_frames_are_scanned_like_a_body` |
 //! | judge prompt injection in body, header, URL, with forged data delimiters (was a HOLE: fixed in 07ac52b) | http judge (data quoted, the markers' word escaped) | `judge_prompt_injection_is_only_ever_data` |
 //! | judge answering garbage / hanging | http judge (fails closed: `on_error = "deny"`) | `a_broken_judge_fails_closed` |
 //! | sandbox-runtime: HTTPS to a blocked domain, a non-standard port, a direct IP | gateway + http | `peer_srt_protocols_ports_and_direct_ips` |
