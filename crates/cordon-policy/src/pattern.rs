@@ -322,3 +322,7 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "pattern_proptests.rs"]
+mod proptests;

@@ -225,3 +225,7 @@ pub(crate) fn leak_refusal(name: &str, place: &str) -> String {
 #[cfg(test)]
 #[path = "swap_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "swap_proptests.rs"]
+mod proptests;
