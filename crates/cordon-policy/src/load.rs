@@ -144,12 +144,39 @@ pub fn built_in_dlp_allow() -> Vec<crate::plan::DlpAllow> {
 
 /// Loads, merges and checks the policy.
 pub fn load(opts: &LoadOptions) -> Result<Loaded, PolicyError> {
-    let ctx = Context {
+    load_over(opts, parse_file(DEFAULT_POLICY, None, 0, &context(opts))?)
+}
+
+fn context(opts: &LoadOptions) -> Context<'_> {
+    Context {
         home: &opts.home,
         passwd_home: opts.passwd_home.as_deref(),
         project: &opts.project_dir,
+    }
+}
+
+/// [`load`] for the fuzz targets under `fuzz/` (the `fuzzing` feature; not API): the same,
+/// with the built-in layer parsed once per process rather than per call (it dominates the
+/// time of a call). Every call must pass the same home and project.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub fn load_reusing_built_in(opts: &LoadOptions) -> Result<Loaded, PolicyError> {
+    static BUILT_IN: std::sync::OnceLock<ParsedFile> = std::sync::OnceLock::new();
+    let built_in = match BUILT_IN.get() {
+        Some(b) => b.clone(),
+        None => BUILT_IN
+            .get_or_init(|| {
+                parse_file(DEFAULT_POLICY, None, 0, &context(opts)).expect("the built-in policy")
+            })
+            .clone(),
     };
-    let mut layers = vec![parse_file(DEFAULT_POLICY, None, 0, &ctx)?];
+    load_over(opts, built_in)
+}
+
+/// Loads the policy files over the built-in layer, merges and checks.
+fn load_over(opts: &LoadOptions, built_in: ParsedFile) -> Result<Loaded, PolicyError> {
+    let ctx = context(opts);
+    let mut layers = vec![built_in];
     let sources = read_files(opts, &ctx, &mut layers)?;
 
     let chosen = choose_profile(opts, &layers)?;

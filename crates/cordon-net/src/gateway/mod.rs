@@ -17,6 +17,9 @@
 //! untouched. Dropping the [`Gateway`] stops it.
 
 mod flow;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod handler;
 mod owner;
 mod packet;

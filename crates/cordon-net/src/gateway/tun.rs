@@ -75,15 +75,19 @@ enum FlowState {
 
 type Flows = Arc<Mutex<HashMap<Key, FlowState>>>;
 
-pub(crate) async fn run(shared: Arc<Shared>, tun: Tun) {
-    let built = StackBuilder::default()
+/// The userspace stack as the gateway runs it: TCP only (UDP and ICMP are answered here).
+pub(super) fn stack_builder() -> StackBuilder {
+    StackBuilder::default()
         .enable_tcp(true)
         .enable_udp(false)
         .enable_icmp(false)
         .mtu(MTU)
         .tcp_recv_buffer_size(TCP_BUFFER)
         .tcp_send_buffer_size(TCP_BUFFER)
-        .build();
+}
+
+pub(crate) async fn run(shared: Arc<Shared>, tun: Tun) {
+    let built = stack_builder().build();
     let (stack, runner, _, listener) = match built {
         Ok(parts) => parts,
         Err(e) => {
