@@ -186,6 +186,8 @@ both!(a_refresh_inside_rotates_the_host_login_file, |env: Env| {
          echo \"R2 $R2\"\n\
          R3=$(curl -sS --max-time 20 -H 'content-type: application/json' -d \"{{\\\"grant_type\\\":\\\"refresh_token\\\",\\\"refresh_token\\\":\\\"$RT0\\\"}}\" $U)\n\
          echo \"R3 $R3\"\n\
+         for k in 1 2; do curl -s --max-time 20 -o /dev/null -w '%{{http_code}}' -d \"grant_type=refresh_token&refresh_token=$RT0\" $U > /tmp/c$k & done; wait\n\
+         echo TWO-AT-ONCE $(cat /tmp/c1) $(cat /tmp/c2)\n\
          echo INSIDE-RT $({rt} < \"$F\" | cut -c1-13)\n\
          printf '%s' \"$R3\" > \"$F\" 2>/dev/null && echo SAVE ok || echo SAVE refused\n\
          {scan}",
@@ -243,7 +245,9 @@ both!(a_refresh_inside_rotates_the_host_login_file, |env: Env| {
     // generation 2 (the agent sent the stale placeholder of its file: it stands for the
     // newest token, the old one being dead).
     let (_, r2) = issued(2);
-    let (a3, r3) = issued(3);
+    let (_, r3) = issued(3);
+    let (_, r4) = issued(4);
+    let (a5, r5) = issued(5);
     let log = srv.log();
     let grants: Vec<&str> = log.lines().filter(|l| l.starts_with("TOKEN ")).collect();
     assert_eq!(
@@ -252,6 +256,10 @@ both!(a_refresh_inside_rotates_the_host_login_file, |env: Env| {
             format!("TOKEN refresh_token {REFRESH} 200"),
             format!("TOKEN refresh_token {r1} 200"),
             format!("TOKEN refresh_token {r2} 200"),
+            // Two at once with the same stale placeholder: one after the other, each with
+            // the token the one before made.
+            format!("TOKEN refresh_token {r3} 200"),
+            format!("TOKEN refresh_token {r4} 200"),
         ],
         "{log}\n{}",
         show(&o)
@@ -281,21 +289,22 @@ both!(a_refresh_inside_rotates_the_host_login_file, |env: Env| {
     assert_eq!(line(&out, "MEMHITS "), "0", "{}", show(&o));
     // After the session: the newest real tokens, 0600, the owner kept.
     let after = host_json(&file);
-    assert_eq!(field(&after, "claudeAiOauth.refreshToken"), r3);
-    assert_eq!(field(&after, "claudeAiOauth.accessToken"), a3);
+    assert_eq!(line(&out, "TWO-AT-ONCE "), "200 200", "{}", show(&o));
+    assert_eq!(field(&after, "claudeAiOauth.refreshToken"), r5);
+    assert_eq!(field(&after, "claudeAiOauth.accessToken"), a5);
     let meta = std::fs::metadata(&file).unwrap();
     assert_eq!(meta.mode() & 0o777, 0o600);
     assert_eq!(meta.uid(), owner);
     // Neither the audit log nor the terminal holds a token.
     let audit = std::fs::read_to_string(&env.audit).unwrap_or_default();
-    for v in [ACCESS, REFRESH, &a1, &r1, &r2, &a3, &r3] {
+    for v in [ACCESS, REFRESH, &a1, &r1, &r2, &r3, &r4, &a5, &r5] {
         assert!(!audit.contains(v), "the audit log holds a token");
         assert!(!common::all_output(&o).contains(v), "{}", show(&o));
     }
     assert!(audit.contains("renewed (refresh_token)"), "{audit}");
     // Accepting the session does not bring any copy of the login file home.
     accept_session(&env);
-    assert_eq!(field(&host_json(&file), "claudeAiOauth.refreshToken"), r3);
+    assert_eq!(field(&host_json(&file), "claudeAiOauth.refreshToken"), r5);
 });
 
 fn accept_session(env: &Env) {

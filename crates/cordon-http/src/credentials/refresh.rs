@@ -30,6 +30,10 @@ pub struct Logins {
     live: RwLock<Option<Arc<Live>>>,
     /// One exchange's file writes and credential update at a time.
     writing: Mutex<()>,
+    /// One exchange in flight at a time: a second refresh (another process of the agent, its
+    /// file's stale placeholder) waits for the first's rotation and sends the new token, not
+    /// the one the first just made dead.
+    exchanging: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Logins {
@@ -79,6 +83,7 @@ impl Logins {
             plans,
             live: RwLock::new(None),
             writing: Mutex::new(()),
+            exchanging: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -97,6 +102,11 @@ impl Logins {
             let r = p.refresh.as_ref()?;
             r.is_endpoint(host, port, path).then_some((p, r))
         })
+    }
+
+    /// Held for the whole of one exchange (see `exchanging`).
+    pub(crate) async fn one_at_a_time(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.exchanging.lock().await
     }
 
     /// The credentials at the wire since the first exchange (`None`: the starting ones).

@@ -94,6 +94,7 @@ pub(crate) async fn exchange(
             "cordon: no logins\n",
         ));
     };
+    let _one = logins.one_at_a_time().await;
     let live = logins.live();
     let creds = live
         .as_ref()
