@@ -11,6 +11,7 @@ use landlock::{
 
 use cordon_events::{Action, Enforcement, Layer, NewEvent};
 use serde::{Deserialize, Serialize};
+use std::os::unix::fs::OpenOptionsExt;
 
 use crate::layout::LandlockRules;
 
@@ -174,8 +175,17 @@ pub(crate) fn apply(rules: &LandlockRules) -> Result<FenceStatus, landlock::Rule
     for (paths, access) in sets {
         for p in paths {
             // A path that vanished since the layout was made simply gets no rule (fail closed).
-            let Ok(fd) = PathFd::new(p) else { continue };
-            let access = if std::fs::metadata(p).map(|m| m.is_dir()).unwrap_or(false) {
+            // O_PATH, as PathFd opens it; the kind is read from the descriptor itself, not by
+            // a second lookup of the path (one walk per rule fewer, and no gap in which the
+            // name could come to mean another file).
+            let Ok(fd) = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH)
+                .open(p)
+            else {
+                continue;
+            };
+            let access = if fd.metadata().map(|m| m.is_dir()).unwrap_or(false) {
                 access
             } else {
                 access & AccessFs::from_file(TARGET)
