@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Start to first byte of a first HTTPS request: `cordon run -- curl https://...` against a local
+TLS server, beside bwrap running the same curl straight to it. Loopback only.
+
+Usage: python3 bench/first-https.py [-n 12] BIN ...
+  BIN  cordon binaries, timed round-robin with the bwrap row (before/after in one run).
+A Python `http.server` over TLS (a self-signed certificate made here with openssl) listens on
+127.0.0.1:443 (root, and the port must be free: the HTTP layer intercepts port 443). Each cordon
+run gets a policy that allows `host.cordon.internal:443` and names the certificate in `[tls]
+upstream_ca`; the curl inside trusts cordon's CA (the sandbox's bundle), cordon verifies the
+server. The bwrap row (`--unshare-all --share-net`, read-only root) runs curl to
+https://localhost/ with --cacert. Prints a markdown table of medians: spawn to exit (wall clock around the spawn) and
+curl's own `time_starttransfer`. Run as root; asserts nothing; compare rows of one run only.
+"""
+import argparse
+import os
+import shutil
+import ssl
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+CURL = ["curl", "-sS", "-o", "/dev/null", "-w", "%{time_starttransfer}"]
+
+
+class Hello(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"hello\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_):
+        pass
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-n", type=int, default=12)
+    ap.add_argument("bins", nargs="+")
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="cordon-https.", dir="/var/tmp")
+    try:
+        os.chmod(work, 0o755)
+        for d in ("project", "state", "config", "data", "home"):
+            os.makedirs(os.path.join(work, d))
+        cert, key = os.path.join(work, "cert.pem"), os.path.join(work, "key.pem")
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+             "-nodes", "-days", "2", "-subj", "/CN=localhost", "-keyout", key, "-out", cert,
+             "-addext", "subjectAltName=DNS:localhost,DNS:host.cordon.internal,IP:127.0.0.1"],
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.chmod(cert, 0o644)
+        srv = ThreadingHTTPServer(("127.0.0.1", 443), Hello)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert, key)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+        port = srv.server_address[1]
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        policy = os.path.join(work, "policy.toml")
+        with open(policy, "w") as f:
+            f.write('[[network.allow]]\nhost = "host.cordon.internal"\nports = [%d]\n'
+                    '[tls]\nupstream_ca = "%s"\n' % (port, cert))
+        env = {
+            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "LANG": "C.UTF-8",
+            "HOME": os.path.join(work, "home"),
+            "XDG_STATE_HOME": os.path.join(work, "state"),
+            "XDG_CONFIG_HOME": os.path.join(work, "config"),
+            "XDG_DATA_HOME": os.path.join(work, "data"),
+        }
+        url = "https://host.cordon.internal/"
+        rows = [("bwrap, curl direct",
+                 ["bwrap", "--unshare-all", "--share-net", "--die-with-parent", "--ro-bind", "/",
+                  "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+                 + CURL + ["--cacert", cert, "https://localhost/"])]
+        for b in a.bins:
+            rows.append((b, [b, "run", "--no-tty", "--policy", policy, "--project", "."]
+                         + ["--"] + CURL + [url]))
+        res = {label: ([], []) for label, _ in rows}
+        for i in range(a.n + 1):
+            for label, cmd in rows:
+                t0 = time.monotonic()
+                out = subprocess.run(cmd, env=env, cwd=os.path.join(work, "project"),
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                t1 = time.monotonic()
+                if out.returncode != 0:
+                    raise SystemExit("%s failed (exit %d)" % (label, out.returncode))
+                if i == 0:
+                    continue  # warm-up round
+                res[label][0].append((t1 - t0) * 1000)
+                res[label][1].append(float(out.stdout) * 1000)
+        base = statistics.median(res[rows[0][0]][0])
+        print("%s, uid %d, n=%d, load average %s" % (
+            time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()), os.getuid(), a.n,
+            " ".join("%.2f" % x for x in os.getloadavg())))
+        print()
+        print("| row | spawn to exit (ms) | ratio to bwrap | curl start to first byte (ms) |")
+        print("|---|---|---|---|")
+        for label, _ in rows:
+            wall, ttfb = res[label]
+            m = statistics.median(wall)
+            print("| %s | %.1f | %.2fx | %.1f |" % (label, m, m / base, statistics.median(ttfb)))
+        srv.shutdown()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
