@@ -14,7 +14,7 @@ use crate::syscall_table;
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SyscallsPlan {
     /// Built-in denials to lift, by syscall name (e.g. `ptrace`, which also lifts
-    /// `process_vm_readv`/`process_vm_writev`), each with where it came from.
+    /// `process_vm_readv`/`process_vm_writev` and `pidfd_getfd`), each with where it came from.
     pub allow: Vec<NamedRule>,
     /// Extra syscalls to deny, by name.
     pub deny: Vec<NamedRule>,
@@ -79,6 +79,8 @@ pub const BUILTIN_DENIED_SYSCALLS: &[&str] = &[
     "ptrace",
     "process_vm_readv",
     "process_vm_writev",
+    // Another process's descriptors (the same ptrace access check as `/proc/PID/mem`).
+    "pidfd_getfd",
     // The mount tree (locked anyway; denied so attempts are visible).
     "mount",
     "umount2",
@@ -166,9 +168,15 @@ impl SyscallsPlan {
     ];
 
     /// The built-in denials that `allow = [name]` lifts (`ptrace` also lifts
-    /// `process_vm_readv` and `process_vm_writev`); empty when `name` is not denied by default.
+    /// `process_vm_readv`, `process_vm_writev` and `pidfd_getfd`); empty when `name` is not
+    /// denied by default.
     pub fn lifted_by(name: &str) -> &'static [&'static str] {
-        const PTRACE: &[&str] = &["ptrace", "process_vm_readv", "process_vm_writev"];
+        const PTRACE: &[&str] = &[
+            "ptrace",
+            "process_vm_readv",
+            "process_vm_writev",
+            "pidfd_getfd",
+        ];
         if name == "ptrace" {
             return PTRACE;
         }
@@ -412,8 +420,14 @@ mod tests {
     fn ptrace_lifts_the_process_vm_calls() {
         assert_eq!(
             SyscallsPlan::lifted_by("ptrace"),
-            ["ptrace", "process_vm_readv", "process_vm_writev"]
+            [
+                "ptrace",
+                "process_vm_readv",
+                "process_vm_writev",
+                "pidfd_getfd"
+            ]
         );
+        assert_eq!(SyscallsPlan::lifted_by("pidfd_getfd"), ["pidfd_getfd"]);
         assert_eq!(SyscallsPlan::lifted_by("mount"), ["mount"]);
         assert_eq!(
             SyscallsPlan::lifted_by("process_vm_readv"),
