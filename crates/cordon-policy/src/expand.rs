@@ -1,5 +1,5 @@
-//! Path expansion (`~`, `$HOME`, `${HOME}`, `${PROJECT}`, the XDG base directories) and
-//! lexical normalisation.
+//! Path expansion (`~`, `$HOME`, `${HOME}`, `${PROJECT}`, the XDG base directories,
+//! `$XDG_RUNTIME_DIR`) and lexical normalisation.
 
 use std::ffi::OsString;
 use std::ops::Range;
@@ -20,6 +20,10 @@ pub(crate) enum ExpandError {
     Empty,
     /// A NUL byte, which no path can contain.
     Nul,
+    /// `$XDG_RUNTIME_DIR` is unset (or not absolute): it has no default, so the entry names
+    /// nothing on this host and is dropped rather than refused (the built-in policy masks the
+    /// runtime directory wherever there is one).
+    Unset,
 }
 
 /// The values variables expand to.
@@ -38,6 +42,10 @@ const XDG: &[(&str, &str)] = &[
     ("XDG_STATE_HOME", ".local/state"),
     ("XDG_CACHE_HOME", ".cache"),
 ];
+
+/// The user's runtime directory (sockets: D-Bus, pulse, wayland, ssh/gpg agents). Unlike the
+/// base directories it has no default: unset, relative or empty, it is [`ExpandError::Unset`].
+pub(crate) const RUNTIME_DIR: &str = "XDG_RUNTIME_DIR";
 
 /// The value of XDG variable `name`: the environment's when absolute (the spec says a relative
 /// or empty one is ignored), else the default under `home`. `None` when `name` is no XDG base
@@ -114,6 +122,10 @@ fn expand_with(
         match name {
             "HOME" => out.push(vars.home.as_os_str()),
             "PROJECT" => out.push(vars.project.as_os_str()),
+            RUNTIME_DIR => match env(RUNTIME_DIR).map(PathBuf::from) {
+                Some(p) if p.is_absolute() => out.push(p.as_os_str()),
+                _ => return Err(ExpandError::Unset),
+            },
             xdg if let Some(dir) = xdg_dir(xdg, vars.home, env) => out.push(dir.as_os_str()),
             "" => {
                 return Err(ExpandError::BadDollar {
@@ -232,11 +244,29 @@ mod tests {
         );
         assert_eq!(
             ex("$XDG_RUNTIME_DIR/x", &set),
-            Err(ExpandError::UnknownVariable {
-                name: "XDG_RUNTIME_DIR".into(),
-                at: 0..16
-            })
+            Err(ExpandError::Unset),
+            "unset: no default"
         );
+        let runtime = |n: &str| match n {
+            "XDG_RUNTIME_DIR" => Some(OsString::from("/var/tmp/xdg-u/")),
+            _ => None,
+        };
+        assert_eq!(
+            ex("$XDG_RUNTIME_DIR", &runtime).unwrap(),
+            PathBuf::from("/var/tmp/xdg-u")
+        );
+        assert_eq!(
+            ex("${XDG_RUNTIME_DIR}/bus", &runtime).unwrap(),
+            PathBuf::from("/var/tmp/xdg-u/bus")
+        );
+        for bad in ["", "run/user/1"] {
+            let relative = |n: &str| (n == "XDG_RUNTIME_DIR").then(|| OsString::from(bad));
+            assert_eq!(
+                ex("$XDG_RUNTIME_DIR", &relative),
+                Err(ExpandError::Unset),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

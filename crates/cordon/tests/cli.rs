@@ -30,6 +30,66 @@ both!(check_prints_the_effective_policy, |env: Env| {
     );
 });
 
+// The built-in policy masks the host's runtime directory wherever `$XDG_RUNTIME_DIR` points (a
+// D-Bus bus outside /run, without logind), and the plan says so with its origin; unset, the
+// entry is dropped (no literal `$XDG_RUNTIME_DIR` path, no error); one that holds the project
+// would refuse every run, so it is dropped with a warning instead.
+both!(check_masks_the_runtime_dir_wherever_it_is, |env: Env| {
+    let deny = |o: &std::process::Output| -> Vec<(String, String)> {
+        assert_eq!(o.status.code(), Some(0), "{}", show(o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["filesystem"]["deny"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let s = |k: &str| r[k].as_str().unwrap_or_default().to_string();
+                (s("path"), s("origin"))
+            })
+            .collect()
+    };
+    let runtime = env.base.join("xdg-runtime");
+    std::fs::create_dir_all(&runtime).unwrap();
+    env.own(&runtime);
+    let check = |dir: &std::path::Path| {
+        env.cordon()
+            .env("XDG_RUNTIME_DIR", dir)
+            .args(["check", "--json"])
+            .output()
+            .unwrap()
+    };
+    let set = deny(&check(&runtime));
+    assert!(
+        set.contains(&(runtime.display().to_string(), "built-in".to_string())),
+        "{set:?}"
+    );
+    let o = env.cordon().args(["check"]).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(!text.contains("XDG_RUNTIME_DIR"), "{text}");
+    let unset = deny(&env.cordon().args(["check", "--json"]).output().unwrap());
+    assert!(
+        !unset
+            .iter()
+            .any(|(p, _)| p.contains("XDG") || p.ends_with("xdg-runtime")),
+        "{unset:?}"
+    );
+    assert_eq!(unset.len() + 1, set.len(), "only the runtime dir differs");
+    // A runtime directory holding the project: not masked, and a warning says why.
+    let o = check(&env.base);
+    let held = deny(&o);
+    assert!(
+        !held
+            .iter()
+            .any(|(p, _)| *p == env.base.display().to_string()),
+        "{held:?}"
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("$XDG_RUNTIME_DIR") && err.contains("not masked"),
+        "{err}"
+    );
+});
+
 // Broken policies, one message each that name file, line and column and say how to fix it.
 both!(
     check_says_which_credentials_resolve_without_values,

@@ -51,7 +51,7 @@
 //! | 31 | codex-linux-sandbox: no_new_privs, capabilities; a setuid-root program | process (NNP, no caps) | `no_privileges_and_no_setuid` |
 //! | 32 | connect to host unix sockets under the home, /run, /run/user/UID/bus (D-Bus), docker.sock | copy-on-write home, /run mask | `host_unix_sockets_are_unreachable` |
 //! | 33 | connect to a host abstract unix socket | network namespace (+ Landlock scoping) | `host_abstract_socket_is_unreachable` |
-//! | 34 | a D-Bus socket in `$XDG_RUNTIME_DIR` outside /run | none (HOLE, ignored) | `runtime_dir_outside_run_is_masked` |
+//! | 34 | a D-Bus socket in `$XDG_RUNTIME_DIR` outside /run | `$XDG_RUNTIME_DIR` mask | `runtime_dir_outside_run_is_masked` |
 //!
 //! x86_64 only where raw numbers matter (the fixture uses the C library's `SYS_*` names, so
 //! it compiles for either architecture; the TIOCSTI high-bits case is 64-bit only).

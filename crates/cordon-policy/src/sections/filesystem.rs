@@ -107,7 +107,7 @@ impl Section for Filesystem {
             readable: cx.paths(&raw.readable, "readable", false)?,
             writable: cx.paths(&raw.writable, "writable", false)?,
             // A credential under `~` is masked in both homes when `$HOME` is not the passwd one.
-            deny: cx.paths(&raw.deny, "deny", true)?,
+            deny: cx.deny_paths(&raw.deny)?,
             read_only: cx.paths(&raw.read_only, "read_only", false)?,
             landlock: raw.landlock.map(|l| (*l.get_ref(), cx.origin(l.span()))),
         })

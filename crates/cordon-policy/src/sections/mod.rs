@@ -488,8 +488,13 @@ impl Convert<'_> {
                     home,
                     project: self.ctx.project,
                 };
-                let path =
-                    expand(raw.get_ref(), &vars).map_err(|e| self.expand_error(raw, key, e))?;
+                let path = match expand(raw.get_ref(), &vars) {
+                    Ok(p) => p,
+                    // No runtime directory on this host: a list entry names nothing (a single
+                    // file, a credential's source, must exist: an error).
+                    Err(ExpandError::Unset) if key != "source.file" => continue,
+                    Err(e) => return Err(self.expand_error(raw, key, e)),
+                };
                 if seen.insert(path.clone()) {
                     out.push(PathEntry {
                         path,
@@ -501,6 +506,48 @@ impl Convert<'_> {
         Ok(out)
     }
 
+    /// `[filesystem] deny`: [`Convert::paths`] with both homes, minus a built-in entry naming
+    /// the runtime directory when that would mask the project or the home ([`Self::hides_the_user`]).
+    pub(crate) fn deny_paths(
+        &mut self,
+        raws: &[Spanned<String>],
+    ) -> Result<Vec<PathEntry>, PolicyError> {
+        let mut kept = Vec::with_capacity(raws.len());
+        for raw in raws {
+            match self.hides_the_user(raw.get_ref()) {
+                Some(warning) => self.warnings.push(warning),
+                None => kept.push(raw.clone()),
+            }
+        }
+        self.paths(&kept, "deny", true)
+    }
+
+    /// Why the built-in deny `raw`, naming the runtime directory, is dropped: a runtime
+    /// directory that is or holds the project or the home (`/`, or `/tmp` holding the project)
+    /// is the host's misconfiguration, and masking it would refuse every run (deny wins over the
+    /// project) or hide the home. The sockets there then stay visible, as they are to every
+    /// process of the user; a warning says so. A file's own entry is kept, so its contradiction
+    /// is an error naming its line.
+    fn hides_the_user(&self, raw: &str) -> Option<String> {
+        if self.file.is_some() || !raw.contains(crate::expand::RUNTIME_DIR) {
+            return None;
+        }
+        let vars = Vars {
+            home: self.ctx.home,
+            project: self.ctx.project,
+        };
+        let path = expand(raw, &vars).ok()?;
+        let homes = std::iter::once(self.ctx.home).chain(self.ctx.passwd_home);
+        let hidden = std::iter::once(self.ctx.project)
+            .chain(homes)
+            .find(|p| p.starts_with(&path))?;
+        Some(format!(
+            "$XDG_RUNTIME_DIR ({}) holds {}, so it is not masked and its sockets are visible inside; point XDG_RUNTIME_DIR at a directory of its own",
+            path.display(),
+            hidden.display()
+        ))
+    }
+
     fn expand_error(&self, raw: &Spanned<String>, key: &str, e: ExpandError) -> PolicyError {
         let shown = toml_string(raw.get_ref());
         const ABSOLUTE: &str = "paths must be absolute or start with ~, $HOME or ${PROJECT}";
@@ -508,7 +555,7 @@ impl Convert<'_> {
             ExpandError::UnknownVariable { name, at } => self.diag(
                 format!("unknown variable `{name}` in {key} path {shown}"),
                 self.inner_span(raw, at),
-                "only $HOME (or ${HOME}, ~) and ${PROJECT} expand in paths, besides $XDG_CONFIG_HOME, $XDG_DATA_HOME, $XDG_STATE_HOME and $XDG_CACHE_HOME; write the value out",
+                "only $HOME (or ${HOME}, ~) and ${PROJECT} expand in paths, besides $XDG_CONFIG_HOME, $XDG_DATA_HOME, $XDG_STATE_HOME, $XDG_CACHE_HOME and $XDG_RUNTIME_DIR; write the value out",
             ),
             ExpandError::BadDollar { at } => self.diag(
                 format!("stray `$` in {key} path {shown}"),
@@ -532,6 +579,11 @@ impl Convert<'_> {
                 format!("empty path in {key}"),
                 raw.span(),
                 format!("remove it; {ABSOLUTE}"),
+            ),
+            ExpandError::Unset => self.diag(
+                format!("{key} path {shown} names $XDG_RUNTIME_DIR, which is not set"),
+                raw.span(),
+                "set XDG_RUNTIME_DIR to an absolute path, or write the path out",
             ),
             ExpandError::Nul => self.diag(
                 format!("{key} path {shown} contains a NUL character"),

@@ -162,32 +162,65 @@ both!(host_abstract_socket_is_unreachable, |env: Env| {
     assert_eq!(server.accepted(), 1);
 });
 
-// HOLE: `$XDG_RUNTIME_DIR` outside /run is not masked. cordon masks /run (so the usual
-// /run/user/UID, with the D-Bus bus, pulse, wayland, gpg/ssh agent and rootless podman/docker
-// sockets, is hidden) and hides `$XDG_RUNTIME_DIR/cordon` (its own brokers), but a runtime
-// directory elsewhere (no logind, some WSL and container setups) is visible, and the host's
-// sockets in it connect from inside. Fix: mask `$XDG_RUNTIME_DIR` itself in the built-in
-// policy's deny list when it is set (cordon-policy default.toml; the escape_fs part owns it).
-#[test]
-#[ignore = "HOLE: a host socket in $XDG_RUNTIME_DIR outside /run is reachable from inside"]
-fn runtime_dir_outside_run_is_masked() {
-    let env = Env::here();
-    let runtime = env.base.join("runtime");
-    std::fs::create_dir_all(&runtime).unwrap();
-    env.own(&runtime);
+// Layer: the mount fence's mask of `$XDG_RUNTIME_DIR` (the built-in policy's deny list names it
+// wherever it is, so a runtime directory outside /run — no logind: some WSL and container
+// setups — is hidden like /run/user/UID). A host D-Bus `bus` there: EACCES inside (the mask is
+// an empty tmpfs of mode 000), the same with Landlock off. Landlock is no second layer here:
+// connect() to a named socket is none of its filesystem rights, so with the mask off (control)
+// the connect reaches the host. The server
+// accepted nothing from a fenced run; the host's own connect works. Logged: the mask at start.
+// cordon's own brokers' directory (`$XDG_RUNTIME_DIR/cordon`) is inside the mask.
+both!(runtime_dir_outside_run_is_masked, |env: Env| {
+    let runtime = common::runtime_dir(&env);
     let bus = runtime.join("bus");
     let server = SockServer::at(&bus);
-    let o = env
-        .cordon()
-        .env("XDG_RUNTIME_DIR", &runtime)
-        .args(["run", "--no-tty", "--", "sh", "-c"])
-        .arg(common::marked(&connect_script(&[bus
-            .display()
-            .to_string()])))
-        .output()
-        .unwrap();
-    let got = Got::parse(o);
-    common::assert_ran(&got.o);
-    assert_ne!(got.get("CONNECT_0"), "ok", "{}", got.text());
-    assert_eq!(server.accepted(), 0);
-}
+    let script = format!(
+        "{}\nls -A '{}' | wc -l | sed 's/^/LISTED=/'",
+        connect_script(&[bus.display().to_string()]),
+        runtime.display()
+    );
+    let run = |off: &str| {
+        let _ = std::fs::remove_file(&env.audit);
+        let o = env
+            .cordon()
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .env("CORDON_TEST_LAYER_OFF", off)
+            .args(["run", "--no-tty", "--audit"])
+            .arg(&env.audit)
+            .args(["--", "sh", "-c"])
+            .arg(common::marked(&script))
+            .output()
+            .unwrap();
+        let got = Got::parse(o);
+        common::assert_ran(&got.o);
+        got
+    };
+    let got = run("");
+    got.is("CONNECT_0", EACCES);
+    // Neither the bus nor cordon's own brokers show: the directory cannot be listed.
+    got.is("LISTED", "0");
+    let masked = events(&env).iter().any(|e| {
+        e["layer"] == "filesystem"
+            && e["action"] == "deny"
+            && e["detail"]["path"] == runtime.display().to_string()
+    });
+    assert!(masked, "the runtime dir's mask is not in the log");
+    run("landlock").is("CONNECT_0", EACCES);
+    assert_eq!(
+        server.accepted(),
+        0,
+        "a fenced connect reached the host bus"
+    );
+    // Landlock alone: connect() to a named socket is none of its filesystem rights.
+    run("mounts").is("CONNECT_0", "ok");
+    assert_eq!(
+        server.accepted(),
+        1,
+        "control: without the mask, the connect arrives"
+    );
+    assert!(
+        host_connects(&env, &bus.display().to_string()),
+        "control: the host connects"
+    );
+    assert_eq!(server.accepted(), 1, "control: one accept per host connect");
+});
