@@ -189,6 +189,23 @@ pub(crate) mod tests {
                 origin: "/p/cordon.toml:30".into(),
             },
             CredentialPlan {
+                name: "gh login".into(),
+                env: None,
+                source: CredentialSource::Yaml {
+                    file: "/home/u/.config/gh/hosts.yml".into(),
+                    field: "github.com.oauth_token".into(),
+                },
+                hosts: vec![glob("api.github.com")],
+                slot: CredentialSlot::Header {
+                    name: "authorization".into(),
+                    format: "Bearer {}".into(),
+                },
+                files: vec![],
+                inject: false,
+                refresh: None,
+                origin: "/p/cordon.toml:35".into(),
+            },
+            CredentialPlan {
                 name: "maps key".into(),
                 env: None,
                 source: CredentialSource::Env("MAPS_KEY".into()),

@@ -186,7 +186,7 @@ fn bad_refresh_settings_say_where_and_how() {
     for (cred, says, fix) in [
         (
             "source = { env = \"X\" }\nhosts = [\"a.example\"]\nrefresh = { url = \"https://a.example/t\", token = \"access_token\" }",
-            "`refresh` renews a token of a login file",
+            "`refresh` renews a token of a JSON login file",
             "json = ",
         ),
         (
@@ -211,4 +211,46 @@ fn bad_refresh_settings_say_where_and_how() {
         assert!(e.contains(says), "{cred}: {e}");
         assert!(e.contains(fix), "{cred}: the fix is shown: {e}");
     }
+}
+
+#[test]
+fn a_yaml_field_source_loads_hides_its_file_and_prints_back() {
+    let env = Env::new();
+    env.user(
+        "[credentials.gh-login]\n\
+         source = { file = \"~/.config/gh/hosts.yml\", yaml = \"github.com.oauth_token\" }\n\
+         hosts = [\"api.github.com\"]\n",
+    );
+    let l = env.load();
+    let file = env.home.join(".config/gh/hosts.yml");
+    let want = CredentialSource::Yaml {
+        file: file.clone(),
+        field: "github.com.oauth_token".into(),
+    };
+    assert_eq!(l.plan.credentials[0].source, want);
+    assert!(has(&l.plan.filesystem.deny, &file).is_some());
+    let text = l.plan.to_toml();
+    assert!(text.contains("yaml = \"github.com.oauth_token\" }"), "{text}");
+    assert_eq!(env.reload(&text).plan.credentials[0].source, want);
+    // Not both, not without the file, and no refresh of a YAML login.
+    for (source, says) in [
+        (
+            "{ file = \"~/a.yml\", json = \"a\", yaml = \"a\" }",
+            "goes with it alone",
+        ),
+        ("{ yaml = \"a\" }", "`yaml` names a field of `file`"),
+    ] {
+        let env = Env::new();
+        env.user(&format!(
+            "[credentials.x]\nsource = {source}\nhosts = [\"x.example\"]\n"
+        ));
+        let e = env.load_err().to_string();
+        assert!(e.contains(says), "{source}: {e}");
+    }
+    let env = Env::new();
+    env.user(
+        "[credentials.x]\nsource = { file = \"~/a.yml\", yaml = \"r\" }\nhosts = [\"x.example\"]\n\
+         refresh = { url = \"https://x.example/t\", token = \"refresh_token\" }\n",
+    );
+    assert!(env.load_err().to_string().contains("JSON login file"));
 }

@@ -689,6 +689,19 @@ fn resolve_credentials(plan: &mut cordon_policy::Plan, sink: &cordon_net::Emit) 
                 if !fields.is_empty() {
                     cordon_http::credentials::login::check_masked(&text, &fields)?;
                 }
+                // A YAML login's field holds exactly its placeholder once replaced.
+                for c in plan.credentials.iter().filter(|c| names.contains(&c.name)) {
+                    if let cordon_policy::CredentialSource::Yaml { file, field } = &c.source
+                        && *file == path
+                        && let Some(w) = out.iter().find(|w| w.name == c.name)
+                        && cordon_http::credentials::login::yaml_value(&text, field).as_deref()
+                            != Some(w.placeholder.as_str())
+                    {
+                        return Err(format!(
+                            "field {field} does not hold its placeholder in the masked copy"
+                        ));
+                    }
+                }
                 let left = leftover.scan(text.as_bytes(), cordon_http::dlp::Place::Body);
                 if let Some(f) = left.first() {
                     return Err(format!(
@@ -1004,7 +1017,9 @@ fn check(a: CheckArgs) -> i32 {
             }
             // Which credentials resolve here — never their values.
             for c in &l.plan.credentials {
-                if let cordon_policy::CredentialSource::Json { file, field } = &c.source {
+                if let cordon_policy::CredentialSource::Json { file, field }
+                | cordon_policy::CredentialSource::Yaml { file, field } = &c.source
+                {
                     let hosts: Vec<String> = c.hosts.iter().map(ToString::to_string).collect();
                     // Where it is renewed, brokered: the host's file is kept current.
                     let renewed = c.refresh.as_ref().map_or(String::new(), |r| {

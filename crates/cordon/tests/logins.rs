@@ -447,3 +447,70 @@ both!(a_broken_login_file_is_hidden_with_a_warning, |env: Env| {
     );
     assert!(!all(&o).contains("CanaryAccessClaude"), "{}", show(&o));
 });
+
+both!(a_yaml_login_is_shown_with_its_placeholder, |env: Env| {
+    // gh's hosts.yml: the token under a key that holds dots, twice (gh writes it per user
+    // too); `source = { file, yaml }` reads one, the copy inside has the placeholder in both.
+    if !common::need(&["curl", "openssl"], "a TLS stand-in of the provider") {
+        return;
+    }
+    let addr = &variant_addr(&env, 97);
+    setup(&env);
+    let root = www(&env, "www-gh", "hello-gh");
+    let Some((srv, ca)) = https_443(&env, "api.github.com", addr, &root) else {
+        return;
+    };
+    let token = format!("gho_{}", "CanaryGhYaml0123456789ab".repeat(2));
+    let yml = format!(
+        "github.com:\n    users:\n        octo:\n            oauth_token: {token}\n    git_protocol: https\n    oauth_token: {token}\n    user: octo\n"
+    );
+    let file = env.home.join(".config/gh/hosts.yml");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, &yml).unwrap();
+    env.own(&env.home);
+    let o = run_profile(
+        &env,
+        "none",
+        &format!(
+            "[credentials.gh-login]\n\
+             source = {{ file = \"~/.config/gh/hosts.yml\", yaml = \"github.com.oauth_token\" }}\n\
+             hosts = [\"api.github.com\"]\nheader = \"authorization\"\nformat = \"Bearer {{}}\"\n\
+             [dns]\nhosts = {{ \"api.github.com\" = \"{addr}\" }}\n\
+             [tls]\nupstream_ca = \"{}\"\n",
+            ca.display()
+        ),
+        "T=$(sed -n 's/^    oauth_token: //p' ~/.config/gh/hosts.yml)\n\
+         echo TOKLEN ${#T}\n\
+         echo SAME $(grep -c \"oauth_token: $T\" ~/.config/gh/hosts.yml)\n\
+         echo USER $(grep -c '^    user: octo$' ~/.config/gh/hosts.yml)\n\
+         echo REPLY $(curl -sS --max-time 10 -H \"authorization: Bearer $T\" https://api.github.com/hello.txt)\n\
+         echo HITS $(grep -rlF 'CanaryGhYaml' \"$HOME\" 2>/dev/null | wc -l)\n",
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = |p: &str| {
+        out.lines()
+            .find_map(|x| x.strip_prefix(p))
+            .unwrap_or("<missing>")
+            .trim()
+            .to_string()
+    };
+    assert_eq!(line("TOKLEN "), token.len().to_string(), "{}", show(&o));
+    assert_eq!(
+        line("SAME "),
+        "2",
+        "both places hold the placeholder: {}",
+        show(&o)
+    );
+    assert_eq!(line("USER "), "1", "{}", show(&o));
+    assert_eq!(line("REPLY "), "hello-gh", "{}", show(&o));
+    assert_eq!(line("HITS "), "0", "{}", show(&o));
+    assert!(
+        srv.log()
+            .lines()
+            .any(|x| x == format!("HDR authorization: Bearer {token}")),
+        "{}",
+        srv.log()
+    );
+    assert!(!all(&o).contains(&token), "{}", show(&o));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), yml);
+});

@@ -47,9 +47,81 @@ pub fn check_masked(text: &str, fields: &[(&str, &str)]) -> Result<(), String> {
     Ok(())
 }
 
+/// The scalar at `field` of YAML text made of block mappings (`key: value`, nested by
+/// indentation, as gh writes `hosts.yml`): the keys from the top joined with dots, so a key
+/// may hold dots itself (`github.com.oauth_token`). Quotes around a value are taken off; a
+/// sequence, flow collection or anything else this does not read gives `None` for what is
+/// inside it — never a wrong value.
+pub fn yaml_value(text: &str, field: &str) -> Option<String> {
+    let mut stack: Vec<(usize, String)> = Vec::new();
+    for raw in text.lines() {
+        let indent = raw.len() - raw.trim_start_matches(' ').len();
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') || line == "---" {
+            continue;
+        }
+        while stack.last().is_some_and(|(i, _)| *i >= indent) {
+            stack.pop();
+        }
+        let Some((key, value)) = line
+            .split_once(": ")
+            .or_else(|| line.strip_suffix(':').map(|k| (k, "")))
+        else {
+            continue;
+        };
+        if key.starts_with(['-', '[', '{']) {
+            continue;
+        }
+        let key = unquote(key.trim());
+        let value = match value.find(" #") {
+            Some(i) => &value[..i],
+            None => value,
+        }
+        .trim();
+        let mut path: Vec<&str> = stack.iter().map(|(_, k)| k.as_str()).collect();
+        path.push(&key);
+        if value.is_empty() {
+            stack.push((indent, key.clone()));
+        } else if path.join(".") == field {
+            let v = unquote(value);
+            return (!v.is_empty() && !v.starts_with(['[', '{', '&', '*', '|', '>'])).then_some(v);
+        }
+    }
+    None
+}
+
+fn unquote(v: &str) -> String {
+    for q in ['"', '\''] {
+        if v.len() >= 2 && v.starts_with(q) && v.ends_with(q) {
+            return v[1..v.len() - 1].to_string();
+        }
+    }
+    v.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_yaml_scalar_is_read_by_its_keys_even_when_a_key_holds_dots() {
+        let gh = "github.com:\n    users:\n        octo:\n            oauth_token: gho_inner\n    git_protocol: https\n    user: octo\n    oauth_token: 'gho_outer' # the active one\nghe.example.com:\n    oauth_token: \"gho_ghe\"\n";
+        assert_eq!(
+            yaml_value(gh, "github.com.oauth_token").as_deref(),
+            Some("gho_outer")
+        );
+        assert_eq!(
+            yaml_value(gh, "github.com.users.octo.oauth_token").as_deref(),
+            Some("gho_inner")
+        );
+        assert_eq!(
+            yaml_value(gh, "ghe.example.com.oauth_token").as_deref(),
+            Some("gho_ghe")
+        );
+        assert_eq!(yaml_value(gh, "github.com.users"), None);
+        assert_eq!(yaml_value(gh, "oauth_token"), None);
+        assert_eq!(yaml_value("a:\n  - b: x\n", "a.b"), None);
+    }
 
     #[test]
     fn a_field_is_read_by_its_dotted_path_and_only_a_string_counts() {

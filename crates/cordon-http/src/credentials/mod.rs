@@ -13,8 +13,8 @@
 
 pub mod login;
 pub mod login_file;
-pub mod refresh;
 mod placeholder;
+pub mod refresh;
 pub(crate) mod swap;
 
 pub use placeholder::{KeyError, PlaceholderKey, placeholder};
@@ -147,6 +147,9 @@ fn read(source: &CredentialSource) -> Option<String> {
         CredentialSource::Env(v) => std::env::var(v).ok(),
         CredentialSource::File(p) => std::fs::read_to_string(p).ok(),
         CredentialSource::Json { file, field } => login::json_field(file, field),
+        CredentialSource::Yaml { file, field } => std::fs::read_to_string(file)
+            .ok()
+            .and_then(|t| login::yaml_value(&t, field)),
         CredentialSource::Command(argv) => {
             let (program, args) = argv.split_first()?;
             std::process::Command::new(program)

@@ -29,6 +29,15 @@ pub enum CredentialSource {
         /// The field's dotted path from the top-level object.
         field: String,
     },
+    /// A scalar of a YAML file's block mappings (gh's `~/.config/gh/hosts.yml`), named by the
+    /// keys from the top joined with dots (`github.com.oauth_token`: a key may hold dots
+    /// itself). Shown inside like a JSON login file.
+    Yaml {
+        /// The file.
+        file: PathBuf,
+        /// The keys from the top, joined with dots.
+        field: String,
+    },
 }
 
 impl CredentialSource {
@@ -36,7 +45,7 @@ impl CredentialSource {
     /// masked.
     pub fn login_file(&self) -> Option<&std::path::Path> {
         match self {
-            CredentialSource::Json { file, .. } => Some(file),
+            CredentialSource::Json { file, .. } | CredentialSource::Yaml { file, .. } => Some(file),
             _ => None,
         }
     }
@@ -154,6 +163,7 @@ raw_table! {
         env: String,
         file: String,
         json: String,
+        yaml: String,
         command: Strings,
     }
 }
@@ -201,7 +211,10 @@ fn source(
             .filter(|x| !x.is_empty())
     };
     if let Some(j) = &src.json {
-        return json_source(cx, name, s, j);
+        return json_source(cx, name, s, j, false);
+    }
+    if let Some(y) = &src.yaml {
+        return json_source(cx, name, s, y, true);
     }
     Ok(
         match (trimmed(&src.env), &src.file, src.command.is_empty()) {
@@ -234,13 +247,24 @@ fn json_source(
     name: &str,
     s: &Spanned<RawSource>,
     j: &Spanned<String>,
+    yaml: bool,
 ) -> Result<CredentialSource, PolicyError> {
     let src = s.get_ref();
     let Some(f) = src
         .file
         .as_ref()
         .filter(|_| src.env.is_none() && src.command.is_empty())
+        .filter(|_| !(src.json.is_some() && src.yaml.is_some()))
     else {
+        if yaml || src.yaml.is_some() {
+            return Err(cx.diag(
+                format!(
+                    "[credentials.{name}]: `yaml` names a field of `file`, and goes with it alone"
+                ),
+                s.span(),
+                "source = { file = \"~/.config/gh/hosts.yml\", yaml = \"github.com.oauth_token\" }",
+            ));
+        }
         return Err(cx.diag(
             format!("[credentials.{name}]: `json` names a field of `file`, and goes with it alone"),
             s.span(),
@@ -263,7 +287,11 @@ fn json_source(
         .pop()
         .map(|r| r.path)
         .unwrap_or_default();
-    Ok(CredentialSource::Json { file, field })
+    Ok(if yaml {
+        CredentialSource::Yaml { file, field }
+    } else {
+        CredentialSource::Json { file, field }
+    })
 }
 
 fn slot(
@@ -447,9 +475,9 @@ fn refresh(
     hosts: &[HostPattern],
 ) -> Result<RefreshPlan, PolicyError> {
     let raw = r.get_ref();
-    if source.login_file().is_none() {
+    if !matches!(source, CredentialSource::Json { .. }) {
         return Err(cx.diag(
-            format!("[credentials.{name}]: `refresh` renews a token of a login file, and `source` names none"),
+            format!("[credentials.{name}]: `refresh` renews a token of a JSON login file, and `source` names none"),
             r.span(),
             "source = { file = \"~/.claude/.credentials.json\", json = \"claudeAiOauth.refreshToken\" }",
         ));
@@ -587,6 +615,11 @@ impl Section for Credentials {
                 }
                 CredentialSource::Json { file, field } => format!(
                     "{{ file = {}, json = {} }}",
+                    toml_string(&file.display().to_string()),
+                    toml_string(field)
+                ),
+                CredentialSource::Yaml { file, field } => format!(
+                    "{{ file = {}, yaml = {} }}",
                     toml_string(&file.display().to_string()),
                     toml_string(field)
                 ),
