@@ -22,6 +22,8 @@ struct Login {
     access: &'static str,
     host: &'static str,
     addr: u8,
+    /// The profile itself allows `host` (the test adds no `[[network.allow]]` for it).
+    profile_allows: bool,
 }
 
 /// A JWT whose signature is the canary (claims are not the secret; the signature is).
@@ -55,6 +57,7 @@ fn claude() -> Login {
         access: "claudeAiOauth.accessToken",
         host: "api.anthropic.com",
         addr: 81,
+        profile_allows: false,
     }
 }
 
@@ -85,6 +88,7 @@ fn codex() -> Login {
         access: "tokens.access_token",
         host: "chatgpt.com",
         addr: 83,
+        profile_allows: false,
     }
 }
 
@@ -110,8 +114,11 @@ fn gemini() -> Login {
             ("id_token", id),
         ],
         access: "access_token",
+        // The Code Assist API, where a Google-login gemini sends every model call: the
+        // profile must allow it by itself.
         host: "cloudcode-pa.googleapis.com",
         addr: 85,
+        profile_allows: true,
     }
 }
 
@@ -146,11 +153,15 @@ fn check_login(env: Env, l: Login) {
     std::fs::write(&file, &l.json).unwrap();
     env.own(&env.home);
     let host_before = std::fs::read(&file).unwrap();
+    let allow = if l.profile_allows {
+        String::new()
+    } else {
+        format!("[[network.allow]]\nhost = \"{}\"\nports = [443]\n", l.host)
+    };
     let pol = policy(
         &env,
         &format!(
-            "[dns]\nhosts = {{ \"{h}\" = \"{addr}\" }}\n\
-             [[network.allow]]\nhost = \"{h}\"\nports = [443]\n\
+            "[dns]\nhosts = {{ \"{h}\" = \"{addr}\" }}\n{allow}\
              [tls]\nupstream_ca = \"{}\"\n",
             ca.display(),
             h = l.host
