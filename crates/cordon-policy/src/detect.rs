@@ -272,3 +272,40 @@ fn package_json_name(p: &Path) -> Option<String> {
 #[cfg(test)]
 #[path = "detect_tests.rs"]
 mod tests;
+
+/// The arguments `argv` gives the agent itself (what follows its program, script or package),
+/// when what runs is one of `commands` or `packages`: `npx -y @openai/codex@1 login` →
+/// `["login"]`. Sees through `env` and the npm runners and `node SCRIPT` as [`detect`] does.
+pub fn agent_args<'a>(
+    argv: &'a [String],
+    commands: &[&str],
+    packages: &[&str],
+    package_of: &dyn Fn(&str) -> Option<String>,
+) -> Option<&'a [String]> {
+    let mut argv = argv;
+    while argv.first().is_some_and(|a| base(a) == "env") {
+        let i = (1..argv.len())
+            .find(|&i| !argv[i].starts_with('-') && !argv[i].contains('='))
+            .unwrap_or(argv.len());
+        argv = &argv[i..];
+    }
+    let first = argv.first()?;
+    let prog = base(first);
+    let is_agent = |a: &str| {
+        commands.contains(&base(a))
+            || packages.contains(&npm_name(a).as_str())
+            || package_of(a).is_some_and(|p| packages.contains(&p.as_str()))
+    };
+    let skip = match (prog, argv.get(1).map(String::as_str)) {
+        ("npx" | "bunx" | "pnpx", _) => 1,
+        ("npm", Some("exec" | "x")) | ("pnpm" | "yarn", Some("dlx")) | ("bun", Some("x")) => 2,
+        ("node" | "nodejs" | "bun" | "deno", _) => 1,
+        _ => 0,
+    };
+    if skip == 0 {
+        return is_agent(first).then(|| &argv[1..]);
+    }
+    // The first non-option argument after the runner is what it runs.
+    let i = (skip..argv.len()).find(|&i| !argv[i].starts_with('-'))?;
+    is_agent(&argv[i]).then(|| &argv[i + 1..])
+}

@@ -19,6 +19,7 @@ mod expand;
 pub mod explain;
 mod file;
 pub mod load;
+pub mod login_hint;
 pub mod pattern;
 pub mod plan;
 mod render;

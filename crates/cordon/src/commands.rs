@@ -123,6 +123,21 @@ pub(crate) fn resolve_project(dir: Option<&Path>) -> Result<PathBuf> {
     Ok(canon)
 }
 
+/// The login `argv` starts that cannot be brokered inside, under the active profile.
+pub(crate) fn login_hint(
+    argv: &[String],
+    loaded: &Loaded,
+) -> Option<cordon_policy::login_hint::LoginHint> {
+    let profile = loaded.profile.as_ref()?;
+    let host = cordon_policy::login_hint::HostLogins::read(&home(), &|n| std::env::var(n).ok());
+    cordon_policy::login_hint::login_hint(
+        argv,
+        &profile.name,
+        &host,
+        &cordon_policy::detect::package_of,
+    )
+}
+
 pub(crate) fn load_options(
     policy: Option<PathBuf>,
     args: &PolicyArgs,
@@ -207,6 +222,9 @@ fn run(a: RunArgs) -> i32 {
     };
     for w in &loaded.warnings {
         eprintln!("cordon: warning: {w}");
+    }
+    if let Some(h) = login_hint(&opts.command, &loaded) {
+        eprintln!("cordon: {}", h.line());
     }
 
     let session = cordon_events::new_session_id();

@@ -709,3 +709,93 @@ both!(a_missing_agent_state_dir_gets_a_hint, |env: Env| {
         show(&o)
     );
 });
+
+/// `cordon run --no-tty -- ARGV` with `envs` added; ARGV[0] is a stand-in in the project.
+fn run_standin(env: &Env, argv: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
+    let bin = env.project.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for name in ["codex", "gemini"] {
+        let p = bin.join(name);
+        std::fs::write(&p, "#!/bin/sh\necho STANDIN \"$@\"\n").unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    env.own(&bin);
+    let _ = std::fs::remove_file(&env.audit);
+    let prog = bin.join(argv[0]);
+    env.cordon()
+        .envs(envs.iter().copied())
+        .args(["run", "--no-tty", "--audit"])
+        .arg(&env.audit)
+        .arg("--")
+        .arg(&prog)
+        .args(&argv[1..])
+        .output()
+        .unwrap()
+}
+
+/// The start-up line of a login that cannot finish inside (a browser redirect to the
+/// sandbox's loopback), if it was printed.
+fn login_line(o: &std::process::Output) -> Option<String> {
+    String::from_utf8_lossy(&o.stderr)
+        .lines()
+        .find(|l| l.starts_with("cordon: login: "))
+        .map(str::to_string)
+}
+
+// `codex login` (ChatGPT's browser login, redirected to localhost:1455) cannot finish inside:
+// cordon says so at start and names `codex login --device-auth`; the device flow, an API-key
+// login and any other codex command get no such line. The profile is detected from the
+// stand-in's name, and the command still runs.
+both!(codex_browser_login_is_named_at_start, |env: Env| {
+    let o = run_standin(&env, &["codex", "login"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("STANDIN login"),
+        "{}",
+        show(&o)
+    );
+    let line = login_line(&o).unwrap_or_else(|| panic!("no login line: {}", show(&o)));
+    assert!(line.contains("codex login --device-auth"), "{line}");
+    assert!(line.contains("localhost:1455"), "{line}");
+    for argv in [
+        &["codex", "login", "--device-auth"][..],
+        &["codex", "login", "--with-api-key"],
+        &["codex", "exec", "hello"],
+    ] {
+        let o = run_standin(&env, argv, &[]);
+        assert_eq!(o.status.code(), Some(0), "{argv:?}: {}", show(&o));
+        assert_eq!(login_line(&o), None, "{argv:?}: {}", show(&o));
+    }
+});
+
+// A first gemini run with no login on the host offers Google's browser login (redirected to a
+// localhost port): cordon says so at start and names `NO_BROWSER=true gemini`. With a login
+// file on the host, an API key, or NO_BROWSER=true, no line.
+both!(
+    gemini_first_run_without_a_login_is_named_at_start,
+    |env: Env| {
+        let o = run_standin(&env, &["gemini"], &[]);
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        let line = login_line(&o).unwrap_or_else(|| panic!("no login line: {}", show(&o)));
+        assert!(line.contains("NO_BROWSER=true gemini"), "{line}");
+        for envs in [
+            &[("GEMINI_API_KEY", "AIzaSyStandInKeyNotReal0123456789abcdef")][..],
+            &[("NO_BROWSER", "true")],
+        ] {
+            let o = run_standin(&env, &["gemini"], envs);
+            assert_eq!(o.status.code(), Some(0), "{envs:?}: {}", show(&o));
+            assert_eq!(login_line(&o), None, "{envs:?}: {}", show(&o));
+        }
+        let dir = env.home.join(".gemini");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+        dir.join("oauth_creds.json"),
+        r#"{"access_token":"ya29.CanaryCliHint0123456789abcdefghijklmnop","token_type":"Bearer","expiry_date":4102444800000}"#,
+    )
+    .unwrap();
+        env.own(&env.home);
+        let o = run_standin(&env, &["gemini"], &[]);
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        assert_eq!(login_line(&o), None, "{}", show(&o));
+    }
+);
