@@ -14,6 +14,8 @@
 #  - bind9-dnsutils (dig), iputils-ping: the network escape battery's DNS-tunnel and ICMP attacks
 #  - openssh-server, openssh-client: the SSH test's own sshds (loopback, unprivileged), ssh-agent,
 #    ssh and git over SSH through cordon's filtering agent
+#  - g++ and cargo-fuzz (pinned): the fuzz targets under fuzz/ (libFuzzer is C++), run by
+#    scripts/fuzz.sh
 #  - an unprivileged account, cordon-test, for the second run of every sandbox test
 set -euo pipefail
 if [ "$(id -u)" -ne 0 ]; then
@@ -22,7 +24,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 need=()
 for pkg in git python3 util-linux procps cargo strace bubblewrap hyperfine libcap2-bin \
-    curl openssl gcc libc6-dev python3-pip python3-venv python3-requests iperf3 passt slirp4netns \
+    curl openssl gcc g++ libc6-dev python3-pip python3-venv python3-requests iperf3 passt slirp4netns \
     openssh-server openssh-client bind9-dnsutils iputils-ping \
     chromium chromium-driver fonts-dejavu-core man-db; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
@@ -31,6 +33,10 @@ if [ "${#need[@]}" -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+# cargo-fuzz, pinned, for scripts/fuzz.sh (built from crates.io with the toolchain's cargo).
+if [ "$(cargo fuzz --version 2>/dev/null)" != "cargo-fuzz 0.13.2" ]; then
+    cargo install cargo-fuzz --version 0.13.2 --locked -j2 --quiet
 fi
 if ! id cordon-test >/dev/null 2>&1; then
     useradd --create-home --shell /bin/sh cordon-test

@@ -33,4 +33,12 @@ if [ "$(id -u)" -eq 0 ]; then
 else
     echo "soak (scripts/soak.sh): needs root" >> "$skips"
 fi
+# The fuzz targets, a fixed number of inputs each (docs/fuzzing.md). They need no privileges,
+# so they run for anyone who has cargo-fuzz; as root (CI) setup-test-env.sh installed it, so a
+# missing one fails there, and is a visible skip for anyone else.
+if [ "$(id -u)" -eq 0 ] || cargo fuzz --version >/dev/null 2>&1; then
+    bash scripts/fuzz.sh
+else
+    echo "fuzz (scripts/fuzz.sh): cargo-fuzz is not installed" >> "$skips"
+fi
 bash scripts/test-agents.sh
