@@ -212,3 +212,114 @@ both!(
         }
     }
 );
+
+// A Google login, not a key: the real gemini CLI (GOOGLE_GENAI_USE_GCA=true, as `gemini` with
+// "Login with Google" chosen) reads ~/.gemini/oauth_creds.json, which inside holds
+// placeholders; it checks the cached login at oauth2.googleapis.com/tokeninfo, asks the Code
+// Assist API (cloudcode-pa.googleapis.com, which the gemini profile allows by itself) for the
+// user's tier and then for the answer. Every bearer token that reached the stand-ins is the
+// real access token; nothing the agent could read holds a real token.
+both!(gemini_p_answers_with_its_google_login, |env: Env| {
+    let access = format!("ya29.{}", "RealLoginGemini0123456789_-".repeat(4));
+    let refresh = format!("1//0g{}", "RealRefreshGemini0123456789".repeat(3));
+    let login = serde_json::json!({
+        "access_token": access,
+        "refresh_token": refresh,
+        "scope": "https://www.googleapis.com/auth/cloud-platform https://www.googleapis.com/auth/userinfo.email openid",
+        "token_type": "Bearer",
+        "expiry_date": 4_102_444_800_000_u64
+    });
+    let file = env.home.join(".gemini/oauth_creds.json");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, serde_json::to_string(&login).unwrap()).unwrap();
+    let before = std::fs::read(&file).unwrap();
+    let case = Case {
+        agent: "gemini",
+        host: "cloudcode-pa.googleapis.com",
+        key_var: "",
+        key: "",
+        args: &[],
+        vars: &[],
+        addr: 97,
+        state: &[],
+        shell: None,
+        also: &["oauth2.googleapis.com", "www.googleapis.com"],
+    };
+    let Some(Ready {
+        stub,
+        policy: pol,
+        path,
+        answer,
+    }) = prepare(&env, &case)
+    else {
+        return;
+    };
+    let _ = std::fs::remove_file(&env.audit);
+    let child = cordon(&env)
+        .env("PATH", &path)
+        .args(["run", "--no-tty", "--audit"])
+        .arg(&env.audit)
+        .args(["--profile", "gemini", "--policy", &pol, "--", "sh", "-c"])
+        .arg(
+            "GOOGLE_GENAI_USE_GCA=true gemini --skip-trust --model gemini-2.5-flash -p 'Say hello'; \
+             cat ~/.gemini/oauth_creds.json > .seen-login; \
+             for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do tr '\\0' '\\n' < $f; done > .seen-proc 2>/dev/null",
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let o = wait_limited(child, Duration::from_secs(180));
+    let log = stub.log();
+    let ctx = format!("{}\n--- stand-in:\n{log}", show(&o));
+    assert!(
+        text(&o).contains(&answer),
+        "no answer from the agent\n{ctx}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l
+                .starts_with("REQ POST cloudcode-pa.googleapis.com /v1internal:loadCodeAssist")),
+        "it never asked the Code Assist API\n{ctx}"
+    );
+    // The start-up check of the cached login, with the access token (swapped to the real one
+    // there too: without it gemini takes its login for dead and asks for a new one).
+    assert!(
+        log.lines()
+            .any(|l| l.starts_with("REQ POST oauth2.googleapis.com /tokeninfo")),
+        "it never checked its login\n{ctx}"
+    );
+    let keys: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.strip_prefix("KEY authorization Bearer "))
+        .collect();
+    assert!(
+        !keys.is_empty(),
+        "no bearer token reached the stand-in\n{ctx}"
+    );
+    assert!(
+        keys.iter().all(|k| *k == access),
+        "a placeholder got through\n{ctx}"
+    );
+    let seen = std::fs::read_to_string(env.project.join(".seen-login")).unwrap_or_default();
+    let doc: Value = serde_json::from_str(&seen).unwrap_or_default();
+    let held = doc["access_token"].as_str().unwrap_or_default();
+    assert!(
+        held.starts_with("ya29.") && held != access,
+        "the agent's login file: {seen}"
+    );
+    let proc = std::fs::read_to_string(env.project.join(".seen-proc")).unwrap_or_default();
+    assert!(
+        proc.contains("PATH="),
+        "the processes were not read: {proc}"
+    );
+    for real in [&access, &refresh] {
+        assert!(!seen.contains(real.as_str()) && !proc.contains(real.as_str()));
+        assert!(!text(&o).contains(real.as_str()), "{ctx}");
+    }
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        before,
+        "the host's login changed"
+    );
+});

@@ -254,9 +254,11 @@ pub fn make_tls(dir: &Path, name: &str) -> bool {
                -addext basicConstraints=critical,CA:TRUE \
                -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null; \
              openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
-               -keyout srv.key -out srv.csr -subj /CN={name} 2>/dev/null; \
+               -keyout srv.key -out srv.csr -subj /CN={cn} 2>/dev/null; \
              openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial \
-               -out srv.pem -days 2 -extfile ext.cnf 2>/dev/null"
+               -out srv.pem -days 2 -extfile ext.cnf 2>/dev/null",
+            // A CN holds at most 64 characters: the first name only (the SAN has them all).
+            cn = name.split(',').next().unwrap_or(name)
         ),
     )
 }
