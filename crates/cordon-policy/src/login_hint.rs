@@ -40,7 +40,8 @@ impl LoginHint {
 pub struct HostLogins {
     /// `~/.gemini/oauth_creds.json` exists on the host.
     pub gemini_oauth_creds: bool,
-    /// `GEMINI_API_KEY` or `GOOGLE_API_KEY` is set (non-empty).
+    /// Another way in is set up: `GEMINI_API_KEY` or `GOOGLE_API_KEY` (in the environment or
+    /// in `~/.gemini/.env`, which gemini loads), or Vertex AI (`GOOGLE_GENAI_USE_VERTEXAI`).
     pub gemini_api_key: bool,
     /// `NO_BROWSER` is set to `true` (gemini then uses the code-pasting flow).
     pub no_browser: bool,
@@ -50,9 +51,21 @@ impl HostLogins {
     /// Read from the host: `home` is the user's home, `env` looks a variable up.
     pub fn read(home: &std::path::Path, env: &dyn Fn(&str) -> Option<String>) -> Self {
         let set = |n: &str| env(n).is_some_and(|v| !v.is_empty());
+        let dot_env = std::fs::read_to_string(home.join(".gemini/.env")).unwrap_or_default();
+        let in_dot_env = |n: &str| {
+            dot_env.lines().any(|l| {
+                let l = l.trim_start().trim_start_matches("export ").trim_start();
+                l.strip_prefix(n)
+                    .and_then(|r| r.strip_prefix('='))
+                    .is_some_and(|v| !v.trim().is_empty())
+            })
+        };
         Self {
             gemini_oauth_creds: home.join(".gemini/oauth_creds.json").exists(),
-            gemini_api_key: set("GEMINI_API_KEY") || set("GOOGLE_API_KEY"),
+            gemini_api_key: ["GEMINI_API_KEY", "GOOGLE_API_KEY"]
+                .iter()
+                .any(|n| set(n) || in_dot_env(n))
+                || env("GOOGLE_GENAI_USE_VERTEXAI").is_some_and(|v| v == "true"),
             no_browser: env("NO_BROWSER").is_some_and(|v| v == "true"),
         }
     }
@@ -207,6 +220,11 @@ mod tests {
         assert!(h.gemini_api_key && !h.gemini_oauth_creds && !h.no_browser);
         std::fs::write(d.join(".gemini/oauth_creds.json"), "{}").unwrap();
         assert!(HostLogins::read(&d, &none).gemini_oauth_creds);
+        std::fs::remove_file(d.join(".gemini/oauth_creds.json")).unwrap();
+        std::fs::write(d.join(".gemini/.env"), "# keys\nGEMINI_API_KEY=\n").unwrap();
+        assert!(!HostLogins::read(&d, &none).gemini_api_key);
+        std::fs::write(d.join(".gemini/.env"), "export GEMINI_API_KEY=AIzaX\n").unwrap();
+        assert!(HostLogins::read(&d, &none).gemini_api_key);
         std::fs::remove_dir_all(&d).unwrap();
     }
 }
