@@ -182,6 +182,8 @@ while kill -0 "$LOAD_PID" 2>/dev/null; do
 done
 wait "$LOAD_PID" || true
 LOAD_OUT=$(cat "$W/load.txt")
+# LOAD_KEEP=FILE keeps hey's whole report of the load (its error distribution).
+[ -n "${LOAD_KEEP:-}" ] && cp "$W/load.txt" "$LOAD_KEEP"
 
 echo "## HTTPS through the transparent gateway"
 echo

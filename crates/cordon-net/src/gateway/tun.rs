@@ -28,6 +28,20 @@ use super::{Flow, FlowDenial, FlowKind, FlowTarget, Shared};
 const TCP_BUFFER: u32 = 1 << 20;
 const MTU: usize = 65520;
 
+/// Hands one packet to the userspace stack: `false` once the stack is gone. A packet the
+/// stack refuses as malformed is dropped (TCP retransmits what was real), so one bad packet
+/// from the sandbox never ends its network for the session; `packet::parse` already drops
+/// what the stack would refuse, this keeps it so if the two ever disagree.
+async fn feed<S>(to_stack: &mut S, pkt: Vec<u8>) -> bool
+where
+    S: futures::Sink<Vec<u8>, Error = io::Error> + Unpin,
+{
+    match to_stack.send(pkt).await {
+        Ok(()) => true,
+        Err(e) => e.kind() == io::ErrorKind::InvalidInput,
+    }
+}
+
 /// The TUN device, non-blocking, for the runtime's reactor.
 pub(crate) struct Tun(AsyncFd<std::fs::File>);
 
@@ -72,6 +86,20 @@ enum FlowState {
     /// Relaying.
     Live,
 }
+
+impl FlowState {
+    /// Decided and handed to the stack, waiting for it to hand over the sandbox side.
+    fn decided(&self) -> bool {
+        matches!(
+            self,
+            Self::Ready(_) | Self::Intercept(..) | Self::Refuse(..)
+        )
+    }
+}
+
+/// How long a decided flow may wait for the stack to complete the client's handshake: well past
+/// the client's SYN retransmissions (1, 3, 7 s…) and a loaded machine's delays.
+const UNACCEPTED: std::time::Duration = std::time::Duration::from_secs(30);
 
 type Flows = Arc<Mutex<HashMap<Key, FlowState>>>;
 
@@ -120,7 +148,7 @@ pub(crate) async fn run(shared: Arc<Shared>, tun: Tun) {
     loop {
         tokio::select! {
             Some(syn) = inject_rx.recv() => {
-                if to_stack.send(syn).await.is_err() {
+                if !feed(&mut to_stack, syn).await {
                     return;
                 }
             }
@@ -142,7 +170,7 @@ pub(crate) async fn run(shared: Arc<Shared>, tun: Tun) {
                             hold_syn(&shared, &flows, &tun, &inject_tx, syn).await;
                         }
                         Parsed::Tcp { .. } => {
-                            if to_stack.send(pkt.to_vec()).await.is_err() {
+                            if !feed(&mut to_stack, pkt.to_vec()).await {
                                 return;
                             }
                         }
@@ -272,14 +300,22 @@ async fn hold_syn(
     let key = (syn.src, syn.dst);
     let known = {
         let mut f = flows.lock().unwrap_or_else(|p| p.into_inner());
-        let known = f.contains_key(&key);
-        if !known {
+        let known = f.get(&key).map(FlowState::decided);
+        if known.is_none() {
             f.insert(key, FlowState::Pending);
         }
         known
     };
-    if known {
-        return;
+    match known {
+        // The client's retransmitted SYN of a flow decided and handed to the stack but not yet
+        // accepted: the stack may have lost the first one (its queue full under a burst of
+        // connects), so it gets this one too. Dropping it would leave the client to time out.
+        Some(true) => {
+            let _ = inject.send(syn.packet);
+            return;
+        }
+        Some(false) => return,
+        None => {}
     }
     let Some(slot) = shared.slot() else {
         flows.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
@@ -313,6 +349,14 @@ async fn hold_syn(
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(key, state);
                 let _ = inject.send(packet);
+                // A flow the stack never hands over (the client gave up, its SYNs lost) would
+                // hold its slot, and any host-side connection, for the session: in time every
+                // new connection would be refused. It is let go once it has waited this long.
+                tokio::time::sleep(UNACCEPTED).await;
+                let mut f = flows.lock().unwrap_or_else(|p| p.into_inner());
+                if f.get(&key).is_some_and(FlowState::decided) {
+                    f.remove(&key);
+                }
             }
             None => {
                 flows.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
@@ -371,5 +415,30 @@ async fn decide(shared: &Shared, src: SocketAddrV4, dst: SocketAddrV4) -> Decide
                 None => Decided::Refused,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A packet the stack cannot parse is dropped, and the stack takes the next one: the
+    /// fuzzer found the TUN loop ending (the sandbox's network gone) on the first such packet.
+    #[tokio::test]
+    async fn a_malformed_packet_is_dropped_and_the_stack_goes_on() {
+        let (stack, runner, _, _listener) = stack_builder().build().expect("the stack builds");
+        if let Some(runner) = runner {
+            tokio::spawn(runner);
+        }
+        let (mut to_stack, _from_stack) = stack.split();
+        // Version 4, a header length of 15 words, in a 3-byte packet: refused as invalid.
+        assert!(feed(&mut to_stack, vec![0x4f, 0, 0]).await);
+        let a = |s: &str| s.parse::<SocketAddrV4>().unwrap();
+        let good = packet::tcp_rst(a("10.0.2.100:40000"), a("198.18.0.5:443"), 1000);
+        assert!(matches!(packet::parse(&good), Parsed::Tcp { .. }));
+        assert!(
+            feed(&mut to_stack, good).await,
+            "a well-formed packet after it is taken"
+        );
     }
 }
