@@ -284,7 +284,9 @@ impl Interceptor {
     /// client sends the same Basic value request after request).
     pub(crate) fn scrubber_for(&self, sent: &[(String, String)]) -> Option<crate::dlp::Scrubber> {
         let live = self.live();
-        let credentials = live.as_ref().map_or(&self.credentials[..], |l| &l.credentials[..]);
+        let credentials = live
+            .as_ref()
+            .map_or(&self.credentials[..], |l| &l.credentials[..]);
         let extra: Vec<(String, String)> = sent
             .iter()
             .filter(|p| {

@@ -230,7 +230,10 @@ fn a_yaml_field_source_loads_hides_its_file_and_prints_back() {
     assert_eq!(l.plan.credentials[0].source, want);
     assert!(has(&l.plan.filesystem.deny, &file).is_some());
     let text = l.plan.to_toml();
-    assert!(text.contains("yaml = \"github.com.oauth_token\" }"), "{text}");
+    assert!(
+        text.contains("yaml = \"github.com.oauth_token\" }"),
+        "{text}"
+    );
     assert_eq!(env.reload(&text).plan.credentials[0].source, want);
     // Not both, not without the file, and no refresh of a YAML login.
     for (source, says) in [

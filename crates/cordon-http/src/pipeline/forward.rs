@@ -52,7 +52,8 @@ pub(crate) async fn forward(
     // A response to a request that carried a real value is scrubbed of every form it was
     // sent in — which needs it uncompressed.
     let scrub = if sent.is_empty() {
-        i.live().map_or_else(|| i.scrub.clone(), |l| l.scrub.clone())
+        i.live()
+            .map_or_else(|| i.scrub.clone(), |l| l.scrub.clone())
     } else {
         parts.headers.insert(
             header::ACCEPT_ENCODING,
@@ -192,7 +193,9 @@ fn upstream_head(
     // Credentials at the wire: placeholders become real values only in the named header (or
     // query parameter) of requests to the credential's hosts; anywhere else one is a leak.
     let live = i.live();
-    let credentials = live.as_ref().map_or(&i.credentials[..], |l| &l.credentials[..]);
+    let credentials = live
+        .as_ref()
+        .map_or(&i.credentials[..], |l| &l.credentials[..]);
     swap(credentials, parts, c.host, scanned).map_err(|(name, place)| {
         (i.emit)(
             leak_event(&format!("{} {}", ex.method, ex.url), &name, &place)
