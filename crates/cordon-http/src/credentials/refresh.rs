@@ -3,11 +3,11 @@
 //! placeholders, so cordon does the exchange's secret parts:
 //!
 //! - the request: the placeholder of the refresh token in its body (JSON or form) becomes
-//!   the real one, for that endpoint only ([`Logins::request_body`]);
+//!   the real one, for that endpoint only (`Logins::request_body`);
 //! - the answer: its new tokens are written to the host's login file at once, before the
 //!   agent hears anything (a rotated refresh token makes the old one dead: the host must
 //!   never be left holding it), the credentials swapped at the wire from then on are the new
-//!   ones, and the agent gets the answer with placeholders for them ([`Logins::answer`]).
+//!   ones, and the agent gets the answer with placeholders for them (`Logins::answer`).
 //!
 //! A placeholder handed out earlier in the session keeps working (it now stands for the new
 //! value): the login file inside is a read-only copy taken at start, and a second process of
