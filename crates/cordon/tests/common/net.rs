@@ -129,26 +129,26 @@ pub fn run_with(env: &Env, policy_text: &str, script: &str, vars: &[(&str, &str)
 
 // ---- host-side servers ----
 
-/// A fixture server (`netfix.py`) on the host's 127.0.0.1; killed on drop.
-pub struct Server {
+/// A Python fixture on the host (`netfix.py`, `escsink.py`…) that prints `READY …` once it
+/// listens, then one line per thing it saw; killed on drop.
+pub struct Fixture {
     child: Child,
-    pub port: u16,
-    /// What followed the port on the READY line (the stream server's sha256).
-    pub extra: String,
+    /// The READY line's words after `READY`.
+    pub ready: String,
     lines: Arc<Mutex<Vec<String>>>,
 }
 
-impl Server {
-    pub fn start(args: &[&str]) -> Server {
+impl Fixture {
+    pub fn start(script: &str, args: &[&str], limit: Duration) -> Fixture {
         let mut child = Command::new(PY)
             .arg("-u")
-            .arg(format!("{FIXTURES}/netfix.py"))
+            .arg(script)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .expect("start netfix.py");
+            .unwrap_or_else(|e| panic!("start {script}: {e}"));
         let stdout = child.stdout.take().unwrap();
         let lines = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = mpsc::channel();
@@ -167,16 +167,48 @@ impl Server {
             }
         });
         let ready = rx
-            .recv_timeout(Duration::from_secs(90))
-            .unwrap_or_else(|_| panic!("netfix.py {args:?} never became ready"));
-        let mut f = ready.split_whitespace().skip(1);
+            .recv_timeout(limit)
+            .unwrap_or_else(|_| panic!("{script} {args:?} never became ready"));
+        let ready = ready.trim_start_matches("READY ").to_string();
+        Fixture {
+            child,
+            ready,
+            lines,
+        }
+    }
+
+    /// Every line seen so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A fixture server (`netfix.py`) on the host's 127.0.0.1; killed on drop.
+pub struct Server {
+    fixture: Fixture,
+    pub port: u16,
+    /// What followed the port on the READY line (the stream server's sha256).
+    pub extra: String,
+}
+
+impl Server {
+    pub fn start(args: &[&str]) -> Server {
+        let script = format!("{FIXTURES}/netfix.py");
+        let fixture = Fixture::start(&script, args, Duration::from_secs(90));
+        let mut f = fixture.ready.split_whitespace();
         let port = f.next().unwrap().parse().unwrap();
         let extra = f.collect::<Vec<_>>().join(" ");
         Server {
-            child,
+            fixture,
             port,
             extra,
-            lines,
         }
     }
 
@@ -191,23 +223,15 @@ impl Server {
     /// Lines starting with `prefix` seen so far (after a short settle).
     pub fn count(&self, prefix: &str) -> usize {
         std::thread::sleep(Duration::from_millis(300));
-        self.lines
-            .lock()
-            .unwrap()
+        self.fixture
+            .lines()
             .iter()
             .filter(|l| l.starts_with(prefix))
             .count()
     }
 
     pub fn log(&self) -> String {
-        self.lines.lock().unwrap().join("\n")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.fixture.lines().join("\n")
     }
 }
 

@@ -1,15 +1,14 @@
 //! What escape_net.rs's attacks share: host-side sinks that log every byte they get, a TLS
 //! certificate for several names, the audit log's events, and the in-sandbox attack client.
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
+use std::process::Output;
+
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::net::{PY, sh};
+use crate::common::net::{Fixture, sh};
 use crate::common::{Env, show, skip};
 
 pub const ESCSINK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/net/escsink.py");
@@ -30,54 +29,22 @@ pub fn canary(tag: &str) -> String {
 
 /// `escsink.py` (or `netfix.py`) on the host's loopback, killed on drop.
 pub struct Sink {
-    child: Child,
+    fixture: Fixture,
     pub ports: Vec<u16>,
-    lines: Arc<Mutex<Vec<String>>>,
 }
 
 impl Sink {
     pub fn start(script: &str, args: &[&str]) -> Sink {
-        let mut child = Command::new(PY)
-            .arg("-u")
-            .arg(script)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start a sink");
-        let stdout = child.stdout.take().unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = mpsc::channel();
-        let seen = lines.clone();
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if line.starts_with("READY ")
-                    && let Some(tx) = tx.take()
-                {
-                    let _ = tx.send(line);
-                    continue;
-                }
-                seen.lock().unwrap().push(line);
-            }
-        });
-        let ready = rx
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|_| panic!("{script} {args:?} never became ready"));
-        let ports = ready
+        let fixture = Fixture::start(script, args, Duration::from_secs(60));
+        let ports = fixture
+            .ready
             .split_whitespace()
-            .nth(1)
+            .next()
             .unwrap()
             .split(',')
             .map(|p| p.parse().unwrap())
             .collect();
-        Sink {
-            child,
-            ports,
-            lines,
-        }
+        Sink { fixture, ports }
     }
 
     /// A byte-logging sink on `addr`, one listener per port (0: any free one).
@@ -102,7 +69,7 @@ impl Sink {
     /// when it ends).
     pub fn log(&self) -> String {
         std::thread::sleep(Duration::from_millis(400));
-        self.lines.lock().unwrap().join("\n")
+        self.fixture.lines().join("\n")
     }
 
     /// Whether `needle` reached the sink in any form it logs.
@@ -112,19 +79,11 @@ impl Sink {
 
     pub fn count(&self, prefix: &str) -> usize {
         let _ = self.log();
-        self.lines
-            .lock()
-            .unwrap()
+        self.fixture
+            .lines()
             .iter()
             .filter(|l| l.starts_with(prefix))
             .count()
-    }
-}
-
-impl Drop for Sink {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
