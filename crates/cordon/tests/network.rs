@@ -755,6 +755,40 @@ both!(two_hundred_concurrent_connections, |env: Env| {
     assert_eq!(echo.count("CONN"), 200, "{}", show(&o));
 });
 
+// At the cap of 512 flows a new one waits (2 s) for one to close, as a listen backlog holds a
+// SYN, and is refused only if none does; clients that open many connections at once (Go's
+// transport) go past the cap for moments.
+both!(
+    a_flow_over_the_cap_waits_for_a_slot_then_is_refused,
+    |env: Env| {
+        setup(&env);
+        let echo = Server::echo();
+        let name = "echo.example.test";
+        let pol = named(&[name], &[(name, &[echo.port])], "");
+        let o = run(&env, &pol, &nc(&format!("cap {name} {} 512", echo.port)));
+        let r = ok_results(&o, 1);
+        assert_eq!(r[0]["held"], 512, "{}", show(&o));
+        assert_eq!(
+            r[0]["waited"],
+            "ok",
+            "a slot freed while it waited: {}",
+            show(&o)
+        );
+        assert_eq!(r[0]["over"], "refused", "{}", show(&o));
+        let after = r[0]["over_s"].as_f64().unwrap();
+        assert!(
+            after >= 1.5,
+            "refused only after the wait, not at once ({after} s): {}",
+            show(&o)
+        );
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("512 connections are open already"),
+            "the refusal is said: {}",
+            show(&o)
+        );
+    }
+);
+
 both!(one_gib_transfer_keeps_its_checksum, |env: Env| {
     setup(&env);
     // CORDON_TEST_NET_BYTES shrinks it for a quick local run; the issue asks for 1 GiB.

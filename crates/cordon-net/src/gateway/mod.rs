@@ -64,6 +64,13 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// which no sandbox limit covers: this bounds it (about 1.2 GiB in the worst case) and the
 /// descriptors with it.
 pub(crate) const MAX_FLOWS: usize = 512;
+/// A new flow at [`MAX_FLOWS`] waits this long for one to close, as a kernel's listen backlog
+/// would hold it: clients that open many connections at once (Go's transport dials a spare
+/// while a request waits) go past the cap for moments, and a refusal then is a failed request.
+const SLOT_WAIT: Duration = Duration::from_secs(2);
+/// At most this many new flows wait for a slot; past it they are refused at once, so a SYN
+/// flood from the sandbox cannot make the supervisor hold one task per SYN.
+const SLOT_WAITERS: usize = MAX_FLOWS;
 /// After one direction of a flow has ended, how long the other may sit idle before the flow is
 /// closed: a peer that never answers a half-close must not hold the supervisor's descriptors.
 const HALF_CLOSE_IDLE: Duration = Duration::from_secs(30);
@@ -124,6 +131,8 @@ pub(crate) struct Shared {
     pub redact: Redact,
     /// One permit per flow (see [`MAX_FLOWS`]).
     pub slots: Arc<tokio::sync::Semaphore>,
+    /// New flows waiting for a slot (see [`SLOT_WAITERS`]).
+    pub slot_waiters: AtomicUsize,
     /// Rate limit of the noisy events: (window start, emitted, suppressed).
     pub noisy: Mutex<(Instant, u32, u64)>,
     /// Process lookups running.
@@ -216,6 +225,7 @@ impl Gateway {
                 http: OnceLock::new(),
                 redact,
                 slots: Arc::new(tokio::sync::Semaphore::new(MAX_FLOWS)),
+                slot_waiters: AtomicUsize::new(0),
                 noisy: Mutex::new((Instant::now(), 0, 0)),
                 lookups: Arc::new(AtomicUsize::new(0)),
                 audit: OnceLock::new(),
@@ -384,9 +394,20 @@ impl Shared {
         self.emit(ev);
     }
 
-    /// A slot for a new flow, or `None` when the sandbox already has [`MAX_FLOWS`].
-    pub(crate) fn slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        let permit = self.slots.clone().try_acquire_owned().ok();
+    /// A slot for a new flow, or `None` when the sandbox still has [`MAX_FLOWS`] after
+    /// [`SLOT_WAIT`] (at once when [`SLOT_WAITERS`] flows are waiting already).
+    pub(crate) async fn slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let mut permit = self.slots.clone().try_acquire_owned().ok();
+        if permit.is_none() && self.slot_waiters.fetch_add(1, Ordering::Relaxed) < SLOT_WAITERS {
+            let wait = self.slots.clone().acquire_owned();
+            permit = tokio::time::timeout(SLOT_WAIT, wait)
+                .await
+                .ok()
+                .and_then(Result::ok);
+            self.slot_waiters.fetch_sub(1, Ordering::Relaxed);
+        } else if permit.is_none() {
+            self.slot_waiters.fetch_sub(1, Ordering::Relaxed);
+        }
         if permit.is_none() {
             self.emit_noisy(
                 NewEvent::new(

@@ -33,22 +33,19 @@ pub(crate) async fn serve(shared: Arc<Shared>, listener: TcpListener) {
                 continue;
             }
         };
-        let Some(slot) = shared.slot() else {
+        let _ = conn.set_nodelay(true);
+        let shared = shared.clone();
+        tokio::spawn(async move {
             let mut conn = conn;
-            tokio::spawn(async move {
+            let Some(_slot) = shared.slot().await else {
                 reply(
                     &mut conn,
                     "503 Service Unavailable",
                     "cordon: too many connections are open; close some and retry\n",
                 )
                 .await;
-            });
-            continue;
-        };
-        let _ = conn.set_nodelay(true);
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            let _slot = slot;
+                return;
+            };
             handle(shared, conn).await;
         });
     }

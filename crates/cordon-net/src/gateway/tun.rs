@@ -317,11 +317,6 @@ async fn hold_syn(
         Some(false) => return,
         None => {}
     }
-    let Some(slot) = shared.slot() else {
-        flows.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
-        tun.write(&packet::tcp_rst(syn.src, syn.dst, syn.seq)).await;
-        return;
-    };
     let (shared, flows, tun, inject) = (shared.clone(), flows.clone(), tun.clone(), inject.clone());
     tokio::spawn(async move {
         let Syn {
@@ -330,6 +325,13 @@ async fn hold_syn(
             seq,
             packet,
         } = syn;
+        // While this waits for a slot the entry is Pending, so the client's retransmitted SYNs
+        // are dropped as for any flow being decided.
+        let Some(slot) = shared.slot().await else {
+            flows.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+            tun.write(&packet::tcp_rst(src, dst, seq)).await;
+            return;
+        };
         let next = match decide(&shared, src, dst).await {
             Decided::Intercept(name) => Some(FlowState::Intercept(name, dst.port(), slot)),
             Decided::Refuse(name, denial) => Some(FlowState::Refuse(
