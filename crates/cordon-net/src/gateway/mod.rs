@@ -398,14 +398,14 @@ impl Shared {
     /// [`SLOT_WAIT`] (at once when [`SLOT_WAITERS`] flows are waiting already).
     pub(crate) async fn slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
         let mut permit = self.slots.clone().try_acquire_owned().ok();
-        if permit.is_none() && self.slot_waiters.fetch_add(1, Ordering::Relaxed) < SLOT_WAITERS {
-            let wait = self.slots.clone().acquire_owned();
-            permit = tokio::time::timeout(SLOT_WAIT, wait)
-                .await
-                .ok()
-                .and_then(Result::ok);
-            self.slot_waiters.fetch_sub(1, Ordering::Relaxed);
-        } else if permit.is_none() {
+        if permit.is_none() {
+            if self.slot_waiters.fetch_add(1, Ordering::Relaxed) < SLOT_WAITERS {
+                let wait = self.slots.clone().acquire_owned();
+                permit = tokio::time::timeout(SLOT_WAIT, wait)
+                    .await
+                    .ok()
+                    .and_then(Result::ok);
+            }
             self.slot_waiters.fetch_sub(1, Ordering::Relaxed);
         }
         if permit.is_none() {
