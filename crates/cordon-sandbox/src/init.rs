@@ -495,12 +495,21 @@ fn exec_command(spec: &InitSpec, report: RawFd) -> ! {
         .find_map(|kv| kv.strip_prefix(b"PATH="))
         .map(|p| OsStr::from_bytes(p).to_owned())
         .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    // As a shell does, the name is looked up first and only what exists is exec'd: with exec
+    // supervision every execve is a round trip to the supervisor, and one per PATH directory
+    // without the name (`/usr/local/sbin/true`, …) bought nothing but an ENOENT. What is
+    // exec'd is still decided by the supervisor; an entry that cannot be looked at (EACCES,
+    // ELOOP) is still tried, so its error is the one reported.
     let candidates: Vec<PathBuf> = if first.contains(&b'/') {
         vec![PathBuf::from(name)]
     } else {
         std::env::split_paths(&path_var)
             .filter(|d| !d.as_os_str().is_empty())
             .map(|d| d.join(name))
+            .filter(|c| match std::fs::metadata(c) {
+                Ok(_) => true,
+                Err(e) => !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)),
+            })
             .collect()
     };
     let mut last = io::Error::from_raw_os_error(libc::ENOENT);

@@ -382,6 +382,78 @@ fn exec_policy(env: &Env, body: &str) -> String {
     policy.to_str().unwrap().to_string()
 }
 
+/// A command named without a `/` is found on `PATH` as a shell finds it: directories
+/// without the name are passed over (no exec is attempted there, so no exec event), one
+/// holding a file that cannot be executed is tried and passed over, the first executable one
+/// runs; and an exec rule still decides what is run.
+fn path_lookup(env: &Env, policy: &str) -> (std::process::Output, Vec<String>) {
+    let dirs = ["p1", "p2", "p3"].map(|d| env.project.join(d));
+    let plain = env.write("p2/pathtool", "#!/bin/sh\necho from-p2\n");
+    let tool = env.write("p3/pathtool", "#!/bin/sh\necho from-p3\n");
+    std::fs::create_dir_all(&dirs[0]).unwrap();
+    env.own(&dirs[0]);
+    std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}/absent:{}:{}:{}:/usr/bin:/bin",
+        env.project.display(),
+        dirs[0].display(),
+        dirs[1].display(),
+        dirs[2].display()
+    );
+    let _ = std::fs::remove_file(&env.audit);
+    let o = env
+        .cordon()
+        .env("PATH", path)
+        .args(["run", "--no-tty", "--policy", policy, "--audit"])
+        .arg(&env.audit)
+        .args(["--", "pathtool"])
+        .output()
+        .unwrap();
+    let log = std::fs::read_to_string(&env.audit).unwrap_or_default();
+    let execs = log
+        .lines()
+        .filter(|l| l.contains("\"layer\":\"exec\""))
+        .map(str::to_string)
+        .collect();
+    (o, execs)
+}
+
+both!(
+    path_lookup_runs_the_first_executable_and_rules_still_decide,
+    |env: Env| {
+        let p = exec_policy(&env, "[exec]\nallow = [\"pathtool\"]\n");
+        let (o, execs) = path_lookup(&env, &p);
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout),
+            "from-p3\n",
+            "{}",
+            show(&o)
+        );
+        // p2's file (EACCES) and p3's: the directories without it cost no exec.
+        assert_eq!(execs.len(), 2, "{execs:#?}");
+        assert!(
+            execs.iter().all(|l| l.contains("\"action\":\"allow\"")),
+            "{execs:#?}"
+        );
+        let p = exec_policy(&env, "[exec]\ndeny = [\"pathtool\"]\n");
+        let (o, execs) = path_lookup(&env, &p);
+        assert_eq!(o.status.code(), Some(126), "{}", show(&o));
+        assert!(
+            !String::from_utf8_lossy(&o.stdout).contains("from-"),
+            "{}",
+            show(&o)
+        );
+        assert!(
+            execs
+                .iter()
+                .any(|l| l.contains("\"action\":\"deny\"") && l.contains("pathtool")),
+            "{execs:#?}"
+        );
+    }
+);
+
 both!(
     exec_deny_rule_blocks_git_push_but_not_git_status,
     |env: Env| {
