@@ -65,12 +65,14 @@ fn fail(stage: &str, message: String) -> ! {
 /// Entry point of init. Never returns.
 pub fn main() -> ! {
     let _ = sys::set_dumpable(false);
-    let spec: InitSpec = match protocol::recv(CONTROL_FD) {
-        Ok(Some((spec, _))) => spec,
+    // The network setup comes first, alone: the network namespace's side is built while the
+    // supervisor still works out the view, and the gateway gets it as soon as it reads.
+    let net: NetSetup = match protocol::recv(CONTROL_FD) {
+        Ok(Some((net, _))) => net,
         Ok(None) => sys::exit_now(125),
         Err(e) => fail("control channel", e.to_string()),
     };
-    if spec.net != NetSetup::Host
+    if net != NetSetup::Host
         && let Err(e) = sys::loopback_up()
     {
         fail("network", format!("bring up loopback: {e}"));
@@ -81,9 +83,20 @@ pub fn main() -> ! {
         mtu,
         proxy_port,
         ..
-    } = spec.net
+    } = net
     {
         gateway_handoff(addr, mtu, proxy_port);
+    }
+    let spec: InitSpec = match protocol::recv(CONTROL_FD) {
+        Ok(Some((spec, _))) => spec,
+        Ok(None) => sys::exit_now(125),
+        Err(e) => fail("control channel", e.to_string()),
+    };
+    if spec.net != net {
+        fail(
+            "control channel",
+            "the spec's network setup is not the one sent first".into(),
+        );
     }
     // A nested sandbox needs a /proc it may mount again; never root's (see `ProcView`).
     let proc = if spec.syscalls.nested_userns && spec.uid != 0 {

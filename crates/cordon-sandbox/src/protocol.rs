@@ -2,7 +2,8 @@
 //!
 //! A unix stream socket pair made before the clone. Frames are a 4-byte little-endian length
 //! and a JSON body; a descriptor (the pty master) may ride along with a frame via SCM_RIGHTS.
-//! The supervisor sends exactly one [`InitSpec`]; init answers with [`FromInit`] frames. The
+//! The supervisor sends the [`NetSetup`] at once after the clone, then exactly one
+//! [`InitSpec`]; init answers with [`FromInit`] frames. The
 //! channel closes when the command starts, so the sandboxed program never holds it — except
 //! with `[[publish]]`, where a helper process of init's (outside the command's namespaces, not
 //! dumpable) keeps it to answer [`InwardRequest`]s: "open a connection to your loopback's port

@@ -134,10 +134,13 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
 /// [`run`], with the egress gateway that serves the sandbox's network when `[network] mode`
 /// is `gateway`.
 ///
-/// The steps, in order: what the sandbox will see (approvals, view, environment, init's
-/// spec), then the sandbox itself (clone, id maps, cgroups, spec sent), then what init hands
-/// back until the command has started (terminal, network, exec supervision), then the relay
-/// until it ends. Any failure before the command starts kills init: nothing ran.
+/// The steps, in order: the sandbox's init is cloned into its namespaces first (with its id
+/// maps) and sent the network setup, so that its exec of this binary and its side of the
+/// network run beside the host-side work that follows, and it waits for its spec; then what
+/// the sandbox will see (approvals, view, environment, init's spec); then cgroups and the
+/// spec sent; then what init hands back until the command has started (terminal, network,
+/// exec supervision), then the relay until it ends. Any failure before the command starts
+/// kills init: nothing ran (before the spec, init has built its loopback and TUN and waited).
 pub fn run_with_network(
     plan: &Plan,
     cmd: &Command,
@@ -147,14 +150,23 @@ pub fn run_with_network(
     if cmd.argv.is_empty() {
         return Err(SandboxError::NoCommand);
     }
-    let (fs, broker) = approvals(plan, cmd, emit)?;
     let net_setup = net_setup(plan, net.as_deref());
-    let (layout, bundle_at) = view(&fs, cmd, net_setup, net.as_deref(), emit)?;
+    let (sock, child) = launch(namespaces(net_setup, emit), sys::getuid(), sys::getgid())?;
+    let unborn = |e: SandboxError| {
+        let _ = sys::pidfd_send_signal(&child.pidfd, libc::SIGKILL);
+        let _ = sys::waitpid(child.pid, false);
+        e
+    };
+    // Init builds the network namespace's side (loopback, TUN, the gateway's sockets) while
+    // the view is worked out below; its frames wait in the channel for `receive_setup`.
+    if let Err(e) = protocol::send(sock.as_raw_fd(), &net_setup, None) {
+        return Err(unborn(io_err("send the network setup to the sandbox", e)));
+    }
+    let (fs, broker) = approvals(plan, cmd, emit).map_err(unborn)?;
+    let (layout, bundle_at) = view(&fs, cmd, net_setup, net.as_deref(), emit).map_err(unborn)?;
     let env = environment(plan, cmd, net_setup, bundle_at.as_deref(), &layout, emit);
     let mut spec = init_spec(plan, cmd, layout, env, net_setup);
-    let (sock, child) = launch(namespaces(net_setup, emit), spec.uid, spec.gid)?;
     let sandbox = Sandbox::into_cgroup(child, plan, &mut spec, emit)?;
-    sys::write_all_raw(sock.as_raw_fd(), b"g");
     if let Err(e) = protocol::send(sock.as_raw_fd(), &spec, None) {
         return Err(sandbox.abort(io_err("send the plan to the sandbox", e)));
     }
@@ -411,8 +423,8 @@ fn namespaces(net_setup: NetSetup, emit: &dyn Fn(NewEvent)) -> u64 {
 }
 
 /// Clone the sandbox's init into `namespaces` and map the caller's uid/gid into them. The
-/// child waits (see [`after_clone`]) until the maps are written, then becomes init; returns
-/// the control channel's supervisor end and the child.
+/// child waits (see [`after_clone`]) until the maps are written, then becomes init, which
+/// waits for its spec; returns the control channel's supervisor end and the child.
 fn launch(namespaces: u64, uid: u32, gid: u32) -> Result<(OwnedFd, sys::Child), SandboxError> {
     let (sock, child_sock) = sys::socketpair().map_err(|e| io_err("control socketpair", e))?;
     let exe = sys::PreparedExec::new(
@@ -436,6 +448,8 @@ fn launch(namespaces: u64, uid: u32, gid: u32) -> Result<(OwnedFd, sys::Child), 
         let _ = sys::waitpid(child.pid, false);
         return Err(SandboxError::IdMaps { source: e });
     }
+    // Go: the maps are written, so init's exec keeps its capabilities in the namespace.
+    sys::write_all_raw(sock.as_raw_fd(), b"g");
     Ok((sock, child))
 }
 
