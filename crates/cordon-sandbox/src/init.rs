@@ -87,8 +87,8 @@ pub fn main() -> ! {
     {
         gateway_handoff(addr, mtu, proxy_port);
     }
-    let spec: InitSpec = match protocol::recv(CONTROL_FD) {
-        Ok(Some((spec, _))) => spec,
+    let spec: InitSpec = match protocol::recv_spec(CONTROL_FD) {
+        Ok(Some(spec)) => spec,
         Ok(None) => sys::exit_now(125),
         Err(e) => fail("control channel", e.to_string()),
     };

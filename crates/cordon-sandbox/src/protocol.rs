@@ -3,7 +3,8 @@
 //! A unix stream socket pair made before the clone. Frames are a 4-byte little-endian length
 //! and a JSON body; a descriptor (the pty master) may ride along with a frame via SCM_RIGHTS.
 //! The supervisor sends the [`NetSetup`] at once after the clone, then exactly one
-//! [`InitSpec`]; init answers with [`FromInit`] frames. The
+//! [`InitSpec`] ([`send_spec`]: the files' contents it binds follow as raw frames); init
+//! answers with [`FromInit`] frames. The
 //! channel closes when the command starts, so the sandboxed program never holds it — except
 //! with `[[publish]]`, where a helper process of init's (outside the command's namespaces, not
 //! dumpable) keeps it to answer [`InwardRequest`]s: "open a connection to your loopback's port
@@ -17,7 +18,7 @@ use cordon_policy::{LandlockMode, LimitsPlan, SyscallsPlan};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 use crate::fence::FenceStatus;
-use crate::layout::Layout;
+use crate::layout::{Layout, MountOp};
 use crate::limits::AppliedLimit;
 use crate::sys;
 
@@ -108,6 +109,70 @@ pub(crate) struct InwardReply {
     pub error: Option<String>,
 }
 
+/// Send init its spec. The contents of the files the view binds ([`MountOp::Content`]: the
+/// sandbox's trust bundle alone is ~220 KB) follow the JSON frame as raw frames, one per such
+/// mount in layout order, rather than inside it as escaped JSON strings that both sides would
+/// have to escape, copy and unescape at every start.
+pub(crate) fn send_spec(sock: RawFd, mut spec: InitSpec) -> io::Result<()> {
+    let blobs: Vec<String> = contents(&mut spec.layout).map(std::mem::take).collect();
+    send(sock, &spec, None)?;
+    for b in blobs {
+        let len = u32::try_from(b.len()).map_err(|_| too_large(b.len()))?;
+        sys::write_all_raw(sock, &len.to_le_bytes());
+        sys::write_all_raw(sock, b.as_bytes());
+    }
+    Ok(())
+}
+
+/// Receive what [`send_spec`] sent; `Ok(None)` on a clean end of stream.
+pub(crate) fn recv_spec(sock: RawFd) -> io::Result<Option<InitSpec>> {
+    let Some((mut spec, _)) = recv::<InitSpec>(sock)? else {
+        return Ok(None);
+    };
+    for content in contents(&mut spec.layout) {
+        let mut header = [0u8; 4];
+        read_exact(sock, &mut header)?;
+        let len = u32::from_le_bytes(header) as usize;
+        if len > MAX_FRAME {
+            return Err(too_large(len));
+        }
+        let mut body = vec![0u8; len];
+        read_exact(sock, &mut body)?;
+        *content =
+            String::from_utf8(body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    }
+    Ok(Some(spec))
+}
+
+fn contents(layout: &mut Layout) -> impl Iterator<Item = &mut String> {
+    layout.mounts.iter_mut().filter_map(|m| match m {
+        MountOp::Content { content, .. } => Some(content),
+        _ => None,
+    })
+}
+
+fn too_large(len: usize) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("control frame of {len} bytes refused"),
+    )
+}
+
+fn read_exact(sock: RawFd, buf: &mut [u8]) -> io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        let n = sys::read_raw(sock, &mut buf[got..]);
+        if n <= 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "control channel closed mid-frame",
+            ));
+        }
+        got += n as usize;
+    }
+    Ok(())
+}
+
 pub(crate) fn send<T: Serialize>(sock: RawFd, msg: &T, fd: Option<RawFd>) -> io::Result<()> {
     let body = serde_json::to_vec(msg).map_err(io::Error::other)?;
     let mut frame = (body.len() as u32).to_le_bytes().to_vec();
@@ -142,24 +207,105 @@ pub(crate) fn recv<T: DeserializeOwned>(sock: RawFd) -> io::Result<Option<(T, Ve
     }
     let len = u32::from_le_bytes(header) as usize;
     if len > MAX_FRAME {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("control frame of {len} bytes refused"),
-        ));
+        return Err(too_large(len));
     }
     let mut body = vec![0u8; len];
-    let mut got = 0;
-    while got < len {
-        let n = sys::read_raw(sock, &mut body[got..]);
-        if n <= 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "control channel closed mid-frame",
-            ));
-        }
-        got += n as usize;
-    }
+    read_exact(sock, &mut body)?;
     let msg =
         serde_json::from_slice(&body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
     Ok(Some((msg, fds)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd;
+
+    use super::*;
+
+    fn mounts() -> Vec<MountOp> {
+        let bundle: String = (0..4000)
+            .map(|i| format!("-----BEGIN CERTIFICATE-----\n{i}\"\\é\n"))
+            .collect();
+        vec![
+            MountOp::Content {
+                path: "/etc/hosts".into(),
+                content: "127.0.1.1\tcordon\n".into(),
+            },
+            MountOp::Tmpfs {
+                path: "/tmp".into(),
+            },
+            MountOp::Content {
+                path: "/etc/ssl/certs/ca-certificates.crt".into(),
+                content: bundle,
+            },
+            MountOp::Content {
+                path: "/etc/empty".into(),
+                content: String::new(),
+            },
+        ]
+    }
+
+    fn spec(mounts: Vec<MountOp>) -> InitSpec {
+        InitSpec {
+            layout: Layout {
+                mounts,
+                ..Default::default()
+            },
+            argv: vec![b"true".to_vec()],
+            env: vec![b"PATH=/usr/bin".to_vec()],
+            cwd: "/".into(),
+            project: "/p".into(),
+            uid: 1,
+            gid: 2,
+            tty: None,
+            limits: LimitsPlan::default(),
+            landlock: LandlockMode::default(),
+            hostname: "cordon".into(),
+            syscalls: SyscallsPlan::default(),
+            supervise_exec: true,
+            tmpfs_size: None,
+            net: NetSetup::Loopback,
+        }
+    }
+
+    #[test]
+    fn the_spec_and_its_file_contents_arrive_whole_with_the_contents_outside_the_json() {
+        // More than a socket buffer: the sender runs beside the reader.
+        let (a, b) = sys::socketpair().unwrap();
+        let sender = std::thread::spawn(move || send_spec(a.as_raw_fd(), spec(mounts())));
+        let got = recv_spec(b.as_raw_fd()).unwrap().unwrap();
+        sender.join().unwrap().unwrap();
+        assert_eq!(got.layout.mounts, mounts());
+        assert_eq!((got.argv, got.uid), (vec![b"true".to_vec()], 1));
+
+        let (a, b) = sys::socketpair().unwrap();
+        let sender = std::thread::spawn(move || send_spec(a.as_raw_fd(), spec(mounts())));
+        let mut header = [0u8; 4];
+        read_exact(b.as_raw_fd(), &mut header).unwrap();
+        let len = u32::from_le_bytes(header) as usize;
+        assert!(len < 4096, "{len} bytes of JSON");
+        drop(b);
+        let _ = sender.join().unwrap();
+
+        // A stream that ends inside a content frame is an error, not a short file.
+        let (a, b) = sys::socketpair().unwrap();
+        let cut = spec(mounts()[..1].to_vec());
+        let mut empty = cut.layout.clone();
+        for c in contents(&mut empty) {
+            c.clear();
+        }
+        send(
+            a.as_raw_fd(),
+            &InitSpec {
+                layout: empty,
+                ..cut
+            },
+            None,
+        )
+        .unwrap();
+        sys::write_all_raw(a.as_raw_fd(), &100u32.to_le_bytes());
+        sys::write_all_raw(a.as_raw_fd(), b"short");
+        drop(a);
+        assert!(recv_spec(b.as_raw_fd()).is_err());
+    }
 }

@@ -167,7 +167,7 @@ pub fn run_with_network(
     let env = environment(plan, cmd, net_setup, bundle_at.as_deref(), &layout, emit);
     let mut spec = init_spec(plan, cmd, layout, env, net_setup);
     let sandbox = Sandbox::into_cgroup(child, plan, &mut spec, emit)?;
-    if let Err(e) = protocol::send(sock.as_raw_fd(), &spec, None) {
+    if let Err(e) = protocol::send_spec(sock.as_raw_fd(), spec) {
         return Err(sandbox.abort(io_err("send the plan to the sandbox", e)));
     }
     let handed = sandbox.receive_setup(sock.as_raw_fd(), net.as_deref_mut(), cmd, emit)?;
