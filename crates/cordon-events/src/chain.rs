@@ -12,20 +12,141 @@ pub const GENESIS_PREV: &str = "000000000000000000000000000000000000000000000000
 
 /// The hash `ev` should carry, computed from its other fields (its own `hash` is ignored).
 pub fn hash_event(ev: &Event) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(ev.prev.as_bytes());
-    hasher.update(b"\n");
-    hasher.update(canonical(ev).as_bytes());
-    let digest = hasher.finalize();
-    let mut hex = String::with_capacity(64);
-    for b in digest {
-        // Writing to a String cannot fail.
-        let _ = write!(hex, "{b:02x}");
-    }
-    hex
+    let parts = Parts::of(ev);
+    hex(&digest(&ev.prev, &parts, ev.seq))
 }
 
-/// The canonical JSON of `ev` without its `hash` field.
+/// Stamps `ev.hash` and gives its line as the log holds it (newline included): the JSON
+/// `serde_json::to_string` makes of it, field for field, with each string escaped once for
+/// both the canonical form the hash covers and the line (every request's event goes through
+/// here, under the log's lock).
+pub(crate) fn seal(ev: &mut Event) -> String {
+    let parts = Parts::of(ev);
+    ev.hash = hex(&digest(&ev.prev, &parts, ev.seq));
+    let mut line = String::with_capacity(parts.len() + ev.prev.len() + ev.hash.len() + 96);
+    line.push_str("{\"time\":");
+    line.push_str(&parts.time);
+    line.push_str(",\"session\":");
+    line.push_str(&parts.session);
+    let _ = write!(line, ",\"seq\":{}", ev.seq);
+    line.push_str(",\"layer\":");
+    line.push_str(&parts.layer);
+    line.push_str(",\"action\":");
+    line.push_str(&parts.action);
+    line.push_str(",\"reason\":");
+    line.push_str(&parts.reason);
+    if let Some(rule) = &parts.rule {
+        line.push_str(",\"rule\":");
+        line.push_str(rule);
+    }
+    if let Some(detail) = &parts.detail {
+        line.push_str(",\"detail\":");
+        line.push_str(detail);
+    }
+    line.push_str(",\"prev\":");
+    write_str(&mut line, &ev.prev);
+    line.push_str(",\"hash\":");
+    write_str(&mut line, &ev.hash);
+    line.push_str("}\n");
+    line
+}
+
+/// An event's fields as JSON text (strings quoted and escaped, `detail` an object with sorted
+/// keys), but for `seq` and `prev`, which the log gives last.
+struct Parts {
+    time: String,
+    session: String,
+    layer: String,
+    action: String,
+    reason: String,
+    rule: Option<String>,
+    detail: Option<String>,
+}
+
+impl Parts {
+    fn of(ev: &Event) -> Self {
+        let quoted = |s: &str| {
+            let mut out = String::with_capacity(s.len() + 2);
+            write_str(&mut out, s);
+            out
+        };
+        Self {
+            time: quoted(&ev.time),
+            session: quoted(&ev.session),
+            layer: quoted(ev.layer.as_str()),
+            action: quoted(ev.action.as_str()),
+            reason: quoted(&ev.reason),
+            rule: ev.rule.as_deref().map(quoted),
+            detail: (!ev.detail.is_empty()).then(|| {
+                let mut out = String::with_capacity(256);
+                write_map(&mut out, &ev.detail);
+                out
+            }),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.time.len()
+            + self.session.len()
+            + self.layer.len()
+            + self.action.len()
+            + self.reason.len()
+            + self.rule.as_ref().map_or(0, String::len)
+            + self.detail.as_ref().map_or(0, String::len)
+    }
+}
+
+/// SHA-256 of `prev`, a newline, and the canonical JSON of the event without its `hash`.
+fn digest(prev: &str, p: &Parts, seq: u64) -> [u8; 32] {
+    let c = canonical_text(prev, p, seq);
+    let mut hasher = Sha256::new();
+    hasher.update(prev.as_bytes());
+    hasher.update(b"\n");
+    hasher.update(c.as_bytes());
+    hasher.finalize().into()
+}
+
+/// The canonical JSON of an event without its `hash`: sorted keys, no whitespace.
+fn canonical_text(prev: &str, p: &Parts, seq: u64) -> String {
+    let mut c = String::with_capacity(p.len() + prev.len() + 96);
+    c.push_str("{\"action\":");
+    c.push_str(&p.action);
+    if let Some(detail) = &p.detail {
+        c.push_str(",\"detail\":");
+        c.push_str(detail);
+    }
+    c.push_str(",\"layer\":");
+    c.push_str(&p.layer);
+    c.push_str(",\"prev\":");
+    write_str(&mut c, prev);
+    c.push_str(",\"reason\":");
+    c.push_str(&p.reason);
+    if let Some(rule) = &p.rule {
+        c.push_str(",\"rule\":");
+        c.push_str(rule);
+    }
+    let _ = write!(c, ",\"seq\":{seq}");
+    c.push_str(",\"session\":");
+    c.push_str(&p.session);
+    c.push_str(",\"time\":");
+    c.push_str(&p.time);
+    c.push('}');
+    c
+}
+
+fn hex(digest: &[u8; 32]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(64);
+    for b in digest {
+        out.push(HEX[usize::from(b >> 4)] as char);
+        out.push(HEX[usize::from(b & 15)] as char);
+    }
+    out
+}
+
+/// The canonical JSON of `ev` without its `hash` field, built as a `Value`: what
+/// [`canonical_text`] must equal (tests).
+#[cfg(test)]
 fn canonical(ev: &Event) -> String {
     let mut obj = Map::new();
     obj.insert("time".into(), Value::String(ev.time.clone()));
@@ -67,40 +188,56 @@ fn write_value(out: &mut String, v: &Value) {
             }
             out.push(']');
         }
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            out.push('{');
-            for (i, (k, val)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_str(out, k);
-                out.push(':');
-                write_value(out, val);
-            }
-            out.push('}');
-        }
+        Value::Object(map) => write_map(out, map),
     }
 }
 
+fn write_map(out: &mut String, map: &Map<String, Value>) {
+    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+    // Already sorted unless `preserve_order` is on; then this sorts.
+    if !entries.is_sorted_by(|a, b| a.0.as_bytes() <= b.0.as_bytes()) {
+        entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    }
+    out.push('{');
+    for (i, (k, val)) in entries.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_str(out, k);
+        out.push(':');
+        write_value(out, val);
+    }
+    out.push('}');
+}
+
+/// `s` quoted, escaped as serde_json escapes it: runs of plain text copied whole, only
+/// `"`, `\\` and control characters written one by one.
 fn write_str(out: &mut String, s: &str) {
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{08}' => out.push_str("\\b"),
-            '\u{0c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
+    let b = s.as_bytes();
+    let mut start = 0;
+    for (i, &c) in b.iter().enumerate() {
+        let esc = match c {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            0..0x20 => "",
+            _ => continue,
+        };
+        // Every byte escaped is ASCII, so `start..i` lies on character boundaries.
+        out.push_str(&s[start..i]);
+        if esc.is_empty() {
+            let _ = write!(out, "\\u{:04x}", c);
+        } else {
+            out.push_str(esc);
         }
+        start = i + 1;
     }
+    out.push_str(&s[start..]);
     out.push('"');
 }
 
@@ -148,6 +285,61 @@ mod tests {
             let mut ours = String::new();
             write_value(&mut ours, &v);
             assert_eq!(ours, serde_json::to_string(&v).unwrap());
+        }
+    }
+
+    /// Events of every shape: with and without rule and detail, strings needing every escape,
+    /// non-ASCII text, nested values.
+    fn shapes() -> Vec<Event> {
+        let mut out = vec![sample()];
+        let mut bare = sample();
+        bare.rule = None;
+        bare.detail = Map::new();
+        bare.reason = String::new();
+        out.push(bare);
+        let mut odd = sample();
+        odd.reason = "\u{7f}\u{0}tab\there \"q\" back\\slash é€😀 \u{1f}\u{8}\u{c}\r\n".into();
+        odd.rule = Some("file.toml:3 \"x\"".into());
+        odd.detail
+            .insert("url".into(), Value::from("https://h/p?a=…"));
+        odd.detail.insert("n".into(), Value::from(u64::MAX));
+        odd.detail.insert("neg".into(), Value::from(-3));
+        odd.detail.insert("f".into(), Value::from(0.1 + 0.2));
+        odd.detail.insert("b".into(), Value::from(false));
+        odd.detail.insert(
+            "arr".into(),
+            serde_json::json!([{"z": 1, "a": [null, true]}, "\u{1}"]),
+        );
+        odd.detail.insert("Ключ \"k\"".into(), Value::from("v"));
+        odd.prev = "ab".repeat(32);
+        odd.seq = 123_456_789;
+        out.push(odd);
+        out
+    }
+
+    #[test]
+    fn the_line_is_serdes_and_the_hash_covers_the_canonical_form() {
+        for ev in shapes() {
+            let p = Parts::of(&ev);
+            assert_eq!(canonical_text(&ev.prev, &p, ev.seq), canonical(&ev));
+            let mut sealed = ev.clone();
+            sealed.hash = "stale".into();
+            let line = seal(&mut sealed);
+            // The hash is SHA-256 of prev, a newline and the canonical form.
+            let mut h = Sha256::new();
+            h.update(ev.prev.as_bytes());
+            h.update(b"\n");
+            h.update(canonical(&ev).as_bytes());
+            let want: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(sealed.hash, want);
+            assert_eq!(hash_event(&ev), want);
+            // Byte for byte what serde_json writes for the sealed event, and it reads back.
+            assert_eq!(
+                line,
+                format!("{}\n", serde_json::to_string(&sealed).unwrap())
+            );
+            let back: Event = serde_json::from_str(line.trim_end()).unwrap();
+            assert_eq!(back, sealed);
         }
     }
 

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Instant, SystemTime};
 
-use crate::chain::{GENESIS_PREV, hash_event};
+use crate::chain::{GENESIS_PREV, seal};
 use crate::event::{Action, Event, EventError, Layer, NewEvent};
 use crate::paths::is_valid_session_id;
 
@@ -225,10 +225,6 @@ impl AuditLog {
         let path = &self.inner.path;
         match state.write(event) {
             Ok(e) => Ok(e),
-            Err(Written::Encode(source)) => Err(EventError::Encode {
-                path: path.clone(),
-                source,
-            }),
             Err(Written::Io(e, unwritten)) => {
                 self.inner.health.0.store(false, Ordering::SeqCst);
                 state.outage = Some(Outage {
@@ -265,7 +261,6 @@ impl AuditLog {
 /// A write that did not go through.
 enum Written {
     Io(io::Error, Unwritten),
-    Encode(serde_json::Error),
 }
 
 /// The event a failed write was for: whole (nothing of it is in the file), or begun (part of
@@ -313,9 +308,7 @@ impl State {
     fn write(&mut self, mut event: Event) -> Result<Event, Written> {
         event.seq = self.next_seq;
         event.prev.clone_from(&self.prev);
-        event.hash = hash_event(&event);
-        let mut line = serde_json::to_string(&event).map_err(Written::Encode)?;
-        line.push('\n');
+        let line = seal(&mut event);
         let (n, err) = write_some(&mut *self.file, line.as_bytes());
         if n > 0 {
             self.next_seq += 1;
@@ -356,13 +349,6 @@ impl State {
         while let Some(event) = self.held.pop_front() {
             match self.write(event) {
                 Ok(_) => {}
-                // serde_json cannot fail on these types; an event it refused is lost, not a
-                // reason to hold everything after it forever.
-                Err(Written::Encode(_)) => {
-                    if let Some(o) = self.outage.as_mut() {
-                        o.lost += 1;
-                    }
-                }
                 Err(Written::Io(e, unwritten)) => {
                     if let Unwritten::Whole(event) = unwritten {
                         self.held.push_front(*event);
