@@ -64,6 +64,8 @@ struct TcpSocketControl {
     recv_waker: Option<Waker>,
     recv_state: TcpSocketState,
     send_state: TcpSocketState,
+    /// cordon: the socket has left LISTEN (its client's SYN was taken), see `handle_socket`.
+    opened: bool,
 }
 
 struct TcpSocketCreation {
@@ -183,6 +185,7 @@ impl TcpListenerRunner {
                     recv_waker: None,
                     recv_state: TcpSocketState::Normal,
                     send_state: TcpSocketState::Normal,
+                    opened: false,
                 }));
 
                 stream_tx
@@ -240,8 +243,30 @@ impl TcpListenerRunner {
                 let socket = socket_set.get_mut::<TcpSocket>(socket_handle);
                 let mut control = control.lock();
 
+                // cordon: each socket here serves one client's flow, so two states end it
+                // that would not end a general-purpose socket:
+                // - back in LISTEN after its handshake began: the client's RST in
+                //   SYN-RECEIVED (a connect the client gave up, its socket gone) returns a
+                //   passive socket to LISTEN (RFC 793). It would never end (its stream never
+                //   sees EOF, so the flow holds its slot for the session) and would take the
+                //   next SYN to the same address from any client.
+                // - TIME-WAIT, once the bytes it took are moved to the stream's buffer (the
+                //   stream reads them before its EOF): both ways are acknowledged. Kept for
+                //   smoltcp's 10 s it holds both windows' buffers and is walked on every poll
+                //   (a connection a millisecond adds 10,000 sockets to each walk); a SYN that
+                //   reuses its addresses gets a socket of its own anyway.
+                // Both are removed silently, as a closed socket is: no RST.
+                let ended = match socket.state() {
+                    TcpState::Listen => control.opened,
+                    TcpState::TimeWait => !socket.can_recv(),
+                    TcpState::Closed => true,
+                    _ => {
+                        control.opened = true;
+                        false
+                    }
+                };
                 // Remove the socket only when it is in the closed state.
-                if socket.state() == TcpState::Closed {
+                if ended {
                     sockets_to_remove.push(socket_handle);
 
                     control.send_state = TcpSocketState::Closed;

@@ -64,10 +64,16 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// which no sandbox limit covers: this bounds it (about 1.2 GiB in the worst case) and the
 /// descriptors with it.
 pub(crate) const MAX_FLOWS: usize = 512;
-/// A new flow at [`MAX_FLOWS`] waits this long for one to close, as a kernel's listen backlog
-/// would hold it: clients that open many connections at once (Go's transport dials a spare
-/// while a request waits) go past the cap for moments, and a refusal then is a failed request.
-const SLOT_WAIT: Duration = Duration::from_secs(2);
+/// A new flow at [`MAX_FLOWS`] waits this long for one to close, its SYN held as a kernel's
+/// listen backlog holds one: past the client's own patience for a connect, so it is the client
+/// that gives up, never a refusal while it still waits. A client that opens many connections at
+/// once goes past the cap for seconds: Go's transport dials anew for each request that finds no
+/// idle connection, and when another connection frees first the request takes that one and
+/// the dial is dropped (a 500-connection `hey` had 804 sockets, 292 of them in SYN-SENT, with
+/// 512 flows open). A refusal at 2 s failed such requests by the thousand; a dial the client
+/// dropped costs nothing while it waits, and if it gets a slot, its client's RST ends the flow
+/// at once.
+const SLOT_WAIT: Duration = Duration::from_secs(30);
 /// At most this many new flows wait for a slot; past it they are refused at once, so a SYN
 /// flood from the sandbox cannot make the supervisor hold one task per SYN.
 const SLOT_WAITERS: usize = MAX_FLOWS;
@@ -79,8 +85,6 @@ const HALF_CLOSE_IDLE: Duration = Duration::from_secs(30);
 const EVENTS_PER_SECOND: u32 = 200;
 /// How long a denied flow that may be TLS has to send its first bytes.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-/// Process lookups in flight at most; beyond it a flow's event names no process.
-const MAX_OWNER_LOOKUPS: usize = 8;
 
 /// A gateway that cannot start.
 #[derive(Debug, Error)]
@@ -135,8 +139,9 @@ pub(crate) struct Shared {
     pub slot_waiters: AtomicUsize,
     /// Rate limit of the noisy events: (window start, emitted, suppressed).
     pub noisy: Mutex<(Instant, u32, u64)>,
-    /// Process lookups running.
-    pub lookups: Arc<AtomicUsize>,
+    /// The thread that names the process behind each flow, once the sandbox is known (`None`:
+    /// it could not start; events then name no process).
+    pub owners: OnceLock<Option<owner::Lookups>>,
     /// The session's audit log: while it cannot be written no new flow is let out.
     pub audit: OnceLock<cordon_events::AuditHealth>,
 }
@@ -227,7 +232,7 @@ impl Gateway {
                 slots: Arc::new(tokio::sync::Semaphore::new(MAX_FLOWS)),
                 slot_waiters: AtomicUsize::new(0),
                 noisy: Mutex::new((Instant::now(), 0, 0)),
-                lookups: Arc::new(AtomicUsize::new(0)),
+                owners: OnceLock::new(),
                 audit: OnceLock::new(),
             }),
             http_plan: (whole.http.clone(), whole.tls.passthrough.clone()),
@@ -443,6 +448,7 @@ impl Shared {
             };
         }
         let mut flow = Flow::new(dest, port, via, verdict, client);
+        self.find_owner(&flow);
         if !flow.verdict.allow {
             let (verdict, reason) = (flow.verdict.clone(), flow.verdict.reason.clone());
             self.emit_later(flow, Action::Deny, reason).await;
@@ -595,36 +601,30 @@ impl Shared {
         self.emit_noisy(flow.event(action, &reason));
     }
 
-    /// Starts the background lookup of the process behind `flow` (see [`owner`]). For an
-    /// allowed flow the caller starts it once the flow is answered, so it adds no latency.
+    /// Starts the background lookup of the process behind `flow` (see [`owner`]), once per
+    /// flow: [`Shared::open`] starts it beside the host-side connect, while the client's SYN is
+    /// held (its socket surely exists then); later calls are no-ops.
     pub(crate) fn find_owner(&self, flow: &Flow) {
-        let busy = self.lookups.load(Ordering::Relaxed) >= MAX_OWNER_LOOKUPS;
-        match (flow.client, self.sandbox.get().cloned()) {
-            (Some((local, remote)), Some((init, sockets))) if !busy => {
-                let slot = flow.owner.clone();
-                let lookups = self.lookups.clone();
-                let http = self.http.get().map(|h| h.handler.clone());
-                let redact = self.redact.clone();
-                lookups.fetch_add(1, Ordering::Relaxed);
-                tokio::task::spawn_blocking(move || {
-                    // A command line may carry a secret (`curl -H 'authorization: …'`): what
-                    // the events keep is redacted.
-                    let found = sockets(local, remote)
-                        .and_then(|i| owner::find(init, i))
-                        .map(|mut o| {
-                            o.cmdline = match &http {
-                                Some(h) => h.redact(&o.cmdline),
-                                None => redact(&o.cmdline),
-                            };
-                            o
-                        });
-                    let _ = slot.set(found);
-                    lookups.fetch_sub(1, Ordering::Relaxed);
-                });
-            }
-            _ => {
-                let _ = flow.owner.set(None);
-            }
+        if !flow.owner.ask() {
+            return;
+        }
+        let owners = self.owners.get_or_init(|| {
+            let (init, sockets) = self.sandbox.get().cloned()?;
+            let http = self.http.get().map(|h| h.handler.clone());
+            let redact = self.redact.clone();
+            let redact: Redact = Arc::new(move |t: &str| match &http {
+                Some(h) => h.redact(t),
+                None => redact(t),
+            });
+            owner::Lookups::start(init, sockets, redact).ok()
+        });
+        match (flow.client, owners) {
+            (Some((local, remote)), Some(owners)) => owners.ask(owner::Request {
+                local,
+                remote,
+                slot: flow.owner.clone(),
+            }),
+            _ => flow.owner.set(None),
         }
     }
 
@@ -714,7 +714,7 @@ pub(crate) struct Flow {
     pub addr: Option<SocketAddr>,
     /// The sandbox side's socket (its local and remote address), to find the process.
     pub client: Option<(std::net::SocketAddrV4, std::net::SocketAddrV4)>,
-    pub owner: Arc<OnceLock<Option<owner::Owner>>>,
+    pub owner: Arc<owner::OwnerSlot>,
     pub started: Instant,
 }
 
@@ -733,7 +733,7 @@ impl Flow {
             verdict,
             addr: None,
             client,
-            owner: Arc::new(OnceLock::new()),
+            owner: Arc::new(owner::OwnerSlot::new()),
             started: Instant::now(),
         }
     }
@@ -741,12 +741,7 @@ impl Flow {
     /// Waits (at most 200 ms) for the background owner lookup, so the event can name the
     /// process.
     pub(crate) async fn owner_settled(&self) {
-        for i in 0..200u64 {
-            if self.owner.get().is_some() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_micros(50 * (i + 1).min(20))).await;
-        }
+        self.owner.settled(Duration::from_millis(200)).await;
     }
 
     pub(crate) fn event(&self, action: Action, reason: &str) -> NewEvent {
@@ -764,7 +759,7 @@ impl Flow {
         if let Some(a) = self.addr {
             ev = ev.detail("addr", a.to_string());
         }
-        if let Some(Some(o)) = self.owner.get() {
+        if let Some(o) = self.owner.get() {
             ev = ev.detail("pid", o.pid).detail("cmdline", o.cmdline.clone());
         }
         if self.dest == Dest::Name(HOST_ALIAS.into()) {

@@ -1,11 +1,23 @@
 //! Which process inside the sandbox opened a flow: the socket's inode comes from the sandbox
 //! network namespace's sock_diag (an exact lookup; reading `net/tcp` walks the kernel's whole
 //! connection table, milliseconds per flow), then the descriptors of the processes in the
-//! sandbox's process tree name its holder. Runs off the packet path, after the flow was
-//! answered, so it never adds to a connect's latency. Best effort: a process that already closed the
-//! socket, or a kernel that hides the entry, gives no answer.
+//! sandbox's process tree name its holder. Runs on a thread of its own beside the flow's
+//! host-side connect, so it never adds to a connect's latency. Best effort: a process that
+//! already closed the socket, or a kernel that hides the entry, gives no answer.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use super::{Redact, SocketLookup};
+
+/// Lookups queued at most; past it a flow's event names no process (more than the flows and
+/// waiters one sandbox may have, so only a stalled thread reaches it).
+const QUEUE: usize = 2048;
+/// Lookups answered in one walk of the sandbox's process tree at most.
+const BATCH: usize = 256;
 
 /// The sandbox process that owns a socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,6 +26,113 @@ pub(crate) struct Owner {
     pub pid: i64,
     /// Its command line, arguments joined by spaces (cut at 512 characters).
     pub cmdline: String,
+}
+
+/// What a flow's event will name as its process: set once, by its lookup.
+pub(crate) struct OwnerSlot {
+    found: OnceLock<Option<Owner>>,
+    done: tokio::sync::Notify,
+    asked: AtomicBool,
+}
+
+impl OwnerSlot {
+    pub(crate) fn new() -> Self {
+        Self {
+            found: OnceLock::new(),
+            done: tokio::sync::Notify::new(),
+            asked: AtomicBool::new(false),
+        }
+    }
+
+    /// The process, once the lookup found one.
+    pub(crate) fn get(&self) -> Option<&Owner> {
+        self.found.get().and_then(Option::as_ref)
+    }
+
+    /// The lookup's answer (`None`: no process found); the first one counts.
+    pub(crate) fn set(&self, o: Option<Owner>) {
+        let _ = self.found.set(o);
+        self.done.notify_waiters();
+    }
+
+    /// True for the first caller only: it starts the lookup, later ones need not.
+    pub(crate) fn ask(&self) -> bool {
+        !self.asked.swap(true, Ordering::AcqRel)
+    }
+
+    /// Waits (at most `max`) for the lookup's answer.
+    pub(crate) async fn settled(&self, max: Duration) {
+        let answered = self.done.notified();
+        tokio::pin!(answered);
+        answered.as_mut().enable();
+        if self.found.get().is_some() {
+            return;
+        }
+        let _ = tokio::time::timeout(max, answered).await;
+    }
+}
+
+/// One flow's lookup: the sandbox side's socket (local, remote) and where the answer goes.
+pub(crate) struct Request {
+    pub local: std::net::SocketAddrV4,
+    pub remote: std::net::SocketAddrV4,
+    pub slot: Arc<OwnerSlot>,
+}
+
+/// The thread that answers every flow's lookup of one sandbox, in batches. One thread woken
+/// through a channel instead of a blocking-pool task per flow: a burst of connects costs one
+/// walk of the process tree per batch, not one per flow, and none is dropped for being busy.
+/// It ends when the gateway (the sender) goes.
+pub(crate) struct Lookups {
+    tx: SyncSender<Request>,
+}
+
+impl Lookups {
+    pub(crate) fn start(init: i32, sockets: SocketLookup, redact: Redact) -> std::io::Result<Self> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
+        std::thread::Builder::new()
+            .name("cordon-owners".into())
+            .spawn(move || serve(&rx, init, &sockets, &redact))?;
+        Ok(Self { tx })
+    }
+
+    /// Queues a lookup; the slot is answered "no process" when it cannot be.
+    pub(crate) fn ask(&self, r: Request) {
+        match self.tx.try_send(r) {
+            Ok(()) => {}
+            Err(TrySendError::Full(r) | TrySendError::Disconnected(r)) => r.slot.set(None),
+        }
+    }
+}
+
+fn serve(rx: &Receiver<Request>, init: i32, sockets: &SocketLookup, redact: &Redact) {
+    let mut hint = None;
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < BATCH {
+            match rx.try_recv() {
+                Ok(r) => batch.push(r),
+                Err(_) => break,
+            }
+        }
+        // Every socket's inode first, while the sockets surely exist (a flow's SYN is held
+        // until its host-side connect is done; the lookup was asked for before that).
+        let inodes: Vec<Option<u64>> = batch.iter().map(|r| sockets(r.local, r.remote)).collect();
+        let wanted: Vec<u64> = inodes.iter().flatten().copied().collect();
+        let mut found = find_all(init, &wanted, hint).into_iter();
+        for (r, inode) in batch.iter().zip(&inodes) {
+            let o = inode.and_then(|_| found.next().flatten());
+            if let Some((_, pid)) = &o {
+                hint = Some(*pid);
+            }
+            // A command line may carry a secret (`curl -H 'authorization: …'`): what the
+            // events keep is redacted.
+            r.slot.set(o.map(|(mut o, _)| {
+                o.cmdline = redact(&o.cmdline);
+                o
+            }));
+        }
+    }
 }
 
 /// The processes under `root` (itself included), found through each task's `children`
@@ -42,44 +161,86 @@ fn tree(root: i32) -> Vec<i32> {
 }
 
 /// The process under the sandbox's init (host pid `init`) holding socket `inode`.
+#[cfg(test)]
 pub(crate) fn find(init: i32, inode: u64) -> Option<Owner> {
-    let want = format!("socket:[{inode}]");
-    // Children first: init itself holds no sandbox sockets.
-    for pid in tree(init).into_iter().rev() {
+    let mut found = find_all(init, &[inode], None);
+    found.pop().flatten().map(|(o, _)| o)
+}
+
+/// The holders of each of `inodes` (in their order, with the host pid), found in one walk:
+/// first among the descriptors of `hint` (the last flow's holder: a client that opens one
+/// connection often opens the next), then in the sandbox's process tree for those still
+/// unknown. A holder found is the holder: the socket's inode is unique on the host.
+pub(crate) fn find_all(init: i32, inodes: &[u64], hint: Option<i32>) -> Vec<Option<(Owner, i32)>> {
+    let want: Vec<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
+    let mut out: Vec<Option<(Owner, i32)>> = vec![None; inodes.len()];
+    let mut left = inodes.len();
+    let look = |pid: i32, out: &mut Vec<Option<(Owner, i32)>>, left: &mut usize| {
         let dir = Path::new("/proc").join(pid.to_string());
         let Ok(fds) = std::fs::read_dir(dir.join("fd")) else {
-            continue;
+            return;
         };
-        let holds = fds
-            .flatten()
-            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == want.as_str()));
-        if !holds {
-            continue;
+        let mut owner = None;
+        for fd in fds.flatten() {
+            let Ok(target) = std::fs::read_link(fd.path()) else {
+                continue;
+            };
+            let Some(i) = want.iter().position(|w| target.as_os_str() == w.as_str()) else {
+                continue;
+            };
+            if out[i].is_some() {
+                continue;
+            }
+            let o = owner.get_or_insert_with(|| describe(&dir, pid)).clone();
+            out[i] = Some((o, pid));
+            *left -= 1;
+            if *left == 0 {
+                return;
+            }
         }
-        let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();
-        let mut cmdline: String = String::from_utf8_lossy(&cmdline)
-            .split('\0')
-            .filter(|s| !s.is_empty())
-            .collect::<Vec<_>>()
-            .join(" ");
-        if let Some((i, _)) = cmdline.char_indices().nth(512) {
-            cmdline.truncate(i);
-        }
-        // The pid as the sandbox sees it: the last entry of NSpid.
-        let inner = std::fs::read_to_string(dir.join("status"))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("NSpid:"))
-                    .and_then(|v| v.split_whitespace().last()?.parse().ok())
-            })
-            .unwrap_or(i64::from(pid));
-        return Some(Owner {
-            pid: inner,
-            cmdline,
-        });
+    };
+    if let Some(h) = hint {
+        look(h, &mut out, &mut left);
     }
-    None
+    if left > 0 {
+        // Children first: init itself holds no sandbox sockets.
+        for pid in tree(init).into_iter().rev() {
+            if Some(pid) == hint {
+                continue;
+            }
+            look(pid, &mut out, &mut left);
+            if left == 0 {
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// The command line and sandbox pid of host pid `pid` (its `/proc` directory `dir`).
+fn describe(dir: &Path, pid: i32) -> Owner {
+    let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();
+    let mut cmdline: String = String::from_utf8_lossy(&cmdline)
+        .split('\0')
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    if let Some((i, _)) = cmdline.char_indices().nth(512) {
+        cmdline.truncate(i);
+    }
+    // The pid as the sandbox sees it: the last entry of NSpid.
+    let inner = std::fs::read_to_string(dir.join("status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .and_then(|v| v.split_whitespace().last()?.parse().ok())
+        })
+        .unwrap_or(i64::from(pid));
+    Owner {
+        pid: inner,
+        cmdline,
+    }
 }
 
 #[cfg(test)]
@@ -98,5 +259,34 @@ mod tests {
         assert!(me.cmdline.contains("cordon_net"), "{me:?}");
         assert_eq!(find(std::process::id() as i32, u64::MAX), None);
         assert!(tree(std::process::id() as i32).contains(&(std::process::id() as i32)));
+    }
+
+    #[test]
+    fn one_walk_finds_each_socket_whatever_the_hint() {
+        let (a, b) = (
+            std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+            std::net::UdpSocket::bind("127.0.0.1:0").unwrap(),
+        );
+        let ino = |fd: i32| {
+            std::fs::metadata(format!("/proc/self/fd/{fd}"))
+                .unwrap()
+                .ino()
+        };
+        use std::os::fd::AsRawFd;
+        let me = std::process::id() as i32;
+        let want = [ino(a.as_raw_fd()), u64::MAX, ino(b.as_raw_fd())];
+        // A wrong hint (init, which is not this process) and none: the same answers.
+        for hint in [Some(1), None, Some(me)] {
+            let got = find_all(me, &want, hint);
+            assert_eq!(got.len(), 3);
+            assert!(
+                got[0]
+                    .as_ref()
+                    .is_some_and(|(o, p)| *p == me && o.cmdline.contains("cordon_net")),
+                "{got:?}"
+            );
+            assert!(got[1].is_none(), "{got:?}");
+            assert_eq!(got[2].as_ref().map(|(_, p)| *p), Some(me), "{got:?}");
+        }
     }
 }
