@@ -87,6 +87,10 @@ pub fn main() -> ! {
     {
         gateway_handoff(addr, mtu, proxy_port);
     }
+    // The layout-independent start of the view, also before the spec arrives.
+    if let Err(e) = mounts::stage() {
+        fail("filesystem", e.to_string());
+    }
     let spec: InitSpec = match protocol::recv_spec(CONTROL_FD) {
         Ok(Some(spec)) => spec,
         Ok(None) => sys::exit_now(125),

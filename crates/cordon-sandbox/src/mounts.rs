@@ -98,14 +98,11 @@ pub(crate) enum ProcView {
     Plain,
 }
 
-/// Build the view and pivot into it. On return, `/` is the sandbox's root.
-/// `tmpfs_size`: the cap for the sandbox's own `/tmp` and `/dev/shm` (bytes), so with only
-/// rlimits in force (which do not count tmpfs pages) a `[limits] memory` still bounds them.
-pub(crate) fn build(
-    layout: &Layout,
-    tmpfs_size: Option<u64>,
-    proc: ProcView,
-) -> Result<(), MountError> {
+/// The part of the view that is the same for every layout, made while init waits for its
+/// spec: `/` made private, the staging tmpfs pivoted into (the host's root at `/oldroot`),
+/// the mask file, and the empty new root. Nothing of it is reachable from the sandbox until
+/// [`build`] pivots into the new root, which only [`build`] fills.
+pub(crate) fn stage() -> Result<(), MountError> {
     let root = Path::new("/");
     // Nothing we mount may propagate back to the host.
     sys::mount(None, root, None, libc::MS_REC | libc::MS_PRIVATE, None)
@@ -126,8 +123,19 @@ pub(crate) fn build(
         "mode=0755",
         libc::MS_NOSUID | libc::MS_NODEV,
     )
-    .ctx(|| "new root tmpfs".into())?;
+    .ctx(|| "new root tmpfs".into())
+}
 
+/// Build the view on what [`stage`] made and pivot into it. On return, `/` is the sandbox's
+/// root. `tmpfs_size`: the cap for the sandbox's own `/tmp` and `/dev/shm` (bytes), so with
+/// only rlimits in force (which do not count tmpfs pages) a `[limits] memory` still bounds
+/// them.
+pub(crate) fn build(
+    layout: &Layout,
+    tmpfs_size: Option<u64>,
+    proc: ProcView,
+) -> Result<(), MountError> {
+    let root = Path::new("/");
     for op in &layout.mounts {
         apply(op, tmpfs_size, proc).map_err(|e| MountError {
             step: format!("{op:?}: {}", e.step),
