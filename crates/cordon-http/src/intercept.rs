@@ -47,6 +47,10 @@ const MAX_STREAMS: u32 = 32;
 const MAX_UPSTREAM: usize = 1024;
 /// Largest request head (HTTP/1 buffer, HTTP/2 header list).
 const MAX_HEADERS: u32 = 64 << 10;
+/// TLS server configs kept, one per (host, ALPN); past this the cache starts over.
+const MAX_SERVER_CONFIGS: usize = 4096;
+/// Sandbox TLS sessions kept for resumption, all hosts together.
+const MAX_SESSIONS: usize = 1024;
 
 /// What the interceptor needs.
 pub struct Config {
@@ -113,7 +117,15 @@ pub struct Interceptor {
     pub(crate) audit: std::sync::OnceLock<cordon_events::AuditHealth>,
     /// The logins whose token exchanges are brokered (and the credentials since they rotated).
     pub(crate) logins: std::sync::OnceLock<crate::credentials::refresh::Logins>,
+    /// The sandbox side's TLS configs, by (host, ALPN) (see [`Interceptor::server_config`]).
+    server_configs: std::sync::Mutex<ServerConfigs>,
+    /// Sessions the sandbox may resume, shared by every host's config (a session resumes
+    /// only under the SNI it was made for).
+    sessions: Arc<dyn rustls::server::StoresServerSessions>,
 }
+
+/// TLS server configs by (host, ALPN protocols).
+type ServerConfigs = std::collections::HashMap<(String, Vec<Vec<u8>>), Arc<rustls::ServerConfig>>;
 
 /// Why the interceptor could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -174,6 +186,8 @@ impl Interceptor {
             placeholders: Arc::new(placeholders),
             audit: std::sync::OnceLock::new(),
             logins: std::sync::OnceLock::new(),
+            server_configs: std::sync::Mutex::new(ServerConfigs::new()),
+            sessions: rustls::server::ServerSessionMemoryCache::new(MAX_SESSIONS),
             scan_window,
             roots,
         })
@@ -205,20 +219,8 @@ impl Interceptor {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let resolver = Arc::new(LeafResolver {
-            ca: self.ca.clone(),
-            host: host.to_string(),
-        });
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let cfg = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .ok()?;
-        let mut cfg = cfg.with_no_client_auth().with_cert_resolver(resolver);
-        cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-        match tokio_rustls::TlsAcceptor::from(Arc::new(cfg))
-            .accept(stream)
-            .await
-        {
+        let cfg = self.server_config(host, alpn)?;
+        match tokio_rustls::TlsAcceptor::from(cfg).accept(stream).await {
             Ok(t) => Some(t),
             Err(e) => {
                 (self.emit)(
@@ -233,6 +235,39 @@ impl Interceptor {
                 None
             }
         }
+    }
+
+    /// The TLS server config for connections to `host` offering `alpn`: made once per
+    /// (host, ALPN) and kept, so a client that resumes its session with the host skips the
+    /// full handshake. Its resolver still checks every ClientHello's SNI against `host`
+    /// before anything else (rustls resolves the certificate before it looks at resumption),
+    /// and rustls resumes a session only for the SNI it was made for.
+    fn server_config(&self, host: &str, alpn: &[&[u8]]) -> Option<Arc<rustls::ServerConfig>> {
+        let key = (host.to_string(), alpn.iter().map(|p| p.to_vec()).collect());
+        let mut configs = self
+            .server_configs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = configs.get(&key) {
+            return Some(c.clone());
+        }
+        let resolver = Arc::new(LeafResolver {
+            ca: self.ca.clone(),
+            host: host.to_string(),
+        });
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let cfg = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .ok()?;
+        let mut cfg = cfg.with_no_client_auth().with_cert_resolver(resolver);
+        cfg.alpn_protocols.clone_from(&key.1);
+        cfg.session_storage = self.sessions.clone();
+        let cfg = Arc::new(cfg);
+        if configs.len() >= MAX_SERVER_CONFIGS {
+            configs.clear();
+        }
+        configs.insert(key, cfg.clone());
+        Some(cfg)
     }
 
     /// Serves one plain-HTTP sandbox connection made to `host:port`.
@@ -350,3 +385,7 @@ impl rustls::server::ResolvesServerCert for LeafResolver {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "intercept_tests.rs"]
+mod tests;
