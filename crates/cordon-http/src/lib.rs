@@ -60,6 +60,7 @@ pub mod judge;
 mod layer;
 mod pipeline;
 pub mod rules;
+mod tls_io;
 mod upstream;
 
 pub use ask::Asker;

@@ -16,6 +16,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
 use crate::intercept::{ConnectFn, InterceptError};
+use crate::tls_io::{BufTcp, poll_read_gathered};
 
 /// The upstream connector: the gateway's checked connect, then TLS (for https URIs).
 #[derive(Clone)]
@@ -136,10 +137,11 @@ pub(crate) fn upstream_roots(extra_ca_pem: &[String]) -> Result<Arc<Roots>, Inte
     }))
 }
 
-/// An upstream connection, plain or TLS.
+/// An upstream connection, plain or TLS (its socket read in large pieces, its reads taking
+/// every record at hand: see [`crate::tls_io`]).
 enum UpStream {
     Plain(TcpStream),
-    Tls(Box<TlsStream<TcpStream>>),
+    Tls(Box<TlsStream<BufTcp>>, Option<io::Error>),
 }
 
 /// [`UpStream`] as hyper sees it, with what the pool needs to know (h2 or not).
@@ -163,6 +165,16 @@ impl hyper::rt::Write for UpIo {
     ) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
     }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        hyper::rt::Write::is_write_vectored(&self.0)
+    }
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().0).poll_flush(cx)
     }
@@ -174,7 +186,7 @@ impl hyper::rt::Write for UpIo {
 impl Connection for UpIo {
     fn connected(&self) -> Connected {
         match self.0.inner() {
-            UpStream::Tls(t) if t.get_ref().1.alpn_protocol() == Some(b"h2") => {
+            UpStream::Tls(t, _) if t.get_ref().1.alpn_protocol() == Some(b"h2") => {
                 Connected::new().negotiated_h2()
             }
             _ => Connected::new(),
@@ -190,7 +202,7 @@ impl AsyncRead for UpStream {
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
             UpStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            UpStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            UpStream::Tls(s, err) => poll_read_gathered(s.as_mut(), err, cx, buf),
         }
     }
 }
@@ -203,19 +215,35 @@ impl AsyncWrite for UpStream {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             UpStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            UpStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            UpStream::Tls(s, _) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            UpStream::Tls(s, _) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            UpStream::Plain(s) => s.is_write_vectored(),
+            UpStream::Tls(s, _) => s.is_write_vectored(),
         }
     }
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             UpStream::Plain(s) => Pin::new(s).poll_flush(cx),
-            UpStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            UpStream::Tls(s, _) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             UpStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            UpStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            UpStream::Tls(s, _) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 }
@@ -247,8 +275,8 @@ impl tower_service::Service<Uri> for Upstream {
             }
             let name = rustls::pki_types::ServerName::try_from(host)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-            let tls = me.tls.get()?.connect(name, tcp).await?;
-            Ok(UpIo(TokioIo::new(UpStream::Tls(Box::new(tls)))))
+            let tls = me.tls.get()?.connect(name, BufTcp::new(tcp)).await?;
+            Ok(UpIo(TokioIo::new(UpStream::Tls(Box::new(tls), None))))
         })
     }
 }
