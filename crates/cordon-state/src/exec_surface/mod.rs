@@ -148,7 +148,10 @@ fn commondir_of(gitdir: &Path) -> Option<PathBuf> {
 
 struct Found<'a> {
     roots: &'a [PathBuf],
-    exclude: &'a [PathBuf],
+    /// The excluded paths as a set: a path is excluded when one of its ancestors (itself
+    /// included) is in it, the same answer as `starts_with` against each, without comparing
+    /// every name with every denied path component by component.
+    exclude: std::collections::HashSet<&'a Path>,
     s: Surface,
 }
 
@@ -158,7 +161,7 @@ impl Found<'_> {
     }
 
     fn excluded(&self, p: &Path) -> bool {
-        self.exclude.iter().any(|e| p.starts_with(e))
+        p.ancestors().any(|a| self.exclude.contains(a))
     }
 
     fn stage(&mut self, p: PathBuf) {
@@ -324,7 +327,7 @@ pub fn discover(roots: &[PathBuf], home: Option<&Path>, exclude: &[PathBuf]) -> 
     let roots: Vec<PathBuf> = roots.iter().filter_map(|r| canon(r)).collect();
     let mut f = Found {
         roots: &roots,
-        exclude,
+        exclude: exclude.iter().map(PathBuf::as_path).collect(),
         s: Surface::default(),
     };
     for r in &roots {
