@@ -11,10 +11,24 @@ use tokio::sync::mpsc::{unbounded_channel, Permit, Sender, UnboundedReceiver, Un
 
 use crate::packet::AnyIpPktFrame;
 
+/// cordon: where the stack's packets go without a channel: called on the stack's own task
+/// with each packet as it is built, in one buffer reused for every packet (no allocation, no
+/// zeroing of up to 64 KiB per packet, no hop to a writer task and its wake-up). It must not
+/// block; a packet it cannot deliver is lost, as on a wire, and TCP sends it again.
+pub type PacketWriter = Box<dyn FnMut(&[u8]) + Send>;
+
+/// cordon: a [`PacketWriter`] and the buffer it is handed.
+pub(super) struct DirectOut {
+    write: PacketWriter,
+    buf: Vec<u8>,
+}
+
 pub(super) struct VirtualDevice {
     in_buf_avail: Arc<AtomicBool>,
     in_buf: UnboundedReceiver<Vec<u8>>,
     out_buf: Sender<AnyIpPktFrame>,
+    /// cordon: when set, packets go here instead of `out_buf`.
+    direct: Option<DirectOut>,
     mtu: usize,
 }
 
@@ -30,11 +44,20 @@ impl VirtualDevice {
                 in_buf_avail: iface_ingress_tx_avail.clone(),
                 in_buf: iface_ingress_rx,
                 out_buf: iface_egress_tx,
+                direct: None,
                 mtu,
             },
             iface_ingress_tx,
             iface_ingress_tx_avail,
         )
+    }
+
+    /// cordon: send every packet through `write` instead of the stack's channel.
+    pub(super) fn set_writer(&mut self, write: PacketWriter) {
+        self.direct = Some(DirectOut {
+            write,
+            buf: Vec::new(),
+        });
     }
 }
 
@@ -43,6 +66,13 @@ impl Device for VirtualDevice {
     type TxToken<'a> = VirtualTxToken<'a>;
 
     fn receive(&mut self, _timestamp: Instant) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
+        if let Some(direct) = self.direct.as_mut() {
+            let Ok(buffer) = self.in_buf.try_recv() else {
+                self.in_buf_avail.store(false, Ordering::Release);
+                return None;
+            };
+            return Some((Self::RxToken { buffer }, VirtualTxToken::Direct(direct)));
+        }
         // First, we reserve space in out_buf: if it is full, we exit without touching in_buf,
         // so that the waiting packet remains in the queue and is not extracted
         // and immediately discarded, and so that in_buf_avail is not reset while it is still true.
@@ -55,12 +85,15 @@ impl Device for VirtualDevice {
             return None;
         };
 
-        Some((Self::RxToken { buffer }, Self::TxToken { permit }))
+        Some((Self::RxToken { buffer }, VirtualTxToken::Channel(permit)))
     }
 
     fn transmit(&mut self, _timestamp: Instant) -> Option<Self::TxToken<'_>> {
+        if let Some(direct) = self.direct.as_mut() {
+            return Some(VirtualTxToken::Direct(direct));
+        }
         match self.out_buf.try_reserve() {
-            Ok(permit) => Some(Self::TxToken { permit }),
+            Ok(permit) => Some(VirtualTxToken::Channel(permit)),
             Err(_) => None,
         }
     }
@@ -86,8 +119,10 @@ impl RxToken for VirtualRxToken {
     }
 }
 
-pub(super) struct VirtualTxToken<'a> {
-    permit: Permit<'a, Vec<u8>>,
+pub(super) enum VirtualTxToken<'a> {
+    Channel(Permit<'a, Vec<u8>>),
+    /// cordon: straight to the [`PacketWriter`].
+    Direct(&'a mut DirectOut),
 }
 
 impl<'a> TxToken for VirtualTxToken<'a> {
@@ -95,16 +130,61 @@ impl<'a> TxToken for VirtualTxToken<'a> {
     where
         F: FnOnce(&mut [u8]) -> R,
     {
-        let mut buffer = vec![0u8; len];
-        let result = f(&mut buffer);
-        self.permit.send(buffer);
-        result
+        match self {
+            Self::Channel(permit) => {
+                let mut buffer = vec![0u8; len];
+                let result = f(&mut buffer);
+                permit.send(buffer);
+                result
+            }
+            Self::Direct(out) => {
+                // Grown once to the largest packet. smoltcp writes every payload byte, but
+                // may leave the padding after a TCP option list as it found it: the header
+                // room (at most 60 bytes of IPv4 and 60 of TCP) is cleared as a fresh
+                // buffer would be, so no byte of an earlier packet goes out in this one.
+                if out.buf.len() < len {
+                    out.buf.resize(len, 0);
+                }
+                let pkt = &mut out.buf[..len];
+                let head = len.min(120);
+                pkt[..head].fill(0);
+                let result = f(pkt);
+                (out.write)(pkt);
+                result
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// cordon: with a writer set, each packet goes to it whole, with nothing on the channel;
+    /// the reused buffer's header room starts cleared, whatever the packet before it held.
+    #[test]
+    fn a_direct_writer_gets_each_packet_and_no_stale_header_bytes() {
+        let (out_tx, mut out_rx) = channel::<AnyIpPktFrame>(4);
+        let (mut device, _ingress_tx, _avail) = VirtualDevice::new(out_tx, 1500);
+        let seen = Arc::new(std::sync::Mutex::new(Vec::<Vec<u8>>::new()));
+        let s = seen.clone();
+        device.set_writer(Box::new(move |p: &[u8]| s.lock().unwrap().push(p.to_vec())));
+        let tx = device.transmit(Instant::from_millis(0)).expect("always a token");
+        tx.consume(200, |b| b.fill(0xab));
+        let tx = device.transmit(Instant::from_millis(0)).expect("always a token");
+        let left = tx.consume(150, |b| {
+            let stale = b.iter().filter(|&&x| x == 0xab).count();
+            b[130..].fill(7);
+            stale
+        });
+        assert_eq!(left, 30, "only the payload past the header room is as it was");
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 2);
+        assert_eq!(seen[0], vec![0xab; 200]);
+        assert_eq!(seen[1].len(), 150);
+        assert!(seen[1][..120].iter().all(|&x| x == 0));
+        assert!(out_rx.try_recv().is_err(), "nothing went through the channel");
+    }
 
     use tokio::sync::mpsc::channel;
 

@@ -1,4 +1,6 @@
 mod device;
+/// cordon: the stack's packets without a channel (`StackBuilder::packet_writer`).
+pub use device::PacketWriter;
 
 mod runner;
 pub use runner::Runner;

@@ -430,9 +430,14 @@ impl TcpListener {
         mtu: usize,
         tcp_recv_buffer_size: u32,
         tcp_send_buffer_size: u32,
+        writer: Option<crate::device::PacketWriter>,
     ) -> std::io::Result<(Runner, Self)> {
         let (mut device, iface_ingress_tx, iface_ingress_tx_avail) =
             VirtualDevice::new(stack_tx, mtu);
+        // cordon: see `StackBuilder::packet_writer`.
+        if let Some(w) = writer {
+            device.set_writer(w);
+        }
         let iface = Self::create_interface(&mut device)?;
 
         let (stream_tx, stream_rx) = unbounded_channel();

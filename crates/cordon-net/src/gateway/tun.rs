@@ -114,8 +114,22 @@ pub(super) fn stack_builder() -> StackBuilder {
         .tcp_send_buffer_size(TCP_BUFFER)
 }
 
-pub(crate) async fn run(shared: Arc<Shared>, tun: Tun) {
-    let built = stack_builder().build();
+/// The packet path: runs on a thread of its own (see `Gateway::start`), so a packet's hops
+/// between the TUN reader, the stack and the TUN write wake no other thread; everything that
+/// decides, connects or relays a flow runs on `main`, the gateway's runtime.
+pub(crate) async fn run(shared: Arc<Shared>, tun: Tun, main: tokio::runtime::Handle) {
+    let tun = Arc::new(tun);
+    let out = tun.clone();
+    // The stack writes each packet to the TUN as it builds it, on its own task. A TUN write
+    // only queues the packet to the sandbox's kernel and does not wait; a refused one is a lost
+    // packet, which TCP sends again (as `Tun::write` does).
+    let writer = move |pkt: &[u8]| loop {
+        match out.0.get_ref().write(pkt) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            _ => break,
+        }
+    };
+    let built = stack_builder().packet_writer(Box::new(writer)).build();
     let (stack, runner, _, listener) = match built {
         Ok(parts) => parts,
         Err(e) => {
@@ -131,16 +145,10 @@ pub(crate) async fn run(shared: Arc<Shared>, tun: Tun) {
         return;
     };
     tokio::spawn(runner);
-    let tun = Arc::new(tun);
-    let (mut to_stack, mut from_stack) = stack.split();
-    let out = tun.clone();
-    tokio::spawn(async move {
-        while let Some(Ok(pkt)) = from_stack.next().await {
-            out.write(&pkt).await;
-        }
-    });
+    // The stack's stream carries only UDP, which is off: every TCP packet goes to `writer`.
+    let (mut to_stack, _from_stack) = stack.split();
     let flows: Flows = Arc::new(Mutex::new(HashMap::new()));
-    tokio::spawn(accept(shared.clone(), flows.clone(), listener));
+    main.spawn(accept(shared.clone(), flows.clone(), listener));
     // SYNs whose connect succeeded come back here to be fed to the stack.
     let (inject_tx, mut inject_rx) = mpsc::unbounded_channel::<Vec<u8>>();
     let mut reported: HashSet<SocketAddrV4> = HashSet::new();
@@ -167,7 +175,7 @@ pub(crate) async fn run(shared: Arc<Shared>, tun: Tun) {
                     match packet::parse(pkt) {
                         Parsed::Tcp { src, dst, syn_only: true, seq } => {
                             let syn = Syn { src, dst, seq, packet: pkt.to_vec() };
-                            hold_syn(&shared, &flows, &tun, &inject_tx, syn).await;
+                            hold_syn(&main, &shared, &flows, &tun, &inject_tx, syn).await;
                         }
                         Parsed::Tcp { .. } => {
                             if !feed(&mut to_stack, pkt.to_vec()).await {
@@ -291,6 +299,7 @@ struct Syn {
 /// a flow being decided, or one the stack already has (which would make it a second socket),
 /// is dropped.
 async fn hold_syn(
+    main: &tokio::runtime::Handle,
     shared: &Arc<Shared>,
     flows: &Flows,
     tun: &Arc<Tun>,
@@ -318,7 +327,7 @@ async fn hold_syn(
         None => {}
     }
     let (shared, flows, tun, inject) = (shared.clone(), flows.clone(), tun.clone(), inject.clone());
-    tokio::spawn(async move {
+    main.spawn(async move {
         let Syn {
             src,
             dst,
