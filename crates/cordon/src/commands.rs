@@ -411,6 +411,33 @@ fn run_in_session(
         sockets: Vec::new(),
     };
     let mut cmd = cmd;
+    let mut plan = loaded.plan.clone();
+    // Test-only layer switches (debug builds): before anything is enforced.
+    #[cfg(debug_assertions)]
+    if let Err(e) = crate::layer_off::apply(&mut plan, emit) {
+        eprintln!("cordon: {e}");
+        return EXIT_SETUP;
+    }
+    let gateway_on = plan.network.mode == cordon_policy::NetMode::Gateway;
+    if gateway_on {
+        cordon_sandbox::prefer_fresh_pages_for_large_allocations();
+        cordon_sandbox::raise_nofile_limit();
+    }
+    // The gateway, the CA and the HTTP layer are built beside the state layer's preparation
+    // (neither reads what the other makes) and joined before the sandbox is made, so the
+    // command never starts without them and a failure still ends the run before it.
+    let (sink2, audit2, asks) = (sink.clone(), audit.clone(), cmd.approvals.clone());
+    let building = crate::beside::Beside::start(gateway_on, move || {
+        let g = gateway_on.then(|| start_gateway(&mut plan, &sink2, &audit2, asks.as_ref()));
+        (plan, g)
+    });
+    let building = match building {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("cordon: cannot start the egress gateway: no thread for it: {e}");
+            return EXIT_SETUP;
+        }
+    };
     match crate::home::create_missing_writable(&loaded.plan) {
         Ok(notes) => {
             for n in notes {
@@ -445,54 +472,29 @@ fn run_in_session(
     }
     // cordon's own state (audit logs, copy-on-write layers and snapshots, broker sockets) is
     // never visible inside: snapshots hold hard links to files a deny rule hides elsewhere.
-    let mut plan = loaded.plan.clone();
-    if let Some(dir) = cordon_events::state_dir().as_deref() {
-        use std::os::unix::fs::DirBuilderExt;
-        if let Err(e) = std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-        {
-            eprintln!("cordon: cannot create {}: {e}", dir.display());
-            return EXIT_SETUP;
-        }
-    }
     // Its cache layers too: a session must not reach another's through them.
-    if let Some(dir) = cordon_state::cache_dir() {
+    let own = cordon_events::state_dir().into_iter();
+    for dir in own.chain(cordon_state::cache_dir()) {
         use std::os::unix::fs::DirBuilderExt;
-        if let Err(e) = std::fs::DirBuilder::new()
+        let made = std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
-            .create(&dir)
-        {
+            .create(&dir);
+        if let Err(e) = made {
             eprintln!("cordon: cannot create {}: {e}", dir.display());
             return EXIT_SETUP;
         }
     }
-    // Test-only layer switches (debug builds): before anything is enforced.
-    #[cfg(debug_assertions)]
-    if let Err(e) = crate::layer_off::apply(&mut plan, emit) {
-        eprintln!("cordon: {e}");
-        return EXIT_SETUP;
-    }
-    if plan.network.mode == cordon_policy::NetMode::Gateway {
-        cordon_sandbox::prefer_fresh_pages_for_large_allocations();
-        cordon_sandbox::raise_nofile_limit();
-    }
-    let mut gateway = match plan.network.mode {
-        cordon_policy::NetMode::Gateway => {
-            match start_gateway(&mut plan, sink, audit, cmd.approvals.as_ref()) {
-                Ok(g) => Some(g),
-                Err(e) => {
-                    eprintln!(
-                        "cordon: cannot start the egress gateway: {}",
-                        crate::output::chain(&e)
-                    );
-                    return EXIT_SETUP;
-                }
-            }
+    let (mut plan, gateway) = building.join();
+    let mut gateway = match gateway.transpose() {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!(
+                "cordon: cannot start the egress gateway: {}",
+                crate::output::chain(&e)
+            );
+            return EXIT_SETUP;
         }
-        _ => None,
     };
     if let Some(g) = &gateway {
         cmd.shown.clone_from(&g.shown);

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 mod approve;
+mod beside;
 mod cli;
 mod commands;
 mod denials;
