@@ -406,9 +406,12 @@ pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
 /// with the rule's origin.
 fn denied(fs: &FilesystemPlan) -> Vec<(PathBuf, String)> {
     let mut deny: Vec<(PathBuf, String)> = Vec::new();
+    // The first rule naming a path keeps it; a set says which are in (`Path`'s hash and
+    // equality compare components, as comparing with each one in the list did).
+    let mut seen = std::collections::HashSet::new();
     for r in &fs.deny {
         for f in forms(&r.path) {
-            if !deny.iter().any(|(d, _)| *d == f) {
+            if seen.insert(f.clone()) {
                 deny.push((f, r.origin.clone()));
             }
         }
