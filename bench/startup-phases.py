@@ -7,12 +7,14 @@ Usage: python3 bench/startup-phases.py [-n 25] BIN[:POLICY] ...
   `none` as POLICY writes and uses such a file.
 Binaries are run round-robin, n rounds, in a scratch dir under /var/tmp (fake HOME, XDG dirs, a
 project), as the calling user. Prints a markdown table of medians. Asserts nothing; compare
-columns of one run only.
+columns of one run only. The last row is CPU time (user + system of the run and everything it
+reaped), which a loaded machine moves far less than the wall clock.
 """
 import argparse
 import datetime
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -63,10 +65,13 @@ def main():
                     os.unlink(audit)
                 cmd = [binary, "run", "--no-tty"] + (["--policy", pol] if pol else [])
                 cmd += ["--project", ".", "--audit", audit, "--", "true"]
+                r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t0 = time.time() * 1000
                 subprocess.run(cmd, env=env, cwd=os.path.join(work, "project"),
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
                 t1 = time.time() * 1000
+                r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu = (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * 1000
                 first = {}
                 for line in open(audit):
                     e = json.loads(line)
@@ -76,8 +81,9 @@ def main():
                     # A phase without its event (no gateway) folds into the next one.
                     pts.append(first.get(key, pts[-1]))
                 pts.append(t1)
-                res[spec].append([pts[i + 1] - pts[i] for i in range(len(pts) - 1)] + [t1 - t0])
-        names = [n for _, n in MARKS] + ["session end to the process being gone", "total"]
+                res[spec].append([pts[i + 1] - pts[i] for i in range(len(pts) - 1)] + [t1 - t0, cpu])
+        names = [n for _, n in MARKS] + ["session end to the process being gone", "total",
+                                         "CPU (user + system, all processes)"]
         print("| phase | " + " | ".join(a.specs) + " |")
         print("|---|" + "---|" * len(a.specs))
         for i, name in enumerate(names):
