@@ -74,9 +74,14 @@ pub(crate) async fn forward(
     } else {
         &i.client
     };
-    let Ok(Ok(permit)) =
-        tokio::time::timeout(BODY_PREFIX_TIMEOUT, i.upstream.clone().acquire_owned()).await
-    else {
+    // A free permit is taken at once; only a wait for one sets a timer.
+    let permit = match i.upstream.clone().try_acquire_owned() {
+        Ok(p) => Ok(Ok(p)),
+        Err(_) => {
+            tokio::time::timeout(BODY_PREFIX_TIMEOUT, i.upstream.clone().acquire_owned()).await
+        }
+    };
+    let Ok(Ok(permit)) = permit else {
         (i.emit)(verdict.mark(ex.event(
             EvAction::Error,
             503,
