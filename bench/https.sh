@@ -18,8 +18,9 @@
 # sandbox's bundle, and cordon verifies nginx against the test CA via [tls] upstream_ca).
 #
 # Usage: bash bench/https.sh  (env: REPS=3, DUR=4s, BIG_N=30, LOAD_C=500, LOAD_T=20s,
-#        CORDON_BIN=prebuilt binary, CORDON_BASE=a second binary measured as "base" in the
-#        same round-robin, MITM_VENV=/var/tmp/mitm-venv, CASES="1k1 1k32 10m 10m-tcp")
+#        BENCH_ADDR=127.0.0.201, CORDON_BIN=prebuilt binary, CORDON_BASE=a second binary
+#        measured as "base" in the same round-robin, MITM_VENV=/var/tmp/mitm-venv,
+#        CASES="1k1 1k32 10m 10m-tcp")
 # Needs: apt-get install hey nginx-light; python3 -m venv $MITM_VENV &&
 #        $MITM_VENV/bin/pip install mitmproxy (that row is left out without it)
 set -euo pipefail
@@ -34,7 +35,8 @@ LOAD_T=${LOAD_T:-20s}
 CASES=${CASES:-1k1 1k32 10m 10m-tcp}
 MITM_VENV=${MITM_VENV:-/var/tmp/mitm-venv}
 PY=$(command -v /usr/bin/python3 || command -v python3)
-ADDR=127.0.0.201
+# BENCH_ADDR: another loopback address, so two runs (two helpers) never share a server.
+ADDR=${BENCH_ADDR:-127.0.0.201}
 NAME=bench.example.test
 TCP_PORT=18480
 MPORT=18482
