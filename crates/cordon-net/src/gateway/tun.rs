@@ -114,9 +114,9 @@ pub(super) fn stack_builder() -> StackBuilder {
         .tcp_send_buffer_size(TCP_BUFFER)
 }
 
-/// The packet path: runs on a thread of its own (see `Gateway::start`), so a packet's hops
-/// between the TUN reader, the stack and the TUN write wake no other thread; everything that
-/// decides, connects or relays a flow runs on `main`, the gateway's runtime.
+/// The packet path: the TUN reader and the stack on the runtime this runs on; everything that
+/// decides, connects or relays a flow is spawned on `main`, the gateway's runtime (the same one
+/// today, see `Gateway::start`; kept apart so the packet path can move to a thread of its own).
 pub(crate) async fn run(shared: Arc<Shared>, tun: Tun, main: tokio::runtime::Handle) {
     let tun = Arc::new(tun);
     let out = tun.clone();
