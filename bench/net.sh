@@ -25,7 +25,8 @@
 #
 # Usage: bash bench/net.sh   (env: REPS=3 rounds, BYTES=1G, STREAMS=8, CONNS=1000,
 #        IPERF_PORT=5201, LAT_PORT=5301, CORDON_BIN=path to measure a prebuilt binary instead of
-#        building target/release/cordon, UNPRIV=0, NETNS=0)
+#        building target/release/cordon, CORDON_BASE=a second binary measured as the row
+#        "cordon-base" in the same rounds (before/after in one run), UNPRIV=0, NETNS=0)
 # Needs iperf3; pasta and slirp4netns rows are skipped when missing:
 #   apt-get install iperf3 passt slirp4netns
 set -euo pipefail
@@ -81,6 +82,12 @@ if [ "${1:-}" = --inner ]; then
         local -a e
         read -r -a e <<<"$(cordon_env caller)"
         (cd "$WORK/caller/project" && "${ENV[@]}" "${e[@]}" "$WORK/bin/cordon" run --no-tty \
+            --project "$WORK/caller/project" --policy "$WORK/policy.toml" -- sh -c "$1")
+    }
+    run_cordon_base() {
+        local -a e
+        read -r -a e <<<"$(cordon_env caller)"
+        (cd "$WORK/caller/project" && "${ENV[@]}" "${e[@]}" "$WORK/bin/cordon-base" run --no-tty \
             --project "$WORK/caller/project" --policy "$WORK/policy.toml" -- sh -c "$1")
     }
     run_cordon_user() {
@@ -140,6 +147,9 @@ EOF
         echo "round $rep/$REPS" >&2
         measure direct run_direct 127.0.0.1
         measure cordon run_cordon "$RESOLVE_ALIAS"
+        if [ -x "$WORK/bin/cordon-base" ]; then
+            measure cordon-base run_cordon_base "$RESOLVE_ALIAS"
+        fi
         if [ -d "$WORK/unpriv" ]; then
             measure cordon-user run_cordon_user "$RESOLVE_ALIAS"
         fi
@@ -259,7 +269,7 @@ for line in open(raw):
         d["all_us"].extend(us)
     else:
         d["fail"] += 1
-order = [l for l in ["direct", "cordon", "cordon-user", "pasta", "slirp4netns"] if l in rows]
+order = [l for l in ["direct", "cordon", "cordon-base", "cordon-user", "pasta", "slirp4netns"] if l in rows]
 
 def m(label, k):
     v = rows.get(label, {}).get(k)

@@ -87,6 +87,9 @@ const HALF_CLOSE_IDLE: Duration = Duration::from_secs(30);
 /// Per-second budget of DNS and refusal events; beyond it they are counted and summarised, so a
 /// flood from inside cannot fill the disk with the audit log.
 const EVENTS_PER_SECOND: u32 = 200;
+/// How long an allowed flow's SYN may wait, after its host-side connect, for the lookup of the
+/// process behind it (see [`Shared::open`]).
+const OWNER_HOLD: Duration = Duration::from_millis(5);
 /// How long a denied flow that may be TLS has to send its first bytes.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -494,6 +497,11 @@ impl Shared {
             Ok((s, sa)) => {
                 let _ = s.set_nodelay(true);
                 flow.addr = Some(sa);
+                // The client's SYN is still held, so its socket is still open: a connection
+                // shorter than the lookup (connect, read a byte, close) would otherwise leave
+                // its event without a process. The lookup ran beside the connect, so this
+                // costs only what it takes longer, and never more than OWNER_HOLD.
+                flow.owner.settled(OWNER_HOLD).await;
                 Ok((s, flow))
             }
             Err(last) => {

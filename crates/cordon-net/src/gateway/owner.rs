@@ -18,6 +18,10 @@ use super::{Redact, SocketLookup};
 const QUEUE: usize = 2048;
 /// Lookups answered in one walk of the sandbox's process tree at most.
 const BATCH: usize = 256;
+/// Tries per lookup, [`RETRY`] apart: the kernel's `children` lists are not read atomically
+/// (a process forking meanwhile may be missed), and a short flow's socket outlives the miss.
+const TRIES: usize = 3;
+const RETRY: Duration = Duration::from_millis(1);
 
 /// The sandbox process that owns a socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,24 +119,59 @@ fn serve(rx: &Receiver<Request>, init: i32, sockets: &SocketLookup, redact: &Red
                 Err(_) => break,
             }
         }
-        // Every socket's inode first, while the sockets surely exist (a flow's SYN is held
-        // until its host-side connect is done; the lookup was asked for before that).
-        let inodes: Vec<Option<u64>> = batch.iter().map(|r| sockets(r.local, r.remote)).collect();
-        let wanted: Vec<u64> = inodes.iter().flatten().copied().collect();
-        let mut found = find_all(init, &wanted, hint).into_iter();
-        for (r, inode) in batch.iter().zip(&inodes) {
-            let o = inode.and_then(|_| found.next().flatten());
-            if let Some((_, pid)) = &o {
-                hint = Some(*pid);
+        let mut left: Vec<&Request> = batch.iter().collect();
+        for attempt in 0..TRIES {
+            if attempt > 0 {
+                std::thread::sleep(RETRY);
             }
-            // A command line may carry a secret (`curl -H 'authorization: …'`): what the
-            // events keep is redacted.
-            r.slot.set(o.map(|(mut o, _)| {
-                o.cmdline = redact(&o.cmdline);
-                o
-            }));
+            let answered = answer(&left, init, sockets, redact, &mut hint);
+            let last = attempt + 1 == TRIES;
+            left = left
+                .into_iter()
+                .zip(answered)
+                .filter_map(|(r, o)| match o {
+                    Some(o) => {
+                        r.slot.set(Some(o));
+                        None
+                    }
+                    None if last => {
+                        r.slot.set(None);
+                        None
+                    }
+                    None => Some(r),
+                })
+                .collect();
+            if left.is_empty() {
+                break;
+            }
         }
     }
+}
+
+/// One try at `batch`: every socket's inode first, while the sockets surely exist (a flow's
+/// SYN is held until its host-side connect is done; the lookup was asked for before that),
+/// then one walk for all of them.
+fn answer(
+    batch: &[&Request],
+    init: i32,
+    sockets: &SocketLookup,
+    redact: &Redact,
+    hint: &mut Option<i32>,
+) -> Vec<Option<Owner>> {
+    let inodes: Vec<Option<u64>> = batch.iter().map(|r| sockets(r.local, r.remote)).collect();
+    let wanted: Vec<u64> = inodes.iter().flatten().copied().collect();
+    let mut found = find_all(init, &wanted, *hint).into_iter();
+    inodes
+        .iter()
+        .map(|inode| {
+            let (mut o, pid) = inode.and_then(|_| found.next().flatten())?;
+            *hint = Some(pid);
+            // A command line may carry a secret (`curl -H 'authorization: …'`): what the
+            // events keep is redacted.
+            o.cmdline = redact(&o.cmdline);
+            Some(o)
+        })
+        .collect()
 }
 
 /// The processes under `root` (itself included), found through each task's `children`
