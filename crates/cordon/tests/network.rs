@@ -827,7 +827,12 @@ both!(
         let echo = Server::echo();
         let name = "echo.example.test";
         let pol = named(&[name], &[(name, &[echo.port])], "");
-        let o = run(&env, &pol, &nc(&format!("cap {name} {} 512", echo.port)));
+        // Past nc()'s 30 s: one attempt waits 33 s.
+        let o = run(
+            &env,
+            &pol,
+            &format!("timeout 90 {PY} nc.py cap {name} {} 512", echo.port),
+        );
         let r = ok_results(&o, 1);
         assert_eq!(r[0]["held"], 512, "{}", show(&o));
         assert_eq!(
@@ -837,7 +842,8 @@ both!(
             show(&o)
         );
         // The cap holds: the 513th is not let through, and it is not refused either while
-        // its client still waits (a listen backlog's behaviour).
+        // its client still waits (a listen backlog's behaviour), also past the gateway's 30 s
+        // wait: its SYN is dropped then, not reset, and the client's retransmission waits.
         assert_eq!(r[0]["gave_up"], "timeout", "{}", show(&o));
         // The flow whose client gave up was waiting first: when a slot frees it may take it,
         // but its client's RST ends it at once (it used to hold the slot for the session).

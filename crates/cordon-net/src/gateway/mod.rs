@@ -66,7 +66,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) const MAX_FLOWS: usize = 512;
 /// A new flow at [`MAX_FLOWS`] waits this long for one to close, its SYN held as a kernel's
 /// listen backlog holds one: past the client's own patience for a connect, so it is the client
-/// that gives up, never a refusal while it still waits. A client that opens many connections at
+/// that gives up, never a refusal while it still waits; past the wait the SYN is dropped (on
+/// the TUN path; the explicit proxy answers 503), as a full backlog drops it, and the client's
+/// next retransmission waits again. A client that opens many connections at
 /// once goes past the cap for seconds: Go's transport dials anew for each request that finds no
 /// idle connection, and when another connection frees first the request takes that one and
 /// the dial is dropped (a 500-connection `hey` had 804 sockets, 292 of them in SYN-SENT, with
@@ -74,8 +76,9 @@ pub(crate) const MAX_FLOWS: usize = 512;
 /// dropped costs nothing while it waits, and if it gets a slot, its client's RST ends the flow
 /// at once.
 const SLOT_WAIT: Duration = Duration::from_secs(30);
-/// At most this many new flows wait for a slot; past it they are refused at once, so a SYN
-/// flood from the sandbox cannot make the supervisor hold one task per SYN. A waiting flow
+/// At most this many new flows wait for a slot; past it they are turned away at once (on the
+/// TUN path the SYN is dropped, as past a full listen backlog, and the client retransmits), so
+/// a SYN flood from the sandbox cannot make the supervisor hold one task per SYN. A waiting flow
 /// holds no buffers (its task, its held SYN: about a KiB), so the bound is well above the cap
 /// of flows: with 512 flows open, `hey -c 500` kept 300–470 dials waiting for seconds, and
 /// each refused at once past a bound of 512 was a failed request when no other connection
@@ -430,7 +433,7 @@ impl Shared {
                 NewEvent::new(
                     Layer::Network,
                     Action::Deny,
-                    format!("{MAX_FLOWS} connections are open already; new ones are refused until some close"),
+                    format!("{MAX_FLOWS} connections are open already; a new one waits (its SYN dropped, as by a full listen backlog) or is refused (explicit proxy) until some close"),
                 )
                 .rule("network.max-flows"),
             );

@@ -336,9 +336,13 @@ async fn hold_syn(
         } = syn;
         // While this waits for a slot the entry is Pending, so the client's retransmitted SYNs
         // are dropped as for any flow being decided.
+        // At the cap the SYN is dropped, not answered with a RST: as a full listen backlog
+        // does (the kernel's default, tcp_abort_on_overflow = 0), so a client still dialling
+        // retransmits and gets in once flows close, and a refusal is never what a burst of
+        // connects past the cap sees. A client that gave up sends nothing more: nothing is
+        // kept for it. The cap itself holds either way; the event says so.
         let Some(slot) = shared.slot().await else {
             flows.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
-            tun.write(&packet::tcp_rst(src, dst, seq)).await;
             return;
         };
         let next = match decide(&shared, src, dst).await {
