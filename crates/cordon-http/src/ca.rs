@@ -234,7 +234,7 @@ fn pem_to_der(pem: &str) -> Option<CertificateDer<'static>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::sync::Arc;
 
@@ -261,9 +261,19 @@ mod tests {
             .unwrap()
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(One(ca.leaf(host).unwrap())));
+        in_memory(&Arc::new(client_cfg), Arc::new(server_cfg), sni).map(|_| ())
+    }
+
+    /// A handshake in memory between `client` and `server` under `sni`, and the session
+    /// tickets after it; whether it resumed an earlier session.
+    pub(crate) fn in_memory(
+        client: &Arc<rustls::ClientConfig>,
+        server: Arc<rustls::ServerConfig>,
+        sni: &str,
+    ) -> Result<bool, rustls::Error> {
         let name = rustls::pki_types::ServerName::try_from(sni.to_string()).unwrap();
-        let mut c = rustls::ClientConnection::new(Arc::new(client_cfg), name).unwrap();
-        let mut s = rustls::ServerConnection::new(Arc::new(server_cfg)).unwrap();
+        let mut c = rustls::ClientConnection::new(client.clone(), name).unwrap();
+        let mut s = rustls::ServerConnection::new(server).unwrap();
         for _ in 0..10 {
             let mut buf = Vec::new();
             c.write_tls(&mut buf).unwrap();
@@ -273,8 +283,8 @@ mod tests {
             s.write_tls(&mut buf).unwrap();
             c.read_tls(&mut &buf[..]).unwrap();
             c.process_new_packets()?;
-            if !c.is_handshaking() && !s.is_handshaking() {
-                return Ok(());
+            if !c.is_handshaking() && !s.is_handshaking() && !s.wants_write() {
+                return Ok(c.handshake_kind() == Some(rustls::HandshakeKind::Resumed));
             }
         }
         panic!("handshake did not finish");

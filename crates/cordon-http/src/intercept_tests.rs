@@ -1,4 +1,5 @@
 use super::*;
+use crate::ca::tests::in_memory as handshake;
 
 fn interceptor(dir: &std::path::Path) -> Interceptor {
     let ca = Arc::new(CertAuthority::load_or_create(dir).unwrap());
@@ -29,31 +30,6 @@ fn client(i: &Interceptor) -> Arc<rustls::ClientConfig> {
     .with_root_certificates(roots)
     .with_no_client_auth();
     Arc::new(cfg)
-}
-
-/// A handshake in memory (and the session tickets after it); whether it resumed.
-fn handshake(
-    client: &Arc<rustls::ClientConfig>,
-    server: Arc<rustls::ServerConfig>,
-    sni: &str,
-) -> Result<bool, rustls::Error> {
-    let name = rustls::pki_types::ServerName::try_from(sni.to_string()).unwrap();
-    let mut c = rustls::ClientConnection::new(client.clone(), name).unwrap();
-    let mut s = rustls::ServerConnection::new(server).unwrap();
-    for _ in 0..10 {
-        let mut buf = Vec::new();
-        c.write_tls(&mut buf).unwrap();
-        s.read_tls(&mut &buf[..]).unwrap();
-        s.process_new_packets()?;
-        let mut buf = Vec::new();
-        s.write_tls(&mut buf).unwrap();
-        c.read_tls(&mut &buf[..]).unwrap();
-        c.process_new_packets()?;
-        if !c.is_handshaking() && !s.is_handshaking() && !s.wants_write() {
-            return Ok(c.handshake_kind() == Some(rustls::HandshakeKind::Resumed));
-        }
-    }
-    panic!("handshake did not finish");
 }
 
 #[test]
