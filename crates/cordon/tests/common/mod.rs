@@ -196,13 +196,39 @@ fn binary_for(who: Who) -> PathBuf {
             .unwrap();
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
             let tmp = dir.join(format!("cordon.{}", std::process::id()));
-            std::fs::copy(&built, &tmp).unwrap();
-            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+            // A hard link costs no space where the target dir and /var/tmp share a disk; a
+            // copy is the fallback. Either way the build's own file is never changed.
+            if std::fs::hard_link(&built, &tmp).is_err() {
+                std::fs::copy(&built, &tmp).unwrap();
+                std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+            }
             std::fs::rename(&tmp, &bin).unwrap();
+            prune_old_binaries(&dir);
         }
         bin
     })
     .clone()
+}
+
+/// Every build leaves one entry under /var/tmp/cordon-test-bin; those a day old belong to
+/// builds long replaced (a run in progress made its own within the hour), and kept they add up
+/// to gigabytes.
+fn prune_old_binaries(keep: &Path) {
+    let Ok(entries) = std::fs::read_dir("/var/tmp/cordon-test-bin") else {
+        return;
+    };
+    let day = std::time::Duration::from_secs(24 * 3600);
+    for e in entries.flatten() {
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > day);
+        if old && e.path() != keep {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 fn chown_tree(p: &Path, uid: u32, gid: u32) {
