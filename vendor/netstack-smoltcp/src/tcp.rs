@@ -66,6 +66,9 @@ struct TcpSocketControl {
     send_state: TcpSocketState,
     /// cordon: the socket has left LISTEN (its client's SYN was taken), see `handle_socket`.
     opened: bool,
+    /// cordon: the handshake is over (the socket left LISTEN and SYN-RECEIVED), see
+    /// `handle_packet`.
+    established: bool,
 }
 
 struct TcpSocketCreation {
@@ -115,6 +118,16 @@ impl TcpListenerRunner {
         tcp_recv_buffer_size: u32,
         tcp_send_buffer_size: u32,
     ) -> std::io::Result<()> {
+        // cordon: the sockets made for each client's SYN, by address pair, while their
+        // handshake runs. A client that retransmits its SYN (its SYN-ACK late or lost) must not
+        // get a second socket: both would listen on the same address, the second could take the
+        // SYN or the client's ACK meant for the first (answering it with a RST), and the
+        // listener would hand out two streams for one connection. The socket already there
+        // ignores the repeated SYN and sends its SYN-ACK again on its own timer.
+        let mut handshaking: HashMap<
+            (SocketAddr, SocketAddr),
+            std::sync::Weak<SpinMutex<TcpSocketControl>>,
+        > = HashMap::new();
         while let Some(frame) = tcp_rx.recv().await {
             let packet = match IpPacket::new_checked(frame.as_slice()) {
                 Ok(p) => p,
@@ -152,7 +165,16 @@ impl TcpListenerRunner {
             let dst_addr = SocketAddr::new(dst_ip, dst_port);
 
             // TCP first handshake packet, create a new Connection
-            if packet.syn() && !packet.ack() {
+            let repeated = packet.syn()
+                && !packet.ack()
+                && handshaking
+                    .get(&(src_addr, dst_addr))
+                    .and_then(std::sync::Weak::upgrade)
+                    .is_some_and(|c| {
+                        let c = c.lock();
+                        !c.established && c.recv_state != TcpSocketState::Closed
+                    });
+            if packet.syn() && !packet.ack() && !repeated {
                 let mut socket = TcpSocket::new(
                     TcpSocketBuffer::new(vec![0u8; tcp_recv_buffer_size as usize]),
                     TcpSocketBuffer::new(vec![0u8; tcp_send_buffer_size as usize]),
@@ -186,7 +208,14 @@ impl TcpListenerRunner {
                     recv_state: TcpSocketState::Normal,
                     send_state: TcpSocketState::Normal,
                     opened: false,
+                    established: false,
                 }));
+                // Entries of sockets long gone are dropped as the map grows, so it stays
+                // about as large as the number of sockets at once.
+                if handshaking.len() >= 1024 && handshaking.len().is_power_of_two() {
+                    handshaking.retain(|_, c| c.strong_count() > 0);
+                }
+                handshaking.insert((src_addr, dst_addr), Arc::downgrade(&control));
 
                 stream_tx
                     .send(TcpStream {
@@ -260,8 +289,13 @@ impl TcpListenerRunner {
                     TcpState::Listen => control.opened,
                     TcpState::TimeWait => !socket.can_recv(),
                     TcpState::Closed => true,
+                    TcpState::SynReceived => {
+                        control.opened = true;
+                        false
+                    }
                     _ => {
                         control.opened = true;
+                        control.established = true;
                         false
                     }
                 };

@@ -94,25 +94,39 @@ fn ipv4(src: Ipv4Addr, dst: Ipv4Addr, proto: IpProtocol, payload_len: usize) -> 
 
 /// The RST answering a SYN from `src` to `dst`: the client sees "connection refused" at once.
 pub(crate) fn tcp_rst(src: SocketAddrV4, dst: SocketAddrV4, syn_seq: u32) -> Vec<u8> {
+    let ack = Some(syn_seq.wrapping_add(1));
+    tcp_segment(dst, src, TcpControl::Rst, 0, ack, 0, &[])
+}
+
+/// One TCP segment from `from` to `to`, without options.
+pub(crate) fn tcp_segment(
+    from: SocketAddrV4,
+    to: SocketAddrV4,
+    control: TcpControl,
+    seq: u32,
+    ack: Option<u32>,
+    window_len: u16,
+    payload: &[u8],
+) -> Vec<u8> {
     let tcp = TcpRepr {
-        src_port: dst.port(),
-        dst_port: src.port(),
-        control: TcpControl::Rst,
-        seq_number: TcpSeqNumber(0),
-        ack_number: Some(TcpSeqNumber(syn_seq.wrapping_add(1) as i32)),
-        window_len: 0,
+        src_port: from.port(),
+        dst_port: to.port(),
+        control,
+        seq_number: TcpSeqNumber(seq as i32),
+        ack_number: ack.map(|a| TcpSeqNumber(a as i32)),
+        window_len,
         window_scale: None,
         max_seg_size: None,
         sack_permitted: false,
         sack_ranges: [None; 3],
         timestamp: None,
-        payload: &[],
+        payload,
     };
-    let (mut buf, off) = ipv4(*dst.ip(), *src.ip(), IpProtocol::Tcp, tcp.buffer_len());
+    let (mut buf, off) = ipv4(*from.ip(), *to.ip(), IpProtocol::Tcp, tcp.buffer_len());
     tcp.emit(
         &mut TcpPacket::new_unchecked(&mut buf[off..]),
-        &IpAddress::Ipv4(*dst.ip()),
-        &IpAddress::Ipv4(*src.ip()),
+        &IpAddress::Ipv4(*from.ip()),
+        &IpAddress::Ipv4(*to.ip()),
         &ChecksumCapabilities::default(),
     );
     buf

@@ -317,8 +317,9 @@ async fn hold_syn(
     };
     match known {
         // The client's retransmitted SYN of a flow decided and handed to the stack but not yet
-        // accepted: the stack may have lost the first one (its queue full under a burst of
-        // connects), so it gets this one too. Dropping it would leave the client to time out.
+        // accepted goes to the stack too, as any retransmission would: a socket mid-handshake
+        // ignores it (the stack makes no second socket for it, see vendor/netstack-smoltcp),
+        // and a stack without one takes it as the first.
         Some(true) => {
             let _ = inject.send(syn.packet);
             return;
@@ -436,6 +437,71 @@ async fn decide(shared: &Shared, src: SocketAddrV4, dst: SocketAddrV4) -> Decide
 #[cfg(test)]
 mod tests {
     use super::*;
+    use netstack_smoltcp::smoltcp::wire::{Ipv4Packet, TcpControl, TcpPacket};
+    use tokio::io::AsyncReadExt;
+
+    /// The stack's next TCP segment out: (SYN set, ACK set, its sequence number).
+    async fn next_out(out: &mut mpsc::UnboundedReceiver<Vec<u8>>) -> (bool, bool, u32) {
+        let p = tokio::time::timeout(std::time::Duration::from_secs(5), out.recv())
+            .await
+            .expect("the stack answers")
+            .expect("the stack is running");
+        let ip = Ipv4Packet::new_checked(&p[..]).expect("IPv4 out");
+        let t = TcpPacket::new_checked(ip.payload()).expect("TCP out");
+        (t.syn(), t.ack(), t.seq_number().0 as u32)
+    }
+
+    /// A client whose SYN comes twice before its handshake ends (its SYN-ACK late or lost,
+    /// or the gateway handing on a retransmitted SYN) makes one connection: one stream, no
+    /// RST, its bytes arrive. With a second socket for the repeated SYN, the listener handed
+    /// out two streams for the one connection and either socket could take its ACK.
+    #[tokio::test]
+    async fn a_repeated_syn_makes_no_second_socket() {
+        let (out_tx, mut out) = mpsc::unbounded_channel::<Vec<u8>>();
+        let writer = move |p: &[u8]| {
+            let _ = out_tx.send(p.to_vec());
+        };
+        let built = stack_builder().packet_writer(Box::new(writer)).build();
+        let (stack, runner, _, listener) = built.expect("the stack builds");
+        tokio::spawn(runner.expect("a TCP runner"));
+        let mut listener = listener.expect("a TCP listener");
+        let (mut to_stack, _from_stack) = stack.split();
+        let a = |s: &str| s.parse::<SocketAddrV4>().unwrap();
+        let (client, server) = (a("10.0.2.100:40001"), a("198.18.0.5:443"));
+        let seg = |control, seq, ack, data: &[u8]| {
+            packet::tcp_segment(client, server, control, seq, ack, 65535, data)
+        };
+
+        let syn = seg(TcpControl::Syn, 1000, None, &[]);
+        assert!(feed(&mut to_stack, syn.clone()).await);
+        let (is_syn, is_ack, isn) = next_out(&mut out).await;
+        assert!(is_syn && is_ack, "a SYN-ACK first");
+        assert!(feed(&mut to_stack, syn).await);
+        let ack = Some(isn.wrapping_add(1));
+        assert!(feed(&mut to_stack, seg(TcpControl::None, 1001, ack, b"hello")).await);
+
+        let wait = std::time::Duration::from_secs(5);
+        let (mut stream, ..) = tokio::time::timeout(wait, listener.next())
+            .await
+            .expect("the connection is handed over")
+            .expect("the listener is open");
+        let mut got = [0u8; 5];
+        tokio::time::timeout(wait, stream.read_exact(&mut got))
+            .await
+            .expect("the client's bytes arrive")
+            .expect("read");
+        assert_eq!(&got, b"hello");
+        let second = tokio::time::timeout(std::time::Duration::from_millis(300), listener.next());
+        assert!(
+            second.await.is_err(),
+            "a second stream for the same connection"
+        );
+        while let Ok(p) = out.try_recv() {
+            let ip = Ipv4Packet::new_checked(&p[..]).unwrap();
+            let t = TcpPacket::new_checked(ip.payload()).unwrap();
+            assert!(!t.rst(), "the stack reset the client's connection");
+        }
+    }
 
     /// A packet the stack cannot parse is dropped, and the stack takes the next one: the
     /// fuzzer found the TUN loop ending (the sandbox's network gone) on the first such packet.
