@@ -23,6 +23,8 @@ else
     echo "test.sh: not root: running the unprivileged variants as $(id -un); root variants are skipped" >&2
 fi
 cargo fmt --all --check
+# The fuzz targets are a crate of their own (fuzz/Cargo.toml), outside the workspace.
+rustfmt --edition 2024 --check fuzz/fuzz_targets/*.rs
 cargo clippy -j2 --all-targets -- -D warnings
 cargo test -j2 --workspace
 # Faults under load (docs/soak.md): root runs the sinks on port 443 and the audit log's disk (a

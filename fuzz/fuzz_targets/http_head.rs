@@ -144,7 +144,9 @@ fuzz_target!(|data: &[u8]| {
             sandbox.read_to_end(&mut response),
         );
         assert!(read.await.is_ok(), "the connection did not end");
-        served.await.expect("the connection's task ended without a panic");
+        served
+            .await
+            .expect("the connection's task ended without a panic");
         response
     });
     let held = |hay: &[u8]| hay.windows(REAL.len()).any(|w| w == REAL.as_bytes());

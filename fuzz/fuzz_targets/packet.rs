@@ -49,7 +49,10 @@ fn fix_checksums(pkt: &mut [u8]) {
         return;
     };
     ip.fill_checksum();
-    let (src, dst) = (IpAddress::Ipv4(ip.src_addr()), IpAddress::Ipv4(ip.dst_addr()));
+    let (src, dst) = (
+        IpAddress::Ipv4(ip.src_addr()),
+        IpAddress::Ipv4(ip.dst_addr()),
+    );
     let proto = ip.next_header();
     let payload = ip.payload_mut();
     match proto {
