@@ -26,6 +26,7 @@ cargo fmt --all --check
 # The fuzz targets are a crate of their own (fuzz/Cargo.toml), outside the workspace.
 rustfmt --edition 2024 --check fuzz/fuzz_targets/*.rs
 cargo clippy -j2 --all-targets -- -D warnings
+cargo clippy -j2 --manifest-path fuzz/Cargo.toml --all-targets -- -D warnings
 cargo test -j2 --workspace
 # Faults under load (docs/soak.md): root runs the sinks on port 443 and the audit log's disk (a
 # small tmpfs); the second run is cordon itself as the unprivileged user.
