@@ -26,7 +26,6 @@ cargo fmt --all --check
 # The fuzz targets are a crate of their own (fuzz/Cargo.toml), outside the workspace.
 rustfmt --edition 2024 --check fuzz/fuzz_targets/*.rs
 cargo clippy -j2 --all-targets -- -D warnings
-cargo clippy -j2 --manifest-path fuzz/Cargo.toml --all-targets -- -D warnings
 cargo test -j2 --workspace
 # Faults under load (docs/soak.md): root runs the sinks on port 443 and the audit log's disk (a
 # small tmpfs); the second run is cordon itself as the unprivileged user.
@@ -40,6 +39,9 @@ fi
 # so they run for anyone who has cargo-fuzz; as root (CI) setup-test-env.sh installed it, so a
 # missing one fails there, and is a visible skip for anyone else.
 if [ "$(id -u)" -eq 0 ] || cargo fuzz --version >/dev/null 2>&1; then
+    # Linted here, not beside the workspace's clippy: libFuzzer's build needs g++, which
+    # setup-test-env.sh installs with cargo-fuzz.
+    cargo clippy -j2 --manifest-path fuzz/Cargo.toml --all-targets -- -D warnings
     bash scripts/fuzz.sh
 else
     echo "fuzz (scripts/fuzz.sh): cargo-fuzz is not installed" >> "$skips"
