@@ -187,7 +187,11 @@ fn binary_for(who: Who) -> PathBuf {
             m.mtime_nsec() ^ m.mtime()
         ));
         let bin = dir.join("cordon");
-        if !bin.exists() {
+        if bin.exists() {
+            // Used again: its age counts from now (see `prune_old_binaries`).
+            let now = std::time::SystemTime::now();
+            let _ = std::fs::File::open(&dir).and_then(|d| d.set_modified(now));
+        } else {
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::set_permissions(
                 "/var/tmp/cordon-test-bin",
@@ -210,9 +214,9 @@ fn binary_for(who: Who) -> PathBuf {
     .clone()
 }
 
-/// Every build leaves one entry under /var/tmp/cordon-test-bin; those a day old belong to
-/// builds long replaced (a run in progress made its own within the hour), and kept they add up
-/// to gigabytes.
+/// Every build leaves one entry under /var/tmp/cordon-test-bin; one unused for a day (each
+/// test binary's first use renews its time) belongs to a build long replaced, and kept they
+/// add up to gigabytes.
 fn prune_old_binaries(keep: &Path) {
     let Ok(entries) = std::fs::read_dir("/var/tmp/cordon-test-bin") else {
         return;
