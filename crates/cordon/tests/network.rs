@@ -111,6 +111,19 @@ fn dstr<'a>(e: &'a Value, k: &str) -> Option<&'a str> {
     e["detail"][k].as_str()
 }
 
+/// The closing events (with their byte counts) of the allowed flows to `name`:`port`.
+fn closed_flows<'a>(evs: &'a [Value], name: &str, port: u16) -> Vec<&'a Value> {
+    net_event(evs, "allow", Some(name), port.into())
+        .into_iter()
+        .filter(|e| du64(e, "bytes_up").is_some())
+        .collect()
+}
+
+/// A flow's event names the process behind it: the test client `nc.py`, with its pid.
+fn names_nc(e: &Value) -> bool {
+    dstr(e, "cmdline").is_some_and(|c| c.contains("nc.py")) && du64(e, "pid").is_some()
+}
+
 fn du64(e: &Value, k: &str) -> Option<u64> {
     let v = &e["detail"][k];
     v.as_u64().or_else(|| v.as_str()?.parse().ok())
@@ -756,16 +769,10 @@ both!(two_hundred_concurrent_connections, |env: Env| {
     // Each flow's event names the process behind it, a burst of 200 at once too (lookups past
     // 8 at a time used to be dropped).
     let evs = events(&env);
-    let closed: Vec<&Value> = net_event(&evs, "allow", Some(name), echo.port.into())
-        .into_iter()
-        .filter(|e| du64(e, "bytes_up").is_some())
-        .collect();
+    let closed = closed_flows(&evs, name, echo.port);
     assert_eq!(closed.len(), 200, "{}", net_log(&evs));
     for e in closed {
-        assert!(
-            dstr(e, "cmdline").is_some_and(|c| c.contains("nc.py")) && du64(e, "pid").is_some(),
-            "a flow's event names no process: {e}"
-        );
+        assert!(names_nc(e), "a flow's event names no process: {e}");
     }
 });
 
@@ -781,19 +788,11 @@ both!(each_short_flow_names_its_process, |env: Env| {
     let r = ok_results(&o, 20);
     assert!(r.iter().all(|x| x["bytes"] == 1), "{}", show(&o));
     let evs = events(&env);
-    let closed: Vec<&Value> = net_event(&evs, "allow", Some(name), srv.port.into())
-        .into_iter()
-        .filter(|e| du64(e, "bytes_up").is_some())
-        .collect();
+    let closed = closed_flows(&evs, name, srv.port);
     assert_eq!(closed.len(), 20, "{}", net_log(&evs));
     let pids: std::collections::HashSet<u64> =
         closed.iter().filter_map(|e| du64(e, "pid")).collect();
-    let unnamed: Vec<&&Value> = closed
-        .iter()
-        .filter(|e| {
-            !(dstr(e, "cmdline").is_some_and(|c| c.contains("nc.py")) && du64(e, "pid").is_some())
-        })
-        .collect();
+    let unnamed: Vec<&&Value> = closed.iter().filter(|e| !names_nc(e)).collect();
     // Not yet every one: 1-2 of 20 such flows (each from a fresh process, ~20 ms long) still
     // come out unnamed now and then; the cause is not found yet.
     assert!(
