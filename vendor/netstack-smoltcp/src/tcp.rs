@@ -165,8 +165,8 @@ impl TcpListenerRunner {
             let dst_addr = SocketAddr::new(dst_ip, dst_port);
 
             // TCP first handshake packet, create a new Connection
-            let repeated = packet.syn()
-                && !packet.ack()
+            let first = packet.syn() && !packet.ack();
+            let repeated = first
                 && handshaking
                     .get(&(src_addr, dst_addr))
                     .and_then(std::sync::Weak::upgrade)
@@ -174,7 +174,7 @@ impl TcpListenerRunner {
                         let c = c.lock();
                         !c.established && c.recv_state != TcpSocketState::Closed
                     });
-            if packet.syn() && !packet.ack() && !repeated {
+            if first && !repeated {
                 let mut socket = TcpSocket::new(
                     TcpSocketBuffer::new(vec![0u8; tcp_recv_buffer_size as usize]),
                     TcpSocketBuffer::new(vec![0u8; tcp_send_buffer_size as usize]),
