@@ -30,13 +30,34 @@ pub(crate) fn parse_file(
     layer: usize,
     ctx: &Context<'_>,
 ) -> Result<ParsedFile, PolicyError> {
+    parse_checked(src, file, layer, ctx, true)
+}
+
+/// [`parse_file`] of the built-in policy, without the schema's walk for unknown keys and
+/// mistyped values: its text is part of this binary and the schema is checked on it by the
+/// test below (`the_built_in_policy_passes_the_schema`), so repeating that at every start
+/// (a tenth of the policy's load) would only check a constant. The deserializer and every
+/// conversion still run.
+pub(crate) fn parse_built_in(src: &str, ctx: &Context<'_>) -> Result<ParsedFile, PolicyError> {
+    parse_checked(src, None, 0, ctx, false)
+}
+
+fn parse_checked(
+    src: &str,
+    file: Option<&Path>,
+    layer: usize,
+    ctx: &Context<'_>,
+    check: bool,
+) -> Result<ParsedFile, PolicyError> {
     let table = DeTable::parse(src).map_err(|e| toml_error(&e, src, file))?;
-    Checker {
-        src,
-        file,
-        root: &ROOT,
+    if check {
+        Checker {
+            src,
+            file,
+            root: &ROOT,
+        }
+        .check(table.get_ref())?;
     }
-    .check(table.get_ref())?;
     let parsed = RawFile::deserialize(toml::de::Deserializer::from(table))
         .map_err(|e| toml_error(&e, src, file))?;
     let mut cx = Convert {
@@ -78,6 +99,35 @@ fn toml_error(e: &toml::de::Error, src: &str, file: Option<&Path>) -> PolicyErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_built_in_policy_passes_the_schema() {
+        let table = DeTable::parse(crate::load::DEFAULT_POLICY).unwrap();
+        let checked = Checker {
+            src: crate::load::DEFAULT_POLICY,
+            file: None,
+            root: &ROOT,
+        }
+        .check(table.get_ref());
+        assert!(checked.is_ok(), "{:?}", checked.err());
+        // And the start's unchecked parse gives what the checked one gives.
+        let (h, v, p) = ctx();
+        let c = Context {
+            home: &h,
+            passwd_home: Some(&v),
+            project: &p,
+        };
+        let checked = parse_file(crate::load::DEFAULT_POLICY, None, 0, &c).unwrap();
+        let unchecked = parse_built_in(crate::load::DEFAULT_POLICY, &c).unwrap();
+        assert_eq!(
+            format!("{:?}", checked.base),
+            format!("{:?}", unchecked.base)
+        );
+        assert_eq!(
+            format!("{:?}", checked.profiles),
+            format!("{:?}", unchecked.profiles)
+        );
+    }
     use crate::plan::{ExecAction, OnExit, ProjectFiles};
 
     fn ctx() -> (PathBuf, PathBuf, PathBuf) {

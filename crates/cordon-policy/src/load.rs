@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::error::{Diagnostic, PolicyError, backticked, did_you_mean};
 use crate::expand::normalize;
-use crate::file::{ParsedFile, parse_file};
+use crate::file::{ParsedFile, parse_built_in, parse_file};
 use crate::plan::{CredentialSource, PathRule, Plan};
 use crate::sections::{Context, Loosen, Origin, PathEntry, Sections};
 use crate::trust::{TrustStore, trust_key};
@@ -125,7 +125,7 @@ fn built_in_sections() -> Sections {
         passwd_home: None,
         project: root,
     };
-    parse_file(DEFAULT_POLICY, None, 0, &ctx)
+    parse_built_in(DEFAULT_POLICY, &ctx)
         .map(|l| l.base)
         .unwrap_or_default()
 }
@@ -144,7 +144,7 @@ pub fn built_in_dlp_allow() -> Vec<crate::plan::DlpAllow> {
 
 /// Loads, merges and checks the policy.
 pub fn load(opts: &LoadOptions) -> Result<Loaded, PolicyError> {
-    load_over(opts, parse_file(DEFAULT_POLICY, None, 0, &context(opts))?)
+    load_over(opts, parse_built_in(DEFAULT_POLICY, &context(opts))?)
 }
 
 fn context(opts: &LoadOptions) -> Context<'_> {
