@@ -97,9 +97,10 @@ fn access_of(layout: &Layout, p: &Path) -> PathAccess {
             rule: rule.clone(),
         },
         MountOp::Bind { writable: true, .. } => PathAccess::Writable { at },
-        MountOp::Bind { .. } | MountOp::ReadOnly { .. } | MountOp::Content { .. } => {
-            PathAccess::ReadOnly { at }
-        }
+        MountOp::Bind { .. }
+        | MountOp::ReadOnly { .. }
+        | MountOp::Content { .. }
+        | MountOp::File { .. } => PathAccess::ReadOnly { at },
         // A pin keeps what the bind under it gave.
         MountOp::Pin { .. } => {
             let rest = Layout {

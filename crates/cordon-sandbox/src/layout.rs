@@ -55,6 +55,9 @@ pub enum MountOp {
     MaskFile { path: PathBuf, rule: String },
     /// A read-only file with this content bound over an existing file (`/etc/resolv.conf`).
     Content { path: PathBuf, content: String },
+    /// A file of cordon's own on the host, bound read-only over an existing file: the
+    /// sandbox's trust bundle, kept where no sandbox sees it ([`crate::bundle_file`]).
+    File { path: PathBuf, host: PathBuf },
     /// A boundary crossing: the unix socket `host` of a service cordon runs host-side (the
     /// filtering ssh agent), bound at `path` inside a masked directory. What the sandbox can
     /// do through it is only what that service answers.
@@ -80,6 +83,7 @@ impl MountOp {
             | MountOp::MaskDir { path, .. }
             | MountOp::MaskFile { path, .. }
             | MountOp::Content { path, .. }
+            | MountOp::File { path, .. }
             | MountOp::Socket { path, .. }
             | MountOp::Program { path, .. } => path,
         }

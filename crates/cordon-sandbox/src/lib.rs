@@ -39,6 +39,7 @@
 //! A binary using this crate must call [`init_main`] first thing when its first argument is
 //! [`INIT_ARG`]: the sandbox's init is the same executable, re-executed inside the namespaces.
 
+mod bundle;
 mod cgroup;
 mod exec_supervisor;
 pub mod explain;
@@ -57,11 +58,14 @@ mod sys;
 #[cfg(debug_assertions)]
 pub mod test_off;
 
+pub use bundle::{bundle_file, bundle_pem};
 pub use cordon_policy::Plan;
 pub use fence::{FenceStatus, NESTED_COST};
 pub use layout::{Layout, MountOp, ShowCopyError, Staged, prepare, prepare_with_state};
-pub use net::{Inward, NetAttach, NetHandoff, SocketTable, host_bundle};
-pub use supervisor::{Command, Outcome, PlacedSocket, TtyMode, run, run_with_network};
+pub use net::{Inward, NetAttach, NetHandoff, SocketTable, TrustBundle, host_bundle};
+pub use supervisor::{
+    Command, Outcome, PlacedSocket, TtyMode, Unborn, clone_init, run, run_with_network,
+};
 pub use sys::{
     WaitStatus, exit_quietly_on_closed_stdout, ids, landlock_abi, passwd_home,
     prefer_fresh_pages_for_large_allocations, raise_nofile_limit,
@@ -81,6 +85,10 @@ pub enum SandboxError {
     /// [`Command::argv`] is empty.
     #[error("no command given")]
     NoCommand,
+    /// [`Unborn::run`] was given another network than [`clone_init`] was told of (a gateway
+    /// that is not there): init built for one, so nothing runs.
+    #[error("the sandbox's network changed between its init's start and its run")]
+    NetworkChanged,
     /// The plan does not mask the approval brokers' directory: a sandbox could answer its own
     /// (or another session's) questions. Plans from `cordon_policy::load` with
     /// `LoadOptions::own_dirs` always do.

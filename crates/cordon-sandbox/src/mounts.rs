@@ -304,6 +304,10 @@ fn apply(op: &MountOp, tmpfs_size: Option<u64>, proc: ProcView) -> Result<(), Mo
             sys::bind(&src, &dst, false).ctx(at.clone())?;
             sys::mount_setattr(&dst, false, RO).ctx(at)?;
         }
+        MountOp::File { host, .. } => {
+            sys::bind(&under(OLD, host), &dst, false).ctx(at.clone())?;
+            sys::mount_setattr(&dst, false, RO).ctx(at)?;
+        }
         MountOp::Socket { host, .. } => {
             // Onto the empty file placed in the mask. Read-only still lets clients connect
             // (only the socket's own write permission is checked).

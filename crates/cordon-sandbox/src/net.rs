@@ -105,7 +105,7 @@ pub trait NetAttach {
     /// The trust bundle (PEM) the sandbox should use — the host's roots plus the HTTP layer's
     /// CA — when the gateway intercepts TLS. It is bound over the distribution's bundle files
     /// and named by the usual variables (`SSL_CERT_FILE`, `NODE_EXTRA_CA_CERTS`, …).
-    fn ca_bundle(&self) -> Option<String> {
+    fn ca_bundle(&self) -> Option<TrustBundle> {
         None
     }
     /// Whether `[[publish]]` needs [`Inward`].
@@ -114,6 +114,16 @@ pub trait NetAttach {
     }
     /// The way in, once the command runs (only when [`wants_inward`](Self::wants_inward)).
     fn inward(&mut self, _inward: Inward) {}
+}
+
+/// The sandbox's trust bundle, as the gateway has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TrustBundle {
+    /// A file no sandbox sees ([`crate::bundle_file`]), bound read-only: nothing is read or
+    /// sent at start.
+    File(std::path::PathBuf),
+    /// The PEM itself, when no such file could be made: written into the sandbox at start.
+    Inline(String),
 }
 
 /// Where distributions keep the system's trust bundle; the first is Debian's.

@@ -132,52 +132,102 @@ pub fn run(plan: &Plan, cmd: &Command, emit: &dyn Fn(NewEvent)) -> Result<Outcom
 }
 
 /// [`run`], with the egress gateway that serves the sandbox's network when `[network] mode`
-/// is `gateway`.
-///
-/// The steps, in order: the sandbox's init is cloned into its namespaces first (with its id
-/// maps) and sent the network setup, so that its exec of this binary and its side of the
-/// network run beside the host-side work that follows, and it waits for its spec; then what
-/// the sandbox will see (approvals, view, environment, init's spec); then cgroups and the
-/// spec sent; then what init hands back until the command has started (terminal, network,
-/// exec supervision), then the relay until it ends. Any failure before the command starts
-/// kills init: nothing ran (before the spec, init has built its loopback and TUN and waited).
+/// is `gateway`: [`clone_init`], then [`Unborn::run`].
 pub fn run_with_network(
     plan: &Plan,
     cmd: &Command,
     emit: &dyn Fn(NewEvent),
-    mut net: Option<&mut dyn NetAttach>,
+    net: Option<&mut dyn NetAttach>,
 ) -> Result<Outcome, SandboxError> {
     if cmd.argv.is_empty() {
         return Err(SandboxError::NoCommand);
     }
-    let net_setup = net_setup(plan, net.as_deref());
+    let gateway = net.as_deref().map(|n| n.wants_inward());
+    clone_init(plan, gateway, emit)?.run(plan, cmd, emit, net)
+}
+
+/// The sandbox's init, cloned into its namespaces with its id maps and sent its network
+/// setup: it execs this binary and builds its side of the network (loopback, TUN, the
+/// gateway's sockets) beside whatever the host does next, then waits for its spec, which only
+/// [`Unborn::run`] sends. Dropped before that, it is killed and reaped: nothing ran.
+#[derive(Debug)]
+pub struct Unborn {
+    /// Both taken together when the sandbox takes over init (then a drop kills nothing).
+    parts: Option<(OwnedFd, sys::Child)>,
+    net_setup: NetSetup,
+}
+
+/// Clone the sandbox's init as early as the plan allows, so its exec and network setup run
+/// beside the host-side preparation (the state layer, the gateway's build, the view).
+/// `gateway` is `Some(wants_inward)` when a gateway will serve the sandbox's network (the
+/// [`NetAttach`] later given to [`Unborn::run`] must then be there, or nothing runs).
+pub fn clone_init(
+    plan: &Plan,
+    gateway: Option<bool>,
+    emit: &dyn Fn(NewEvent),
+) -> Result<Unborn, SandboxError> {
+    let net_setup = net_setup(plan, gateway);
     let (sock, child) = launch(namespaces(net_setup, emit), sys::getuid(), sys::getgid())?;
-    let unborn = |e: SandboxError| {
-        let _ = sys::pidfd_send_signal(&child.pidfd, libc::SIGKILL);
-        let _ = sys::waitpid(child.pid, false);
-        e
+    // Init's frames of the network handoff wait in the channel for `receive_setup`.
+    let sent = protocol::send(sock.as_raw_fd(), &net_setup, None);
+    let unborn = Unborn {
+        parts: Some((sock, child)),
+        net_setup,
     };
-    // Init builds the network namespace's side (loopback, TUN, the gateway's sockets) while
-    // the view is worked out below; its frames wait in the channel for `receive_setup`.
-    if let Err(e) = protocol::send(sock.as_raw_fd(), &net_setup, None) {
-        return Err(unborn(io_err("send the network setup to the sandbox", e)));
+    sent.map_err(|e| io_err("send the network setup to the sandbox", e))?;
+    Ok(unborn)
+}
+
+impl Drop for Unborn {
+    fn drop(&mut self) {
+        if let Some((_, child)) = self.parts.take() {
+            let _ = sys::pidfd_send_signal(&child.pidfd, libc::SIGKILL);
+            let _ = sys::waitpid(child.pid, false);
+        }
     }
-    let (fs, broker) = approvals(plan, cmd, emit).map_err(unborn)?;
-    let (layout, bundle_at) = view(&fs, cmd, net_setup, net.as_deref(), emit).map_err(unborn)?;
-    let env = environment(plan, cmd, net_setup, bundle_at.as_deref(), &layout, emit);
-    let mut spec = init_spec(plan, cmd, layout, env, net_setup);
-    let sandbox = Sandbox::into_cgroup(child, plan, &mut spec, emit)?;
-    if let Err(e) = protocol::send_spec(sock.as_raw_fd(), spec) {
-        return Err(sandbox.abort(io_err("send the plan to the sandbox", e)));
+}
+
+impl Unborn {
+    /// Run `cmd` in this sandbox and wait for it. The steps, in order: what the sandbox will
+    /// see (approvals, view, environment, init's spec); then cgroups and the spec sent; then
+    /// what init hands back until the command has started (terminal, network, exec
+    /// supervision), then the relay until it ends. Any failure before the command starts
+    /// kills init: nothing ran (before the spec, init has built its loopback and TUN and
+    /// waited).
+    pub fn run(
+        mut self,
+        plan: &Plan,
+        cmd: &Command,
+        emit: &dyn Fn(NewEvent),
+        mut net: Option<&mut dyn NetAttach>,
+    ) -> Result<Outcome, SandboxError> {
+        if cmd.argv.is_empty() {
+            return Err(SandboxError::NoCommand);
+        }
+        let net_setup = self.net_setup;
+        // Init was told to build for a gateway: without that gateway now, nothing runs.
+        let gateway = net.as_deref().map(|n| n.wants_inward());
+        if self::net_setup(plan, gateway) != net_setup {
+            return Err(SandboxError::NetworkChanged);
+        }
+        let (fs, broker) = approvals(plan, cmd, emit)?;
+        let (layout, bundle_at) = view(&fs, cmd, net_setup, net.as_deref(), emit)?;
+        let env = environment(plan, cmd, net_setup, bundle_at.as_deref(), &layout, emit);
+        let mut spec = init_spec(plan, cmd, layout, env, net_setup);
+        let (sock, child) = self.parts.take().expect("init is there until run takes it");
+        let sandbox = Sandbox::into_cgroup(child, plan, &mut spec, emit)?;
+        if let Err(e) = protocol::send_spec(sock.as_raw_fd(), spec) {
+            return Err(sandbox.abort(io_err("send the plan to the sandbox", e)));
+        }
+        let handed = sandbox.receive_setup(sock.as_raw_fd(), net.as_deref_mut(), cmd, emit)?;
+        match (net_setup, net) {
+            (NetSetup::Gateway { inward: true, .. }, Some(n)) => n.inward(Inward::new(sock)),
+            _ => drop(sock),
+        }
+        let supervisor = sandbox.exec_supervisor(handed.listener, plan, broker, emit)?;
+        report_seccomp(plan, emit);
+        sandbox.supervise(handed.master, supervisor, handed.exit_pipe)
     }
-    let handed = sandbox.receive_setup(sock.as_raw_fd(), net.as_deref_mut(), cmd, emit)?;
-    match (net_setup, net) {
-        (NetSetup::Gateway { inward: true, .. }, Some(n)) => n.inward(Inward::new(sock)),
-        _ => drop(sock),
-    }
-    let supervisor = sandbox.exec_supervisor(handed.listener, plan, broker, emit)?;
-    report_seccomp(plan, emit);
-    sandbox.supervise(handed.master, supervisor, handed.exit_pipe)
 }
 
 /// The approval brokers' directory must be masked in every session, with or without `ask`
@@ -220,14 +270,14 @@ fn approvals(
 
 /// What the sandbox's network namespace gets: `[network] mode`, except that `gateway` without
 /// a gateway to serve it is loopback only (fail closed).
-fn net_setup(plan: &Plan, net: Option<&dyn NetAttach>) -> NetSetup {
-    match (plan.network.mode, net) {
+fn net_setup(plan: &Plan, gateway: Option<bool>) -> NetSetup {
+    match (plan.network.mode, gateway) {
         (NetMode::Host, _) => NetSetup::Host,
-        (NetMode::Gateway, Some(n)) => NetSetup::Gateway {
+        (NetMode::Gateway, Some(inward)) => NetSetup::Gateway {
             addr: crate::net::SANDBOX_ADDR,
             mtu: crate::net::TUN_MTU,
             proxy_port: crate::net::PROXY_PORT,
-            inward: n.wants_inward(),
+            inward,
         },
         (NetMode::Gateway, None) | (NetMode::None, _) => NetSetup::Loopback,
     }
@@ -280,7 +330,7 @@ fn view(
     }
     hosts_file(&mut layout);
     let bundle_at = match (&net_setup, net.and_then(|n| n.ca_bundle())) {
-        (NetSetup::Gateway { .. }, Some(bundle)) => trust_bundle(&mut layout, &bundle),
+        (NetSetup::Gateway { .. }, Some(bundle)) => trust_bundle(&mut layout, bundle),
         _ => None,
     };
     #[cfg(debug_assertions)]
@@ -750,30 +800,45 @@ fn resolv_conf(layout: &mut layout::Layout) {
 /// Binds a read-only file holding `content` over the regular file `path` leads to (through
 /// links), unless that lies in a masked directory; returns the file it covered.
 fn bind_content(layout: &mut layout::Layout, path: &str, content: &str) -> Option<PathBuf> {
+    bind_over(layout, path, |path| MountOp::Content {
+        path,
+        content: content.to_string(),
+    })
+}
+
+/// [`bind_content`] with the file `op` makes for the target.
+fn bind_over(
+    layout: &mut layout::Layout,
+    path: &str,
+    op: impl FnOnce(PathBuf) -> MountOp,
+) -> Option<PathBuf> {
     let target = std::fs::canonicalize(path).ok()?;
     if !target.is_file() || layout.masks().any(|(m, _)| target.starts_with(m)) {
         return None;
     }
-    let covered = layout
-        .mounts
-        .iter()
-        .any(|m| matches!(m, MountOp::Content { path, .. } if *path == target));
+    let covered = layout.mounts.iter().any(|m| {
+        matches!(m, MountOp::Content { path, .. } | MountOp::File { path, .. } if *path == target)
+    });
     if covered {
         return None;
     }
-    layout.mounts.push(MountOp::Content {
-        path: target.clone(),
-        content: content.to_string(),
-    });
+    layout.mounts.push(op(target.clone()));
     Some(target)
 }
 
 /// Binds `bundle` over every distribution bundle file this host has (once per real file);
 /// returns the path the variables should name.
-fn trust_bundle(layout: &mut layout::Layout, bundle: &str) -> Option<String> {
+fn trust_bundle(layout: &mut layout::Layout, bundle: crate::TrustBundle) -> Option<String> {
     let mut first = None;
     for p in crate::net::BUNDLE_PATHS {
-        if bind_content(layout, p, bundle).is_some() {
+        let bound = match &bundle {
+            crate::TrustBundle::File(host) => bind_over(layout, p, |path| MountOp::File {
+                path,
+                host: host.clone(),
+            }),
+            crate::TrustBundle::Inline(pem) => bind_content(layout, p, pem),
+        };
+        if bound.is_some() {
             first.get_or_insert_with(|| (*p).to_string());
         }
     }

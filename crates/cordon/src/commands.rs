@@ -423,13 +423,39 @@ fn run_in_session(
         cordon_sandbox::prefer_fresh_pages_for_large_allocations();
         cordon_sandbox::raise_nofile_limit();
     }
+    // Init is cloned first: its exec of this binary and its side of the network run beside
+    // everything below (the gateway's build, the state layer, the view), and any return
+    // before the run kills it: nothing ran.
+    let inward = !plan.publish.is_empty();
+    let unborn = match cordon_sandbox::clone_init(&plan, gateway_on.then_some(inward), emit) {
+        Ok(u) => u,
+        Err(e) => {
+            eprintln!("cordon: {e}");
+            emit(NewEvent::new(Layer::Process, Action::Error, e.to_string()));
+            return EXIT_SETUP;
+        }
+    };
     // The gateway, the CA and the HTTP layer are built beside the state layer's preparation
-    // (neither reads what the other makes) and joined before the sandbox is made, so the
-    // command never starts without them and a failure still ends the run before it.
+    // (neither reads what the other makes) and joined before the sandbox's spec is made, so
+    // the command never starts without them and a failure still ends the run before it.
+    // So are the ssh agent's filter and the session's own policy files, which read the plan
+    // as the gateway leaves it.
     let (sink2, audit2, asks) = (sink.clone(), audit.clone(), cmd.approvals.clone());
+    let (quiet, session2, mut scratch) = (a.quiet, session.to_string(), cmd.clone());
     let building = crate::beside::Beside::start(gateway_on, move || {
         let g = gateway_on.then(|| start_gateway(&mut plan, &sink2, &audit2, asks.as_ref()));
-        (plan, g)
+        if let Some(Err(_)) = &g {
+            return (plan, g, None, scratch);
+        }
+        if let Some(Ok(g)) = &g {
+            scratch.shown.clone_from(&g.shown);
+        }
+        // Serves the sandbox's SSH_AUTH_SOCK until the sandbox is gone.
+        let ssh_agent = crate::ssh::setup(&mut plan, &sink2, quiet, &mut scratch);
+        // The session's own policy, for `cordon explain` inside (secrets redacted).
+        let http_layer = matches!(&g, Some(Ok(g)) if g.bundle.is_some());
+        scratch.placed = crate::explain::placed_files(&plan, &session2, http_layer);
+        (plan, g, ssh_agent, scratch)
     });
     let building = match building {
         Ok(b) => b,
@@ -485,7 +511,7 @@ fn run_in_session(
             return EXIT_SETUP;
         }
     }
-    let (mut plan, gateway) = building.join();
+    let (plan, gateway, ssh_agent, built) = building.join();
     let mut gateway = match gateway.transpose() {
         Ok(g) => g,
         Err(e) => {
@@ -496,18 +522,13 @@ fn run_in_session(
             return EXIT_SETUP;
         }
     };
-    if let Some(g) = &gateway {
-        cmd.shown.clone_from(&g.shown);
-    }
-    // Serves the sandbox's SSH_AUTH_SOCK until the sandbox is gone.
-    let ssh_agent = crate::ssh::setup(&mut plan, sink, a.quiet, &mut cmd);
-    // The session's own policy, for `cordon explain` inside (secrets redacted).
-    let http_layer = gateway.as_ref().is_some_and(|g| g.bundle.is_some());
-    cmd.placed = crate::explain::placed_files(&plan, session, http_layer);
+    cmd.shown = built.shown;
+    cmd.sockets = built.sockets;
+    cmd.placed = built.placed;
     let net = gateway
         .as_mut()
         .map(|g| g as &mut dyn cordon_sandbox::NetAttach);
-    let result = cordon_sandbox::run_with_network(&plan, &cmd, emit, net);
+    let result = unborn.run(&plan, &cmd, emit, net);
     // The sandbox is gone: nothing is left for the gateway to serve.
     drop(gateway);
     drop(ssh_agent);
@@ -832,12 +853,36 @@ impl cordon_net::FlowHandler for HttpFlows {
     }
 }
 
+/// The sandbox's trust bundle: a file beside the CA (masked in every sandbox), made again only
+/// when the host's roots or the CA change, so a start neither reads nor sends ~220 KB of
+/// roots. When that file cannot be made the bundle is built in memory, as before.
+fn trust_bundle(
+    dir: &Path,
+    ca: &cordon_http::CertAuthority,
+    sink: &cordon_net::Emit,
+) -> cordon_sandbox::TrustBundle {
+    match cordon_sandbox::bundle_file(dir, ca.cert_pem()) {
+        Ok(file) => cordon_sandbox::TrustBundle::File(file),
+        Err(e) => {
+            sink(NewEvent::new(
+                Layer::Http,
+                Action::Log,
+                format!(
+                    "the sandbox's trust bundle is built at each start: cannot keep it in {}: {e}",
+                    dir.display()
+                ),
+            ));
+            cordon_sandbox::TrustBundle::Inline(cordon_sandbox::bundle_pem(ca.cert_pem()))
+        }
+    }
+}
+
 /// The egress gateway as the sandbox crate sees it.
 struct GatewayAttach {
     gateway: cordon_net::Gateway,
     emit: cordon_net::Emit,
     /// The sandbox's trust bundle when the HTTP layer intercepts.
-    bundle: Option<String>,
+    bundle: Option<cordon_sandbox::TrustBundle>,
     /// Masked copies of credential files.
     shown: Vec<(PathBuf, String)>,
 }
@@ -863,17 +908,14 @@ fn start_gateway(
     let ca = cordon_events::data_dir()
         .ok_or_else(|| anyhow!("no data directory (set HOME or XDG_DATA_HOME)"))
         .and_then(|d| {
-            cordon_http::CertAuthority::load_or_create(&d.join("ca")).map_err(anyhow::Error::from)
+            let dir = d.join("ca");
+            let ca = cordon_http::CertAuthority::load_or_create(&dir)?;
+            Ok((ca, dir))
         });
     match ca {
-        Ok(ca) => {
+        Ok((ca, ca_dir)) => {
             let ca = std::sync::Arc::new(ca);
-            let mut bundle = cordon_sandbox::host_bundle().unwrap_or_default();
-            if !bundle.ends_with('\n') && !bundle.is_empty() {
-                bundle.push('\n');
-            }
-            bundle.push_str("# cordon's interception CA (its key never enters the sandbox)\n");
-            bundle.push_str(ca.cert_pem());
+            let bundle = trust_bundle(&ca_dir, &ca, sink);
             // `ask` decisions go to the session's one broker, the exec layer's too.
             let ask = approvals.map(|a| cordon_http::AskConfig {
                 approvals: a.clone(),
@@ -977,7 +1019,7 @@ impl cordon_sandbox::NetAttach for GatewayAttach {
         self.gateway.wants_inward()
     }
 
-    fn ca_bundle(&self) -> Option<String> {
+    fn ca_bundle(&self) -> Option<cordon_sandbox::TrustBundle> {
         self.bundle.clone()
     }
 

@@ -32,6 +32,7 @@ struct CloneArgs {
 }
 
 /// The result of [`clone_into_namespaces`] in the parent.
+#[derive(Debug)]
 pub(crate) struct Child {
     pub pid: libc::pid_t,
     pub pidfd: OwnedFd,
