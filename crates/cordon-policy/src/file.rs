@@ -42,6 +42,77 @@ pub(crate) fn parse_built_in(src: &str, ctx: &Context<'_>) -> Result<ParsedFile,
     parse_checked(src, None, 0, ctx, false)
 }
 
+/// Which tables of the built-in policy a read keeps: `None` is a base table (anything not
+/// under `profile`), `Some((name, table))` a profile's (`table` is `""` for `[profile.NAME]`).
+type Keep<'a> = &'a dyn Fn(Option<(&str, &str)>) -> bool;
+
+/// The built-in policy read in part: the tables `keep` keeps, the rest of the text blanked
+/// (each byte but a newline made a space), so every offset and line is the whole file's and
+/// origins are as the whole file gives them. A start reads the base and every profile's
+/// `agent` table (what picks a profile), then the picked profile's other tables
+/// ([`built_in_profile`]): the rest, three quarters of the text, is never needed.
+/// `tests::the_built_in_read_in_parts_is_the_whole` checks the parts are what the whole
+/// file gives.
+pub(crate) fn parse_built_in_part(
+    src: &str,
+    ctx: &Context<'_>,
+    keep: Keep<'_>,
+) -> Result<ParsedFile, PolicyError> {
+    let mut kept = String::with_capacity(src.len());
+    let mut keeping = keep(None);
+    for line in src.split_inclusive('\n') {
+        if line.starts_with('[') {
+            keeping = keep(profile_table(line));
+        }
+        if keeping {
+            kept.push_str(line);
+        } else {
+            kept.extend(line.bytes().map(|b| if b == b'\n' { '\n' } else { ' ' }));
+        }
+    }
+    let mut parsed = parse_built_in(&kept, ctx)?;
+    parsed.src = src.to_string();
+    Ok(parsed)
+}
+
+/// The first read of a start: the base and every profile's `agent` table; a profile without
+/// one (`shell`, never detected) is there with nothing in it, so `--profile` finds it.
+pub(crate) fn parse_built_in_agents(
+    src: &str,
+    ctx: &Context<'_>,
+) -> Result<ParsedFile, PolicyError> {
+    let agents = |t: Option<(&str, &str)>| t.is_none_or(|(_, table)| table == "agent");
+    let mut parsed = parse_built_in_part(src, ctx, &agents)?;
+    for line in src.lines().filter(|l| l.starts_with('[')) {
+        if let Some((name, _)) = profile_table(line) {
+            parsed.profiles.entry(name.to_string()).or_default();
+        }
+    }
+    Ok(parsed)
+}
+
+/// The whole of the built-in profile `name` (`None` when it has none), for
+/// [`parse_built_in_part`]'s reads.
+pub(crate) fn built_in_profile(
+    src: &str,
+    name: &str,
+    ctx: &Context<'_>,
+) -> Result<Option<Sections>, PolicyError> {
+    let keep = |t: Option<(&str, &str)>| t.is_some_and(|(n, _)| n == name);
+    Ok(parse_built_in_part(src, ctx, &keep)?.profiles.remove(name))
+}
+
+/// `(name, table)` of a header line under `profile` (`[profile.NAME.TABLE…]` or
+/// `[[profile.NAME.TABLE…]]`); `None` for any other header.
+fn profile_table(header: &str) -> Option<(&str, &str)> {
+    let inner = header.trim_start_matches('[');
+    let rest = inner.strip_prefix("profile.")?;
+    let end = rest.find(']')?;
+    let mut parts = rest[..end].splitn(3, '.');
+    let name = parts.next()?;
+    Some((name, parts.next().unwrap_or("")))
+}
+
 fn parse_checked(
     src: &str,
     file: Option<&Path>,
@@ -99,6 +170,44 @@ fn toml_error(e: &toml::de::Error, src: &str, file: Option<&Path>) -> PolicyErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_built_in_read_in_parts_is_the_whole() {
+        let (h, v, p) = ctx();
+        let c = Context {
+            home: &h,
+            passwd_home: Some(&v),
+            project: &p,
+        };
+        let src = crate::load::DEFAULT_POLICY;
+        let whole = parse_file(src, None, 0, &c).unwrap();
+        let first = parse_built_in_agents(src, &c).unwrap();
+        assert_eq!(first.src, whole.src);
+        assert_eq!(format!("{:?}", first.base), format!("{:?}", whole.base));
+        assert!(whole.profiles.len() >= 5, "{:?}", whole.profiles.keys());
+        let names: Vec<&String> = first.profiles.keys().collect();
+        assert_eq!(names, whole.profiles.keys().collect::<Vec<_>>());
+        for (name, full) in &whole.profiles {
+            // What picks a profile is read for every one of them, first.
+            assert_eq!(
+                format!("{:?}", first.profiles[name].agent),
+                format!("{:?}", full.agent),
+                "{name}"
+            );
+            let read = built_in_profile(src, name, &c).unwrap().unwrap();
+            assert_eq!(format!("{read:?}"), format!("{full:?}"), "{name}");
+        }
+        assert!(built_in_profile(src, "no-such-agent", &c).unwrap().is_none());
+        // Origins keep the whole file's lines.
+        assert_eq!(profile_table("[profile.claude.agent]\n"), Some(("claude", "agent")));
+        assert_eq!(
+            profile_table("[[profile.codex.network.allow]]\n"),
+            Some(("codex", "network"))
+        );
+        assert_eq!(profile_table("[profile.x]\n"), Some(("x", "")));
+        assert_eq!(profile_table("[network]\n"), None);
+        assert_eq!(profile_table("[[network.allow]]\n"), None);
+    }
 
     #[test]
     fn the_built_in_policy_passes_the_schema() {

@@ -14,7 +14,9 @@ use serde::Serialize;
 
 use crate::error::{Diagnostic, PolicyError, backticked, did_you_mean};
 use crate::expand::normalize;
-use crate::file::{ParsedFile, parse_built_in, parse_file};
+use crate::file::{
+    ParsedFile, built_in_profile, parse_built_in_agents, parse_built_in_part, parse_file,
+};
 use crate::plan::{CredentialSource, PathRule, Plan};
 use crate::sections::{Context, Loosen, Origin, PathEntry, Sections};
 use crate::trust::{TrustStore, trust_key};
@@ -125,7 +127,7 @@ fn built_in_sections() -> Sections {
         passwd_home: None,
         project: root,
     };
-    parse_built_in(DEFAULT_POLICY, &ctx)
+    parse_built_in_part(DEFAULT_POLICY, &ctx, &|t| t.is_none())
         .map(|l| l.base)
         .unwrap_or_default()
 }
@@ -144,7 +146,9 @@ pub fn built_in_dlp_allow() -> Vec<crate::plan::DlpAllow> {
 
 /// Loads, merges and checks the policy.
 pub fn load(opts: &LoadOptions) -> Result<Loaded, PolicyError> {
-    load_over(opts, parse_built_in(DEFAULT_POLICY, &context(opts))?)
+    // The base and what picks a profile; the picked one is read whole in `load_over`.
+    let built_in = parse_built_in_agents(DEFAULT_POLICY, &context(opts))?;
+    load_over(opts, built_in, true)
 }
 
 fn context(opts: &LoadOptions) -> Context<'_> {
@@ -170,16 +174,26 @@ pub fn load_reusing_built_in(opts: &LoadOptions) -> Result<Loaded, PolicyError> 
             })
             .clone(),
     };
-    load_over(opts, built_in)
+    load_over(opts, built_in, false)
 }
 
-/// Loads the policy files over the built-in layer, merges and checks.
-fn load_over(opts: &LoadOptions, built_in: ParsedFile) -> Result<Loaded, PolicyError> {
+/// Loads the policy files over the built-in layer, merges and checks. `partial`: the built-in
+/// layer holds only its profiles' `agent` tables, so the profile picked is read whole here.
+fn load_over(
+    opts: &LoadOptions,
+    built_in: ParsedFile,
+    partial: bool,
+) -> Result<Loaded, PolicyError> {
     let ctx = context(opts);
     let mut layers = vec![built_in];
     let sources = read_files(opts, &ctx, &mut layers)?;
 
     let chosen = choose_profile(opts, &layers)?;
+    if let Some(c) = chosen.as_ref().filter(|_| partial)
+        && let Some(whole) = built_in_profile(DEFAULT_POLICY, &c.name, &ctx)?
+    {
+        layers[0].profiles.insert(c.name.clone(), whole);
+    }
     let profile = chosen.as_ref().map(|c| c.name.as_str());
     let mut warnings = Vec::new();
     for l in &layers {
