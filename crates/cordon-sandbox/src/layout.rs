@@ -348,15 +348,47 @@ fn within(p: &Path, base: &Path) -> bool {
 }
 
 /// The path and, if it differs, its canonical form (symlinks resolved) when it exists.
-fn forms(p: &Path) -> Vec<PathBuf> {
+fn forms(p: &Path, canon: &mut Canon) -> Vec<PathBuf> {
     let n = normalize(p);
     let mut v = vec![n.clone()];
-    if let Ok(c) = std::fs::canonicalize(&n)
+    if let Some(c) = canon.get(&n)
         && c != n
     {
         v.push(c);
     }
     v
+}
+
+/// `std::fs::canonicalize`, remembering each parent directory's canonical form. The ~80 deny
+/// paths share a few parents (the home, `~/.config`, the project), which `realpath` would
+/// walk again for every path, one `readlink` per component (~450 of them per start). A path
+/// whose last component is a link, or that is not absolute and plain, is resolved whole.
+#[derive(Default)]
+struct Canon(std::collections::HashMap<PathBuf, Option<PathBuf>>);
+
+impl Canon {
+    fn get(&mut self, p: &Path) -> Option<PathBuf> {
+        let plain = p.is_absolute()
+            && p.components()
+                .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+        let (Some(parent), Some(name), true) = (p.parent(), p.file_name(), plain) else {
+            return std::fs::canonicalize(p).ok();
+        };
+        let dir = match self.0.get(parent) {
+            Some(d) => d.clone()?,
+            None => {
+                let d = std::fs::canonicalize(parent).ok();
+                self.0.insert(parent.to_path_buf(), d.clone());
+                d?
+            }
+        };
+        let at = dir.join(name);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(&at).ok(),
+            Ok(_) => Some(at),
+            Err(_) => None,
+        }
+    }
 }
 
 /// Build the layout for `fs`. `project` is always writable (the plan already lists it).
@@ -413,8 +445,9 @@ fn denied(fs: &FilesystemPlan) -> Vec<(PathBuf, String)> {
     // The first rule naming a path keeps it; a set says which are in (`Path`'s hash and
     // equality compare components, as comparing with each one in the list did).
     let mut seen = std::collections::HashSet::new();
+    let mut canon = Canon::default();
     for r in &fs.deny {
-        for f in forms(&r.path) {
+        for f in forms(&r.path, &mut canon) {
             if seen.insert(f.clone()) {
                 deny.push((f, r.origin.clone()));
             }
@@ -776,6 +809,51 @@ fn carve(root: &Path, excluded: &Holes, rules: &mut LandlockRules) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn canon_resolves_as_canonicalize_does() {
+        use std::os::unix::fs::symlink;
+        let t = tempfile::tempdir().unwrap();
+        let b = t.path();
+        std::fs::create_dir_all(b.join("real/sub")).unwrap();
+        std::fs::write(b.join("real/file"), "x").unwrap();
+        symlink(b.join("real"), b.join("dirlink")).unwrap();
+        symlink("file", b.join("real/filelink")).unwrap();
+        symlink("../real/sub", b.join("real/sub/up")).unwrap();
+        symlink(b.join("nowhere"), b.join("dangling")).unwrap();
+        let mut canon = super::Canon::default();
+        for rel in [
+            "real",
+            "real/sub",
+            "real/file",
+            "dirlink",
+            "dirlink/file",
+            "dirlink/sub",
+            "real/filelink",
+            "dirlink/filelink",
+            "real/sub/up",
+            "dangling",
+            "missing",
+            "missing/deeper",
+            "real/file/under-a-file",
+            "dirlink/missing",
+        ] {
+            let p = b.join(rel);
+            // Twice: the second answer comes from what the first remembered.
+            for _ in 0..2 {
+                assert_eq!(canon.get(&p), std::fs::canonicalize(&p).ok(), "{rel}");
+            }
+        }
+        for p in ["/", "/etc", "relative/path", "/etc/../etc/passwd", "/./etc"] {
+            let p = std::path::Path::new(p);
+            assert_eq!(
+                canon.get(p),
+                std::fs::canonicalize(p).ok(),
+                "{}",
+                p.display()
+            );
+        }
+    }
+
     use super::*;
     use cordon_policy::LandlockMode;
 
