@@ -197,9 +197,16 @@ mod tests {
             let read = built_in_profile(src, name, &c).unwrap().unwrap();
             assert_eq!(format!("{read:?}"), format!("{full:?}"), "{name}");
         }
-        assert!(built_in_profile(src, "no-such-agent", &c).unwrap().is_none());
+        assert!(
+            built_in_profile(src, "no-such-agent", &c)
+                .unwrap()
+                .is_none()
+        );
         // Origins keep the whole file's lines.
-        assert_eq!(profile_table("[profile.claude.agent]\n"), Some(("claude", "agent")));
+        assert_eq!(
+            profile_table("[profile.claude.agent]\n"),
+            Some(("claude", "agent"))
+        );
         assert_eq!(
             profile_table("[[profile.codex.network.allow]]\n"),
             Some(("codex", "network"))
