@@ -110,9 +110,10 @@ pub(crate) struct InwardReply {
 }
 
 /// Send init its spec. The contents of the files the view binds ([`MountOp::Content`]: the
-/// sandbox's trust bundle alone is ~220 KB) follow the JSON frame as raw frames, one per such
-/// mount in layout order, rather than inside it as escaped JSON strings that both sides would
-/// have to escape, copy and unescape at every start.
+/// session's policy files, and the sandbox's ~220 KB trust bundle when it could not be kept
+/// as a file, [`MountOp::File`]) follow the JSON frame as raw frames, one per such mount in
+/// layout order, rather than inside it as escaped JSON strings that both sides would have to
+/// escape, copy and unescape at every start.
 pub(crate) fn send_spec(sock: RawFd, mut spec: InitSpec) -> io::Result<()> {
     let blobs: Vec<String> = contents(&mut spec.layout).map(std::mem::take).collect();
     send(sock, &spec, None)?;
