@@ -13,8 +13,10 @@
 //! proxy sockets, the publish helper).
 //!
 //! The modules, by side:
-//! - host side: `supervisor` ([`run`]: view, clone, setup handshake, relay), `exec_supervisor`
-//!   (answers the filter's notifications), `cgroup`, [`probe`] (`cordon doctor`);
+//! - host side: `supervisor` ([`run`], or [`clone_init`] early and [`Unborn::run`]: view,
+//!   clone, setup handshake, relay), `exec_supervisor` (answers the filter's notifications),
+//!   `cgroup`, [`probe`] (`cordon doctor`), `bundle` (the sandbox's trust bundle kept as a file
+//!   in a directory no sandbox sees, bound read-only: [`bundle_file`]);
 //! - sandbox side: `init`, `mounts` (builds the view), `fence` (Landlock), `seccomp` (the
 //!   filter, whose `listener` the supervisor uses);
 //! - both: [`layout`] (the view as ordered [`MountOp`]s), `protocol` (the control channel's
