@@ -661,9 +661,12 @@ fn type_help(key: &str, shape: Shape, found: &DeValue<'_>, example: &str) -> Str
     }
 }
 
-/// A TOML basic string literal for `s`.
+/// `s` as a TOML string, as `toml` renders one (`toml::Value::String(s).to_string()`), but
+/// through the writer `toml` uses rather than its serializer: rendering a plan writes a few
+/// hundred of these, and the serializer's document per string was most of the render.
 pub(crate) fn toml_string(s: &str) -> String {
-    toml::Value::String(s.to_string()).to_string()
+    use toml_writer::ToTomlValue as _;
+    s.to_toml_value()
 }
 
 /// `"a", "b" or "c"`.
@@ -715,6 +718,21 @@ mod tests {
             assert_eq!(t["k"].as_str(), Some(s));
         }
         assert_eq!(toml_string("maybe"), "\"maybe\"");
+        // The same text `toml` gives, quotes, escapes and all.
+        for s in [
+            "",
+            "plain",
+            "it's",
+            "say \"hi\"",
+            "both ' and \"",
+            "back\\slash",
+            "tab\tnew\nline",
+            "\u{1}\u{7f}",
+            "ünïcödé ✓",
+            "~/.config/x",
+        ] {
+            assert_eq!(toml_string(s), toml::Value::String(s.into()).to_string(), "{s:?}");
+        }
         assert_eq!(quoted_choices(&["a"]), "\"a\"");
         assert_eq!(quoted_choices(&["a", "b", "c"]), "\"a\", \"b\" or \"c\"");
     }
