@@ -731,7 +731,11 @@ mod tests {
             "ünïcödé ✓",
             "~/.config/x",
         ] {
-            assert_eq!(toml_string(s), toml::Value::String(s.into()).to_string(), "{s:?}");
+            assert_eq!(
+                toml_string(s),
+                toml::Value::String(s.into()).to_string(),
+                "{s:?}"
+            );
         }
         assert_eq!(quoted_choices(&["a"]), "\"a\"");
         assert_eq!(quoted_choices(&["a", "b", "c"]), "\"a\", \"b\" or \"c\"");
