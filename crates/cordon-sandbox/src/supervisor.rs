@@ -204,12 +204,12 @@ impl Unborn {
         if cmd.argv.is_empty() {
             return Err(SandboxError::NoCommand);
         }
-        let net_setup = self.net_setup;
         // Init was told to build for a gateway: without that gateway now, nothing runs.
         let gateway = net.as_deref().map(|n| n.wants_inward());
-        if self::net_setup(plan, gateway) != net_setup {
+        if net_setup(plan, gateway) != self.net_setup {
             return Err(SandboxError::NetworkChanged);
         }
+        let net_setup = self.net_setup;
         let (fs, broker) = approvals(plan, cmd, emit)?;
         let (layout, bundle_at) = view(&fs, cmd, net_setup, net.as_deref(), emit)?;
         let env = environment(plan, cmd, net_setup, bundle_at.as_deref(), &layout, emit);
