@@ -503,6 +503,99 @@ mod tests {
         }
     }
 
+    /// Flows one after another, each closed before the next: the stack hands the buffers of
+    /// a closed flow to the next one (vendor/netstack-smoltcp's `Spare`), and each flow still
+    /// sees only its own bytes, both ways, from a fresh handshake. A long flow goes first, so
+    /// a ring or window not reset would show its bytes to the short one after it.
+    #[tokio::test]
+    async fn a_closed_flows_buffers_serve_the_next_flow_cleanly() {
+        use tokio::io::AsyncWriteExt;
+        let (out_tx, mut out) = mpsc::unbounded_channel::<Vec<u8>>();
+        let writer = move |p: &[u8]| {
+            let _ = out_tx.send(p.to_vec());
+        };
+        let built = stack_builder().packet_writer(Box::new(writer)).build();
+        let (stack, runner, _, listener) = built.expect("the stack builds");
+        tokio::spawn(runner.expect("a TCP runner"));
+        let mut listener = listener.expect("a TCP listener");
+        let (mut to_stack, _from_stack) = stack.split();
+        let wait = std::time::Duration::from_secs(5);
+        // The stack's next segment that carries data or a FIN: (seq, payload, FIN set).
+        let next_data = async |out: &mut mpsc::UnboundedReceiver<Vec<u8>>| loop {
+            let p = tokio::time::timeout(wait, out.recv())
+                .await
+                .expect("the stack answers")
+                .expect("the stack is running");
+            let ip = Ipv4Packet::new_checked(&p[..]).expect("IPv4 out");
+            let t = TcpPacket::new_checked(ip.payload()).expect("TCP out");
+            assert!(!t.rst(), "the stack reset a connection");
+            if !t.payload().is_empty() || t.fin() {
+                break (t.seq_number().0 as u32, t.payload().to_vec(), t.fin());
+            }
+        };
+        let server: SocketAddrV4 = "198.18.0.5:8080".parse().unwrap();
+        let sizes = [200_000usize, 7, 70_000, 3];
+        for (i, &size) in sizes.iter().enumerate() {
+            let client = SocketAddrV4::new([10, 0, 2, 100].into(), 41000 + i as u16);
+            let seg = |control, seq, ack, data: &[u8]| {
+                packet::tcp_segment(client, server, control, seq, Some(ack), 65535, data)
+            };
+            let c = 5000 + 1_000_000 * i as u32;
+            let syn = packet::tcp_segment(client, server, TcpControl::Syn, c, None, 65535, &[]);
+            assert!(feed(&mut to_stack, syn).await);
+            let (is_syn, is_ack, isn) = next_out(&mut out).await;
+            assert!(is_syn && is_ack, "flow {i}: a SYN-ACK");
+            let s = isn.wrapping_add(1);
+            // The client's bytes, in segments the window takes (65535, no scaling).
+            let sent: Vec<u8> = (0..size).map(|k| (k * 7 + i) as u8).collect();
+            let mut seq = c + 1;
+            for chunk in sent.chunks(16_000) {
+                assert!(feed(&mut to_stack, seg(TcpControl::None, seq, s, chunk)).await);
+                seq += chunk.len() as u32;
+            }
+            let (mut stream, ..) = tokio::time::timeout(wait, listener.next())
+                .await
+                .expect("the connection is handed over")
+                .expect("the listener is open");
+            let mut got = vec![0u8; size];
+            tokio::time::timeout(wait, stream.read_exact(&mut got))
+                .await
+                .expect("flow's bytes arrive")
+                .expect("read");
+            assert!(got == sent, "flow {i} read bytes it was not sent");
+            // And the reply, from the first byte after the handshake.
+            let reply = format!("reply {i}");
+            stream.write_all(reply.as_bytes()).await.expect("write");
+            let (at, data, _) = next_data(&mut out).await;
+            assert_eq!((at, data.as_slice()), (s, reply.as_bytes()), "flow {i}");
+            // The client closes; then the stream, and the client takes the stack's FIN.
+            let acked = s + reply.len() as u32;
+            assert!(feed(&mut to_stack, seg(TcpControl::Fin, seq, acked, &[])).await);
+            let mut rest = Vec::new();
+            tokio::time::timeout(wait, stream.read_to_end(&mut rest))
+                .await
+                .expect("the client's FIN arrives")
+                .expect("read to the end");
+            assert!(rest.is_empty(), "flow {i}: bytes after its own: {rest:?}");
+            drop(stream);
+            let (fin_at, data, fin) = next_data(&mut out).await;
+            assert!(
+                fin && data.is_empty() && fin_at == acked,
+                "flow {i}: the stack's FIN"
+            );
+            assert!(
+                feed(
+                    &mut to_stack,
+                    seg(TcpControl::None, seq + 1, fin_at + 1, &[])
+                )
+                .await
+            );
+            // The stack takes a closed socket out of its set (and keeps its buffers) on the
+            // poll after: give it one before the next flow.
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     /// A packet the stack cannot parse is dropped, and the stack takes the next one: the
     /// fuzzer found the TUN loop ending (the sandbox's network gone) on the first such packet.
     #[tokio::test]
