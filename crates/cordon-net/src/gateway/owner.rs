@@ -256,9 +256,29 @@ pub(crate) fn find_all(init: i32, inodes: &[u64], hint: Option<i32>) -> Vec<Opti
     out
 }
 
+/// The first `max` bytes (or so) of a file under `/proc`, in page-sized reads. `std::fs::read`
+/// asks for the size first (a `statx`; procfs says 0) and then reads in growing steps from 32
+/// bytes: 5–6 reads and a `statx` per file where this takes two reads, twice per flow, on the
+/// same two cores as the flow itself.
+fn read_proc(path: &Path, max: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut out = Vec::new();
+    let mut page = [0u8; 4096];
+    while out.len() < max {
+        match f.read(&mut page) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&page[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
 /// The command line and sandbox pid of host pid `pid` (its `/proc` directory `dir`).
 fn describe(dir: &Path, pid: i32) -> Owner {
-    let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();
+    let cmdline = read_proc(&dir.join("cmdline"), 16 << 10).unwrap_or_default();
     let mut cmdline: String = String::from_utf8_lossy(&cmdline)
         .split('\0')
         .filter(|s| !s.is_empty())
@@ -268,10 +288,11 @@ fn describe(dir: &Path, pid: i32) -> Owner {
         cmdline.truncate(i);
     }
     // The pid as the sandbox sees it: the last entry of NSpid.
-    let inner = std::fs::read_to_string(dir.join("status"))
+    let inner = read_proc(&dir.join("status"), 16 << 10)
         .ok()
         .and_then(|s| {
-            s.lines()
+            String::from_utf8_lossy(&s)
+                .lines()
                 .find_map(|l| l.strip_prefix("NSpid:"))
                 .and_then(|v| v.split_whitespace().last()?.parse().ok())
         })
@@ -298,6 +319,20 @@ mod tests {
         assert!(me.cmdline.contains("cordon_net"), "{me:?}");
         assert_eq!(find(std::process::id() as i32, u64::MAX), None);
         assert!(tree(std::process::id() as i32).contains(&(std::process::id() as i32)));
+    }
+
+    #[test]
+    fn proc_files_are_read_whole_up_to_the_cap() {
+        let f = std::env::temp_dir().join(format!("cordon-read-proc-{}", std::process::id()));
+        let bytes: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&f, &bytes).unwrap();
+        assert_eq!(read_proc(&f, 16 << 10).unwrap(), bytes);
+        // Past the cap it stops at the next page's end: the head, in page-sized reads.
+        assert_eq!(read_proc(&f, 5000).unwrap(), bytes[..8192]);
+        let status = read_proc(Path::new("/proc/self/status"), 16 << 10).unwrap();
+        assert!(String::from_utf8_lossy(&status).contains("\nNSpid:"));
+        std::fs::remove_file(&f).unwrap();
+        assert!(read_proc(&f, 16 << 10).is_err(), "a file that is not there");
     }
 
     #[test]
