@@ -440,6 +440,24 @@ mod tests {
     use netstack_smoltcp::smoltcp::wire::{Ipv4Packet, TcpControl, TcpPacket};
     use tokio::io::AsyncReadExt;
 
+    type StackIn = futures::stream::SplitSink<netstack_smoltcp::Stack, Vec<u8>>;
+    type StackOut = futures::stream::SplitStream<netstack_smoltcp::Stack>;
+    type Sent = mpsc::UnboundedReceiver<Vec<u8>>;
+
+    /// A running stack whose packets out are captured: its input, its listener, the packets
+    /// it sent, and its output half (kept, so the stack stays whole).
+    fn captured_stack() -> (StackIn, netstack_smoltcp::TcpListener, Sent, StackOut) {
+        let (out_tx, out) = mpsc::unbounded_channel::<Vec<u8>>();
+        let writer = move |p: &[u8]| {
+            let _ = out_tx.send(p.to_vec());
+        };
+        let built = stack_builder().packet_writer(Box::new(writer)).build();
+        let (stack, runner, _, listener) = built.expect("the stack builds");
+        tokio::spawn(runner.expect("a TCP runner"));
+        let (to_stack, from_stack) = stack.split();
+        (to_stack, listener.expect("a TCP listener"), out, from_stack)
+    }
+
     /// The stack's next TCP segment out: (SYN set, ACK set, its sequence number).
     async fn next_out(out: &mut mpsc::UnboundedReceiver<Vec<u8>>) -> (bool, bool, u32) {
         let p = tokio::time::timeout(std::time::Duration::from_secs(5), out.recv())
@@ -457,15 +475,7 @@ mod tests {
     /// out two streams for the one connection and either socket could take its ACK.
     #[tokio::test]
     async fn a_repeated_syn_makes_no_second_socket() {
-        let (out_tx, mut out) = mpsc::unbounded_channel::<Vec<u8>>();
-        let writer = move |p: &[u8]| {
-            let _ = out_tx.send(p.to_vec());
-        };
-        let built = stack_builder().packet_writer(Box::new(writer)).build();
-        let (stack, runner, _, listener) = built.expect("the stack builds");
-        tokio::spawn(runner.expect("a TCP runner"));
-        let mut listener = listener.expect("a TCP listener");
-        let (mut to_stack, _from_stack) = stack.split();
+        let (mut to_stack, mut listener, mut out, _from_stack) = captured_stack();
         let a = |s: &str| s.parse::<SocketAddrV4>().unwrap();
         let (client, server) = (a("10.0.2.100:40001"), a("198.18.0.5:443"));
         let seg = |control, seq, ack, data: &[u8]| {
@@ -510,15 +520,7 @@ mod tests {
     #[tokio::test]
     async fn a_closed_flows_buffers_serve_the_next_flow_cleanly() {
         use tokio::io::AsyncWriteExt;
-        let (out_tx, mut out) = mpsc::unbounded_channel::<Vec<u8>>();
-        let writer = move |p: &[u8]| {
-            let _ = out_tx.send(p.to_vec());
-        };
-        let built = stack_builder().packet_writer(Box::new(writer)).build();
-        let (stack, runner, _, listener) = built.expect("the stack builds");
-        tokio::spawn(runner.expect("a TCP runner"));
-        let mut listener = listener.expect("a TCP listener");
-        let (mut to_stack, _from_stack) = stack.split();
+        let (mut to_stack, mut listener, mut out, _from_stack) = captured_stack();
         let wait = std::time::Duration::from_secs(5);
         // The stack's next segment that carries data or a FIN: (seq, payload, FIN set).
         let next_data = async |out: &mut mpsc::UnboundedReceiver<Vec<u8>>| loop {
