@@ -76,6 +76,8 @@ struct Spare {
     sockets: Vec<TcpSocket<'static>>,
     /// Control-block rings, cleared.
     rings: Vec<RingBuffer<'static, u8>>,
+    /// Sockets handed out again so far (see [`TcpListener::reused`]).
+    reused: u64,
 }
 
 type SharedSpare = Arc<std::sync::Mutex<Spare>>;
@@ -94,7 +96,10 @@ impl Spare {
             .iter()
             .position(|k| k.recv_capacity() == recv && k.send_capacity() == send);
         match i {
-            Some(i) => s.sockets.swap_remove(i),
+            Some(i) => {
+                s.reused += 1;
+                s.sockets.swap_remove(i)
+            }
             None => {
                 drop(s);
                 TcpSocket::new(
@@ -190,10 +195,10 @@ impl TcpListenerRunner {
         sockets: HashMap<SocketHandle, SharedControl>,
         tcp_recv_buffer_size: u32,
         tcp_send_buffer_size: u32,
+        spare: SharedSpare,
     ) -> Runner {
         Runner::new(async move {
             let notify = Arc::new(Notify::new());
-            let spare = SharedSpare::default();
             let (socket_tx, socket_rx) = unbounded_channel::<TcpSocketCreation>();
             let res = tokio::select! {
                 v = Self::handle_packet(notify.clone(), iface_ingress_tx, iface_ingress_tx_avail.clone(), tcp_rx, stream_tx, socket_tx, tcp_recv_buffer_size, tcp_send_buffer_size, spare.clone()) => v,
@@ -560,9 +565,22 @@ impl TcpListenerRunner {
 
 pub struct TcpListener {
     stream_rx: UnboundedReceiver<TcpStream>,
+    /// cordon: the stack's closed flows' buffers (see `Spare`).
+    spare: SharedSpare,
 }
 
 impl TcpListener {
+    /// cordon: how many new flows were given a closed flow's socket and buffers so far.
+    pub fn reused(&self) -> u64 {
+        Spare::lock(&self.spare).reused
+    }
+
+    /// cordon: the sockets and the rings kept now for the next flows.
+    pub fn spare(&self) -> (usize, usize) {
+        let s = Spare::lock(&self.spare);
+        (s.sockets.len(), s.rings.len())
+    }
+
     pub(super) fn new(
         tcp_rx: Receiver<AnyIpPktFrame>,
         stack_tx: Sender<AnyIpPktFrame>,
@@ -581,6 +599,7 @@ impl TcpListener {
 
         let (stream_tx, stream_rx) = unbounded_channel();
 
+        let spare = SharedSpare::default();
         let runner = TcpListenerRunner::create(
             device,
             iface,
@@ -591,9 +610,10 @@ impl TcpListener {
             HashMap::new(),
             tcp_recv_buffer_size,
             tcp_send_buffer_size,
+            spare.clone(),
         );
 
-        Ok((runner, Self { stream_rx }))
+        Ok((runner, Self { stream_rx, spare }))
     }
 
     fn create_interface<D>(device: &mut D) -> std::io::Result<Interface>
@@ -699,9 +719,15 @@ impl AsyncRead for TcpStream {
             return Poll::Pending;
         }
 
-        let recv_buf = buf.initialize_unfilled();
-        let n = control.recv_buffer.dequeue_slice(recv_buf);
-        buf.advance(n);
+        // cordon: copied into the unfilled part as is. `initialize_unfilled` zeroed all of a
+        // reader's buffer left unfilled at every read, whatever the bytes available: 128 KiB
+        // per read for a relay reading into uninitialised capacity (`read_buf`).
+        let mut n = 0;
+        while buf.remaining() > 0 && !control.recv_buffer.is_empty() {
+            let chunk = control.recv_buffer.dequeue_many(buf.remaining());
+            buf.put_slice(chunk);
+            n += chunk.len();
+        }
 
         if n > 0 {
             self.notify.notify_one();

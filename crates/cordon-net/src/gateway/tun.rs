@@ -513,10 +513,13 @@ mod tests {
         }
     }
 
-    /// Flows one after another, each closed before the next: the stack hands the buffers of
-    /// a closed flow to the next one (vendor/netstack-smoltcp's `Spare`), and each flow still
-    /// sees only its own bytes, both ways, from a fresh handshake. A long flow goes first, so
-    /// a ring or window not reset would show its bytes to the short one after it.
+    /// Flows one after another, each over before the next: the stack hands a closed flow's
+    /// socket and rings to the next one (vendor/netstack-smoltcp's `Spare`), and each flow
+    /// still sees only its own bytes, both ways, from a fresh handshake. Every other flow is
+    /// abandoned with bytes in both rings (the stream reads none of the client's, the client
+    /// acknowledges none of the reply, then resets): a ring handed on without being emptied
+    /// would show them to the next flow. The first is reset in its handshake, which puts its
+    /// socket back in LISTEN.
     #[tokio::test]
     async fn a_closed_flows_buffers_serve_the_next_flow_cleanly() {
         use tokio::io::AsyncWriteExt;
@@ -535,10 +538,13 @@ mod tests {
                 break (t.seq_number().0 as u32, t.payload().to_vec(), t.fin());
             }
         };
-        let server: SocketAddrV4 = "198.18.0.5:8080".parse().unwrap();
-        let sizes = [200_000usize, 7, 70_000, 3];
+        let sizes = [0, 200_000usize, 60_000, 7, 70_000, 3];
         for (i, &size) in sizes.iter().enumerate() {
+            let abandoned = i % 2 == 0;
             let client = SocketAddrV4::new([10, 0, 2, 100].into(), 41000 + i as u16);
+            // A server of its own: a socket reused from LISTEN must be closed first, or it
+            // refuses to listen on another address.
+            let server = SocketAddrV4::new([198, 18, 0, 5].into(), 8080 + i as u16);
             let seg = |control, seq, ack, data: &[u8]| {
                 packet::tcp_segment(client, server, control, seq, Some(ack), 65535, data)
             };
@@ -548,6 +554,9 @@ mod tests {
             let (is_syn, is_ack, isn) = next_out(&mut out).await;
             assert!(is_syn && is_ack, "flow {i}: a SYN-ACK");
             let s = isn.wrapping_add(1);
+            if i == 0 {
+                assert!(feed(&mut to_stack, seg(TcpControl::Rst, c + 1, s, &[])).await);
+            }
             // The client's bytes, in segments the window takes (65535, no scaling).
             let sent: Vec<u8> = (0..size).map(|k| (k * 7 + i) as u8).collect();
             let mut seq = c + 1;
@@ -559,43 +568,83 @@ mod tests {
                 .await
                 .expect("the connection is handed over")
                 .expect("the listener is open");
-            let mut got = vec![0u8; size];
-            tokio::time::timeout(wait, stream.read_exact(&mut got))
+            let reply = format!("reply {i}").repeat(1 + i * 1000);
+            if i == 0 {
+                drop(stream);
+            } else if abandoned {
+                stream.write_all(reply.as_bytes()).await.expect("write");
+                let (at, _, _) = next_data(&mut out).await;
+                assert_eq!(at, s, "flow {i}: its reply starts after the handshake");
+                assert!(feed(&mut to_stack, seg(TcpControl::Rst, seq, s, &[])).await);
+                // The stack closes the stream's write side as it takes the socket out of its
+                // set (and keeps it); then the stream goes too, and its rings with it.
+                let closed = async {
+                    while stream.write(b"more").await.is_ok() {
+                        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                    }
+                };
+                tokio::time::timeout(wait, closed)
+                    .await
+                    .expect("the reset ends the stream");
+                drop(stream);
+            } else {
+                let mut got = vec![0u8; size];
+                tokio::time::timeout(wait, stream.read_exact(&mut got))
+                    .await
+                    .expect("the flow's bytes arrive")
+                    .expect("read");
+                assert!(got == sent, "flow {i} read bytes it was not sent");
+                stream.write_all(reply.as_bytes()).await.expect("write");
+                let mut reply_out = Vec::new();
+                while reply_out.len() < reply.len() {
+                    let (at, data, _) = next_data(&mut out).await;
+                    assert_eq!(at, s + reply_out.len() as u32, "flow {i}: reply in order");
+                    reply_out.extend_from_slice(&data);
+                }
+                assert!(
+                    reply_out == reply.as_bytes(),
+                    "flow {i} sent bytes it was not given"
+                );
+                // The client closes; then the stream, and the client takes the stack's FIN.
+                let acked = s + reply.len() as u32;
+                assert!(feed(&mut to_stack, seg(TcpControl::Fin, seq, acked, &[])).await);
+                let mut rest = Vec::new();
+                tokio::time::timeout(wait, stream.read_to_end(&mut rest))
+                    .await
+                    .expect("the client's FIN arrives")
+                    .expect("read to the end");
+                assert!(rest.is_empty(), "flow {i}: bytes after its own: {rest:?}");
+                drop(stream);
+                let (fin_at, data, fin) = next_data(&mut out).await;
+                assert!(
+                    fin && data.is_empty() && fin_at == acked,
+                    "flow {i}: the stack's FIN"
+                );
+                assert!(
+                    feed(
+                        &mut to_stack,
+                        seg(TcpControl::None, seq + 1, fin_at + 1, &[])
+                    )
+                    .await
+                );
+            }
+            // The next flow starts once this one's socket and rings are kept.
+            let kept = async {
+                while listener.spare() != (1, 2) {
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
+            };
+            tokio::time::timeout(wait, kept)
                 .await
-                .expect("flow's bytes arrive")
-                .expect("read");
-            assert!(got == sent, "flow {i} read bytes it was not sent");
-            // And the reply, from the first byte after the handshake.
-            let reply = format!("reply {i}");
-            stream.write_all(reply.as_bytes()).await.expect("write");
-            let (at, data, _) = next_data(&mut out).await;
-            assert_eq!((at, data.as_slice()), (s, reply.as_bytes()), "flow {i}");
-            // The client closes; then the stream, and the client takes the stack's FIN.
-            let acked = s + reply.len() as u32;
-            assert!(feed(&mut to_stack, seg(TcpControl::Fin, seq, acked, &[])).await);
-            let mut rest = Vec::new();
-            tokio::time::timeout(wait, stream.read_to_end(&mut rest))
-                .await
-                .expect("the client's FIN arrives")
-                .expect("read to the end");
-            assert!(rest.is_empty(), "flow {i}: bytes after its own: {rest:?}");
-            drop(stream);
-            let (fin_at, data, fin) = next_data(&mut out).await;
-            assert!(
-                fin && data.is_empty() && fin_at == acked,
-                "flow {i}: the stack's FIN"
-            );
-            assert!(
-                feed(
-                    &mut to_stack,
-                    seg(TcpControl::None, seq + 1, fin_at + 1, &[])
-                )
-                .await
-            );
-            // The stack takes a closed socket out of its set (and keeps its buffers) on the
-            // poll after: give it one before the next flow.
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                .unwrap_or_else(|_| panic!("flow {i}: kept {:?}", listener.spare()));
+            // What the stack sent of the abandoned reply before the reset took effect.
+            while out.try_recv().is_ok() {}
         }
+        assert_eq!(
+            listener.reused(),
+            sizes.len() as u64 - 1,
+            "each flow after the first"
+        );
     }
 
     /// A packet the stack cannot parse is dropped, and the stack takes the next one: the
