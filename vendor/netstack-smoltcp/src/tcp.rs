@@ -72,7 +72,11 @@ const SPARE_FLOWS: usize = 4;
 struct Spare {
     /// smoltcp sockets removed from the set, aborted (CLOSED): `listen` resets all of a
     /// connection's state (sequence numbers, windows, timers, the assembler, both buffers);
-    /// the options cordon sets are set again on each.
+    /// the options cordon sets are set again on each. What `reset` leaves is harmless here:
+    /// the last ACK seen (a duplicate-ACK count needs a 2^-32 match and three in a row), the
+    /// SACK flag (set from each SYN), the peer's last timestamp (timestamps are off) and the
+    /// congestion controller, which is stateless without the `socket-tcp-cubic` or `-reno`
+    /// features; enabling one would carry a window over to the next flow.
     sockets: Vec<TcpSocket<'static>>,
     /// Control-block rings, cleared.
     rings: Vec<RingBuffer<'static, u8>>,
