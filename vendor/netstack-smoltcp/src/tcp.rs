@@ -130,8 +130,8 @@ impl Spare {
     fn keep_socket(spare: &SharedSpare, mut socket: TcpSocket<'static>) {
         let mut s = Self::lock(spare);
         if s.sockets.len() < SPARE_FLOWS {
-            // Out of the set, so nothing is sent: this only makes it CLOSED, which `listen`
-            // requires (a socket removed in LISTEN or TIME-WAIT is not).
+            // Out of the set, so nothing is sent: this only makes it CLOSED. `listen` refuses
+            // a socket still in LISTEN (one reset in its handshake) another address.
             socket.abort();
             s.sockets.push(socket);
         }

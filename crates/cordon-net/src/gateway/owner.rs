@@ -186,11 +186,12 @@ fn tree(root: i32) -> Vec<i32> {
             continue;
         };
         for t in tasks.flatten() {
-            let Ok(children) = std::fs::read_to_string(t.path().join("children")) else {
+            // Read whole: a list cut short could end in part of a pid, another process's.
+            let Ok(children) = read_proc(&t.path().join("children"), usize::MAX) else {
                 continue;
             };
             out.extend(
-                children
+                String::from_utf8_lossy(&children)
                     .split_whitespace()
                     .filter_map(|c| c.parse::<i32>().ok()),
             );
@@ -258,8 +259,8 @@ pub(crate) fn find_all(init: i32, inodes: &[u64], hint: Option<i32>) -> Vec<Opti
 
 /// The first `max` bytes (or so) of a file under `/proc`, in page-sized reads. `std::fs::read`
 /// asks for the size first (a `statx`; procfs says 0) and then reads in growing steps from 32
-/// bytes: 5–6 reads and a `statx` per file where this takes two reads, twice per flow, on the
-/// same two cores as the flow itself.
+/// bytes: 5–6 reads and a `statx` per file where this takes two reads, for every flow's
+/// lookup, on the same two cores as the flow itself.
 fn read_proc(path: &Path, max: usize) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     let mut f = std::fs::File::open(path)?;
