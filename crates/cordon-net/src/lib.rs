@@ -50,8 +50,8 @@ pub use config::{HOST_ALIAS, NetConfig, NetError, default_fake_range};
 pub use connect::{HostResolver, Refusal, is_host_alias};
 pub use dns::{DnsAnswer, DnsDecision, FAKE_TTL, Reject};
 pub use gateway::{
-    ConnectFn, Emit, FlowDenial, FlowFuture, FlowHandler, FlowIo, FlowKind, FlowTarget, Gateway,
-    GatewayError, InwardFn, Redact, SocketLookup,
+    ConnectFn, Emit, FLOW_WINDOW_BYTES, FlowDenial, FlowFuture, FlowHandler, FlowIo, FlowKind,
+    FlowTarget, Gateway, GatewayError, InwardFn, Redact, SocketLookup,
 };
 pub use gateway::{FlowVerdict, explain_flow};
 use ipnet::Ipv4Net;

@@ -420,7 +420,7 @@ fn run_in_session(
     }
     let gateway_on = plan.network.mode == cordon_policy::NetMode::Gateway;
     if gateway_on {
-        cordon_sandbox::prefer_fresh_pages_for_large_allocations();
+        cordon_sandbox::prefer_fresh_pages_for_large_allocations(cordon_net::FLOW_WINDOW_BYTES);
         cordon_sandbox::raise_nofile_limit();
     }
     // Init is cloned first: its exec of this binary and its side of the network run beside

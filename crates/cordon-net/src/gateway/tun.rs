@@ -24,8 +24,8 @@ use super::packet::{self, Parsed};
 use super::{Flow, FlowDenial, FlowKind, FlowTarget, Shared};
 
 /// Per-flow socket buffers in the stack (the TCP window): 1 MiB each way keeps a loopback-speed
-/// stream busy; allocated from fresh pages (see `prefer_fresh_pages_for_large_allocations`).
-const TCP_BUFFER: u32 = 1 << 20;
+/// stream busy; allocated from fresh pages (see [`super::FLOW_WINDOW_BYTES`]).
+const TCP_BUFFER: u32 = super::FLOW_WINDOW_BYTES as u32;
 const MTU: usize = 65520;
 
 /// Hands one packet to the userspace stack: `false` once the stack is gone. A packet the
