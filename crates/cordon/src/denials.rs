@@ -19,7 +19,9 @@ const MAX_HOSTS: usize = 200;
 /// The terminal lines for one session's denials.
 pub struct DenialLines {
     enabled: bool,
-    /// Per host: when its last line was printed, denials since then not shown.
+    /// Per host (or, for a denial that names none, such as the flow cap, per rule: the words
+    /// its counts are said with, "of a.test" or "under rule network.max-flows"): when its last
+    /// line was printed, denials since then not shown.
     hosts: Mutex<HashMap<String, (Instant, u64)>>,
 }
 
@@ -61,7 +63,7 @@ impl DenialLines {
         held.into_iter()
             .map(|(h, n)| {
                 let s = if n == 1 { "" } else { "s" };
-                format!("{n} more denial{s} of {h} not shown (cordon log lists them)")
+                format!("{n} more denial{s} {h} not shown (cordon log lists them)")
             })
             .collect()
     }
@@ -73,11 +75,13 @@ impl DenialLines {
         {
             return None;
         }
-        let host = clean(
-            e.detail_str("host")
-                .or_else(|| e.detail_str("url").map(url_host))
-                .unwrap_or("?"),
-        );
+        let host = match e
+            .detail_str("host")
+            .or_else(|| e.detail_str("url").map(url_host))
+        {
+            Some(h) => format!("of {}", clean(h)),
+            None => format!("under rule {}", clean(e.rule.as_deref().unwrap_or("?"))),
+        };
         let rule = format!(
             "{}{}",
             clean(e.rule.as_deref().unwrap_or("?")),
@@ -107,8 +111,9 @@ impl DenialLines {
             Some((last, held)) => {
                 let more = match *held {
                     0 => String::new(),
+                    1 => format!("; 1 more denial {host} in the last {} s", EVERY.as_secs()),
                     k => format!(
-                        "; {k} more denials of {host} in the last {} s",
+                        "; {k} more denials {host} in the last {} s",
                         EVERY.as_secs()
                     ),
                 };
@@ -209,6 +214,35 @@ mod tests {
         );
         let allowed = event(NewEvent::new(Layer::Network, Action::Allow, "x"));
         assert!(d.line_for(&allowed, t0).is_none());
+    }
+
+    /// A denial that names no host (the flow cap) is counted under its rule, not under "?".
+    #[test]
+    fn a_denial_without_a_host_is_counted_under_its_rule() {
+        let d = DenialLines::new(false);
+        let t0 = Instant::now();
+        let cap = || {
+            event(
+                NewEvent::new(
+                    Layer::Network,
+                    Action::Deny,
+                    "512 connections are open already",
+                )
+                .rule("network.max-flows"),
+            )
+        };
+        assert!(d.line_for(&cap(), t0).is_some());
+        assert!(d.line_for(&cap(), t0).is_none());
+        let later = d.line_for(&cap(), t0 + EVERY).unwrap();
+        assert!(
+            later.ends_with("; 1 more denial under rule network.max-flows in the last 10 s"),
+            "{later}"
+        );
+        assert!(d.line_for(&cap(), t0 + EVERY).is_none());
+        assert_eq!(
+            d.held_lines(),
+            ["1 more denial under rule network.max-flows not shown (cordon log lists them)"]
+        );
     }
 
     #[test]

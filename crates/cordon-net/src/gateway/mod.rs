@@ -154,6 +154,8 @@ pub(crate) struct Shared {
     pub slot_waiters: AtomicUsize,
     /// Rate limit of the noisy events: (window start, emitted, suppressed).
     pub noisy: Mutex<(Instant, u32, u64)>,
+    /// Flows turned away at the cap: when the last event said so, and how many since.
+    pub at_cap: Mutex<(Option<Instant>, u64)>,
     /// The thread that names the process behind each flow, once the sandbox is known (`None`:
     /// it could not start; events then name no process).
     pub owners: OnceLock<Option<owner::Lookups>>,
@@ -247,6 +249,7 @@ impl Gateway {
                 slots: Arc::new(tokio::sync::Semaphore::new(MAX_FLOWS)),
                 slot_waiters: AtomicUsize::new(0),
                 noisy: Mutex::new((Instant::now(), 0, 0)),
+                at_cap: Mutex::new((None, 0)),
                 owners: OnceLock::new(),
                 audit: OnceLock::new(),
             }),
@@ -375,6 +378,7 @@ impl Drop for Gateway {
             });
             rt.shutdown_background();
         }
+        self.shared.report_turned_away();
     }
 }
 
@@ -434,16 +438,56 @@ impl Shared {
             self.slot_waiters.fetch_sub(1, Ordering::Relaxed);
         }
         if permit.is_none() {
-            self.emit_noisy(
+            self.turned_away_at_cap();
+        }
+        permit
+    }
+
+    /// Reports a flow turned away at the cap: at most one event a second, which counts the
+    /// ones since the last. A client that dials past the cap for seconds (Go's transport
+    /// races a dial against every request that finds no idle connection) retransmits each
+    /// dropped SYN, and one event per SYN was ~200 a second, crowding out the rest of the log.
+    fn turned_away_at_cap(&self) {
+        let since = {
+            let mut c = self.at_cap.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            if c.0
+                .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
+            {
+                c.1 += 1;
+                return;
+            }
+            std::mem::replace(&mut *c, (Some(now), 0)).1
+        };
+        let more = match since {
+            0 => String::new(),
+            n => format!(" ({n} more turned away in the second before, not logged one by one)"),
+        };
+        self.emit(
+            NewEvent::new(
+                Layer::Network,
+                Action::Deny,
+                format!("{MAX_FLOWS} connections are open already; a new one waits (its SYN dropped, as by a full listen backlog) or is refused (explicit proxy) until some close{more}"),
+            )
+            .rule("network.max-flows")
+            .detail("turned_away", since + 1),
+        );
+    }
+
+    /// At the session's end: the flows turned away at the cap that no event counted yet.
+    fn report_turned_away(&self) {
+        let n = std::mem::take(&mut self.at_cap.lock().unwrap_or_else(|p| p.into_inner()).1);
+        if n > 0 {
+            self.emit(
                 NewEvent::new(
                     Layer::Network,
                     Action::Deny,
-                    format!("{MAX_FLOWS} connections are open already; a new one waits (its SYN dropped, as by a full listen backlog) or is refused (explicit proxy) until some close"),
+                    format!("{n} more connections were turned away at the cap of {MAX_FLOWS} open ones before the session ended"),
                 )
-                .rule("network.max-flows"),
+                .rule("network.max-flows")
+                .detail("turned_away", n),
             );
         }
-        permit
     }
 
     /// Decides a flow to `dest:port` and, when allowed, connects on the host: the name is
@@ -955,4 +999,40 @@ async fn start_shutdown<W: tokio::io::AsyncWrite + Unpin>(w: &mut W) {
         std::task::Poll::Ready(())
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Flows turned away at the cap make at most one event a second, which counts the rest;
+    /// what no event counted yet is reported when the gateway goes.
+    #[test]
+    fn flows_turned_away_at_the_cap_are_counted_not_logged_one_by_one() {
+        let opts = cordon_policy::LoadOptions::new("/nonexistent", "/nonexistent", "/nonexistent");
+        let plan = cordon_policy::load(&opts).unwrap().plan;
+        let seen = Arc::new(Mutex::new(Vec::<NewEvent>::new()));
+        let s = seen.clone();
+        let emit: Emit = Arc::new(move |ev: NewEvent| s.lock().unwrap().push(ev));
+        let gw = Gateway::new(&plan, emit, Arc::new(|t: &str| t.to_string())).unwrap();
+        let turned_away = |seen: &[NewEvent]| -> Vec<u64> {
+            seen.iter()
+                .filter(|e| e.rule.as_deref() == Some("network.max-flows"))
+                .map(|e| e.detail["turned_away"].as_u64().unwrap())
+                .collect()
+        };
+        for _ in 0..50 {
+            gw.shared.turned_away_at_cap();
+        }
+        assert_eq!(turned_away(&seen.lock().unwrap()), [1], "the first at once");
+        // A second on: the next one counts the 49 held back.
+        gw.shared.at_cap.lock().unwrap().0 = Some(Instant::now() - Duration::from_secs(2));
+        gw.shared.turned_away_at_cap();
+        gw.shared.turned_away_at_cap();
+        assert_eq!(turned_away(&seen.lock().unwrap()), [1, 50]);
+        drop(gw);
+        let seen = seen.lock().unwrap();
+        assert_eq!(turned_away(&seen), [1, 50, 1], "the last one, at the end");
+        assert!(seen.iter().all(|e| e.action == Action::Deny));
+    }
 }
