@@ -111,9 +111,9 @@ impl DenialLines {
             Some((last, held)) => {
                 let more = match *held {
                     0 => String::new(),
-                    1 => format!("; 1 more denial {host} in the last {} s", EVERY.as_secs()),
                     k => format!(
-                        "; {k} more denials {host} in the last {} s",
+                        "; {k} more denial{} {host} in the last {} s",
+                        if k == 1 { "" } else { "s" },
                         EVERY.as_secs()
                     ),
                 };

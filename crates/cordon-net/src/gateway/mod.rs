@@ -57,12 +57,12 @@ pub type InwardFn = Arc<dyn Fn(u16) -> io::Result<std::net::TcpStream> + Send + 
 pub type SocketLookup =
     Arc<dyn Fn(std::net::SocketAddrV4, std::net::SocketAddrV4) -> Option<u64> + Send + Sync>;
 
-/// How long the host-side connect may take before the sandbox's SYN is answered with a RST.
 /// The size of each of a transparent flow's four buffers in the userspace stack (its two TCP
 /// windows and two rings). The supervisor has the allocator serve this size and larger from
 /// fresh pages, and nothing smaller (`cordon_sandbox::prefer_fresh_pages_for_large_allocations`).
 pub const FLOW_WINDOW_BYTES: usize = 1 << 20;
 
+/// How long the host-side connect may take before the sandbox's SYN is answered with a RST.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Flows (held, live, or in the HTTP layer) one sandbox may have at once. Each may hold about
 /// 2.3 MiB of buffered data in the supervisor (the stack's windows and the relay's buffers),
