@@ -51,7 +51,7 @@ pub use connect::{HostResolver, Refusal, is_host_alias};
 pub use dns::{DnsAnswer, DnsDecision, FAKE_TTL, Reject};
 pub use gateway::{
     ConnectFn, Emit, FLOW_WINDOW_BYTES, FlowDenial, FlowFuture, FlowHandler, FlowIo, FlowKind,
-    FlowTarget, Gateway, GatewayError, InwardFn, Redact, SocketLookup,
+    FlowTarget, Gateway, GatewayError, InwardFn, Redact, SocketLookup, TUN_VNET_HDR_LEN,
 };
 pub use gateway::{FlowVerdict, explain_flow};
 use ipnet::Ipv4Net;

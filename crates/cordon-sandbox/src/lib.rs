@@ -69,7 +69,7 @@ pub use supervisor::{
     Command, Outcome, PlacedSocket, TtyMode, Unborn, clone_init, run, run_with_network,
 };
 pub use sys::{
-    WaitStatus, exit_quietly_on_closed_stdout, ids, landlock_abi, passwd_home,
+    TUN_VNET_HDR_LEN, WaitStatus, exit_quietly_on_closed_stdout, ids, landlock_abi, passwd_home,
     prefer_fresh_pages_for_large_allocations, raise_nofile_limit,
 };
 

@@ -1010,6 +1010,8 @@ impl cordon_sandbox::NetAttach for GatewayAttach {
                 }),
             );
         }
+        // The sandbox opens the TUN, the gateway reads it: one framing for both.
+        const _: () = assert!(cordon_sandbox::TUN_VNET_HDR_LEN == cordon_net::TUN_VNET_HDR_LEN);
         self.gateway
             .start(tun, h.dns, h.proxy)
             .map_err(|e| e.to_string())

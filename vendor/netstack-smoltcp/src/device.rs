@@ -29,6 +29,9 @@ pub(super) struct VirtualDevice {
     out_buf: Sender<AnyIpPktFrame>,
     /// cordon: when set, packets go here instead of `out_buf`.
     direct: Option<DirectOut>,
+    /// cordon: the writer completes outgoing TCP checksums (see
+    /// `StackBuilder::tcp_checksum_offload`).
+    tcp_tx_offload: bool,
     mtu: usize,
 }
 
@@ -45,6 +48,7 @@ impl VirtualDevice {
                 in_buf: iface_ingress_rx,
                 out_buf: iface_egress_tx,
                 direct: None,
+                tcp_tx_offload: false,
                 mtu,
             },
             iface_ingress_tx,
@@ -52,12 +56,15 @@ impl VirtualDevice {
         )
     }
 
-    /// cordon: send every packet through `write` instead of the stack's channel.
-    pub(super) fn set_writer(&mut self, write: PacketWriter) {
+    /// cordon: send every packet through `write` instead of the stack's channel. With
+    /// `tcp_tx_offload`, TCP segments leave with a zero checksum for `write` to have completed
+    /// (received segments are still verified here).
+    pub(super) fn set_writer(&mut self, write: PacketWriter, tcp_tx_offload: bool) {
         self.direct = Some(DirectOut {
             write,
             buf: Vec::new(),
         });
+        self.tcp_tx_offload = tcp_tx_offload;
     }
 }
 
@@ -102,6 +109,9 @@ impl Device for VirtualDevice {
         let mut capabilities = DeviceCapabilities::default();
         capabilities.medium = Medium::Ip;
         capabilities.max_transmission_unit = self.mtu;
+        if self.tcp_tx_offload {
+            capabilities.checksum.tcp = smoltcp::phy::Checksum::Rx;
+        }
         capabilities
     }
 }
@@ -168,22 +178,35 @@ mod tests {
         let (mut device, _ingress_tx, _avail) = VirtualDevice::new(out_tx, 1500);
         let seen = Arc::new(std::sync::Mutex::new(Vec::<Vec<u8>>::new()));
         let s = seen.clone();
-        device.set_writer(Box::new(move |p: &[u8]| s.lock().unwrap().push(p.to_vec())));
-        let tx = device.transmit(Instant::from_millis(0)).expect("always a token");
+        device.set_writer(
+            Box::new(move |p: &[u8]| s.lock().unwrap().push(p.to_vec())),
+            false,
+        );
+        let tx = device
+            .transmit(Instant::from_millis(0))
+            .expect("always a token");
         tx.consume(200, |b| b.fill(0xab));
-        let tx = device.transmit(Instant::from_millis(0)).expect("always a token");
+        let tx = device
+            .transmit(Instant::from_millis(0))
+            .expect("always a token");
         let left = tx.consume(150, |b| {
             let stale = b.iter().filter(|&&x| x == 0xab).count();
             b[130..].fill(7);
             stale
         });
-        assert_eq!(left, 30, "only the payload past the header room is as it was");
+        assert_eq!(
+            left, 30,
+            "only the payload past the header room is as it was"
+        );
         let seen = seen.lock().unwrap();
         assert_eq!(seen.len(), 2);
         assert_eq!(seen[0], vec![0xab; 200]);
         assert_eq!(seen[1].len(), 150);
         assert!(seen[1][..120].iter().all(|&x| x == 0));
-        assert!(out_rx.try_recv().is_err(), "nothing went through the channel");
+        assert!(
+            out_rx.try_recv().is_err(),
+            "nothing went through the channel"
+        );
     }
 
     use tokio::sync::mpsc::channel;
@@ -194,8 +217,7 @@ mod tests {
     #[test]
     fn receive_keeps_in_buf_packet_when_out_buf_is_full() {
         let (out_tx, mut out_rx) = channel::<AnyIpPktFrame>(1);
-        let (mut device, ingress_tx, in_buf_avail)
-            = VirtualDevice::new(out_tx.clone(), 1500);
+        let (mut device, ingress_tx, in_buf_avail) = VirtualDevice::new(out_tx.clone(), 1500);
 
         // Saturate the bounded out_buf (capacity 1) so try_reserve() fails.
         out_tx.try_send(vec![0u8; 4]).unwrap();

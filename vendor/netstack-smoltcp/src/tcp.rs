@@ -592,12 +592,13 @@ impl TcpListener {
         tcp_recv_buffer_size: u32,
         tcp_send_buffer_size: u32,
         writer: Option<crate::device::PacketWriter>,
+        tcp_checksum_offload: bool,
     ) -> std::io::Result<(Runner, Self)> {
         let (mut device, iface_ingress_tx, iface_ingress_tx_avail) =
             VirtualDevice::new(stack_tx, mtu);
-        // cordon: see `StackBuilder::packet_writer`.
+        // cordon: see `StackBuilder::packet_writer` and `tcp_checksum_offload`.
         if let Some(w) = writer {
-            device.set_writer(w);
+            device.set_writer(w, tcp_checksum_offload);
         }
         let iface = Self::create_interface(&mut device)?;
 

@@ -48,7 +48,9 @@ pub fn parses(pkt: &[u8]) -> bool {
     packet::parse(pkt) != Parsed::Other
 }
 
-/// The userspace stack's builder, configured as the gateway runs it.
+/// The userspace stack's builder, configured as the gateway runs it. Built without the
+/// gateway's packet writer, its segments still carry their checksums (the checksum offload
+/// applies only with a writer, which the TUN framing in `vnet` completes).
 pub fn stack_builder() -> netstack_smoltcp::StackBuilder {
     super::tun::stack_builder()
 }

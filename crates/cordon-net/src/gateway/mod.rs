@@ -27,6 +27,7 @@ mod policy;
 mod proxy;
 mod publish;
 mod tun;
+mod vnet;
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -50,6 +51,9 @@ use policy::{Dest, FlowDecision};
 
 /// Where events go (the session's audit log); called from the gateway's threads.
 pub use cordon_events::Emit;
+/// The virtio-net header the gateway expects in front of every packet on the TUN descriptor
+/// it is given (`IFF_VNET_HDR`, `TUNSETVNETHDRSZ`, no offloads offered).
+pub const TUN_VNET_HDR_LEN: usize = vnet::HDR_LEN;
 /// Opens a connection to the sandbox's loopback port (for `[[publish]]`); blocking.
 pub type InwardFn = Arc<dyn Fn(u16) -> io::Result<std::net::TcpStream> + Send + Sync>;
 /// The inode of the sandbox's TCP socket from a local to a remote address, if any (blocking,
@@ -293,8 +297,9 @@ impl Gateway {
         !self.publish.is_empty()
     }
 
-    /// Serve the sandbox: the TUN device (if init could make one), the DNS sockets and the
-    /// proxy listener, all from inside the sandbox's network namespace.
+    /// Serve the sandbox: the TUN device (if init could make one; its packets framed behind a
+    /// virtio-net header of [`TUN_VNET_HDR_LEN`] bytes), the DNS sockets and the proxy
+    /// listener, all from inside the sandbox's network namespace.
     pub fn start(
         &mut self,
         tun: Option<OwnedFd>,

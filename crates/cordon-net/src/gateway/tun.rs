@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::collections::HashSet;
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::{SocketAddr, SocketAddrV4};
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
@@ -21,6 +21,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use super::packet::{self, Parsed};
+use super::vnet;
 use super::{Flow, FlowDenial, FlowKind, FlowTarget, Shared};
 
 /// Per-flow socket buffers in the stack (the TCP window): 1 MiB each way keeps a loopback-speed
@@ -54,12 +55,14 @@ impl Tun {
         Ok(Self(AsyncFd::new(std::fs::File::from(fd))?))
     }
 
+    /// One packet the gateway built whole (checksums done).
     async fn write(&self, pkt: &[u8]) {
+        let frame = [IoSlice::new(&vnet::COMPLETE), IoSlice::new(pkt)];
         loop {
             let Ok(mut guard) = self.0.writable().await else {
                 return;
             };
-            match guard.try_io(|f| f.get_ref().write(pkt)) {
+            match guard.try_io(|f| f.get_ref().write_vectored(&frame)) {
                 Ok(Ok(_)) => return,
                 // A packet the kernel refuses (or a full queue it drops) is a lost packet;
                 // TCP retransmits.
@@ -110,6 +113,7 @@ pub(super) fn stack_builder() -> StackBuilder {
         .enable_udp(false)
         .enable_icmp(false)
         .mtu(MTU)
+        .tcp_checksum_offload(true)
         .tcp_recv_buffer_size(TCP_BUFFER)
         .tcp_send_buffer_size(TCP_BUFFER)
 }
@@ -122,11 +126,22 @@ pub(crate) async fn run(shared: Arc<Shared>, tun: Tun, main: tokio::runtime::Han
     let out = tun.clone();
     // The stack writes each packet to the TUN as it builds it, on its own task. A TUN write
     // only queues the packet to the sandbox's kernel and does not wait; a refused one is a lost
-    // packet, which TCP sends again (as `Tun::write` does).
-    let writer = move |pkt: &[u8]| loop {
-        match out.0.get_ref().write(pkt) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            _ => break,
+    // packet, which TCP sends again (as `Tun::write` does). The stack leaves TCP checksums to
+    // the sandbox's kernel (see `vnet`): the segment's headers go out of a copy that carries
+    // the pseudo-header's sum, its payload straight from the stack's buffer.
+    let mut headers = [0u8; vnet::MAX_HEADERS];
+    let writer = move |pkt: &[u8]| {
+        let (hdr, n) = vnet::for_stack_segment(pkt, &mut headers).unwrap_or((vnet::COMPLETE, 0));
+        let frame = [
+            IoSlice::new(&hdr),
+            IoSlice::new(&headers[..n]),
+            IoSlice::new(&pkt[n..]),
+        ];
+        loop {
+            match out.0.get_ref().write_vectored(&frame) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                _ => break,
+            }
         }
     };
     let built = stack_builder().packet_writer(Box::new(writer)).build();
@@ -171,7 +186,9 @@ pub(crate) async fn run(shared: Arc<Shared>, tun: Tun, main: tokio::runtime::Han
                         Ok(Err(_)) => return,
                         Err(_would_block) => break,
                     };
-                    let pkt = &buf[..n];
+                    let Some(pkt) = vnet::packet_in(&buf[..n]) else {
+                        continue;
+                    };
                     match packet::parse(pkt) {
                         Parsed::Tcp { src, dst, syn_only: true, seq } => {
                             let syn = Syn { src, dst, seq, packet: pkt.to_vec() };
@@ -467,6 +484,63 @@ mod tests {
         let ip = Ipv4Packet::new_checked(&p[..]).expect("IPv4 out");
         let t = TcpPacket::new_checked(ip.payload()).expect("TCP out");
         (t.syn(), t.ack(), t.seq_number().0 as u32)
+    }
+
+    /// The stack leaves its TCP checksums out, and what the writer makes of its segments (a
+    /// SYN-ACK with options, then data) is what the sandbox's kernel completes into segments
+    /// that verify. With the stack still summing, or the header pointing at the wrong field,
+    /// the checksums would not come out right.
+    #[tokio::test]
+    async fn the_stacks_segments_are_completed_by_the_receiving_kernel() {
+        use tokio::io::AsyncWriteExt;
+        use vnet::tests::{complete_as_the_kernel_does, verifies};
+        let (mut to_stack, mut listener, mut out, _from_stack) = captured_stack();
+        let a = |s: &str| s.parse::<SocketAddrV4>().unwrap();
+        let (client, server) = (a("10.0.2.100:40002"), a("198.18.0.5:443"));
+        let syn = packet::tcp_segment(client, server, TcpControl::Syn, 1000, None, 65535, &[]);
+        assert!(feed(&mut to_stack, syn).await);
+        let wait = std::time::Duration::from_secs(5);
+        let next = async |out: &mut mpsc::UnboundedReceiver<Vec<u8>>| {
+            tokio::time::timeout(wait, out.recv())
+                .await
+                .expect("the stack answers")
+                .expect("the stack is running")
+        };
+        let syn_ack = next(&mut out).await;
+        let isn = {
+            let ip = Ipv4Packet::new_checked(&syn_ack[..]).unwrap();
+            TcpPacket::new_checked(ip.payload()).unwrap().seq_number().0 as u32
+        };
+        let ack = Some(isn.wrapping_add(1));
+        let seg = packet::tcp_segment(client, server, TcpControl::None, 1001, ack, 65535, &[]);
+        assert!(feed(&mut to_stack, seg).await);
+        let (mut stream, ..) = tokio::time::timeout(wait, listener.next())
+            .await
+            .expect("the connection is handed over")
+            .expect("the listener is open");
+        stream.write_all(b"a reply of odd length").await.unwrap();
+        stream.flush().await.unwrap();
+        let data = loop {
+            let p = next(&mut out).await;
+            let ip = Ipv4Packet::new_checked(&p[..]).unwrap();
+            if !TcpPacket::new_checked(ip.payload())
+                .unwrap()
+                .payload()
+                .is_empty()
+            {
+                break p;
+            }
+        };
+        for (what, sent) in [("SYN-ACK", syn_ack), ("data", data)] {
+            let ip = Ipv4Packet::new_checked(&sent[..]).unwrap();
+            let tcp = TcpPacket::new_checked(ip.payload()).unwrap();
+            assert_eq!(tcp.checksum(), 0, "{what}: the stack summed it");
+            let mut headers = [0u8; vnet::MAX_HEADERS];
+            let (hdr, n) = vnet::for_stack_segment(&sent, &mut headers).expect(what);
+            let mut delivered = [&headers[..n], &sent[n..]].concat();
+            complete_as_the_kernel_does(&hdr, &mut delivered);
+            assert!(verifies(&delivered), "{what}: a wrong checksum");
+        }
     }
 
     /// A client whose SYN comes twice before its handshake ends (its SYN-ACK late or lost,

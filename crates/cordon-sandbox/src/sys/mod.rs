@@ -26,6 +26,7 @@ mod sock_diag;
 
 // Items the crate re-exports (`WaitStatus`, `ids`, `landlock_abi`, …).
 pub use features::*;
+pub use netif::TUN_VNET_HDR_LEN;
 pub use passwd::*;
 pub use process::*;
 pub use resources::*;
