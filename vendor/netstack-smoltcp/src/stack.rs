@@ -140,10 +140,10 @@ impl StackBuilder {
     }
 
     /// cordon: with a [`packet_writer`](Self::packet_writer), the TCP segments it is handed
-    /// carry a zero checksum and the writer sees that the checksum is completed (a TUN
-    /// device with a virtio-net header does it in the receiving kernel, `VIRTIO_NET_HDR_F_
-    /// NEEDS_CSUM`), so the stack does not sum every byte it sends. Received segments are
-    /// verified as before. Without a packet writer it has no effect.
+    /// carry a zero checksum, and the writer sees that the checksum is completed (a TUN
+    /// device with a virtio-net header leaves it to the receiving kernel with
+    /// `VIRTIO_NET_HDR_F_NEEDS_CSUM`), so the stack does not sum every byte it sends.
+    /// Received segments are verified as before. Without a packet writer it has no effect.
     pub fn tcp_checksum_offload(mut self, on: bool) -> Self {
         self.tcp_checksum_offload = on;
         self
