@@ -9,7 +9,7 @@
 //! byte it sends and the sandbox's kernel sums it again. What the sandbox sends comes with its
 //! checksum done, and the stack still verifies it.
 
-use netstack_smoltcp::smoltcp::wire::IpProtocol;
+use netstack_smoltcp::smoltcp::wire::{IpProtocol, Ipv4Packet, TcpPacket};
 
 /// `sizeof(struct virtio_net_hdr)`, as the device is set up (`TUNSETVNETHDRSZ`).
 pub(crate) const HDR_LEN: usize = 10;
@@ -42,19 +42,19 @@ pub(crate) fn for_stack_segment(
     pkt: &[u8],
     headers: &mut [u8; MAX_HEADERS],
 ) -> Option<([u8; HDR_LEN], usize)> {
-    let ihl = usize::from(*pkt.first()? & 0x0f) * 4;
-    if pkt[0] >> 4 != 4 || ihl < 20 || *pkt.get(9)? != u8::from(IpProtocol::Tcp) {
+    // The checked parsers bound both header lengths by the packet; a buffer longer than the
+    // IP total length is not what the stack hands over, and is left alone.
+    let ip = Ipv4Packet::new_checked(pkt).ok()?;
+    let total = usize::from(ip.total_len());
+    if ip.version() != 4 || ip.next_header() != IpProtocol::Tcp || total != pkt.len() {
         return None;
     }
-    let total = usize::from(u16::from_be_bytes([*pkt.get(2)?, *pkt.get(3)?]));
-    let doff = usize::from(*pkt.get(ihl + 12)? >> 4) * 4;
-    let n = ihl + doff;
-    if total != pkt.len() || doff < 20 || n > pkt.len() {
-        return None;
-    }
+    let ihl = usize::from(ip.header_len());
+    let n = ihl + usize::from(TcpPacket::new_checked(ip.payload()).ok()?.header_len());
     headers[..n].copy_from_slice(&pkt[..n]);
     let tcp_len = (total - ihl) as u32;
     let mut sum: u32 = u32::from(u8::from(IpProtocol::Tcp)) + tcp_len;
+    // The source and destination addresses.
     for w in pkt[12..20].chunks_exact(2) {
         sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
     }
@@ -77,7 +77,7 @@ pub(crate) fn for_stack_segment(
 pub(crate) mod tests {
     use super::*;
     use crate::gateway::packet;
-    use netstack_smoltcp::smoltcp::wire::{IpAddress, Ipv4Packet, TcpControl, TcpPacket};
+    use netstack_smoltcp::smoltcp::wire::{IpAddress, TcpControl};
     use std::net::SocketAddrV4;
 
     /// What the receiving kernel does with a `NEEDS_CSUM` frame (`skb_checksum_help`): the
