@@ -45,6 +45,12 @@ pub type ConnectFn = Arc<
 const MAX_STREAMS: u32 = 32;
 /// Upstream requests in flight at once, all flows together (each holds a socket).
 const MAX_UPSTREAM: usize = 1024;
+/// Idle upstream connections kept per host: as many as the sandbox can have connections open
+/// at once (the gateway's flow cap), so each of a busy client's keep-alive connections finds
+/// its upstream one again. Kept to 32, a client with 500 connections made the host open a new
+/// connection, and a TLS handshake with it, for almost every request (issue #18). Idle ones
+/// close after hyper's 90 s, or when the server closes them.
+const MAX_IDLE_PER_HOST: usize = 512;
 /// Largest request head (HTTP/1 buffer, HTTP/2 header list).
 const MAX_HEADERS: u32 = 64 << 10;
 /// TLS server configs kept, one per (host, ALPN); past this the cache starts over.
@@ -158,7 +164,7 @@ impl Interceptor {
             Upstream::with_roots(cfg.connect.clone(), roots.clone(), &[b"h2", b"http/1.1"]);
         let h1 = Upstream::with_roots(cfg.connect, roots.clone(), &[b"http/1.1"]);
         let client = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(32)
+            .pool_max_idle_per_host(MAX_IDLE_PER_HOST)
             .build(upstream);
         let client_h1 = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(8)

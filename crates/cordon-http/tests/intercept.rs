@@ -1090,3 +1090,110 @@ async fn a_secret_in_request_trailers_is_stopped() {
         "{events:?}"
     );
 }
+
+/// A client's keep-alive connections keep their upstream ones, as many as it has: 64
+/// connections send a request each, then, with all 64 upstream connections idle at once, a
+/// second each. The upstream sees 64 connections, not one more for each the pool let go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_clients_keep_their_upstream_connections() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const CLIENTS: usize = 64;
+    // An HTTP/1.1-only server (an h2 one would carry every request on one connection) that
+    // answers once all CLIENTS requests are in: each round holds CLIENTS connections at once.
+    let (up_ca, up_cfg) = support::upstream_tls(&["api.example.test"], &[b"http/1.1"]);
+    let gate = Arc::new(tokio::sync::Barrier::new(CLIENTS));
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (s, _) = l.accept().await.unwrap();
+            let (acc, gate) = (
+                tokio_rustls::TlsAcceptor::from(up_cfg.clone()),
+                gate.clone(),
+            );
+            tokio::spawn(async move {
+                let Ok(tls) = acc.accept(s).await else { return };
+                let svc = hyper::service::service_fn(move |_req| {
+                    let gate = gate.clone();
+                    async move {
+                        gate.wait().await;
+                        Ok::<_, hyper::Error>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), svc)
+                    .await;
+            });
+        }
+    });
+    let connects = Arc::new(AtomicUsize::new(0));
+    let counted = connects.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Arc::new(CertAuthority::load_or_create(&dir.path().join("ca")).unwrap());
+    let interceptor = Arc::new(
+        Interceptor::new(Config {
+            ca: ca.clone(),
+            rules: vec![HttpRule::new(
+                "reads",
+                "api.example.test".parse().unwrap(),
+                HttpAction::Allow,
+            )],
+            default: HttpAction::Deny,
+            upstream_ca_pem: vec![up_ca],
+            connect: Arc::new(move |_host, _port| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Box::pin(TcpStream::connect(up))
+            }),
+            emit: Arc::new(|_| {}),
+            judge: None,
+            asker: None,
+            credentials: vec![],
+            dlp: None,
+        })
+        .unwrap(),
+    );
+    let front = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let f = Fixture {
+        _dir: dir,
+        ca,
+        front: front.local_addr().unwrap(),
+        plain: front.local_addr().unwrap(),
+        events: Arc::new(Mutex::new(Vec::new())),
+    };
+    tokio::spawn(async move {
+        loop {
+            let (s, _) = front.accept().await.unwrap();
+            tokio::spawn(
+                interceptor
+                    .clone()
+                    .serve_tls(s, "api.example.test".into(), 443),
+            );
+        }
+    });
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push(h1_sender::<Full<Bytes>>(&f).await);
+    }
+    for round in 1..=2 {
+        let answers = futures::future::join_all(clients.iter_mut().map(|c| async move {
+            let resp = c.send_request(get("/")).await.unwrap();
+            let status = resp.status().as_u16();
+            resp.into_body().collect().await.unwrap();
+            status
+        }));
+        let answers = tokio::time::timeout(Duration::from_secs(60), answers)
+            .await
+            .expect("every request of the round answered");
+        assert!(
+            answers.iter().all(|s| *s == 200),
+            "round {round}: {answers:?}"
+        );
+        // Each upstream connection goes back to the pool from a task of its own.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(
+        connects.load(Ordering::SeqCst),
+        CLIENTS,
+        "one upstream connection per client connection"
+    );
+}
