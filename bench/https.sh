@@ -12,6 +12,12 @@
 #   d. load: LOAD_C (500) connections for LOAD_T (20) s of 1 KiB HTTPS through the gateway:
 #      failures, and the supervisor's peak RSS (VmHWM of the `cordon run` process, sampled).
 #
+# Each run's whole-machine CPU time (all processes, kernel included: /proc/stat, read just
+# before and after hey, inside the sandbox for the cordon paths so its start and end are left
+# out) gives CPU per request. From it the table's ceiling: the rate this path would reach if it
+# kept every core busy at that cost, as a ratio to direct's measured rate — what better
+# scheduling alone could give, before any work is taken off the path.
+#
 # Paths: direct (hey on the host, trusting the test CA), mitmproxy (hey -x through mitmdump,
 # trusting mitmproxy's CA only: a success proves it intercepted), cordon (hey inside
 # `cordon run`, no proxy variables: the transparent path; it trusts cordon's CA through the
@@ -61,6 +67,17 @@ head -c $((10 << 20)) /dev/urandom > "$W/www/10m.bin"
     openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
         -extfile ext.cnf -out server.pem 2>/dev/null
 )
+# cpu.sh CMD...: CMD's output, then the machine's busy and total CPU ticks (user, nice,
+# system, irq, softirq, steal; total adds idle and iowait) before and after it. /proc/stat is
+# the host's inside the sandbox too.
+cat > "$W/cpu.sh" <<'SH'
+#!/bin/sh
+c0=$(head -n1 /proc/stat)
+"$@"
+c1=$(head -n1 /proc/stat)
+echo "$c0" | awk '{print "CPU0", $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}'
+echo "$c1" | awk '{print "CPU1", $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}'
+SH
 chmod -R a+rX "$W"
 cat > "$W/nginx/nginx.conf" <<CONF
 worker_processes 2;
@@ -132,11 +149,11 @@ run_case() {
     if [ "$case" = 10m-tcp ]; then scheme=http host_d=$ADDR:$TCP_PORT host_c=$NAME:$TCP_PORT; fi
     # shellcheck disable=SC2086
     case $path in
-        direct) "${ENV[@]}" SSL_CERT_FILE="$W/ca.pem" hey $args -disable-compression "$scheme://$host_d$p" ;;
-        mitmproxy) "${ENV[@]}" SSL_CERT_FILE="$W/mitm/mitmproxy-ca-cert.pem" hey $args -disable-compression \
+        direct) "${ENV[@]}" SSL_CERT_FILE="$W/ca.pem" sh "$W/cpu.sh" hey $args -disable-compression "$scheme://$host_d$p" ;;
+        mitmproxy) "${ENV[@]}" SSL_CERT_FILE="$W/mitm/mitmproxy-ca-cert.pem" sh "$W/cpu.sh" hey $args -disable-compression \
             -x "http://127.0.0.1:$MPORT" "$scheme://$host_d$p" ;;
-        cordon) in_cordon "$W/bin/cordon" hey $args -disable-compression "$scheme://$host_c$p" ;;
-        base) in_cordon "$W/bin/cordon-base" hey $args -disable-compression "$scheme://$host_c$p" ;;
+        cordon) in_cordon "$W/bin/cordon" sh "$W/cpu.sh" hey $args -disable-compression "$scheme://$host_c$p" ;;
+        base) in_cordon "$W/bin/cordon-base" sh "$W/cpu.sh" hey $args -disable-compression "$scheme://$host_c$p" ;;
     esac
 }
 PATHS=(direct cordon)
@@ -152,8 +169,14 @@ m = re.search(r"Requests/sec:\s+([\d.]+)", out)
 codes = dict((a, int(b)) for a, b in re.findall(r"\[(\d+)\]\s+(\d+) responses", out))
 tail = out.split("Error distribution", 1)[1] if "Error distribution" in out else ""
 errs = re.findall(r"^\s*\[(\d+)\]\s+\S", tail, re.M)
+cpu = dict((k, (int(a), int(b))) for k, a, b in re.findall(r"^(CPU[01]) (\d+) (\d+)$", out, re.M))
+busy = total = None
+if len(cpu) == 2:
+    busy = cpu["CPU1"][0] - cpu["CPU0"][0]
+    total = cpu["CPU1"][1] - cpu["CPU0"][1]
 print(json.dumps({"path": sys.argv[1], "case": sys.argv[2], "rep": int(sys.argv[3]),
-    "rps": float(m.group(1)) if m else None, "codes": codes, "errors": sum(int(n) for n in errs)}))
+    "rps": float(m.group(1)) if m else None, "codes": codes, "errors": sum(int(n) for n in errs),
+    "busy_ticks": busy, "total_ticks": total}))
 EOF
 }
 echo "warm-up..." >&2
@@ -205,8 +228,19 @@ def vals(p, c):
 def bad(p, c):
     return sum(r["errors"] + sum(n for k, n in r["codes"].items() if k != "200")
                for r in rows if r["path"] == p and r["case"] == c)
-print("| measure | path | min / **median** / max | vs direct | vs mitmproxy | failed |")
-print("|---|---|---|---|---|---|")
+import os
+hz = os.sysconf("SC_CLK_TCK"); ncpu = os.cpu_count()
+def cpu(p, c):
+    # Median CPU ms per request over the rounds, and the cores' median busy share.
+    per, share = [], []
+    for r in rows:
+        n = r["codes"].get("200", 0)
+        if r["path"] == p and r["case"] == c and r.get("total_ticks") and n:
+            per.append(r["busy_ticks"] * 1000 / hz / n)
+            share.append(r["busy_ticks"] / r["total_ticks"])
+    return (med(per), med(share)) if per else (None, None)
+print("| measure | path | min / **median** / max | vs direct | vs mitmproxy | failed | CPU busy | CPU ms per request | ceiling vs direct |")
+print("|---|---|---|---|---|---|---|---|---|")
 for c, label, scale in cases:
     d = vals("direct", c); m = vals("mitmproxy", c)
     for p in paths:
@@ -217,7 +251,11 @@ for c, label, scale in cases:
         cell = "%.0f / **%.0f** / %.0f" % (min(x), med(x), max(x))
         rd = "%.2fx" % (med(v) / med(d)) if d else "–"
         rm = "%.1fx" % (med(v) / med(m)) if m else "–"
-        print("| %s | %s | %s | %s | %s | %d |" % (label, p, cell, rd, rm, bad(p, c)))
+        per, share = cpu(p, c)
+        busy = "%.0f %%" % (share * 100) if per else "–"
+        cost = "%.3f" % per if per else "–"
+        ceil = "%.2fx" % (ncpu * 1000 / per / med(d)) if per and d else "–"
+        print("| %s | %s | %s | %s | %s | %d | %s | %s | %s |" % (label, p, cell, rd, rm, bad(p, c), busy, cost, ceil))
 EOF
 LOAD_DONE=$(echo "$LOAD_OUT" | awk '/responses/ && /\[200\]/ {print $2}')
 LOAD_RPS=$(echo "$LOAD_OUT" | awk '/Requests\/sec/ {print $2}')
