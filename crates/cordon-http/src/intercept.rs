@@ -20,7 +20,7 @@ use cordon_events::{Action as EvAction, Layer, NewEvent};
 use hyper::Request;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
@@ -49,7 +49,8 @@ const MAX_UPSTREAM: usize = 1024;
 /// at once (the gateway's flow cap), so each of a busy client's keep-alive connections finds
 /// its upstream one again. Kept to 32, a client with 500 connections made the host open a new
 /// connection, and a TLS handshake with it, for almost every request (issue #18). Idle ones
-/// close after hyper's 90 s, or when the server closes them.
+/// close after hyper-util's 90 s idle timeout (kept by the pool's timer), or when the server
+/// closes them.
 const MAX_IDLE_PER_HOST: usize = 512;
 /// Largest request head (HTTP/1 buffer, HTTP/2 header list).
 const MAX_HEADERS: u32 = 64 << 10;
@@ -163,10 +164,15 @@ impl Interceptor {
         let upstream =
             Upstream::with_roots(cfg.connect.clone(), roots.clone(), &[b"h2", b"http/1.1"]);
         let h1 = Upstream::with_roots(cfg.connect, roots.clone(), &[b"http/1.1"]);
+        // Without a timer the pool applies its idle timeout only when a connection is checked
+        // out again: an idle connection to a host not asked again, on a server that never
+        // closes it, would be held for the session.
         let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
             .pool_max_idle_per_host(MAX_IDLE_PER_HOST)
             .build(upstream);
         let client_h1 = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
             .pool_max_idle_per_host(8)
             .build(h1);
         Ok(Self {
