@@ -157,6 +157,20 @@ async fn start_upstream(cfg: Arc<rustls::ServerConfig>) -> SocketAddr {
     addr
 }
 
+/// The "sandbox side": every connection to `front` was made to api.example.test:443.
+fn serve_front(front: TcpListener, interceptor: Arc<Interceptor>) {
+    tokio::spawn(async move {
+        loop {
+            let (s, _) = front.accept().await.unwrap();
+            tokio::spawn(
+                interceptor
+                    .clone()
+                    .serve_tls(s, "api.example.test".into(), 443),
+            );
+        }
+    });
+}
+
 struct Fixture {
     _dir: tempfile::TempDir,
     ca: Arc<CertAuthority>,
@@ -217,7 +231,6 @@ async fn fixture_with(
         })
         .unwrap(),
     );
-    // The "sandbox side": every connection here was made to api.example.test:443.
     let front = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let front_addr = front.local_addr().unwrap();
     let plain = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -229,16 +242,7 @@ async fn fixture_with(
             tokio::spawn(i.clone().serve_plain(s, "api.example.test".into(), 80));
         }
     });
-    tokio::spawn(async move {
-        loop {
-            let (s, _) = front.accept().await.unwrap();
-            tokio::spawn(
-                interceptor
-                    .clone()
-                    .serve_tls(s, "api.example.test".into(), 443),
-            );
-        }
-    });
+    serve_front(front, interceptor);
     Fixture {
         _dir: dir,
         ca,
@@ -1160,16 +1164,7 @@ async fn keep_alive_clients_keep_their_upstream_connections() {
         plain: front.local_addr().unwrap(),
         events: Arc::new(Mutex::new(Vec::new())),
     };
-    tokio::spawn(async move {
-        loop {
-            let (s, _) = front.accept().await.unwrap();
-            tokio::spawn(
-                interceptor
-                    .clone()
-                    .serve_tls(s, "api.example.test".into(), 443),
-            );
-        }
-    });
+    serve_front(front, interceptor);
     let mut clients = Vec::new();
     for _ in 0..CLIENTS {
         clients.push(h1_sender::<Full<Bytes>>(&f).await);
