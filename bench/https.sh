@@ -75,8 +75,7 @@ cat > "$W/cpu.sh" <<'SH'
 c0=$(head -n1 /proc/stat)
 "$@"
 c1=$(head -n1 /proc/stat)
-echo "$c0" | awk '{print "CPU0", $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}'
-echo "$c1" | awk '{print "CPU1", $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}'
+printf '%s\n%s\n' "$c0" "$c1" | awk '{print "CPU" NR - 1, $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}'
 SH
 chmod -R a+rX "$W"
 cat > "$W/nginx/nginx.conf" <<CONF
@@ -217,7 +216,7 @@ echo "- $("$W/bin/cordon" --version); hey $(dpkg-query -W -f='${Version}' hey 2>
 echo "- $REPS rounds, round-robin over the paths; 1 KiB: hey -z $DUR; 10 MiB: hey -n $BIG_N -c 1"
 echo
 "$PY" - "$RAW" <<'EOF'
-import json, statistics, sys
+import json, os, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 med = statistics.median
 cases = [("1k1", "HTTPS 1 KiB c=1 req/s", 1), ("1k32", "HTTPS 1 KiB c=32 req/s", 1),
@@ -228,7 +227,6 @@ def vals(p, c):
 def bad(p, c):
     return sum(r["errors"] + sum(n for k, n in r["codes"].items() if k != "200")
                for r in rows if r["path"] == p and r["case"] == c)
-import os
 hz = os.sysconf("SC_CLK_TCK"); ncpu = os.cpu_count()
 def cpu(p, c):
     # Median CPU ms per request over the rounds, and the cores' median busy share.
