@@ -39,13 +39,15 @@ pub struct NetHandoff {
 /// The sandbox network namespace's socket table, asked one socket at a time (sock_diag).
 #[derive(Debug)]
 pub struct SocketTable {
-    fd: Mutex<(OwnedFd, u32)>,
+    /// The netlink socket, the last request's number, and whether an answer may be left
+    /// unread on it.
+    fd: Mutex<(OwnedFd, u32, bool)>,
 }
 
 impl SocketTable {
     pub(crate) fn new(fd: OwnedFd) -> Self {
         Self {
-            fd: Mutex::new((fd, 0)),
+            fd: Mutex::new((fd, 0, false)),
         }
     }
 
@@ -56,8 +58,9 @@ impl SocketTable {
         remote: std::net::SocketAddrV4,
     ) -> io::Result<Option<u64>> {
         let mut g = self.fd.lock().unwrap_or_else(|p| p.into_inner());
-        g.1 = g.1.wrapping_add(1);
-        crate::sys::sock_diag_inode(g.0.as_raw_fd(), g.1, local, remote)
+        let (fd, seq, stale) = &mut *g;
+        *seq = seq.wrapping_add(1);
+        crate::sys::sock_diag_inode(fd.as_raw_fd(), *seq, stale, local, remote)
     }
 }
 
@@ -153,4 +156,44 @@ pub fn host_bundle() -> Option<String> {
     BUNDLE_PATHS
         .iter()
         .find_map(|p| std::fs::read_to_string(p).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    fn inode_of(s: &impl AsRawFd) -> u64 {
+        std::fs::metadata(format!("/proc/self/fd/{}", s.as_raw_fd()))
+            .unwrap()
+            .ino()
+    }
+
+    fn v4(a: std::net::SocketAddr) -> std::net::SocketAddrV4 {
+        match a {
+            std::net::SocketAddr::V4(a) => a,
+            other => panic!("not IPv4: {other}"),
+        }
+    }
+
+    // One request per socket, asked over and over on one netlink socket (this process's own
+    // network namespace): each answer is the asked socket's, whatever was asked before.
+    #[test]
+    fn the_socket_table_names_each_connection_by_its_addresses() {
+        let table = SocketTable::new(crate::sys::sock_diag_socket().unwrap());
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let b = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let ends =
+            |s: &std::net::TcpStream| (v4(s.local_addr().unwrap()), v4(s.peer_addr().unwrap()));
+        let (al, ar) = ends(&a);
+        let (bl, br) = ends(&b);
+        let nobody = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 9);
+        for _ in 0..3 {
+            assert_eq!(table.tcp_inode(al, ar).unwrap(), Some(inode_of(&a)));
+            assert_eq!(table.tcp_inode(nobody, ar).unwrap(), None);
+            assert_eq!(table.tcp_inode(bl, br).unwrap(), Some(inode_of(&b)));
+        }
+        assert_ne!(inode_of(&a), inode_of(&b));
+    }
 }

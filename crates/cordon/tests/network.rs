@@ -803,6 +803,45 @@ both!(each_short_flow_names_its_process, |env: Env| {
     assert!(pids.len() > 1, "each run is a process of its own: {pids:?}");
 });
 
+// Short connections one after another from one process, which then execs and goes on: each
+// flow's event names it by its sandbox pid and by the command line it had at that moment, with
+// a token in it redacted. (The gateway keeps what it learned of a process; an exec must show.)
+both!(
+    one_process_flows_name_it_as_it_is_through_an_exec,
+    |env: Env| {
+        setup(&env);
+        let srv = Server::start(&["stream", "1", "7"]);
+        let name = "again.example.test";
+        let pol = named(&[name], &[(name, &[srv.port])], "");
+        let token = format!("ghp_{}", "Z9".repeat(18));
+        let o = run(
+            &env,
+            &pol,
+            &nc(&format!("repeat {name} {} 6 phase-one {token}", srv.port)),
+        );
+        let r = ok_results(&o, 2);
+        assert!(r.iter().all(|x| x["ok"] == 6), "{}", show(&o));
+        let pid = r[0]["pid"].as_u64().expect("a pid");
+        assert_eq!(r[1]["pid"].as_u64(), Some(pid), "an exec keeps the pid");
+        let evs = events(&env);
+        let closed = closed_flows(&evs, name, srv.port);
+        assert_eq!(closed.len(), 12, "{}", net_log(&evs));
+        let log = net_log(&evs);
+        assert!(
+            closed.iter().all(|e| du64(e, "pid") == Some(pid)),
+            "every flow names the process by its pid in the sandbox ({pid}):\n{log}"
+        );
+        let cmdlines: Vec<&str> = closed.iter().filter_map(|e| dstr(e, "cmdline")).collect();
+        let before =
+            |c: &str| c.contains("nc.py repeat again.example.test") && c.contains("phase-one");
+        assert_eq!(cmdlines.iter().filter(|c| before(c)).count(), 6, "{log}");
+        // After the exec, its new command line (the token alone as its last argument).
+        let after = |c: &str| c.contains("nc.py repeat again.example.test") && !before(c);
+        assert_eq!(cmdlines.iter().filter(|c| after(c)).count(), 6, "{log}");
+        assert!(!log.contains(&token), "the token is redacted:\n{log}");
+    }
+);
+
 // A burst of short connections past the cap of 512 flows at a moment: those over it wait for
 // the ones closing, none is refused.
 both!(a_burst_past_the_flow_cap_all_get_through, |env: Env| {

@@ -34,6 +34,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use cordon_events::{Action, Layer, NewEvent};
@@ -517,7 +518,6 @@ impl Shared {
             };
         }
         let mut flow = Flow::new(dest, port, via, verdict, client);
-        self.find_owner(&flow);
         if !flow.verdict.allow {
             let (verdict, reason) = (flow.verdict.clone(), flow.verdict.reason.clone());
             self.emit_later(flow, Action::Deny, reason).await;
@@ -550,7 +550,17 @@ impl Shared {
                 }
             },
         };
-        match connect_any(&addrs, port).await {
+        // The connect is sent first and the process looked up while the host's network
+        // answers it.
+        let connecting = connect_any(&addrs, port);
+        tokio::pin!(connecting);
+        let early = std::future::poll_fn(|cx| Poll::Ready(connecting.as_mut().poll(cx))).await;
+        self.find_owner(&flow);
+        let connected = match early {
+            Poll::Ready(r) => r,
+            Poll::Pending => connecting.await,
+        };
+        match connected {
             Ok((s, sa)) => {
                 let _ = s.set_nodelay(true);
                 flow.addr = Some(sa);
@@ -675,9 +685,10 @@ impl Shared {
         self.emit_noisy(flow.event(action, &reason));
     }
 
-    /// Starts the background lookup of the process behind `flow` (see [`owner`]), once per
-    /// flow: [`Shared::open`] starts it beside the host-side connect, while the client's SYN is
-    /// held (its socket surely exists then); later calls are no-ops.
+    /// Looks up the process behind `flow` (see [`owner`]), once per flow: on the spot when it
+    /// is where the last flow's was, else in the background. [`Shared::open`] asks while the
+    /// host-side connect is under way and the client's SYN is held (its socket surely exists
+    /// then); later calls are no-ops.
     pub(crate) fn find_owner(&self, flow: &Flow) {
         if !flow.owner.ask() {
             return;
@@ -692,14 +703,21 @@ impl Shared {
             });
             owner::Lookups::start(init, sockets, redact).ok()
         });
-        match (flow.client, owners) {
-            (Some((local, remote)), Some(owners)) => owners.ask(owner::Request {
-                local,
-                remote,
-                slot: flow.owner.clone(),
-            }),
-            _ => flow.owner.set(None),
-        }
+        let (Some((local, remote)), Some(owners)) = (flow.client, owners) else {
+            flow.owner.set(None);
+            return;
+        };
+        let inode = match owners.quick(local, remote) {
+            owner::Quick::Found(o) => return flow.owner.set(Some(o)),
+            owner::Quick::Inode(i) => Some(i),
+            owner::Quick::Unknown => None,
+        };
+        owners.ask(owner::Request {
+            local,
+            remote,
+            inode,
+            slot: flow.owner.clone(),
+        });
     }
 
     /// What happens to a TCP flow to `dest:port` (see [`HttpFlow`]): the HTTP layer takes

@@ -23,10 +23,13 @@ pub(crate) fn sock_diag_socket() -> io::Result<OwnedFd> {
 
 /// The inode of the TCP socket whose local end is `local` and remote end `remote`, asked of a
 /// [`sock_diag_socket`]: one `SOCK_DIAG_BY_FAMILY` request for that exact socket (no dump).
-/// `Ok(None)` when there is no such socket. The caller serialises calls on one descriptor.
+/// `Ok(None)` when there is no such socket. The caller serialises calls on one descriptor, and
+/// sets `*stale` when an earlier call left without its answer (kept true here until one
+/// arrives): only then can an old answer be waiting to be read first.
 pub(crate) fn sock_diag_inode(
     fd: RawFd,
     seq: u32,
+    stale: &mut bool,
     local: std::net::SocketAddrV4,
     remote: std::net::SocketAddrV4,
 ) -> io::Result<Option<u64>> {
@@ -48,11 +51,14 @@ pub(crate) fn sock_diag_inode(
     req[64..72].copy_from_slice(&[0xff; 8]); // INET_DIAG_NOCOOKIE
     // Drop answers to earlier, abandoned requests.
     let mut buf = [0u8; 8192];
-    loop {
-        // SAFETY: recv into a buffer we own, non-blocking.
-        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
-        if n <= 0 {
-            break;
+    if *stale {
+        loop {
+            // SAFETY: recv into a buffer we own, non-blocking.
+            let n =
+                unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+            if n <= 0 {
+                break;
+            }
         }
     }
     // SAFETY: send of a buffer we own; netlink's default destination is the kernel.
@@ -60,6 +66,8 @@ pub(crate) fn sock_diag_inode(
     if sent < 0 {
         return Err(io::Error::last_os_error());
     }
+    // Until this request's one answer (a reply or an error, never more) has been read.
+    *stale = true;
     // The kernel answers a single-socket request before send returns.
     for _ in 0..4 {
         // SAFETY: recv into a buffer we own, non-blocking.
@@ -81,6 +89,7 @@ pub(crate) fn sock_diag_inode(
         if got_seq != seq {
             continue;
         }
+        *stale = false;
         if kind == SOCK_DIAG_BY_FAMILY && msg.len() >= 88 {
             // struct inet_diag_msg: 4 bytes, sockid (48), expires, rqueue, wqueue, uid, inode.
             let inode = u32::from_ne_bytes([msg[84], msg[85], msg[86], msg[87]]);
