@@ -176,10 +176,11 @@ impl Known {
     }
 }
 
-/// The thread that answers every flow's lookup of one sandbox, in batches. One thread woken
-/// through a channel instead of a blocking-pool task per flow: a burst of connects costs one
-/// walk of the process tree per batch, not one per flow, and none is dropped for being busy.
-/// It ends when the gateway (the sender) goes.
+/// Every flow's lookup of one sandbox: on the caller's thread when the socket is where the
+/// last one was ([`Lookups::quick`]), else by a thread that answers them in batches. One
+/// thread woken through a channel instead of a blocking-pool task per flow: a burst of
+/// connects costs one walk of the process tree per batch, not one per flow, and none is
+/// dropped for being busy. It ends when the gateway (the sender) goes.
 pub(crate) struct Lookups {
     tx: SyncSender<Request>,
     known: Arc<Mutex<Known>>,
@@ -352,12 +353,7 @@ fn tree(root: i32) -> Vec<i32> {
 #[cfg(test)]
 pub(crate) fn find(init: i32, inode: u64) -> Option<Owner> {
     let known = Mutex::new(Known::default());
-    let mut found = find_all(
-        init,
-        &[inode],
-        &known,
-        &(Arc::new(str::to_string) as Redact),
-    );
+    let mut found = find_all(init, &[inode], &known, &tests::same());
     found.pop().flatten()
 }
 
@@ -494,9 +490,7 @@ mod tests {
     fn finds_the_holder_of_a_socket_in_a_process_tree() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let fd = std::os::fd::AsRawFd::as_raw_fd(&l);
-        let inode = std::fs::metadata(format!("/proc/self/fd/{fd}"))
-            .unwrap()
-            .ino();
+        let inode = ino(fd);
         let me = find(std::process::id() as i32, inode).expect("own listener");
         assert!(me.cmdline.contains("cordon_net"), "{me:?}");
         assert_eq!(find(std::process::id() as i32, u64::MAX), None);
@@ -523,11 +517,6 @@ mod tests {
             std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
             std::net::UdpSocket::bind("127.0.0.1:0").unwrap(),
         );
-        let ino = |fd: i32| {
-            std::fs::metadata(format!("/proc/self/fd/{fd}"))
-                .unwrap()
-                .ino()
-        };
         use std::os::fd::AsRawFd;
         let me = std::process::id() as i32;
         let want = [ino(a.as_raw_fd()), u64::MAX, ino(b.as_raw_fd())];
@@ -557,8 +546,16 @@ mod tests {
         }
     }
 
-    fn same() -> Redact {
+    /// Leaves a command line as it is.
+    pub(super) fn same() -> Redact {
         Arc::new(str::to_string)
+    }
+
+    /// The inode of this process's descriptor `fd`.
+    fn ino(fd: i32) -> u64 {
+        std::fs::metadata(format!("/proc/self/fd/{fd}"))
+            .unwrap()
+            .ino()
     }
 
     // What is kept of a process follows it: a new command line after it execs (the same
@@ -620,11 +617,6 @@ mod tests {
             std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap(),
             std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap(),
         );
-        let ino = |fd: i32| {
-            std::fs::metadata(format!("/proc/self/fd/{fd}"))
-                .unwrap()
-                .ino()
-        };
         let (ia, ib) = (ino(a.as_raw_fd()), ino(b.as_raw_fd()));
         // Stands in for sock_diag (tested with the kernel in cordon-sandbox): the inode
         // of whichever stream's local address is asked.
