@@ -674,13 +674,33 @@ impl Session {
 /// Where `p` really is when its parent directories are followed, if that is inside a root: the
 /// session may have turned a parent (`.cargo`) into a symlink, and what it points to outside
 /// the writable roots is nothing the session could have written (nor anything to move).
-fn on_host(p: &Path, roots: &[PathBuf]) -> Option<PathBuf> {
-    let parent = canon(p.parent()?)?;
-    let at = parent.join(p.file_name()?);
+fn on_host(p: &Path, roots: &[PathBuf], parents: &mut Parents) -> Option<PathBuf> {
+    let at = parents.canon(p.parent()?)?.join(p.file_name()?);
     roots
         .iter()
         .any(|r| at.starts_with(r) && at != *r)
         .then_some(at)
+}
+
+/// The parents [`settle`] has resolved, each resolved once while nothing moves: a project's
+/// ~30 watched names share one parent, and `realpath` reads every component of it again for
+/// each name. Forgotten after every move, since a move can change what a parent resolves to.
+#[derive(Default)]
+struct Parents(std::collections::HashMap<PathBuf, Option<PathBuf>>);
+
+impl Parents {
+    fn canon(&mut self, dir: &Path) -> Option<PathBuf> {
+        if let Some(known) = self.0.get(dir) {
+            return known.clone();
+        }
+        let c = canon(dir);
+        self.0.insert(dir.to_path_buf(), c.clone());
+        c
+    }
+
+    fn forget(&mut self) {
+        self.0.clear();
+    }
 }
 
 /// After the session, before review: what it made at watched names, swapped symlinks and the
@@ -688,9 +708,10 @@ fn on_host(p: &Path, roots: &[PathBuf]) -> Option<PathBuf> {
 /// [`Session::quarantine`]). Returns the host paths moved.
 pub fn settle(session: &Session, surface: &Surface) -> Result<Vec<PathBuf>, StateError> {
     let mut moved = Vec::new();
+    let mut parents = Parents::default();
     let exists = |p: &Path| fs::symlink_metadata(p).is_ok();
     for w in &surface.watch {
-        let Some(w) = on_host(w, &surface.roots) else {
+        let Some(w) = on_host(w, &surface.roots, &mut parents) else {
             continue;
         };
         let w = &w;
@@ -703,9 +724,10 @@ pub fn settle(session: &Session, surface: &Surface) -> Result<Vec<PathBuf>, Stat
             session.quarantine(w)?;
             moved.push(w.clone());
         }
+        parents.forget();
     }
     for (link, target) in &surface.links {
-        let Some(link) = on_host(link, &surface.roots) else {
+        let Some(link) = on_host(link, &surface.roots, &mut parents) else {
             continue;
         };
         let link = &link;
@@ -718,6 +740,7 @@ pub fn settle(session: &Session, surface: &Surface) -> Result<Vec<PathBuf>, Stat
             moved.push(link.clone());
         }
         std::os::unix::fs::symlink(target, link).map_err(io_err("put back symlink", link))?;
+        parents.forget();
     }
     for r in &surface.roots {
         for d in find_dotgits(r) {
@@ -807,7 +830,7 @@ fn sanitize_dotgit(
         }
         for p in risky
             .iter()
-            .filter_map(|p| on_host(p, &[dotgit.to_path_buf()]))
+            .filter_map(|p| on_host(p, &[dotgit.to_path_buf()], &mut Parents::default()))
         {
             session.quarantine(&p)?;
             moved.push(p);
