@@ -10,7 +10,8 @@
 # is what sets the glibc rows apart from the no-libc one.
 #
 # Usage: bash bench/exec-floor.sh   (env: N=300 runs per row, WARMUP=10, CORDON_BIN=prebuilt
-#        binary instead of building target/release/cordon). Needs cc and rustc.
+#        binary instead of building target/release/cordon). Needs cc, rustc, bwrap and the
+#        anchors' spawnbench.c beside the repository (../shared/anchors/src).
 set -euo pipefail
 N=${N:-300}
 WARMUP=${WARMUP:-10}
