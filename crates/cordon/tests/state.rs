@@ -383,7 +383,7 @@ both!(
             "{} run --policy {p} -- sh -c \"echo 'alias ll=ls' >> ~/.bashrc\"",
             env.cordon_line()
         );
-        let out = common::under_pty(&env, &line, "d\n");
+        let out = common::under_pty_answering(&env, &line, "[k]eep", "d\n");
         assert!(
             out.contains(".bashrc") && out.contains("alias"),
             "no summary shown:\n{out}"
@@ -396,7 +396,7 @@ both!(
             "the answer was not taken\n{}",
             show(&o)
         );
-        let out = common::under_pty(&env, &line, "k\n");
+        let out = common::under_pty_answering(&env, &line, "[k]eep", "k\n");
         assert!(out.contains("[k]eep"), "{out}");
         assert!(
             std::fs::read_to_string(env.home.join(".bashrc"))

@@ -452,6 +452,47 @@ impl Env {
 /// with the environment and user of `env.cordon()`; returns what the terminal showed.
 pub fn under_pty(env: &Env, line: &str, input: &str) -> String {
     use std::io::Write;
+    let mut child = pty_session(env, line);
+    let mut stdin = child.stdin.take().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for chunk in input.split_inclusive('\n') {
+        stdin.write_all(chunk.as_bytes()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    finish_pty_session(child)
+}
+
+/// [`under_pty`], typing `answer` once `prompt` is on the terminal rather than after a fixed
+/// pause: typed early, on a loaded machine, the answer would reach the command instead of
+/// the question.
+pub fn under_pty_answering(env: &Env, line: &str, prompt: &str, answer: &str) -> String {
+    use std::io::{Read, Write};
+    let mut child = pty_session(env, line);
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let (prompt, answer) = (prompt.as_bytes().to_vec(), answer.as_bytes().to_vec());
+    let reader = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        let mut answered = false;
+        loop {
+            match stdout.read(&mut buf) {
+                Ok(0) | Err(_) => return seen,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+            if !answered && seen.windows(prompt.len()).any(|w| w == prompt.as_slice()) {
+                answered = true;
+                let _ = stdin.write_all(&answer);
+            }
+        }
+    });
+    let rest = finish_pty_session(child);
+    let seen = reader.join().unwrap();
+    format!("{}{rest}", String::from_utf8_lossy(&seen))
+}
+
+/// `line` run by `script` under a pty of its own, as `env`'s user, stdio piped.
+fn pty_session(env: &Env, line: &str) -> std::process::Child {
     let base = env.cordon();
     let mut s = match env.ids {
         Some((uid, gid)) => {
@@ -476,14 +517,12 @@ pub fn under_pty(env: &Env, line: &str, input: &str) -> String {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = s.spawn().unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    for chunk in input.split_inclusive('\n') {
-        stdin.write_all(chunk.as_bytes()).unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(300));
-    }
-    // A hung session must fail the test, not hang the suite.
+    s.spawn().unwrap()
+}
+
+/// Waits for a [`pty_session`] (killed after 60 s: a hung session must fail the test, not hang
+/// the suite) and returns what it printed that was not taken already.
+fn finish_pty_session(child: std::process::Child) -> String {
     let (done, deadline) = std::sync::mpsc::channel::<()>();
     let pid = child.id();
     std::thread::spawn(move || {
