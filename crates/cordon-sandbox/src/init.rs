@@ -72,6 +72,12 @@ pub fn main() -> ! {
         Ok(None) => sys::exit_now(125),
         Err(e) => fail("control channel", e.to_string()),
     };
+    // The supervisor raises its own soft descriptor limit for the gateway's flows. Init was
+    // cloned before it knew there would be a gateway (`EarlyInit`), so it raises its own here:
+    // the command's limits stay what they were when init inherited the raised one.
+    if matches!(net, NetSetup::Gateway { .. }) {
+        sys::raise_nofile_limit();
+    }
     if net != NetSetup::Host
         && let Err(e) = sys::loopback_up()
     {
@@ -179,8 +185,8 @@ pub fn main() -> ! {
                     Err(e) => fail("start", format!("command report {line:?}: {e}")),
                 }
             } else if line == "listener" {
-                // Forward the notification descriptor now: the command's exec is about to
-                // trap, and only the supervisor can answer it.
+                // The report's end. Forward the notification descriptor now: the command's
+                // exec is about to trap, and only the supervisor can answer it.
                 let Some(fd) = fds.pop() else {
                     fail("syscalls", "listener descriptor missing".into())
                 };
@@ -189,7 +195,6 @@ pub fn main() -> ! {
                 {
                     fail("syscalls", e.to_string());
                 }
-            } else if line == "exec" {
                 break 'report;
             } else if let Some(v) = line.strip_prefix("fail ") {
                 let (stage, msg) = v.split_once(' ').unwrap_or((v, ""));
@@ -429,23 +434,29 @@ fn command_child(spec: &InitSpec, slave: Option<OwnedFd>, report: OwnedFd) -> ! 
     if let Err(e) = sys::drop_capabilities_but(keep) {
         child_fail(r, "capabilities", e);
     }
+    // What exec needs is made while failing is still reported (see below).
+    let exec = ExecArgs::new(spec, r);
     // The syscall filter goes on last, just before exec: nothing of setup needs what it denies.
     // As root it also keeps set-id bits off files (and file capabilities, with CAP_SETFCAP).
     let filters = match seccomp::build(&spec.syscalls, spec.supervise_exec, root) {
         Ok(f) => f,
         Err(e) => child_fail(r, "syscalls", e),
     };
-    match seccomp::install(&filters) {
-        Ok(listener) => {
-            if let Err(e) = sys::send_with_fd(r, b"listener\n", listener.as_raw_fd()) {
-                child_fail(r, "syscalls", e);
-            }
-        }
+    let listener = match seccomp::install(&filters) {
+        Ok(listener) => listener,
         Err(e) => child_fail(r, "syscalls", format!("install the seccomp filter: {e}")),
+    };
+    sys::close_fds_from(3, &[r, listener.as_raw_fd()]);
+    // The report's last line: init tells the supervisor the command has started as soon as it
+    // reads it, so the supervisor is already answering notifications when the exec below
+    // traps, instead of first hearing of the start through init while the exec waits (issue
+    // #18). Nothing after it can fail but the exec itself, whose failure is the command's exit
+    // status (126, 127), as in a shell.
+    if let Err(e) = sys::send_with_fd(r, b"listener\n", listener.as_raw_fd()) {
+        child_fail(r, "syscalls", e);
     }
-    sys::close_fds_from(3, &[r]);
-    sys::write_all_raw(r, b"exec\n");
-    exec_command(spec, r)
+    drop(listener);
+    exec.exec()
 }
 
 /// Enter a nested user + mount namespace: the mounts made by init are copied into a namespace
@@ -491,27 +502,56 @@ fn apply_rlimits(l: &LimitsPlan) -> Vec<Result<AppliedLimit, String>> {
     out
 }
 
-fn exec_command(spec: &InitSpec, report: RawFd) -> ! {
-    let to_c = |v: &Vec<u8>| CString::new(v.clone()).ok();
-    let argv: Option<Vec<CString>> = spec.argv.iter().map(to_c).collect();
-    let envp: Option<Vec<CString>> = spec.env.iter().map(to_c).collect();
-    let (Some(argv), Some(envp)) = (argv, envp) else {
-        child_fail(
-            report,
-            "exec",
-            "argument or environment contains a NUL byte",
-        )
-    };
-    let Some(first) = spec.argv.first() else {
-        child_fail(report, "exec", "empty command")
-    };
-    let name = OsStr::from_bytes(first);
-    let path_var = spec
-        .env
-        .iter()
-        .find_map(|kv| kv.strip_prefix(b"PATH="))
-        .map(|p| OsStr::from_bytes(p).to_owned())
-        .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+/// The command's exec, its arguments checked while the command's setup can still report.
+struct ExecArgs {
+    argv: Vec<CString>,
+    envp: Vec<CString>,
+    name: std::ffi::OsString,
+    path_var: std::ffi::OsString,
+}
+
+impl ExecArgs {
+    fn new(spec: &InitSpec, report: RawFd) -> ExecArgs {
+        let to_c = |v: &Vec<u8>| CString::new(v.clone()).ok();
+        let argv: Option<Vec<CString>> = spec.argv.iter().map(to_c).collect();
+        let envp: Option<Vec<CString>> = spec.env.iter().map(to_c).collect();
+        let (Some(argv), Some(envp)) = (argv, envp) else {
+            child_fail(
+                report,
+                "exec",
+                "argument or environment contains a NUL byte",
+            )
+        };
+        let Some(first) = spec.argv.first() else {
+            child_fail(report, "exec", "empty command")
+        };
+        let path_var = spec
+            .env
+            .iter()
+            .find_map(|kv| kv.strip_prefix(b"PATH="))
+            .map(|p| OsStr::from_bytes(p).to_owned())
+            .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+        ExecArgs {
+            argv,
+            envp,
+            name: OsStr::from_bytes(first).to_owned(),
+            path_var,
+        }
+    }
+
+    fn exec(self) -> ! {
+        let ExecArgs {
+            argv,
+            envp,
+            name,
+            path_var,
+        } = self;
+        exec_command(&argv, &envp, &name, &path_var)
+    }
+}
+
+fn exec_command(argv: &[CString], envp: &[CString], name: &OsStr, path_var: &OsStr) -> ! {
+    let first = name.as_bytes();
     // As a shell does, the name is looked up first and only what exists is exec'd: with exec
     // supervision every execve is a round trip to the supervisor, and one per PATH directory
     // without the name (`/usr/local/sbin/true`, …) bought nothing but an ENOENT. What is
@@ -533,7 +573,7 @@ fn exec_command(spec: &InitSpec, report: RawFd) -> ! {
     let mut denied = false;
     for c in candidates {
         let Ok(cpath) = sys::cstr(&c) else { continue };
-        let e = sys::execve(&cpath, &argv, &envp);
+        let e = sys::execve(&cpath, argv, envp);
         match e.raw_os_error() {
             Some(libc::ENOENT) | Some(libc::ENOTDIR) => {}
             Some(libc::EACCES) => {

@@ -66,7 +66,8 @@ pub use fence::{FenceStatus, NESTED_COST};
 pub use layout::{Layout, MountOp, ShowCopyError, Staged, prepare, prepare_with_state};
 pub use net::{Inward, NetAttach, NetHandoff, SocketTable, TrustBundle, host_bundle};
 pub use supervisor::{
-    Command, Outcome, PlacedSocket, TtyMode, Unborn, clone_init, run, run_with_network,
+    Command, EarlyInit, Outcome, PlacedSocket, TtyMode, Unborn, adopt_init, clone_init, run,
+    run_with_network,
 };
 pub use sys::{
     TUN_VNET_HDR_LEN, WaitStatus, exit_quietly_on_closed_stdout, ids, landlock_abi, passwd_home,

@@ -166,8 +166,27 @@ pub fn clone_init(
     gateway: Option<bool>,
     emit: &dyn Fn(NewEvent),
 ) -> Result<Unborn, SandboxError> {
+    adopt_init(None, plan, gateway, emit)
+}
+
+/// [`clone_init`], taking the init `early` cloned when it is in the namespaces the plan needs.
+/// When it is not (`[network] mode = "host"` shares the host's network namespace), or its clone
+/// failed, it is killed and init is cloned again here, so the error reported is this clone's.
+pub fn adopt_init(
+    early: Option<EarlyInit>,
+    plan: &Plan,
+    gateway: Option<bool>,
+    emit: &dyn Fn(NewEvent),
+) -> Result<Unborn, SandboxError> {
     let net_setup = net_setup(plan, gateway);
-    let (sock, child) = launch(namespaces(net_setup, emit), sys::getuid(), sys::getgid())?;
+    let namespaces = namespaces(net_setup, emit);
+    let early = early
+        .filter(|e| e.namespaces == namespaces)
+        .and_then(|mut e| e.parts.take());
+    let (sock, child) = match early {
+        Some(parts) => parts,
+        None => launch(namespaces, sys::getuid(), sys::getgid())?,
+    };
     // Init's frames of the network handoff wait in the channel for `receive_setup`.
     let sent = protocol::send(sock.as_raw_fd(), &net_setup, None);
     let unborn = Unborn {
@@ -176,6 +195,40 @@ pub fn clone_init(
     };
     sent.map_err(|e| io_err("send the network setup to the sandbox", e))?;
     Ok(unborn)
+}
+
+/// The sandbox's init, cloned before the policy is read: the clone of its namespaces (a
+/// network namespace's among them, ~1 ms of the kernel's work) and init's exec then run beside
+/// the policy's load instead of after it (issue #18). It is cloned into the namespaces every
+/// mode but `host` uses, and told nothing: it waits for its network setup, which only
+/// [`adopt_init`] sends once the plan says what it is. Dropped before that, it is killed and
+/// reaped: nothing ran.
+#[derive(Debug)]
+pub struct EarlyInit {
+    parts: Option<(OwnedFd, sys::Child)>,
+    namespaces: u64,
+}
+
+impl EarlyInit {
+    /// Clone init now. Call it from the thread that will run the session: init dies with the
+    /// thread that cloned it. A failed clone is not reported here; [`adopt_init`] clones again
+    /// and reports what that one meets.
+    pub fn start() -> EarlyInit {
+        let namespaces = sys::SANDBOX_NAMESPACES;
+        EarlyInit {
+            parts: launch(namespaces, sys::getuid(), sys::getgid()).ok(),
+            namespaces,
+        }
+    }
+}
+
+impl Drop for EarlyInit {
+    fn drop(&mut self) {
+        if let Some((_, child)) = self.parts.take() {
+            let _ = sys::pidfd_send_signal(&child.pidfd, libc::SIGKILL);
+            let _ = sys::waitpid(child.pid, false);
+        }
+    }
 }
 
 impl Drop for Unborn {

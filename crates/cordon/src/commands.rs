@@ -213,7 +213,17 @@ fn run(a: RunArgs) -> i32 {
         .iter()
         .map(|s| s.to_string_lossy().into_owned())
         .collect();
-    let loaded = match cordon_policy::load(&opts) {
+    // Init is cloned while the policy loads: the namespaces' clone and init's exec are off
+    // the path to the command's start. Any return before the session takes it kills it.
+    let (loaded, early) = std::thread::scope(|s| {
+        let loading = s.spawn(|| cordon_policy::load(&opts));
+        let early = cordon_sandbox::EarlyInit::start();
+        let loaded = loading
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (loaded, early)
+    });
+    let loaded = match loaded {
         Ok(l) => l,
         Err(e) => {
             eprintln!("{e}");
@@ -333,7 +343,7 @@ fn run(a: RunArgs) -> i32 {
             .detail("uid", cordon_sandbox::ids().0)
             .detail("version", env!("CARGO_PKG_VERSION")),
     );
-    let code = run_in_session(&a, &project, &loaded, &session, &emit, &sink, &audit);
+    let code = run_in_session(&a, &project, &loaded, &session, early, &sink, &audit);
     emit(NewEvent::new(Layer::Session, Action::Stop, "session ended").detail("code", code));
     if !audit.writable() {
         let _ = writeln!(
@@ -351,10 +361,12 @@ fn run_in_session(
     project: &Path,
     loaded: &Loaded,
     session: &str,
-    emit: &dyn Fn(NewEvent),
+    early: cordon_sandbox::EarlyInit,
     sink: &cordon_net::Emit,
     audit: &cordon_events::AuditHealth,
 ) -> i32 {
+    let emit = |ev: NewEvent| sink(ev);
+    let emit: &dyn Fn(NewEvent) = &emit;
     if !loaded.untrusted_loosening.is_empty() {
         let mut msg = String::from(
             "cordon: the project policy loosens your own policy and is not trusted:\n",
@@ -423,11 +435,13 @@ fn run_in_session(
         cordon_sandbox::prefer_fresh_pages_for_large_allocations(cordon_net::FLOW_WINDOW_BYTES);
         cordon_sandbox::raise_nofile_limit();
     }
-    // Init is cloned first: its exec of this binary and its side of the network run beside
+    // Init, cloned at the start, is told its network now: its side of it is built beside
     // everything below (the gateway's build, the state layer, the view), and any return
     // before the run kills it: nothing ran.
     let inward = !plan.publish.is_empty();
-    let unborn = match cordon_sandbox::clone_init(&plan, gateway_on.then_some(inward), emit) {
+    let adopted =
+        cordon_sandbox::adopt_init(Some(early), &plan, gateway_on.then_some(inward), emit);
+    let unborn = match adopted {
         Ok(u) => u,
         Err(e) => {
             eprintln!("cordon: {e}");

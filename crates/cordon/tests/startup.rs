@@ -72,3 +72,102 @@ both!(
         );
     }
 );
+
+/// `cordon ARGS…` as `env`'s user under a subreaper (python's prctl), which then reports how
+/// many processes cordon left behind: any it did not reap (live, or killed by the parent-death
+/// signal as it exited) become the subreaper's children.
+fn left_behind(env: &Env, args: &[&str]) -> (std::process::Output, usize) {
+    let c = env.cordon();
+    let mut w = std::process::Command::new("python3");
+    w.arg("-c")
+        .arg(
+            "import ctypes, os, subprocess, sys\n\
+             ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)\n\
+             code = subprocess.run(sys.argv[1:]).returncode\n\
+             n = 0\n\
+             while True:\n\
+             \x20   try:\n\
+             \x20       pid, _ = os.waitpid(-1, 0)\n\
+             \x20   except ChildProcessError:\n\
+             \x20       break\n\
+             \x20   n += 1\n\
+             print('LEFT', n, file=sys.stderr)\n\
+             sys.exit(code)\n",
+        )
+        .arg(c.get_program())
+        .args(c.get_args())
+        .args(args)
+        .env_clear()
+        .envs(c.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .current_dir(&env.project);
+    let o = w.output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    let n = err
+        .lines()
+        .find_map(|l| l.strip_prefix("LEFT "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no count from the subreaper: {}", show(&o)));
+    (o, n)
+}
+
+// Init is cloned while the policy loads, before cordon knows it will run anything: a run that
+// ends there (a policy that does not parse, an untrusted project policy that loosens) kills and
+// reaps it. `mode = "host"` needs an init without a network namespace of its own: the early
+// one is killed and reaped, and the command sees the host's network.
+both!(
+    an_init_cloned_before_the_policy_is_read_is_never_left_behind,
+    |env: Env| {
+        let bad = env.base.join("bad-policy.toml");
+        std::fs::write(&bad, "[network\nmode = 1\n").unwrap();
+        env.own(&bad);
+        let bad = bad.display().to_string();
+        let (o, n) = left_behind(&env, &["run", "--no-tty", "--policy", &bad, "--", "true"]);
+        assert_eq!(o.status.code(), Some(125), "{}", show(&o));
+        assert!(String::from_utf8_lossy(&o.stderr).contains("bad-policy.toml"));
+        assert_eq!(n, 0, "a policy error left {n} process(es): {}", show(&o));
+
+        env.write("cordon.toml", "[network]\nmode = \"host\"\n");
+        let (o, n) = left_behind(&env, &["run", "--no-tty", "--", "true"]);
+        assert_eq!(o.status.code(), Some(125), "{}", show(&o));
+        assert!(String::from_utf8_lossy(&o.stderr).contains("not trusted"));
+        assert_eq!(n, 0, "a refused run left {n} process(es): {}", show(&o));
+
+        let host = env.base.join("host-policy.toml");
+        std::fs::write(&host, "[network]\nmode = \"host\"\n").unwrap();
+        env.own(&host);
+        std::fs::remove_file(env.project.join("cordon.toml")).unwrap();
+        let host = host.display().to_string();
+        let own_net = std::fs::read_link("/proc/self/ns/net").unwrap();
+        let (o, n) = left_behind(
+            &env,
+            &[
+                "run",
+                "--no-tty",
+                "--policy",
+                &host,
+                "--",
+                "readlink",
+                "/proc/self/ns/net",
+            ],
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout).trim(),
+            own_net.display().to_string(),
+            "mode = \"host\" runs in the host's network namespace"
+        );
+        // A finished run leaves its init to finish exiting on its own (the command's end is
+        // reported before the kernel has torn its namespaces down), so the count to match is a
+        // plain run's: the early init replaced for `host` is not among them.
+        let none = env.base.join("none-policy.toml");
+        std::fs::write(&none, "[network]\nmode = \"none\"\n").unwrap();
+        env.own(&none);
+        let none = none.display().to_string();
+        let (p, plain) = left_behind(&env, &["run", "--no-tty", "--policy", &none, "--", "true"]);
+        assert_eq!(p.status.code(), Some(0), "{}", show(&p));
+        assert_eq!(
+            n, plain,
+            "mode = \"host\" left {n} process(es), a plain run {plain}"
+        );
+    }
+);
