@@ -73,6 +73,14 @@ both!(
     }
 );
 
+/// A policy file of the user's, outside the project (trusted as the user's own); its path.
+fn user_policy(env: &Env, name: &str, text: &str) -> String {
+    let p = env.base.join(name);
+    std::fs::write(&p, text).unwrap();
+    env.own(&p);
+    p.display().to_string()
+}
+
 /// `cordon ARGS…` as `env`'s user under a subreaper (python's prctl), which then reports how
 /// many processes cordon left behind: any it did not reap (live, or killed by the parent-death
 /// signal as it exited) become the subreaper's children.
@@ -117,10 +125,7 @@ fn left_behind(env: &Env, args: &[&str]) -> (std::process::Output, usize) {
 both!(
     an_init_cloned_before_the_policy_is_read_is_never_left_behind,
     |env: Env| {
-        let bad = env.base.join("bad-policy.toml");
-        std::fs::write(&bad, "[network\nmode = 1\n").unwrap();
-        env.own(&bad);
-        let bad = bad.display().to_string();
+        let bad = user_policy(&env, "bad-policy.toml", "[network\nmode = 1\n");
         let (o, n) = left_behind(&env, &["run", "--no-tty", "--policy", &bad, "--", "true"]);
         assert_eq!(o.status.code(), Some(125), "{}", show(&o));
         assert!(String::from_utf8_lossy(&o.stderr).contains("bad-policy.toml"));
@@ -132,11 +137,8 @@ both!(
         assert!(String::from_utf8_lossy(&o.stderr).contains("not trusted"));
         assert_eq!(n, 0, "a refused run left {n} process(es): {}", show(&o));
 
-        let host = env.base.join("host-policy.toml");
-        std::fs::write(&host, "[network]\nmode = \"host\"\n").unwrap();
-        env.own(&host);
+        let host = user_policy(&env, "host-policy.toml", "[network]\nmode = \"host\"\n");
         std::fs::remove_file(env.project.join("cordon.toml")).unwrap();
-        let host = host.display().to_string();
         let own_net = std::fs::read_link("/proc/self/ns/net").unwrap();
         let (o, n) = left_behind(
             &env,
@@ -159,10 +161,7 @@ both!(
         // A finished run leaves its init to finish exiting on its own (the command's end is
         // reported before the kernel has torn its namespaces down), so the count to match is a
         // plain run's: the early init replaced for `host` is not among them.
-        let none = env.base.join("none-policy.toml");
-        std::fs::write(&none, "[network]\nmode = \"none\"\n").unwrap();
-        env.own(&none);
-        let none = none.display().to_string();
+        let none = user_policy(&env, "none-policy.toml", "[network]\nmode = \"none\"\n");
         let (p, plain) = left_behind(&env, &["run", "--no-tty", "--policy", &none, "--", "true"]);
         assert_eq!(p.status.code(), Some(0), "{}", show(&p));
         assert_eq!(
