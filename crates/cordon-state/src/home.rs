@@ -540,6 +540,10 @@ mod tests {
         fs::create_dir_all(home.join(".npm")).unwrap();
         fs::write(home.join("same"), "unchanged").unwrap();
         fs::write(home.join("old"), "x").unwrap();
+        // A host file whose change time falls in the session's first millisecond counts as
+        // changed since the start (the check cannot tell, so it says conflict): the files
+        // above must be older than the session, as a user's files are.
+        std::thread::sleep(std::time::Duration::from_millis(2));
         let store = StateStore::new(t.path().join("state"));
         let spec = HomeSpec {
             path: home.clone(),
