@@ -158,7 +158,7 @@ both!(cordon_init_is_closed, |env: Env| {
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "host-original");
     // With the ptrace family lifted, the kernel alone refuses every way into init's memory
     // and descriptors (non-dumpable): attach, process_vm_*, pidfd_getfd, /proc/1/mem.
-    let p = policy(&env, "ptrace.toml", "[syscalls]\nallow = [\"ptrace\"]\n");
+    let p = env.policy_file("ptrace.toml", "[syscalls]\nallow = [\"ptrace\"]\n");
     let got = attack(&env, &["--policy", &p], &format!("{esc} memory 1 4194304"));
     got.all(
         &["ATTACH", "SEIZE", "VM_READ", "VM_WRITE", "PIDFD_GETFD"],
@@ -261,7 +261,7 @@ both!(ptrace_of_a_host_process_is_denied, |env: Env| {
 // and the host process is still out of reach (ESRCH). Not logged: no filter rule is left.
 both!(ptrace_of_a_host_process_without_the_filter, |env: Env| {
     let Some(esc) = esc() else { return };
-    let p = policy(&env, "ptrace.toml", "[syscalls]\nallow = [\"ptrace\"]\n");
+    let p = env.policy_file("ptrace.toml", "[syscalls]\nallow = [\"ptrace\"]\n");
     let victim = Victim::start(&env, &esc, "victim");
     let got = attack(
         &env,
@@ -299,7 +299,7 @@ both!(ptrace_of_a_sibling_is_denied, |env: Env| {
     assert_logged(&env, "ptrace", "built-in: ptrace");
     assert_logged(&env, "process_vm_writev", "built-in: process_vm_writev");
     assert_logged(&env, "pidfd_getfd", "built-in: pidfd_getfd");
-    let p = policy(&env, "ptrace.toml", "[syscalls]\nallow = [\"ptrace\"]\n");
+    let p = env.policy_file("ptrace.toml", "[syscalls]\nallow = [\"ptrace\"]\n");
     let got = attack(&env, &["--policy", &p], &format!("{esc} sibling"));
     got.all(
         &[
@@ -360,7 +360,7 @@ both!(sysctl_writes_stay_in_the_sandbox, |env: Env| {
         "{}",
         got.text()
     );
-    let p = policy(&env, "nested.toml", "[syscalls]\nnested_userns = true\n");
+    let p = env.policy_file("nested.toml", "[syscalls]\nnested_userns = true\n");
     let got_nested = attack(&env, &["--policy", &p], &script);
     assert_ne!(got_nested.get("RC"), "0");
     let restore = |v: &str| {
@@ -502,7 +502,7 @@ both!(mount_games_are_denied, |env: Env| {
 // still under it. Not logged: the filter did not refuse (checked), the kernel did.
 both!(mount_games_in_a_nested_namespace, |env: Env| {
     let Some(esc) = esc() else { return };
-    let p = policy(&env, "nested.toml", "[syscalls]\nnested_userns = true\n");
+    let p = env.policy_file("nested.toml", "[syscalls]\nnested_userns = true\n");
     let got = mount_games(&env, &esc, &["--policy", &p], true);
     got.is("USERNS", "ok");
     assert_view_intact(&env, &got);
@@ -561,7 +561,7 @@ both!(unshare_rm_mount_over_a_mask, |env: Env| {
     assert_ne!(got.get("RC"), "0");
     assert!(!got.text().contains("SECRET-"), "{}", got.text());
     assert_logged(&env, "unshare", "CLONE_NEWUSER");
-    let p = policy(&env, "nested.toml", "[syscalls]\nnested_userns = true\n");
+    let p = env.policy_file("nested.toml", "[syscalls]\nnested_userns = true\n");
     let got = attack(&env, &["--policy", &p], script);
     assert_ne!(got.get("RC"), "0");
     assert!(!got.text().contains("SECRET-"), "{}", got.text());
@@ -602,7 +602,7 @@ both!(new_namespaces_are_refused, |env: Env| {
     );
     // The host's namespaces are untouched by construction; what shows the refusal bites is
     // that with nested sandboxes on, the same calls succeed in a namespace of its own.
-    let p = policy(&env, "nested.toml", "[syscalls]\nnested_userns = true\n");
+    let p = env.policy_file("nested.toml", "[syscalls]\nnested_userns = true\n");
     let got = attack(&env, &["--policy", &p], &format!("{esc} new-namespaces"));
     got.all(&["UNSHARE_USER", "UNSHARE_NS", "UNSHARE_NET"], "ok");
 });
@@ -665,7 +665,7 @@ both!(setns_into_host_namespaces_fails, |env: Env| {
 // does not hold. Not logged.
 both!(setns_without_the_filter, |env: Env| {
     let Some(esc) = esc() else { return };
-    let p = policy(&env, "setns.toml", "[syscalls]\nallow = [\"setns\"]\n");
+    let p = env.policy_file("setns.toml", "[syscalls]\nallow = [\"setns\"]\n");
     let got = attack(&env, &["--policy", &p], &format!("{esc} namespaces 1"));
     got.is("OWN_SETNS", EPERM);
     assert_not_logged(&env, "setns");
@@ -847,8 +847,7 @@ both!(keyrings_are_denied, |env: Env| {
 both!(keyrings_without_the_filter, |env: Env| {
     let Some(esc) = esc() else { return };
     let desc = token("cordon-escape-key");
-    let p = policy(
-        &env,
+    let p = env.policy_file(
         "keys.toml",
         "[syscalls]\nallow = [\"add_key\", \"keyctl\", \"request_key\"]\n",
     );
@@ -875,8 +874,7 @@ both!(io_uring_is_denied, |env: Env| {
 // reads a visible file. Not logged: the open is refused by the filesystem.
 both!(io_uring_open_of_a_mask_fails, |env: Env| {
     let Some(esc) = esc() else { return };
-    let p = policy(
-        &env,
+    let p = env.policy_file(
         "uring.toml",
         "[syscalls]\nallow = [\"io_uring_setup\", \"io_uring_enter\", \"io_uring_register\"]\n",
     );
@@ -911,8 +909,7 @@ both!(io_uring_open_each_layer_alone, |env: Env| {
         .find(|l| !l.trim().is_empty())
         .unwrap_or("")
         .to_string();
-    let p = policy(
-        &env,
+    let p = env.policy_file(
         "uring.toml",
         "[syscalls]\nallow = [\"io_uring_setup\", \"io_uring_enter\", \"io_uring_register\"]\n",
     );
@@ -988,8 +985,7 @@ both!(modules_kexec_and_clock_are_denied, |env: Env| {
 both!(modules_kexec_and_clock_without_the_filter, |env: Env| {
     let Some(esc) = esc() else { return };
     let before = modules();
-    let p = policy(
-        &env,
+    let p = env.policy_file(
         "lift.toml",
         "[syscalls]\nallow = [\"init_module\", \"finit_module\", \"delete_module\", \"kexec_load\", \
          \"kexec_file_load\", \"reboot\", \"settimeofday\"]\n",
@@ -1063,7 +1059,7 @@ both!(chroot_breakout_reaches_only_the_sandbox_root, |env: Env| {
     let got = attack(&env, &[], &script);
     got.all(&["CHROOT_JAIL", "CHROOT_UP"], EPERM);
     assert_not_logged(&env, "chroot");
-    let p = policy(&env, "nested.toml", "[syscalls]\nnested_userns = true\n");
+    let p = env.policy_file("nested.toml", "[syscalls]\nnested_userns = true\n");
     let got = attack(&env, &["--policy", &p], &format!("{script} nested"));
     got.all(
         &["USERNS", "CHROOT_JAIL", "CHROOT_UP", "SEES_CORDON_RUN"],

@@ -49,13 +49,6 @@ fn accept(env: &Env, id: &str, path: &Path) -> std::process::Output {
         .unwrap()
 }
 
-fn policy(env: &Env, name: &str, text: &str) -> String {
-    let p = env.base.join(name);
-    std::fs::write(&p, text).unwrap();
-    env.own(&p);
-    p.display().to_string()
-}
-
 both!(writes_in_the_home_stay_in_the_session, |env: Env| {
     let before = tree(&env.home, &own_dirs(&env));
     let o = env.run(
@@ -137,7 +130,7 @@ const PROFILES: &[(&str, &[&str])] = &[
 both!(
     a_first_run_of_each_profile_goes_to_review_as_added,
     |env: Env| {
-        let pol = policy(&env, "pending.toml", "[state]\non_exit = \"pending\"\n");
+        let pol = env.policy_file("pending.toml", "[state]\non_exit = \"pending\"\n");
         for (profile, files) in PROFILES {
             let script: String = files
                 .iter()
@@ -201,7 +194,7 @@ both!(
         // What Claude Code does with ~/.claude.json: a sibling lock, a temp file, a rename over.
         std::fs::write(env.home.join(".claude.json"), "{\"n\": 1}\n").unwrap();
         env.own(&env.home);
-        let pol = policy(&env, "pending.toml", "[state]\non_exit = \"pending\"\n");
+        let pol = env.policy_file("pending.toml", "[state]\non_exit = \"pending\"\n");
         let o = env.run_with(
             &["--policy", &pol, "--profile", "claude"],
             "set -e; mkdir ~/.claude.json.lock; echo '{\"n\": 2}' > ~/.claude.json.tmp.42; \
@@ -286,11 +279,7 @@ both!(
 both!(
     a_missing_writable_path_is_created_and_said_so,
     |env: Env| {
-        let pol = policy(
-            &env,
-            "w.toml",
-            "[filesystem]\nwritable = [\"~/.wanted/dir\"]\n",
-        );
+        let pol = env.policy_file("w.toml", "[filesystem]\nwritable = [\"~/.wanted/dir\"]\n");
         let o = env.run_with(&["--policy", &pol], "echo kept > ~/.wanted/dir/f");
         assert_eq!(o.status.code(), Some(0), "{}", show(&o));
         assert!(
@@ -306,7 +295,7 @@ both!(
 );
 
 both!(home_readonly_keeps_the_home_read_only, |env: Env| {
-    let pol = policy(&env, "ro.toml", "[state]\nhome = \"readonly\"\n");
+    let pol = env.policy_file("ro.toml", "[state]\nhome = \"readonly\"\n");
     let o = env.run_with(
         &["--policy", &pol],
         "echo x > ~/newfile 2>&1 || echo REFUSED",

@@ -26,18 +26,12 @@ both!(
     |env: Env| {
         let missing = env.base.join("no-such-ca.pem");
         // Outside the project: a user's policy, trusted (a project's would be refused unread).
-        let pol = env.base.join("startup-policy.toml");
-        std::fs::write(
-            &pol,
-            format!("[tls]\nupstream_ca = \"{}\"\n", missing.display()),
-        )
-        .unwrap();
-        env.own(&pol);
-        let ran = env.project.join("ran");
-        let o = env.run_with(
-            &["--policy", &pol.display().to_string()],
-            &format!("touch '{}'", ran.display()),
+        let pol = env.policy_file(
+            "startup-policy.toml",
+            &format!("[tls]\nupstream_ca = \"{}\"\n", missing.display()),
         );
+        let ran = env.project.join("ran");
+        let o = env.run_with(&["--policy", &pol], &format!("touch '{}'", ran.display()));
         assert_eq!(o.status.code(), Some(125), "{}", show(&o));
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(
@@ -72,14 +66,6 @@ both!(
         );
     }
 );
-
-/// A policy file of the user's, outside the project (trusted as the user's own); its path.
-fn user_policy(env: &Env, name: &str, text: &str) -> String {
-    let p = env.base.join(name);
-    std::fs::write(&p, text).unwrap();
-    env.own(&p);
-    p.display().to_string()
-}
 
 /// `cordon ARGS…` as `env`'s user under a subreaper (python's prctl), which then reports how
 /// many processes cordon left behind: any it did not reap (live, or killed by the parent-death
@@ -125,7 +111,7 @@ fn left_behind(env: &Env, args: &[&str]) -> (std::process::Output, usize) {
 both!(
     an_init_cloned_before_the_policy_is_read_is_never_left_behind,
     |env: Env| {
-        let bad = user_policy(&env, "bad-policy.toml", "[network\nmode = 1\n");
+        let bad = env.policy_file("bad-policy.toml", "[network\nmode = 1\n");
         let (o, n) = left_behind(&env, &["run", "--no-tty", "--policy", &bad, "--", "true"]);
         assert_eq!(o.status.code(), Some(125), "{}", show(&o));
         assert!(String::from_utf8_lossy(&o.stderr).contains("bad-policy.toml"));
@@ -137,7 +123,7 @@ both!(
         assert!(String::from_utf8_lossy(&o.stderr).contains("not trusted"));
         assert_eq!(n, 0, "a refused run left {n} process(es): {}", show(&o));
 
-        let host = user_policy(&env, "host-policy.toml", "[network]\nmode = \"host\"\n");
+        let host = env.policy_file("host-policy.toml", "[network]\nmode = \"host\"\n");
         std::fs::remove_file(env.project.join("cordon.toml")).unwrap();
         let own_net = std::fs::read_link("/proc/self/ns/net").unwrap();
         let (o, n) = left_behind(
@@ -161,7 +147,7 @@ both!(
         // A finished run leaves its init to finish exiting on its own (the command's end is
         // reported before the kernel has torn its namespaces down), so the count to match is a
         // plain run's: the early init replaced for `host` is not among them.
-        let none = user_policy(&env, "none-policy.toml", "[network]\nmode = \"none\"\n");
+        let none = env.policy_file("none-policy.toml", "[network]\nmode = \"none\"\n");
         let (p, plain) = left_behind(&env, &["run", "--no-tty", "--policy", &none, "--", "true"]);
         assert_eq!(p.status.code(), Some(0), "{}", show(&p));
         assert_eq!(

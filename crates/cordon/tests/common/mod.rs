@@ -311,6 +311,15 @@ impl Env {
         p
     }
 
+    /// A policy file of the test's own outside the project (the user's, so it needs no
+    /// `cordon trust`), readable by the variant's user; its path.
+    pub fn policy_file(&self, name: &str, text: &str) -> String {
+        let p = self.base.join(name);
+        std::fs::write(&p, text).unwrap();
+        self.own(&p);
+        p.display().to_string()
+    }
+
     /// `cordon ARGS…` as the variant's user, with a clean, known environment.
     pub fn cordon(&self) -> Command {
         let bin = binary_for(self.who);

@@ -117,14 +117,6 @@ pub(crate) fn attack(env: &Env, args: &[&str], script: &str) -> Got {
     Got::parse(env.attempt_with(args, script))
 }
 
-/// A policy file of the test's own, readable by the variant's user.
-pub(crate) fn policy(env: &Env, name: &str, body: &str) -> String {
-    let p = env.base.join(name);
-    std::fs::write(&p, body).unwrap();
-    env.own(&p);
-    p.display().to_string()
-}
-
 pub(crate) fn events(env: &Env) -> Vec<serde_json::Value> {
     std::fs::read_to_string(&env.audit)
         .unwrap_or_default()
