@@ -540,13 +540,7 @@ impl ExecArgs {
     }
 
     fn exec(self) -> ! {
-        let ExecArgs {
-            argv,
-            envp,
-            name,
-            path_var,
-        } = self;
-        exec_command(&argv, &envp, &name, &path_var)
+        exec_command(&self.argv, &self.envp, &self.name, &self.path_var)
     }
 }
 

@@ -181,7 +181,7 @@ pub fn adopt_init(
     let net_setup = net_setup(plan, gateway);
     let namespaces = namespaces(net_setup, emit);
     let early = early
-        .filter(|e| e.namespaces == namespaces)
+        .filter(|_| namespaces == sys::SANDBOX_NAMESPACES)
         .and_then(|mut e| e.parts.take());
     let (sock, child) = match early {
         Some(parts) => parts,
@@ -206,7 +206,6 @@ pub fn adopt_init(
 #[derive(Debug)]
 pub struct EarlyInit {
     parts: Option<(OwnedFd, sys::Child)>,
-    namespaces: u64,
 }
 
 impl EarlyInit {
@@ -214,29 +213,29 @@ impl EarlyInit {
     /// thread that cloned it. A failed clone is not reported here; [`adopt_init`] clones again
     /// and reports what that one meets.
     pub fn start() -> EarlyInit {
-        let namespaces = sys::SANDBOX_NAMESPACES;
         EarlyInit {
-            parts: launch(namespaces, sys::getuid(), sys::getgid()).ok(),
-            namespaces,
+            parts: launch(sys::SANDBOX_NAMESPACES, sys::getuid(), sys::getgid()).ok(),
         }
+    }
+}
+
+/// An init that was never given its spec: nothing ran in it, so it is killed and reaped.
+fn kill_unstarted(parts: Option<(OwnedFd, sys::Child)>) {
+    if let Some((_, child)) = parts {
+        let _ = sys::pidfd_send_signal(&child.pidfd, libc::SIGKILL);
+        let _ = sys::waitpid(child.pid, false);
     }
 }
 
 impl Drop for EarlyInit {
     fn drop(&mut self) {
-        if let Some((_, child)) = self.parts.take() {
-            let _ = sys::pidfd_send_signal(&child.pidfd, libc::SIGKILL);
-            let _ = sys::waitpid(child.pid, false);
-        }
+        kill_unstarted(self.parts.take());
     }
 }
 
 impl Drop for Unborn {
     fn drop(&mut self) {
-        if let Some((_, child)) = self.parts.take() {
-            let _ = sys::pidfd_send_signal(&child.pidfd, libc::SIGKILL);
-            let _ = sys::waitpid(child.pid, false);
-        }
+        kill_unstarted(self.parts.take());
     }
 }
 
