@@ -108,6 +108,22 @@ fn left_behind(env: &Env, args: &[&str]) -> (std::process::Output, Vec<String>) 
     (o, ends)
 }
 
+/// `pid`'s children, with their command names, from every one of its threads.
+fn children(pid: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+        for k in kids.split_whitespace() {
+            let comm = std::fs::read_to_string(format!("/proc/{k}/comm")).unwrap_or_default();
+            out.push(format!("{k} {}", comm.trim()));
+        }
+    }
+    out
+}
+
 // Init is cloned while the policy loads, before cordon knows it will run anything: a run that
 // ends there (a policy that does not parse, an untrusted project policy that loosens) kills and
 // reaps it. `mode = "host"` needs an init without a network namespace of its own: the early
@@ -134,32 +150,39 @@ both!(
         let host = env.policy_file("host-policy.toml", "[network]\nmode = \"host\"\n");
         std::fs::remove_file(env.project.join("cordon.toml")).unwrap();
         let own_net = std::fs::read_link("/proc/self/ns/net").unwrap();
-        let (o, left) = left_behind(
-            &env,
-            &[
-                "run",
-                "--no-tty",
-                "--policy",
-                &host,
-                "--",
-                "readlink",
-                "/proc/self/ns/net",
-            ],
-        );
+        // While the command runs, cordon's children are looked at: its init alone, not also
+        // the early one (which waits for a network setup that never comes until killed). After
+        // the run this cannot be told: the session's own init may still be exiting then.
+        let (started, done) = (env.project.join("started"), env.project.join("done"));
+        let child = env
+            .cordon()
+            .args(["run", "--no-tty", "--policy", &host, "--", "sh", "-c"])
+            .arg(format!(
+                "readlink /proc/self/ns/net; : > '{}'; while [ ! -e '{}' ]; do sleep 0.05; done",
+                started.display(),
+                done.display()
+            ))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !started.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let kids = children(child.id());
+        std::fs::write(&done, "").unwrap();
+        let o = child.wait_with_output().unwrap();
         assert_eq!(o.status.code(), Some(0), "{}", show(&o));
         assert_eq!(
             String::from_utf8_lossy(&o.stdout).trim(),
             own_net.display().to_string(),
             "mode = \"host\" runs in the host's network namespace"
         );
-        // A finished run may leave its own init still exiting (the command's end is reported
-        // before the kernel has torn the namespaces down); that init ends with the command's
-        // status. An early init left behind would end otherwise: with 125 when its control
-        // channel closed unread, or killed.
-        assert!(
-            left.len() <= 1 && left.iter().all(|e| e == "exit 0"),
-            "mode = \"host\" left {left:?}: {}",
-            show(&o)
+        assert_eq!(
+            kids.len(),
+            1,
+            "cordon's children while the command ran, init alone: {kids:?}"
         );
     }
 );
