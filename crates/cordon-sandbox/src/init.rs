@@ -19,7 +19,7 @@ use cordon_policy::{LandlockMode, LimitsPlan};
 
 use crate::fence::FenceStatus;
 use crate::limits::{AppliedLimit, Limit};
-use crate::protocol::{self, FromInit, InitSpec, InwardReply, InwardRequest, NetSetup};
+use crate::protocol::{self, FromInit, InitSpec, InwardReply, InwardRequest, NetSetup, Prepare};
 use crate::{fence, mounts, seccomp, sys};
 
 /// The descriptor number the control channel arrives on.
@@ -97,6 +97,13 @@ pub fn main() -> ! {
     if let Err(e) = mounts::stage() {
         fail("filesystem", e.to_string());
     }
+    // The session's overlays, mounted aside while the host still makes the view.
+    let prepare: Prepare = match protocol::recv(CONTROL_FD) {
+        Ok(Some((prepare, _))) => prepare,
+        Ok(None) => sys::exit_now(125),
+        Err(e) => fail("control channel", e.to_string()),
+    };
+    let mut ahead = mounts::prepare(&prepare.overlays);
     let spec: InitSpec = match protocol::recv_spec(CONTROL_FD) {
         Ok(Some(spec)) => spec,
         Ok(None) => sys::exit_now(125),
@@ -114,7 +121,7 @@ pub fn main() -> ! {
     } else {
         mounts::ProcView::Sealed
     };
-    if let Err(e) = mounts::build(&spec.layout, spec.tmpfs_size, proc) {
+    if let Err(e) = mounts::build(&spec.layout, spec.tmpfs_size, proc, &mut ahead) {
         fail("filesystem", e.to_string());
     }
     if let Err(e) = sys::sethostname(&spec.hostname) {
@@ -215,6 +222,7 @@ pub fn main() -> ! {
             pid,
             landlock: landlock.unwrap_or_else(|| FenceStatus::failed("not applied")),
             limits,
+            overlays_ahead: ahead.used(),
         },
         exit_pipe.as_ref().map(|(r, _)| r.as_raw_fd()),
     );

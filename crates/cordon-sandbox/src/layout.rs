@@ -123,6 +123,27 @@ pub enum Staged {
 }
 
 impl Staged {
+    /// The overlay mount this staged path becomes in the view, for those that are overlays.
+    /// The view's own step is this one, so an overlay init mounted ahead of its spec from
+    /// this ([`crate::supervisor::Unborn::prepare`]) is equal to the view's.
+    pub(crate) fn overlay(&self) -> Option<MountOp> {
+        let (upper, work, lower) = match self {
+            Staged::Dir { upper, work, .. } | Staged::Home { upper, work, .. } => {
+                (upper, work, Vec::new())
+            }
+            Staged::Cache {
+                lower, upper, work, ..
+            } => (upper, work, lower.clone()),
+            Staged::File { .. } | Staged::InPlace { .. } => return None,
+        };
+        Some(MountOp::Overlay {
+            path: normalize(self.path()),
+            upper: upper.clone(),
+            work: work.clone(),
+            lower,
+        })
+    }
+
     /// The host path it covers.
     pub fn path(&self) -> &Path {
         match self {
@@ -527,27 +548,15 @@ fn binds(
             binds.retain(|b| b.path() != path);
         }
         binds.push(match st {
-            Staged::Dir { upper, work, .. } | Staged::Home { upper, work, .. } => {
-                MountOp::Overlay {
-                    path,
-                    upper: upper.clone(),
-                    work: work.clone(),
-                    lower: Vec::new(),
-                }
-            }
-            Staged::Cache {
-                lower, upper, work, ..
-            } => MountOp::Overlay {
-                path,
-                upper: upper.clone(),
-                work: work.clone(),
-                lower: lower.clone(),
-            },
             Staged::File { copy, .. } => MountOp::StagedFile {
                 path,
                 copy: copy.clone(),
             },
             Staged::InPlace { .. } => continue,
+            _ => match st.overlay() {
+                Some(o) => o,
+                None => continue,
+            },
         });
         // A staged git dir's object stores are written in place: content-addressed data git
         // never runs, which review need not hash at every start (cordon-state leaves them

@@ -126,18 +126,81 @@ pub(crate) fn stage() -> Result<(), MountError> {
     .ctx(|| "new root tmpfs".into())
 }
 
+/// Overlays mounted by [`prepare`] on the staging root, each with the view step it is for.
+#[derive(Debug, Default)]
+pub(crate) struct Ahead {
+    mounted: Vec<(MountOp, PathBuf)>,
+    used: usize,
+}
+
+impl Ahead {
+    /// How many [`build`] moved into the view.
+    pub(crate) fn used(&self) -> usize {
+        self.used
+    }
+
+    fn take(&mut self, op: &MountOp) -> Option<PathBuf> {
+        let i = self.mounted.iter().position(|(o, _)| o == op)?;
+        self.used += 1;
+        Some(self.mounted.swap_remove(i).1)
+    }
+}
+
+/// Mount `overlays` (the [`crate::protocol::Prepare`] frame's) on the staging root, after
+/// [`stage`] and before the spec: their mounts then run while the host still makes the view.
+/// One that fails is left out, so [`build`] mounts it in its place and reports what that
+/// meets. What the view does not use stays on the staging root, which [`build`] detaches
+/// before anything of the sandbox runs.
+pub(crate) fn prepare(overlays: &[MountOp]) -> Ahead {
+    let mut ahead = Ahead::default();
+    for (n, op) in overlays.iter().enumerate() {
+        let MountOp::Overlay {
+            path,
+            upper,
+            work,
+            lower,
+        } = op
+        else {
+            continue;
+        };
+        let lower: &[PathBuf] = if lower.is_empty() {
+            std::slice::from_ref(path)
+        } else {
+            lower
+        };
+        let at = PathBuf::from(format!("/.cordon-overlay-{n}"));
+        let mounted = overlay_options(lower, upper, work).and_then(|opts| {
+            std::fs::create_dir(&at)?;
+            let o = cs("overlay");
+            sys::mount(
+                Some(&o),
+                &at,
+                Some(&o),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                Some(&opts),
+            )
+        });
+        if mounted.is_ok() {
+            ahead.mounted.push((op.clone(), at));
+        }
+    }
+    ahead
+}
+
 /// Build the view on what [`stage`] made and pivot into it. On return, `/` is the sandbox's
 /// root. `tmpfs_size`: the cap for the sandbox's own `/tmp` and `/dev/shm` (bytes), so with
 /// only rlimits in force (which do not count tmpfs pages) a `[limits] memory` still bounds
 /// them.
+/// `ahead`: the overlays [`prepare`] mounted; each equal step of the view moves one into place.
 pub(crate) fn build(
     layout: &Layout,
     tmpfs_size: Option<u64>,
     proc: ProcView,
+    ahead: &mut Ahead,
 ) -> Result<(), MountError> {
     let root = Path::new("/");
     for op in &layout.mounts {
-        apply(op, tmpfs_size, proc).map_err(|e| MountError {
+        apply(op, tmpfs_size, proc, ahead).map_err(|e| MountError {
             step: format!("{op:?}: {}", e.step),
             source: e.source,
         })?;
@@ -160,7 +223,12 @@ pub(crate) fn build(
     Ok(())
 }
 
-fn apply(op: &MountOp, tmpfs_size: Option<u64>, proc: ProcView) -> Result<(), MountError> {
+fn apply(
+    op: &MountOp,
+    tmpfs_size: Option<u64>,
+    proc: ProcView,
+    ahead: &mut Ahead,
+) -> Result<(), MountError> {
     let dst = under(NEW, op.path());
     let d = dst.clone();
     let at = move || d.display().to_string();
@@ -218,6 +286,10 @@ fn apply(op: &MountOp, tmpfs_size: Option<u64>, proc: ProcView) -> Result<(), Mo
             work,
             lower,
         } => {
+            if let Some(mounted) = ahead.take(op) {
+                ensure_mountpoint(&dst, true).ctx(at.clone())?;
+                return sys::move_mount(&mounted, &dst).ctx(at);
+            }
             let lower: &[PathBuf] = if lower.is_empty() {
                 std::slice::from_ref(path)
             } else {
@@ -408,4 +480,97 @@ fn build_dev(dst: &Path) -> Result<(), MountError> {
         },
     )
     .ctx(|| "read-only /dev".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn overlay(path: &str, upper: &str) -> MountOp {
+        MountOp::Overlay {
+            path: path.into(),
+            upper: upper.into(),
+            work: format!("{upper}-work").into(),
+            lower: Vec::new(),
+        }
+    }
+
+    // A view step takes the overlay mounted ahead for it only when the two are the same
+    // overlay in every part; each is taken once, and what the view never asks for stays aside.
+    #[test]
+    fn a_step_takes_only_its_own_overlay_once() {
+        let home = overlay("/home/u", "/s/home");
+        let npm = overlay("/home/u/.npm", "/s/npm");
+        let mut ahead = Ahead {
+            mounted: vec![
+                (home.clone(), PathBuf::from("/.cordon-overlay-0")),
+                (npm.clone(), PathBuf::from("/.cordon-overlay-1")),
+            ],
+            used: 0,
+        };
+        // Same path, another layer: not the one mounted ahead.
+        assert_eq!(ahead.take(&overlay("/home/u", "/s/other")), None);
+        let MountOp::Overlay {
+            path, upper, work, ..
+        } = home.clone()
+        else {
+            unreachable!()
+        };
+        let with_lower = MountOp::Overlay {
+            path,
+            upper,
+            work,
+            lower: vec!["/elsewhere".into()],
+        };
+        assert_eq!(ahead.take(&with_lower), None);
+        assert_eq!(ahead.take(&home), Some(PathBuf::from("/.cordon-overlay-0")));
+        assert_eq!(ahead.take(&home), None, "taken twice");
+        assert_eq!(ahead.used(), 1);
+        assert_eq!(
+            ahead.mounted,
+            vec![(npm, PathBuf::from("/.cordon-overlay-1"))]
+        );
+    }
+
+    // The staged paths' overlays sent ahead are the view's own steps for them, so each is
+    // taken; a staged file is no overlay.
+    #[test]
+    fn the_overlays_sent_ahead_are_the_views_own() {
+        let t = tempfile::tempdir().unwrap();
+        let home = t.path().join("home");
+        let dir = home.join("proj/.git/hooks");
+        let file = home.join(".bashrc");
+        for d in [&dir, &t.path().join("s")] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(&file, "").unwrap();
+        let s = t.path().join("s");
+        let staged = vec![
+            crate::Staged::Home {
+                path: home.clone(),
+                upper: s.join("hu"),
+                work: s.join("hw"),
+            },
+            crate::Staged::Dir {
+                path: dir.join("./"),
+                upper: s.join("du"),
+                work: s.join("dw"),
+            },
+            crate::Staged::File {
+                path: file,
+                copy: s.join("f"),
+            },
+        ];
+        let sent: Vec<MountOp> = staged.iter().filter_map(crate::Staged::overlay).collect();
+        assert_eq!(sent.len(), 2);
+        let layout = crate::prepare_with_state(&cordon_policy::FilesystemPlan::default(), &staged);
+        let mut ahead = Ahead {
+            mounted: sent.into_iter().map(|o| (o, PathBuf::new())).collect(),
+            used: 0,
+        };
+        for op in &layout.mounts {
+            let _ = ahead.take(op);
+        }
+        assert_eq!(ahead.used(), 2, "{:?}", layout.mounts);
+    }
 }

@@ -20,7 +20,7 @@ use crate::cgroup::Cgroup;
 use crate::exec_supervisor::ExecSupervisor;
 use crate::fence::FenceStatus;
 use crate::init::{CONTROL_FD, FORWARDED};
-use crate::layout::{self, MountOp};
+use crate::layout::{self, MountOp, Staged};
 use crate::limits::{self, AppliedLimit, Limit};
 use crate::net::{Inward, NetAttach, NetHandoff};
 use crate::protocol::{self, FromInit, InitSpec, NetSetup};
@@ -155,6 +155,8 @@ pub struct Unborn {
     /// Both taken together when the sandbox takes over init (then a drop kills nothing).
     parts: Option<(OwnedFd, sys::Child)>,
     net_setup: NetSetup,
+    /// The [`protocol::Prepare`] frame went out ([`Unborn::prepare`]).
+    prepared: bool,
 }
 
 /// Clone the sandbox's init as early as the plan allows, so its exec and network setup run
@@ -192,6 +194,7 @@ pub fn adopt_init(
     let unborn = Unborn {
         parts: Some((sock, child)),
         net_setup,
+        prepared: false,
     };
     sent.map_err(|e| io_err("send the network setup to the sandbox", e))?;
     Ok(unborn)
@@ -240,6 +243,26 @@ impl Drop for Unborn {
 }
 
 impl Unborn {
+    /// Send init the overlays of the session's `staged` paths as soon as the state layer has
+    /// made them, so that init mounts them while the host makes the rest of the view (the
+    /// gateway's join, the layout, the spec): 0.2–0.6 ms each on ext4. Once per sandbox;
+    /// [`Unborn::run`] sends it, with what its command has staged, when this was not called.
+    /// The view still comes from the spec alone (see [`protocol::Prepare`]).
+    pub fn prepare(&mut self, staged: &[Staged]) -> Result<(), SandboxError> {
+        if self.prepared {
+            return Ok(());
+        }
+        let Some((sock, _)) = &self.parts else {
+            return Ok(());
+        };
+        let prepare = protocol::Prepare {
+            overlays: staged.iter().filter_map(Staged::overlay).collect(),
+        };
+        self.prepared = true;
+        protocol::send(sock.as_raw_fd(), &prepare, None)
+            .map_err(|e| io_err("send the session's overlays to the sandbox", e))
+    }
+
     /// Run `cmd` in this sandbox and wait for it. The steps, in order: what the sandbox will
     /// see (approvals, view, environment, init's spec); then cgroups and the spec sent; then
     /// what init hands back until the command has started (terminal, network, exec
@@ -262,6 +285,7 @@ impl Unborn {
             return Err(SandboxError::NetworkChanged);
         }
         let net_setup = self.net_setup;
+        self.prepare(&cmd.staged)?;
         let (fs, broker) = approvals(plan, cmd, emit)?;
         let (layout, bundle_at) = view(&fs, cmd, net_setup, net.as_deref(), emit)?;
         let env = environment(plan, cmd, net_setup, bundle_at.as_deref(), &layout, emit);
@@ -684,10 +708,12 @@ impl Sandbox {
                         pid,
                         landlock,
                         limits,
+                        overlays_ahead,
                     },
                     mut fds,
                 ))) => {
-                    report_started(pid, &landlock, &limits, cmd, master.is_some(), emit);
+                    let pty = master.is_some();
+                    report_started(pid, &landlock, &limits, overlays_ahead, cmd, pty, emit);
                     return Ok(Handover {
                         master,
                         listener,
@@ -774,6 +800,7 @@ fn report_started(
     pid: i32,
     landlock: &FenceStatus,
     limits: &[AppliedLimit],
+    overlays_ahead: usize,
     cmd: &Command,
     pty: bool,
     emit: &dyn Fn(NewEvent),
@@ -798,7 +825,8 @@ fn report_started(
             .detail(
                 "terminal",
                 if pty { "pty" } else { "inherited, new session" },
-            ),
+            )
+            .detail("overlays_mounted_ahead", overlays_ahead),
     );
 }
 

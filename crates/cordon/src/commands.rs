@@ -441,7 +441,7 @@ fn run_in_session(
     let inward = !plan.publish.is_empty();
     let adopted =
         cordon_sandbox::adopt_init(Some(early), &plan, gateway_on.then_some(inward), emit);
-    let unborn = match adopted {
+    let mut unborn = match adopted {
         Ok(u) => u,
         Err(e) => {
             eprintln!("cordon: {e}");
@@ -499,6 +499,12 @@ fn run_in_session(
     };
     let staged = &prepared.session;
     cmd.staged.clone_from(&prepared.staged);
+    // Init mounts the session's overlays while the rest of the view is made.
+    if let Err(e) = unborn.prepare(&cmd.staged) {
+        eprintln!("cordon: {e}");
+        emit(NewEvent::new(Layer::Process, Action::Error, e.to_string()));
+        return EXIT_SETUP;
+    }
     // Held while the sandbox can still write its layers: accept/discard/restore refuse meanwhile.
     let mut running = None;
     if let Some(s) = staged {

@@ -67,6 +67,39 @@ both!(
     }
 );
 
+// The session's overlays (the copy-on-write home, its caches) are mounted by init while the
+// host still makes the rest of the view, then moved into it: every overlay the sandbox sees is
+// one mounted ahead (the count the log gives), and it is the overlay it was (the host's cache
+// below, the write in the session's layer, none on the host).
+both!(
+    the_sessions_overlays_are_mounted_ahead_of_the_view,
+    |env: Env| {
+        std::fs::create_dir_all(env.home.join(".npm")).unwrap();
+        std::fs::write(env.home.join(".npm/host-entry"), "from-host").unwrap();
+        env.own(&env.home);
+        let out = env.ok(
+            "grep -c ' - overlay ' /proc/self/mountinfo; cat ~/.npm/host-entry; echo; \
+             echo new > ~/.npm/new; cat ~/.npm/new",
+        );
+        let mut lines = out.lines();
+        let seen: u64 = lines.next().unwrap_or_default().trim().parse().unwrap();
+        // The home and ~/.npm at least.
+        assert!(seen >= 2, "{out}");
+        assert_eq!(lines.collect::<Vec<_>>(), ["from-host", "new"], "{out}");
+        assert!(
+            !env.home.join(".npm/new").exists(),
+            "the write reached the host"
+        );
+        let evs = audit(&env);
+        let start = first(&evs, "process", "start").expect("a process start");
+        assert_eq!(
+            evs[start]["detail"]["overlays_mounted_ahead"], seen,
+            "{:?}",
+            evs[start]
+        );
+    }
+);
+
 /// `cordon ARGS…` as `env`'s user under a subreaper (python's prctl), which then reaps what
 /// cordon left behind and reports how each ended (`exit N` or `signal N`): anything cordon did
 /// not reap itself becomes the subreaper's child when cordon exits.

@@ -49,6 +49,12 @@ pub(crate) fn bind(src: &Path, target: &Path, recursive: bool) -> io::Result<()>
     mount(Some(&s), target, None, flags, None)
 }
 
+/// Move the mount at `src` (with everything mounted under it) to `target`.
+pub(crate) fn move_mount(src: &Path, target: &Path) -> io::Result<()> {
+    let s = cstr(src)?;
+    mount(Some(&s), target, None, libc::MS_MOVE, None)
+}
+
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
