@@ -10,7 +10,8 @@
 # Usage: bash bench/sandbox-start.sh   (env: N=100 runs per tool, WARMUP=3 dropped rounds,
 #        CORDON_BIN=path to measure a prebuilt binary instead of building target/release/cordon,
 #        CORDON_BASE=path to a second binary measured in the same run as `base`/`base-none`,
-#        for before/after ratios)
+#        for before/after ratios, DEV_HOME=1 to give the fake HOME a developer's caches:
+#        ~/.npm, ~/.cache/pip, ~/.cargo/registry, each a copy-on-write overlay in cordon)
 # As root it also repeats the run as the unprivileged user `cordon-test` if that account exists
 # (UNPRIV=0 skips it). Timer: shared/anchors/src/spawnbench.c (posix_spawn + waitpid, argv
 # direct, no shell, stdout/stderr to /dev/null); hyperfine -N if that file or cc is missing.
@@ -49,6 +50,9 @@ make_env() {
     for f in .netrc .git-credentials .npmrc .pypirc .bash_history .python_history .vault-token; do
         echo fake > "$h/$f"
     done
+    if [ "${DEV_HOME:-0}" = 1 ]; then
+        mkdir -p "$h"/{.npm/_cacache,.cache/pip/http,.cargo/registry/index}
+    fi
 }
 
 # The environment every tool is started with (spawnbench passes its own environ on).
