@@ -547,16 +547,13 @@ fn binds(
         if !matches!(st, Staged::Home { .. }) {
             binds.retain(|b| b.path() != path);
         }
-        binds.push(match st {
-            Staged::File { copy, .. } => MountOp::StagedFile {
+        binds.push(match (st.overlay(), st) {
+            (Some(overlay), _) => overlay,
+            (None, Staged::File { copy, .. }) => MountOp::StagedFile {
                 path,
                 copy: copy.clone(),
             },
-            Staged::InPlace { .. } => continue,
-            _ => match st.overlay() {
-                Some(o) => o,
-                None => continue,
-            },
+            (None, _) => continue,
         });
         // A staged git dir's object stores are written in place: content-addressed data git
         // never runs, which review need not hash at every start (cordon-state leaves them

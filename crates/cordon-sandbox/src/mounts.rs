@@ -154,32 +154,11 @@ impl Ahead {
 pub(crate) fn prepare(overlays: &[MountOp]) -> Ahead {
     let mut ahead = Ahead::default();
     for (n, op) in overlays.iter().enumerate() {
-        let MountOp::Overlay {
-            path,
-            upper,
-            work,
-            lower,
-        } = op
-        else {
+        if !matches!(op, MountOp::Overlay { .. }) {
             continue;
-        };
-        let lower: &[PathBuf] = if lower.is_empty() {
-            std::slice::from_ref(path)
-        } else {
-            lower
-        };
+        }
         let at = PathBuf::from(format!("/.cordon-overlay-{n}"));
-        let mounted = overlay_options(lower, upper, work).and_then(|opts| {
-            std::fs::create_dir(&at)?;
-            let o = cs("overlay");
-            sys::mount(
-                Some(&o),
-                &at,
-                Some(&o),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                Some(&opts),
-            )
-        });
+        let mounted = std::fs::create_dir(&at).and_then(|()| mount_overlay(op, &at));
         if mounted.is_ok() {
             ahead.mounted.push((op.clone(), at));
         }
@@ -280,32 +259,12 @@ fn apply(
                 }
             }
         }
-        MountOp::Overlay {
-            path,
-            upper,
-            work,
-            lower,
-        } => {
-            if let Some(mounted) = ahead.take(op) {
-                ensure_mountpoint(&dst, true).ctx(at.clone())?;
-                return sys::move_mount(&mounted, &dst).ctx(at);
-            }
-            let lower: &[PathBuf] = if lower.is_empty() {
-                std::slice::from_ref(path)
-            } else {
-                lower
-            };
-            let opts = overlay_options(lower, upper, work).ctx(at.clone())?;
+        MountOp::Overlay { .. } => {
             ensure_mountpoint(&dst, true).ctx(at.clone())?;
-            let o = cs("overlay");
-            sys::mount(
-                Some(&o),
-                &dst,
-                Some(&o),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                Some(&opts),
-            )
-            .ctx(at)?;
+            match ahead.take(op) {
+                Some(mounted) => sys::move_mount(&mounted, &dst).ctx(at)?,
+                None => mount_overlay(op, &dst).ctx(at)?,
+            }
         }
         MountOp::StagedFile { copy, .. } => {
             ensure_mountpoint(&dst, false).ctx(at.clone())?;
@@ -393,6 +352,34 @@ fn apply(
         }
     }
     Ok(())
+}
+
+/// Mount the overlay `op` describes at `at`: its `lower` layers (top first), or the host's
+/// directory at its path when it names none, with `upper` and `work` as the session's layer.
+fn mount_overlay(op: &MountOp, at: &Path) -> io::Result<()> {
+    let MountOp::Overlay {
+        path,
+        upper,
+        work,
+        lower,
+    } = op
+    else {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    };
+    let lower: &[PathBuf] = if lower.is_empty() {
+        std::slice::from_ref(path)
+    } else {
+        lower
+    };
+    let opts = overlay_options(lower, upper, work)?;
+    let o = cs("overlay");
+    sys::mount(
+        Some(&o),
+        at,
+        Some(&o),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(&opts),
+    )
 }
 
 /// Options for an unprivileged overlay (`userxattr`: its bookkeeping lives in `user.*` xattrs,

@@ -56,7 +56,7 @@ pub(crate) struct InitSpec {
 /// work directory: 0.2–0.6 ms on ext4), and [`crate::mounts::build`] moves each into place when
 /// the spec's view holds an equal [`MountOp::Overlay`]. Only a head start: the spec alone says
 /// what the view is; one it does not hold is never reachable from the sandbox.
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Prepare {
     pub overlays: Vec<MountOp>,
 }
