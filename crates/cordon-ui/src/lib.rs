@@ -121,7 +121,11 @@ mod tests {
     use super::*;
 
     fn get(addr: SocketAddr, req: &str) -> String {
-        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        get_on(std::net::TcpStream::connect(addr).unwrap(), req)
+    }
+
+    /// `req` on the connected `s`, and what comes back until the server closes.
+    fn get_on(mut s: std::net::TcpStream, req: &str) -> String {
         s.write_all(req.as_bytes()).unwrap();
         let mut out = String::new();
         s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
@@ -209,5 +213,45 @@ mod tests {
         assert!(sse.starts_with("HTTP/1.1 200"), "{sse}");
         assert!(sse.contains("text/event-stream"), "{sse}");
         assert!(sse.contains("event: snapshot\ndata: {"), "{sse}");
+    }
+
+    // A refused connection is answered once its request has come, as any HTTP exchange: a
+    // refusal sent before the client had written anything reached clients that keep their
+    // connections (the gateway's) as a broken exchange instead of the reason.
+    #[test]
+    fn a_refusal_answers_the_request_not_the_connect() {
+        let dir = tempfile::tempdir().unwrap();
+        // Named as the running cordon binary, this test process is refused.
+        let me = std::env::current_exe().unwrap();
+        let ui = Ui::start(
+            Sources {
+                log_dirs: vec![dir.path().to_path_buf()],
+                ..Sources::default()
+            },
+            Some(&me),
+        )
+        .unwrap();
+        let addr = ui.addr();
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_millis(300)))
+            .unwrap();
+        let mut buf = [0u8; 4096];
+        match s.read(&mut buf) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            other => panic!("an answer before the request: {other:?}"),
+        }
+        let got = get_on(
+            s,
+            &format!("GET / HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n", addr.port()),
+        );
+        assert!(got.starts_with("HTTP/1.1 403"), "{got}");
+        assert!(
+            got.contains("connections from a cordon sandbox are refused"),
+            "{got}"
+        );
     }
 }

@@ -189,14 +189,17 @@ pub(crate) async fn serve(ctx: Arc<Ctx>, listener: tokio::net::TcpListener) {
                 ),
             };
             if let Some(msg) = refusal {
-                use tokio::io::AsyncWriteExt;
-                let mut s = stream;
-                let resp = format!(
-                    "HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{msg}",
-                    msg.len()
-                );
-                let _ = s.write_all(resp.as_bytes()).await;
-                let _ = s.shutdown().await;
+                // The refusal answers the request, once it has come: a response the client
+                // reads before it has sent anything is a broken exchange to most clients
+                // (hyper's says "unexpected message"), not the reason it was refused.
+                let svc = hyper::service::service_fn(move |_req| {
+                    let refused = text(403, &msg);
+                    async move { Ok::<_, Infallible>(refused) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .keep_alive(false)
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
                 return;
             }
             let svc = hyper::service::service_fn(move |req| {
