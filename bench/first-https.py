@@ -19,10 +19,11 @@ import shutil
 import ssl
 import statistics
 import subprocess
-import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import scratch
 
 HOST_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 CURL = ["curl", "-sS", "-o", "/dev/null", "-w", "%{time_starttransfer}"]
@@ -45,11 +46,8 @@ def main():
     ap.add_argument("-n", type=int, default=12)
     ap.add_argument("bins", nargs="+")
     a = ap.parse_args()
-    work = tempfile.mkdtemp(prefix="cordon-https.", dir="/var/tmp")
+    work, env = scratch.make("cordon-https.")
     try:
-        os.chmod(work, 0o755)
-        for d in ("project", "state", "config", "data", "home"):
-            os.makedirs(os.path.join(work, d))
         cert, key = os.path.join(work, "cert.pem"), os.path.join(work, "key.pem")
         subprocess.run(
             ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
@@ -67,14 +65,6 @@ def main():
         with open(policy, "w") as f:
             f.write('[[network.allow]]\nhost = "host.cordon.internal"\nports = [%d]\n'
                     '[tls]\nupstream_ca = "%s"\n' % (port, cert))
-        env = {
-            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "LANG": "C.UTF-8",
-            "HOME": os.path.join(work, "home"),
-            "XDG_STATE_HOME": os.path.join(work, "state"),
-            "XDG_CONFIG_HOME": os.path.join(work, "config"),
-            "XDG_DATA_HOME": os.path.join(work, "data"),
-        }
         url = "https://host.cordon.internal/"
         # curl inside the sandbox reads its whole trust store (the host's roots plus cordon's
         # CA) before its handshake, as curl on the host reads the host's; OpenSSL's parse of

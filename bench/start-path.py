@@ -15,14 +15,15 @@ sched_process_{exec,fork,exit} only (no syscall tracing, so the times are the st
 Prints medians as a markdown table; asserts nothing; compare columns of one run only.
 """
 import argparse
+import json
 import os
 import re
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
+
+import scratch
 
 EVENT = re.compile(r"\s*(.+?)\s+(\d+)\s+\[\d+\]\s+([\d.]+):\s+sched:(\S+):\s*(.*)")
 CORDON_MARKS = [
@@ -43,24 +44,12 @@ def main():
     a = ap.parse_args()
     if not shutil.which("perf"):
         sys.exit("needs perf (linux-perf)")
-    work = tempfile.mkdtemp(prefix="cordon-path.", dir="/var/tmp")
+    work, env = scratch.make("cordon-path.")
     try:
-        for d in ("project", "state", "config", "data", "home"):
-            os.makedirs(os.path.join(work, d))
         if a.dev_home:
             for d in (".npm/_cacache", ".cache/pip/http", ".cargo/registry/index"):
                 os.makedirs(os.path.join(work, "home", d))
-        none = os.path.join(work, "none.toml")
-        with open(none, "w") as f:
-            f.write('[network]\nmode = "none"\n')
-        env = {
-            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "LANG": "C.UTF-8",
-            "HOME": os.path.join(work, "home"),
-            "XDG_STATE_HOME": os.path.join(work, "state"),
-            "XDG_CONFIG_HOME": os.path.join(work, "config"),
-            "XDG_DATA_HOME": os.path.join(work, "data"),
-        }
+        none = scratch.none_policy(work)
         bwrap = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind",
                  "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "true"]
         rows = [("bwrap", bwrap)]
@@ -84,7 +73,6 @@ def main():
                 "        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
                 "        cpu[name].append((r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * 1000)\n"
                 "json.dump(cpu, open(sys.argv[2], 'w'))\n")
-        import json
         args = os.path.join(work, "args.json")
         json.dump([rows, env, a.n + 3, os.path.join(work, "project")], open(args, "w"))
         cpu_out = os.path.join(work, "cpu.json")

@@ -18,8 +18,9 @@ import resource
 import shutil
 import statistics
 import subprocess
-import tempfile
 import time
+
+import scratch
 
 MARKS = [
     (("session", "start"), "exec, arguments, policy load, audit log created"),
@@ -40,21 +41,9 @@ def main():
     ap.add_argument("-n", type=int, default=25)
     ap.add_argument("specs", nargs="+")
     a = ap.parse_args()
-    work = tempfile.mkdtemp(prefix="cordon-phases.", dir="/var/tmp")
+    work, env = scratch.make("cordon-phases.")
     try:
-        for d in ("project", "state", "config", "data", "home"):
-            os.makedirs(os.path.join(work, d))
-        none = os.path.join(work, "none.toml")
-        with open(none, "w") as f:
-            f.write('[network]\nmode = "none"\n')
-        env = {
-            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "LANG": "C.UTF-8",
-            "HOME": os.path.join(work, "home"),
-            "XDG_STATE_HOME": os.path.join(work, "state"),
-            "XDG_CONFIG_HOME": os.path.join(work, "config"),
-            "XDG_DATA_HOME": os.path.join(work, "data"),
-        }
+        none = scratch.none_policy(work)
         audit = os.path.join(work, "audit.jsonl")
         res = {s: [] for s in a.specs}
         for _ in range(a.n):

@@ -1,0 +1,31 @@
+"""The scratch caller the Python benches share: a directory under /var/tmp (not /tmp, which
+cordon replaces inside) holding a project, a fake HOME and cordon's XDG directories, and the
+environment that points every tool there, so no policy, trust store or state of the caller
+leaks into a run."""
+import os
+import tempfile
+
+
+def make(prefix):
+    """A new scratch directory (0755: an unprivileged user may reach it) and its environment."""
+    work = tempfile.mkdtemp(prefix=prefix, dir="/var/tmp")
+    os.chmod(work, 0o755)
+    for d in ("project", "state", "config", "data", "home"):
+        os.makedirs(os.path.join(work, d))
+    env = {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "LANG": "C.UTF-8",
+        "HOME": os.path.join(work, "home"),
+        "XDG_STATE_HOME": os.path.join(work, "state"),
+        "XDG_CONFIG_HOME": os.path.join(work, "config"),
+        "XDG_DATA_HOME": os.path.join(work, "data"),
+    }
+    return work, env
+
+
+def none_policy(work):
+    """A policy file in `work` with `[network] mode = "none"`; returns its path."""
+    path = os.path.join(work, "none.toml")
+    with open(path, "w") as f:
+        f.write('[network]\nmode = "none"\n')
+    return path
