@@ -15,6 +15,7 @@ sched_process_{exec,fork,exit} only (no syscall tracing, so the times are the st
 Prints medians as a markdown table; asserts nothing; compare columns of one run only.
 """
 import argparse
+import itertools
 import json
 import os
 import re
@@ -93,9 +94,13 @@ def report(text, rows, cpu):
     """Walk the events start by start: each start is its tool's exec until its own exit."""
     names = [name for name, _ in rows]
     paths = {name: cmd[0] for name, cmd in rows}
+
+    def runs(name, fname):
+        return fname == paths[name] or (paths[name] == "bwrap" and fname.endswith("/bwrap"))
+
     starts = {name: [] for name in names}
     # The driver starts the tools in this order, round after round.
-    order = iter(names * 10**6)
+    order = itertools.cycle(names)
     cur = None
     for line in text.splitlines():
         m = EVENT.match(line)
@@ -104,10 +109,9 @@ def report(text, rows, cpu):
         comm, pid, t, ev, rest = m.group(1), int(m.group(2)), float(m.group(3)) * 1000, m.group(4), m.group(5)
         if cur is None and ev == "sched_process_exec":
             fname = re.search(r"filename=(\S+)", rest).group(1)
-            if any(paths[n] == fname or (paths[n] == "bwrap" and fname.endswith("/bwrap"))
-                   for n in names):
+            if any(runs(n, fname) for n in names):
                 tool = next(order)
-                if paths[tool] != fname and not fname.endswith("/bwrap"):
+                if not runs(tool, fname):
                     sys.exit("starts out of order: %s for %s" % (fname, tool))
                 cur = {"tool": tool, "pid": pid, "t0": t}
                 continue
