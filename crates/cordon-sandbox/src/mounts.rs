@@ -497,18 +497,11 @@ mod tests {
         };
         // Same path, another layer: not the one mounted ahead.
         assert_eq!(ahead.take(&overlay("/home/u", "/s/other")), None);
-        let MountOp::Overlay {
-            path, upper, work, ..
-        } = home.clone()
-        else {
-            unreachable!()
-        };
-        let with_lower = MountOp::Overlay {
-            path,
-            upper,
-            work,
-            lower: vec!["/elsewhere".into()],
-        };
+        // The same layer over other lower layers: not it either.
+        let mut with_lower = home.clone();
+        if let MountOp::Overlay { lower, .. } = &mut with_lower {
+            lower.push("/elsewhere".into());
+        }
         assert_eq!(ahead.take(&with_lower), None);
         assert_eq!(ahead.take(&home), Some(PathBuf::from("/.cordon-overlay-0")));
         assert_eq!(ahead.take(&home), None, "taken twice");
