@@ -194,10 +194,13 @@ pub(crate) fn build(
     if fenced {
         sys::mount_setattr(Path::new(NEW), false, RO).ctx(|| "read-only new root".into())?;
     }
-    sys::umount_detach(Path::new(OLD)).ctx(|| "detach old root".into())?;
     std::env::set_current_dir(NEW).ctx(|| "chdir new root".into())?;
     sys::pivot_root(Path::new("."), Path::new(".")).ctx(|| "pivot into new root".into())?;
-    sys::umount_detach(Path::new(".")).ctx(|| "detach staging".into())?;
+    // One lazy unmount takes the staging root and everything still mounted on it: the host's
+    // root at /oldroot, and any overlay prepared ahead that the view did not use. Each
+    // unmount call that frees mounts waits out an expedited RCU grace period, so one call
+    // instead of two (old root, then staging) takes one wait off the command's start.
+    sys::umount_detach(Path::new(".")).ctx(|| "detach staging and the old root".into())?;
     std::env::set_current_dir(root).ctx(|| "chdir /".into())?;
     Ok(())
 }
