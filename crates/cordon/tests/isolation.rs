@@ -350,6 +350,50 @@ both!(hostname_and_ipc_are_private, |env: Env| {
     env.denied("hostname evil");
 });
 
+// Descriptors the caller left open (here 7 and 9, on a file in the caller's home) and those
+// of cordon's own setup (the control channel, the report socket, the seccomp listener) never
+// reach the command: it holds its standard three and what it opens itself.
+both!(
+    only_the_standard_descriptors_reach_the_command,
+    |env: Env| {
+        let held = env.write("held-open.txt", "a file the caller holds open\n");
+        let inner = env.cordon();
+        let mut c = std::process::Command::new("sh");
+        c.arg("-c")
+            .arg(format!("exec 7<'{0}' 9<'{0}'; exec \"$@\"", held.display()))
+            .arg("sh")
+            .arg(inner.get_program())
+            .args(inner.get_args())
+            .args(["run", "--no-tty", "--", "ls", "-l", "/proc/self/fd"])
+            .env_clear()
+            .envs(inner.get_envs().filter_map(|(k, v)| Some((k, v?))))
+            .stdin(std::process::Stdio::null());
+        if let Some(dir) = inner.get_current_dir() {
+            c.current_dir(dir);
+        }
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{}", show(&o));
+        let listing = String::from_utf8_lossy(&o.stdout);
+        // `ls -l` lines end `N -> target`; ls's own handle on the directory it lists is the one
+        // more it may hold.
+        let fds: Vec<(u32, &str)> = listing
+            .lines()
+            .filter_map(|l| {
+                let (left, target) = l.split_once(" -> ")?;
+                Some((left.rsplit(' ').next()?.parse().ok()?, target))
+            })
+            .collect();
+        assert!(fds.len() >= 3, "{listing}");
+        for (fd, target) in &fds {
+            assert!(
+                *fd <= 2 || target.starts_with("/proc/"),
+                "descriptor {fd} -> {target} reached the command:\n{listing}"
+            );
+            assert!(!target.contains("held-open"), "{listing}");
+        }
+    }
+);
+
 // ---- environment ----
 
 both!(environment_is_scrubbed, |env: Env| {
