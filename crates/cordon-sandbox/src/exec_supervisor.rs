@@ -57,6 +57,9 @@ pub(crate) struct ExecSupervisor<'a> {
     remembered: HashMap<String, bool>,
     denials: HashMap<i64, u32>,
     emit: &'a dyn Fn(NewEvent),
+    /// Events kept back by [`ExecSupervisor::answer_waiting_exec`] until the start's own
+    /// events are out ([`ExecSupervisor::release_events`]).
+    kept: Option<Vec<NewEvent>>,
 }
 
 /// What an exec looked like from outside.
@@ -264,6 +267,41 @@ impl<'a> ExecSupervisor<'a> {
             remembered: HashMap::new(),
             denials: HashMap::new(),
             emit,
+            kept: None,
+        }
+    }
+
+    /// Answer the command's first exec if it is already waiting, keeping its events back.
+    ///
+    /// The command's process traps at its exec as soon as it has passed its listener on, while
+    /// the supervisor still writes the start's events (Landlock, limits, `command started`),
+    /// each a hashed line of the audit log. Answering first takes those writes off the
+    /// command's way; the decision is the same one the relay loop would make, and its events
+    /// follow the start's in the log as before, once [`Self::release_events`] is called. Does
+    /// nothing (and waits for nothing) when no notification is pending.
+    pub(crate) fn answer_waiting_exec(&mut self) {
+        let mut fds = [libc::pollfd {
+            fd: self.notify_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        if matches!(sys::poll(&mut fds, 0), Ok(1)) && fds[0].revents & libc::POLLIN != 0 {
+            self.kept = Some(Vec::new());
+            self.on_notification();
+        }
+    }
+
+    /// Emit what [`Self::answer_waiting_exec`] kept back; from now on events go out at once.
+    pub(crate) fn release_events(&mut self) {
+        for ev in self.kept.take().unwrap_or_default() {
+            (self.emit)(ev);
+        }
+    }
+
+    fn log(&mut self, ev: NewEvent) {
+        match &mut self.kept {
+            Some(kept) => kept.push(ev),
+            None => (self.emit)(ev),
         }
     }
 
@@ -314,7 +352,7 @@ impl<'a> ExecSupervisor<'a> {
         if *count == LOG_CAP {
             ev = ev.detail("note", "further denials of this syscall are not logged");
         }
-        (self.emit)(ev);
+        self.log(ev);
     }
 
     fn on_exec(&mut self, n: Notification) {
@@ -326,7 +364,7 @@ impl<'a> ExecSupervisor<'a> {
                     let _ = self.listener.allow(n.id);
                 } else {
                     let _ = self.listener.deny(n.id, libc::EPERM);
-                    (self.emit)(
+                    self.log(
                         NewEvent::new(
                             Layer::Exec,
                             Action::Deny,
@@ -369,7 +407,7 @@ impl<'a> ExecSupervisor<'a> {
             ExecAction::Allow => {
                 if self.still_same(&n, &call) {
                     let _ = self.listener.allow(n.id);
-                    (self.emit)(self.exec_event(Action::Allow, &line, &rule_text, &n));
+                    self.log(self.exec_event(Action::Allow, &line, &rule_text, &n));
                 } else {
                     self.deny_changed(&n, &line, &rule_text);
                 }
@@ -381,13 +419,13 @@ impl<'a> ExecSupervisor<'a> {
                      (why: `{}`)",
                     call.explain_hint()
                 ));
-                (self.emit)(self.exec_event(Action::Deny, &line, &rule_text, &n));
+                self.log(self.exec_event(Action::Deny, &line, &rule_text, &n));
             }
             ExecAction::Ask => {
                 let timeout = Duration::from_secs(self.exec.ask_timeout_secs);
                 let Some((approvals, mailbox)) = self.approvals.as_ref() else {
                     let _ = self.listener.deny(n.id, libc::EPERM);
-                    (self.emit)(
+                    self.log(
                         self.exec_event(Action::Deny, &line, &rule_text, &n)
                             .detail("approval", "no broker: denied"),
                     );
@@ -401,7 +439,7 @@ impl<'a> ExecSupervisor<'a> {
                     timeout.as_secs()
                 ));
                 cordon_approval::desktop_notification(&line);
-                (self.emit)(
+                self.log(
                     self.exec_event(Action::Ask, &line, &rule_text, &n)
                         .detail("question", qid)
                         .detail("timeout_secs", timeout.as_secs()),
@@ -442,9 +480,9 @@ impl<'a> ExecSupervisor<'a> {
         }
     }
 
-    fn deny_changed(&self, n: &Notification, line: &str, rule: &str) {
+    fn deny_changed(&mut self, n: &Notification, line: &str, rule: &str) {
         let _ = self.listener.deny(n.id, libc::EPERM);
-        (self.emit)(
+        self.log(
             self.exec_event(Action::Deny, line, rule, n)
                 .detail("note", "arguments changed during the check (TOCTOU)"),
         );
@@ -500,7 +538,7 @@ impl<'a> ExecSupervisor<'a> {
                 h.call.explain_hint()
             ));
         }
-        (self.emit)(
+        self.log(
             NewEvent::new(
                 Layer::Exec,
                 if a.allow && valid {

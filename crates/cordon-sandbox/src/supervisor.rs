@@ -295,13 +295,25 @@ impl Unborn {
         if let Err(e) = protocol::send_spec(sock.as_raw_fd(), spec) {
             return Err(sandbox.abort(io_err("send the plan to the sandbox", e)));
         }
-        let handed = sandbox.receive_setup(sock.as_raw_fd(), net.as_deref_mut(), cmd, emit)?;
+        let handed = sandbox.receive_setup(sock.as_raw_fd(), net.as_deref_mut())?;
         match (net_setup, net) {
             (NetSetup::Gateway { inward: true, .. }, Some(n)) => n.inward(Inward::new(sock)),
             _ => drop(sock),
         }
-        let supervisor = sandbox.exec_supervisor(handed.listener, plan, broker, emit)?;
+        let started = &handed.started;
+        let mut supervisor = match sandbox.exec_supervisor(handed.listener, plan, broker, emit) {
+            Ok(s) => s,
+            Err(e) => {
+                report_started(started, cmd, emit);
+                return Err(e);
+            }
+        };
+        // The command's exec has most likely trapped already: answer it before the start's
+        // events are written (its own events still follow them).
+        supervisor.answer_waiting_exec();
+        report_started(started, cmd, emit);
         report_seccomp(plan, emit);
+        supervisor.release_events();
         sandbox.supervise(handed.master, supervisor, handed.exit_pipe)
     }
 }
@@ -587,6 +599,17 @@ struct Handover {
     listener: Option<OwnedFd>,
     /// Where init reports the command's end once everything inside is gone.
     exit_pipe: Option<OwnedFd>,
+    /// What init said of the start, for its events.
+    started: StartReport,
+}
+
+/// Init's news of the command's start, emitted by [`report_started`].
+struct StartReport {
+    pid: i32,
+    landlock: FenceStatus,
+    limits: Vec<AppliedLimit>,
+    overlays_ahead: usize,
+    pty: bool,
 }
 
 /// The network handoff, as init sends it piece by piece until `NetReady`.
@@ -669,13 +692,11 @@ impl Sandbox {
     /// Read init's frames until the command has started: the pty master and the seccomp
     /// listener it passes on, the network handoff (given to the gateway as soon as it is
     /// complete: the command may use the network at once), and the report of Landlock and
-    /// the rlimits, which becomes events.
+    /// the rlimits, whose events [`report_started`] writes.
     fn receive_setup(
         &self,
         sock: RawFd,
         mut net: Option<&mut (dyn NetAttach + '_)>,
-        cmd: &Command,
-        emit: &dyn Fn(NewEvent),
     ) -> Result<Handover, SandboxError> {
         let mut master = None;
         let mut listener = None;
@@ -712,12 +733,18 @@ impl Sandbox {
                     },
                     mut fds,
                 ))) => {
-                    let pty = master.is_some();
-                    report_started(pid, &landlock, &limits, overlays_ahead, cmd, pty, emit);
+                    let started = StartReport {
+                        pid,
+                        landlock,
+                        limits,
+                        overlays_ahead,
+                        pty: master.is_some(),
+                    };
                     return Ok(Handover {
                         master,
                         listener,
                         exit_pipe: fds.pop(),
+                        started,
                     });
                 }
                 Ok(Some((FromInit::Failed { stage, message }, _))) => {
@@ -796,15 +823,14 @@ impl Sandbox {
 
 /// The events of a started command: how Landlock is enforced (a warning on the terminal too
 /// when less than fully), the rlimits, and the start itself.
-fn report_started(
-    pid: i32,
-    landlock: &FenceStatus,
-    limits: &[AppliedLimit],
-    overlays_ahead: usize,
-    cmd: &Command,
-    pty: bool,
-    emit: &dyn Fn(NewEvent),
-) {
+fn report_started(started: &StartReport, cmd: &Command, emit: &dyn Fn(NewEvent)) {
+    let StartReport {
+        pid,
+        landlock,
+        limits,
+        overlays_ahead,
+        pty,
+    } = started;
     emit(landlock.event());
     if landlock.is_degraded() {
         let _ = writeln!(io::stderr(), "cordon: warning: Landlock {landlock}");
@@ -814,7 +840,7 @@ fn report_started(
     }
     emit(
         NewEvent::new(Layer::Process, Action::Start, "command started")
-            .detail("pid_in_sandbox", pid)
+            .detail("pid_in_sandbox", *pid)
             .detail(
                 "command",
                 cmd.argv
@@ -824,9 +850,13 @@ fn report_started(
             )
             .detail(
                 "terminal",
-                if pty { "pty" } else { "inherited, new session" },
+                if *pty {
+                    "pty"
+                } else {
+                    "inherited, new session"
+                },
             )
-            .detail("overlays_mounted_ahead", overlays_ahead),
+            .detail("overlays_mounted_ahead", *overlays_ahead),
     );
 }
 

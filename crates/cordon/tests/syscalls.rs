@@ -454,6 +454,56 @@ both!(
     }
 );
 
+// The command's own exec is decided as it traps, before the start's events are written (issue
+// #18); its event still comes after `command started` in the log, allowed or denied.
+both!(
+    the_commands_own_exec_is_decided_and_logged_after_its_start,
+    |env: Env| {
+        let positions = |log: &str| {
+            let lines: Vec<&str> = log.lines().collect();
+            let start = lines.iter().position(|l| {
+                l.contains("\"layer\":\"process\"") && l.contains("\"action\":\"start\"")
+            });
+            let exec = lines.iter().position(|l| {
+                l.contains("\"layer\":\"exec\"") && l.contains("marker-for-exec-order")
+            });
+            (start, exec, log.to_string())
+        };
+        let p = exec_policy(&env, "[exec]\nallow = [\"sh *\"]\n");
+        let o = env.run_with(&["--policy", &p], "echo ran; : marker-for-exec-order");
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "ran\n", "{}", show(&o));
+        let (start, exec, log) = positions(&std::fs::read_to_string(&env.audit).unwrap());
+        let (start, exec) = (start.expect(&log), exec.expect(&log));
+        assert!(start < exec, "{log}");
+        assert!(
+            log.lines()
+                .nth(exec)
+                .unwrap()
+                .contains("\"action\":\"allow\""),
+            "{log}"
+        );
+
+        let p = exec_policy(&env, "[exec]\ndeny = [\"sh *\"]\n");
+        let o = env.run_with(&["--policy", &p], "echo ran; : marker-for-exec-order");
+        assert_eq!(o.status.code(), Some(126), "{}", show(&o));
+        assert!(
+            !String::from_utf8_lossy(&o.stdout).contains("ran"),
+            "{}",
+            show(&o)
+        );
+        let (start, exec, log) = positions(&std::fs::read_to_string(&env.audit).unwrap());
+        let (start, exec) = (start.expect(&log), exec.expect(&log));
+        assert!(start < exec, "{log}");
+        assert!(
+            log.lines()
+                .nth(exec)
+                .unwrap()
+                .contains("\"action\":\"deny\""),
+            "{log}"
+        );
+    }
+);
+
 both!(
     exec_deny_rule_blocks_git_push_but_not_git_status,
     |env: Env| {
