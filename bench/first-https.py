@@ -81,8 +81,10 @@ def main():
                  bwrap + CURL + ["--cacert", bundle, "https://localhost/"]),
                 ("bwrap, curl direct (the server's certificate alone)",
                  bwrap + CURL + ["--cacert", cert, "https://localhost/"])]
+        # Run from copies made now (scratch.copy_binaries says why).
+        copies = scratch.copy_binaries(work, a.bins)
         for b in a.bins:
-            rows.append((b, [b, "run", "--no-tty", "--policy", policy, "--project", "."]
+            rows.append((b, [copies[b], "run", "--no-tty", "--policy", policy, "--project", "."]
                          + ["--"] + CURL + [url]))
         res = {label: ([], []) for label, _ in rows}
         for i in range(a.n + 1):

@@ -3,6 +3,7 @@ cordon replaces inside) holding a project, a fake HOME and cordon's XDG director
 environment that points every tool there, so no policy, trust store or state of the caller
 leaks into a run."""
 import os
+import shutil
 import tempfile
 
 
@@ -29,3 +30,17 @@ def none_policy(work):
     with open(path, "w") as f:
         f.write('[network]\nmode = "none"\n')
     return path
+
+
+def copy_binaries(work, binaries):
+    """Copies of `binaries` made in `work` now, by path: {original: copy}. Binaries compared in
+    one run must be exec'd from files the page cache holds alike: the same bytes ran ~1 ms
+    slower per start from a copy written hours earlier than from one just written (~100 more
+    page faults; issue #18, start-up's eleventh round). bench/sandbox-start.sh copies too."""
+    os.makedirs(os.path.join(work, "bin"), exist_ok=True)
+    copies = {}
+    for b in binaries:
+        if b not in copies:
+            copies[b] = os.path.join(work, "bin", "%d-%s" % (len(copies), os.path.basename(b)))
+            shutil.copy2(b, copies[b])
+    return copies

@@ -54,10 +54,12 @@ def main():
         bwrap = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind",
                  "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "true"]
         rows = [("bwrap", bwrap)]
+        # Run from copies made now (scratch.copy_binaries says why).
+        copies = scratch.copy_binaries(work, [spec.partition(":")[0] for spec in a.specs])
         for spec in a.specs:
             binary, _, pol = spec.partition(":")
             pol = none if pol == "none" else pol
-            cmd = [os.path.abspath(binary), "run", "--no-tty"] + (["--policy", pol] if pol else [])
+            cmd = [copies[binary], "run", "--no-tty"] + (["--policy", pol] if pol else [])
             rows.append((spec, cmd + ["--project", ".", "--", "true"]))
         # One driver script, so perf follows every start and nothing else.
         script = os.path.join(work, "loop.py")
