@@ -290,6 +290,21 @@ mod tests {
     use super::*;
     use crate::sys;
 
+    /// Runs `f` in a forked child (a ruleset restricts the whole process) and asserts that it
+    /// returned Ok; an Err is the child's exit status, which says what failed (10 and up).
+    fn in_child(f: impl FnOnce() -> Result<(), i32>) {
+        let pid = sys::fork().unwrap();
+        if pid == 0 {
+            sys::exit_now(f().err().unwrap_or(0));
+        }
+        let (_, status) = sys::waitpid(pid, false).unwrap().unwrap();
+        assert_eq!(
+            status,
+            sys::WaitStatus::Exited(0),
+            "see the exit codes in the child"
+        );
+    }
+
     #[test]
     fn status_reads_as_before_and_decides_degraded_by_type() {
         let full = FenceStatus {
@@ -400,47 +415,36 @@ mod tests {
         };
         let mut rules = crate::layout::prepare(&plan).landlock;
         rules.write = vec![base.join("out")];
-        let pid = sys::fork().unwrap();
-        if pid == 0 {
-            // Exit codes: 0 all as expected; 10+ which expectation failed.
-            let code = (|| {
-                sys::set_no_new_privs().map_err(|_| 10)?;
-                let st = apply(&rules).map_err(|_| 11)?;
-                if st.enforcement != Enforcement::Full {
-                    return Err(12);
-                }
-                if std::fs::read(base.join("secret/key")).is_ok() {
-                    return Err(13);
-                }
-                if std::fs::read(base.join("public")).is_err() {
-                    return Err(14);
-                }
-                if std::fs::read(base.join("docs/readme")).is_err()
-                    || std::fs::read_dir(base.join("docs")).is_err()
-                {
-                    return Err(17);
-                }
-                if std::fs::read(base.join("to-public")).is_err()
-                    || std::fs::read_dir(base.join("to-docs")).is_err()
-                {
-                    return Err(18);
-                }
-                if std::fs::write(base.join("new"), "x").is_ok() {
-                    return Err(15);
-                }
-                if std::fs::write(base.join("out/new"), "x").is_err() {
-                    return Err(16);
-                }
-                Ok(())
-            })();
-            sys::exit_now(code.err().unwrap_or(0));
-        }
-        let (_, status) = sys::waitpid(pid, false).unwrap().unwrap();
-        assert_eq!(
-            status,
-            sys::WaitStatus::Exited(0),
-            "see the exit codes in the child"
-        );
+        in_child(|| {
+            sys::set_no_new_privs().map_err(|_| 10)?;
+            let st = apply(&rules).map_err(|_| 11)?;
+            if st.enforcement != Enforcement::Full {
+                return Err(12);
+            }
+            if std::fs::read(base.join("secret/key")).is_ok() {
+                return Err(13);
+            }
+            if std::fs::read(base.join("public")).is_err() {
+                return Err(14);
+            }
+            if std::fs::read(base.join("docs/readme")).is_err()
+                || std::fs::read_dir(base.join("docs")).is_err()
+            {
+                return Err(17);
+            }
+            if std::fs::read(base.join("to-public")).is_err()
+                || std::fs::read_dir(base.join("to-docs")).is_err()
+            {
+                return Err(18);
+            }
+            if std::fs::write(base.join("new"), "x").is_ok() {
+                return Err(15);
+            }
+            if std::fs::write(base.join("out/new"), "x").is_err() {
+                return Err(16);
+            }
+            Ok(())
+        });
     }
 
     /// A file given the directory rights gets its file rights (the kernel refuses the others),
@@ -460,48 +464,38 @@ mod tests {
         std::fs::create_dir_all(base.join("dir")).unwrap();
         std::fs::write(base.join("dir/inner"), "i").unwrap();
         let handled = AccessFs::from_all(ABI::from(abi.min(TARGET as i32)));
-        let pid = sys::fork().unwrap();
-        if pid == 0 {
-            let code = (|| {
-                sys::set_no_new_privs().map_err(|_| 10)?;
-                let ruleset = Ruleset::default()
-                    .handle_access(AccessFs::from_all(TARGET))
-                    .map_err(|_| 11)?
-                    .create()
-                    .map_err(|_| 11)?;
-                let fd: Option<OwnedFd> = ruleset.try_clone().map_err(|_| 11)?.into();
-                let fd = fd.ok_or(11)?;
-                let rules = Rules {
-                    ruleset: fd.as_fd(),
-                    file: AccessFs::from_file(TARGET) & handled,
-                };
-                let read = AccessFs::from_read(TARGET) & handled;
-                let list = BitFlags::from(AccessFs::ReadDir) & handled;
-                let file = open_path(&base.join("file")).map_err(|_| 12)?;
-                let dir = open_path(&base.join("dir")).map_err(|_| 12)?;
-                rules.add(&file, read).map_err(|_| 13)?;
-                rules.add(&file, list).map_err(|_| 14)?;
-                rules.add(&dir, list).map_err(|_| 15)?;
-                ruleset.restrict_self().map_err(|_| 16)?;
-                if std::fs::read(base.join("file")).is_err() {
-                    return Err(17);
-                }
-                // List-only on the directory: it lists, what is beneath it does not read.
-                if std::fs::read_dir(base.join("dir")).is_err() {
-                    return Err(18);
-                }
-                if std::fs::read(base.join("dir/inner")).is_ok() {
-                    return Err(19);
-                }
-                Ok(())
-            })();
-            sys::exit_now(code.err().unwrap_or(0));
-        }
-        let (_, status) = sys::waitpid(pid, false).unwrap().unwrap();
-        assert_eq!(
-            status,
-            sys::WaitStatus::Exited(0),
-            "see the exit codes in the child"
-        );
+        in_child(|| {
+            sys::set_no_new_privs().map_err(|_| 10)?;
+            let ruleset = Ruleset::default()
+                .handle_access(AccessFs::from_all(TARGET))
+                .map_err(|_| 11)?
+                .create()
+                .map_err(|_| 11)?;
+            let fd: Option<OwnedFd> = ruleset.try_clone().map_err(|_| 11)?.into();
+            let fd = fd.ok_or(11)?;
+            let rules = Rules {
+                ruleset: fd.as_fd(),
+                file: AccessFs::from_file(TARGET) & handled,
+            };
+            let read = AccessFs::from_read(TARGET) & handled;
+            let list = BitFlags::from(AccessFs::ReadDir) & handled;
+            let file = open_path(&base.join("file")).map_err(|_| 12)?;
+            let dir = open_path(&base.join("dir")).map_err(|_| 12)?;
+            rules.add(&file, read).map_err(|_| 13)?;
+            rules.add(&file, list).map_err(|_| 14)?;
+            rules.add(&dir, list).map_err(|_| 15)?;
+            ruleset.restrict_self().map_err(|_| 16)?;
+            if std::fs::read(base.join("file")).is_err() {
+                return Err(17);
+            }
+            // List-only on the directory: it lists, what is beneath it does not read.
+            if std::fs::read_dir(base.join("dir")).is_err() {
+                return Err(18);
+            }
+            if std::fs::read(base.join("dir/inner")).is_ok() {
+                return Err(19);
+            }
+            Ok(())
+        });
     }
 }

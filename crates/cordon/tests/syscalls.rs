@@ -459,48 +459,40 @@ both!(
 both!(
     the_commands_own_exec_is_decided_and_logged_after_its_start,
     |env: Env| {
-        let positions = |log: &str| {
+        // The audit log after each run: the exec's event comes after `command started` and
+        // carries the rule's action.
+        let decided_after_start = |action: &str| {
+            let log = std::fs::read_to_string(&env.audit).unwrap();
             let lines: Vec<&str> = log.lines().collect();
-            let start = lines.iter().position(|l| {
-                l.contains("\"layer\":\"process\"") && l.contains("\"action\":\"start\"")
-            });
-            let exec = lines.iter().position(|l| {
-                l.contains("\"layer\":\"exec\"") && l.contains("marker-for-exec-order")
-            });
-            (start, exec, log.to_string())
+            let at = |layer: &str, has: &str| {
+                lines
+                    .iter()
+                    .position(|l| l.contains(&format!("\"layer\":\"{layer}\"")) && l.contains(has))
+                    .unwrap_or_else(|| panic!("no {layer} event with {has}:\n{log}"))
+            };
+            let start = at("process", "\"action\":\"start\"");
+            let exec = at("exec", "marker-for-exec-order");
+            assert!(start < exec, "{log}");
+            assert!(
+                lines[exec].contains(&format!("\"action\":\"{action}\"")),
+                "{log}"
+            );
         };
+        let script = "echo ran; : marker-for-exec-order";
         let p = exec_policy(&env, "[exec]\nallow = [\"sh *\"]\n");
-        let o = env.run_with(&["--policy", &p], "echo ran; : marker-for-exec-order");
+        let o = env.run_with(&["--policy", &p], script);
         assert_eq!(String::from_utf8_lossy(&o.stdout), "ran\n", "{}", show(&o));
-        let (start, exec, log) = positions(&std::fs::read_to_string(&env.audit).unwrap());
-        let (start, exec) = (start.expect(&log), exec.expect(&log));
-        assert!(start < exec, "{log}");
-        assert!(
-            log.lines()
-                .nth(exec)
-                .unwrap()
-                .contains("\"action\":\"allow\""),
-            "{log}"
-        );
+        decided_after_start("allow");
 
         let p = exec_policy(&env, "[exec]\ndeny = [\"sh *\"]\n");
-        let o = env.run_with(&["--policy", &p], "echo ran; : marker-for-exec-order");
+        let o = env.run_with(&["--policy", &p], script);
         assert_eq!(o.status.code(), Some(126), "{}", show(&o));
         assert!(
             !String::from_utf8_lossy(&o.stdout).contains("ran"),
             "{}",
             show(&o)
         );
-        let (start, exec, log) = positions(&std::fs::read_to_string(&env.audit).unwrap());
-        let (start, exec) = (start.expect(&log), exec.expect(&log));
-        assert!(start < exec, "{log}");
-        assert!(
-            log.lines()
-                .nth(exec)
-                .unwrap()
-                .contains("\"action\":\"deny\""),
-            "{log}"
-        );
+        decided_after_start("deny");
     }
 );
 
