@@ -174,7 +174,7 @@ pub(crate) fn apply_scopes_only() -> Result<FenceStatus, FenceError> {
 /// 0.89 -> 0.72 ms). Whatever the path is when its rule is added, it gets no more than its
 /// kind's share of `access`.
 pub(crate) fn apply(rules: &LandlockRules) -> Result<FenceStatus, FenceError> {
-    let kernel_abi = crate::sys::landlock_abi().ok();
+    let kernel_abi = sys::landlock_abi().ok();
     // What the ruleset handles (rust-landlock's best effort): the rights of the older of the
     // kernel's ABI and ours. A rule may hold no other.
     let handled = AccessFs::from_all(ABI::from(kernel_abi.unwrap_or(0).min(TARGET as i32)));
@@ -194,10 +194,15 @@ pub(crate) fn apply(rules: &LandlockRules) -> Result<FenceStatus, FenceError> {
             ruleset: handle.as_fd(),
             file: AccessFs::from_file(TARGET) & handled,
         };
-        let sets: [(&[PathBuf], BitFlags<AccessFs>); 3] = [
+        // /proc: read everything visible, write only files (e.g. /proc/self/oom_score_adj);
+        // kernel knobs are read-only mounts anyway.
+        let proc = [PathBuf::from("/proc")];
+        let write_files = BitFlags::from(AccessFs::WriteFile) & handled;
+        let sets: [(&[PathBuf], BitFlags<AccessFs>); 4] = [
             (&rules.read, read),
             (&rules.list_only, list),
             (&rules.write, all),
+            (&proc, read | write_files),
         ];
         for (paths, access) in sets {
             for p in paths {
@@ -213,17 +218,6 @@ pub(crate) fn apply(rules: &LandlockRules) -> Result<FenceStatus, FenceError> {
                         source,
                     })?;
             }
-        }
-        // /proc: read everything visible, write only files (e.g. /proc/self/oom_score_adj);
-        // kernel knobs are read-only mounts anyway.
-        if let Ok(proc) = open_path(Path::new("/proc")) {
-            let write_files = BitFlags::from(AccessFs::WriteFile) & handled;
-            rules_in
-                .add(&proc, read | write_files)
-                .map_err(|source| FenceError::Rule {
-                    path: "/proc".into(),
-                    source,
-                })?;
         }
     }
     let status = ruleset.restrict_self()?;
