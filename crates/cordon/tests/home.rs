@@ -234,9 +234,7 @@ both!(
     caches_persist_across_sessions_and_never_reach_the_host,
     |env: Env| {
         // The host has an npm cache (warm from the first session) and no pip cache.
-        std::fs::create_dir_all(env.home.join(".npm/_cacache")).unwrap();
-        std::fs::write(env.home.join(".npm/_cacache/host-entry"), "from-host").unwrap();
-        env.own(&env.home);
+        env.write_home(".npm/_cacache/host-entry", "from-host");
         let before = tree(&env.home, &own_dirs(&env));
         let o = env.run(
             "set -e; cat ~/.npm/_cacache/host-entry; echo; echo s1 > ~/.npm/_cacache/new-entry; \

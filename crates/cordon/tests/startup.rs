@@ -74,9 +74,7 @@ both!(
 both!(
     the_sessions_overlays_are_mounted_ahead_of_the_view,
     |env: Env| {
-        std::fs::create_dir_all(env.home.join(".npm")).unwrap();
-        std::fs::write(env.home.join(".npm/host-entry"), "from-host").unwrap();
-        env.own(&env.home);
+        env.write_home(".npm/host-entry", "from-host");
         let out = env.ok(
             "grep -c ' - overlay ' /proc/self/mountinfo; cat ~/.npm/host-entry; echo; \
              echo new > ~/.npm/new; cat ~/.npm/new",

@@ -450,9 +450,7 @@ both!(state_changes_wait_for_the_session_to_end, |env: Env| {
 both!(restore_refuses_paths_that_climb_out, |env: Env| {
     let p = setup(&env, "keep");
     env.ok_with(&["--policy", &p], POISON);
-    std::fs::create_dir_all(env.home.join("Documents")).unwrap();
-    std::fs::write(env.home.join("Documents/thesis.txt"), "years of work").unwrap();
-    env.own(&env.home);
+    env.write_home("Documents/thesis.txt", "years of work");
     let id = session_of(&env);
     let target = format!("{id}:{}/.claude/../Documents", env.home.display());
     let o = state(&env, &["restore", &target, "--yes"]);

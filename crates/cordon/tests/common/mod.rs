@@ -311,6 +311,16 @@ impl Env {
         p
     }
 
+    /// A file of the host's home at `rel` (its directories made), the home then the variant's
+    /// user's; its path.
+    pub fn write_home(&self, rel: &str, content: &str) -> PathBuf {
+        let p = self.home.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, content).unwrap();
+        self.own(&self.home);
+        p
+    }
+
     /// A policy file of the test's own outside the project (the user's, so it needs no
     /// `cordon trust`), readable by the variant's user; its path.
     pub fn policy_file(&self, name: &str, text: &str) -> String {
