@@ -44,3 +44,19 @@ def copy_binaries(work, binaries):
             copies[b] = os.path.join(work, "bin", "%d-%s" % (len(copies), os.path.basename(b)))
             shutil.copy2(b, copies[b])
     return copies
+
+
+def cordon_runs(work, specs):
+    """`cordon run --no-tty [--policy POLICY]` for each spec `BIN[:POLICY]` (`none` as POLICY: a
+    policy with [network] mode = "none", written in `work`), run from copies of the binaries
+    made now (see copy_binaries); by spec."""
+    copies = copy_binaries(work, [spec.partition(":")[0] for spec in specs])
+    none = None
+    runs = {}
+    for spec in specs:
+        binary, _, pol = spec.partition(":")
+        if pol == "none":
+            none = none or none_policy(work)
+            pol = none
+        runs[spec] = [copies[binary], "run", "--no-tty"] + (["--policy", pol] if pol else [])
+    return runs

@@ -50,16 +50,10 @@ def main():
         if a.dev_home:
             for d in (".npm/_cacache", ".cache/pip/http", ".cargo/registry/index"):
                 os.makedirs(os.path.join(work, "home", d))
-        none = scratch.none_policy(work)
         bwrap = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind",
                  "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "true"]
         rows = [("bwrap", bwrap)]
-        # Run from copies made now (scratch.copy_binaries says why).
-        copies = scratch.copy_binaries(work, [spec.partition(":")[0] for spec in a.specs])
-        for spec in a.specs:
-            binary, _, pol = spec.partition(":")
-            pol = none if pol == "none" else pol
-            cmd = [copies[binary], "run", "--no-tty"] + (["--policy", pol] if pol else [])
+        for spec, cmd in scratch.cordon_runs(work, a.specs).items():
             rows.append((spec, cmd + ["--project", ".", "--", "true"]))
         # One driver script, so perf follows every start and nothing else.
         script = os.path.join(work, "loop.py")

@@ -43,19 +43,14 @@ def main():
     a = ap.parse_args()
     work, env = scratch.make("cordon-phases.")
     try:
-        none = scratch.none_policy(work)
         audit = os.path.join(work, "audit.jsonl")
         res = {s: [] for s in a.specs}
-        # Run from copies made now (scratch.copy_binaries says why).
-        copies = scratch.copy_binaries(work, [spec.partition(":")[0] for spec in a.specs])
+        runs = scratch.cordon_runs(work, a.specs)
         for _ in range(a.n):
             for spec in a.specs:
-                binary, _, pol = spec.partition(":")
-                pol = none if pol == "none" else pol
                 if os.path.exists(audit):
                     os.unlink(audit)
-                cmd = [copies[binary], "run", "--no-tty"] + (["--policy", pol] if pol else [])
-                cmd += ["--project", ".", "--audit", audit, "--", "true"]
+                cmd = runs[spec] + ["--project", ".", "--audit", audit, "--", "true"]
                 r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t0 = time.time() * 1000
                 subprocess.run(cmd, env=env, cwd=os.path.join(work, "project"),
