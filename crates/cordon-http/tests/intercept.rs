@@ -22,10 +22,17 @@ type Events = Arc<Mutex<Vec<NewEvent>>>;
 /// What the upstream server received (`/headers` requests): target and headers, one string
 /// per request.
 static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
-/// What the upstream server received of `/sink` bodies, frame by frame (also of one cut short).
-static SINK: Mutex<Vec<u8>> = Mutex::new(Vec::new());
-/// Held by each test that reads SINK (tests run in parallel).
-static SINK_TEST: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// What the upstream server received of `/sink` bodies, frame by frame (also of one cut short),
+/// by the request's `x-sink` header. Each request names its own: the server may still be taking
+/// in the frames of a request whose client has its answer (a refusal mid-body), and those must
+/// not count for the next request (tests also run in parallel).
+static SINK: Mutex<std::collections::BTreeMap<String, Vec<u8>>> =
+    Mutex::new(std::collections::BTreeMap::new());
+
+/// What the upstream server has received so far of the `/sink` request named `id`.
+fn sunk(id: &str) -> Vec<u8> {
+    SINK.lock().unwrap().get(id).cloned().unwrap_or_default()
+}
 
 /// A CA of the test's own and a server certificate for `names`, as (CA PEM, server config).
 fn upstream_tls(names: &[&str]) -> (String, Arc<rustls::ServerConfig>) {
@@ -92,10 +99,20 @@ async fn upstream_service(
             Full::new(b).map_err(|n| match n {}).boxed()
         }
         "/sink" => {
+            let id = req
+                .headers()
+                .get("x-sink")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
             let mut body = req.into_body();
             while let Some(Ok(f)) = body.frame().await {
                 if let Some(d) = f.data_ref() {
-                    SINK.lock().unwrap().extend_from_slice(d);
+                    SINK.lock()
+                        .unwrap()
+                        .entry(id.clone())
+                        .or_default()
+                        .extend_from_slice(d);
                 }
             }
             Full::new(Bytes::from_static(b"sunk"))
@@ -969,10 +986,9 @@ impl Drop for B64<'_> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_body_is_stopped_before_a_secret_leaves() {
-    let _one = SINK_TEST.lock().await;
-    let f = scanning_fixture().await;
-    let send = |chunks: Vec<Vec<u8>>| async {
-        let mut s = h1_sender(&f).await;
+    let f = &scanning_fixture().await;
+    let send = |id: &'static str, chunks: Vec<Vec<u8>>| async move {
+        let mut s = h1_sender(f).await;
         let stream = futures::stream::iter(
             chunks
                 .into_iter()
@@ -980,6 +996,7 @@ async fn a_streamed_body_is_stopped_before_a_secret_leaves() {
         );
         let req = Request::post("/sink")
             .header("host", "api.example.test")
+            .header("x-sink", id)
             .body(StreamBody::new(stream))
             .unwrap();
         let r = s.send_request(req).await.unwrap();
@@ -993,11 +1010,10 @@ async fn a_streamed_body_is_stopped_before_a_secret_leaves() {
     first.extend_from_slice(&token.as_bytes()[..20]);
     let mut second = token.as_bytes()[20..].to_vec();
     second.extend(vec![b'y'; 8 << 10]);
-    SINK.lock().unwrap().clear();
-    let (status, body) = send(vec![first, second]).await;
+    let (status, body) = send("split-token", vec![first, second]).await;
     assert_eq!(status, 403, "{body}");
     assert!(body.contains("github-token"), "{body}");
-    let sink = SINK.lock().unwrap().clone();
+    let sink = sunk("split-token");
     assert!(
         !String::from_utf8_lossy(&sink).contains("ghp_"),
         "no byte of the token reached the server ({} bytes did)",
@@ -1015,34 +1031,31 @@ async fn a_streamed_body_is_stopped_before_a_secret_leaves() {
     first.extend_from_slice(&jwt.as_bytes()[..600]);
     let mut second = jwt.as_bytes()[600..].to_vec();
     second.extend_from_slice(b"\"}");
-    SINK.lock().unwrap().clear();
-    let (status, body) = send(vec![first, second]).await;
+    let (status, body) = send("long-jwt", vec![first, second]).await;
     assert_eq!(status, 403, "{body}");
     assert!(body.contains("jwt"), "{body}");
     assert!(
-        !String::from_utf8_lossy(&SINK.lock().unwrap()).contains("eyJ"),
+        !String::from_utf8_lossy(&sunk("long-jwt")).contains("eyJ"),
         "no byte of the JWT reached the server"
     );
     // A long clean body streams through whole.
-    SINK.lock().unwrap().clear();
     let chunks: Vec<Vec<u8>> = (0..50).map(|i| vec![b'a' + (i % 26) as u8; 4096]).collect();
-    let (status, body) = send(chunks).await;
+    let (status, body) = send("clean", chunks).await;
     assert_eq!((status, body.as_str()), (200, "sunk"));
-    assert_eq!(SINK.lock().unwrap().len(), 50 * 4096);
+    assert_eq!(sunk("clean").len(), 50 * 4096);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_body_that_pauses_is_not_held_back() {
-    let _one = SINK_TEST.lock().await;
     let f = scanning_fixture().await;
     let mut s = h1_sender(&f).await;
     let (tx, rx) =
         futures::channel::mpsc::unbounded::<Result<Frame<Bytes>, std::convert::Infallible>>();
     let req = Request::post("/sink")
         .header("host", "api.example.test")
+        .header("x-sink", "paused")
         .body(StreamBody::new(rx))
         .unwrap();
-    SINK.lock().unwrap().clear();
     let pending = tokio::spawn(async move { s.send_request(req).await });
     // One message of unknown length, then the client waits for the server: it arrives
     // (after the short pause that lets a split token show itself), not when the body ends.
@@ -1050,7 +1063,7 @@ async fn a_streamed_body_that_pauses_is_not_held_back() {
     tx.unbounded_send(Ok(Frame::data(Bytes::from_static(msg))))
         .unwrap();
     let t = Instant::now();
-    while SINK.lock().unwrap().len() < msg.len() {
+    while sunk("paused").len() < msg.len() {
         assert!(
             t.elapsed() < Duration::from_secs(5),
             "the message was held back"
@@ -1060,12 +1073,11 @@ async fn a_streamed_body_that_pauses_is_not_held_back() {
     drop(tx);
     let r = pending.await.unwrap().unwrap();
     assert_eq!(r.status(), 200);
-    assert_eq!(SINK.lock().unwrap().as_slice(), msg);
+    assert_eq!(sunk("paused"), msg);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secret_in_request_trailers_is_stopped() {
-    let _one = SINK_TEST.lock().await;
     let f = scanning_fixture().await;
     let (tls, _) = connect(&f, "api.example.test", b"h2").await.unwrap();
     let (mut send, conn) =
@@ -1081,9 +1093,9 @@ async fn a_secret_in_request_trailers_is_stopped() {
         Ok(Frame::trailers(trailers)),
     ];
     let req = Request::post("https://api.example.test/sink")
+        .header("x-sink", "trailers")
         .body(StreamBody::new(futures::stream::iter(frames)))
         .unwrap();
-    SINK.lock().unwrap().clear();
     let resp = send.send_request(req).await.unwrap();
     assert_eq!(resp.status(), 403);
     let events = f.events.lock().unwrap().clone();
