@@ -24,9 +24,10 @@
 //!   (checked syscall wrappers, one file per job).
 //!
 //! Where `unsafe` is (nearly all of cordon's; `cordon-approval` has one `SO_PEERCRED` call):
-//! the wrappers in `sys`; the filter's installer and listener ioctls in `seccomp`; and the two
-//! calls of `sys::clone_into_namespaces`, in `supervisor` and `probe`, whose children keep to
-//! async-signal-safe calls until they exec or exit. Every block says why it is sound (`// SAFETY:`).
+//! the wrappers in `sys` (among them `spawn_in_namespaces`, whose child shares the supervisor's
+//! memory until its exec); the filter's installer and listener ioctls in `seccomp`; and the
+//! call of `sys::clone_into_namespaces` in `probe`, whose child keeps to async-signal-safe
+//! calls until it exits. Every block says why it is sound (`// SAFETY:`).
 //! Enforcement status is typed from the kernel call to the event ([`FenceStatus`] with
 //! [`cordon_events::Enforcement`], limits with [`cordon_events::LimitVia`]).
 //!
@@ -124,6 +125,15 @@ pub enum SandboxError {
     /// The caller's uid/gid could not be mapped into the new user namespace.
     #[error("cannot map uid/gid into the sandbox: {source}")]
     IdMaps {
+        #[source]
+        source: std::io::Error,
+    },
+    /// The sandbox's init (this executable, through `/proc/self/exe`) could not be started.
+    #[error(
+        "cannot start the sandbox's init (/proc/self/exe): {source} (is /proc mounted, and was \
+         cordon's executable removed or replaced while it ran?)"
+    )]
+    InitExec {
         #[source]
         source: std::io::Error,
     },

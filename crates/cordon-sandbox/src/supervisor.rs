@@ -560,9 +560,9 @@ fn namespaces(net_setup: NetSetup, emit: &dyn Fn(NewEvent)) -> u64 {
     sys::SANDBOX_NAMESPACES & !(libc::CLONE_NEWNET as u64)
 }
 
-/// Clone the sandbox's init into `namespaces` and map the caller's uid/gid into them. The
-/// child waits (see [`after_clone`]) until the maps are written, then becomes init, which
-/// waits for its spec; returns the control channel's supervisor end and the child.
+/// Clone the sandbox's init into `namespaces`, mapping the caller's uid/gid to 0 there, and
+/// exec it; returns the control channel's supervisor end and the child. Init then waits for
+/// its network setup.
 fn launch(namespaces: u64, uid: u32, gid: u32) -> Result<(OwnedFd, sys::Child), SandboxError> {
     let (sock, child_sock) = sys::socketpair().map_err(|e| io_err("control socketpair", e))?;
     let exe = sys::PreparedExec::new(
@@ -573,21 +573,23 @@ fn launch(namespaces: u64, uid: u32, gid: u32) -> Result<(OwnedFd, sys::Child), 
         ],
         Vec::new(),
     );
-    // SAFETY: the child below runs only async-signal-safe code until execve.
-    let child = unsafe { sys::clone_into_namespaces(namespaces) };
-    let child = match child {
-        Ok(Some(c)) => c,
-        Ok(None) => after_clone(sock.as_raw_fd(), child_sock.as_raw_fd(), &exe),
-        Err(e) => return Err(SandboxError::Namespaces { source: e }),
-    };
+    let spawned = sys::spawn_in_namespaces(
+        namespaces,
+        &sys::SpawnInit {
+            exe: &exe,
+            control: child_sock.as_raw_fd(),
+            control_at: CONTROL_FD,
+            parent_end: sock.as_raw_fd(),
+            uid,
+            gid,
+        },
+    );
+    let child = spawned.map_err(|e| match e {
+        sys::SpawnError::Clone(source) => SandboxError::Namespaces { source },
+        sys::SpawnError::IdMaps(source) => SandboxError::IdMaps { source },
+        sys::SpawnError::Exec(source) => SandboxError::InitExec { source },
+    })?;
     drop(child_sock);
-    if let Err(e) = write_id_maps(child.pid, uid, gid) {
-        let _ = sys::pidfd_send_signal(&child.pidfd, libc::SIGKILL);
-        let _ = sys::waitpid(child.pid, false);
-        return Err(SandboxError::IdMaps { source: e });
-    }
-    // Go: the maps are written, so init's exec keeps its capabilities in the namespace.
-    sys::write_all_raw(sock.as_raw_fd(), b"g");
     Ok((sock, child))
 }
 
@@ -953,39 +955,6 @@ fn trust_bundle(layout: &mut layout::Layout, bundle: crate::TrustBundle) -> Opti
         }
     }
     first
-}
-
-/// The cloned child, before it becomes init: async-signal-safe calls only.
-fn after_clone(parent_sock: RawFd, sock: RawFd, exe: &sys::PreparedExec) -> ! {
-    let _ = sys::set_pdeathsig(libc::SIGKILL);
-    sys::close_raw(parent_sock);
-    // Wait until the supervisor has written our uid/gid maps; EOF means it died.
-    let mut go = [0u8; 1];
-    if sys::read_raw(sock, &mut go) != 1 {
-        sys::exit_now(125);
-    }
-    if sock != CONTROL_FD {
-        if sys::dup2(sock, CONTROL_FD).is_err() {
-            sys::exit_now(125);
-        }
-    } else if sys::clear_cloexec(sock).is_err() {
-        sys::exit_now(125);
-    }
-    let _ = exe.exec();
-    sys::write_all_raw(
-        2,
-        b"cordon: cannot start the sandbox init (/proc/self/exe)\n",
-    );
-    sys::exit_now(125)
-}
-
-/// uid/gid 0 inside the outer namespace is the caller: init needs root there to build the view.
-fn write_id_maps(pid: libc::pid_t, uid: u32, gid: u32) -> io::Result<()> {
-    let base = PathBuf::from(format!("/proc/{pid}"));
-    std::fs::write(base.join("setgroups"), "deny")?;
-    std::fs::write(base.join("uid_map"), format!("0 {uid} 1\n"))?;
-    std::fs::write(base.join("gid_map"), format!("0 {gid} 1\n"))?;
-    Ok(())
 }
 
 /// This cordon executable, bound at [`crate::explain::PROGRAM`] when the view hides where

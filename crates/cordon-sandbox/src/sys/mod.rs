@@ -1,8 +1,8 @@
 //! Thin, checked wrappers over the Linux system calls the sandbox needs, one file per job.
 //!
 //! Most of cordon-sandbox's `unsafe` is here (the rest: the syscall filter's installer and
-//! listener in `seccomp`, and the two callers of [`clone_into_namespaces`], which must keep
-//! the post-fork rules). Every block says why it is sound. Everything returns `io::Result`
+//! listener in `seccomp`, and the caller of [`clone_into_namespaces`] in `probe`, which must
+//! keep the post-fork rules). Every block says why it is sound. Everything returns `io::Result`
 //! (or a plain value where the call cannot fail); callers add context.
 
 use std::ffi::{CString, OsStr};

@@ -2,7 +2,7 @@
 //! and the hostname of its UTS namespace.
 
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use super::{cvt, cvt_long};
 
@@ -77,4 +77,335 @@ pub(crate) fn unshare(flags: libc::c_int) -> io::Result<()> {
 pub(crate) fn sethostname(name: &str) -> io::Result<()> {
     // SAFETY: the pointer and length describe `name`'s bytes.
     cvt(unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) }).map(drop)
+}
+
+/// What the child of [`spawn_in_namespaces`] does before its exec, all of it prepared by the
+/// parent: the child shares the parent's memory and may not allocate.
+pub(crate) struct SpawnInit<'a> {
+    /// The program to become.
+    pub exe: &'a super::PreparedExec,
+    /// The child's end of the control channel, given to the program as `control_at`.
+    pub control: RawFd,
+    pub control_at: RawFd,
+    /// The parent's end, closed in the child.
+    pub parent_end: RawFd,
+    /// The caller's uid and gid, mapped to 0 in the new user namespace.
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Why [`spawn_in_namespaces`] failed.
+#[derive(Debug)]
+pub(crate) enum SpawnError {
+    /// The clone itself (namespaces refused, no memory).
+    Clone(io::Error),
+    /// The child could not write its uid/gid maps.
+    IdMaps(io::Error),
+    /// The child could not take its control channel or exec.
+    Exec(io::Error),
+}
+
+/// A failed step in the child, reported to the parent over the status pipe.
+#[repr(u8)]
+#[derive(Clone, Copy)]
+enum Step {
+    IdMaps = 1,
+    Exec = 2,
+}
+
+/// The child's arguments: what it runs, and where it reports a failed step.
+struct ChildArgs<'a> {
+    init: &'a SpawnInit<'a>,
+    maps: [(&'a std::ffi::CStr, &'a [u8]); 3],
+    status: RawFd,
+    mask: libc::sigset_t,
+}
+
+/// Clone a child into fresh namespaces (`flags`, a user namespace among them) and exec
+/// `init.exe` there, the way `posix_spawn` does: the child shares this process's memory
+/// (`CLONE_VM`) and this thread waits until it has exec'd or failed (`CLONE_VFORK`). Nothing
+/// of this process's memory is copied, so neither this process's writes after the clone
+/// (copy-on-write faults, each with a TLB flush on every CPU running one of its threads) nor
+/// the copy's teardown at the child's exec are paid. The child maps its own uid and gid to 0
+/// (one line each, as `unshare --map-root-user` does), so its exec keeps its capabilities in
+/// the namespace. It dies with the calling thread (`PR_SET_PDEATHSIG`).
+pub(crate) fn spawn_in_namespaces(flags: u64, init: &SpawnInit<'_>) -> Result<Child, SpawnError> {
+    let uid_map = format!("0 {} 1\n", init.uid);
+    let gid_map = format!("0 {} 1\n", init.gid);
+    let (status_r, status_w) = super::pipe().map_err(SpawnError::Clone)?;
+    let stack = ChildStack::new().map_err(SpawnError::Clone)?;
+    // SAFETY: sigset_t is plain old data; sigfillset and pthread_sigmask only write to it.
+    let mut args = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        // No handler of this process may run in the child, which shares its memory: every
+        // signal waits until the child has reset the handlers.
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        ChildArgs {
+            init,
+            maps: [
+                (c"/proc/self/setgroups", b"deny".as_slice()),
+                (c"/proc/self/uid_map", uid_map.as_bytes()),
+                (c"/proc/self/gid_map", gid_map.as_bytes()),
+            ],
+            status: status_w.as_raw_fd(),
+            mask: old,
+        }
+    };
+    let mut pidfd: RawFd = -1;
+    let clone_flags = (flags as libc::c_int)
+        | libc::CLONE_VM
+        | libc::CLONE_VFORK
+        | libc::CLONE_PIDFD
+        | libc::SIGCHLD;
+    // SAFETY: the stack is a fresh mapping of `ChildStack::SIZE` bytes and `top` its 16-byte
+    // aligned end; `spawned_child` runs only async-signal-safe calls on it, on memory (`args`,
+    // `init`, the maps) that outlives the call because this thread is suspended until the
+    // child has exec'd or exited (CLONE_VFORK). The pidfd slot lives across the call.
+    let pid = unsafe {
+        libc::clone(
+            spawned_child,
+            stack.top(),
+            clone_flags,
+            (&mut args as *mut ChildArgs<'_>).cast(),
+            &mut pidfd as *mut RawFd,
+        )
+    };
+    let clone_err = io::Error::last_os_error();
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &args.mask, std::ptr::null_mut()) };
+    drop(stack);
+    drop(status_w);
+    if pid < 0 {
+        return Err(SpawnError::Clone(clone_err));
+    }
+    // SAFETY: the kernel wrote a fresh pidfd that nothing else owns.
+    let child = Child {
+        pid,
+        pidfd: unsafe { OwnedFd::from_raw_fd(pidfd) },
+    };
+    // The child has exec'd (the pipe closed on exec: nothing to read) or written the step
+    // that failed and its errno.
+    let mut report = [0u8; 5];
+    let n = super::read_raw(status_r.as_raw_fd(), &mut report);
+    if n == 5 {
+        let _ = super::waitpid(child.pid, false);
+        let errno = i32::from_ne_bytes([report[1], report[2], report[3], report[4]]);
+        let e = io::Error::from_raw_os_error(errno);
+        return Err(if report[0] == Step::IdMaps as u8 {
+            SpawnError::IdMaps(e)
+        } else {
+            SpawnError::Exec(e)
+        });
+    }
+    Ok(child)
+}
+
+/// The child of [`spawn_in_namespaces`]. Async-signal-safe calls only, and no write to memory
+/// but its own stack: it runs in the parent's address space until its exec.
+extern "C" fn spawned_child(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the parent's `ChildArgs`, alive while the parent is suspended.
+    let a = unsafe { &*(arg as *const ChildArgs<'_>) };
+    let fail = |step: Step, e: io::Error| -> ! {
+        let errno = e.raw_os_error().unwrap_or(libc::EIO).to_ne_bytes();
+        let report = [step as u8, errno[0], errno[1], errno[2], errno[3]];
+        super::write_all_raw(a.status, &report);
+        super::exit_now(125)
+    };
+    let _ = super::set_pdeathsig(libc::SIGKILL);
+    super::close_raw(a.init.parent_end);
+    for (path, data) in a.maps {
+        if let Err(e) = write_proc_file(path, data) {
+            fail(Step::IdMaps, e);
+        }
+    }
+    let control = a.init.control;
+    let at = a.init.control_at;
+    let taken = if control != at {
+        super::dup2(control, at)
+    } else {
+        super::clear_cloexec(control)
+    };
+    if let Err(e) = taken {
+        fail(Step::Exec, e);
+    }
+    // The handlers are this process's: default actions until the exec, then the mask it had.
+    for sig in 1..=libc::SIGRTMAX() {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP || (32..libc::SIGRTMIN()).contains(&sig) {
+            continue;
+        }
+        // SAFETY: sigaction reads and writes plain old data on this stack.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut sa) == 0
+                && sa.sa_sigaction != libc::SIG_DFL
+                && sa.sa_sigaction != libc::SIG_IGN
+            {
+                sa.sa_sigaction = libc::SIG_DFL;
+                libc::sigaction(sig, &sa, std::ptr::null_mut());
+            }
+        }
+    }
+    // SAFETY: restores the parent's mask, saved in `a`.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &a.mask, std::ptr::null_mut()) };
+    let e = a.init.exe.exec();
+    fail(Step::Exec, e)
+}
+
+/// One write of `data` to a /proc file, as the id maps need (a map is taken whole or not).
+fn write_proc_file(path: &std::ffi::CStr, data: &[u8]) -> io::Result<()> {
+    // SAFETY: `path` is NUL-terminated; open/write/close are async-signal-safe.
+    let fd = cvt(unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) })?;
+    // SAFETY: `data` is a valid slice.
+    let n = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
+    let e = io::Error::last_os_error();
+    super::close_raw(fd);
+    match n {
+        n if n == data.len() as isize => Ok(()),
+        n if n < 0 => Err(e),
+        _ => Err(io::Error::from_raw_os_error(libc::EIO)),
+    }
+}
+
+/// The stack the child of [`spawn_in_namespaces`] runs on until its exec.
+struct ChildStack {
+    base: *mut libc::c_void,
+}
+
+impl ChildStack {
+    /// Enough for the child's few frames and libc's calls; the parent's own stack is in use.
+    const SIZE: usize = 256 * 1024;
+
+    fn new() -> io::Result<ChildStack> {
+        // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                Self::SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(ChildStack { base })
+    }
+
+    /// The stack's top (it grows down), 16-byte aligned as the ABI wants.
+    fn top(&self) -> *mut libc::c_void {
+        // SAFETY: one past the end of the mapping, which `SIZE` (a multiple of 16) keeps aligned.
+        unsafe { self.base.cast::<u8>().add(Self::SIZE).cast() }
+    }
+}
+
+impl Drop for ChildStack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, no longer used: the child has exec'd or exited.
+        unsafe { libc::munmap(self.base, Self::SIZE) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::CString;
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+
+    use super::{SpawnError, SpawnInit, spawn_in_namespaces};
+    use crate::sys::{PreparedExec, getgid, getuid, socketpair, waitpid};
+
+    const FLAGS: u64 = (libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNS) as u64;
+
+    fn exe(path: &str, args: &[&str]) -> PreparedExec {
+        let c = |s: &str| CString::new(s).unwrap();
+        PreparedExec::new(c(path), args.iter().map(|a| c(a)).collect(), Vec::new())
+    }
+
+    #[test]
+    fn the_child_maps_the_caller_to_root_and_execs_with_the_callers_mask() {
+        // A signal this thread blocks stays blocked in the child, and only that one: the
+        // spawn blocks every signal while the child shares this memory, then gives it back.
+        // SAFETY: sigset_t is plain old data; this thread's mask is restored below.
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        unsafe {
+            let mut usr2: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut usr2);
+            libc::sigaddset(&mut usr2, libc::SIGUSR2);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &usr2, &mut old);
+        }
+        let (mine, theirs) = socketpair().unwrap();
+        // Its control channel is its stdout: `cat` itself is the program exec'd (a shell
+        // would set its own mask).
+        let exe = exe(
+            "/bin/cat",
+            &[
+                "cat",
+                "/proc/self/uid_map",
+                "/proc/self/gid_map",
+                "/proc/self/setgroups",
+                "/proc/self/status",
+            ],
+        );
+        let spawned = spawn_in_namespaces(
+            FLAGS,
+            &SpawnInit {
+                exe: &exe,
+                control: theirs.as_raw_fd(),
+                control_at: 1,
+                parent_end: mine.as_raw_fd(),
+                uid: getuid(),
+                gid: getgid(),
+            },
+        );
+        // SAFETY: restores the mask saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        let child = spawned.unwrap_or_else(|e| panic!("spawn: {e:?}"));
+        drop(theirs);
+        let mut out = String::new();
+        std::fs::File::from(mine).read_to_string(&mut out).unwrap();
+        waitpid(child.pid, false).unwrap();
+        let fields: Vec<Vec<&str>> = out
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        let (uid, gid) = (getuid().to_string(), getgid().to_string());
+        assert_eq!(fields[0], ["0", uid.as_str(), "1"], "uid_map: {out}");
+        assert_eq!(fields[1], ["0", gid.as_str(), "1"], "gid_map: {out}");
+        assert_eq!(fields[2], ["deny"], "{out}");
+        let status = |key: &str| fields.iter().find(|f| f.first() == Some(&key)).cloned();
+        // SIGUSR2 is 12: bit 11.
+        assert_eq!(status("SigBlk:").unwrap()[1], "0000000000000800", "{out}");
+        // Its own pid namespace: pid 1 there.
+        assert_eq!(status("NSpid:").unwrap().last(), Some(&"1"), "{out}");
+    }
+
+    #[test]
+    fn a_child_that_cannot_exec_is_reported_and_reaped() {
+        let (mine, theirs) = socketpair().unwrap();
+        let exe = exe("/nonexistent/cordon", &["cordon"]);
+        let spawned = spawn_in_namespaces(
+            FLAGS,
+            &SpawnInit {
+                exe: &exe,
+                control: theirs.as_raw_fd(),
+                control_at: 7,
+                parent_end: mine.as_raw_fd(),
+                uid: getuid(),
+                gid: getgid(),
+            },
+        );
+        match spawned {
+            Err(SpawnError::Exec(e)) => assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}"),
+            other => panic!("expected an exec error, got {other:?}"),
+        }
+        // Reaped already: the parent's end sees the child's end closed, nothing else.
+        drop(theirs);
+        let mut rest = Vec::new();
+        std::fs::File::from(mine).read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty());
+    }
 }
