@@ -7,7 +7,10 @@
 # statically and dynamically against glibc; an empty Rust `main`; `cordon --version`;
 # `bwrap --version`. Beside them, the cost of one CPUID instruction (leaves 2 and 4, the ones
 # glibc's cache-size probe executes at every process start): in a VM that traps CPUID, this
-# is what sets the glibc rows apart from the no-libc one.
+# is what sets the glibc rows apart from the no-libc one. Last, where a new thread starts: how
+# long after its spawn a thread first runs while its parent keeps its CPU busy, and while its
+# parent blocks at once (on a kernel that starts new tasks on their parent's CPU, the first
+# waits for the parent's slice: cordon's threads and init then run one after the other).
 #
 # Usage: bash bench/exec-floor.sh   (env: N=300 runs per row, WARMUP=10, CORDON_BIN=prebuilt
 #        binary instead of building target/release/cordon). Needs cc, rustc, bwrap and the
@@ -48,6 +51,38 @@ int main(void) {
 EOF
 cc -O2 -o "$B/cpuid" "$WORK/cpuid.c"
 read -r leaf2 leaf4 < <("$B/cpuid")
+cat > "$WORK/spawn.c" <<'EOF'
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+static long long now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1000000000LL + t.tv_nsec; }
+static volatile long long ran;
+static void *first(void *a) { (void)a; ran = now(); return 0; }
+static int cmp(const void *a, const void *b) { long long x = *(const long long *)a, y = *(const long long *)b; return (x > y) - (x < y); }
+/* argv[1]: 1 = the parent spins until the thread has run (up to 5 ms), 0 = it joins at once. */
+int main(int argc, char **argv) {
+    int busy = argc > 1 && atoi(argv[1]);
+    long long d[400];
+    for (int i = 0; i < 400; i++) {
+        pthread_t t;
+        ran = 0;
+        long long t0 = now();
+        pthread_create(&t, 0, first, 0);
+        while (busy && !ran && now() - t0 < 5000000) {}
+        pthread_join(t, 0);
+        d[i] = ran - t0;
+        struct timespec pause = {0, 2000000};
+        nanosleep(&pause, 0);
+    }
+    qsort(d, 400, sizeof d[0], cmp);
+    printf("%.3f %.3f\n", d[200] / 1e6, d[360] / 1e6);
+    return 0;
+}
+EOF
+cc -O2 -pthread -o "$B/spawn" "$WORK/spawn.c"
+read -r busy50 busy90 < <("$B/spawn" 1)
+read -r idle50 idle90 < <("$B/spawn" 0)
 
 "$B/spawnbench" "$N" "$WARMUP" \
     nolibc "$B/nolibc" ::: glibc-static "$B/glibc-static" ::: glibc-dynamic "$B/glibc-dynamic" ::: \
@@ -58,6 +93,7 @@ echo "## Exec floor: what a process start costs before the program's own work"
 echo
 echo "- $(date -u +%FT%H:%MZ), kernel $(uname -r), $(nproc) CPUs, $(ldd --version | head -1)"
 echo "- one CPUID: leaf 2 ${leaf2} µs, leaf 4 ${leaf4} µs (mean of 2000 each)"
+echo "- a new thread first runs after ${busy50} ms (p50; p90 ${busy90}) while its parent spins, after ${idle50} ms (p90 ${idle90}) when the parent blocks at once (400 spawns each)"
 echo "- spawnbench round-robin, n=$N per row, $WARMUP warm-up rounds dropped"
 echo
 "$PY" - "$WORK/raw.tsv" <<'EOF'
