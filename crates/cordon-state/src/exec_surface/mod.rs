@@ -152,6 +152,9 @@ struct Found<'a> {
     /// included) is in it, the same answer as `starts_with` against each, without comparing
     /// every name with every denied path component by component.
     exclude: std::collections::HashSet<&'a Path>,
+    /// `s.stage` and `s.watch` as sets, for the same reason: a project has dozens of names.
+    staged: std::collections::HashSet<PathBuf>,
+    watched: std::collections::HashSet<PathBuf>,
     s: Surface,
 }
 
@@ -165,13 +168,13 @@ impl Found<'_> {
     }
 
     fn stage(&mut self, p: PathBuf) {
-        if self.inside_roots(&p) && !self.excluded(&p) && !self.s.stage.contains(&p) {
+        if self.inside_roots(&p) && !self.excluded(&p) && self.staged.insert(p.clone()) {
             self.s.stage.push(p);
         }
     }
 
     fn watch(&mut self, p: PathBuf) {
-        if self.inside_roots(&p) && !self.excluded(&p) && !self.s.watch.contains(&p) {
+        if self.inside_roots(&p) && !self.excluded(&p) && self.watched.insert(p.clone()) {
             self.s.watch.push(p);
         }
     }
@@ -328,6 +331,8 @@ pub fn discover(roots: &[PathBuf], home: Option<&Path>, exclude: &[PathBuf]) -> 
     let mut f = Found {
         roots: &roots,
         exclude: exclude.iter().map(PathBuf::as_path).collect(),
+        staged: Default::default(),
+        watched: Default::default(),
         s: Surface::default(),
     };
     for r in &roots {
