@@ -30,7 +30,9 @@ const MAX_FRAME: usize = 64 << 20;
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct InitSpec {
     pub layout: Layout,
+    #[serde(with = "entries")]
     pub argv: Vec<Vec<u8>>,
+    #[serde(with = "entries")]
     pub env: Vec<Vec<u8>>,
     pub cwd: PathBuf,
     pub project: PathBuf,
@@ -159,11 +161,73 @@ pub(crate) fn recv_spec(sock: RawFd) -> io::Result<Option<InitSpec>> {
     Ok(Some(spec))
 }
 
+/// The files' contents a spec carries: written whole by init, so sent beside the JSON, not
+/// escaped inside it (the session's policy shown under `/run/cordon` is ~30 KB of JSON itself).
 fn contents(layout: &mut Layout) -> impl Iterator<Item = &mut String> {
-    layout.mounts.iter_mut().filter_map(|m| match m {
-        MountOp::Content { content, .. } => Some(content),
-        _ => None,
+    layout.mounts.iter_mut().flat_map(|m| match m {
+        MountOp::Content { content, .. } => vec![content],
+        MountOp::MaskDir { shown, .. } => shown.iter_mut().map(|(_, c)| c).collect(),
+        _ => Vec::new(),
     })
+}
+
+/// Arguments and environment entries: text when they are UTF-8 (nearly always), the bytes
+/// otherwise. As plain `Vec<u8>` each went as a JSON array of numbers, four to six times its
+/// size and the slowest part of the spec to parse.
+mod entries {
+    use serde::de::{self, SeqAccess, Visitor};
+    use serde::ser::SerializeSeq;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(v: &[Vec<u8>], s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(v.len()))?;
+        for e in v {
+            match std::str::from_utf8(e) {
+                Ok(text) => seq.serialize_element(text)?,
+                Err(_) => seq.serialize_element(e)?,
+            }
+        }
+        seq.end()
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<u8>>, D::Error> {
+        let v: Vec<Entry> = Deserialize::deserialize(d)?;
+        Ok(v.into_iter().map(|e| e.0).collect())
+    }
+
+    struct Entry(Vec<u8>);
+
+    impl<'de> Deserialize<'de> for Entry {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(EntryVisitor)
+        }
+    }
+
+    struct EntryVisitor;
+
+    impl<'de> Visitor<'de> for EntryVisitor {
+        type Value = Entry;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string or an array of bytes")
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Entry, E> {
+            Ok(Entry(v.as_bytes().to_vec()))
+        }
+
+        fn visit_string<E: de::Error>(self, v: String) -> Result<Entry, E> {
+            Ok(Entry(v.into_bytes()))
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Entry, A::Error> {
+            let mut bytes = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+            while let Some(b) = seq.next_element::<u8>()? {
+                bytes.push(b);
+            }
+            Ok(Entry(bytes))
+        }
+    }
 }
 
 fn too_large(len: usize) -> io::Error {
@@ -257,6 +321,18 @@ mod tests {
                 path: "/etc/empty".into(),
                 content: String::new(),
             },
+            MountOp::MaskDir {
+                path: "/run".into(),
+                rule: "built-in".into(),
+                shown: vec![
+                    (
+                        "cordon/policy.json".into(),
+                        "{\"plan\": \"x\"}\n".repeat(2000),
+                    ),
+                    ("cordon/policy.toml".into(), String::new()),
+                ],
+                sealed: true,
+            },
         ]
     }
 
@@ -266,8 +342,12 @@ mod tests {
                 mounts,
                 ..Default::default()
             },
-            argv: vec![b"true".to_vec()],
-            env: vec![b"PATH=/usr/bin".to_vec()],
+            argv: vec![b"true".to_vec(), b"caf\xe9".to_vec()],
+            env: vec![
+                b"PATH=/usr/bin".to_vec(),
+                b"LANG=\xff\xfe".to_vec(),
+                Vec::new(),
+            ],
             cwd: "/".into(),
             project: "/p".into(),
             uid: 1,
@@ -291,7 +371,8 @@ mod tests {
         let got = recv_spec(b.as_raw_fd()).unwrap().unwrap();
         sender.join().unwrap().unwrap();
         assert_eq!(got.layout.mounts, mounts());
-        assert_eq!((got.argv, got.uid), (vec![b"true".to_vec()], 1));
+        let want = spec(Vec::new());
+        assert_eq!((&got.argv, &got.env, got.uid), (&want.argv, &want.env, 1));
 
         let (a, b) = sys::socketpair().unwrap();
         let sender = std::thread::spawn(move || send_spec(a.as_raw_fd(), spec(mounts())));
@@ -299,6 +380,14 @@ mod tests {
         read_exact(b.as_raw_fd(), &mut header).unwrap();
         let len = u32::from_le_bytes(header) as usize;
         assert!(len < 4096, "{len} bytes of JSON");
+        // Entries that are UTF-8 go as text; the others as their bytes.
+        let mut json = vec![0u8; len];
+        read_exact(b.as_raw_fd(), &mut json).unwrap();
+        let json = String::from_utf8(json).unwrap();
+        assert!(
+            json.contains(r#""env":["PATH=/usr/bin",[76,65,78,71,61,255,254],""]"#),
+            "{json}"
+        );
         drop(b);
         let _ = sender.join().unwrap();
 
