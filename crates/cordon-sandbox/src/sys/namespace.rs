@@ -132,7 +132,11 @@ struct ChildArgs<'a> {
 pub(crate) fn spawn_in_namespaces(flags: u64, init: &SpawnInit<'_>) -> Result<Child, SpawnError> {
     let uid_map = format!("0 {} 1\n", init.uid);
     let gid_map = format!("0 {} 1\n", init.gid);
-    let (status_r, status_w) = super::pipe().map_err(SpawnError::Clone)?;
+    let (status_r, low) = super::pipe().map_err(SpawnError::Clone)?;
+    // Above the descriptor the child gives its program, which its dup2 would otherwise close;
+    // the first write end closed at once, or the read below would wait on it.
+    let status_w = dup_above(&low, init.control_at).map_err(SpawnError::Clone)?;
+    drop(low);
     let stack = ChildStack::new().map_err(SpawnError::Clone)?;
     // SAFETY: sigset_t is plain old data; sigfillset and pthread_sigmask only write to it.
     let mut args = unsafe {
@@ -251,6 +255,14 @@ extern "C" fn spawned_child(arg: *mut libc::c_void) -> libc::c_int {
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &a.mask, std::ptr::null_mut()) };
     let e = a.init.exe.exec();
     fail(Step::Exec, e)
+}
+
+/// A close-on-exec copy of `fd` numbered above `floor`.
+fn dup_above(fd: &OwnedFd, floor: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own; the kernel returns a fresh one.
+    let n = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor + 1) })?;
+    // SAFETY: `n` is the fresh descriptor fcntl just made, owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(n) })
 }
 
 /// One write of `data` to a /proc file, as the id maps need (a map is taken whole or not).
