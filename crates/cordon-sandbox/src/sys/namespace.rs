@@ -138,24 +138,17 @@ pub(crate) fn spawn_in_namespaces(flags: u64, init: &SpawnInit<'_>) -> Result<Ch
     let status_w = dup_above(&low, init.control_at).map_err(SpawnError::Clone)?;
     drop(low);
     let stack = ChildStack::new().map_err(SpawnError::Clone)?;
-    // SAFETY: sigset_t is plain old data; sigfillset and pthread_sigmask only write to it.
-    let mut args = unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        // No handler of this process may run in the child, which shares its memory: every
-        // signal waits until the child has reset the handlers.
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        ChildArgs {
-            init,
-            maps: [
-                (c"/proc/self/setgroups", b"deny".as_slice()),
-                (c"/proc/self/uid_map", uid_map.as_bytes()),
-                (c"/proc/self/gid_map", gid_map.as_bytes()),
-            ],
-            status: status_w.as_raw_fd(),
-            mask: old,
-        }
+    // No handler of this process may run in the child, which shares its memory: every
+    // signal waits until the child has reset the handlers.
+    let mut args = ChildArgs {
+        init,
+        maps: [
+            (c"/proc/self/setgroups", b"deny".as_slice()),
+            (c"/proc/self/uid_map", uid_map.as_bytes()),
+            (c"/proc/self/gid_map", gid_map.as_bytes()),
+        ],
+        status: status_w.as_raw_fd(),
+        mask: super::block_all_signals(),
     };
     let mut pidfd: RawFd = -1;
     let clone_flags = (flags as libc::c_int)
@@ -177,8 +170,7 @@ pub(crate) fn spawn_in_namespaces(flags: u64, init: &SpawnInit<'_>) -> Result<Ch
         )
     };
     let clone_err = io::Error::last_os_error();
-    // SAFETY: restores the mask saved above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &args.mask, std::ptr::null_mut()) };
+    super::set_signal_mask(&args.mask);
     drop(stack);
     drop(status_w);
     if pid < 0 {
@@ -235,24 +227,8 @@ extern "C" fn spawned_child(arg: *mut libc::c_void) -> libc::c_int {
         fail(Step::Exec, e);
     }
     // The handlers are this process's: default actions until the exec, then the mask it had.
-    for sig in 1..=libc::SIGRTMAX() {
-        if sig == libc::SIGKILL || sig == libc::SIGSTOP || (32..libc::SIGRTMIN()).contains(&sig) {
-            continue;
-        }
-        // SAFETY: sigaction reads and writes plain old data on this stack.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, std::ptr::null(), &mut sa) == 0
-                && sa.sa_sigaction != libc::SIG_DFL
-                && sa.sa_sigaction != libc::SIG_IGN
-            {
-                sa.sa_sigaction = libc::SIG_DFL;
-                libc::sigaction(sig, &sa, std::ptr::null_mut());
-            }
-        }
-    }
-    // SAFETY: restores the parent's mask, saved in `a`.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &a.mask, std::ptr::null_mut()) };
+    super::reset_caught_signals();
+    super::set_signal_mask(&a.mask);
     let e = a.init.exe.exec();
     fail(Step::Exec, e)
 }

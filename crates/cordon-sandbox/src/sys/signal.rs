@@ -54,6 +54,45 @@ pub fn exit_quietly_on_closed_stdout() {
     default_handler(libc::SIGPIPE);
 }
 
+/// Block every signal in the calling thread; returns the mask it had, for [`set_signal_mask`].
+pub(crate) fn block_all_signals() -> libc::sigset_t {
+    // SAFETY: both sets are plain old data, filled by sigfillset and by the call.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        old
+    }
+}
+
+/// Give the calling thread `mask` (async-signal-safe).
+pub(crate) fn set_signal_mask(mask: &libc::sigset_t) {
+    // SAFETY: `mask` is a valid set.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, mask, std::ptr::null_mut()) };
+}
+
+/// Reset every signal that has a handler to its default action; ignored ones stay ignored, as
+/// an exec keeps them (async-signal-safe: for a child that shares its parent's memory).
+pub(crate) fn reset_caught_signals() {
+    for sig in 1..=libc::SIGRTMAX() {
+        // glibc keeps 32 and 33 (and any up to SIGRTMIN) for itself.
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP || (32..libc::SIGRTMIN()).contains(&sig) {
+            continue;
+        }
+        // SAFETY: sigaction reads into plain old data on this stack.
+        let caught = unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(sig, std::ptr::null(), &mut sa) == 0
+                && sa.sa_sigaction != libc::SIG_DFL
+                && sa.sa_sigaction != libc::SIG_IGN
+        };
+        if caught {
+            default_handler(sig);
+        }
+    }
+}
+
 /// Unblock every signal (the child of a process that blocked some must not inherit that).
 pub(crate) fn unblock_all_signals() {
     // SAFETY: the set is initialised by sigemptyset before use.
