@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The path from `cordon run -- true`'s exec to its exit, by the kernel's own process events:
-when init is exec'd, when it forks the command's process (its spec has come and the view is
+when init starts (forked, or exec'd), when it forks the command's process (its spec has come and the view is
 built), when that process execs the command (nested namespace, Landlock, seccomp and the
 supervised exec done), when the command exits, when init exits, and when cordon exits. Beside
 it, bwrap's exec of the same command and its exit, and the CPU time of each start.
@@ -28,7 +28,7 @@ import scratch
 
 EVENT = re.compile(r"\s*(.+?)\s+(\d+)\s+\[\d+\]\s+([\d.]+):\s+sched:(\S+):\s*(.*)")
 CORDON_MARKS = [
-    ("init_exec", "cordon's exec to init's exec (arguments, policy beside init's clone)"),
+    ("init_exec", "cordon's exec to init's start (its fork by the namespaces' helper, or its exec)"),
     ("fork_cmd", "to the command's process forked (state layer, view, spec, init's mounts)"),
     ("cmd_exec", "to the command's exec (nested namespace, Landlock, seccomp, supervised exec)"),
     ("cmd_exit", "the command runs (`true`: its own exec and exit)"),
@@ -116,6 +116,16 @@ def report(text, rows, cpu):
         if ev == "sched_process_exec" and "filename=/proc/self/exe" in rest:
             cur["init"] = pid
             cur["init_exec"] = t
+        elif ev == "sched_process_fork" and "init" not in cur:
+            # A forked init (`sys::fork_init`): cordon's first fork is the namespaces' helper,
+            # whose one fork is init. An exec'd init's cordon forks threads, which fork nothing.
+            parent = int(re.search(r"\bpid=(\d+)", rest).group(1))
+            child = int(re.search(r"child_pid=(\d+)", rest).group(1))
+            if parent == cur["pid"] and "helper" not in cur:
+                cur["helper"] = child
+            elif parent == cur.get("helper"):
+                cur["init"] = child
+                cur["init_exec"] = t
         elif ev == "sched_process_fork" and "fork_cmd" not in cur and \
                 re.search(r"\bpid=%d " % cur.get("init", -1), rest):
             cur["fork_cmd"] = t

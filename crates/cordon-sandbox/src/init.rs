@@ -1,7 +1,9 @@
 //! The sandbox's init: PID 1 of the new PID namespace (sandbox side).
 //!
-//! Started by the supervisor as `cordon __cordon_init` inside fresh user, mount, PID, IPC,
-//! UTS, network and cgroup namespaces, as root of that user namespace. It builds the view,
+//! Started by the supervisor inside fresh user, mount, PID, IPC, UTS, network and cgroup
+//! namespaces, as root of that user namespace: forked from `cordon run` while that has one
+//! thread (no exec: `sys::fork_init`), or exec'd as `cordon __cordon_init` by a caller with
+//! threads. Either way it is named `cordon-init`. It builds the view,
 //! starts the command in a further, nested user and mount namespace (so every mount made here
 //! is locked and cannot be undone from inside), forwards signals to it, reaps orphans, and
 //! exits with the command's status. It keeps its own capabilities in the outer namespace for
@@ -382,6 +384,14 @@ fn command_child(spec: &InitSpec, slave: Option<OwnedFd>, report: OwnedFd) -> ! 
         }
     }
     drop(slave);
+    // Init is not dumpable, and a process forked from it starts the same. A forked init's
+    // memory belongs to the host's user namespace, not the sandbox's (no exec made it anew),
+    // and a non-dumpable process's /proc files to that namespace's root, so this process
+    // could not write its own id maps below. It becomes dumpable, as its exec would make it
+    // anyway: nothing else runs in the sandbox yet.
+    if let Err(e) = sys::set_dumpable(true) {
+        child_fail(r, "lock-mounts", e);
+    }
     if let Err(e) = enter_locked_namespace(spec.uid, spec.gid) {
         child_fail(r, "lock-mounts", e);
     }

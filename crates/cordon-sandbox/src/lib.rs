@@ -25,7 +25,9 @@
 //!
 //! Where `unsafe` is (nearly all of cordon's; `cordon-approval` has one `SO_PEERCRED` call):
 //! the wrappers in `sys` (among them `spawn_in_namespaces`, whose child shares the supervisor's
-//! memory until its exec); the filter's installer and listener ioctls in `seccomp`; and the
+//! memory until its exec, and `fork_init`, whose init runs in a copy of the supervisor's memory
+//! as it was before any thread or secret, its environment overwritten); the filter's
+//! installer and listener ioctls in `seccomp`; and the
 //! call of `sys::clone_into_namespaces` in `probe`, whose child keeps to async-signal-safe
 //! calls until it exits. Every block says why it is sound (`// SAFETY:`).
 //! Enforcement status is typed from the kernel call to the event ([`FenceStatus`] with
@@ -40,7 +42,8 @@
 //! # Ok(()) }
 //! ```
 //! A binary using this crate must call [`init_main`] first thing when its first argument is
-//! [`INIT_ARG`]: the sandbox's init is the same executable, re-executed inside the namespaces.
+//! [`INIT_ARG`]: the sandbox's init is the same executable, re-executed inside the namespaces,
+//! unless [`EarlyInit::start`] could fork it (one thread, nothing secret read yet).
 
 mod bundle;
 mod cgroup;

@@ -147,9 +147,10 @@ pub fn run_with_network(
 }
 
 /// The sandbox's init, cloned into its namespaces with its id maps and sent its network
-/// setup: it execs this binary and builds its side of the network (loopback, TUN, the
-/// gateway's sockets) beside whatever the host does next, then waits for its spec, which only
-/// [`Unborn::run`] sends. Dropped before that, it is killed and reaped: nothing ran.
+/// setup: it execs this binary (or was forked, [`EarlyInit`]) and builds its side of the
+/// network (loopback, TUN, the gateway's sockets) beside whatever the host does next, then
+/// waits for its spec, which only [`Unborn::run`] sends. Dropped before that, it is killed and
+/// reaped: nothing ran.
 #[derive(Debug)]
 pub struct Unborn {
     /// Both taken together when the sandbox takes over init (then a drop kills nothing).
@@ -184,7 +185,7 @@ pub fn adopt_init(
     let namespaces = namespaces(net_setup, emit);
     let early = early
         .filter(|_| namespaces == sys::SANDBOX_NAMESPACES)
-        .and_then(|mut e| e.parts.take());
+        .and_then(|mut e| e.take());
     let (sock, child) = match early {
         Some(parts) => parts,
         None => launch(namespaces, sys::getuid(), sys::getgid())?,
@@ -200,24 +201,52 @@ pub fn adopt_init(
     Ok(unborn)
 }
 
-/// The sandbox's init, cloned before the policy is read: the clone of its namespaces (a
-/// network namespace's among them, ~1 ms of the kernel's work) and init's exec then run beside
-/// the policy's load instead of after it (issue #18). It is cloned into the namespaces every
-/// mode but `host` uses, and told nothing: it waits for its network setup, which only
-/// [`adopt_init`] sends once the plan says what it is. Dropped before that, it is killed and
-/// reaped: nothing ran.
+/// The sandbox's init, started before the policy is read: the clone of its namespaces (a
+/// network namespace's among them, ~0.5 ms of the kernel's work) runs beside the policy's
+/// load instead of after it (issue #18). It is started in the namespaces every mode but
+/// `host` uses, and told nothing: it waits for its network setup, which only [`adopt_init`]
+/// sends once the plan says what it is. Dropped before that, it is killed and reaped: nothing
+/// ran.
 #[derive(Debug)]
 pub struct EarlyInit {
-    parts: Option<(OwnedFd, sys::Child)>,
+    started: Option<Started>,
+}
+
+/// How [`EarlyInit`] started init.
+#[derive(Debug)]
+enum Started {
+    /// Forked, no exec ([`sys::fork_init`]); its helper's report not read yet.
+    Forked(OwnedFd, sys::ForkedInit),
+    /// Exec'd ([`launch`]), when this process already had threads.
+    Spawned(OwnedFd, sys::Child),
 }
 
 impl EarlyInit {
-    /// Clone init now. Call it from the thread that will run the session: init dies with the
-    /// thread that cloned it. A failed clone is not reported here; [`adopt_init`] clones again
-    /// and reports what that one meets.
+    /// Start init now. Call it from the thread that will run the session (init dies with it),
+    /// and before this process has read anything secret: while the process has one thread,
+    /// init is forked without an exec and runs in a copy of this process's memory (its
+    /// environment overwritten; see `sys::fork_init`). With threads, init is exec'd. A
+    /// failed start is not reported here; [`adopt_init`] starts init again and reports what
+    /// that start meets.
     pub fn start() -> EarlyInit {
-        EarlyInit {
-            parts: launch(sys::SANDBOX_NAMESPACES, sys::getuid(), sys::getgid()).ok(),
+        let (uid, gid) = (sys::getuid(), sys::getgid());
+        let started = if sys::single_threaded() {
+            fork_launch(sys::SANDBOX_NAMESPACES, uid, gid)
+                .ok()
+                .map(|(sock, forked)| Started::Forked(sock, forked))
+        } else {
+            launch(sys::SANDBOX_NAMESPACES, uid, gid)
+                .ok()
+                .map(|(sock, child)| Started::Spawned(sock, child))
+        };
+        EarlyInit { started }
+    }
+
+    /// Its init, once started; `None` when the start failed (a failed one is reaped).
+    fn take(&mut self) -> Option<(OwnedFd, sys::Child)> {
+        match self.started.take()? {
+            Started::Forked(sock, forked) => forked.confirm().ok().map(|child| (sock, child)),
+            Started::Spawned(sock, child) => Some((sock, child)),
         }
     }
 }
@@ -232,7 +261,7 @@ fn kill_unstarted(parts: Option<(OwnedFd, sys::Child)>) {
 
 impl Drop for EarlyInit {
     fn drop(&mut self) {
-        kill_unstarted(self.parts.take());
+        kill_unstarted(self.take());
     }
 }
 
@@ -584,13 +613,39 @@ fn launch(namespaces: u64, uid: u32, gid: u32) -> Result<(OwnedFd, sys::Child), 
             gid,
         },
     );
-    let child = spawned.map_err(|e| match e {
+    let child = spawned.map_err(spawn_error)?;
+    drop(child_sock);
+    Ok((sock, child))
+}
+
+/// [`launch`] without an exec, for a process with one thread ([`sys::fork_init`]).
+fn fork_launch(
+    namespaces: u64,
+    uid: u32,
+    gid: u32,
+) -> Result<(OwnedFd, sys::ForkedInit), SandboxError> {
+    let (sock, child_sock) = sys::socketpair().map_err(|e| io_err("control socketpair", e))?;
+    let forked = sys::fork_init(
+        namespaces,
+        &sys::ForkInit {
+            control: child_sock.as_raw_fd(),
+            control_at: CONTROL_FD,
+            uid,
+            gid,
+            entry: crate::init::main,
+        },
+    )
+    .map_err(spawn_error)?;
+    drop(child_sock);
+    Ok((sock, forked))
+}
+
+fn spawn_error(e: sys::SpawnError) -> SandboxError {
+    match e {
         sys::SpawnError::Clone(source) => SandboxError::Namespaces { source },
         sys::SpawnError::IdMaps(source) => SandboxError::IdMaps { source },
         sys::SpawnError::Exec(source) => SandboxError::InitExec { source },
-    })?;
-    drop(child_sock);
-    Ok((sock, child))
+    }
 }
 
 /// What init hands over, besides the network, before the command starts.

@@ -199,6 +199,10 @@ pub(crate) fn own_dirs() -> Vec<(PathBuf, &'static str)> {
 }
 
 fn run(a: RunArgs) -> i32 {
+    // Init is started first, while this process has one thread and has read nothing secret
+    // (see `EarlyInit::start`), and its namespaces are made while the policy loads. Any
+    // return before the session takes it kills it.
+    let early = cordon_sandbox::EarlyInit::start();
     let project = match resolve_project(a.policy_args.project.as_deref()) {
         Ok(p) => p,
         Err(e) => {
@@ -213,15 +217,13 @@ fn run(a: RunArgs) -> i32 {
         .iter()
         .map(|s| s.to_string_lossy().into_owned())
         .collect();
-    // Init is cloned while the policy loads: the namespaces' clone and init's exec are off
-    // the path to the command's start. Any return before the session takes it kills it.
-    let (loaded, early) = std::thread::scope(|s| {
-        let loading = s.spawn(|| cordon_policy::load(&opts));
-        let early = cordon_sandbox::EarlyInit::start();
-        let loaded = loading
+    // On a thread of its own, so that this one sleeps meanwhile: where the kernel starts a new
+    // task on its parent's CPU (docs/benchmarks.md, start-up's twelfth round), init's helper,
+    // just forked, would otherwise wait until the policy is loaded.
+    let loaded = std::thread::scope(|s| {
+        s.spawn(|| cordon_policy::load(&opts))
             .join()
-            .unwrap_or_else(|p| std::panic::resume_unwind(p));
-        (loaded, early)
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
     });
     let loaded = match loaded {
         Ok(l) => l,

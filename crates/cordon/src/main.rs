@@ -26,7 +26,8 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    // The sandbox's init is this same executable, re-executed inside the namespaces.
+    // The sandbox's init is this same executable, re-executed inside the namespaces when it
+    // was not forked (`cordon_sandbox::EarlyInit`).
     if std::env::args_os()
         .nth(1)
         .is_some_and(|a| a == cordon_sandbox::INIT_ARG)

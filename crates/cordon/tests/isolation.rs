@@ -289,6 +289,111 @@ both!(pid_one_is_cordon_and_unreachable, |env: Env| {
     env.denied("cat /proc/1/environ");
 });
 
+/// Every readable mapping of `pid`, read through /proc/PID/mem (the test runs as root, which
+/// may read a non-dumpable process), and how often `needle` occurs in it.
+fn occurrences_in_memory(pid: u32, needle: &[u8]) -> usize {
+    use std::io::{Read, Seek, SeekFrom};
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    let mut hits = 0;
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (range, perms) = (f.next().unwrap(), f.next().unwrap());
+        let (a, b) = range.split_once('-').unwrap();
+        let (a, b) = (
+            u64::from_str_radix(a, 16).unwrap(),
+            u64::from_str_radix(b, 16).unwrap(),
+        );
+        // [vvar] and the like refuse reads: they hold nothing of the process's own.
+        let mut data = vec![0; (b - a) as usize];
+        if !perms.starts_with('r')
+            || mem.seek(SeekFrom::Start(a)).is_err()
+            || mem.read_exact(&mut data).is_err()
+        {
+            continue;
+        }
+        hits += data.windows(needle.len()).filter(|w| *w == needle).count();
+    }
+    hits
+}
+
+/// The child of `parent` named `comm`, once there is one.
+fn child_named(parent: u32, comm: &str) -> Option<u32> {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < end {
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+                continue;
+            };
+            let ppid: u32 = rest.split_whitespace().nth(1).unwrap().parse().unwrap();
+            let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if ppid == parent && name.trim_end() == comm {
+                return Some(pid);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    None
+}
+
+// Init is forked from cordon, not exec'd (issue #18): its memory starts as a copy of cordon's,
+// and cordon's environment holds the user's real keys. None of it may be in init's.
+both!(init_holds_none_of_the_hosts_environment, |env: Env| {
+    let secret = format!("cordon-real-key-{}-e5c1a9f04b", std::process::id());
+    let ready = env.project.join("init-memory-ready");
+    let mut child = env
+        .cordon()
+        .env("ANTHROPIC_API_KEY", &secret)
+        .env("CORDON_TEST_SECRET_TOKEN", &secret)
+        .args(["run", "--no-tty", "--", "sh", "-c"])
+        .arg(format!(
+            "touch {r} && while [ -e {r} ]; do sleep 0.05; done",
+            r = ready.display()
+        ))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !ready.exists() {
+        assert!(std::time::Instant::now() < end, "the command never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let host = child.id();
+    let init = child_named(host, "cordon-init").expect("cordon has a child named cordon-init");
+    let in_init = occurrences_in_memory(init, secret.as_bytes());
+    let environ = std::fs::read(format!("/proc/{init}/environ")).unwrap();
+    let cmdline = std::fs::read(format!("/proc/{init}/cmdline")).unwrap();
+    // Control: the value is there to be copied, in cordon's own memory.
+    let in_host = occurrences_in_memory(host, secret.as_bytes());
+    std::fs::remove_file(&ready).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert!(
+        in_host > 0,
+        "the scan found the key nowhere in cordon itself"
+    );
+    assert_eq!(
+        in_init, 0,
+        "init's memory holds the host's key {in_init} times"
+    );
+    assert!(
+        environ.iter().all(|&b| b == 0),
+        "init's environ: {environ:?}"
+    );
+    // Named as an exec'd init is, not with cordon's command line.
+    assert_eq!(
+        cmdline,
+        b"cordon-init\0",
+        "{:?}",
+        String::from_utf8_lossy(&cmdline)
+    );
+});
+
 both!(host_processes_cannot_be_signalled, |env: Env| {
     let mut sleeper = std::process::Command::new("sleep")
         .arg("30")

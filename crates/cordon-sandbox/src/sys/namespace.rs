@@ -111,6 +111,31 @@ pub(crate) enum SpawnError {
 enum Step {
     IdMaps = 1,
     Exec = 2,
+    /// [`fork_init`]'s helper: a namespace refused, or init's fork.
+    Namespaces = 3,
+}
+
+impl Step {
+    /// The error a 5-byte report (`[step, errno…]`) stands for.
+    fn error(report: &[u8; 5]) -> SpawnError {
+        let errno = i32::from_ne_bytes([report[1], report[2], report[3], report[4]]);
+        let e = io::Error::from_raw_os_error(errno);
+        match report[0] {
+            x if x == Step::IdMaps as u8 => SpawnError::IdMaps(e),
+            x if x == Step::Namespaces as u8 => SpawnError::Clone(e),
+            _ => SpawnError::Exec(e),
+        }
+    }
+
+    /// Report this step's failure on `status` and leave.
+    fn fail(self, status: RawFd, e: io::Error) -> ! {
+        let errno = e.raw_os_error().unwrap_or(libc::EIO).to_ne_bytes();
+        super::write_all_raw(
+            status,
+            &[self as u8, errno[0], errno[1], errno[2], errno[3]],
+        );
+        super::exit_now(125)
+    }
 }
 
 /// The child's arguments: what it runs, and where it reports a failed step.
@@ -187,13 +212,7 @@ pub(crate) fn spawn_in_namespaces(flags: u64, init: &SpawnInit<'_>) -> Result<Ch
     let n = super::read_raw(status_r.as_raw_fd(), &mut report);
     if n == 5 {
         let _ = super::waitpid(child.pid, false);
-        let errno = i32::from_ne_bytes([report[1], report[2], report[3], report[4]]);
-        let e = io::Error::from_raw_os_error(errno);
-        return Err(if report[0] == Step::IdMaps as u8 {
-            SpawnError::IdMaps(e)
-        } else {
-            SpawnError::Exec(e)
-        });
+        return Err(Step::error(&report));
     }
     Ok(child)
 }
@@ -203,12 +222,7 @@ pub(crate) fn spawn_in_namespaces(flags: u64, init: &SpawnInit<'_>) -> Result<Ch
 extern "C" fn spawned_child(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the parent's `ChildArgs`, alive while the parent is suspended.
     let a = unsafe { &*(arg as *const ChildArgs<'_>) };
-    let fail = |step: Step, e: io::Error| -> ! {
-        let errno = e.raw_os_error().unwrap_or(libc::EIO).to_ne_bytes();
-        let report = [step as u8, errno[0], errno[1], errno[2], errno[3]];
-        super::write_all_raw(a.status, &report);
-        super::exit_now(125)
-    };
+    let fail = |step: Step, e: io::Error| -> ! { step.fail(a.status, e) };
     let _ = super::set_pdeathsig(libc::SIGKILL);
     super::close_raw(a.init.parent_end);
     for (path, data) in a.maps {
@@ -231,6 +245,165 @@ extern "C" fn spawned_child(arg: *mut libc::c_void) -> libc::c_int {
     super::set_signal_mask(&a.mask);
     let e = a.init.exe.exec();
     fail(Step::Exec, e)
+}
+
+/// What the sandbox's init takes before its code runs, for [`fork_init`].
+pub(crate) struct ForkInit {
+    /// Init's end of the control channel, moved to `control_at` in init.
+    pub control: RawFd,
+    pub control_at: RawFd,
+    /// The caller's uid and gid, mapped to 0 in the new user namespace.
+    pub uid: u32,
+    pub gid: u32,
+    /// Init's code.
+    pub entry: fn() -> !,
+}
+
+/// Start the sandbox's init in fresh namespaces (`flags`, a user namespace among them)
+/// without an exec, so init pays neither the exec nor glibc's start again (its CPUID probes
+/// alone are ~0.7 ms on a VM that traps them, issue #18).
+///
+/// Sound only while this process has one thread ([`single_threaded`]), and only before it has
+/// read anything secret: init and a helper run ordinary Rust in copies of this memory.
+///
+/// This thread only forks a helper, a small process's plain fork: the namespaces are made by
+/// the helper while this thread goes on. The helper makes the user namespace and maps the
+/// caller's uid and gid to 0 in it (one line each, as `unshare --map-root-user` does),
+/// unshares the other namespaces, and forks init with `CLONE_PARENT`, so init is this
+/// process's child and pid 1 of the new pid namespace. The helper then reports init's pid
+/// and exits; [`ForkedInit::confirm`] reaps it and takes init.
+///
+/// Before its code runs, init dies with the thread that forked the helper
+/// (`PR_SET_PDEATHSIG`), takes its control channel at `control_at`, closes every other
+/// descriptor above stderr (an exec would have closed the close-on-exec ones; init needs none
+/// of the others), names itself `cordon-init` (`/proc/1/comm` and `cmdline`, as the exec'd
+/// init was named), and overwrites the environment it inherited: the host's environment holds
+/// the user's real keys, and init's memory is a copy of the host's.
+pub(crate) fn fork_init(flags: u64, init: &ForkInit) -> Result<ForkedInit, SpawnError> {
+    let uid_map = format!("0 {} 1\n", init.uid);
+    let gid_map = format!("0 {} 1\n", init.gid);
+    let (status_r, low) = super::pipe().map_err(SpawnError::Clone)?;
+    // Above init's control descriptor, which init's dup2 would otherwise close.
+    let status_w = dup_above(&low, init.control_at).map_err(SpawnError::Clone)?;
+    drop(low);
+    // SAFETY: with no namespace flags this is fork(); the caller guarantees one thread, so
+    // the helper may run any code in its copy of this memory (no lock is held by a thread
+    // that is not there).
+    let helper = match unsafe { clone_into_namespaces(0) } {
+        Ok(Some(helper)) => helper,
+        Ok(None) => {
+            let status = status_w.as_raw_fd();
+            helper_main(flags, status, [uid_map.as_bytes(), gid_map.as_bytes()]);
+            // Should the host go before this, init is not killed, but finds its control
+            // channel closed at its first read and leaves (it closes its copy of the host's
+            // end below, the helper's goes with the helper).
+            let _ = super::set_pdeathsig(libc::SIGKILL);
+            let taken = if init.control != init.control_at {
+                super::dup2(init.control, init.control_at)
+            } else {
+                super::clear_cloexec(init.control)
+            };
+            if taken.is_err() {
+                super::exit_now(125);
+            }
+            super::close_fds_from(3, &[init.control_at]);
+            super::scrub_environment();
+            super::name_init();
+            (init.entry)()
+        }
+        Err(e) => return Err(SpawnError::Clone(e)),
+    };
+    Ok(ForkedInit {
+        helper,
+        status: status_r,
+    })
+}
+
+/// [`fork_init`]'s helper: the namespaces, the id maps, init's fork. Returns in init only;
+/// the helper itself reports (init's pid, or the step that failed) on `status` and exits.
+fn helper_main(flags: u64, status: RawFd, [uid_map, gid_map]: [&[u8]; 2]) {
+    if let Err(e) = unshare(libc::CLONE_NEWUSER) {
+        Step::Namespaces.fail(status, e);
+    }
+    let maps = [
+        (c"/proc/self/setgroups", b"deny".as_slice()),
+        (c"/proc/self/uid_map", uid_map),
+        (c"/proc/self/gid_map", gid_map),
+    ];
+    for (path, data) in maps {
+        if let Err(e) = write_proc_file(path, data) {
+            Step::IdMaps.fail(status, e);
+        }
+    }
+    // Made by a process inside the new user namespace, these belong to it, as a clone with
+    // every flag at once would make them. The pid namespace is init's, not the helper's.
+    if let Err(e) = unshare((flags & !(libc::CLONE_NEWUSER as u64)) as libc::c_int) {
+        Step::Namespaces.fail(status, e);
+    }
+    let args = CloneArgs {
+        flags: libc::CLONE_PARENT as u64,
+        ..Default::default()
+    };
+    // SAFETY: clone3 without CLONE_VM or a stack is fork(); the helper has one thread. With
+    // CLONE_PARENT the child is the host's, with the host's exit signal (SIGCHLD).
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &args as *const CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    match pid {
+        0 => {}
+        p if p < 0 => Step::Namespaces.fail(status, io::Error::last_os_error()),
+        p => {
+            let p = (p as libc::pid_t).to_ne_bytes();
+            super::write_all_raw(status, &[0, p[0], p[1], p[2], p[3]]);
+            super::exit_now(0)
+        }
+    }
+}
+
+/// An init started by [`fork_init`] whose helper may still be at work.
+#[derive(Debug)]
+pub(crate) struct ForkedInit {
+    helper: Child,
+    /// The helper's report: `[0, pid…]`, or `[step, errno…]`.
+    status: OwnedFd,
+}
+
+impl ForkedInit {
+    /// Wait for the helper's report and reap it: init, or why there is none.
+    pub(crate) fn confirm(self) -> Result<Child, SpawnError> {
+        let mut report = [0u8; 5];
+        let n = super::read_raw(self.status.as_raw_fd(), &mut report);
+        let _ = super::waitpid(self.helper.pid, false);
+        if n != 5 {
+            return Err(SpawnError::Clone(io::Error::other(
+                "the namespaces' helper ended without a report",
+            )));
+        }
+        if report[0] != 0 {
+            return Err(Step::error(&report));
+        }
+        let pid = libc::pid_t::from_ne_bytes([report[1], report[2], report[3], report[4]]);
+        // SAFETY: pidfd_open takes a pid and flags; init is this process's child and not yet
+        // reaped, so its pid cannot have been reused.
+        let fd = cvt_long(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })
+            .map_err(SpawnError::Clone)?;
+        // SAFETY: the kernel just made this descriptor; nothing else owns it.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        Ok(Child { pid, pidfd })
+    }
+}
+
+/// Whether this process has one thread (`Threads:` in /proc/self/status).
+pub(crate) fn single_threaded() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .is_some_and(|n| n.trim() == "1")
+    })
 }
 
 /// A close-on-exec copy of `fd` numbered above `floor`.

@@ -143,3 +143,73 @@ impl PreparedExec {
         io::Error::last_os_error()
     }
 }
+
+unsafe extern "C" {
+    /// glibc's (POSIX's) environment block.
+    static mut environ: *mut *mut libc::c_char;
+}
+
+/// Overwrite every string of this process's environment with zeros and empty it. For a
+/// process forked to run code of its own ([`super::fork_init`]): its copy of the parent's
+/// memory would otherwise hold the parent's environment, the user's real keys among it, also
+/// where `/proc/PID/environ` shows it.
+pub(crate) fn scrub_environment() {
+    // SAFETY: the caller has one thread, so nothing reads or changes the environment
+    // meanwhile. Each entry is a NUL-terminated string in writable memory (the kernel's
+    // block on the stack, or the heap's for one set later), overwritten within its length;
+    // the array ends with a null pointer.
+    unsafe {
+        let block = environ;
+        if block.is_null() {
+            return;
+        }
+        let mut entry = block;
+        while !(*entry).is_null() {
+            let s = *entry;
+            std::ptr::write_bytes(s, 0, libc::strlen(s));
+            entry = entry.add(1);
+        }
+        *block = std::ptr::null_mut();
+    }
+}
+
+/// Name this process `cordon-init`, as an exec'd init is named: its `comm`, and its command
+/// line, overwritten where the kernel keeps it (the argument strings' own memory; a line
+/// shorter than the name keeps what fits). As `setproctitle` does, the area's last byte is
+/// left non-zero, so that the kernel shows the line up to its first NUL, not the whole area.
+pub(crate) fn name_init() {
+    const NAME: &[u8] = b"cordon-init\0";
+    // SAFETY: PR_SET_NAME copies at most 16 bytes from a NUL-terminated string.
+    unsafe { libc::prctl(libc::PR_SET_NAME, NAME.as_ptr(), 0, 0, 0) };
+    let Some((start, end)) = argument_area() else {
+        return;
+    };
+    let len = end.saturating_sub(start);
+    if len == 0 {
+        return;
+    }
+    // SAFETY: [start, end) is this process's argument block as the kernel reports it, in its
+    // writable stack mapping; the caller has one thread, and init reads no arguments (Rust's
+    // `std::env::args` would read these same strings).
+    unsafe {
+        let area = start as *mut u8;
+        std::ptr::write_bytes(area, 0, len);
+        std::ptr::copy_nonoverlapping(NAME.as_ptr(), area, NAME.len().min(len) - 1);
+        if len > NAME.len() {
+            *area.add(len - 1) = b' ';
+        }
+    }
+}
+
+/// `arg_start` and `arg_end` of /proc/self/stat (fields 48 and 49).
+fn argument_area() -> Option<(usize, usize)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, whose parentheses may hold anything: field 3 first.
+    let mut fields = stat
+        .get(stat.rfind(')')? + 1..)?
+        .split_whitespace()
+        .skip(45);
+    let start = fields.next()?.parse().ok()?;
+    let end = fields.next()?.parse().ok()?;
+    Some((start, end))
+}
