@@ -51,16 +51,9 @@ pub(crate) unsafe fn clone_into_namespaces(flags: u64) -> io::Result<Option<Chil
         exit_signal: libc::SIGCHLD as u64,
         ..Default::default()
     };
-    // SAFETY: clone3 with no CLONE_VM and no stack behaves like fork; the args struct and the
-    // pidfd slot live across the call. The caller upholds the post-fork restrictions.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            &args as *const CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
-        )
-    };
-    let pid = cvt_long(ret)? as libc::pid_t;
+    // SAFETY: the pidfd slot lives across the call; the caller upholds the post-fork
+    // restrictions.
+    let pid = unsafe { fork3(&args) }?;
     if pid == 0 {
         return Ok(None);
     }
@@ -344,24 +337,35 @@ fn helper_main(flags: u64, status: RawFd, [uid_map, gid_map]: [&[u8]; 2]) {
         flags: libc::CLONE_PARENT as u64,
         ..Default::default()
     };
-    // SAFETY: clone3 without CLONE_VM or a stack is fork(); the helper has one thread. With
+    // SAFETY: no pointer in `args`; the helper has one thread, so init may run any code. With
     // CLONE_PARENT the child is the host's, with the host's exit signal (SIGCHLD).
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            &args as *const CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
-        )
-    };
-    match pid {
-        0 => {}
-        p if p < 0 => Step::Namespaces.fail(status, io::Error::last_os_error()),
-        p => {
-            let p = (p as libc::pid_t).to_ne_bytes();
+    match unsafe { fork3(&args) } {
+        Ok(0) => {}
+        Ok(pid) => {
+            let p = pid.to_ne_bytes();
             super::write_all_raw(status, &[0, p[0], p[1], p[2], p[3]]);
             super::exit_now(0)
         }
+        Err(e) => Step::Namespaces.fail(status, e),
     }
+}
+
+/// `clone3` without `CLONE_VM` or a stack: a fork, as `args` says. 0 in the child.
+///
+/// # Safety
+/// Every pointer in `args` must be valid for the call, and the child may only run what is
+/// sound after a fork of this process (async-signal-safe calls, unless it has one thread).
+unsafe fn fork3(args: &CloneArgs) -> io::Result<libc::pid_t> {
+    // SAFETY: `args` is a live, fully initialised `clone_args` of the size passed; the
+    // caller vouches for its pointers and for the child.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            args as *const CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    cvt_long(ret).map(|pid| pid as libc::pid_t)
 }
 
 /// An init started by [`fork_init`] whose helper may still be at work.
