@@ -792,7 +792,9 @@ fn carve(root: &Path, excluded: &Holes, rules: &mut LandlockRules) {
     let mut entries: Vec<(PathBuf, std::fs::FileType)> = entries
         .filter_map(|e| e.ok().and_then(|e| Some((e.path(), e.file_type().ok()?))))
         .collect();
-    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    // By name: the same order as comparing the paths (one parent), without parsing each
+    // path's components at every comparison (~150 entries in /etc).
+    entries.sort_by(|a, b| a.0.file_name().cmp(&b.0.file_name()));
     for (p, kind) in entries {
         if excluded.covers(&p) {
             continue;
