@@ -1,27 +1,28 @@
-//! Layer 4's syscall filter: three seccomp-BPF programs, and the supervisor's side of the
+//! Layer 4's syscall filter: two seccomp-BPF programs, and the supervisor's side of the
 //! user-notification listener.
 //!
 //! F1 is written directly (a few dozen instructions: seccompiler's would be ~1,800 and cost
-//! ~1 ms to install at every start); F2 and F3 are compiled with seccompiler, then
-//! post-processed (see [`program`]):
+//! ~1 ms to install at every start); F2 is compiled with seccompiler, then post-processed (see
+//! [`program`]):
 //! - seccompiler answers a foreign architecture (e.g. i386 syscalls through `int 0x80` on
 //!   x86_64) with `SECCOMP_RET_KILL_PROCESS`; that instruction becomes `ERRNO(EPERM)`, so the
 //!   filter never kills silently;
-//! - seccompiler has no user-notification action, so F3 is compiled with a marker action,
+//! - seccompiler has no user-notification action, so F2 is compiled with a marker action,
 //!   `SECCOMP_RET_TRACE | 0x0CD0`, and every `ret` of exactly that value becomes
 //!   `SECCOMP_RET_USER_NOTIF`.
 //!
-//! Filters, in install order (the kernel runs all of them and takes the most restrictive
-//! action; of equally restrictive ones, the most recently installed filter's value wins):
-//! - **F1, allowlist**: every syscall of the native table except `clone3` is allowed
-//!   unconditionally (so the kernel's per-syscall action cache makes them nearly free); any
-//!   other number, x32 numbers (`nr | 0x40000000`) included, fails with EPERM.
-//! - **F2, ENOSYS**: `clone3` fails with ENOSYS, so glibc falls back to `clone`, whose flags F3
-//!   can inspect (clone3 passes them in memory, out of BPF's reach); as root, so does
-//!   `openat2`, whose mode is in memory too (callers fall back to `openat`). So does every
-//!   number in [`rules::NEWER_SYSCALLS`] missing from the table: syscalls added to Linux after
-//!   the table was generated. Programs probe new syscalls and fall back on ENOSYS, not on EPERM.
-//! - **F3, notify**: the built-in denials and `[syscalls] deny`, `execve`/`execveat` when
+//! Filters, in install order (the kernel runs both and takes the most restrictive action; of
+//! equally restrictive ones, the most recently installed filter's value wins):
+//! - **F1, allowlist**: every syscall of the native table is allowed unconditionally (so the
+//!   kernel's per-syscall action cache makes them nearly free), except those answered ENOSYS:
+//!   `clone3`, so glibc falls back to `clone`, whose flags F2 can inspect (clone3 passes them in
+//!   memory, out of BPF's reach); as root, `openat2`, whose mode is in memory too (callers fall
+//!   back to `openat`); and every number in [`rules::NEWER_SYSCALLS`] missing from the table:
+//!   syscalls added to Linux after the table was generated. Programs probe new syscalls and fall
+//!   back on ENOSYS, not on EPERM. Any other number, x32 numbers (`nr | 0x40000000`) included,
+//!   fails with EPERM. (The ENOSYS answers were a second program until issue #18: one program
+//!   fewer to install at every start.)
+//! - **F2, notify**: the built-in denials and `[syscalls] deny`, `execve`/`execveat` when
 //!   exec is supervised, and the argument-dependent denials (`unshare`/`clone` with
 //!   `CLONE_NEWUSER` unless `nested_userns`, `ioctl` `TIOCSTI`/`TIOCLINUX`, `socket` outside
 //!   AF_UNIX/AF_INET/AF_INET6/AF_NETLINK(route)), as root the calls that would give a file a
@@ -32,8 +33,8 @@
 //!   is gone, the kernel fails them with ENOSYS: closed, not open.
 //!
 //! The files, after gVisor's `runsc/boot/filter/config/` (rules as data beside the installer):
-//! - `rules`: what F3 catches, as data, and the rule a caught call is explained by;
-//! - `program`: compiling and patching the three programs;
+//! - `rules`: what F2 catches, as data, and the rule a caught call is explained by;
+//! - `program`: writing, compiling and patching the two programs;
 //! - `install`: the `seccomp` syscall, sandbox side (its only `unsafe` with `listener`'s);
 //! - `listener`: the supervisor's side of the notification descriptor (ioctls, `unsafe`);
 //! - `kernel_tests`: the whole filter on the running kernel, in a forked child.

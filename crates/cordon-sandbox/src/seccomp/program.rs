@@ -1,10 +1,9 @@
-//! The BPF programs: F1 written here (a walk over runs of allowed numbers), F2 and F3 compiled
-//! by seccompiler from the rules, then patched (the module documentation says why and how).
-
-use std::collections::BTreeMap;
+//! The BPF programs: F1 written here (a walk over runs of allowed numbers and of numbers
+//! answered ENOSYS), F2 compiled by seccompiler from the rules, then patched (the module
+//! documentation says why and how).
 
 use cordon_policy::{SyscallsPlan, syscall_table};
-use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, SeccompRule, TargetArch, sock_filter};
+use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch, sock_filter};
 
 use super::SeccompError;
 use super::rules::{NEWER_SYSCALLS, ROOT_ENOSYS, notify_rules};
@@ -43,7 +42,7 @@ fn target_arch() -> Result<TargetArch, SeccompError> {
     }
 }
 
-/// Builds the three filters for `plan`; `supervise_exec` also sends `execve`/`execveat` to the
+/// Builds the two filters for `plan`; `supervise_exec` also sends `execve`/`execveat` to the
 /// supervisor; `root` (the command's uid 0 is the host's) the calls that would set a set-id
 /// mode ([`super::rules::SET_ID_MODE_SETTERS`]), and with nested sandboxes those that write
 /// file capabilities ([`super::rules::FILE_CAPABILITY_WRITERS`]).
@@ -55,49 +54,34 @@ pub(crate) fn build(
     let arch = target_arch()?;
     let table = syscall_table::native();
 
-    // F1: the allowlist.
-    let allowed: Vec<i64> = table
-        .iter()
-        .filter(|(name, _)| *name != "clone3")
-        .map(|(_, nr)| *nr)
-        .collect();
-    let f1 = allowlist(audit_arch(arch), &allowed)?;
-
-    // F2: ENOSYS for clone3 and for syscalls newer than the table.
-    let mut enosys: BTreeMap<i64, Vec<SeccompRule>> = NEWER_SYSCALLS
-        .filter(|nr| syscall_table::name(*nr).is_none())
-        .map(|nr| (nr, Vec::new()))
-        .collect();
+    // F1: ENOSYS for clone3, for syscalls newer than the table and, as root, for openat2;
+    // the rest of the table allowed; anything else EPERM.
     let root_enosys = ROOT_ENOSYS.iter().filter(|_| root);
-    for nr in ["clone3"]
+    let mut enosys: Vec<i64> = ["clone3"]
         .iter()
         .chain(root_enosys)
         .filter_map(|n| syscall_table::nr(n))
-    {
-        enosys.insert(nr, Vec::new());
-    }
-    let f2 = SeccompFilter::new(
-        enosys,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::ENOSYS as u32),
-        arch,
-    )?;
+        .collect();
+    enosys.extend(NEWER_SYSCALLS.filter(|nr| syscall_table::name(*nr).is_none()));
+    let allowed: Vec<i64> = table
+        .iter()
+        .map(|(_, nr)| *nr)
+        .filter(|nr| !enosys.contains(nr))
+        .collect();
+    let f1 = allowlist(audit_arch(arch), &allowed, &enosys)?;
 
-    // F3: to the supervisor.
-    let f3 = SeccompFilter::new(
+    // F2: to the supervisor.
+    let f2 = SeccompFilter::new(
         notify_rules(plan, supervise_exec, root)?,
         SeccompAction::Allow,
         SeccompAction::Trace(NOTIFY_MARKER),
         arch,
     )?;
-
-    let mut programs = vec![f1];
-    for (i, f) in [f2, f3].into_iter().enumerate() {
-        let mut p: BpfProgram = f.try_into()?;
-        patch(&mut p, i == 1)?;
-        programs.push(p);
-    }
-    Ok(Filters { programs })
+    let mut f2: BpfProgram = f2.try_into()?;
+    patch(&mut f2, true)?;
+    Ok(Filters {
+        programs: vec![f1, f2],
+    })
 }
 
 fn audit_arch(arch: TargetArch) -> u32 {
@@ -108,25 +92,35 @@ fn audit_arch(arch: TargetArch) -> u32 {
     }
 }
 
-/// F1, written directly rather than by seccompiler: the same decision (another architecture
-/// or any number not in `allowed` fails with EPERM, the rest is allowed), as a walk over the
-/// runs of consecutive allowed numbers instead of one comparison per syscall. seccompiler's
-/// program for the ~360 calls was ~1,800 instructions, and installing it cost ~1 ms of kernel
-/// time at every start (the cBPF-to-eBPF conversion, the JIT, and the action cache emulating
-/// the program for every syscall number); this one is a few dozen. Numbers compare unsigned,
-/// so x32 numbers (`nr | 0x40000000`) and negative ones are above every run: EPERM.
-fn allowlist(arch: u32, allowed: &[i64]) -> Result<BpfProgram, SeccompError> {
-    let mut nrs: Vec<u32> = allowed
+/// F1, written directly rather than by seccompiler: another architecture fails with EPERM;
+/// of the native numbers, those in `enosys` fail with ENOSYS, those in `allowed` are allowed,
+/// and any other fails with EPERM. The program is a walk over the runs of consecutive numbers
+/// with the same answer instead of one comparison per syscall: seccompiler's program for the
+/// ~360 allowed calls was ~1,800 instructions, and installing it cost ~1 ms of kernel time at
+/// every start (the cBPF-to-eBPF conversion, the JIT, and the action cache emulating the
+/// program for every syscall number); this one is a few dozen. The ENOSYS answers were a
+/// filter of their own, compiled by seccompiler (~150 instructions, ~0.09 ms to install at
+/// every start: issue #18). Numbers compare unsigned, so x32 numbers (`nr | 0x40000000`) and
+/// negative ones are above every run: EPERM.
+fn allowlist(arch: u32, allowed: &[i64], enosys: &[i64]) -> Result<BpfProgram, SeccompError> {
+    let number =
+        |&n: &i64| u32::try_from(n).map_err(|_| SeccompError::Allowlist("a negative number"));
+    let mut nrs: Vec<(u32, bool)> = allowed
         .iter()
-        .map(|&n| u32::try_from(n).map_err(|_| SeccompError::Allowlist("a negative number")))
+        .map(|n| number(n).map(|n| (n, true)))
+        .chain(enosys.iter().map(|n| number(n).map(|n| (n, false))))
         .collect::<Result<_, _>>()?;
     nrs.sort_unstable();
     nrs.dedup();
-    let mut runs: Vec<(u32, u32)> = Vec::new();
-    for n in nrs {
+    if nrs.windows(2).any(|w| w[0].0 == w[1].0) {
+        return Err(SeccompError::Allowlist("a number both allowed and ENOSYS"));
+    }
+    // (first, last, allowed): runs of consecutive numbers with the same answer.
+    let mut runs: Vec<(u32, u32, bool)> = Vec::new();
+    for (n, allow) in nrs {
         match runs.last_mut() {
-            Some((_, hi)) if *hi + 1 == n => *hi = n,
-            _ => runs.push((n, n)),
+            Some((_, hi, a)) if *hi + 1 == n && *a == allow => *hi = n,
+            _ => runs.push((n, n, allow)),
         }
     }
     let stmt = |code, k| sock_filter {
@@ -143,19 +137,21 @@ fn allowlist(arch: u32, allowed: &[i64]) -> Result<BpfProgram, SeccompError> {
         stmt(BPF_RET_K, eperm),
         stmt(BPF_LD_W_ABS, DATA_NR),
     ];
-    // Run i: above it, on to run i+1; else at or above its start allowed, below it (a gap
-    // after the run before) denied. After the last run: denied.
+    // Run i: above it, on to run i+1; else at or above its start its answer, below it (a gap
+    // after the run before) denied. After the last run: denied. The three answers follow.
     let deny_at = p.len() + 2 * runs.len();
-    for (lo, hi) in &runs {
+    for (lo, hi, allow) in &runs {
         p.push(jump(BPF_JGT_K, *hi, 1, 0));
         let here = p.len() + 1;
         let to = |target: usize| {
             u8::try_from(target - here).map_err(|_| SeccompError::Allowlist("too many runs"))
         };
-        p.push(jump(BPF_JGE_K, *lo, to(deny_at + 1)?, to(deny_at)?));
+        let answer = if *allow { deny_at + 1 } else { deny_at + 2 };
+        p.push(jump(BPF_JGE_K, *lo, to(answer)?, to(deny_at)?));
     }
     p.push(stmt(BPF_RET_K, eperm));
     p.push(stmt(BPF_RET_K, SECCOMP_RET_ALLOW));
+    p.push(stmt(BPF_RET_K, SECCOMP_RET_ERRNO | libc::ENOSYS as u32));
     Ok(p)
 }
 

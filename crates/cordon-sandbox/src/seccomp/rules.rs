@@ -1,4 +1,4 @@
-//! What F3 sends to the supervisor, as data: the built-in and policy denials and the
+//! What F2 sends to the supervisor, as data: the built-in and policy denials and the
 //! argument-dependent ones, and, for a denial the supervisor logs, the rule that made it.
 
 use std::collections::BTreeMap;
@@ -10,9 +10,8 @@ use super::SeccompError;
 use crate::sys;
 
 /// Syscall numbers shared by every architecture since Linux 5.1 start at 424; numbers from
-/// here up that the table lacks are newer syscalls, answered ENOSYS by F2. The end is kept
-/// a little past today's kernels (about 470): every number is one more rule the kernel walks
-/// when it installs the filter, and numbers past the end still get EPERM from F1.
+/// here up that the table lacks are newer syscalls, answered ENOSYS by F1. The end is kept
+/// a little past today's kernels (about 470); numbers past it get EPERM from F1.
 pub(crate) const NEWER_SYSCALLS: std::ops::Range<i64> = 424..481;
 pub(super) const NETLINK_ROUTE: u64 = 0;
 /// Address families `socket` may create.
@@ -37,13 +36,13 @@ fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, Secco
 /// [`crate::sys::keeps_setfcap`]). Root of the sandbox is root of the host: a file capability
 /// it wrote (or a nested namespace's root, which maps to it, wrote) would be honoured on the
 /// host for whoever runs the file later. seccomp cannot read the attribute's name, so every
-/// name is refused; `setxattrat` (Linux 6.13) is newer than the syscall table and F2 answers
+/// name is refused; `setxattrat` (Linux 6.13) is newer than the syscall table and F1 answers
 /// it ENOSYS. Not liftable: `[syscalls] allow` names the built-in list only.
 pub const FILE_CAPABILITY_WRITERS: [&str; 3] = ["setxattr", "lsetxattr", "fsetxattr"];
 
 /// The syscalls that give a file its mode: (name, index of the mode argument, index of the
 /// flags that make the kernel use it, for the `open` family: `O_CREAT` or `O_TMPFILE`). As
-/// root, F3 denies them a mode with `S_ISUID` or `S_ISGID`: uid 0 of a root-run sandbox is the
+/// root, F2 denies them a mode with `S_ISUID` or `S_ISGID`: uid 0 of a root-run sandbox is the
 /// host's, and a set-id file it made in the project (or any writable path) would be a set-id
 /// root program on the host for any user who runs it (`chmod u+s`, `install -m 4755`,
 /// `tar -xp` and `cp -p` of one, `open(O_CREAT, 04755)`, `mknod`). Directories too: seccomp
@@ -52,8 +51,8 @@ pub const FILE_CAPABILITY_WRITERS: [&str; 3] = ["setxattr", "lsetxattr", "fsetxa
 /// (it keeps the bit, so asks for 02755) fails as root. `mkdir` needs no rule: the kernel
 /// drops set-id bits from its mode (a new directory is setgid only below one that is). Names
 /// the architecture lacks (`chmod`, `open`, `creat`, `mknod` on aarch64) are skipped;
-/// `fchmodat2`, where newer than the table, is ENOSYS from F2 and glibc falls back to
-/// `fchmodat`. `openat2` passes its mode in memory, out of BPF's reach: as root F2 answers it
+/// `fchmodat2`, where newer than the table, is ENOSYS from F1 and glibc falls back to
+/// `fchmodat`. `openat2` passes its mode in memory, out of BPF's reach: as root F1 answers it
 /// ENOSYS ([`ROOT_ENOSYS`]). io_uring's open is out of any filter's reach: it stays denied
 /// unless `[syscalls] allow` lifts it. Not liftable: `[syscalls] allow` names the built-in
 /// list only. A user's sandbox is unchanged: its set-id files are the user's own.
@@ -69,7 +68,7 @@ pub const SET_ID_MODE_SETTERS: [(&str, u8, Option<u8>); 9] = [
     ("mknodat", 2, None),
 ];
 
-/// Syscalls F2 answers ENOSYS as root: `openat2`, whose mode seccomp cannot read (see
+/// Syscalls F1 answers ENOSYS as root: `openat2`, whose mode seccomp cannot read (see
 /// [`SET_ID_MODE_SETTERS`]); systemd's `RestrictSUIDSGID=` does the same. Callers fall back to
 /// `openat`, as on kernels before 5.6 (gnulib, cap-std, containers/storage do on ENOSYS, not on
 /// EPERM); glibc's `open`, Rust's std, Python, Node, git and cargo never call it. One that
@@ -90,7 +89,7 @@ fn creating_flags() -> [u64; 2] {
     ]
 }
 
-/// F3's conditions for a set-id bit in argument `mode`, with a creating flag in `flags`.
+/// F2's conditions for a set-id bit in argument `mode`, with a creating flag in `flags`.
 fn set_id_rules(mode: u8, flags: Option<u8>) -> Result<Vec<SeccompRule>, SeccompError> {
     let mut out = Vec::new();
     for bit in SET_ID_BITS {
@@ -119,7 +118,7 @@ fn sets_id_bits(name: &str, args: &[u64; 6]) -> bool {
     creating && SET_ID_BITS.iter().any(|b| a(*mode) & b != 0)
 }
 
-/// F3's rules: syscall number → conditions (an empty list matches every call).
+/// F2's rules: syscall number → conditions (an empty list matches every call).
 /// `root`: the command runs as uid 0, the host's (see [`SET_ID_MODE_SETTERS`]); with
 /// `nested_userns` it keeps `CAP_SETFCAP` too (see [`FILE_CAPABILITY_WRITERS`]).
 pub(super) fn notify_rules(
@@ -243,7 +242,7 @@ const FAMILIES: &[(i32, &str)] = &[
 /// The rule that denied syscall `nr` with `args`, for the audit log and the terminal, e.g.
 /// `built-in: mount`, `/home/u/.config/cordon/cordon.toml:3: chroot`,
 /// `built-in: socket family 17 (AF_PACKET)`, `built-in: ioctl TIOCSTI`. A call no rule denies
-/// (which F3 does not send) gives `no rule: NAME`. `root` as for [`notify_rules`].
+/// (which F2 does not send) gives `no rule: NAME`. `root` as for [`notify_rules`].
 pub fn denial_rule(plan: &SyscallsPlan, root: bool, nr: i64, args: &[u64; 6]) -> String {
     let Some(name) = syscall_table::name(nr) else {
         return format!("built-in: unknown syscall {nr}");
