@@ -626,7 +626,10 @@ impl TcpListener {
         D: Device + ?Sized,
     {
         let mut iface_config = InterfaceConfig::new(HardwareAddress::Ip);
-        iface_config.random_seed = rand::random();
+        // cordon: from the OS's generator, not `rand::random()`: its thread-local ChaCha
+        // probes the CPU's features at first use (a dozen CPUID instructions, each trapped by
+        // a hypervisor), ~0.07 ms of every sandbox's start for one seed (issue #18).
+        iface_config.random_seed = rand::RngCore::next_u64(&mut rand::rngs::OsRng);
         let mut iface = Interface::new(iface_config, device, Instant::now());
         iface.update_ip_addrs(|ip_addrs| {
             ip_addrs
