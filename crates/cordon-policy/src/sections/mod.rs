@@ -334,10 +334,8 @@ pub(crate) struct Convert<'a> {
 
 /// The byte offsets of the line breaks in `src`, for [`Convert::newlines`].
 pub(crate) fn newlines(src: &str) -> Vec<usize> {
-    src.bytes()
-        .enumerate()
-        .filter_map(|(i, b)| (b == b'\n').then_some(i))
-        .collect()
+    // Searched, not scanned byte by byte: the built-in policy is ~26 KB read at every start.
+    src.match_indices('\n').map(|(i, _)| i).collect()
 }
 
 impl Convert<'_> {
