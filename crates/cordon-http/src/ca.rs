@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
@@ -78,10 +78,31 @@ pub struct CertAuthority {
     cert_pem: String,
     cert_der: CertificateDer<'static>,
     /// One key for every leaf of this process, as mitmproxy does: signing is the only
-    /// per-host work.
-    leaf_key: KeyPair,
-    leaf_signer: Arc<dyn rustls::sign::SigningKey>,
+    /// per-host work. Made by the first leaf, not with the CA: two P-256 operations that a
+    /// session without an intercepted connection never needs, off every start (issue #18).
+    leaf_key: OnceLock<LeafKey>,
     cache: Mutex<HashMap<String, Arc<CertifiedKey>>>,
+}
+
+/// The leaves' key pair, and the same key as rustls signs with it.
+struct LeafKey {
+    key: KeyPair,
+    signer: Arc<dyn rustls::sign::SigningKey>,
+}
+
+impl LeafKey {
+    fn new() -> Result<Self, CaError> {
+        let key =
+            KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(crypto("make a leaf key"))?;
+        let signer = rustls::crypto::ring::sign::any_ecdsa_type(&PrivateKeyDer::Pkcs8(
+            PrivatePkcs8KeyDer::from(key.serialize_der()),
+        ))
+        .map_err(|e| CaError::Crypto {
+            what: "load the leaf key".into(),
+            detail: e.to_string(),
+        })?;
+        Ok(LeafKey { key, signer })
+    }
 }
 
 impl std::fmt::Debug for CertAuthority {
@@ -138,21 +159,11 @@ impl CertAuthority {
             what: format!("read {}", cert_path.display()),
             detail: "no certificate in it".into(),
         })?;
-        let leaf_key =
-            KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(crypto("make a leaf key"))?;
-        let leaf_signer = rustls::crypto::ring::sign::any_ecdsa_type(&PrivateKeyDer::Pkcs8(
-            PrivatePkcs8KeyDer::from(leaf_key.serialize_der()),
-        ))
-        .map_err(|e| CaError::Crypto {
-            what: "load the leaf key".into(),
-            detail: e.to_string(),
-        })?;
         Ok(Self {
             issuer: Issuer::new(params, key),
             cert_pem,
             cert_der,
-            leaf_key,
-            leaf_signer,
+            leaf_key: OnceLock::new(),
             cache: Mutex::new(HashMap::new()),
         })
     }
@@ -193,12 +204,13 @@ impl CertAuthority {
             .unwrap_or(0);
         p.not_before = unix_to_offset(now.saturating_sub(86_400));
         p.not_after = unix_to_offset(now + 7 * 86_400);
+        let leaf_key = self.shared_leaf_key()?;
         let cert = p
-            .signed_by(&self.leaf_key, &self.issuer)
+            .signed_by(&leaf_key.key, &self.issuer)
             .map_err(crypto("sign a leaf"))?;
         let key = Arc::new(CertifiedKey::new(
             vec![cert.der().clone(), self.cert_der.clone()],
-            self.leaf_signer.clone(),
+            leaf_key.signer.clone(),
         ));
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if cache.len() >= MAX_CACHED {
@@ -206,6 +218,18 @@ impl CertAuthority {
         }
         cache.insert(host, key.clone());
         Ok(key)
+    }
+}
+
+impl CertAuthority {
+    /// The leaves' key, made at the first call. Two threads may both make one; the first
+    /// stored is every leaf's.
+    fn shared_leaf_key(&self) -> Result<&LeafKey, CaError> {
+        if let Some(k) = self.leaf_key.get() {
+            return Ok(k);
+        }
+        let made = LeafKey::new()?;
+        Ok(self.leaf_key.get_or_init(|| made))
     }
 }
 
@@ -317,6 +341,12 @@ pub(crate) mod tests {
             &ca.leaf("a.test").unwrap(),
             &ca.leaf("A.test.").unwrap()
         ));
+        // One key, made by the first leaf, signs every leaf of the process.
+        let fresh = CertAuthority::load_or_create(&ca_dir).unwrap();
+        assert!(fresh.leaf_key.get().is_none(), "no leaf key before a leaf");
+        let (x, y) = (fresh.leaf("x.test").unwrap(), fresh.leaf("y.test").unwrap());
+        assert!(Arc::ptr_eq(&x.key, &y.key));
+        assert!(Arc::ptr_eq(&x.key, &fresh.leaf_key.get().unwrap().signer));
     }
 
     #[test]
