@@ -767,6 +767,11 @@ impl Holes {
         p.ancestors().any(|a| self.holes.contains(a))
     }
 
+    /// `p` is a denied path itself.
+    fn is_hole(&self, p: &Path) -> bool {
+        self.holes.contains(p)
+    }
+
     /// `p` is a denied path or one lies beneath it.
     fn holds(&self, p: &Path) -> bool {
         self.holding.contains(p)
@@ -789,14 +794,19 @@ fn carve(root: &Path, excluded: &Holes, rules: &mut LandlockRules) {
         return;
     };
     // The entry type comes from getdents (d_type): no stat per entry for large dirs like /etc.
-    let mut entries: Vec<(PathBuf, std::fs::FileType)> = entries
-        .filter_map(|e| e.ok().and_then(|e| Some((e.path(), e.file_type().ok()?))))
+    let mut entries: Vec<(std::ffi::OsString, std::fs::FileType)> = entries
+        .filter_map(|e| {
+            e.ok()
+                .and_then(|e| Some((e.file_name(), e.file_type().ok()?)))
+        })
         .collect();
-    // By name: the same order as comparing the paths (one parent), without parsing each
-    // path's components at every comparison (~150 entries in /etc).
-    entries.sort_by(|a, b| a.0.file_name().cmp(&b.0.file_name()));
-    for (p, kind) in entries {
-        if excluded.covers(&p) {
+    // By name: the same order as comparing the paths (one parent), without parsing paths'
+    // components at every comparison (~150 entries in /etc).
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, kind) in entries {
+        let p = root.join(name);
+        // `root` lies in no hole (checked above): `p` does only if it is one.
+        if excluded.is_hole(&p) {
             continue;
         }
         if kind.is_symlink() {
