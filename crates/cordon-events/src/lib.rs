@@ -140,7 +140,8 @@ pub use event::{Action, Event, EventError, JUDGE_CALL, JudgeCall, Layer, NewEven
 pub use follow::Follower;
 pub use human::{SUBJECT_KEYS, format_human};
 pub use paths::{
-    data_dir, default_log_dir, default_log_path, is_valid_session_id, new_session_id, state_dir,
+    data_dir, default_log_dir, default_log_path, is_valid_session_id, new_session_id,
+    session_started_ms, state_dir,
 };
 pub use read::{SessionSummary, VerifyProblem, VerifyReport, list_sessions, read_log, verify};
 pub use sink::{AUDIT_UNWRITABLE, AuditHealth, AuditLog, MAX_HELD};

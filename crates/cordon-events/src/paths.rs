@@ -54,6 +54,31 @@ pub fn is_valid_session_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
+/// The start second a session id made by [`new_session_id`] names, in milliseconds since the
+/// epoch (floored to the second); `None` for any other id. Lets a scan of many sessions skip
+/// reading each one's metadata for its age.
+pub fn session_started_ms(id: &str) -> Option<u64> {
+    let b = id.as_bytes();
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
+    if b.len() < 16 || !digits(0..8) || b[8] != b'T' || !digits(9..15) || b[15] != b'Z' {
+        return None;
+    }
+    let stamp = format!(
+        "{}-{}-{}T{}:{}:{}Z",
+        &id[0..4],
+        &id[4..6],
+        &id[6..8],
+        &id[9..11],
+        &id[11..13],
+        &id[13..15]
+    );
+    let t = humantime::parse_rfc3339(&stamp).ok()?;
+    t.duration_since(UNIX_EPOCH)
+        .ok()
+        .and_then(|d| u64::try_from(d.as_millis()).ok())
+}
+
 /// cordon's own state directory: `$XDG_STATE_HOME/cordon`, else `$HOME/.local/state/cordon`;
 /// `None` when neither is set to an absolute path. Everything cordon keeps per session lives
 /// under it (audit logs, copy-on-write layers, broker sockets without a runtime dir), so one
@@ -112,6 +137,31 @@ mod tests {
         assert_eq!(&a[15..17], "Z-");
         assert!(a[..8].bytes().all(|b| b.is_ascii_digit()));
         assert!(a[17..].bytes().all(|b| b.is_ascii_hexdigit()));
+    }
+
+    #[test]
+    fn a_session_id_names_its_start_second() {
+        let before = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let id = new_session_id();
+        let t = session_started_ms(&id).unwrap();
+        assert!(t <= before + 1000 && t + 2000 >= before, "{t} {before}");
+        assert_eq!(t % 1000, 0);
+        assert_eq!(
+            session_started_ms("20261129T083012Z-1a2b3c4d"),
+            Some(1_795_941_012_000)
+        );
+        for other in [
+            "",
+            "x",
+            "20261129T083012-1a2b",
+            "2026112xT083012Z-1",
+            "20261399T083012Z-1",
+        ] {
+            assert_eq!(session_started_ms(other), None, "{other}");
+        }
     }
 
     #[test]

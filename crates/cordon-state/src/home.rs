@@ -474,6 +474,13 @@ impl StateStore {
         };
         let now = now_ms();
         for d in rd.flatten() {
+            // A session its id says began within the week is kept: its metadata, written when
+            // it began, cannot be older (a start reads every kept session's otherwise).
+            let named = d.file_name();
+            let started = named.to_str().and_then(cordon_events::session_started_ms);
+            if started.is_some_and(|t| now.saturating_sub(t) <= KEEP_HOME_MS) {
+                continue;
+            }
             let layer = d.path().join("home");
             if !layer.is_dir() {
                 continue;
@@ -499,6 +506,40 @@ mod tests {
     fn whiteout(p: &Path) {
         fs::write(p, "").unwrap();
         xattr::set(p, "user.overlay.whiteout", b"y").unwrap();
+    }
+
+    #[test]
+    fn home_layers_older_than_a_week_are_pruned_by_a_later_start() {
+        let t = tempfile::tempdir().unwrap();
+        let home = t.path().join("home");
+        fs::create_dir_all(&home).unwrap();
+        let store = StateStore::new(t.path().join("state"));
+        let spec = HomeSpec {
+            path: home.clone(),
+            skip: Vec::new(),
+        };
+        let begin = |id: &str| store.begin_with_home(id, &[], Some(&spec)).unwrap();
+        // Ids as new_session_id makes them: one from 2020, one of now. The old one's metadata
+        // says 2020 too (begin wrote now); a name of another shape is judged by its metadata.
+        let old = begin("20200101T000000Z-00000001");
+        let young = begin(&cordon_events::new_session_id());
+        let odd_old = begin("imported-session");
+        let odd_young = begin("imported-too");
+        // Its id says this week; its metadata is not read (a start would read every kept
+        // session's), so a date it says otherwise does not drop it.
+        let named_young = begin(&cordon_events::new_session_id());
+        for s in [&old, &odd_old, &named_young] {
+            let path = s.dir.join("meta.json");
+            let mut meta: serde_json::Value =
+                serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+            meta["created_ms"] = serde_json::json!(1_577_836_800_000u64);
+            fs::write(&path, meta.to_string()).unwrap();
+        }
+        store.prune_homes();
+        let layer = |s: &Session| s.dir.join("home").is_dir();
+        assert!(!layer(&old) && !layer(&odd_old), "a week old: dropped");
+        assert!(layer(&young) && layer(&odd_young), "younger: kept");
+        assert!(layer(&named_young), "its id says this week");
     }
 
     #[test]
