@@ -198,8 +198,9 @@ pub(crate) fn apply(rules: &LandlockRules) -> Result<FenceStatus, FenceError> {
         // kernel knobs are read-only mounts anyway.
         let proc = [PathBuf::from("/proc")];
         let write_files = BitFlags::from(AccessFs::WriteFile) & handled;
-        let sets: [(&[PathBuf], BitFlags<AccessFs>); 4] = [
+        let sets: [(&[PathBuf], BitFlags<AccessFs>); 5] = [
             (&rules.read, read),
+            (&rules.read_files, read & rules_in.file),
             (&rules.list_only, list),
             (&rules.write, all),
             (&proc, read | write_files),
@@ -435,6 +436,50 @@ mod tests {
                 return Err(15);
             }
             if std::fs::write(base.join("out/new"), "x").is_err() {
+                return Err(16);
+            }
+            Ok(())
+        });
+    }
+
+    /// A rule of `read_files` is added with a file's rights: the file reads; a directory that
+    /// stands at such a path by the time the rule is added (it was a file when the layout was
+    /// made) gets no more, so what is in it reads but it does not list.
+    #[test]
+    fn a_file_rule_grants_a_files_rights_whatever_stands_there() {
+        if sys::landlock_abi().is_err() {
+            assert!(
+                std::env::var_os("CORDON_TEST_STRICT").is_none_or(|v| v != "1"),
+                "CORDON_TEST_STRICT=1 and this kernel has no Landlock: the fence test cannot run"
+            );
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let base = t.path().canonicalize().unwrap();
+        std::fs::write(base.join("file"), "f").unwrap();
+        std::fs::create_dir_all(base.join("now-a-dir")).unwrap();
+        std::fs::write(base.join("now-a-dir/inner"), "i").unwrap();
+        std::fs::write(base.join("other"), "o").unwrap();
+        let rules = LandlockRules {
+            read_files: vec![base.join("file"), base.join("now-a-dir")],
+            ..Default::default()
+        };
+        in_child(|| {
+            sys::set_no_new_privs().map_err(|_| 10)?;
+            let st = apply(&rules).map_err(|_| 11)?;
+            if st.enforcement != Enforcement::Full {
+                return Err(12);
+            }
+            if std::fs::read(base.join("file")).is_err() {
+                return Err(13);
+            }
+            if std::fs::read(base.join("now-a-dir/inner")).is_err() {
+                return Err(14);
+            }
+            if std::fs::read_dir(base.join("now-a-dir")).is_ok() {
+                return Err(15);
+            }
+            if std::fs::read(base.join("other")).is_ok() {
                 return Err(16);
             }
             Ok(())

@@ -167,10 +167,23 @@ impl Staged {
 pub struct LandlockRules {
     /// Read, list and execute beneath each.
     pub read: Vec<PathBuf>,
+    /// Read and execute: entries the carve found to be no directory (their type from the
+    /// directory listing), so each rule is added with a file's rights at once instead of
+    /// being refused with a directory's first. One that became a directory since gets no
+    /// more than a file's rights beneath it.
+    #[serde(default)]
+    pub read_files: Vec<PathBuf>,
     /// List only: ancestors of a denied path, whose other entries are granted one by one.
     pub list_only: Vec<PathBuf>,
     /// Full access beneath each (writable binds and the sandbox's own tmpfs).
     pub write: Vec<PathBuf>,
+}
+
+impl LandlockRules {
+    /// Whether `p` has a read rule of its own.
+    pub fn grants_read(&self, p: &Path) -> bool {
+        self.read.iter().chain(&self.read_files).any(|r| r == p)
+    }
 }
 
 /// The concrete, ordered filesystem plan one sandbox is built from.
@@ -260,7 +273,7 @@ impl Layout {
                 content: content.to_string(),
             });
         }
-        if !self.landlock.read.contains(&target) {
+        if !self.landlock.grants_read(&target) {
             self.landlock.read.push(target.clone());
         }
         Ok(target)
@@ -298,7 +311,7 @@ impl Layout {
                     .unwrap_or_default();
                 shown.retain(|(p, _)| *p != rel);
                 shown.push((rel, content.to_string()));
-                if !self.landlock.read.contains(&target) {
+                if !self.landlock.grants_read(&target) {
                     self.landlock.read.push(target);
                 }
                 return Ok(());
@@ -817,10 +830,14 @@ fn carve(root: &Path, excluded: &Holes, rules: &mut LandlockRules) {
             }
             continue;
         }
-        if kind.is_dir() && excluded.holds(&p) {
-            carve(&p, excluded, rules);
+        if kind.is_dir() {
+            if excluded.holds(&p) {
+                carve(&p, excluded, rules);
+            } else {
+                rules.read.push(p);
+            }
         } else {
-            rules.read.push(p);
+            rules.read_files.push(p);
         }
     }
 }
@@ -969,7 +986,7 @@ mod tests {
             ("open.key", "ph"),
         ] {
             assert_eq!(l.show_copy(&home.join(f), c).unwrap(), home.join(f));
-            assert!(l.landlock.read.contains(&home.join(f)), "{f}");
+            assert!(l.landlock.grants_read(&home.join(f)), "{f}");
         }
         let gh = l
             .mounts
@@ -1090,6 +1107,8 @@ mod tests {
         }
         std::os::unix::fs::symlink(base.join("secret"), base.join("sneaky")).unwrap();
         std::os::unix::fs::symlink(base.join("a"), base.join("fine")).unwrap();
+        std::fs::write(base.join("b/file"), "f").unwrap();
+        std::fs::write(base.join("secret/key"), "k").unwrap();
         let l = prepare(&plan(
             &[&base],
             &[],
@@ -1100,9 +1119,12 @@ mod tests {
         assert!(r.list_only.contains(&base) && r.list_only.contains(&base.join("b")));
         assert!(r.read.contains(&base.join("a")) && r.read.contains(&base.join("b/c")));
         assert!(r.read.contains(&base.join("fine")));
+        // A file the listing found gets a file's rule; a link's target kind is not known.
+        assert_eq!(r.read_files, vec![base.join("b/file")]);
         assert!(
             !r.read
                 .iter()
+                .chain(&r.read_files)
                 .any(|p| p.starts_with(base.join("secret")) || p.starts_with(base.join("b/d")))
         );
         assert!(

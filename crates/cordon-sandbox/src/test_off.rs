@@ -85,6 +85,7 @@ pub(crate) fn apply(layout: &mut Layout, emit: &dyn Fn(NewEvent)) {
     if is_off(Off::Landlock) {
         layout.landlock = LandlockRules {
             read: Vec::new(),
+            read_files: Vec::new(),
             list_only: Vec::new(),
             write: vec!["/".into()],
         };
