@@ -375,18 +375,39 @@ mod tests {
         assert_eq!(serde_json::from_str::<FenceStatus>(&json).unwrap(), failed);
     }
 
-    /// Landlock alone (no mounts): in a forked child, a carved hole is unreadable while its
-    /// siblings stay readable and nothing outside the write set is writable.
-    #[test]
-    fn landlock_alone_denies_the_hole() {
-        if sys::landlock_abi().is_err() {
-            // In CI (CORDON_TEST_STRICT=1) a kernel without Landlock fails the suite rather
-            // than passing a test that tested nothing.
+    /// [`in_child`] restricted to `rules` first (no_new_privs, then [`apply`], which must
+    /// enforce fully), then `f`.
+    fn in_fenced_child(rules: &LandlockRules, f: impl FnOnce() -> Result<(), i32>) {
+        in_child(|| {
+            sys::set_no_new_privs().map_err(|_| 10)?;
+            let st = apply(rules).map_err(|_| 11)?;
+            if st.enforcement != Enforcement::Full {
+                return Err(12);
+            }
+            f()
+        });
+    }
+
+    /// This kernel's Landlock ABI, or `None` to skip a test that needs it. In CI
+    /// (CORDON_TEST_STRICT=1) a kernel without Landlock fails the suite rather than passing a
+    /// test that tested nothing.
+    fn landlock_or_skip() -> Option<i32> {
+        let abi = sys::landlock_abi().ok();
+        if abi.is_none() {
             assert!(
                 std::env::var_os("CORDON_TEST_STRICT").is_none_or(|v| v != "1"),
                 "CORDON_TEST_STRICT=1 and this kernel has no Landlock: the fence test cannot run"
             );
             eprintln!("skipped: no Landlock on this kernel");
+        }
+        abi
+    }
+
+    /// Landlock alone (no mounts): in a forked child, a carved hole is unreadable while its
+    /// siblings stay readable and nothing outside the write set is writable.
+    #[test]
+    fn landlock_alone_denies_the_hole() {
+        if landlock_or_skip().is_none() {
             return;
         }
         let t = tempfile::tempdir().unwrap();
@@ -410,12 +431,7 @@ mod tests {
         };
         let mut rules = crate::layout::prepare(&plan).landlock;
         rules.write = vec![base.join("out")];
-        in_child(|| {
-            sys::set_no_new_privs().map_err(|_| 10)?;
-            let st = apply(&rules).map_err(|_| 11)?;
-            if st.enforcement != Enforcement::Full {
-                return Err(12);
-            }
+        in_fenced_child(&rules, || {
             if std::fs::read(base.join("secret/key")).is_ok() {
                 return Err(13);
             }
@@ -447,11 +463,7 @@ mod tests {
     /// made) gets no more, so what is in it reads but it does not list.
     #[test]
     fn a_file_rule_grants_a_files_rights_whatever_stands_there() {
-        if sys::landlock_abi().is_err() {
-            assert!(
-                std::env::var_os("CORDON_TEST_STRICT").is_none_or(|v| v != "1"),
-                "CORDON_TEST_STRICT=1 and this kernel has no Landlock: the fence test cannot run"
-            );
+        if landlock_or_skip().is_none() {
             return;
         }
         let t = tempfile::tempdir().unwrap();
@@ -464,12 +476,7 @@ mod tests {
             read_files: vec![base.join("file"), base.join("now-a-dir")],
             ..Default::default()
         };
-        in_child(|| {
-            sys::set_no_new_privs().map_err(|_| 10)?;
-            let st = apply(&rules).map_err(|_| 11)?;
-            if st.enforcement != Enforcement::Full {
-                return Err(12);
-            }
+        in_fenced_child(&rules, || {
             if std::fs::read(base.join("file")).is_err() {
                 return Err(13);
             }
@@ -490,11 +497,7 @@ mod tests {
     /// and list-only on a file adds nothing; a directory keeps what it was given.
     #[test]
     fn a_rule_gets_its_kinds_share_of_the_rights() {
-        let Ok(abi) = sys::landlock_abi() else {
-            assert!(
-                std::env::var_os("CORDON_TEST_STRICT").is_none_or(|v| v != "1"),
-                "CORDON_TEST_STRICT=1 and this kernel has no Landlock: the fence test cannot run"
-            );
+        let Some(abi) = landlock_or_skip() else {
             return;
         };
         let t = tempfile::tempdir().unwrap();
