@@ -219,9 +219,7 @@ impl CertAuthority {
         cache.insert(host, key.clone());
         Ok(key)
     }
-}
 
-impl CertAuthority {
     /// The leaves' key, made at the first call. Two threads may both make one; the first
     /// stored is every leaf's.
     fn shared_leaf_key(&self) -> Result<&LeafKey, CaError> {

@@ -58,7 +58,17 @@ pub(crate) fn parse_built_in_part(
     ctx: &Context<'_>,
     keep: Keep<'_>,
 ) -> Result<ParsedFile, PolicyError> {
-    let kept = blank_but(src, keep, &mut |_| {});
+    parse_blanked(src, ctx, keep, &mut |_| {})
+}
+
+/// [`parse_built_in_part`], telling `profile` each profile a header names.
+fn parse_blanked<'s>(
+    src: &'s str,
+    ctx: &Context<'_>,
+    keep: Keep<'_>,
+    profile: &mut dyn FnMut(&'s str),
+) -> Result<ParsedFile, PolicyError> {
+    let kept = blank_but(src, keep, profile);
     let mut parsed = parse_built_in(&kept, ctx)?;
     parsed.src = src.to_string();
     Ok(parsed)
@@ -107,9 +117,7 @@ pub(crate) fn parse_built_in_agents(
 ) -> Result<ParsedFile, PolicyError> {
     let agents = |t: Option<(&str, &str)>| t.is_none_or(|(_, table)| table == "agent");
     let mut profiles = Vec::new();
-    let kept = blank_but(src, &agents, &mut |name| profiles.push(name));
-    let mut parsed = parse_built_in(&kept, ctx)?;
-    parsed.src = src.to_string();
+    let mut parsed = parse_blanked(src, ctx, &agents, &mut |name| profiles.push(name))?;
     for name in profiles {
         parsed.profiles.entry(name.to_string()).or_default();
     }
