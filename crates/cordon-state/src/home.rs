@@ -393,6 +393,8 @@ impl Session {
 
     /// Remove the session from the store altogether — for one that changed nothing (no
     /// protected change, nothing written in the home). Refused once an accept applied some.
+    /// A session with only a home layer, which holds nothing, leaves its directories for a later
+    /// session to start in (see `store::spare`).
     pub fn forget(&self) -> Result<(), StateError> {
         let _lock = self.hold_running()?;
         let meta = self.meta()?;
@@ -402,6 +404,13 @@ impl Session {
                 status: meta.status.to_string(),
                 msg: "some of its changes were applied; it stays for restore".into(),
             });
+        }
+        if meta.entries.is_empty()
+            && meta.home.is_some()
+            && let Some(root) = self.dir.parent()
+            && crate::store::park(root, &self.id)
+        {
+            return Ok(());
         }
         fsops::remove_tree(&self.dir)
     }

@@ -111,6 +111,68 @@ both!(a_session_that_writes_nothing_leaves_nothing, |env: Env| {
     );
 });
 
+/// The skeletons sessions that wrote nothing left for later ones (cordon-state's `spare`).
+fn spares(env: &Env) -> Vec<String> {
+    let pool = env.base.join("state/cordon/state/.spare");
+    let mut names: Vec<String> = std::fs::read_dir(&pool)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+both!(
+    a_session_starts_in_the_directories_an_earlier_empty_one_left,
+    |env: Env| {
+        let before = tree(&env.home, &own_dirs(&env));
+        let listing = "ls -A ~; stat -c %a ~";
+        // Two sessions whose layer ends empty: a file made and removed, the home's mode changed and
+        // changed back. What each sees of the home is what a fresh session sees.
+        let mut fresh = Vec::new();
+        for _ in 0..2 {
+            let o = env.run(&format!(
+                "set -e; {listing}; echo x > ~/scratch; rm ~/scratch; m=$(stat -c %a ~); \
+             chmod 700 ~; chmod $m ~"
+            ));
+            assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+            assert!(!stderr(&o).contains("not kept"), "{}", show(&o));
+            fresh.push(String::from_utf8_lossy(&o.stdout).into_owned());
+        }
+        assert_eq!(fresh[0], fresh[1]);
+        let parked = spares(&env);
+        assert_eq!(parked.len(), 2, "{parked:?}");
+        // The third starts in the first one's: the same home, nothing of theirs, and what it writes
+        // is its own and not kept.
+        let o = env.run(&format!("set -e; {listing}; echo mine > ~/x; cat ~/x"));
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout),
+            format!("{}mine\n", fresh[0]),
+            "{}",
+            show(&o)
+        );
+        assert!(
+            stderr(&o).contains("1 path written in the home"),
+            "{}",
+            show(&o)
+        );
+        assert_eq!(
+            spares(&env),
+            vec![parked[1].clone()],
+            "the oldest was taken"
+        );
+        assert_eq!(
+            tree(&env.home, &own_dirs(&env)),
+            before,
+            "the host home changed"
+        );
+    }
+);
+
 /// The state paths each built-in profile protects, as the first run of the agent creates them.
 const PROFILES: &[(&str, &[&str])] = &[
     ("claude", &[".claude/settings.json", ".claude.json"]),

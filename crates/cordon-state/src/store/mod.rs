@@ -2,6 +2,7 @@
 //!
 //! - here: the public types, a session's record on disk, the running lock;
 //! - [`session`]: preparing a session (`begin`), opening and listing sessions, discarding;
+//! - [`spare`]: the directories of sessions that left nothing, kept for the next to start in;
 //! - [`review`]: what a session changed (`plan`), described and summarised for a reviewer;
 //! - [`accept`]: applying reviewed changes to the host, one file at a time;
 //! - [`restore`]: bringing protected paths back to a snapshot;
@@ -21,10 +22,12 @@ mod paths;
 mod restore;
 mod review;
 mod session;
+mod spare;
 
 pub(crate) use accept::apply_one;
 use paths::all_normal;
 pub use paths::{resolve_path, resolve_path_below};
+pub(crate) use spare::park;
 
 pub use cordon_events::is_valid_session_id;
 

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::fs::{self, DirBuilder, Permissions};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use super::{Entry, Session, SessionInfo, StateStore, check_id, is_valid_session_id, resolve_path};
@@ -225,23 +225,8 @@ impl StateStore {
         let root_canon = fs::canonicalize(&self.root).map_err(io_err("resolve", &self.root))?;
         check_overlaps(&found.resolved, &root_canon)?;
 
-        let dir = self.session_dir(session);
-        match DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                return Err(StateError::SessionExists {
-                    id: session.to_owned(),
-                    path: dir,
-                });
-            }
-            Err(e) => return Err(io_err("create session directory", &dir)(e)),
-        }
         // Nothing to review means nothing a crash could lose but scratch: no fsyncs for it.
         let durable = !found.resolved.is_empty();
-        if durable {
-            fsops::fsync_dir(&self.root)?;
-        }
-        let meta_path = dir.join("meta.json");
         let mut meta = Meta {
             version: 1,
             id: session.to_owned(),
@@ -257,6 +242,32 @@ impl StateStore {
             snapshot_removed: false,
             home: home.map(crate::home::MetaHome::of),
         };
+        if !durable && let Some(h) = home {
+            meta.prepared = true;
+            let mode = fs::metadata(&h.path)
+                .map_err(io_err("inspect home", &h.path))?
+                .mode();
+            if super::spare::claim(&self.root, &meta, mode)? {
+                self.prune_homes();
+                return self.open(session);
+            }
+            meta.prepared = false;
+        }
+        let dir = self.session_dir(session);
+        match DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(StateError::SessionExists {
+                    id: session.to_owned(),
+                    path: dir,
+                });
+            }
+            Err(e) => return Err(io_err("create session directory", &dir)(e)),
+        }
+        if durable {
+            fsops::fsync_dir(&self.root)?;
+        }
+        let meta_path = dir.join("meta.json");
         if !durable {
             meta.prepared = true;
             meta.save_quick(&meta_path)?;
