@@ -74,7 +74,13 @@ fn ca_params() -> CertificateParams {
 /// The CA: its key (never leaves this process), its certificate (what the sandbox trusts),
 /// and a cache of leaf certificates by host.
 pub struct CertAuthority {
-    issuer: Issuer<'static, KeyPair>,
+    /// Made from `key_der` by the first leaf: checking a stored key is a P-256 operation
+    /// (and ring's start-up) that a session without an intercepted connection never needs,
+    /// off every start (issue #18). A new CA's is there from the start.
+    issuer: OnceLock<Issuer<'static, KeyPair>>,
+    /// The key as read from `key_path` (PKCS#8).
+    key_der: PrivatePkcs8KeyDer<'static>,
+    key_path: PathBuf,
     cert_pem: String,
     cert_der: CertificateDer<'static>,
     /// One key for every leaf of this process, as mitmproxy does: signing is the only
@@ -118,7 +124,8 @@ impl CertAuthority {
     pub fn load_or_create(dir: &Path) -> Result<Self, CaError> {
         let key_path = dir.join("ca-key.pem");
         let cert_path = dir.join("ca-cert.pem");
-        let key = if key_path.exists() {
+        let issuer = OnceLock::new();
+        let key_der = if key_path.exists() {
             let mode = std::fs::metadata(&key_path)
                 .map_err(io(&key_path))?
                 .permissions()
@@ -126,8 +133,12 @@ impl CertAuthority {
             if mode & 0o077 != 0 {
                 return Err(CaError::Exposed(key_path, mode & 0o777));
             }
-            let pem = std::fs::read_to_string(&key_path).map_err(io(&key_path))?;
-            KeyPair::from_pem(&pem).map_err(crypto("read the CA key"))?
+            let pem = std::fs::read(&key_path).map_err(io(&key_path))?;
+            use rustls::pki_types::pem::PemObject;
+            PrivatePkcs8KeyDer::from_pem_slice(&pem).map_err(|e| CaError::Crypto {
+                what: format!("read the CA key {}", key_path.display()),
+                detail: format!("no PKCS#8 private key in it ({e})"),
+            })?
         } else {
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -138,17 +149,19 @@ impl CertAuthority {
                 .map_err(crypto("make the CA key"))?;
             write_new(&key_path, key.serialize_pem().as_bytes(), 0o600)?;
             let _ = std::fs::remove_file(&cert_path);
-            key
+            let der = PrivatePkcs8KeyDer::from(key.serialize_der());
+            let _ = issuer.set(Issuer::new(ca_params(), key));
+            der
         };
-        let params = ca_params();
         let cert_pem = match std::fs::read_to_string(&cert_path) {
             Ok(pem) => pem,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let mut p = params.clone();
+                let mut p = ca_params();
                 p.not_before = rcgen::date_time_ymd(2025, 1, 1);
                 p.not_after = rcgen::date_time_ymd(2035, 1, 1);
+                let ca = Self::issuer_of(&issuer, &key_der, &key_path)?;
                 let cert = p
-                    .self_signed(&key)
+                    .self_signed(ca.key())
                     .map_err(crypto("make the CA certificate"))?;
                 write_new(&cert_path, cert.pem().as_bytes(), 0o644)?;
                 cert.pem()
@@ -160,12 +173,39 @@ impl CertAuthority {
             detail: "no certificate in it".into(),
         })?;
         Ok(Self {
-            issuer: Issuer::new(params, key),
+            issuer,
+            key_der,
+            key_path,
             cert_pem,
             cert_der,
             leaf_key: OnceLock::new(),
             cache: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Checks the CA's key as the first leaf would (`cordon doctor`: a key file that is PEM
+    /// but not a usable key is found before a connection needs it).
+    pub fn check_key(&self) -> Result<(), CaError> {
+        Self::issuer_of(&self.issuer, &self.key_der, &self.key_path).map(|_| ())
+    }
+
+    /// The issuer in `cell`, made from the key `der` at the first call. Two threads may both
+    /// make one; the first stored is kept.
+    fn issuer_of<'a>(
+        cell: &'a OnceLock<Issuer<'static, KeyPair>>,
+        der: &PrivatePkcs8KeyDer<'static>,
+        path: &Path,
+    ) -> Result<&'a Issuer<'static, KeyPair>, CaError> {
+        if let Some(i) = cell.get() {
+            return Ok(i);
+        }
+        let key = KeyPair::try_from(&PrivateKeyDer::Pkcs8(der.clone_key())).map_err(|e| {
+            CaError::Crypto {
+                what: format!("read the CA key {}", path.display()),
+                detail: e.to_string(),
+            }
+        })?;
+        Ok(cell.get_or_init(|| Issuer::new(ca_params(), key)))
     }
 
     /// The CA certificate (PEM), for the sandbox's trust bundle.
@@ -204,9 +244,10 @@ impl CertAuthority {
             .unwrap_or(0);
         p.not_before = unix_to_offset(now.saturating_sub(86_400));
         p.not_after = unix_to_offset(now + 7 * 86_400);
+        let issuer = Self::issuer_of(&self.issuer, &self.key_der, &self.key_path)?;
         let leaf_key = self.shared_leaf_key()?;
         let cert = p
-            .signed_by(&leaf_key.key, &self.issuer)
+            .signed_by(&leaf_key.key, issuer)
             .map_err(crypto("sign a leaf"))?;
         let key = Arc::new(CertifiedKey::new(
             vec![cert.der().clone(), self.cert_der.clone()],
@@ -339,12 +380,38 @@ pub(crate) mod tests {
             &ca.leaf("a.test").unwrap(),
             &ca.leaf("A.test.").unwrap()
         ));
-        // One key, made by the first leaf, signs every leaf of the process.
+        // One key, made by the first leaf, signs every leaf of the process; the stored CA
+        // key too is made into the issuer by the first leaf.
         let fresh = CertAuthority::load_or_create(&ca_dir).unwrap();
         assert!(fresh.leaf_key.get().is_none(), "no leaf key before a leaf");
+        assert!(fresh.issuer.get().is_none(), "no CA key pair before a leaf");
         let (x, y) = (fresh.leaf("x.test").unwrap(), fresh.leaf("y.test").unwrap());
         assert!(Arc::ptr_eq(&x.key, &y.key));
         assert!(Arc::ptr_eq(&x.key, &fresh.leaf_key.get().unwrap().signer));
+    }
+
+    #[test]
+    fn a_key_file_that_is_no_key_is_refused_at_load_or_at_the_first_leaf() {
+        let dir = tempfile::tempdir().unwrap();
+        CertAuthority::load_or_create(dir.path()).unwrap();
+        let key = dir.path().join("ca-key.pem");
+        // Not PEM at all: refused at load, naming the file.
+        std::fs::write(&key, "not a key\n").unwrap();
+        let e = CertAuthority::load_or_create(dir.path()).unwrap_err();
+        assert!(e.to_string().contains("ca-key.pem"), "{e}");
+        // PEM, but not a P-256 key: the check (`cordon doctor`) and the first leaf refuse it,
+        // and no leaf is ever signed with it.
+        std::fs::write(
+            &key,
+            "-----BEGIN PRIVATE KEY-----\nMAMCAQA=\n-----END PRIVATE KEY-----\n",
+        )
+        .unwrap();
+        let ca = CertAuthority::load_or_create(dir.path()).unwrap();
+        let e = ca.check_key().unwrap_err();
+        assert!(e.to_string().contains("read the CA key"), "{e}");
+        assert!(e.to_string().contains("ca-key.pem"), "{e}");
+        assert!(ca.leaf("x.test").is_err());
+        assert!(ca.cache.lock().unwrap().is_empty());
     }
 
     #[test]

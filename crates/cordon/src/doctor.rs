@@ -147,8 +147,8 @@ fn ca() -> Check {
             ),
         )
     } else {
-        match cordon_http::CertAuthority::load_or_create(&dir) {
-            Ok(_) => check(
+        match cordon_http::CertAuthority::load_or_create(&dir).and_then(|ca| ca.check_key()) {
+            Ok(()) => check(
                 Layer::Http,
                 "cordon's CA",
                 Support::Ok,
