@@ -44,6 +44,13 @@ pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
 }
 
 /// fsync a directory, so a rename or create inside it is durable.
+/// fsync a regular file (opened without following a symlink).
+pub(crate) fn fsync_file(path: &Path) -> Result<(), StateError> {
+    open_regular(path)
+        .and_then(|f| f.sync_all())
+        .map_err(io_err("fsync", path))
+}
+
 pub(crate) fn fsync_dir(path: &Path) -> Result<(), StateError> {
     File::open(path)
         .and_then(|d| d.sync_all())

@@ -170,6 +170,12 @@ impl Manifest {
     pub fn save(&self, path: &Path) -> Result<(), StateError> {
         fsops::write_json(path, self, true)
     }
+
+    /// [`Manifest::save`] without fsyncs (a session's `begin`: see
+    /// `Session::make_durable`).
+    pub(crate) fn save_quick(&self, path: &Path) -> Result<(), StateError> {
+        fsops::write_json(path, self, false)
+    }
 }
 
 /// BLAKE3 hex of a regular file's content (opened without following symlinks) and its size.

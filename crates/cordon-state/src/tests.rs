@@ -166,6 +166,29 @@ fn begin_snapshots_and_prepares_without_touching_the_host() {
 }
 
 #[test]
+fn what_begin_wrote_without_fsyncs_is_made_durable_by_an_accept() {
+    let f = fixture();
+    let s = f.store.begin("s1", &protect(&f)).unwrap();
+    // The snapshot holds a file, a directory and a symlink (kept as one, not followed); a
+    // protected file's entry has no snapshot tree.
+    let snap = &s.entries[0].snapshot;
+    assert!(
+        fs::symlink_metadata(snap.join("link"))
+            .unwrap()
+            .is_symlink()
+    );
+    assert!(snap.join("sub").is_dir());
+    let taken = scan(snap).unwrap().root_hash();
+    s.make_durable().unwrap();
+    // An accept with something to apply goes through it, and still applies.
+    simulate_agent(&s);
+    let report = s.accept(&[]).unwrap();
+    assert!(report.accepted, "{report:?}");
+    // The way back is as begin took it.
+    assert_eq!(scan(snap).unwrap().root_hash(), taken);
+}
+
+#[test]
 fn changes_flags_summary() {
     let f = fixture();
     let s = f.store.begin("s1", &protect(&f)).unwrap();

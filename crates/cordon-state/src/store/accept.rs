@@ -26,6 +26,9 @@ impl Session {
         }
         let mut meta = self.meta()?;
         let plans = self.plan()?;
+        if !plans.is_empty() {
+            self.make_durable()?;
+        }
         let mut selected: Vec<&Planned> = if only.is_empty() {
             plans.iter().collect()
         } else {

@@ -168,7 +168,7 @@ fn prepare_entry(
         let (m, root) = snapshot_entry(host, kind, &edir.join("snapshot"))?;
         (m, Some(root))
     };
-    m.save(&edir.join("manifest.json"))?;
+    m.save_quick(&edir.join("manifest.json"))?;
     match (kind, root_node) {
         // Its changes land in the home's layer.
         _ if is_embedded => {}
@@ -194,7 +194,6 @@ fn prepare_entry(
                 })?;
         }
     }
-    fsops::fsync_dir(edir)?;
     Ok(m.root_hash())
 }
 
@@ -202,8 +201,14 @@ impl StateStore {
     /// Prepare a session: for each existing protected path, take a snapshot (manifest +
     /// hard-linked copy of every regular file where possible, else a copy) and create the overlay
     /// dirs (for a dir) or the working copy (for a file). Paths that do not exist are skipped
-    /// (reported in [`Session::skipped`]). Writes `SESSION/meta.json` first and fsyncs it, so a
-    /// kill -9 at any later point leaves a listable pending session.
+    /// (reported in [`Session::skipped`]). Writes `SESSION/meta.json` first, so a kill at any
+    /// later point leaves a listable pending session.
+    ///
+    /// Nothing here is fsynced: a kill needs no fsync, and an OS crash during the session can
+    /// only lose the session's record with the sandbox's writes (which are not fsynced either),
+    /// never a host file: the host's protected paths are untouched until an accept, which makes
+    /// the snapshot (the way back) and the record durable before it changes the host. A restore
+    /// checks every copy it takes from the snapshot against the manifest.
     pub fn begin(&self, session: &str, protect: &[PathBuf]) -> Result<Session, StateError> {
         self.begin_with_home(session, protect, None)
     }
@@ -225,7 +230,7 @@ impl StateStore {
         let root_canon = fs::canonicalize(&self.root).map_err(io_err("resolve", &self.root))?;
         check_overlaps(&found.resolved, &root_canon)?;
 
-        // Nothing to review means nothing a crash could lose but scratch: no fsyncs for it.
+        // Nothing to review: only the home layer's scratch, which the next session can start in.
         let durable = !found.resolved.is_empty();
         let mut meta = Meta {
             version: 1,
@@ -264,9 +269,6 @@ impl StateStore {
             }
             Err(e) => return Err(io_err("create session directory", &dir)(e)),
         }
-        if durable {
-            fsops::fsync_dir(&self.root)?;
-        }
         let meta_path = dir.join("meta.json");
         if !durable {
             meta.prepared = true;
@@ -277,12 +279,13 @@ impl StateStore {
             }
             return self.open(session);
         }
-        meta.save(&meta_path)?;
+        meta.save_quick(&meta_path)?;
         if let Some(h) = home {
             crate::home::prepare(&dir, h)?;
             self.prune_homes();
         }
 
+        let last = found.resolved.len() - 1;
         for (i, (host, kind)) in found.resolved.into_iter().enumerate() {
             let name = format!("e{i}");
             let is_embedded = found.embedded.contains(&host);
@@ -294,10 +297,13 @@ impl StateStore {
                 before_hash,
                 embedded: is_embedded,
             });
-            meta.save(&meta_path)?;
+            // The last entry is recorded with `prepared` below.
+            if i < last {
+                meta.save_quick(&meta_path)?;
+            }
         }
         meta.prepared = true;
-        meta.save(&meta_path)?;
+        meta.save_quick(&meta_path)?;
         self.open(session)
     }
 
@@ -406,6 +412,43 @@ impl StateStore {
 }
 
 impl Session {
+    /// Make durable what `begin` wrote without fsyncs: every entry's snapshot and manifest,
+    /// the session's record and its place in the store. Called before an accept changes the
+    /// host: the snapshot is then the way back.
+    pub(crate) fn make_durable(&self) -> Result<(), StateError> {
+        for e in &self.entries {
+            let Some(edir) = e.manifest.parent() else {
+                continue;
+            };
+            for node in walkdir::WalkDir::new(&e.snapshot).follow_links(false) {
+                let node = node.map_err(|err| StateError::Io {
+                    what: "walk",
+                    path: err.path().unwrap_or(&e.snapshot).to_path_buf(),
+                    source: err
+                        .into_io_error()
+                        .unwrap_or_else(|| io::Error::other("filesystem loop")),
+                })?;
+                let t = node.file_type();
+                // A symlink cannot be opened to be synced; its directory's fsync keeps its name.
+                if t.is_dir() {
+                    fsops::fsync_dir(node.path())?;
+                } else if t.is_file() {
+                    fsops::fsync_file(node.path())?;
+                }
+            }
+            if e.manifest.exists() {
+                fsops::fsync_file(&e.manifest)?;
+            }
+            fsops::fsync_dir(edir)?;
+        }
+        fsops::fsync_file(&self.dir.join("meta.json"))?;
+        fsops::fsync_dir(&self.dir)?;
+        if let Some(root) = self.dir.parent() {
+            fsops::fsync_dir(root)?;
+        }
+        Ok(())
+    }
+
     pub(super) fn remove_working_state(&self) -> Result<(), StateError> {
         // An embedded entry's changes are part of the home layer, dropped on its own.
         for e in self.entries.iter().filter(|e| !e.embedded) {
