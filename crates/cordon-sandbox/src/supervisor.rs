@@ -1219,7 +1219,13 @@ fn relay(
     if let Some(m) = &master {
         sys::set_nonblocking(m.as_raw_fd(), true)?;
     }
-    let mut buf = vec![0u8; 64 * 1024];
+    // Only the terminal's bytes pass through it: without a pty it is never touched, and
+    // zeroing 64 KiB (16 page faults here) at every start is not worth it.
+    let mut buf = if master.is_some() {
+        vec![0u8; 64 * 1024]
+    } else {
+        Vec::new()
+    };
     let status = loop {
         let mut fds = vec![
             libc::pollfd {
