@@ -180,14 +180,18 @@ impl CacheStore {
             .flatten()
             .map(|e| e.file_name())
             .collect();
+        // The slug (a BLAKE3 hash, whose first use probes the CPU: each CPUID traps to the
+        // hypervisor here) only when there is a layer it could name.
         paths
             .iter()
             .map(|p| {
-                let name = slug(p);
                 p.is_dir()
-                    || (layers.contains(std::ffi::OsStr::new(&name))
-                        && fs::read_dir(self.root.join(&name).join("upper"))
-                            .is_ok_and(|mut rd| rd.next().is_some()))
+                    || (!layers.is_empty() && {
+                        let name = slug(p);
+                        layers.contains(std::ffi::OsStr::new(&name))
+                            && fs::read_dir(self.root.join(&name).join("upper"))
+                                .is_ok_and(|mut rd| rd.next().is_some())
+                    })
             })
             .collect()
     }
