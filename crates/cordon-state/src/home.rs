@@ -210,13 +210,7 @@ impl Session {
             });
         let mut out = Vec::new();
         for e in walk {
-            let e = e.map_err(|e| StateError::Io {
-                what: "walk",
-                path: e.path().unwrap_or(from).to_path_buf(),
-                source: e
-                    .into_io_error()
-                    .unwrap_or_else(|| io::Error::other("filesystem loop")),
-            })?;
+            let e = e.map_err(|e| crate::manifest::walk_err(from, e))?;
             if e.path() == home.upper {
                 continue;
             }

@@ -264,7 +264,8 @@ fn walk(root: &Path) -> impl Iterator<Item = walkdir::Result<walkdir::DirEntry>>
         })
 }
 
-fn walk_err(root: &Path, e: walkdir::Error) -> StateError {
+/// A walk's error as the store reports it: the path it failed at (else `root`) and why.
+pub(crate) fn walk_err(root: &Path, e: walkdir::Error) -> StateError {
     let path = e.path().unwrap_or(root).to_path_buf();
     let source = e
         .into_io_error()

@@ -14,7 +14,6 @@
 
 use std::collections::BTreeMap;
 use std::fs::Metadata;
-use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -70,16 +69,7 @@ pub(crate) fn merged(
         .follow_root_links(false)
         .sort_by_file_name();
     for e in walk {
-        let e = e.map_err(|e| {
-            let path = e.path().unwrap_or(upper).to_path_buf();
-            StateError::Io {
-                what: "walk",
-                path,
-                source: e
-                    .into_io_error()
-                    .unwrap_or_else(|| io::Error::other("filesystem loop")),
-            }
-        })?;
+        let e = e.map_err(|e| crate::manifest::walk_err(upper, e))?;
         let path = e.path();
         let rel = path
             .strip_prefix(upper)

@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::io;
 use std::path::{Path, PathBuf};
 
 use super::paths::{all_normal, check_caller_path, check_parents, set_host_dir_mode};
@@ -233,16 +232,7 @@ fn plan_restore(e: &Entry, prefix: &Path) -> Result<RestorePlan, StateError> {
             .follow_root_links(false)
             .same_file_system(true);
         for item in walk {
-            let item = item.map_err(|err| {
-                let path = err.path().unwrap_or(&host_root).to_path_buf();
-                StateError::Io {
-                    what: "walk",
-                    path,
-                    source: err
-                        .into_io_error()
-                        .unwrap_or_else(|| io::Error::other("filesystem loop")),
-                }
-            })?;
+            let item = item.map_err(|err| crate::manifest::walk_err(&host_root, err))?;
             let rel = join_rel(
                 prefix,
                 item.path()

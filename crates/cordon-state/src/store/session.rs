@@ -421,13 +421,7 @@ impl Session {
                 continue;
             };
             for node in walkdir::WalkDir::new(&e.snapshot).follow_links(false) {
-                let node = node.map_err(|err| StateError::Io {
-                    what: "walk",
-                    path: err.path().unwrap_or(&e.snapshot).to_path_buf(),
-                    source: err
-                        .into_io_error()
-                        .unwrap_or_else(|| io::Error::other("filesystem loop")),
-                })?;
+                let node = node.map_err(|err| manifest::walk_err(&e.snapshot, err))?;
                 let t = node.file_type();
                 // A symlink cannot be opened to be synced; its directory's fsync keeps its name.
                 if t.is_dir() {
