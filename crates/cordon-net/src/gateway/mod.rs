@@ -307,8 +307,15 @@ impl Gateway {
         dns: Vec<OwnedFd>,
         proxy: OwnedFd,
     ) -> Result<(), GatewayError> {
+        // One worker, as pasta, slirp4netns and mitmproxy each serve their side on one thread.
+        // A flow is a chain of dependent hops (TUN read, the stack, TLS, HTTP, the upstream
+        // socket and back), so a second worker mostly woke up to take one hop and parked
+        // again; with two, 1 KiB HTTPS requests at 32 connections cost 0.095 ms of the
+        // machine's CPU each against 0.067 with one (issue #18). Work that blocks (host
+        // lookups, loading the host's roots, published ports' way in) runs on the runtime's
+        // blocking threads, never on this one.
         let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+            .worker_threads(1)
             .thread_name("cordon-gateway")
             .enable_io()
             .enable_time()
@@ -332,11 +339,11 @@ impl Gateway {
         let proxy = tokio::net::TcpListener::from_std(proxy).map_err(io_err("proxy listener"))?;
         rt.spawn(proxy::serve(self.shared.clone(), proxy));
         if let Some(fd) = tun {
-            // The packet path (TUN reads, the userspace stack, its TUN writes) shares these two
-            // workers. A thread of its own (a current-thread runtime, so its hops woke no other
-            // thread) was measured A/B in three loaded runs: 1 KiB c=32 +0-15%, but spliced 10 MiB
-            // 20-30% slower every time — on two cores a third busy thread competes with the
-            // relay it feeds (issue #18).
+            // The packet path (TUN reads, the userspace stack, its TUN writes) shares the
+            // worker with the relays it feeds. A thread of its own (beside two workers) was
+            // measured A/B in three loaded runs: 1 KiB c=32 +0-15%, but spliced 10 MiB 20-30%
+            // slower every time: on two cores a third busy thread competes with the relay it
+            // feeds (issue #18).
             let t = tun::Tun::new(fd).map_err(io_err("TUN device"))?;
             rt.spawn(tun::run(self.shared.clone(), t, rt.handle().clone()));
         }
