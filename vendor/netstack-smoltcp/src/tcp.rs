@@ -182,6 +182,39 @@ struct TcpSocketCreation {
     socket: TcpSocket<'static>,
 }
 
+/// cordon: a RST without ACK (what a kernel sends for a segment that reached a socket it no
+/// longer has: the client closed while our bytes or FIN were on the way) gets the ACK flag, its
+/// checksum made again. smoltcp hands a segment to the first socket that `accepts` it, and a
+/// socket in LISTEN accepts every segment without ACK to its local endpoint: with one listening
+/// socket per client SYN (all on the same server address), a bare RST could land on a socket
+/// still waiting for its own SYN, which ignores it, and never reach its connection. That
+/// connection then stayed in CLOSING for good, its flow and the client's address with it (a
+/// later connection from the same port got no SYN-ACK). With ACK set, LISTEN sockets turn it
+/// down and only its connection's socket takes it; smoltcp checks a RST by its sequence number
+/// alone in every synchronised state, so the flag changes nothing else.
+fn address_bare_reset(frame: &mut [u8]) {
+    let (src, dst, offset) = {
+        let Ok(ip) = IpPacket::new_checked(&*frame) else {
+            return;
+        };
+        if ip.protocol() != IpProtocol::Tcp {
+            return;
+        }
+        let payload = ip.payload();
+        match TcpPacket::new_checked(payload) {
+            Ok(t) if t.rst() && !t.ack() => {}
+            _ => return,
+        }
+        // Where the TCP header starts within the frame (the IP header's length).
+        let offset = payload.as_ptr() as usize - frame.as_ptr() as usize;
+        let end = offset + payload.len();
+        (ip.src_addr(), ip.dst_addr(), (offset, end))
+    };
+    let mut tcp = TcpPacket::new_unchecked(&mut frame[offset.0..offset.1]);
+    tcp.set_ack(true);
+    tcp.fill_checksum(&IpAddress::from(src), &IpAddress::from(dst));
+}
+
 type SharedNotify = Arc<Notify>;
 type SharedControl = Arc<SpinMutex<TcpSocketControl>>;
 
@@ -236,7 +269,8 @@ impl TcpListenerRunner {
             (SocketAddr, SocketAddr),
             std::sync::Weak<SpinMutex<TcpSocketControl>>,
         > = HashMap::new();
-        while let Some(frame) = tcp_rx.recv().await {
+        while let Some(mut frame) = tcp_rx.recv().await {
+            address_bare_reset(&mut frame);
             let packet = match IpPacket::new_checked(frame.as_slice()) {
                 Ok(p) => p,
                 Err(err) => {

@@ -587,6 +587,100 @@ mod tests {
         }
     }
 
+    /// A client whose socket is gone answers our next segment with a RST without ACK. It must
+    /// end that connection even while another client's socket waits in LISTEN ahead of it in
+    /// the stack's set (a SYN being let in at the same moment): smoltcp gives a segment without
+    /// ACK to a listening socket on the same address, which ignores it, and the connection
+    /// stayed open for good. Here the listening socket takes the slot of a connection reset
+    /// before it, so it comes first, and the RST arrives with that SYN.
+    #[tokio::test]
+    async fn a_bare_reset_reaches_its_connection_past_a_listening_socket() {
+        let (mut to_stack, mut listener, mut out, _from_stack) = captured_stack();
+        let wait = std::time::Duration::from_secs(5);
+        let server: SocketAddrV4 = "198.18.0.5:443".parse().unwrap();
+        let client = |port| SocketAddrV4::new([10, 0, 2, 100].into(), port);
+        // Two connections, handshakes done and handed over: (stream, client's next seq, the
+        // stack's next seq).
+        let mut open = Vec::new();
+        for port in [42001, 42002] {
+            let syn = packet::tcp_segment(
+                client(port),
+                server,
+                TcpControl::Syn,
+                7000,
+                None,
+                65535,
+                &[],
+            );
+            assert!(feed(&mut to_stack, syn).await);
+            let (is_syn, is_ack, isn) = next_out(&mut out).await;
+            assert!(is_syn && is_ack, "a SYN-ACK for {port}");
+            let ack = packet::tcp_segment(
+                client(port),
+                server,
+                TcpControl::None,
+                7001,
+                Some(isn.wrapping_add(1)),
+                65535,
+                &[],
+            );
+            assert!(feed(&mut to_stack, ack).await);
+            let (stream, ..) = tokio::time::timeout(wait, listener.next())
+                .await
+                .expect("the connection is handed over")
+                .expect("the listener is open");
+            open.push((stream, isn.wrapping_add(1)));
+        }
+        let (mut second, _) = open.pop().unwrap();
+        let (mut first, first_next) = open.pop().unwrap();
+        // The first ends with a RST the stack accepts (it carries ACK); its socket's slot in
+        // the set is free again once its stream sees the end.
+        let rst = packet::tcp_segment(
+            client(42001),
+            server,
+            TcpControl::Rst,
+            7001,
+            Some(first_next),
+            0,
+            &[],
+        );
+        assert!(feed(&mut to_stack, rst).await);
+        let mut buf = [0u8; 16];
+        let end = tokio::time::timeout(wait, first.read(&mut buf)).await;
+        assert!(
+            matches!(end, Ok(Ok(0)) | Ok(Err(_))),
+            "the first connection ends: {end:?}"
+        );
+        // Then, with nothing between them, the second client's bare RST and a third client's
+        // SYN: the third's socket is made in the free slot, before the second's, and listens
+        // when the RST is looked at.
+        let bare = packet::tcp_segment(client(42002), server, TcpControl::Rst, 7001, None, 0, &[]);
+        let syn = packet::tcp_segment(
+            client(42003),
+            server,
+            TcpControl::Syn,
+            9000,
+            None,
+            65535,
+            &[],
+        );
+        assert!(feed(&mut to_stack, bare).await);
+        assert!(feed(&mut to_stack, syn).await);
+        let end = tokio::time::timeout(wait, second.read(&mut buf)).await;
+        assert!(
+            matches!(end, Ok(Ok(0)) | Ok(Err(_))),
+            "the second connection ends on its client's RST: {end:?}"
+        );
+        // The third client is answered all the same.
+        loop {
+            let (is_syn, is_ack, _) = next_out(&mut out).await;
+            if is_syn {
+                assert!(is_ack, "a SYN-ACK for the third client");
+                break;
+            }
+        }
+    }
+
     /// Flows one after another, each over before the next: the stack hands a closed flow's
     /// socket and rings to the next one (vendor/netstack-smoltcp's `Spare`), and each flow
     /// still sees only its own bytes, both ways, from a fresh handshake. Every other flow is
