@@ -193,7 +193,7 @@ struct TcpSocketCreation {
 /// down and only its connection's socket takes it; smoltcp checks a RST by its sequence number
 /// alone in every synchronised state, so the flag changes nothing else.
 fn address_bare_reset(frame: &mut [u8]) {
-    let (src, dst, offset) = {
+    let (src, dst, segment) = {
         let Ok(ip) = IpPacket::new_checked(&*frame) else {
             return;
         };
@@ -205,12 +205,11 @@ fn address_bare_reset(frame: &mut [u8]) {
             Ok(t) if t.rst() && !t.ack() => {}
             _ => return,
         }
-        // Where the TCP header starts within the frame (the IP header's length).
-        let offset = payload.as_ptr() as usize - frame.as_ptr() as usize;
-        let end = offset + payload.len();
-        (ip.src_addr(), ip.dst_addr(), (offset, end))
+        // The segment's place in the frame: it starts after the IP header.
+        let start = payload.as_ptr() as usize - frame.as_ptr() as usize;
+        (ip.src_addr(), ip.dst_addr(), start..start + payload.len())
     };
-    let mut tcp = TcpPacket::new_unchecked(&mut frame[offset.0..offset.1]);
+    let mut tcp = TcpPacket::new_unchecked(&mut frame[segment]);
     tcp.set_ack(true);
     tcp.fill_checksum(&IpAddress::from(src), &IpAddress::from(dst));
 }

@@ -599,8 +599,7 @@ mod tests {
         let wait = std::time::Duration::from_secs(5);
         let server: SocketAddrV4 = "198.18.0.5:443".parse().unwrap();
         let client = |port| SocketAddrV4::new([10, 0, 2, 100].into(), port);
-        // Two connections, handshakes done and handed over: (stream, client's next seq, the
-        // stack's next seq).
+        // Two connections, handshakes done and handed over: (stream, the stack's next seq).
         let mut open = Vec::new();
         for port in [42001, 42002] {
             let syn = packet::tcp_segment(
