@@ -31,6 +31,8 @@ pub struct StackBuilder {
     // high-BDP hosts can raise it without recompiling.
     tcp_recv_buffer_size: u32,
     tcp_send_buffer_size: u32,
+    /// cordon: see [`StackBuilder::tcp_recv_window`].
+    tcp_recv_window: Option<u32>,
     mtu: usize,
     ip_filters: IpFilters<'static>,
     /// cordon: see [`StackBuilder::packet_writer`].
@@ -56,6 +58,7 @@ impl Default for StackBuilder {
             // `tcp_{recv,send}_buffer_size` for a high-BDP path.
             tcp_recv_buffer_size: 0x3FFF * 20,
             tcp_send_buffer_size: 0x3FFF * 20,
+            tcp_recv_window: None,
             mtu: 1504, // 1500 for Ethernet + 4 for VLAN
             ip_filters: IpFilters::with_non_broadcast(),
             packet_writer: None,
@@ -103,6 +106,21 @@ impl StackBuilder {
     /// the internal mpsc channel (item count), not the TCP window.
     pub fn tcp_recv_buffer_size(mut self, size: u32) -> Self {
         self.tcp_recv_buffer_size = size;
+        self
+    }
+
+    /// cordon: the smoltcp socket's receive window in bytes, when it should be smaller than
+    /// [`Self::tcp_recv_buffer_size`], which then sizes only the stream's receive ring (where
+    /// the stack moves what the socket took, for the stream's reader).
+    ///
+    /// smoltcp's receive ring writes each segment at the offset after the last one and goes
+    /// back to its start only when it wraps, never when it is empty: over a long flow every
+    /// byte of it is written, whatever the flow's rate, so its size is what each long flow
+    /// keeps resident. The window is a buffer of the receive ring's size cut to the window's
+    /// length, so the allocator serves it as it serves the other buffers (for cordon: fresh
+    /// pages, each resident only once written).
+    pub fn tcp_recv_window(mut self, size: u32) -> Self {
+        self.tcp_recv_window = Some(size);
         self
     }
 
@@ -200,6 +218,7 @@ impl StackBuilder {
                 self.mtu,
                 self.tcp_recv_buffer_size,
                 self.tcp_send_buffer_size,
+                self.tcp_recv_window,
                 self.packet_writer,
                 self.tcp_checksum_offload,
             )?;
@@ -364,5 +383,9 @@ mod tcp_window_tests {
         assert_eq!(b.tcp_send_buffer_size, 2 << 20);
         // The mpsc-depth knob is independent and must not be conflated.
         assert_eq!(b.tcp_buffer_size, 512);
+        // cordon: the receive window is the receive buffer's size unless set apart.
+        assert_eq!(d.tcp_recv_window, None);
+        let w = StackBuilder::default().tcp_recv_window(1 << 18);
+        assert_eq!(w.tcp_recv_window, Some(1 << 18));
     }
 }

@@ -92,8 +92,14 @@ impl Spare {
         spare.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A socket with windows of these sizes: a spare one or a new one.
-    fn socket(spare: &SharedSpare, recv: usize, send: usize) -> TcpSocket<'static> {
+    /// A socket with windows of these sizes (the receive window cut from a buffer of
+    /// `recv_alloc` bytes, see `StackBuilder::tcp_recv_window`): a spare one or a new one.
+    fn socket(
+        spare: &SharedSpare,
+        recv: usize,
+        recv_alloc: usize,
+        send: usize,
+    ) -> TcpSocket<'static> {
         let mut s = Self::lock(spare);
         let i = s
             .sockets
@@ -106,8 +112,10 @@ impl Spare {
             }
             None => {
                 drop(s);
+                let mut window = vec![0u8; recv.max(recv_alloc)];
+                window.truncate(recv);
                 TcpSocket::new(
-                    TcpSocketBuffer::new(vec![0u8; recv]),
+                    TcpSocketBuffer::new(window),
                     TcpSocketBuffer::new(vec![0u8; send]),
                 )
             }
@@ -231,13 +239,14 @@ impl TcpListenerRunner {
         sockets: HashMap<SocketHandle, SharedControl>,
         tcp_recv_buffer_size: u32,
         tcp_send_buffer_size: u32,
+        tcp_recv_window: Option<u32>,
         spare: SharedSpare,
     ) -> Runner {
         Runner::new(async move {
             let notify = Arc::new(Notify::new());
             let (socket_tx, socket_rx) = unbounded_channel::<TcpSocketCreation>();
             let res = tokio::select! {
-                v = Self::handle_packet(notify.clone(), iface_ingress_tx, iface_ingress_tx_avail.clone(), tcp_rx, stream_tx, socket_tx, tcp_recv_buffer_size, tcp_send_buffer_size, spare.clone()) => v,
+                v = Self::handle_packet(notify.clone(), iface_ingress_tx, iface_ingress_tx_avail.clone(), tcp_rx, stream_tx, socket_tx, tcp_recv_buffer_size, tcp_send_buffer_size, tcp_recv_window, spare.clone()) => v,
                 v = Self::handle_socket(notify, device, iface, iface_ingress_tx_avail, sockets, socket_rx, spare) => v,
             };
             res?;
@@ -256,6 +265,7 @@ impl TcpListenerRunner {
         socket_tx: UnboundedSender<TcpSocketCreation>,
         tcp_recv_buffer_size: u32,
         tcp_send_buffer_size: u32,
+        tcp_recv_window: Option<u32>,
         spare: SharedSpare,
     ) -> std::io::Result<()> {
         // cordon: the sockets made for each client's SYN, by address pair, while their
@@ -319,6 +329,7 @@ impl TcpListenerRunner {
                 // cordon: a closed flow's socket and rings when there are some (see `Spare`).
                 let mut socket = Spare::socket(
                     &spare,
+                    tcp_recv_window.unwrap_or(tcp_recv_buffer_size) as usize,
                     tcp_recv_buffer_size as usize,
                     tcp_send_buffer_size as usize,
                 );
@@ -624,6 +635,7 @@ impl TcpListener {
         mtu: usize,
         tcp_recv_buffer_size: u32,
         tcp_send_buffer_size: u32,
+        tcp_recv_window: Option<u32>,
         writer: Option<crate::device::PacketWriter>,
         tcp_checksum_offload: bool,
     ) -> std::io::Result<(Runner, Self)> {
@@ -648,6 +660,7 @@ impl TcpListener {
             HashMap::new(),
             tcp_recv_buffer_size,
             tcp_send_buffer_size,
+            tcp_recv_window,
             spare.clone(),
         );
 

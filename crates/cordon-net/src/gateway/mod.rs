@@ -63,7 +63,8 @@ pub type SocketLookup =
     Arc<dyn Fn(std::net::SocketAddrV4, std::net::SocketAddrV4) -> Option<u64> + Send + Sync>;
 
 /// The size of each of a transparent flow's four buffers in the userspace stack (its two TCP
-/// windows and two rings). The supervisor has the allocator serve this size and larger from
+/// windows and two rings; the receive window is the first 256 KiB of its buffer, see
+/// `tun::TCP_RECV_WINDOW`). The supervisor has the allocator serve this size and larger from
 /// fresh pages, and nothing smaller (`cordon_sandbox::prefer_fresh_pages_for_large_allocations`).
 pub const FLOW_WINDOW_BYTES: usize = 1 << 20;
 

@@ -92,6 +92,34 @@ fn ipv4(src: Ipv4Addr, dst: Ipv4Addr, proto: IpProtocol, payload_len: usize) -> 
     (buf, repr.buffer_len())
 }
 
+/// A client's SYN offering a window scale and an MSS, as a kernel's does (tests: without
+/// the scale option a stack's windows stop at 64 KiB).
+#[cfg(test)]
+pub(crate) fn tcp_syn_scaled(from: SocketAddrV4, to: SocketAddrV4, seq: u32, shift: u8) -> Vec<u8> {
+    let tcp = TcpRepr {
+        src_port: from.port(),
+        dst_port: to.port(),
+        control: TcpControl::Syn,
+        seq_number: TcpSeqNumber(seq as i32),
+        ack_number: None,
+        window_len: u16::MAX,
+        window_scale: Some(shift),
+        max_seg_size: Some(65480),
+        sack_permitted: false,
+        sack_ranges: [None; 3],
+        timestamp: None,
+        payload: &[],
+    };
+    let (mut buf, off) = ipv4(*from.ip(), *to.ip(), IpProtocol::Tcp, tcp.buffer_len());
+    tcp.emit(
+        &mut TcpPacket::new_unchecked(&mut buf[off..]),
+        &IpAddress::Ipv4(*from.ip()),
+        &IpAddress::Ipv4(*to.ip()),
+        &ChecksumCapabilities::default(),
+    );
+    buf
+}
+
 /// The RST answering a SYN from `src` to `dst`: the client sees "connection refused" at once.
 pub(crate) fn tcp_rst(src: SocketAddrV4, dst: SocketAddrV4, syn_seq: u32) -> Vec<u8> {
     let ack = Some(syn_seq.wrapping_add(1));
