@@ -96,28 +96,10 @@ fn ipv4(src: Ipv4Addr, dst: Ipv4Addr, proto: IpProtocol, payload_len: usize) -> 
 /// the scale option a stack's windows stop at 64 KiB).
 #[cfg(test)]
 pub(crate) fn tcp_syn_scaled(from: SocketAddrV4, to: SocketAddrV4, seq: u32, shift: u8) -> Vec<u8> {
-    let tcp = TcpRepr {
-        src_port: from.port(),
-        dst_port: to.port(),
-        control: TcpControl::Syn,
-        seq_number: TcpSeqNumber(seq as i32),
-        ack_number: None,
-        window_len: u16::MAX,
-        window_scale: Some(shift),
-        max_seg_size: Some(65480),
-        sack_permitted: false,
-        sack_ranges: [None; 3],
-        timestamp: None,
-        payload: &[],
-    };
-    let (mut buf, off) = ipv4(*from.ip(), *to.ip(), IpProtocol::Tcp, tcp.buffer_len());
-    tcp.emit(
-        &mut TcpPacket::new_unchecked(&mut buf[off..]),
-        &IpAddress::Ipv4(*from.ip()),
-        &IpAddress::Ipv4(*to.ip()),
-        &ChecksumCapabilities::default(),
-    );
-    buf
+    let mut tcp = tcp_repr(from, to, TcpControl::Syn, seq, None, u16::MAX, &[]);
+    tcp.window_scale = Some(shift);
+    tcp.max_seg_size = Some(65480);
+    tcp_packet(from, to, &tcp)
 }
 
 /// The RST answering a SYN from `src` to `dst`: the client sees "connection refused" at once.
@@ -136,7 +118,20 @@ pub(crate) fn tcp_segment(
     window_len: u16,
     payload: &[u8],
 ) -> Vec<u8> {
-    let tcp = TcpRepr {
+    let tcp = tcp_repr(from, to, control, seq, ack, window_len, payload);
+    tcp_packet(from, to, &tcp)
+}
+
+fn tcp_repr<'a>(
+    from: SocketAddrV4,
+    to: SocketAddrV4,
+    control: TcpControl,
+    seq: u32,
+    ack: Option<u32>,
+    window_len: u16,
+    payload: &'a [u8],
+) -> TcpRepr<'a> {
+    TcpRepr {
         src_port: from.port(),
         dst_port: to.port(),
         control,
@@ -149,7 +144,10 @@ pub(crate) fn tcp_segment(
         sack_ranges: [None; 3],
         timestamp: None,
         payload,
-    };
+    }
+}
+
+fn tcp_packet(from: SocketAddrV4, to: SocketAddrV4, tcp: &TcpRepr) -> Vec<u8> {
     let (mut buf, off) = ipv4(*from.ip(), *to.ip(), IpProtocol::Tcp, tcp.buffer_len());
     tcp.emit(
         &mut TcpPacket::new_unchecked(&mut buf[off..]),
