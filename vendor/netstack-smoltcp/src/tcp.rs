@@ -112,6 +112,8 @@ impl Spare {
             }
             None => {
                 drop(s);
+                // cordon: the window cut from a buffer of the ring's size, so the allocator
+                // serves it as it does the rings (see `StackBuilder::tcp_recv_window`).
                 let mut window = vec![0u8; recv.max(recv_alloc)];
                 window.truncate(recv);
                 TcpSocket::new(

@@ -71,9 +71,10 @@ pub const FLOW_WINDOW_BYTES: usize = 1 << 20;
 /// How long the host-side connect may take before the sandbox's SYN is answered with a RST.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Flows (held, live, or in the HTTP layer) one sandbox may have at once. Each may hold about
-/// 2.3 MiB of buffered data in the supervisor (the stack's windows and the relay's buffers),
-/// which no sandbox limit covers: this bounds it (about 1.2 GiB in the worst case) and the
-/// descriptors with it.
+/// 3.5 MiB of buffered data in the supervisor (the stack's 256 KiB receive window and three
+/// 1 MiB buffers, see [`FLOW_WINDOW_BYTES`], and the relay's two 128 KiB buffers), which no
+/// sandbox limit covers: this bounds it (about 1.75 GiB in the worst case, a flow moving bulk
+/// data both ways) and the descriptors with it.
 pub(crate) const MAX_FLOWS: usize = 512;
 /// A new flow at [`MAX_FLOWS`] waits this long for one to close, its SYN held as a kernel's
 /// listen backlog holds one: past the client's own patience for a connect, so it is the client
