@@ -485,12 +485,17 @@ mod tests {
         (to_stack, listener.expect("a TCP listener"), out, from_stack)
     }
 
-    /// The stack's next TCP segment out: (SYN set, ACK set, its sequence number).
-    async fn next_out(out: &mut mpsc::UnboundedReceiver<Vec<u8>>) -> (bool, bool, u32) {
-        let p = tokio::time::timeout(std::time::Duration::from_secs(5), out.recv())
+    /// The stack's next packet out, within 5 s.
+    async fn next_packet(out: &mut Sent) -> Vec<u8> {
+        tokio::time::timeout(std::time::Duration::from_secs(5), out.recv())
             .await
             .expect("the stack answers")
-            .expect("the stack is running");
+            .expect("the stack is running")
+    }
+
+    /// The stack's next TCP segment out: (SYN set, ACK set, its sequence number).
+    async fn next_out(out: &mut Sent) -> (bool, bool, u32) {
+        let p = next_packet(out).await;
         let ip = Ipv4Packet::new_checked(&p[..]).expect("IPv4 out");
         let t = TcpPacket::new_checked(ip.payload()).expect("TCP out");
         (t.syn(), t.ack(), t.seq_number().0 as u32)
@@ -510,13 +515,7 @@ mod tests {
         let syn = packet::tcp_segment(client, server, TcpControl::Syn, 1000, None, 65535, &[]);
         assert!(feed(&mut to_stack, syn).await);
         let wait = std::time::Duration::from_secs(5);
-        let next = async |out: &mut mpsc::UnboundedReceiver<Vec<u8>>| {
-            tokio::time::timeout(wait, out.recv())
-                .await
-                .expect("the stack answers")
-                .expect("the stack is running")
-        };
-        let syn_ack = next(&mut out).await;
+        let syn_ack = next_packet(&mut out).await;
         let isn = {
             let ip = Ipv4Packet::new_checked(&syn_ack[..]).unwrap();
             TcpPacket::new_checked(ip.payload()).unwrap().seq_number().0 as u32
@@ -531,7 +530,7 @@ mod tests {
         stream.write_all(b"a reply of odd length").await.unwrap();
         stream.flush().await.unwrap();
         let data = loop {
-            let p = next(&mut out).await;
+            let p = next_packet(&mut out).await;
             let ip = Ipv4Packet::new_checked(&p[..]).unwrap();
             if !TcpPacket::new_checked(ip.payload())
                 .unwrap()
@@ -566,11 +565,8 @@ mod tests {
         let (client, server) = (a("10.0.2.100:40004"), a("198.18.0.5:443"));
         let wait = std::time::Duration::from_secs(5);
         // The stack's next segment: (SYN, seq, ack, window field, window scale).
-        let next = async |out: &mut mpsc::UnboundedReceiver<Vec<u8>>| {
-            let p = tokio::time::timeout(wait, out.recv())
-                .await
-                .expect("the stack answers")
-                .expect("the stack is running");
+        let next = async |out: &mut Sent| {
+            let p = next_packet(out).await;
             let ip = Ipv4Packet::new_checked(&p[..]).expect("IPv4 out");
             let tcp = TcpPacket::new_checked(ip.payload()).expect("TCP out");
             let (src, dst) = (ip.src_addr().into(), ip.dst_addr().into());
@@ -804,11 +800,8 @@ mod tests {
         let (mut to_stack, mut listener, mut out, _from_stack) = captured_stack();
         let wait = std::time::Duration::from_secs(5);
         // The stack's next segment that carries data or a FIN: (seq, payload, FIN set).
-        let next_data = async |out: &mut mpsc::UnboundedReceiver<Vec<u8>>| loop {
-            let p = tokio::time::timeout(wait, out.recv())
-                .await
-                .expect("the stack answers")
-                .expect("the stack is running");
+        let next_data = async |out: &mut Sent| loop {
+            let p = next_packet(out).await;
             let ip = Ipv4Packet::new_checked(&p[..]).expect("IPv4 out");
             let t = TcpPacket::new_checked(ip.payload()).expect("TCP out");
             assert!(!t.rst(), "the stack reset a connection");
