@@ -529,7 +529,7 @@ mod tests {
                 .iter()
                 .filter(|r| r.path.starts_with("/home/u"))
                 .count(),
-            31
+            30
         );
         assert!(
             fs.read_only

@@ -11,7 +11,7 @@ pub use crate::sections::dlp::{DLP_KINDS, DlpAction, DlpAllow, DlpPlan};
 pub use crate::sections::dns::{DnsBlock, DnsPlan};
 pub use crate::sections::env::EnvPlan;
 pub use crate::sections::exec::{ExecAction, ExecPlan, ExecRule, exec_glob};
-pub use crate::sections::filesystem::{FilesystemPlan, LandlockMode};
+pub use crate::sections::filesystem::{FilesystemPlan, HomeView, LandlockMode};
 pub use crate::sections::http::{HttpAction, HttpPlan, HttpRule};
 pub use crate::sections::judge::{JudgeApi, JudgeOnError, JudgePlan};
 pub use crate::sections::limits::LimitsPlan;

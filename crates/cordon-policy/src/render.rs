@@ -43,6 +43,9 @@ pub(crate) mod tests {
                 deny: vec![PathRule::new("/home/u/.ssh", "evil\norigin")],
                 read_only: vec![PathRule::new("/work/p/.git/hooks", "built-in")],
                 landlock: LandlockMode::BestEffort,
+                home: HomeView::Whole,
+                home_show: vec![PathRule::new("/home/u/.gitconfig", "built-in")],
+                home_tools: vec![PathRule::new("/home/u/.rustup", "built-in")],
             },
             env: EnvPlan {
                 pass: vec!["TERM".into(), "LC_*".into()],

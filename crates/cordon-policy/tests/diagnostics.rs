@@ -50,7 +50,7 @@ fn broken_03_unknown_key_with_suggestion() {
     );
     assert!(
         s.ends_with(
-            "= help: expected one of `readable`, `writable`, `deny`, `read_only`, `landlock`; did you mean `writable`?"
+            "= help: expected one of `readable`, `writable`, `deny`, `read_only`, `landlock`, `home`, `home_show`, `home_tools`; did you mean `writable`?"
         ),
         "{s}"
     );

@@ -428,6 +428,7 @@ mod tests {
             deny: vec![cordon_policy::PathRule::new(base.join("secret"), "test")],
             read_only: vec![],
             landlock: cordon_policy::LandlockMode::Required,
+            ..Default::default()
         };
         let mut rules = crate::layout::prepare(&plan).landlock;
         rules.write = vec![base.join("out")];

@@ -101,9 +101,21 @@ pub enum Staged {
     },
     /// Bind the working copy `copy` over the host file `path`.
     File { path: PathBuf, copy: PathBuf },
-    /// The copy-on-write home: an overlay of the host home with the session's layer. Binds,
+    /// The copy-on-write home: an overlay of its lower layer with the session's layer. Binds,
     /// protected paths and masks inside it are mounted on top, so they stay as they are.
     Home {
+        path: PathBuf,
+        upper: PathBuf,
+        work: PathBuf,
+        /// The home's view (`cordon_state::build_view`): the lower layer, holding only what
+        /// is shown; `None`: the host home itself (`[filesystem] home = "whole"`).
+        #[serde(default)]
+        view: Option<PathBuf>,
+    },
+    /// A directory of the host's home shown as it is inside a home with a view (a toolchain,
+    /// the agent's state): an overlay of the host directory with `upper` (its place in the
+    /// home's layer, so what the session writes there is the home's like everything else).
+    Shown {
         path: PathBuf,
         upper: PathBuf,
         work: PathBuf,
@@ -128,9 +140,20 @@ impl Staged {
     /// this ([`crate::supervisor::Unborn::prepare`]) is equal to the view's.
     pub(crate) fn overlay(&self) -> Option<MountOp> {
         let (upper, work, lower) = match self {
-            Staged::Dir { upper, work, .. } | Staged::Home { upper, work, .. } => {
-                (upper, work, Vec::new())
-            }
+            Staged::Dir { upper, work, .. }
+            | Staged::Shown { upper, work, .. }
+            | Staged::Home {
+                upper,
+                work,
+                view: None,
+                ..
+            } => (upper, work, Vec::new()),
+            Staged::Home {
+                upper,
+                work,
+                view: Some(view),
+                ..
+            } => (upper, work, vec![view.clone()]),
             Staged::Cache {
                 lower, upper, work, ..
             } => (upper, work, lower.clone()),
@@ -150,6 +173,7 @@ impl Staged {
             Staged::Dir { path, .. }
             | Staged::File { path, .. }
             | Staged::Home { path, .. }
+            | Staged::Shown { path, .. }
             | Staged::InPlace { path }
             | Staged::Cache { path, .. } => path,
         }
@@ -193,6 +217,9 @@ pub struct Layout {
     pub landlock: LandlockRules,
     /// Rules that had nothing to act on (path missing), for the log.
     pub skipped: Vec<String>,
+    /// Denied paths the home's view does not hold (nothing there to mask), each with its rule.
+    #[serde(default)]
+    pub unseen: Vec<(PathBuf, String)>,
     /// Test-only (debug builds): the mount fence is off, so init leaves the new root
     /// writable as well ([`crate::test_off`]).
     #[cfg(debug_assertions)]
@@ -460,6 +487,7 @@ pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
         .map(|s| normalize(s.path()))
         .collect();
     layout.mounts.extend(binds);
+    let shown = HomeView::of(staged, &layout.mounts);
     carve_outs(
         fs,
         (&staged_paths, &in_place),
@@ -467,9 +495,61 @@ pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
         &deny,
         &mut layout.mounts,
     );
-    masks(&deny, &mut layout.mounts);
+    // A denied path the home's view does not hold has nothing to hide there.
+    let (in_view, unseen): (Vec<(PathBuf, String)>, _) =
+        deny.iter().cloned().partition(|(p, _)| shown.holds(p));
+    layout.unseen = unseen;
+    masks(&in_view, &mut layout.mounts);
     landlock_rules(&deny, &writable_roots, &mut layout);
     layout
+}
+
+/// The home's view, when the home has one: which host paths under the home the sandbox can
+/// see at all (those the view holds, and those below a directory shown as it is).
+struct HomeView {
+    home: Option<(PathBuf, PathBuf)>,
+    shown: Vec<PathBuf>,
+}
+
+impl HomeView {
+    fn of(staged: &[Staged], binds: &[MountOp]) -> Self {
+        let home = staged.iter().find_map(|s| match s {
+            Staged::Home {
+                path,
+                view: Some(view),
+                ..
+            } => Some((normalize(path), view.clone())),
+            _ => None,
+        });
+        // Whatever has a mount of its own inside the home (the project, writable and readable
+        // binds, caches, shown directories, protected paths) is seen as it is there.
+        let mut shown: Vec<PathBuf> = staged
+            .iter()
+            .filter(|s| !matches!(s, Staged::Home { .. } | Staged::InPlace { .. }))
+            .map(|s| normalize(s.path()))
+            .collect();
+        shown.extend(binds.iter().filter_map(|b| match b {
+            MountOp::Bind { path, .. } => Some(path.clone()),
+            _ => None,
+        }));
+        if let Some((home, _)) = &home {
+            shown.retain(|p| p != home && p.starts_with(home));
+        }
+        HomeView { home, shown }
+    }
+
+    /// Whether the host path `p` can be in the sandbox's view (always, outside a home with a
+    /// view).
+    fn holds(&self, p: &Path) -> bool {
+        let Some((home, view)) = &self.home else {
+            return true;
+        };
+        let Ok(rel) = p.strip_prefix(home) else {
+            return true;
+        };
+        self.shown.iter().any(|s| p.starts_with(s))
+            || std::fs::symlink_metadata(view.join(rel)).is_ok()
+    }
 }
 
 /// Canonical deny paths: both the spelling in the policy and where it really points, each
@@ -905,6 +985,7 @@ mod tests {
             deny: rules(deny),
             read_only: rules(ro),
             landlock: LandlockMode::Required,
+            ..Default::default()
         }
     }
 

@@ -300,7 +300,9 @@ fn apply(
             sys::mount_setattr(&dst, false, RO).ctx(at)?;
         }
         MountOp::MaskDir { shown, sealed, .. } => {
-            // Only the masked copies, read-only; nothing else of the directory.
+            // Only the masked copies, read-only; nothing else of the directory. In a home with
+            // a view the directory may not be there to mask: the copies need a place still.
+            ensure_mountpoint(&dst, true).ctx(at.clone())?;
             tmpfs(
                 &dst,
                 "mode=0555,size=1m,nr_inodes=256",
@@ -335,6 +337,7 @@ fn apply(
             std::fs::write(&src, content).ctx(at.clone())?;
             std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o444))
                 .ctx(at.clone())?;
+            ensure_mountpoint(&dst, false).ctx(at.clone())?;
             sys::bind(&src, &dst, false).ctx(at.clone())?;
             sys::mount_setattr(&dst, false, RO).ctx(at)?;
         }
@@ -533,6 +536,7 @@ mod tests {
                 path: home.clone(),
                 upper: s.join("hu"),
                 work: s.join("hw"),
+                view: None,
             },
             crate::Staged::Dir {
                 path: dir.join("./"),

@@ -1093,10 +1093,17 @@ fn denial_notice(layout: &layout::Layout) -> String {
         .masks()
         .map(|(p, rule)| format!("{} (rule: {rule})", p.display()))
         .collect();
+    // Agents look for a missing config file elsewhere: say the home holds only part of itself.
+    let home = if layout.unseen.is_empty() {
+        ""
+    } else {
+        "The home shows only what tools need (toolchains, configuration without secrets, the \
+         agent's own state); anything else there is not missing by accident but hidden. "
+    };
     format!(
         "This program runs inside cordon. Denials are deliberate policy, not errors to work around: \
          retrying another way (other paths, links, copies, tools, proxies) will not help. \
-         Outside the project the filesystem is read-only; these paths are masked: {}. \
+         Outside the project the filesystem is read-only; these paths are masked: {}. {home}\
          To learn which rule decides and why, ask `cordon explain -- COMMAND…`, `cordon explain \
          [METHOD] URL` or `cordon explain [--write] PATH`; the effective policy is in {}.",
         masked.join(", "),
@@ -1172,6 +1179,17 @@ fn report_layout(layout: &layout::Layout, emit: &dyn Fn(NewEvent)) {
                 "masked: reads fail, no content visible",
             )
             .rule(rule.to_string())
+            .detail("path", path.display().to_string()),
+        );
+    }
+    for (path, rule) in &layout.unseen {
+        emit(
+            NewEvent::new(
+                Layer::Filesystem,
+                Action::Deny,
+                "not in the home's view: nothing there to read or list",
+            )
+            .rule(rule.clone())
             .detail("path", path.display().to_string()),
         );
     }

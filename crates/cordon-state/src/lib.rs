@@ -43,6 +43,7 @@ mod overlay;
 mod pathser;
 mod store;
 mod textdiff;
+mod view;
 
 pub use caches::{CacheInfo, CacheLayer, CacheStore, cache_dir};
 pub use error::StateError;
@@ -60,6 +61,7 @@ pub use store::{
     AcceptReport, Change, Conflict, Entry, RestoreReport, RunningGuard, Session, SessionInfo,
     StateStore, is_valid_session_id, resolve_path, resolve_path_below,
 };
+pub use view::{Hidden, SHOW_MAX_BYTES, SHOW_MAX_FILES, SecretCheck, View, ViewSpec, build_view};
 
 #[cfg(test)]
 mod tests;

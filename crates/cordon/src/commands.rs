@@ -533,7 +533,14 @@ fn run_in_session(
             return EXIT_SETUP;
         }
     }
-    let (plan, gateway, ssh_agent, built) = building.join();
+    let (mut plan, gateway, ssh_agent, built) = building.join();
+    // The agent's own files that hold a secret: masked where its state is shown.
+    for p in &prepared.masked {
+        plan.filesystem.deny.push(cordon_policy::PathRule::new(
+            p,
+            "the home's view: holds a secret",
+        ));
+    }
     let mut gateway = match gateway.transpose() {
         Ok(g) => g,
         Err(e) => {

@@ -442,7 +442,61 @@ fn http(
     })
 }
 
+/// The home's view (`[filesystem] home = "needed"`): a path in the home that nothing shows is
+/// not in the sandbox at all, whatever the host holds there. `None`: the view does not decide
+/// (outside the home, or shown: then the mounts do).
+fn home_view(plan: &Plan, path: &Path, verb: &str) -> Option<Explanation> {
+    let fs = &plan.filesystem;
+    if fs.home != cordon_policy::HomeView::Needed
+        || plan.state.home != HomeMode::Overlay
+        || !path.starts_with(&plan.home)
+        || path == plan.home
+    {
+        return None;
+    }
+    let home = plan.home.as_path();
+    let shown = std::iter::once(plan.project.as_path())
+        .chain(fs.writable.iter().map(|r| r.path.as_path()))
+        .chain(fs.readable.iter().map(|r| r.path.as_path()))
+        .chain(fs.home_show.iter().map(|r| r.path.as_path()))
+        .chain(fs.home_tools.iter().map(|r| r.path.as_path()))
+        .chain(plan.state.protect.iter().map(|r| r.path.as_path()))
+        .chain(plan.state.caches.iter().map(|r| r.path.as_path()))
+        .chain(plan.ssh.show.iter().map(|r| r.path.as_path()))
+        .filter(|s| s.starts_with(home) && *s != home)
+        .any(|s| path.starts_with(s));
+    if shown {
+        return None;
+    }
+    let tilde = match path.strip_prefix(home) {
+        Ok(r) => format!("~/{}", r.display()),
+        Err(_) => path.display().to_string(),
+    };
+    Some(Explanation {
+        subject: format!("{verb} {}", path.display()),
+        decision: "deny",
+        rule: "filesystem.home".into(),
+        origin: Some("[filesystem] home = \"needed\"".into()),
+        why: "not in the home's view: the sandbox's home holds only what `home_show` \
+              (configuration, checked for secrets), `home_tools` (toolchains), the agent's state, \
+              the caches and the project show; nothing else of the home is there, whatever the \
+              host holds"
+            .into(),
+        notes: vec![
+            "a shown file that holds a secret (a token, a password line) is hidden too".into(),
+        ],
+        allow_with: Some(format!(
+            "[filesystem]\nhome_show = [{}]",
+            cordon_policy::explain::toml_string(&tilde)
+        )),
+        ..Explanation::default()
+    })
+}
+
 fn filesystem(plan: &Plan, path: &Path, write: bool) -> Explanation {
+    if let Some(x) = home_view(plan, path, if write { "write" } else { "read" }) {
+        return x;
+    }
     let layout = cordon_sandbox::prepare(&plan.filesystem);
     let access = cordon_sandbox::explain::path_access(&layout, path);
     let fs = &plan.filesystem;

@@ -3,9 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Result, anyhow};
+use anyhow::{Context, Result, anyhow};
 use cordon_events::{Action, Layer, NewEvent};
-use cordon_policy::{HomeMode, Plan};
+use cordon_policy::{HomeMode, HomeView, Plan};
 use cordon_state::{CacheLayer, CacheStore, HomeLayer, HomeSpec, resolve_path, resolve_path_below};
 
 use crate::cli::CacheCmd;
@@ -15,6 +15,16 @@ pub struct HomePlan {
     pub spec: HomeSpec,
     /// Cache paths (resolved, inside the home) to mount from cordon's cache layers.
     pub caches: Vec<PathBuf>,
+    /// The home's view, unless the policy shows the whole home.
+    pub view: Option<ViewPlan>,
+}
+
+/// What the home's view is built from, and the host directories shown as they are on it.
+pub struct ViewPlan {
+    pub spec: cordon_state::ViewSpec,
+    /// Host directories inside the home shown as they are, copy-on-write: toolchains and the
+    /// agent's state directories.
+    pub shown: Vec<PathBuf>,
 }
 
 /// A set of paths that answers "is this path inside one" and "does it hold one" by looking its
@@ -124,10 +134,210 @@ pub fn plan_home(plan: &Plan, protected: &[PathBuf]) -> Result<Option<HomePlan>,
         caches.push(p);
     }
     skip.extend(caches.iter().cloned());
+    let view = (plan.filesystem.home == HomeView::Needed).then(|| {
+        plan_view(
+            plan,
+            &home,
+            &|p: &Path| resolve(p),
+            protected,
+            &denied,
+            &taken,
+            &caches,
+        )
+    });
     Ok(Some(HomePlan {
         spec: HomeSpec { path: home, skip },
         caches,
+        view,
     }))
+}
+
+/// The home's view for `plan`: the configuration it shows (checked for secrets), the
+/// toolchains and the agent's state directories shown as they are, and a place for
+/// everything else mounted in the home. `denied`: the home's deny rules (deny wins);
+/// `taken`: what has a mount of its own (the project, writable paths, protected paths).
+fn plan_view(
+    plan: &Plan,
+    home: &Path,
+    resolve: &dyn Fn(&Path) -> Option<PathBuf>,
+    protected: &[PathBuf],
+    denied: &Paths,
+    taken: &Paths,
+    caches: &[PathBuf],
+) -> ViewPlan {
+    let fs = &plan.filesystem;
+    let inside = |p: &Path| p.starts_with(home) && p != home;
+    let mut spec = cordon_state::ViewSpec {
+        home: home.to_path_buf(),
+        ..Default::default()
+    };
+    let mut shown: Vec<PathBuf> = Vec::new();
+    // The agent's own state: shown as it is (review covers what the session changes there).
+    // Its login and key files at its top are checked: one that holds a secret is masked
+    // (a login a profile knows is then shown with placeholders, see `cordon::logins`).
+    for p in protected.iter().filter(|p| inside(p)) {
+        match std::fs::symlink_metadata(p) {
+            Ok(m) if m.is_dir() => shown.push(p.clone()),
+            Ok(m) if m.is_file() => spec.as_is.push(p.clone()),
+            _ => continue,
+        }
+        spec.check.push(p.clone());
+    }
+    for t in &fs.home_tools {
+        let Some(p) = resolve(&t.path).filter(|p| inside(p)) else {
+            continue;
+        };
+        if denied.within(&p) || taken.overlaps(&p) || shown.iter().any(|s| p.starts_with(s)) {
+            continue;
+        }
+        match std::fs::metadata(&p) {
+            Ok(m) if m.is_dir() => shown.push(p),
+            Ok(m) if m.is_file() => spec.as_is.push(p),
+            _ => {}
+        }
+    }
+    for c in &fs.home_show {
+        let Some(p) = resolve(&c.path).filter(|p| inside(p)) else {
+            continue;
+        };
+        if denied.within(&p) || taken.within(&p) || shown.iter().any(|s| p.starts_with(s)) {
+            continue;
+        }
+        spec.show.push(p);
+    }
+    // Places for what is mounted in the home: the shown directories, the caches, the project
+    // and the writable and readable paths, the masked copies of credential and ssh files.
+    spec.dirs.extend(shown.iter().cloned());
+    spec.dirs.extend(caches.iter().cloned());
+    let bound = fs
+        .writable
+        .iter()
+        .chain(&fs.readable)
+        .map(|r| r.path.as_path());
+    for p in std::iter::once(plan.project.as_path()).chain(bound) {
+        let Some(p) = resolve(p).filter(|p| inside(p)) else {
+            continue;
+        };
+        match std::fs::metadata(&p) {
+            Ok(m) if !m.is_dir() => spec.files.push(p),
+            _ => spec.dirs.push(p),
+        }
+    }
+    let copies = plan
+        .credentials
+        .iter()
+        .flat_map(|c| {
+            c.files
+                .iter()
+                .map(PathBuf::as_path)
+                .chain(c.source.login_file())
+        })
+        .chain(plan.ssh.show.iter().map(|r| r.path.as_path()));
+    for f in copies {
+        let Some(p) = resolve(f).filter(|p| inside(p)) else {
+            continue;
+        };
+        if std::fs::symlink_metadata(&p).is_ok() && !shown.iter().any(|s| p.starts_with(s)) {
+            spec.files.push(p);
+        }
+    }
+    ViewPlan { spec, shown }
+}
+
+/// Build the home's view for the session `s` (or reuse an unchanged one) and add an overlay
+/// for each directory shown as it is, its upper directory at its place in the home's layer.
+/// Returns the view's directory, the home overlay's lower layer, and the files of the agent's
+/// state that hold a secret, to mask. Shown files that hold a secret are hidden, each with
+/// an event.
+pub fn make_view(
+    store: &cordon_state::StateStore,
+    s: &cordon_state::Session,
+    layer: &HomeLayer,
+    v: &ViewPlan,
+    emit: &dyn Fn(NewEvent),
+    staged: &mut Vec<cordon_sandbox::Staged>,
+) -> Result<(PathBuf, Vec<PathBuf>)> {
+    let view = cordon_state::build_view(store.root(), &v.spec, &|c: &[u8]| {
+        cordon_http::dlp::secret_in_file(c)
+    })
+    .map_err(|e| anyhow!("cannot build the home's view: {e}"))?;
+    // In the log, not on the terminal at every start: `cordon explain PATH` and `cordon
+    // check` say it when asked.
+    let tilde = |p: &Path| match p.strip_prefix(&layer.host) {
+        Ok(r) => format!("~/{}", r.display()),
+        Err(_) => p.display().to_string(),
+    };
+    for h in view.hidden.iter().chain(&view.masked) {
+        emit(
+            NewEvent::new(
+                Layer::Filesystem,
+                Action::Deny,
+                format!("{} is hidden: it {}", tilde(&h.path), h.why),
+            )
+            .rule("filesystem.home_show")
+            .detail("path", h.path.display().to_string()),
+        );
+    }
+    let work_root = s.dir.join("home").join("work");
+    for (i, dir) in v.shown.iter().enumerate() {
+        let Some(upper) = layer.upper_of(dir) else {
+            continue;
+        };
+        make_upper(&layer.host, &layer.upper, &upper)?;
+        let work = work_root.join(format!("s{i}"));
+        std::fs::create_dir(&work)
+            .or_else(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => Ok(()),
+                _ => Err(e),
+            })
+            .with_context(|| format!("cannot create {}", work.display()))?;
+        staged.push(cordon_sandbox::Staged::Shown {
+            path: dir.clone(),
+            upper,
+            work,
+        });
+    }
+    let masked = view.masked.into_iter().map(|h| h.path).collect();
+    Ok((view.dir, masked))
+}
+
+/// Create `upper` (inside the home's layer `root`) and its missing parents, each with the
+/// mode of the host directory it stands for: the merged directory takes its upper's.
+fn make_upper(host: &Path, root: &Path, upper: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let rel = upper.strip_prefix(root).unwrap_or(upper);
+    let (mut at, mut from) = (root.to_path_buf(), host.to_path_buf());
+    for c in rel.components() {
+        at.push(c);
+        from.push(c);
+        let mode = std::fs::metadata(&from).map_or(0o755, |m| m.mode() & 0o7777);
+        match std::fs::DirBuilder::new().mode(mode).create(&at) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(anyhow!("cannot create {}: {e}", at.display())),
+        }
+    }
+    Ok(())
+}
+
+/// After the session: the shown directories' work directories go, and so do their upper
+/// directories (and the parents made for them) where the session wrote nothing there, so a
+/// session that left nothing leaves an empty layer, as without a view.
+pub fn tidy_view(staged: &[cordon_sandbox::Staged], layer: &HomeLayer) {
+    for st in staged {
+        let cordon_sandbox::Staged::Shown { upper, work, .. } = st else {
+            continue;
+        };
+        let _ = std::fs::remove_dir(work.join("work"));
+        let _ = std::fs::remove_dir(work);
+        let mut at = Some(upper.as_path());
+        while let Some(d) = at.filter(|d| d.starts_with(&layer.upper) && *d != layer.upper) {
+            if std::fs::remove_dir(d).is_err() {
+                break;
+            }
+            at = d.parent();
+        }
+    }
 }
 
 fn cache_store() -> Result<CacheStore> {

@@ -89,6 +89,8 @@ pub struct Prepared {
     pub unmounted: Vec<PathBuf>,
     /// The host-executed surface found at the start, settled at exit before review.
     pub surface: Option<cordon_state::Surface>,
+    /// Files of the agent's state shown in the home that hold a secret: masked.
+    pub masked: Vec<PathBuf>,
 }
 
 /// Prepare the session's copy-on-write layers: the home (when the policy and this kernel
@@ -153,12 +155,25 @@ pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prep
         None => (Vec::new(), Vec::new()),
     };
     let mut staged = Vec::new();
+    let mut masked = Vec::new();
     if let Some(layer) = &s.home {
-        staged.push(Staged::Home {
-            path: layer.host.clone(),
-            upper: layer.upper.clone(),
-            work: layer.work.clone(),
-        });
+        let view = match home.as_ref().and_then(|h| h.view.as_ref()) {
+            Some(v) => {
+                let (dir, m) = crate::home::make_view(&store, &s, layer, v, emit, &mut staged)?;
+                masked = m;
+                Some(dir)
+            }
+            None => None,
+        };
+        staged.insert(
+            0,
+            Staged::Home {
+                path: layer.host.clone(),
+                upper: layer.upper.clone(),
+                work: layer.work.clone(),
+                view,
+            },
+        );
     }
     staged.extend(caches.iter().map(|c| Staged::Cache {
         path: c.path.clone(),
@@ -233,6 +248,7 @@ pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prep
         caches,
         unmounted,
         surface,
+        masked,
     })
 }
 
@@ -289,6 +305,7 @@ pub fn finish(plan: &Plan, p: &Prepared, emit: &dyn Fn(NewEvent)) {
     let s = settled.as_ref().unwrap_or(s);
     crate::logins::drop_copies(plan, s, emit);
     if let Some(home) = &s.home {
+        crate::home::tidy_view(&p.staged, home);
         crate::home::adopt_caches(&p.unmounted, home, emit);
     }
     let reviewed = if s.entries.is_empty() {

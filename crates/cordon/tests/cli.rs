@@ -464,9 +464,15 @@ both!(profiles_protect_agent_state_dirs, |env: Env| {
         std::fs::read_to_string(claude.join("memory.md")).unwrap(),
         "remembered\n"
     );
-    // Without the profile ~/.claude is plain home: the write lands in the session's layer,
-    // is not reviewed, and is discarded at exit.
-    let o = env.run("echo x > ~/.claude/other.md");
+    // Without the profile ~/.claude is another agent's state: not in the home's view at all.
+    let o = env.attempt("cat ~/.claude/memory.md || echo HIDDEN");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("HIDDEN"),
+        "{}",
+        show(&o)
+    );
+    // What the session makes there lands in its layer, is not reviewed, and is discarded.
+    let o = env.run("mkdir -p ~/.claude && echo x > ~/.claude/other.md");
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains(

@@ -174,10 +174,11 @@ if fd >= 0:
         "open_by_handle_at: {}",
         show(&o)
     );
+    // Refused (EACCES: a mask) or not there at all (ENOENT: outside the home's view).
     for p in [".ssh/id_ed25519", ".aws/credentials"] {
         for how in ["openat", "procfd"] {
             assert!(
-                out.contains(&format!("{how} {p} 13")),
+                out.contains(&format!("{how} {p} 13")) || out.contains(&format!("{how} {p} 2\n")),
                 "{how} {p}: {}",
                 show(&o)
             );
@@ -950,7 +951,9 @@ both!(agent_state_without_a_profile_is_discarded, |env: Env| {
         None,
         &["--profile", "none"],
         &[],
-        "echo '{\"hooks\":{}}' > ~/.claude/settings.json; echo evil > ~/.claude/CLAUDE.md",
+        // Without its profile ~/.claude is not in the home's view: the agent makes it anew.
+        "mkdir -p ~/.claude; echo '{\"hooks\":{}}' > ~/.claude/settings.json; \
+         echo evil > ~/.claude/CLAUDE.md",
     );
     assert_eq!(
         std::fs::read_to_string(env.home.join(".claude/settings.json")).unwrap(),

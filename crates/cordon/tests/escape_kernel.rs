@@ -502,7 +502,13 @@ both!(mount_games_are_denied, |env: Env| {
 // still under it. Not logged: the filter did not refuse (checked), the kernel did.
 both!(mount_games_in_a_nested_namespace, |env: Env| {
     let Some(esc) = esc() else { return };
-    let p = env.policy_file("nested.toml", "[syscalls]\nnested_userns = true\n");
+    // The whole home, so that ~/.ssh is a mask to play with (the home's view would not hold
+    // it at all).
+    let p = env.policy_file(
+        "nested.toml",
+        "[syscalls]\nnested_userns = true\n[filesystem]\nhome = \"whole\"\n",
+    );
+    let whole = env.policy_file("whole.toml", "[filesystem]\nhome = \"whole\"\n");
     let got = mount_games(&env, &esc, &["--policy", &p], true);
     got.is("USERNS", "ok");
     assert_view_intact(&env, &got);
@@ -534,7 +540,12 @@ both!(mount_games_in_a_nested_namespace, |env: Env| {
     }
     // The same under the profiles that turn nested sandboxes on by themselves.
     for profile in ["codex", "claude"] {
-        let got = mount_games(&env, &esc, &["--profile", profile], true);
+        let got = mount_games(
+            &env,
+            &esc,
+            &["--profile", profile, "--policy", &whole],
+            true,
+        );
         got.is("USERNS", "ok");
         assert_view_intact(&env, &got);
         got.all(

@@ -529,7 +529,9 @@ both!(environment_is_scrubbed, |env: Env| {
         .find(|l| l.starts_with("CORDON_NOTICE="))
         .expect("CORDON_NOTICE set");
     assert!(
-        notice.contains("will not help") && notice.contains(".ssh (rule: built-in)"),
+        notice.contains("will not help")
+            && notice.contains("/etc/shadow (rule: built-in)")
+            && notice.contains("The home shows only what tools need"),
         "{notice}"
     );
 });

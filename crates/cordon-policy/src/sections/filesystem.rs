@@ -21,6 +21,22 @@ crate::choice! {
     }
 }
 
+crate::choice! {
+    /// How much of the user's home the sandbox sees.
+    #[derive(Default)]
+    pub enum HomeView {
+        /// What development needs and nothing else: `home_tools` as they are (copy-on-write),
+        /// `home_show` as copies checked for secrets, the active agent's state, the caches and
+        /// the project. Whatever else the home holds, known or not, is neither readable nor
+        /// listable, including what the host creates while the session runs.
+        #[default]
+        Needed = "needed",
+        /// The whole home minus `deny`: every file no deny rule names is readable, including
+        /// credentials cordon has no name for.
+        Whole = "whole",
+    }
+}
+
 /// The filesystem view (layer 1). All paths are absolute and lexically normalised.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FilesystemPlan {
@@ -34,6 +50,16 @@ pub struct FilesystemPlan {
     pub read_only: Vec<PathRule>,
     /// What to do when Landlock is unavailable.
     pub landlock: LandlockMode,
+    /// How much of the home is shown.
+    #[serde(default)]
+    pub home: HomeView,
+    /// Home configuration shown as copies made at start, each file checked for secrets
+    /// (one that holds a credential is hidden).
+    #[serde(default)]
+    pub home_show: Vec<PathRule>,
+    /// Home toolchains shown as they are, copy-on-write (programs, not secrets).
+    #[serde(default)]
+    pub home_tools: Vec<PathRule>,
 }
 
 /// The glob character in `path`, if it has one: paths are taken literally, so `deny =
@@ -76,6 +102,9 @@ raw_table! {
         deny: Strings,
         read_only: Strings,
         landlock: Choice(LandlockMode),
+        home: Choice(HomeView),
+        home_show: Strings,
+        home_tools: Strings,
     }
 }
 
@@ -87,6 +116,9 @@ pub(crate) struct Filesystem {
     pub deny: Vec<PathEntry>,
     pub read_only: Vec<PathEntry>,
     pub landlock: Scalar<LandlockMode>,
+    pub home: Scalar<HomeView>,
+    pub home_show: Vec<PathEntry>,
+    pub home_tools: Vec<PathEntry>,
 }
 
 impl Section for Filesystem {
@@ -100,6 +132,8 @@ impl Section for Filesystem {
             ("writable", &raw.writable),
             ("deny", &raw.deny),
             ("read_only", &raw.read_only),
+            ("home_show", &raw.home_show),
+            ("home_tools", &raw.home_tools),
         ] {
             refuse_globs(cx, key, list)?;
         }
@@ -110,6 +144,9 @@ impl Section for Filesystem {
             deny: cx.deny_paths(&raw.deny)?,
             read_only: cx.paths(&raw.read_only, "read_only", false)?,
             landlock: raw.landlock.map(|l| (*l.get_ref(), cx.origin(l.span()))),
+            home: raw.home.map(|h| (*h.get_ref(), cx.origin(h.span()))),
+            home_show: cx.home_paths(&raw.home_show, "home_show")?,
+            home_tools: cx.home_paths(&raw.home_tools, "home_tools")?,
         })
     }
 
@@ -119,6 +156,9 @@ impl Section for Filesystem {
         append_rules(&mut self.deny, &later.deny);
         append_rules(&mut self.read_only, &later.read_only);
         set_scalar(&mut self.landlock, &later.landlock);
+        set_scalar(&mut self.home, &later.home);
+        append_rules(&mut self.home_show, &later.home_show);
+        append_rules(&mut self.home_tools, &later.home_tools);
     }
 
     fn loosen(full: &Sections, base: &Sections, out: &mut Loosen<'_>) {
@@ -147,6 +187,24 @@ impl Section for Filesystem {
         {
             out.add(o, "makes Landlock best-effort".to_string());
         }
+        if let (Some((HomeView::Whole, o)), None | Some((HomeView::Needed, _))) = (&f.home, &b.home)
+        {
+            out.add(
+                o,
+                "shows the whole home (home = \"whole\"): credentials no deny rule names are readable"
+                    .to_string(),
+            );
+        }
+        for (key, full, base) in [
+            ("home_show", &f.home_show, &b.home_show),
+            ("home_tools", &f.home_tools, &b.home_tools),
+        ] {
+            for r in full {
+                if !base.iter().any(|x| x.path == r.path) {
+                    out.add(&r.origin, format!("shows {} ({key})", r.path.display()));
+                }
+            }
+        }
     }
 
     /// A readable or writable path equal to or inside a denied one: deny wins, so the
@@ -169,6 +227,9 @@ impl Section for Filesystem {
             deny: path_rules(self.deny),
             read_only: path_rules(self.read_only),
             landlock: self.landlock.map(|l| l.0).unwrap_or_default(),
+            home: self.home.map(|h| h.0).unwrap_or_default(),
+            home_show: path_rules(self.home_show),
+            home_tools: path_rules(self.home_tools),
         }
     }
 
@@ -179,6 +240,10 @@ impl Section for Filesystem {
         out.rules("deny", &p.deny);
         out.rules("read_only", &p.read_only);
         out.string("landlock", &p.landlock.to_string());
+        out.line("# the home: what tools need (\"needed\") or all of it minus deny (\"whole\")");
+        out.string("home", &p.home.to_string());
+        out.rules("home_show", &p.home_show);
+        out.rules("home_tools", &p.home_tools);
     }
 }
 

@@ -504,6 +504,38 @@ impl Convert<'_> {
         Ok(out)
     }
 
+    /// `home_show` / `home_tools`: [`Convert::paths`] for both homes, each inside the home (a
+    /// path elsewhere is shown or hidden by `readable` and `deny`, not by the home's view).
+    pub(crate) fn home_paths(
+        &self,
+        raws: &[Spanned<String>],
+        key: &str,
+    ) -> Result<Vec<PathEntry>, PolicyError> {
+        let homes = [Some(self.ctx.home), self.ctx.passwd_home];
+        let mut out = Vec::new();
+        for raw in raws {
+            let these = self.paths(std::slice::from_ref(raw), key, true)?;
+            let outside = these.iter().any(|e| {
+                !homes
+                    .iter()
+                    .flatten()
+                    .any(|h| e.path.starts_with(h) && e.path != *h)
+            });
+            if outside {
+                return Err(self.diag(
+                    format!(
+                        "{key} path {} is not inside the home",
+                        toml_string(raw.get_ref())
+                    ),
+                    raw.span(),
+                    "name a path under ~ (e.g. \"~/.config/nvim\"); paths outside the home are shown by `readable` and hidden by `deny`",
+                ));
+            }
+            out.extend(these);
+        }
+        Ok(out)
+    }
+
     /// `[filesystem] deny`: [`Convert::paths`] with both homes, minus a built-in entry naming
     /// the runtime directory when that would mask the project or the home ([`Self::hides_the_user`]).
     pub(crate) fn deny_paths(

@@ -29,11 +29,19 @@ pub const SECRETS: &[(&str, &str)] = &[
     (".docker/config.json", "SECRET-docker"),
     (".gnupg/private.key", "SECRET-gnupg"),
     (".git-credentials", "SECRET-gitcred"),
-    (".npmrc", "SECRET-npmrc"),
+    // As npm writes it: the home's view checks the file and hides it for the token.
+    (
+        ".npmrc",
+        "//registry.npmjs.org/:_authToken=SECRET-npmrc-4e1f\n",
+    ),
     (".pypirc", "SECRET-pypirc"),
     (".bash_history", "SECRET-history"),
     (".password-store/x.gpg", "SECRET-pass"),
 ];
+
+/// The user policy every test home starts with: `~/notes.txt` shown (a test that writes its
+/// own user policy and reads notes.txt adds this).
+pub const SHOW_NOTES: &str = "[filesystem]\nhome_show = [\"~/notes.txt\"]\n";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Who {
@@ -274,6 +282,12 @@ impl Env {
             std::fs::write(&p, content).unwrap();
         }
         std::fs::write(home.join("notes.txt"), "visible-home-file").unwrap();
+        // An ordinary document the tests read and write through the copy-on-write home: shown
+        // by the user's policy, as a user shows what their work needs (the built-in view shows
+        // no documents).
+        let user_policy = home.join(".config/cordon/cordon.toml");
+        std::fs::create_dir_all(user_policy.parent().unwrap()).unwrap();
+        std::fs::write(&user_policy, SHOW_NOTES).unwrap();
         std::fs::create_dir_all(base.join("audit")).unwrap();
         if let Some((uid, gid)) = ids {
             chown_tree(&base, uid, gid);

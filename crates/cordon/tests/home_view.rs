@@ -1,0 +1,543 @@
+//! The home's view, black-box: a home laid out as real tools leave it, with credentials from
+//! many tools (most of which cordon has no name for); none may be readable inside, under every
+//! profile, nor any the host creates while the session runs. What the sandbox could read is
+//! copied into the project and checked on the host side.
+
+mod common;
+
+use common::{Env, all_output, show};
+
+/// Every secret value holds this, so one search over what the sandbox could read finds any.
+const MARK: &str = "ZZLEAK";
+
+/// `(path under the home, content)`: at least 50 files from at least 30 tools. Values are
+/// shaped as the tools write them (a file the view shows is checked by content).
+fn credentials() -> Vec<(&'static str, String)> {
+    let m = MARK;
+    let tok = |p: &str| format!("{p}{m}{}", "a1B2c3D4e5F6g7H8i9J0".repeat(2));
+    vec![
+        // Agent CLIs' logins and keys: each hidden under every other profile.
+        (
+            ".claude/.credentials.json",
+            format!(
+                r#"{{"claudeAiOauth":{{"accessToken":"{}","refreshToken":"{}","expiresAt":4102444800000,"scopes":["user:inference"]}}}}"#,
+                tok("sk-ant-oat01-"),
+                tok("sk-ant-ort01-")
+            ),
+        ),
+        (
+            ".codex/auth.json",
+            format!(
+                r#"{{"OPENAI_API_KEY":"{}","tokens":{{"id_token":"{}","access_token":"{}","refresh_token":"{}","account_id":"acc"}},"last_refresh":"2026-01-01T00:00:00Z"}}"#,
+                tok("sk-proj-"),
+                tok("eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0."),
+                tok("eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ5In0."),
+                tok("rt_")
+            ),
+        ),
+        (
+            ".gemini/oauth_creds.json",
+            format!(
+                r#"{{"access_token":"{}","refresh_token":"{}","token_type":"Bearer","expiry_date":4102444800000}}"#,
+                tok("ya29."),
+                tok("1//0g")
+            ),
+        ),
+        (".gemini/.env", format!("GEMINI_API_KEY={}\n", tok("AIza"))),
+        (
+            ".local/share/opencode/auth.json",
+            format!(
+                r#"{{"anthropic":{{"type":"api","key":"{}"}}}}"#,
+                tok("sk-ant-api03-")
+            ),
+        ),
+        (
+            ".config/github-copilot/hosts.json",
+            format!(
+                r#"{{"github.com":{{"user":"u","oauth_token":"{}"}}}}"#,
+                tok("ghu_")
+            ),
+        ),
+        (
+            ".copilot/config.json",
+            format!(r#"{{"github_token":"{}"}}"#, tok("gho_")),
+        ),
+        (
+            ".qwen/oauth_creds.json",
+            format!(
+                r#"{{"access_token":"{}","refresh_token":"{}"}}"#,
+                tok("q"),
+                tok("r")
+            ),
+        ),
+        (
+            ".aider.conf.yml",
+            format!("anthropic-api-key: {}\n", tok("sk-ant-api03-")),
+        ),
+        // Package registries.
+        (
+            ".npmrc",
+            format!("//registry.npmjs.org/:_authToken={}\n", tok("npm_")),
+        ),
+        (".yarnrc.yml", format!("npmAuthToken: {}\n", tok("npm_"))),
+        (
+            ".config/pnpm/rc",
+            format!("//npm.pkg.github.com/:_authToken={}\n", tok("ghp_")),
+        ),
+        (
+            ".pypirc",
+            format!(
+                "[pypi]\nusername = __token__\npassword = {}\n",
+                tok("pypi-AgE")
+            ),
+        ),
+        (
+            ".config/pip/pip.conf",
+            format!(
+                "[global]\nindex-url = https://u:{}@pypi.corp.example/simple\n",
+                tok("p")
+            ),
+        ),
+        (
+            ".cargo/credentials.toml",
+            format!("[registry]\ntoken = \"{}\"\n", tok("cio")),
+        ),
+        (
+            ".m2/settings.xml",
+            format!(
+                "<settings><servers><server><id>corp</id><username>u</username>\
+                 <password>{}</password></server></servers></settings>\n",
+                tok("p")
+            ),
+        ),
+        (
+            ".gradle/gradle.properties",
+            format!("ossrhUsername=u\nossrhPassword={}\n", tok("p")),
+        ),
+        (
+            ".nuget/NuGet/NuGet.Config",
+            format!("<add key=\"ClearTextPassword\" value=\"{}\" />\n", tok("p")),
+        ),
+        (
+            ".config/composer/auth.json",
+            format!(r#"{{"github-oauth":{{"github.com":"{}"}}}}"#, tok("ghp_")),
+        ),
+        (
+            ".gem/credentials",
+            format!(":rubygems_api_key: {}\n", tok("rubygems_")),
+        ),
+        // Git credential stores and forges' CLIs.
+        (
+            ".git-credentials",
+            format!("https://u:{}@github.com\n", tok("ghp_")),
+        ),
+        (
+            ".config/git/credentials",
+            format!("https://u:{}@gitlab.com\n", tok("glpat-")),
+        ),
+        (
+            ".config/gh/hosts.yml",
+            format!("github.com:\n    oauth_token: {}\n", tok("gho_")),
+        ),
+        (
+            ".config/glab-cli/config.yml",
+            format!("token: {}\n", tok("glpat-")),
+        ),
+        (
+            ".config/hub",
+            format!("github.com:\n- oauth_token: {}\n", tok("ghp_")),
+        ),
+        // Cloud and PaaS CLIs.
+        (
+            ".aws/credentials",
+            format!("[default]\naws_secret_access_key = {}\n", tok("k")),
+        ),
+        (
+            ".azure/msal_token_cache.json",
+            format!(r#"{{"AccessToken":"{}"}}"#, tok("eyJ")),
+        ),
+        (
+            ".config/gcloud/application_default_credentials.json",
+            format!(
+                r#"{{"refresh_token":"{}","type":"authorized_user"}}"#,
+                tok("1//")
+            ),
+        ),
+        (
+            ".kube/config",
+            format!("users:\n- user:\n    token: {}\n", tok("k8s")),
+        ),
+        (
+            ".docker/config.json",
+            format!(r#"{{"auths":{{"ghcr.io":{{"auth":"{}"}}}}}}"#, tok("dTpw")),
+        ),
+        (
+            ".config/doctl/config.yaml",
+            format!("access-token: {}\n", tok("dop_v1_")),
+        ),
+        (
+            ".fly/config.yml",
+            format!("access_token: {}\n", tok("fo1_")),
+        ),
+        (
+            ".local/share/com.vercel.cli/auth.json",
+            format!(r#"{{"token":"{}"}}"#, tok("v")),
+        ),
+        (
+            ".config/netlify/config.json",
+            format!(
+                r#"{{"users":{{"x":{{"auth":{{"token":"{}"}}}}}}}}"#,
+                tok("nfp_")
+            ),
+        ),
+        (
+            ".netrc",
+            format!(
+                "machine api.heroku.com\n  login u\n  password {}\n",
+                tok("h")
+            ),
+        ),
+        (
+            ".terraform.d/credentials.tfrc.json",
+            format!(
+                r#"{{"credentials":{{"app.terraform.io":{{"token":"{}"}}}}}}"#,
+                tok("t")
+            ),
+        ),
+        (
+            ".config/rclone/rclone.conf",
+            format!("[s3]\ntype = s3\nsecret_access_key = {}\n", tok("r")),
+        ),
+        (".s3cfg", format!("[default]\nsecret_key = {}\n", tok("s"))),
+        (
+            ".boto",
+            format!("[Credentials]\naws_secret_access_key = {}\n", tok("b")),
+        ),
+        (".vault-token", tok("hvs.")),
+        // Databases.
+        (".pgpass", format!("db.example:5432:app:u:{}\n", tok("p"))),
+        (".my.cnf", format!("[client]\npassword={}\n", tok("p"))),
+        // ML hubs.
+        (".cache/huggingface/token", tok("hf_")),
+        (
+            ".kaggle/kaggle.json",
+            format!(r#"{{"username":"u","key":"{}"}}"#, tok("k")),
+        ),
+        // Chat and mail apps, browsers and password managers.
+        (".config/Slack/Cookies", format!("d={}", tok("xoxd-"))),
+        (
+            ".config/discord/Local Storage/leveldb/000003.log",
+            tok("mfa."),
+        ),
+        (
+            ".thunderbird/x.default/logins.json",
+            format!(r#"{{"encryptedPassword":"{}"}}"#, tok("M")),
+        ),
+        (
+            ".mozilla/firefox/x.default/logins.json",
+            format!(r#"{{"encryptedPassword":"{}"}}"#, tok("M")),
+        ),
+        (".config/google-chrome/Default/Login Data", tok("v10")),
+        (
+            ".config/BraveSoftware/Brave-Browser/Default/Cookies",
+            tok("v10"),
+        ),
+        (".password-store/bank.gpg", tok("pgp")),
+        (".local/share/keyrings/login.keyring", tok("GnomeKeyring")),
+        (
+            ".config/Bitwarden CLI/data.json",
+            format!(r#"{{"accessToken":"{}"}}"#, tok("eyJ")),
+        ),
+        // Shell and REPL histories.
+        (
+            ".bash_history",
+            format!("export GITHUB_TOKEN={}\n", tok("ghp_")),
+        ),
+        (
+            ".zsh_history",
+            format!(": 1:0;curl -H 'Authorization: Bearer {}'\n", tok("t")),
+        ),
+        (
+            ".python_history",
+            format!("openai.api_key = '{}'\n", tok("sk-proj-")),
+        ),
+        (
+            ".local/share/fish/fish_history",
+            format!("- cmd: export KEY={}\n", tok("k")),
+        ),
+        // .env files, a shell rc with a key, and tools cordon has no name for.
+        (".env", format!("STRIPE_SECRET_KEY={}\n", tok("sk_live_"))),
+        (
+            ".zshrc",
+            format!("export OPENAI_API_KEY={}\n", tok("sk-proj-")),
+        ),
+        (
+            ".config/someapp/token.json",
+            format!(r#"{{"t":"{}"}}"#, tok("ghp_")),
+        ),
+        (".someapp/creds", tok("ghp_")),
+        // Keys.
+        (
+            ".ssh/id_ed25519",
+            format!("-----BEGIN OPENSSH PRIVATE KEY-----\n{}\n", tok("b3Bl")),
+        ),
+        (".gnupg/private-keys-v1.d/AB.key", tok("Key")),
+    ]
+}
+
+/// Lays the home: the credentials, an ordinary git identity, and a toolchain under the home.
+fn lay_home(env: &Env, files: &[(&str, String)]) {
+    for (rel, content) in files {
+        env.write_home(rel, content);
+    }
+    env.write_home(
+        ".gitconfig",
+        "[user]\n\tname = Dev\n\temail = dev@example.com\n",
+    );
+    env.write_home(
+        ".local/bin/hello-tool",
+        "#!/bin/sh\necho \"hello from the home's toolchain\"\n",
+    );
+    let tool = env.home.join(".local/bin/hello-tool");
+    std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+}
+
+/// What the sandbox could read of the home, gathered into the project: every file it can list
+/// and every path of the battery opened by name (a hidden name must not open either).
+fn loot_script(files: &[(&str, String)]) -> String {
+    let mut s = String::from(
+        "find \"$HOME\" -path \"$HOME/proj\" -prune -o -type f -print 2>/dev/null | \
+         while IFS= read -r f; do cat \"$f\"; done > loot-listed 2>/dev/null; : > loot-named; ",
+    );
+    for (rel, _) in files {
+        s.push_str(&format!("cat \"$HOME/{rel}\" >> loot-named 2>/dev/null; "));
+    }
+    s.push_str("hello-tool > tool-ran 2>&1 || ~/.local/bin/hello-tool > tool-ran 2>&1; true");
+    s
+}
+
+fn assert_nothing_leaked(env: &Env, what: &str, o: &std::process::Output) {
+    for f in ["loot-listed", "loot-named"] {
+        let got = std::fs::read_to_string(env.project.join(f))
+            .unwrap_or_else(|e| panic!("{what}: the sandbox left no {f} ({e})\n{}", show(o)));
+        if let Some(at) = got.find(MARK) {
+            let line = got[..at].rfind('\n').map_or(0, |n| n + 1);
+            panic!(
+                "{what}: a credential was readable inside ({f}): {:?}\n{}",
+                &got[line..(at + 40).min(got.len())],
+                show(o)
+            );
+        }
+        let _ = std::fs::remove_file(env.project.join(f));
+    }
+}
+
+fn battery(env: &Env, args: &[&str], what: &str) {
+    let files = credentials();
+    lay_home(env, &files);
+    let o = env.attempt_with(args, &loot_script(&files));
+    assert_eq!(o.status.code(), Some(0), "{what}\n{}", show(&o));
+    assert_nothing_leaked(env, what, &o);
+    // The check can fail: the listed loot did reach the project, and the home's toolchain ran.
+    let ran = std::fs::read_to_string(env.project.join("tool-ran")).unwrap_or_default();
+    assert!(
+        ran.contains("hello from the home's toolchain"),
+        "{what}: {ran}\n{}",
+        show(&o)
+    );
+}
+
+both!(
+    no_credential_in_the_home_is_readable_without_a_profile,
+    |env: Env| {
+        let files = credentials();
+        assert!(files.len() >= 50, "{} files", files.len());
+        battery(&env, &["--profile", "none"], "--profile none");
+    }
+);
+
+both!(the_battery_finds_what_a_whole_home_shows, |env: Env| {
+    // The control: with the whole home shown, the same battery reads credentials.
+    let files = credentials();
+    lay_home(&env, &files);
+    let p = env.policy_file("whole.toml", "[filesystem]\nhome = \"whole\"\n");
+    let o = env.attempt_with(&["--profile", "none", "--policy", &p], &loot_script(&files));
+    let listed = std::fs::read_to_string(env.project.join("loot-listed")).unwrap();
+    let leaked = listed.matches(MARK).count();
+    assert!(
+        leaked >= 20,
+        "only {leaked} readable with the whole home\n{}",
+        show(&o)
+    );
+});
+
+both!(
+    no_credential_is_readable_under_the_claude_profile,
+    |env: Env| {
+        battery(&env, &["--profile", "claude"], "--profile claude");
+    }
+);
+
+both!(
+    no_credential_is_readable_under_the_codex_profile,
+    |env: Env| {
+        battery(&env, &["--profile", "codex"], "--profile codex");
+    }
+);
+
+both!(
+    no_credential_is_readable_under_the_other_agents_profiles,
+    |env: Env| {
+        for p in ["gemini", "opencode", "aider", "copilot", "qwen"] {
+            battery(&env, &["--profile", p], &format!("--profile {p}"));
+        }
+    }
+);
+
+both!(
+    no_credential_is_readable_under_the_auto_detected_profile,
+    |env: Env| {
+        // `cordon run -- claude` picks the claude profile by the command's name.
+        let files = credentials();
+        lay_home(&env, &files);
+        let bin = env.base.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let claude = bin.join("claude");
+        std::fs::write(&claude, format!("#!/bin/sh\n{}\n", loot_script(&files))).unwrap();
+        std::fs::set_permissions(&claude, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        env.own(&bin);
+        let o = env
+            .cordon()
+            .args(["run", "--no-tty", "--audit"])
+            .arg(&env.audit)
+            .arg("--")
+            .arg(&claude)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        let log = std::fs::read_to_string(&env.audit).unwrap();
+        assert!(log.contains(r#""profile_detected":"claude""#), "{log}");
+        assert_nothing_leaked(&env, "auto-detected (claude)", &o);
+    }
+);
+
+both!(
+    credentials_the_host_writes_during_the_session_stay_out,
+    |env: Env| {
+        // The sandbox waits for the host's files, then reads what it can by name and by listing.
+        let later: &[(&str, &str)] = &[
+            (
+                ".aws/credentials",
+                "[default]\naws_secret_access_key = ZZLEAKaws\n",
+            ),
+            (
+                ".config/gh/hosts.yml",
+                "github.com:\n  oauth_token: ZZLEAKgh\n",
+            ),
+            (
+                ".ssh/id_rsa",
+                "-----BEGIN OPENSSH PRIVATE KEY-----\nZZLEAKssh\n",
+            ),
+            (
+                ".docker/config.json",
+                "{\"auths\":{\"x\":{\"auth\":\"ZZLEAKdocker\"}}}",
+            ),
+            (".npmrc", "//r.example/:_authToken=ZZLEAKnpm123\n"),
+            (
+                ".config/git/credentials",
+                "https://u:ZZLEAKgit@github.com\n",
+            ),
+            (".newtool/token", "ZZLEAKnew"),
+        ];
+        let mut script = String::from(
+            ": > ready; i=0; while [ ! -e go ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; \
+         : > loot-named; ",
+        );
+        for (rel, _) in later {
+            script.push_str(&format!("cat \"$HOME/{rel}\" >> loot-named 2>/dev/null; "));
+        }
+        script.push_str(
+            "find \"$HOME\" -path \"$HOME/proj\" -prune -o -type f -print 2>/dev/null | \
+         while IFS= read -r f; do cat \"$f\"; done > loot-listed 2>/dev/null; \
+         [ -e go ] && echo waited > waited; true",
+        );
+        let child = env
+            .cordon()
+            .args(["run", "--no-tty", "--profile", "none", "--audit"])
+            .arg(&env.audit)
+            .args(["--", "sh", "-c", &script])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let ready = env.project.join("ready");
+        for _ in 0..300 {
+            if ready.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert!(ready.exists(), "the sandbox never started");
+        for (rel, content) in later {
+            env.write_home(rel, content);
+            // The control: the host itself can read what it wrote.
+            assert!(
+                std::fs::read_to_string(env.home.join(rel))
+                    .unwrap()
+                    .contains(MARK)
+            );
+        }
+        std::fs::write(env.project.join("go"), "").unwrap();
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        assert!(env.project.join("waited").exists(), "{}", show(&o));
+        assert_nothing_leaked(&env, "written during the session", &o);
+    }
+);
+
+both!(
+    what_is_shown_works_and_what_holds_a_secret_is_hidden,
+    |env: Env| {
+        env.write_home(
+            ".gitconfig",
+            "[user]\n\tname = Shown Dev\n\temail = dev@example.com\n",
+        );
+        env.write_home(".config/git/ignore", "*.shown-ignore\n");
+        env.write_home(
+            ".config/git/credentials",
+            "https://u:ZZLEAKx1234@github.com\n",
+        );
+        env.write_home("Documents/private.txt", "not for the agent");
+        let o = env.attempt(
+            "git config user.name; cat ~/.config/git/ignore; ls -a ~; \
+         ls ~/.config/git; cat ~/Documents/private.txt; true",
+        );
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(out.contains("Shown Dev"), "{}", show(&o));
+        assert!(out.contains("*.shown-ignore"), "{}", show(&o));
+        assert!(!out.contains("Documents"), "{}", show(&o));
+        assert!(!out.contains("credentials"), "{}", show(&o));
+        assert!(
+            !all_output(&o).contains("not for the agent"),
+            "{}",
+            show(&o)
+        );
+        // The log says what was hidden, and why.
+        let log = std::fs::read_to_string(&env.audit).unwrap();
+        assert!(log.contains("holds a secret (url-password)"), "{log}");
+    }
+);
+
+both!(
+    the_whole_home_is_shown_only_when_the_policy_says_so,
+    |env: Env| {
+        env.write_home("Documents/private.txt", "whole-home-doc");
+        let p = env.policy_file("whole.toml", "[filesystem]\nhome = \"whole\"\n");
+        let o = env.attempt_with(&["--policy", &p], "cat ~/Documents/private.txt");
+        assert!(all_output(&o).contains("whole-home-doc"), "{}", show(&o));
+        // The default hides it: the same command fails.
+        let o = env.attempt("cat ~/Documents/private.txt");
+        assert!(!all_output(&o).contains("whole-home-doc"), "{}", show(&o));
+    }
+);
