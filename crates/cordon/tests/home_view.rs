@@ -5,6 +5,8 @@
 
 mod common;
 
+use std::path::Path;
+
 use common::{Env, all_output, show};
 
 /// Every secret value holds this, so one search over what the sandbox could read finds any.
@@ -541,3 +543,96 @@ both!(
         assert!(!all_output(&o).contains("whole-home-doc"), "{}", show(&o));
     }
 );
+
+/// Puts the test project's tiny crate in place and runs it with the toolchains of the home:
+/// `cargo` found under ~/.cargo/bin, node under ~/.nvm.
+fn build_with_home_toolchains(env: &Env, extra: &str) -> std::process::Output {
+    env.write(
+        "Cargo.toml",
+        "[package]\nname = \"tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+    );
+    env.write(
+        "src/main.rs",
+        "fn main() { println!(\"tiny says {}\", 6 * 7); }\n",
+    );
+    env.run(&format!(
+        "unset CARGO_HOME RUSTUP_HOME; {extra} \
+         export PATH=$HOME/.cargo/bin:$HOME/.nvm/versions/node/v20.0.0/bin:/usr/bin:/bin; \
+         command -v cargo; command -v node; \
+         cargo build --offline -q && ./target/debug/tiny && \
+         node -e 'console.log(\"node says\", 6 * 7)'"
+    ))
+}
+
+fn copy_into_home(env: &Env, from: &str, rel: &str) {
+    let to = env.home.join(rel);
+    std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+    std::fs::copy(from, &to).unwrap();
+}
+
+fn assert_built(env: &Env, o: &std::process::Output) {
+    assert_eq!(o.status.code(), Some(0), "{}", show(o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let home = env.home.display().to_string();
+    assert!(out.contains(&format!("{home}/.cargo/bin/cargo")), "{out}");
+    assert!(
+        out.contains(&format!("{home}/.nvm/versions/node/v20.0.0/bin/node")),
+        "{out}"
+    );
+    assert!(
+        out.contains("tiny says 42") && out.contains("node says 42"),
+        "{out}"
+    );
+}
+
+both!(toolchains_that_live_in_the_home_work, |env: Env| {
+    // A cargo binary under ~/.cargo/bin and node under ~/.nvm (as nvm lays it out), found
+    // through PATH; cargo keeps its lock and registry under ~/.cargo.
+    if !common::need(&["node"], "node") || !Path::new("/usr/bin/cargo").exists() {
+        common::skip("debian-cargo", "Debian's cargo (/usr/bin/cargo) and node");
+        return;
+    }
+    copy_into_home(&env, "/usr/bin/cargo", ".cargo/bin/cargo");
+    copy_into_home(&env, "/usr/bin/node", ".nvm/versions/node/v20.0.0/bin/node");
+    env.write_home(".nvm/alias/default", "v20.0.0\n");
+    let o = build_with_home_toolchains(&env, "");
+    assert_built(&env, &o);
+});
+
+#[test]
+fn rustups_cargo_in_the_home_works() {
+    // rustup's own layout: its proxy as ~/.cargo/bin/cargo and ~/.rustup with a default
+    // toolchain (linked to the machine's, which only root can read here).
+    let Some(env) = Env::new(common::Who::Root) else {
+        return;
+    };
+    let real = Path::new("/root/.rustup/toolchains/stable-x86_64-unknown-linux-gnu");
+    let proxy = Path::new("/root/.cargo/bin/rustup");
+    if !real.is_dir() || !proxy.exists() || !Path::new("/usr/bin/node").exists() {
+        common::skip("rustup", "rustup's stable toolchain under /root and node");
+        return;
+    }
+    copy_into_home(&env, "/root/.cargo/bin/rustup", ".cargo/bin/cargo");
+    copy_into_home(&env, "/root/.cargo/bin/rustup", ".cargo/bin/rustc");
+    copy_into_home(&env, "/usr/bin/node", ".nvm/versions/node/v20.0.0/bin/node");
+    env.write_home(
+        ".rustup/settings.toml",
+        "version = \"12\"\ndefault_toolchain = \"stable-x86_64-unknown-linux-gnu\"\nprofile = \"default\"\n",
+    );
+    std::os::unix::fs::symlink(
+        real,
+        env.home
+            .join(".rustup/toolchains/stable-x86_64-unknown-linux-gnu"),
+    )
+    .or_else(|_| {
+        std::fs::create_dir_all(env.home.join(".rustup/toolchains"))?;
+        std::os::unix::fs::symlink(
+            real,
+            env.home
+                .join(".rustup/toolchains/stable-x86_64-unknown-linux-gnu"),
+        )
+    })
+    .unwrap();
+    let o = build_with_home_toolchains(&env, "");
+    assert_built(&env, &o);
+}
