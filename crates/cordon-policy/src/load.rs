@@ -208,6 +208,14 @@ fn load_over(
     let full = merge(&all, &opts.project_dir, profile, &mut notes);
     full.check(&layers)?;
     warnings.extend(notes);
+    // The escape hatch is loud: at every start and in `cordon check`.
+    if let Some((crate::HomeView::Whole, origin)) = &full.filesystem.home {
+        warnings.push(format!(
+            "the whole home is shown (home = \"whole\", {}): every file no deny rule names is \
+             readable inside, credentials of tools cordon does not know among them",
+            origin.label
+        ));
+    }
 
     let mut untrusted_loosening = Vec::new();
     if layers.iter().any(|l| l.untrusted) {

@@ -182,6 +182,10 @@ pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prep
         work: c.work.clone(),
     }));
     staged.extend(to_sandbox(&s));
+    if let Some(w) = unmapped_group(&staged) {
+        eprintln!("cordon: warning: {w}");
+        emit(NewEvent::new(Layer::State, Action::Degraded, w));
+    }
     // Host-executed files git replaces by a rename stay writable in place (see
     // cordon_state::WRITTEN_IN_PLACE), where the read-only rules would bind them.
     if plan.state.project_files == ProjectFiles::Staged {
@@ -272,6 +276,53 @@ fn degraded(msg: &str, emit: &dyn Fn(NewEvent)) {
         Action::Degraded,
         msg.to_string(),
     ));
+}
+
+/// Why git cannot write in a staged directory: an entry whose group the sandbox's user
+/// namespace does not map (it maps the user's own group alone). The overlay copies such an
+/// entry up with its group, which the kernel refuses (EOVERFLOW, "Value too large for defined
+/// data type"): a shared repository (`devs`), or one made by root and `chown`ed. Object stores
+/// are written in place, so they are not looked at; a walk stops after 20,000 entries.
+fn unmapped_group(staged: &[Staged]) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let gid = cordon_sandbox::ids().1;
+    for st in staged {
+        let Staged::Dir { path, .. } = st else {
+            continue;
+        };
+        let walk = walkdir::WalkDir::new(path)
+            .follow_links(false)
+            .into_iter()
+            .filter_entry(|e| e.file_name() != "objects")
+            .take(20_000);
+        for e in walk.flatten() {
+            let Ok(md) = e.metadata() else { continue };
+            if md.gid() == gid {
+                continue;
+            }
+            let name = group_name(md.gid()).unwrap_or_else(|| md.gid().to_string());
+            let mine = group_name(gid).unwrap_or_else(|| gid.to_string());
+            return Some(format!(
+                "{} belongs to group `{name}`, which the sandbox cannot map (only your own \
+                 group `{mine}` is): git writes there will fail inside with \"Value too large \
+                 for defined data type\". Fix: `chgrp -R {mine} {}`",
+                e.path().display(),
+                path.display()
+            ));
+        }
+    }
+    None
+}
+
+/// The name of group `gid` in /etc/group.
+fn group_name(gid: u32) -> Option<String> {
+    let text = std::fs::read_to_string("/etc/group").ok()?;
+    text.lines().find_map(|l| {
+        let mut f = l.split(':');
+        let name = f.next()?;
+        let id = f.nth(1)?;
+        (id.parse::<u32>().ok()? == gid).then(|| name.to_string())
+    })
 }
 
 /// Protected paths with a mount of their own (embedded ones live in the home's layer).

@@ -636,3 +636,58 @@ fn rustups_cargo_in_the_home_works() {
     let o = build_with_home_toolchains(&env, "");
     assert_built(&env, &o);
 }
+
+both!(
+    a_repository_of_a_group_the_sandbox_cannot_map_is_named_at_start,
+    |env: Env| {
+        // A shared repository: the user's files, another group's (here `daemon`'s). The sandbox maps
+        // the user's own group alone, so git cannot write its metadata inside: the start says why
+        // and how to mend it; after the mend, a commit works.
+        if !common::need(&["git", "chgrp"], "git and chgrp") {
+            return;
+        }
+        let global = env.base.join("host-gitconfig");
+        std::fs::write(&global, "[safe]\n\tdirectory = *\n").unwrap();
+        let git = |args: &str| {
+            let o = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("cd {} && {args}", env.project.display()))
+                // The host's git, as root, in the user's repository.
+                .env("GIT_CONFIG_GLOBAL", &global)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{args}: {}", show(&o));
+        };
+        git(
+            "git init -q . && git -c user.name=a -c user.email=a@b commit -q --allow-empty -m first",
+        );
+        env.own(&env.base);
+        git("chgrp -R daemon .git");
+        let commit = "git -c user.name=a -c user.email=a@b commit -q --allow-empty -m second && echo COMMITTED";
+        let o = env.attempt(commit);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("belongs to group `daemon`") && err.contains("chgrp -R"),
+            "{}",
+            show(&o)
+        );
+        // The mend it names: the user's own group.
+        let own = if env.uid() == 0 {
+            "root".to_string()
+        } else {
+            common::TEST_USER.to_string()
+        };
+        git(&format!("chgrp -R {own} .git"));
+        let o = env.attempt(commit);
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("COMMITTED"),
+            "{}",
+            show(&o)
+        );
+        assert!(
+            !String::from_utf8_lossy(&o.stderr).contains("cannot map"),
+            "{}",
+            show(&o)
+        );
+    }
+);
