@@ -149,7 +149,7 @@ pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prep
         return Ok(Prepared::default());
     }
     let (caches, unmounted) = match &home {
-        Some(h) => crate::home::open_caches(&h.caches, &s.dir.join("caches"))?,
+        Some(h) => crate::home::open_caches(&h.caches, &plan.project, &s.dir.join("caches"))?,
         None => (Vec::new(), Vec::new()),
     };
     let mut staged = Vec::new();
@@ -289,7 +289,7 @@ pub fn finish(plan: &Plan, p: &Prepared, emit: &dyn Fn(NewEvent)) {
     let s = settled.as_ref().unwrap_or(s);
     crate::logins::drop_copies(plan, s, emit);
     if let Some(home) = &s.home {
-        crate::home::adopt_caches(&p.unmounted, home, emit);
+        crate::home::adopt_caches(&p.unmounted, &plan.project, home, emit);
     }
     let reviewed = if s.entries.is_empty() {
         Reviewed::Unchanged
