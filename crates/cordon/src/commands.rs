@@ -550,12 +550,15 @@ fn run_in_session(
     let net = gateway
         .as_mut()
         .map(|g| g as &mut dyn cordon_sandbox::NetAttach);
+    // What the session changes in its writable roots is known by ctime from here on.
+    let started = std::time::SystemTime::now();
     let result = unborn.run(&plan, &cmd, emit, net);
     // The sandbox is gone: nothing is left for the gateway to serve.
     drop(gateway);
     drop(ssh_agent);
     // The sandbox is gone: its layers can no longer change.
     drop(running);
+    crate::state::strip_set_id(&loaded.plan, started, emit);
     match result {
         Ok(outcome) => {
             let code = outcome.code();

@@ -1,14 +1,16 @@
 //! What a session leaves behind for the host or a later session to run, black-box, as root and
 //! as an unprivileged user, each checked on the host side after the session: the cache layers
 //! carry nothing from one project's session to another project's builds (a second session of
-//! the same project still finds its downloads warm).
+//! the same project still finds its downloads warm), and no set-id or file-capability file the
+//! session made stays in the project.
 
 mod common;
 
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use common::{Env, need, show};
+use common::{Env, Who, need, show};
 
 /// A second project beside the first, the variant's user's.
 fn other_project(env: &Env) -> PathBuf {
@@ -171,4 +173,150 @@ both!(a_go_build_is_warm_for_its_project_only, |env: Env| {
     assert_eq!(ok_in(&env, &b, &online), "GO dep-ok\n");
     // And B's download is warm for B.
     assert_eq!(ok_in(&env, &b, &offline), "GO dep-ok\n");
+});
+
+fn mode(p: &Path) -> u32 {
+    std::fs::symlink_metadata(p).unwrap().mode() & 0o7777
+}
+
+/// A policy with nested sandboxes on, as the claude and codex profiles have.
+fn nested_policy(env: &Env) -> String {
+    env.policy_file("nested.toml", "[syscalls]\nnested_userns = true\n")
+}
+
+// A set-id file made in the project, directly (`chmod u+s`, which the filter refuses root and
+// allows a user, whose set-id files are their own) or by a nested sandbox's overlay, whose
+// copy-up keeps `/usr/bin/su`'s owner and setuid bit without any call the filter sees: after
+// the session the host's files have no set-id bit, and the exit names them. The control: a
+// setuid file the project had before, untouched, keeps its bit (the host-side check sees one
+// when it is there), and inside the session the overlay's copy did carry it.
+both!(set_id_files_never_reach_the_host, |env: Env| {
+    if !need(&["unshare"], "a nested sandbox's overlay") {
+        return;
+    }
+    // Mode after owner: a chown clears set-id bits.
+    let before = env.write("tool-before", "#!/bin/sh\n");
+    std::fs::set_permissions(&before, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    // Older than the session by more than the clock's slack (see cordon_state::setid).
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let kept = mode(&before);
+    let pol = nested_policy(&env);
+    let script = "cp /usr/bin/su ./direct; chmod u+s ./direct; echo DIRECT=$?\n\
+         mkdir -p ov/u ov/w ov/m\n\
+         unshare -rm sh -c 'mount -t overlay ov -o lowerdir=/usr/bin,upperdir=$PWD/ov/u,workdir=$PWD/ov/w $PWD/ov/m && touch ov/m/su'; echo OVERLAY=$?\n\
+         stat -c 'INSIDE %a' ov/u/su direct 2>&1; true";
+    let o = env.run_with(&["--policy", &pol], script);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let copied_up = out.contains("OVERLAY=0");
+    let inside: Vec<u32> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("INSIDE "))
+        .filter_map(|m| u32::from_str_radix(m, 8).ok())
+        .collect();
+    match env.who {
+        Who::Root => {
+            // The filter refused the chmod; the overlay's copy-up did what it could not.
+            assert!(out.contains("DIRECT=1"), "{}", show(&o));
+            assert!(
+                copied_up,
+                "the nested overlay did not copy up: {}",
+                show(&o)
+            );
+            assert!(
+                inside.iter().any(|m| m & 0o4000 != 0),
+                "the copy-up carried no setuid bit inside (nothing to show): {}",
+                show(&o)
+            );
+        }
+        Who::User => {
+            // A user may chmod its own file; a user's nested root cannot copy up a file of
+            // the host's root (its owner has no uid there).
+            assert!(out.contains("DIRECT=0"), "{}", show(&o));
+            assert!(
+                inside.iter().any(|m| m & 0o4000 != 0),
+                "the setuid bit was never set inside (nothing to show): {}",
+                show(&o)
+            );
+        }
+    }
+    // The host side: no set-id file the session made.
+    for f in ["direct", "ov/u/su"] {
+        let p = env.project.join(f);
+        if p.exists() {
+            assert_eq!(
+                mode(&p) & 0o6000,
+                0,
+                "{f} reached the host set-id: {:o}\n{}",
+                mode(&p),
+                show(&o)
+            );
+        }
+    }
+    assert!(
+        err.contains("set-id bits or file capabilities stripped from"),
+        "{}",
+        show(&o)
+    );
+    let log = std::fs::read_to_string(&env.audit).unwrap_or_default();
+    assert!(
+        log.contains("set-id bits stripped from a file the session made"),
+        "{log}"
+    );
+    // The control: untouched, the project's own setuid file keeps its bit.
+    assert_eq!(
+        mode(&before),
+        kept,
+        "a file the session did not touch changed"
+    );
+    assert_ne!(
+        kept & 0o4000,
+        0,
+        "the host keeps no setuid bit here: nothing shown"
+    );
+});
+
+// File capabilities set from a nested user namespace (root's is refused the xattr calls; a
+// user's nested root may set one scoped to the user): none is on the host's file after the
+// session.
+both!(file_capabilities_are_stripped_at_exit, |env: Env| {
+    if !need(&["unshare", "setcap", "getcap"], "file capabilities") {
+        return;
+    }
+    let pol = nested_policy(&env);
+    let o = env.run_with(
+        &["--policy", &pol],
+        // By path: a user's PATH has no sbin.
+        "cp /bin/true ./x; unshare -r /usr/sbin/setcap cap_net_raw+ep ./x; echo SET=$?; \
+         /usr/sbin/getcap ./x",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let host = std::process::Command::new("getcap")
+        .arg(env.project.join("x"))
+        .output()
+        .unwrap();
+    let host = String::from_utf8_lossy(&host.stdout).into_owned();
+    assert_eq!(
+        host.trim(),
+        "",
+        "a capability reached the host: {host}\n{}",
+        show(&o)
+    );
+    if env.who == Who::User {
+        // The control: inside, the capability was there (so the host check had one to miss).
+        assert!(
+            out.contains("SET=0") && out.contains("cap_net_raw"),
+            "{}",
+            show(&o)
+        );
+        let log = std::fs::read_to_string(&env.audit).unwrap_or_default();
+        assert!(log.contains("file capabilities stripped"), "{log}");
+        // Its content is the program it was.
+        assert_eq!(
+            std::fs::read(env.project.join("x")).unwrap(),
+            std::fs::read("/bin/true").unwrap()
+        );
+    }
 });
