@@ -79,8 +79,24 @@ pub fn strip_set_id(roots: &[PathBuf], since: SystemTime) -> SetIdSweep {
         for e in walkdir::WalkDir::new(root).follow_links(false) {
             let e = match e {
                 Ok(e) => e,
-                // A directory the walk cannot read was one the session could not write in
-                // either (the host's permissions hold inside); vanished entries are gone.
+                // A directory the walk may not read: the session may have made it so (a
+                // user's own directory, mode 000) to hide what is inside; said, not skipped.
+                Err(err)
+                    if err.io_error().map(io::Error::kind)
+                        == Some(io::ErrorKind::PermissionDenied) =>
+                {
+                    if let Some(p) = err.path() {
+                        out.failed.push((
+                            p.to_path_buf(),
+                            StateError::Unsupported {
+                                path: p.to_path_buf(),
+                                what: "cannot be searched for set-id files".into(),
+                            },
+                        ));
+                    }
+                    continue;
+                }
+                // Vanished entries are gone.
                 Err(_) => continue,
             };
             if !e.file_type().is_file() {

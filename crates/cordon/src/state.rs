@@ -309,7 +309,7 @@ pub fn strip_set_id(plan: &Plan, started: std::time::SystemTime, emit: &dyn Fn(N
             NewEvent::new(
                 Layer::State,
                 Action::Error,
-                format!("cannot strip the set-id bits or capabilities of a file: {e}"),
+                format!("set-id bits or capabilities not checked or not stripped: {e}"),
             )
             .detail("path", p.display().to_string()),
         );
@@ -337,8 +337,8 @@ pub fn strip_set_id(plan: &Plan, started: std::time::SystemTime, emit: &dyn Fn(N
     }
     for (p, e) in &sweep.failed {
         eprintln!(
-            "cordon: warning: {} keeps a set-id bit or file capability the session gave it \
-             (remove it before running it): {e}",
+            "cordon: warning: {} may keep a set-id bit or file capability the session gave \
+             it (look before running anything there): {e}",
             cordon_state::shown_path(p)
         );
     }

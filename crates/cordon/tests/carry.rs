@@ -202,6 +202,7 @@ both!(set_id_files_never_reach_the_host, |env: Env| {
     let kept = mode(&before);
     let pol = nested_policy(&env);
     let script = "cp /usr/bin/su ./direct; chmod u+s ./direct; echo DIRECT=$?\n\
+         mkdir hid; cp /bin/true hid/y; chmod u+s hid/y; chmod 000 hid\n\
          mkdir -p ov/u ov/w ov/m\n\
          unshare -rm sh -c 'mount -t overlay ov -o lowerdir=/usr/bin,upperdir=$PWD/ov/u,workdir=$PWD/ov/w $PWD/ov/m && touch ov/m/su'; echo OVERLAY=$?\n\
          stat -c 'INSIDE %a' ov/u/su direct 2>&1; true";
@@ -237,6 +238,13 @@ both!(set_id_files_never_reach_the_host, |env: Env| {
             assert!(
                 inside.iter().any(|m| m & 0o4000 != 0),
                 "the setuid bit was never set inside (nothing to show): {}",
+                show(&o)
+            );
+            // A directory of its own it made unreadable: the user's cordon cannot look
+            // inside, and says so rather than pass over it.
+            assert!(
+                err.contains("hid may keep a set-id bit or file capability"),
+                "{}",
                 show(&o)
             );
         }
