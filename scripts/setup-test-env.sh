@@ -10,6 +10,8 @@
 #  - iperf3, passt, slirp4netns: the network benchmark and its peers
 #  - chromium, chromium-driver, fonts-dejavu-core: the dashboard's end-to-end browser test
 #    (headless Chromium driven over WebDriver; the font so its screenshot has legible text)
+#  - golang-go: a second session of a project builds a Go module from its cache layer, another
+#    project's does not see it (carry.rs)
 #  - man-db: `man -l` renders `cordon man`'s pages in the install test
 #  - bind9-dnsutils (dig), iputils-ping: the network escape battery's DNS-tunnel and ICMP attacks
 #  - openssh-server, openssh-client: the SSH test's own sshds (loopback, unprivileged), ssh-agent,
@@ -26,7 +28,7 @@ need=()
 for pkg in git python3 util-linux procps cargo strace bubblewrap hyperfine libcap2-bin \
     curl openssl gcc g++ libc6-dev python3-pip python3-venv python3-requests iperf3 passt slirp4netns \
     openssh-server openssh-client bind9-dnsutils iputils-ping \
-    chromium chromium-driver fonts-dejavu-core man-db; do
+    chromium chromium-driver fonts-dejavu-core man-db golang-go; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

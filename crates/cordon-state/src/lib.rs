@@ -41,6 +41,7 @@ mod manifest;
 mod meta;
 mod overlay;
 mod pathser;
+mod setid;
 mod store;
 mod textdiff;
 mod view;
@@ -57,6 +58,7 @@ pub use manifest::{
     snapshot,
 };
 pub use meta::{EntryKind, Status};
+pub use setid::{SetIdSweep, Stripped, shown_path, strip_set_id};
 pub use store::{
     AcceptReport, Change, Conflict, Entry, RestoreReport, RunningGuard, Session, SessionInfo,
     StateStore, is_valid_session_id, resolve_path, resolve_path_below,

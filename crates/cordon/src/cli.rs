@@ -206,7 +206,8 @@ pub enum StateCmd {
 pub enum CacheCmd {
     /// Each cache layer: the path it stands for, what sessions added, whether one uses it now.
     List,
-    /// Drop cache layers (all, or those of the given paths); the host's caches are untouched.
+    /// Drop cache layers (all, or those of the given cache paths or projects); the host's
+    /// caches are untouched.
     Clear { paths: Vec<PathBuf> },
 }
 

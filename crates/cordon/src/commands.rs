@@ -459,7 +459,8 @@ fn run_in_session(
     let (sink2, audit2, asks) = (sink.clone(), audit.clone(), cmd.approvals.clone());
     let (quiet, session2, mut scratch) = (a.quiet, session.to_string(), cmd.clone());
     let building = crate::beside::Beside::start(gateway_on, move || {
-        let g = gateway_on.then(|| start_gateway(&mut plan, &sink2, &audit2, asks.as_ref()));
+        let g =
+            gateway_on.then(|| start_gateway(&mut plan, &sink2, &audit2, asks.as_ref(), &session2));
         if let Some(Err(_)) = &g {
             return (plan, g, None, scratch);
         }
@@ -557,12 +558,16 @@ fn run_in_session(
     let net = gateway
         .as_mut()
         .map(|g| g as &mut dyn cordon_sandbox::NetAttach);
+    // What the session changes in its writable roots is known by ctime from here on.
+    let started = std::time::SystemTime::now();
     let result = unborn.run(&plan, &cmd, emit, net);
     // The sandbox is gone: nothing is left for the gateway to serve.
     drop(gateway);
     drop(ssh_agent);
     // The sandbox is gone: its layers can no longer change.
     drop(running);
+    crate::state::strip_set_id(&loaded.plan, started, emit);
+    held_logins_line(session);
     match result {
         Ok(outcome) => {
             let code = outcome.code();
@@ -594,6 +599,28 @@ fn run_in_session(
             }
             EXIT_SETUP
         }
+    }
+}
+
+/// At exit, the login files the session's token exchanges were held in instead of the host's
+/// (see `cordon_http::credentials::refresh`), so the user hears of them once more.
+fn held_logins_line(session: &str) {
+    let Some(dir) = cordon_events::state_dir().map(|d| d.join("held-logins").join(session)) else {
+        return;
+    };
+    let held: Vec<String> = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().display().to_string())
+        .collect();
+    if !held.is_empty() {
+        eprintln!(
+            "cordon: a login made or renewed in the session was not written to your login \
+             files (it may be another account's); held in {}: review it and copy it over the \
+             login file to use it on the host",
+            held.join(", ")
+        );
     }
 }
 
@@ -646,16 +673,27 @@ type Resolved = (
 /// every credential listing it had its value replaced there and nothing secret is left in it
 /// (no token shape, no other known value); otherwise it stays hidden, with a warning. Also
 /// returns the host's secret-looking variables (read once, for secret scanning too).
-fn resolve_credentials(plan: &mut cordon_policy::Plan, sink: &cordon_net::Emit) -> Resolved {
+fn resolve_credentials(
+    plan: &mut cordon_policy::Plan,
+    sink: &cordon_net::Emit,
+    session: &str,
+) -> Resolved {
     let mut out: Vec<cordon_http::WireCredential> = Vec::new();
     let key = match plan.credentials.is_empty() {
         true => None,
         false => placeholder_key(sink),
     };
     // Logins renewed (or first made) inside: brokered whether or not their file exists yet.
+    // An exchange that is not a refresh of the host's own login is held in cordon's state
+    // (never visible inside), not written to the host's login file.
+    let held = cordon_events::state_dir().map(|d| d.join("held-logins").join(session));
     let logins = key
         .clone()
-        .and_then(|k| cordon_http::credentials::refresh::Logins::new(k, &plan.credentials));
+        .and_then(|k| cordon_http::credentials::refresh::Logins::new(k, &plan.credentials))
+        .map(|l| match held {
+            Some(d) => l.with_held_dir(d),
+            None => l,
+        });
     for c in plan.credentials.clone() {
         let Some(key) = &key else { break };
         let wire = match cordon_http::credentials::resolve(&c, key) {
@@ -924,6 +962,7 @@ fn start_gateway(
     sink: &cordon_net::Emit,
     audit: &cordon_events::AuditHealth,
     approvals: Option<&cordon_approval::Approvals>,
+    session: &str,
 ) -> Result<GatewayAttach> {
     // Command lines in events are redacted by token shape until the HTTP layer, which knows
     // the credentials' values too, takes over.
@@ -950,7 +989,8 @@ fn start_gateway(
                 approvals: a.clone(),
                 timeout: Duration::from_secs(plan.exec.ask_timeout_secs),
             });
-            let (credentials, shown, host_secrets, logins) = resolve_credentials(plan, sink);
+            let (credentials, shown, host_secrets, logins) =
+                resolve_credentials(plan, sink, session);
             // Secret scanning also looks for the host's secret-looking variables by value.
             let layer = cordon_http::HttpLayer::from_plan(
                 plan,

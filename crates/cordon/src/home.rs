@@ -346,28 +346,37 @@ fn cache_store() -> Result<CacheStore> {
     )?))
 }
 
-/// Open the layers of the caches worth mounting (held until the returned layers are dropped);
-/// the others are returned unmounted, for [`adopt_caches`] at exit.
-pub fn open_caches(caches: &[PathBuf], private: &Path) -> Result<(Vec<CacheLayer>, Vec<PathBuf>)> {
+/// Open `project`'s layers of the caches worth mounting (held until the returned layers are
+/// dropped); the others are returned unmounted, for [`adopt_caches`] at exit.
+pub fn open_caches(
+    caches: &[PathBuf],
+    project: &Path,
+    private: &Path,
+) -> Result<(Vec<CacheLayer>, Vec<PathBuf>)> {
     let store = cache_store()?;
     let mut layers = Vec::new();
     let mut unmounted = Vec::new();
-    for (c, wanted) in caches.iter().zip(store.wanted_all(caches)) {
+    for (c, wanted) in caches.iter().zip(store.wanted_all(project, caches)) {
         if !wanted {
             unmounted.push(c.clone());
             continue;
         }
         layers.push(
             store
-                .open(c, private)
+                .open(project, c, private)
                 .map_err(|e| anyhow!("cannot prepare the cache layer for {}: {e}", c.display()))?,
         );
     }
     Ok((layers, unmounted))
 }
 
-/// What the session wrote at caches it did not mount becomes their layers.
-pub fn adopt_caches(unmounted: &[PathBuf], home: &HomeLayer, emit: &dyn Fn(NewEvent)) {
+/// What the session wrote at caches it did not mount becomes `project`'s layers of them.
+pub fn adopt_caches(
+    unmounted: &[PathBuf],
+    project: &Path,
+    home: &HomeLayer,
+    emit: &dyn Fn(NewEvent),
+) {
     let Ok(store) = cache_store() else { return };
     // Only where the session wrote at all: the top of its layer, read once.
     let top: Vec<std::ffi::OsString> = std::fs::read_dir(&home.upper)
@@ -387,7 +396,7 @@ pub fn adopt_caches(unmounted: &[PathBuf], home: &HomeLayer, emit: &dyn Fn(NewEv
         let Some(written) = home.upper_of(c) else {
             continue;
         };
-        match store.adopt(c, &written) {
+        match store.adopt(project, c, &written) {
             Ok(true) => emit(
                 NewEvent::new(Layer::State, Action::Apply, "a new cache layer kept")
                     .detail("path", c.display().to_string()),
@@ -501,6 +510,14 @@ pub fn cache_command(c: CacheCmd) -> i32 {
     }
 }
 
+/// Whose layer it is, for `cordon cache list` and `clear`.
+fn of_project(c: &cordon_state::CacheInfo) -> String {
+    match &c.project {
+        Some(p) => format!("(project {})", p.display()),
+        None => "(shared by all projects, from an older cordon: never mounted, clear it)".into(),
+    }
+}
+
 fn cache(c: CacheCmd) -> Result<i32> {
     let store = cache_store()?;
     let root = store.root().to_path_buf();
@@ -512,10 +529,11 @@ fn cache(c: CacheCmd) -> Result<i32> {
             }
             for c in list {
                 println!(
-                    "{}  {}{}",
+                    "{}  {}{}  {}",
                     c.path.display(),
                     human_bytes(c.bytes),
-                    if c.in_use { "  (in use)" } else { "" }
+                    if c.in_use { "  (in use)" } else { "" },
+                    of_project(&c)
                 );
             }
             Ok(0)
@@ -527,11 +545,15 @@ fn cache(c: CacheCmd) -> Result<i32> {
                 .map(|p| p.unwrap_or_default())
                 .collect();
             let (cleared, busy) = store.clear(&paths)?;
-            for p in &cleared {
-                println!("cleared {}", p.display());
+            for c in &cleared {
+                println!("cleared {}  {}", c.path.display(), of_project(c));
             }
-            for p in &busy {
-                println!("in use, left alone: {}", p.display());
+            for c in &busy {
+                println!(
+                    "in use, left alone: {}  {}",
+                    c.path.display(),
+                    of_project(c)
+                );
             }
             if cleared.is_empty() && busy.is_empty() {
                 println!("no cache layers to clear");

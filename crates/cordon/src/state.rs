@@ -151,7 +151,7 @@ pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prep
         return Ok(Prepared::default());
     }
     let (caches, unmounted) = match &home {
-        Some(h) => crate::home::open_caches(&h.caches, &s.dir.join("caches"))?,
+        Some(h) => crate::home::open_caches(&h.caches, &plan.project, &s.dir.join("caches"))?,
         None => (Vec::new(), Vec::new()),
     };
     let mut staged = Vec::new();
@@ -345,6 +345,72 @@ pub fn to_sandbox(s: &Session) -> Vec<Staged> {
         .collect()
 }
 
+/// After the command, before anything else reads the host: no set-id or file-capability file
+/// the session made stays in its writable roots (the project and the `writable` paths), which
+/// are on the host's disk with no review between (see [`cordon_state::strip_set_id`]). Each
+/// one stripped is an event and a line on stderr.
+pub fn strip_set_id(plan: &Plan, started: std::time::SystemTime, emit: &dyn Fn(NewEvent)) {
+    let roots: Vec<PathBuf> = std::iter::once(plan.project.clone())
+        .chain(plan.filesystem.writable.iter().map(|w| w.path.clone()))
+        .collect();
+    let sweep = cordon_state::strip_set_id(&roots, started);
+    for s in &sweep.stripped {
+        let what = match (s.mode & 0o6000 != 0, s.capability) {
+            (true, true) => "set-id bits and file capabilities",
+            (true, false) => "set-id bits",
+            _ => "file capabilities",
+        };
+        emit(
+            NewEvent::new(
+                Layer::State,
+                Action::Deny,
+                format!("{what} stripped from a file the session made"),
+            )
+            .detail("path", s.path.display().to_string())
+            .detail("mode", format!("{:o}", s.mode))
+            .detail("capability", s.capability),
+        );
+    }
+    for (p, e) in &sweep.failed {
+        emit(
+            NewEvent::new(
+                Layer::State,
+                Action::Error,
+                format!("set-id bits or capabilities not checked or not stripped: {e}"),
+            )
+            .detail("path", p.display().to_string()),
+        );
+    }
+    if !sweep.stripped.is_empty() {
+        let names: Vec<String> = sweep
+            .stripped
+            .iter()
+            .take(3)
+            .map(|s| cordon_state::shown_path(&s.path))
+            .collect();
+        let more = sweep.stripped.len().saturating_sub(names.len());
+        eprintln!(
+            "cordon: set-id bits or file capabilities stripped from {} file{} the session made \
+             (a host user would have run them with their owner's privileges): {}{}",
+            sweep.stripped.len(),
+            if sweep.stripped.len() == 1 { "" } else { "s" },
+            names.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        );
+    }
+    for (p, e) in &sweep.failed {
+        eprintln!(
+            "cordon: warning: {} may keep a set-id bit or file capability the session gave \
+             it (look before running anything there): {e}",
+            cordon_state::shown_path(p)
+        );
+    }
+}
+
 /// After the command: review protected state (see [`review`]), then say what else the
 /// session wrote in the home; drop the session's layers once nothing in them is wanted.
 pub fn finish(plan: &Plan, p: &Prepared, emit: &dyn Fn(NewEvent)) {
@@ -357,7 +423,7 @@ pub fn finish(plan: &Plan, p: &Prepared, emit: &dyn Fn(NewEvent)) {
     crate::logins::drop_copies(plan, s, emit);
     if let Some(home) = &s.home {
         crate::home::tidy_view(&p.staged, home);
-        crate::home::adopt_caches(&p.unmounted, home, emit);
+        crate::home::adopt_caches(&p.unmounted, &plan.project, home, emit);
     }
     let reviewed = if s.entries.is_empty() {
         Reviewed::Unchanged

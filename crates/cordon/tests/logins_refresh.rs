@@ -4,7 +4,9 @@
 //! the host's login file holds the new real ones as soon as the answer is in (asserted during
 //! the session and after it), every other key kept; inside, the answer and everything else
 //! hold placeholders only; a second refresh sends the rotated real token; the agent's own
-//! save of its login file never reaches the host.
+//! save of its login file never reaches the host. Only a refresh of the host's own login
+//! writes the host's file: a login made inside (`authorization_code`, maybe another
+//! account's) is held in cordon's state for the user to review, the host's login untouched.
 
 mod common;
 
@@ -322,19 +324,23 @@ fn accept_session(env: &Env) {
     }
 }
 
-both!(a_first_login_inside_lands_on_the_host_only, |env: Env| {
-    let addr = variant_addr(&env, 93);
-    setup(&env);
-    let Some((srv, ca)) = stand_in(&env, &addr) else {
-        return;
-    };
-    // No login yet: the agent logs in inside, as `claude` → /login exchanges its code.
-    std::fs::create_dir_all(env.home.join(".claude")).unwrap();
-    env.own(&env.home);
-    let file = env.home.join(".claude/.credentials.json");
-    let pol = login_policy(&env, &addr, &ca);
+/// The held copies of login files (`$XDG_STATE_HOME/cordon/held-logins/SESSION/…`).
+fn held_copies(env: &Env) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let root = env.base.join("state/cordon/held-logins");
+    for s in std::fs::read_dir(root).into_iter().flatten().flatten() {
+        for f in std::fs::read_dir(s.path()).into_iter().flatten().flatten() {
+            out.push(f.path());
+        }
+    }
+    out
+}
+
+/// The script of an agent's login inside: it exchanges the browser's code (spelled backwards
+/// so the script never holds it), prints the answer, and saves it as its login file.
+fn code_login_script() -> String {
     let py = common::net::PY;
-    let script = format!(
+    format!(
         "F=~/.claude/.credentials.json; U={TOKEN_URL}\n\
          C=$(printf %s {rcode} | rev)\n\
          R=$(curl -sS --max-time 20 -H 'content-type: application/json' -d \"{{\\\"grant_type\\\":\\\"authorization_code\\\",\\\"code\\\":\\\"$C\\\",\\\"redirect_uri\\\":\\\"https://platform.claude.com/oauth/code/callback\\\",\\\"client_id\\\":\\\"c\\\",\\\"code_verifier\\\":\\\"v\\\"}}\" $U)\n\
@@ -343,19 +349,123 @@ both!(a_first_login_inside_lands_on_the_host_only, |env: Env| {
          {scan}",
         rcode = CODE.chars().rev().collect::<String>(),
         scan = scan_lines(),
-    );
+    )
+}
+
+/// `cordon run` of `script` with the claude profile and `pol`, waited for (bounded).
+fn run_claude(env: &Env, pol: &str, script: &str) -> std::process::Output {
+    let _ = std::fs::remove_file(&env.audit);
     let child = env
         .cordon()
-        .env("XDG_RUNTIME_DIR", common::runtime_dir(&env))
+        .env("XDG_RUNTIME_DIR", common::runtime_dir(env))
         .args(["run", "--no-tty", "--audit"])
         .arg(&env.audit)
-        .args(["--profile", "claude", "--policy", &pol, "--"])
-        .args(["sh", "-c", &script])
+        .args(["--profile", "claude", "--policy", pol, "--"])
+        .args(["sh", "-c", script])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let o = wait_limited(child, Duration::from_secs(120));
+    wait_limited(child, Duration::from_secs(120))
+}
+
+// The user is logged in on the host; inside, the agent logs in anew (an `authorization_code`
+// exchange, which could be another account's): the host's login file is byte for byte what
+// it was, the new tokens are held in cordon's state (0600, a whole login file) and the user
+// is told. The control, first: a session's refresh of the host's own login does rewrite the
+// host's file, so the check sees a write when there is one.
+both!(a_login_inside_never_replaces_the_hosts, |env: Env| {
+    let addr = variant_addr(&env, 95);
+    setup(&env);
+    let Some((srv, ca)) = stand_in(&env, &addr) else {
+        return;
+    };
+    let file = env.home.join(".claude/.credentials.json");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, claude_file()).unwrap();
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    env.own(&env.home);
+    let pol = login_policy(&env, &addr, &ca);
+    let py = common::net::PY;
+    let refresh = format!(
+        "RT0=$({py} -c 'import json,sys; print(json.load(sys.stdin)[\"claudeAiOauth\"][\"refreshToken\"])' < ~/.claude/.credentials.json)\n\
+         curl -sS --max-time 20 -o /dev/null -w 'CODE %{{http_code}}\\n' -d \"grant_type=refresh_token&refresh_token=$RT0\" {TOKEN_URL}"
+    );
+    let o = run_claude(&env, &pol, &refresh);
+    let (a1, r1) = issued(1);
+    let after = host_json(&file);
+    assert_eq!(
+        field(&after, "claudeAiOauth.refreshToken"),
+        r1,
+        "{}\n{}",
+        show(&o),
+        srv.log()
+    );
+    assert_eq!(field(&after, "claudeAiOauth.accessToken"), a1);
+    assert!(held_copies(&env).is_empty());
+    // The login inside.
+    let before = std::fs::read(&file).unwrap();
+    let o = run_claude(&env, &pol, &code_login_script());
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    let (a2, r2) = issued(2);
+    assert!(
+        srv.log()
+            .lines()
+            .any(|l| l == format!("TOKEN authorization_code {CODE} 200")),
+        "{}\n{}",
+        srv.log(),
+        show(&o)
+    );
+    // Inside, the login works (placeholders only).
+    let v: Value = serde_json::from_str(&line(&out, "R ")).unwrap_or(Value::Null);
+    assert!(
+        field(&v, "access_token").starts_with("sk-ant-oat01-"),
+        "{}",
+        show(&o)
+    );
+    assert_eq!(line(&out, "FILEHITS "), "0", "{}", show(&o));
+    // The host's login: untouched, accepted or not.
+    accept_session(&env);
+    assert_eq!(std::fs::read(&file).unwrap(), before, "{}", show(&o));
+    // Held, said during the session and at exit, and logged.
+    assert!(err.contains("were not written to"), "{}", show(&o));
+    assert!(
+        err.contains("was not written to your login"),
+        "{}",
+        show(&o)
+    );
+    let audit = std::fs::read_to_string(&env.audit).unwrap_or_default();
+    assert!(
+        audit.contains("not written to the host's login file"),
+        "{audit}"
+    );
+    for t in [&a2, &r2] {
+        assert!(!audit.contains(t.as_str()), "the audit log holds a token");
+    }
+    let held = held_copies(&env);
+    assert_eq!(held.len(), 1, "{held:?}\n{}", show(&o));
+    let copy = host_json(&held[0]);
+    assert_eq!(field(&copy, "claudeAiOauth.accessToken"), a2);
+    assert_eq!(field(&copy, "claudeAiOauth.refreshToken"), r2);
+    assert_eq!(
+        copy["claudeAiOauth"]["subscriptionType"], "max",
+        "a whole login file"
+    );
+    assert_eq!(std::fs::metadata(&held[0]).unwrap().mode() & 0o777, 0o600);
+});
+
+both!(a_first_login_inside_is_held_for_review, |env: Env| {
+    let addr = variant_addr(&env, 93);
+    setup(&env);
+    let Some((srv, ca)) = stand_in(&env, &addr) else {
+        return;
+    };
+    std::fs::create_dir_all(env.home.join(".claude")).unwrap();
+    env.own(&env.home);
+    let file = env.home.join(".claude/.credentials.json");
+    let pol = login_policy(&env, &addr, &ca);
+    let o = run_claude(&env, &pol, &code_login_script());
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     let (a1, r1) = issued(1);
     assert!(
@@ -376,32 +486,33 @@ both!(a_first_login_inside_lands_on_the_host_only, |env: Env| {
     assert_eq!(line(&out, "FILEHITS "), "0", "{}", show(&o));
     assert_eq!(line(&out, "PROCHITS "), "0", "{}", show(&o));
     assert_eq!(line(&out, "MEMHITS "), "0", "{}", show(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("cordon: logged in: the real tokens are in"),
-        "{}",
-        show(&o)
-    );
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!err.contains("cordon: logged in"), "{}", show(&o));
+    assert!(err.contains("were not written to"), "{}", show(&o));
     // The agent saved the placeholders as its login (the file did not exist, so it could):
     // that copy is dropped at exit, said plainly.
     assert_eq!(line(&out, "SAVE "), "ok", "{}", show(&o));
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains(&format!(
+        err.contains(&format!(
             "the sandbox's own copy of {} was dropped",
             file.display()
         )),
         "{}",
         show(&o)
     );
-    // On the host: the real tokens, in a file only its owner reads; whatever the agent saved
-    // inside (placeholders) never replaces it, accepted or not.
+    // On the host: no login file, accepted or not; the real tokens in a held copy only its
+    // owner reads.
     accept_session(&env);
-    let host = host_json(&file);
+    assert!(!file.exists(), "{}", show(&o));
+    let held = held_copies(&env);
+    assert_eq!(held.len(), 1, "{held:?}");
+    let copy = host_json(&held[0]);
     assert_eq!(
-        field(&host, "claudeAiOauth.accessToken"),
+        field(&copy, "claudeAiOauth.accessToken"),
         a1,
         "{}",
         show(&o)
     );
-    assert_eq!(field(&host, "claudeAiOauth.refreshToken"), r1);
-    assert_eq!(std::fs::metadata(&file).unwrap().mode() & 0o777, 0o600);
+    assert_eq!(field(&copy, "claudeAiOauth.refreshToken"), r1);
+    assert_eq!(std::fs::metadata(&held[0]).unwrap().mode() & 0o777, 0o600);
 });

@@ -12,8 +12,20 @@
 //! A placeholder handed out earlier in the session keeps working (it now stands for the new
 //! value): the login file inside is a read-only copy taken at start, and a second process of
 //! the agent reads it. Host side only.
+//!
+//! Only a refresh of the host's own login reaches the host's file: `grant_type=refresh_token`
+//! with the refresh token cordon put in (the host file's, by its placeholder). The provider
+//! answers that for the account that token belongs to, so it can only renew the same login;
+//! a missing or empty token in the answer is never written, so the file keeps its refresh
+//! token. Any other exchange (an `authorization_code` login, a refresh with a token the
+//! session brought itself) may be another account's: its tokens work for this session, are
+//! held in a copy of the login file in cordon's own state (never visible inside), and the
+//! user is told; from then on the session's login is not the host's, and none of its later
+//! exchanges is written to the host's file either.
 
-use std::path::PathBuf;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use cordon_policy::{CredentialPlan, RefreshPlan};
@@ -34,6 +46,11 @@ pub struct Logins {
     /// file's stale placeholder) waits for the first's rotation and sends the new token, not
     /// the one the first just made dead.
     exchanging: tokio::sync::Mutex<()>,
+    /// Where the tokens of an exchange not written to the host go (`None`: nowhere, they last
+    /// the session only).
+    held_dir: Option<PathBuf>,
+    /// An exchange was held: the session's login is no longer the host's.
+    diverged: AtomicBool,
 }
 
 impl std::fmt::Debug for Logins {
@@ -67,6 +84,11 @@ pub(crate) struct Answered {
     /// A login file that could not be written, and why (the new tokens then live in this
     /// session only).
     pub failed: Vec<(PathBuf, String)>,
+    /// Why the host's login files were left alone, when they were (see the module docs).
+    pub held_why: Option<String>,
+    /// For each login file left alone: the copy that holds the new tokens, or why there is
+    /// none (they then live in this session only).
+    pub held: Vec<(PathBuf, Result<PathBuf, String>)>,
 }
 
 impl Logins {
@@ -84,6 +106,53 @@ impl Logins {
             live: RwLock::new(None),
             writing: Mutex::new(()),
             exchanging: tokio::sync::Mutex::new(()),
+            held_dir: None,
+            diverged: AtomicBool::new(false),
+        })
+    }
+
+    /// Keep the tokens of exchanges not written to the host in `dir` (cordon's own state,
+    /// never visible inside), one copy of each login file.
+    pub fn with_held_dir(mut self, dir: PathBuf) -> Self {
+        self.held_dir = Some(dir);
+        self
+    }
+
+    /// Why an exchange whose request was `body` must not reach the host's login files, or
+    /// `None` when it is a refresh of the host's own login: `grant_type=refresh_token` with a
+    /// refresh token cordon put in for this endpoint (by a placeholder of `current`), and no
+    /// exchange of the session held before.
+    pub(crate) fn hold_reason(
+        &self,
+        current: &[WireCredential],
+        to: (&str, u16, &str),
+        json: bool,
+        body: &[u8],
+    ) -> Option<String> {
+        let (host, port, path) = to;
+        let (grant, refresh) = grant_and_refresh(json, body);
+        if self.diverged.load(Ordering::SeqCst) {
+            return Some(
+                "an earlier exchange of this session was held: its login is not the host's".into(),
+            );
+        }
+        if grant != "refresh_token" {
+            return Some(format!(
+                "a {} exchange is a new login, maybe another account's",
+                if grant.is_empty() { "token" } else { &grant }
+            ));
+        }
+        let ours = refresh.is_some_and(|v| {
+            self.at(host, port, path)
+                .filter(|(_, r)| r.token == "refresh_token")
+                .any(|(p, _)| {
+                    current
+                        .iter()
+                        .any(|c| c.name == p.name && c.placeholder == v)
+                })
+        });
+        (!ours).then(|| {
+            "a refresh with a token the session brought itself, not the host login's".into()
         })
     }
 
@@ -180,12 +249,14 @@ impl Logins {
     /// Takes the endpoint's (successful, JSON) answer: its new tokens go to the host's login
     /// files at once, the credentials at the wire become the new ones, and the agent's copy
     /// holds placeholders. `None` when the answer carries no token this session brokers (it
-    /// is then relayed as any other, scrubbed).
+    /// is then relayed as any other, scrubbed). `hold`: why the exchange must not reach the
+    /// host's files ([`Logins::hold_reason`]); the tokens then go to held copies instead.
     pub(crate) fn answer(
         &self,
         current: &[WireCredential],
         to: (&str, u16, &str),
         body: &[u8],
+        hold: Option<String>,
     ) -> Option<Answered> {
         let (host, port, path) = to;
         let doc: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body).ok()?;
@@ -202,6 +273,15 @@ impl Logins {
             return None;
         }
         let _one = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        // Checked again under the lock: an exchange held meanwhile holds this one too.
+        let hold = hold.or_else(|| {
+            self.diverged.load(Ordering::SeqCst).then(|| {
+                "an earlier exchange of this session was held: its login is not the host's".into()
+            })
+        });
+        if hold.is_some() {
+            self.diverged.store(true, Ordering::SeqCst);
+        }
         // The host first: should the file not take them, the tokens still work this session.
         let mut files: Vec<(PathBuf, Vec<(String, serde_json::Value)>)> = Vec::new();
         for (p, real) in &renewed {
@@ -230,7 +310,13 @@ impl Logins {
         }
         let mut written = Vec::new();
         let mut failed = Vec::new();
+        let mut held = Vec::new();
         for (file, updates) in files {
+            if hold.is_some() {
+                let copy = self.hold(&file, &updates);
+                held.push((file, copy));
+                continue;
+            }
             match login_file::write_json_fields(&file, &updates) {
                 Ok(()) => written.push(file),
                 Err(e) => failed.push((file, e.to_string())),
@@ -253,7 +339,50 @@ impl Logins {
             renewed: renewed.iter().map(|(p, _)| p.name.clone()).collect(),
             written,
             failed,
+            held_why: hold,
+            held,
         })
+    }
+
+    /// Write `updates` to the held copy of the login file `file` (made from the host's file,
+    /// so it is a whole login the user can put in its place); its path.
+    fn hold(
+        &self,
+        file: &Path,
+        updates: &[(String, serde_json::Value)],
+    ) -> Result<PathBuf, String> {
+        let dir = self
+            .held_dir
+            .as_ref()
+            .ok_or("no state directory to hold them in")?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        let name: String = file
+            .to_string_lossy()
+            .trim_start_matches('/')
+            .chars()
+            .map(|c| if c == '/' { '_' } else { c })
+            .collect();
+        let copy = dir.join(name);
+        if !copy.exists() {
+            let seed = match std::fs::read(file) {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => b"{}\n".to_vec(),
+                Err(e) => return Err(format!("{}: {e}", file.display())),
+            };
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&copy)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, &seed))
+                .map_err(|e| format!("{}: {e}", copy.display()))?;
+        }
+        login_file::write_json_fields(&copy, updates).map_err(|e| e.to_string())?;
+        Ok(copy)
     }
 
     /// `current` with each renewed credential's value replaced (under its new placeholder,
@@ -321,6 +450,28 @@ impl Logins {
         };
         *self.live.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(live));
     }
+}
+
+/// The grant type a token request names and the refresh token it carries, if any (a JSON
+/// object's strings, or form fields).
+fn grant_and_refresh(json: bool, body: &[u8]) -> (String, Option<String>) {
+    if json {
+        let Ok(serde_json::Value::Object(doc)) = serde_json::from_slice(body) else {
+            return (String::new(), None);
+        };
+        let s = |k: &str| doc.get(k).and_then(|v| v.as_str()).map(str::to_string);
+        return (s("grant_type").unwrap_or_default(), s("refresh_token"));
+    }
+    let (mut grant, mut refresh) = (String::new(), None);
+    for kv in String::from_utf8_lossy(body).split('&') {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        match k {
+            "grant_type" => grant = form_decode(v),
+            "refresh_token" => refresh = Some(form_decode(v)),
+            _ => {}
+        }
+    }
+    (grant, refresh)
 }
 
 /// `data` with every `from` replaced by `to`.

@@ -118,7 +118,7 @@ fn the_refresh_placeholder_becomes_the_real_token_for_its_endpoint_only() {
 fn an_answer_rotates_the_host_file_and_the_wire_and_the_agent_gets_placeholders() {
     let f = fixture();
     let answer = br#"{"access_token":"AT-2","refresh_token":"RT-2","expires_in":3600,"token_type":"Bearer"}"#;
-    let a = f.logins.answer(&f.start, URL, answer).unwrap();
+    let a = f.logins.answer(&f.start, URL, answer, None).unwrap();
     assert_eq!(a.written, vec![f.file.clone()]);
     assert!(a.failed.is_empty());
     let host: serde_json::Value =
@@ -161,6 +161,7 @@ fn an_answer_rotates_the_host_file_and_the_wire_and_the_agent_gets_placeholders(
             &live.credentials,
             URL,
             br#"{"access_token":"AT-3","expires_in":60}"#,
+            None,
         )
         .unwrap();
     assert_eq!(a.renewed, vec!["access".to_string()]);
@@ -171,7 +172,7 @@ fn an_answer_rotates_the_host_file_and_the_wire_and_the_agent_gets_placeholders(
 }
 
 #[test]
-fn a_first_login_makes_the_file_and_answers_without_tokens_pass() {
+fn a_first_login_is_held_and_answers_without_tokens_pass() {
     let dir = tempfile::tempdir().unwrap();
     let key = PlaceholderKey::from_bytes([9; 32]);
     let plans = vec![
@@ -183,33 +184,128 @@ fn a_first_login_makes_the_file_and_answers_without_tokens_pass() {
             "refresh_token",
         ),
     ];
-    let logins = Logins::new(key, &plans).unwrap();
+    let held = dir.path().join("held");
+    let logins = Logins::new(key, &plans)
+        .unwrap()
+        .with_held_dir(held.clone());
+    let code = br#"{"grant_type":"authorization_code","code":"c"}"#;
+    let why = logins.hold_reason(&[], URL, true, code);
+    assert!(
+        why.as_deref().unwrap().contains("authorization_code"),
+        "{why:?}"
+    );
     assert!(
         logins
-            .answer(&[], URL, br#"{"error":"invalid_grant"}"#)
+            .answer(&[], URL, br#"{"error":"invalid_grant"}"#, why.clone())
             .is_none()
     );
-    assert!(logins.answer(&[], URL, b"not json").is_none());
+    assert!(logins.answer(&[], URL, b"not json", why.clone()).is_none());
     let a = logins
         .answer(
             &[],
             URL,
             br#"{"access_token":"AT-9","refresh_token":"RT-9","expires_in":10}"#,
+            why,
         )
         .unwrap();
     let file = dir.path().join("auth.json");
-    assert_eq!(a.written, vec![file.clone()]);
-    let meta = std::fs::metadata(&file).unwrap();
+    assert!(
+        a.written.is_empty() && !file.exists(),
+        "written to the host"
+    );
+    let copy = a.held[0].1.clone().unwrap();
+    assert_eq!(a.held[0].0, file);
+    assert!(copy.starts_with(&held));
+    let meta = std::fs::metadata(&copy).unwrap();
     assert_eq!(
         std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
         0o600
     );
-    let host: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-    assert_eq!(host["tokens"]["access_token"], "AT-9");
+    let kept: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&copy).unwrap()).unwrap();
+    assert_eq!(kept["tokens"]["access_token"], "AT-9");
+    assert_eq!(kept["tokens"]["refresh_token"], "RT-9");
+    // The tokens work for the session, by placeholders.
     let live = logins.live().unwrap();
     assert_eq!(live.credentials.len(), 2);
     assert!(!String::from_utf8_lossy(&a.body).contains("T-9"));
+}
+
+// Only a refresh carrying the host login's own refresh token (by its placeholder) may write
+// the host's file; any other exchange is held, and once one was, the session's later ones
+// are too, its own refreshes included.
+#[test]
+fn only_a_refresh_of_the_host_login_reaches_the_host_file() {
+    let f = fixture();
+    let rt = ph(&f.start, "refresh").to_string();
+    let ours = format!("grant_type=refresh_token&refresh_token={rt}");
+    assert_eq!(
+        f.logins.hold_reason(&f.start, URL, false, ours.as_bytes()),
+        None
+    );
+    let json = format!(r#"{{"grant_type":"refresh_token","refresh_token":"{rt}"}}"#);
+    assert_eq!(
+        f.logins.hold_reason(&f.start, URL, true, json.as_bytes()),
+        None
+    );
+    for (json, body) in [
+        (false, "grant_type=authorization_code&code=x".to_string()),
+        (
+            false,
+            "grant_type=refresh_token&refresh_token=RT-of-another-account".into(),
+        ),
+        (false, format!("grant_type=password&refresh_token={rt}")),
+        (true, r#"{"grant_type":"refresh_token"}"#.into()),
+        (true, "not json".into()),
+    ] {
+        assert!(
+            f.logins
+                .hold_reason(&f.start, URL, json, body.as_bytes())
+                .is_some(),
+            "{body}"
+        );
+    }
+    let before = std::fs::read_to_string(&f.file).unwrap();
+    let why = f.logins.hold_reason(
+        &f.start,
+        URL,
+        false,
+        b"grant_type=authorization_code&code=x",
+    );
+    let a = f
+        .logins
+        .answer(
+            &f.start,
+            URL,
+            br#"{"access_token":"AT-X","refresh_token":"RT-X"}"#,
+            why,
+        )
+        .unwrap();
+    assert!(a.written.is_empty());
+    assert_eq!(a.held.len(), 1);
+    // No held directory here: the tokens last the session only.
+    assert!(a.held[0].1.is_err());
+    assert_eq!(std::fs::read_to_string(&f.file).unwrap(), before);
+    // The session's own refresh now (its placeholder stands for RT-X): held as well.
+    let live = f.logins.live().unwrap();
+    let rt = ph(&live.credentials, "refresh").to_string();
+    let next = format!("grant_type=refresh_token&refresh_token={rt}");
+    assert!(
+        f.logins
+            .hold_reason(&live.credentials, URL, false, next.as_bytes())
+            .is_some()
+    );
+    let a = f
+        .logins
+        .answer(
+            &live.credentials,
+            URL,
+            br#"{"access_token":"AT-Y","refresh_token":"RT-Y"}"#,
+            None,
+        )
+        .unwrap();
+    assert!(a.written.is_empty() && a.held_why.is_some());
+    assert_eq!(std::fs::read_to_string(&f.file).unwrap(), before);
 }
 
 #[test]

@@ -105,6 +105,8 @@ pub(crate) async fn exchange(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.to_ascii_lowercase().contains("json"));
+    // Read from the agent's request, before its placeholder becomes the real token.
+    let hold = logins.hold_reason(creds, to, json, &body.scanned);
     let (sent, grant) = logins.request_body(creds, to, json, &body.scanned);
     let pq = parts
         .uri
@@ -194,7 +196,7 @@ pub(crate) async fn exchange(
     let status = head.status;
     let answered = status
         .is_success()
-        .then(|| logins.answer(creds, to, &answer))
+        .then(|| logins.answer(creds, to, &answer, hold))
         .flatten();
     let body = match &answered {
         Some(a) => a.body.clone(),
@@ -216,7 +218,7 @@ pub(crate) async fn exchange(
             }
         }
         report(i, ex, &grant, a);
-        if grant == "authorization_code" && a.failed.is_empty() {
+        if grant == "authorization_code" && a.failed.is_empty() && a.held_why.is_none() {
             let files: Vec<String> = a.written.iter().map(|f| f.display().to_string()).collect();
             let _ = write!(
                 std::io::stderr(),
@@ -231,6 +233,9 @@ pub(crate) async fn exchange(
     head.headers
         .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
     let what = match (&answered, grant.as_str()) {
+        (Some(a), _) if a.held_why.is_some() => {
+            "token exchange brokered: new tokens held, not written to the host's login file"
+        }
         (Some(_), "authorization_code") => "login brokered: new tokens to the host's login file",
         (Some(_), _) => "token refresh brokered: new tokens to the host's login file",
         (None, _) => "token exchange forwarded (no new token in the answer)",
@@ -266,6 +271,39 @@ fn report(
             )
             .detail("file", f.display().to_string()),
         );
+    }
+    if let Some(why) = &a.held_why {
+        for (f, copy) in &a.held {
+            let line = match copy {
+                Ok(c) => format!(
+                    "cordon: the login's new tokens were not written to {} ({why}): they work \
+                     for this session and are held in {}; to use that login on the host, review \
+                     it and copy it over",
+                    f.display(),
+                    c.display()
+                ),
+                Err(e) => format!(
+                    "cordon: the login's new tokens were not written to {} ({why}), nor held \
+                     ({e}): they work for this session only",
+                    f.display()
+                ),
+            };
+            let _ = write!(std::io::stderr(), "\r\n{line}\r\n");
+            let mut e = ex
+                .credentials_event(
+                    EvAction::Deny,
+                    &format!(
+                        "login {} not written to the host's login file: {why}",
+                        a.renewed.join(", ")
+                    ),
+                    &format!("credentials.{}", a.renewed.join(",")),
+                )
+                .detail("file", f.display().to_string());
+            if let Ok(c) = copy {
+                e = e.detail("held", c.display().to_string());
+            }
+            (i.emit)(e);
+        }
     }
     for (f, why) in &a.failed {
         let line = format!(

@@ -72,8 +72,9 @@ pub struct StatePlan {
     /// How the home is seen (copy-on-write or read-only).
     #[serde(default)]
     pub home: HomeMode,
-    /// Package and build caches in the home that persist across sessions in cordon's own
-    /// sandbox-side layers (the host's cache below, never written back).
+    /// Package and build caches in the home that persist across a project's sessions in
+    /// cordon's own sandbox-side layers, one per project (the host's cache below, never
+    /// written back).
     #[serde(default)]
     pub caches: Vec<PathRule>,
 }
