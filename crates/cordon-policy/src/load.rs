@@ -459,12 +459,12 @@ fn hide_credential_sources(plan: &mut Plan) {
                 .push(PathRule::new(f, format!("credentials.{}: source", c.name))),
             CredentialSource::Command(_) => {}
             // A login file: hidden unless its masked copy can be shown.
-            CredentialSource::Json { file, .. } | CredentialSource::Yaml { file, .. } => {
-                plan.filesystem.deny.push(PathRule::new(
-                    file,
-                    format!("credentials.{}: login file", c.name),
-                ))
-            }
+            CredentialSource::Json { file, .. }
+            | CredentialSource::Yaml { file, .. }
+            | CredentialSource::Npmrc { file, .. } => plan.filesystem.deny.push(PathRule::new(
+                file,
+                format!("credentials.{}: login file", c.name),
+            )),
         }
         for f in &c.files {
             plan.filesystem

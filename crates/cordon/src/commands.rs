@@ -426,6 +426,8 @@ fn run_in_session(
     };
     let mut cmd = cmd;
     let mut plan = loaded.plan.clone();
+    // Registry tokens of the home's shown configuration: placeholders inside.
+    crate::home::add_home_credentials(&mut plan);
     // Test-only layer switches (debug builds): before anything is enforced.
     #[cfg(debug_assertions)]
     if let Err(e) = crate::layer_off::apply(&mut plan, emit) {

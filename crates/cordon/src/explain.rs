@@ -455,6 +455,31 @@ fn home_view(plan: &Plan, path: &Path, verb: &str) -> Option<Explanation> {
         return None;
     }
     let home = plan.home.as_path();
+    // A deny rule answers first, the same inside (where its path is not in the view at all)
+    // and outside: no home_show line re-opens it.
+    let mut denied: Vec<&cordon_policy::PathRule> = fs
+        .deny
+        .iter()
+        .filter(|d| path.starts_with(&d.path))
+        .collect();
+    denied.sort_by_key(|d| d.path.components().count());
+    if let Some(d) = denied.first() {
+        return Some(Explanation {
+            subject: format!("{verb} {}", path.display()),
+            decision: "deny",
+            rule: format!("filesystem.deny {}", d.path.display()),
+            origin: Some(d.origin.clone()),
+            why: format!(
+                "{} is masked: nothing of it is visible, and deny wins over readable and writable",
+                d.path.display()
+            ),
+            notes: vec![
+                "no readable, writable or home_show line added elsewhere re-opens a masked path"
+                    .into(),
+            ],
+            ..Explanation::default()
+        });
+    }
     let shown = std::iter::once(plan.project.as_path())
         .chain(fs.writable.iter().map(|r| r.path.as_path()))
         .chain(fs.readable.iter().map(|r| r.path.as_path()))

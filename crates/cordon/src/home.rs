@@ -196,11 +196,20 @@ fn plan_view(
             _ => {}
         }
     }
+    let npmrcs = shown_npmrcs(plan);
     for c in &fs.home_show {
         let Some(p) = resolve(&c.path).filter(|p| inside(p)) else {
             continue;
         };
         if denied.within(&p) || taken.within(&p) || shown.iter().any(|s| p.starts_with(s)) {
+            continue;
+        }
+        // A registry token's file: shown as a copy with placeholders (`add_home_credentials`).
+        let tokens = npmrcs.contains(&p)
+            && std::fs::read_to_string(&p)
+                .is_ok_and(|t| !cordon_http::credentials::npmrc::tokens(&t).is_empty());
+        if tokens {
+            spec.files.push(p);
             continue;
         }
         spec.show.push(p);
@@ -336,6 +345,68 @@ pub fn tidy_view(staged: &[cordon_sandbox::Staged], layer: &HomeLayer) {
                 break;
             }
             at = d.parent();
+        }
+    }
+}
+
+/// The npm config files the home's view shows (`home_show` entries named `.npmrc`), resolved;
+/// none when the whole home is shown (then nothing stands between the file and the sandbox).
+fn shown_npmrcs(plan: &Plan) -> Vec<PathBuf> {
+    if plan.filesystem.home != HomeView::Needed || plan.state.home != HomeMode::Overlay {
+        return Vec::new();
+    }
+    plan.filesystem
+        .home_show
+        .iter()
+        .filter(|r| r.path.file_name().is_some_and(|n| n == ".npmrc"))
+        .filter_map(|r| std::fs::canonicalize(&r.path).ok())
+        .filter(|p| p.is_file())
+        .collect()
+}
+
+/// The registry tokens of a shown `~/.npmrc` become credentials: the file is shown with each
+/// token replaced by its placeholder, which the HTTP layer swaps back in the `authorization`
+/// header of requests to that registry alone (npm sends `Bearer TOKEN`). Without them the file
+/// would be hidden whole (it holds a secret), and with it the registry's address.
+pub fn add_home_credentials(plan: &mut Plan) {
+    for f in shown_npmrcs(plan) {
+        let Ok(text) = std::fs::read_to_string(&f) else {
+            continue;
+        };
+        let tokens = cordon_http::credentials::npmrc::tokens(&text);
+        for t in &tokens {
+            let name = format!("npmrc-{}", t.registry);
+            let Ok(host) = cordon_policy::HostPattern::glob(t.host()) else {
+                continue;
+            };
+            if plan.credentials.iter().any(|c| c.name == name) {
+                continue;
+            }
+            plan.credentials.push(cordon_policy::CredentialPlan {
+                name,
+                env: None,
+                source: cordon_policy::CredentialSource::Npmrc {
+                    file: f.clone(),
+                    registry: t.registry.clone(),
+                },
+                hosts: vec![host],
+                slot: cordon_policy::CredentialSlot::Header {
+                    name: "authorization".into(),
+                    format: "Bearer {}".into(),
+                },
+                // Its source's file is shown as a masked copy already, as a login file is.
+                files: Vec::new(),
+                inject: false,
+                refresh: None,
+                origin: format!("the home's view: {}", f.display()),
+            });
+        }
+        if !tokens.is_empty() {
+            // Masked unless its copy with placeholders can be shown.
+            plan.filesystem.deny.push(cordon_policy::PathRule::new(
+                &f,
+                "the home's view: a registry token's file",
+            ));
         }
     }
 }

@@ -691,3 +691,145 @@ both!(
         );
     }
 );
+
+both!(
+    npm_installs_with_the_npmrc_token_injected_at_the_wire,
+    |env: Env| {
+        // A private registry that takes one token; ~/.npmrc holds it, as `npm login` leaves it.
+        // Inside, the file holds a placeholder; npm sends it, and the registry gets the real one.
+        use common::net::{UNPROXIED, https_443, make_fixture, run, setup, variant_addr};
+        if !common::need(&["npm", "node"], "npm") {
+            return;
+        }
+        setup(&env);
+        let name = "npm.corp.example.test";
+        let addr = &variant_addr(&env, 77);
+        let root = env.base.join("registry");
+        std::fs::create_dir_all(&root).unwrap();
+        make_fixture(&["npm", root.to_str().unwrap(), &format!("https://{name}")]);
+        let token = format!("npm_{MARK}{}", "Qx7".repeat(12));
+        std::fs::write(root.join(".require-bearer"), &token).unwrap();
+        env.own(&root);
+        env.write_home(
+            ".npmrc",
+            &format!("registry=https://{name}/\n//{name}/:_authToken={token}\n"),
+        );
+        let Some((srv, ca)) = https_443(&env, name, addr, &root) else {
+            return;
+        };
+        let pol = format!(
+            "[dns]\nhosts = {{ \"{name}\" = \"{addr}\" }}\n\
+         [[network.allow]]\nhost = \"{name}\"\nports = [443]\n\
+         [tls]\nupstream_ca = \"{}\"\n",
+            ca.display()
+        );
+        let script = format!(
+            "cat ~/.npmrc > npmrc-inside; grep -r {MARK} ~ /proc/self/environ 2>/dev/null > found; \
+         mkdir n && cd n && echo '{{}}' > package.json && {UNPROXIED} timeout 90 npm install \
+           --cache ../npmcache --no-audit --no-fund --no-update-notifier --fetch-retries 0 \
+           cordonprobe >&2 && node -e \"console.log('NPM', require('cordonprobe').probe)\""
+        );
+        let o = run(&env, &pol, &script);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains("NPM cordon-npm-ok"),
+            "{}\n{}",
+            show(&o),
+            srv.log()
+        );
+        // The registry saw the real token, and refused nothing.
+        let log = srv.log();
+        assert!(
+            log.contains(&format!("HDR authorization: Bearer {token}")),
+            "{log}"
+        );
+        assert!(!log.contains("UNAUTHORIZED"), "{log}");
+        // Inside, the file held a placeholder, and the token was nowhere.
+        let inside = std::fs::read_to_string(env.project.join("npmrc-inside")).unwrap();
+        assert!(
+            inside.contains(&format!("//{name}/:_authToken=")),
+            "{inside}"
+        );
+        assert!(!inside.contains(MARK), "{inside}");
+        let found = std::fs::read_to_string(env.project.join("found")).unwrap_or_default();
+        assert!(found.is_empty(), "the token was readable inside: {found}");
+    }
+);
+
+both!(a_registry_refuses_npm_without_the_token, |env: Env| {
+    // The control: the same registry and install with no token in ~/.npmrc is refused, so the
+    // test above shows the token arrived.
+    use common::net::{UNPROXIED, https_443, make_fixture, run, setup, variant_addr};
+    if !common::need(&["npm", "node"], "npm") {
+        return;
+    }
+    setup(&env);
+    let name = "npm.corp.example.test";
+    let addr = &variant_addr(&env, 79);
+    let root = env.base.join("registry");
+    std::fs::create_dir_all(&root).unwrap();
+    make_fixture(&["npm", root.to_str().unwrap(), &format!("https://{name}")]);
+    std::fs::write(root.join(".require-bearer"), "npm_the_right_one").unwrap();
+    env.own(&root);
+    env.write_home(".npmrc", &format!("registry=https://{name}/\n"));
+    let Some((srv, ca)) = https_443(&env, name, addr, &root) else {
+        return;
+    };
+    let pol = format!(
+        "[dns]\nhosts = {{ \"{name}\" = \"{addr}\" }}\n\
+         [[network.allow]]\nhost = \"{name}\"\nports = [443]\n\
+         [tls]\nupstream_ca = \"{}\"\n",
+        ca.display()
+    );
+    let script = format!(
+        "mkdir n && cd n && echo '{{}}' > package.json && {UNPROXIED} timeout 90 npm install \
+           --cache ../npmcache --no-audit --no-fund --no-update-notifier --fetch-retries 0 \
+           cordonprobe >&2; echo RC=$?"
+    );
+    let o = run(&env, &pol, &script);
+    assert!(
+        !String::from_utf8_lossy(&o.stdout).contains("RC=0"),
+        "{}",
+        show(&o)
+    );
+    assert!(srv.log().contains("UNAUTHORIZED"), "{}", srv.log());
+});
+
+both!(
+    explain_says_a_home_path_is_hidden_and_how_to_show_it,
+    |env: Env| {
+        env.write_home(".config/someapp/settings.toml", "x = 1\n");
+        let path = env.home.join(".config/someapp/settings.toml");
+        let o = env
+            .cordon()
+            .args(["explain", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(out.contains("rule: filesystem.home"), "{out}");
+        assert!(out.contains("not in the home's view"), "{out}");
+        assert!(
+            out.contains("home_show = [\"~/.config/someapp/settings.toml\"]"),
+            "{out}"
+        );
+        // Shown by the line it suggests: the same question is then answered by the view's mounts.
+        let p = env.policy_file(
+            "show.toml",
+            "[filesystem]\nhome_show = [\"~/.config/someapp\"]\n",
+        );
+        let o = env.attempt_with(&["--policy", &p], "cat ~/.config/someapp/settings.toml");
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("x = 1"),
+            "{}",
+            show(&o)
+        );
+        // Inside, the agent gets the same answer.
+        let o = env.attempt(&format!("cordon explain {} || true", path.display()));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("not in the home's view"),
+            "{}",
+            show(&o)
+        );
+    }
+);

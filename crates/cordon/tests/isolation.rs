@@ -101,7 +101,18 @@ both!(masks_git_credentials, |env: Env| assert_masked(
     &env,
     ".git-credentials"
 ));
-both!(masks_npmrc, |env: Env| assert_masked(&env, ".npmrc"));
+both!(npmrc_shows_a_placeholder_for_its_token, |env: Env| {
+    // ~/.npmrc is configuration npm needs: shown, its registry token replaced by a placeholder
+    // (swapped back at the wire for that registry alone).
+    let o = env.attempt("cat ~/.npmrc; grep -r SECRET-npmrc ~ 2>/dev/null; true");
+    let out = all_output(&o);
+    assert!(!out.contains("SECRET-npmrc"), "leaked\n{}", show(&o));
+    assert!(
+        out.contains("//registry.npmjs.org/:_authToken=cordon-"),
+        "{}",
+        show(&o)
+    );
+});
 both!(masks_pypirc, |env: Env| assert_masked(&env, ".pypirc"));
 both!(masks_shell_history, |env: Env| assert_masked(
     &env,

@@ -13,6 +13,7 @@
 
 pub mod login;
 pub mod login_file;
+pub mod npmrc;
 mod placeholder;
 pub mod refresh;
 pub(crate) mod swap;
@@ -150,6 +151,14 @@ fn read(source: &CredentialSource) -> Option<String> {
         CredentialSource::Yaml { file, field } => std::fs::read_to_string(file)
             .ok()
             .and_then(|t| login::yaml_value(&t, field)),
+        CredentialSource::Npmrc { file, registry } => std::fs::read_to_string(file)
+            .ok()
+            .and_then(|t| {
+                npmrc::tokens(&t)
+                    .into_iter()
+                    .find(|x| x.registry == *registry)
+            })
+            .map(|x| x.token),
         CredentialSource::Command(argv) => {
             let (program, args) = argv.split_first()?;
             std::process::Command::new(program)

@@ -38,6 +38,15 @@ pub enum CredentialSource {
         /// The keys from the top, joined with dots.
         field: String,
     },
+    /// The `_authToken` an npm config file (`~/.npmrc`) keeps for one registry
+    /// (`//REGISTRY/…:_authToken=…`). Not written in policy: made for a shown `~/.npmrc` by the
+    /// home's view, which shows the file with the token replaced by the placeholder.
+    Npmrc {
+        /// The file.
+        file: PathBuf,
+        /// The registry's host (and port, when it names one), as the file writes it.
+        registry: String,
+    },
 }
 
 impl CredentialSource {
@@ -45,7 +54,9 @@ impl CredentialSource {
     /// masked.
     pub fn login_file(&self) -> Option<&std::path::Path> {
         match self {
-            CredentialSource::Json { file, .. } | CredentialSource::Yaml { file, .. } => Some(file),
+            CredentialSource::Json { file, .. }
+            | CredentialSource::Yaml { file, .. }
+            | CredentialSource::Npmrc { file, .. } => Some(file),
             _ => None,
         }
     }
@@ -622,6 +633,10 @@ impl Section for Credentials {
                     "{{ file = {}, yaml = {} }}",
                     toml_string(&file.display().to_string()),
                     toml_string(field)
+                ),
+                CredentialSource::Npmrc { file, registry } => format!(
+                    "{{ file = {} }} # the _authToken for {registry}",
+                    toml_string(&file.display().to_string()),
                 ),
             };
             out.line(format!("source = {source}"));

@@ -120,6 +120,14 @@ pub fn list(e: &Value, key: &str) -> Vec<String> {
 #[track_caller]
 pub fn assert_masked(env: &Env, path: &Path) {
     let p = path.display().to_string();
+    // Or shown as a copy with placeholders in place of its secrets (a registry token's file).
+    let copy = format!("{p} is shown as a masked copy");
+    if events(env)
+        .iter()
+        .any(|e| is(e, "filesystem", "apply") && e["reason"] == copy.as_str())
+    {
+        return;
+    }
     let e = event(env, "filesystem", "deny", |e| {
         e["detail"]["path"] == p.as_str()
     });
