@@ -120,6 +120,11 @@ pub enum Staged {
         upper: PathBuf,
         work: PathBuf,
     },
+    /// The home's view without a copy-on-write layer (`[state] home = "readonly"`, or where
+    /// overlayfs refuses the home): the view directory bound read-only at the home.
+    View { path: PathBuf, view: PathBuf },
+    /// A host directory bound read-only: a toolchain on a read-only home's view.
+    Bound { path: PathBuf },
     /// A host-executed file left writable in place (a read-only rule's path that tools replace
     /// by a rename, which neither a read-only bind nor a working copy can take): no mount.
     InPlace { path: PathBuf },
@@ -157,7 +162,10 @@ impl Staged {
             Staged::Cache {
                 lower, upper, work, ..
             } => (upper, work, lower.clone()),
-            Staged::File { .. } | Staged::InPlace { .. } => return None,
+            Staged::File { .. }
+            | Staged::InPlace { .. }
+            | Staged::View { .. }
+            | Staged::Bound { .. } => return None,
         };
         Some(MountOp::Overlay {
             path: normalize(self.path()),
@@ -174,6 +182,8 @@ impl Staged {
             | Staged::File { path, .. }
             | Staged::Home { path, .. }
             | Staged::Shown { path, .. }
+            | Staged::View { path, .. }
+            | Staged::Bound { path }
             | Staged::InPlace { path }
             | Staged::Cache { path, .. } => path,
         }
@@ -518,14 +528,20 @@ impl HomeView {
                 path,
                 view: Some(view),
                 ..
-            } => Some((normalize(path), view.clone())),
+            }
+            | Staged::View { path, view } => Some((normalize(path), view.clone())),
             _ => None,
         });
         // Whatever has a mount of its own inside the home (the project, writable and readable
         // binds, caches, shown directories, protected paths) is seen as it is there.
         let mut shown: Vec<PathBuf> = staged
             .iter()
-            .filter(|s| !matches!(s, Staged::Home { .. } | Staged::InPlace { .. }))
+            .filter(|s| {
+                !matches!(
+                    s,
+                    Staged::Home { .. } | Staged::View { .. } | Staged::InPlace { .. }
+                )
+            })
             .map(|s| normalize(s.path()))
             .collect();
         shown.extend(binds.iter().filter_map(|b| match b {
@@ -645,6 +661,14 @@ fn binds(
             (None, Staged::File { copy, .. }) => MountOp::StagedFile {
                 path,
                 copy: copy.clone(),
+            },
+            (None, Staged::View { view, .. }) => MountOp::File {
+                path,
+                host: view.clone(),
+            },
+            (None, Staged::Bound { .. }) => MountOp::Bind {
+                path,
+                writable: false,
             },
             (None, _) => continue,
         });

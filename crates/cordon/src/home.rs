@@ -253,6 +253,105 @@ fn plan_view(
     ViewPlan { spec, shown }
 }
 
+/// The home's view where the home has no copy-on-write layer (`[state] home = "readonly"`, or
+/// where overlayfs refuses it): the view bound read-only at the home, the toolchains bound
+/// read-only on top; the agent's state keeps its own copy-on-write mounts. `None`: the whole
+/// home is shown, or this home cannot have a view (the project holds it, it is writable or
+/// denied as a whole). Returns what to mount and the agent's files to mask.
+pub fn readonly_view(
+    plan: &Plan,
+    protected: &[PathBuf],
+    store: &cordon_state::StateStore,
+    emit: &dyn Fn(NewEvent),
+) -> Result<Option<(Vec<cordon_sandbox::Staged>, Vec<PathBuf>)>> {
+    if plan.filesystem.home != HomeView::Needed {
+        return Ok(None);
+    }
+    let Some(home) = home_dir().filter(|h| h != Path::new("/")) else {
+        return Ok(None);
+    };
+    let fs = &plan.filesystem;
+    let whole = |p: &Path| home.starts_with(p);
+    if whole(&plan.project)
+        || fs.writable.iter().any(|w| whole(&w.path))
+        || fs.deny.iter().any(|d| whole(&d.path))
+    {
+        return Ok(None);
+    }
+    let raw_home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let resolve = |p: &Path| resolve_path_below(p, &raw_home, &home);
+    let mut denied = Paths::default();
+    for d in fs.deny.iter().filter(|d| d.path.starts_with(&home)) {
+        denied.add(&d.path);
+    }
+    let mut taken = Paths::default();
+    for x in fs
+        .writable
+        .iter()
+        .map(|w| w.path.as_path())
+        .chain(protected.iter().map(PathBuf::as_path))
+        .chain(std::iter::once(plan.project.as_path()))
+    {
+        taken.add(x);
+    }
+    let mut v = plan_view(plan, &home, &resolve, protected, &denied, &taken, &[]);
+    // The agent's state has mounts of its own here (no home layer to embed it in).
+    v.shown.retain(|d| !protected.contains(d));
+    v.spec.as_is.retain(|f| !protected.contains(f));
+    v.spec.files.extend(
+        protected
+            .iter()
+            .filter(|p| p.starts_with(&home) && p.is_file())
+            .cloned(),
+    );
+    v.spec.dirs.extend(
+        protected
+            .iter()
+            .filter(|p| p.starts_with(&home) && p.is_dir())
+            .cloned(),
+    );
+    let view = cordon_state::build_view(store.root(), &v.spec, &|c: &[u8]| {
+        cordon_http::dlp::secret_in_file(c)
+    })
+    .map_err(|e| anyhow!("cannot build the home's view: {e}"))?;
+    report_hidden(&home, &view, emit);
+    let mut staged = vec![cordon_sandbox::Staged::View {
+        path: home.clone(),
+        view: view.dir,
+    }];
+    staged.extend(
+        v.shown
+            .into_iter()
+            .map(|path| cordon_sandbox::Staged::Bound { path }),
+    );
+    Ok(Some((
+        staged,
+        view.masked.into_iter().map(|h| h.path).collect(),
+    )))
+}
+
+/// One event per shown path the view left out, and why (in the log, not on the terminal at
+/// every start: `cordon explain PATH` and `cordon check` say it when asked).
+fn report_hidden(home: &Path, view: &cordon_state::View, emit: &dyn Fn(NewEvent)) {
+    let tilde = |p: &Path| match p.strip_prefix(home) {
+        Ok(r) => format!("~/{}", r.display()),
+        Err(_) => p.display().to_string(),
+    };
+    for h in view.hidden.iter().chain(&view.masked) {
+        emit(
+            NewEvent::new(
+                Layer::Filesystem,
+                Action::Deny,
+                format!("{} is hidden: it {}", tilde(&h.path), h.why),
+            )
+            .rule("filesystem.home_show")
+            .detail("path", h.path.display().to_string()),
+        );
+    }
+}
+
 /// Build the home's view for the session `s` (or reuse an unchanged one) and add an overlay
 /// for each directory shown as it is, its upper directory at its place in the home's layer.
 /// Returns the view's directory, the home overlay's lower layer, and the files of the agent's
@@ -270,23 +369,7 @@ pub fn make_view(
         cordon_http::dlp::secret_in_file(c)
     })
     .map_err(|e| anyhow!("cannot build the home's view: {e}"))?;
-    // In the log, not on the terminal at every start: `cordon explain PATH` and `cordon
-    // check` say it when asked.
-    let tilde = |p: &Path| match p.strip_prefix(&layer.host) {
-        Ok(r) => format!("~/{}", r.display()),
-        Err(_) => p.display().to_string(),
-    };
-    for h in view.hidden.iter().chain(&view.masked) {
-        emit(
-            NewEvent::new(
-                Layer::Filesystem,
-                Action::Deny,
-                format!("{} is hidden: it {}", tilde(&h.path), h.why),
-            )
-            .rule("filesystem.home_show")
-            .detail("path", h.path.display().to_string()),
-        );
-    }
+    report_hidden(&layer.host, &view, emit);
     let work_root = s.dir.join("home").join("work");
     for (i, dir) in v.shown.iter().enumerate() {
         let Some(upper) = layer.upper_of(dir) else {

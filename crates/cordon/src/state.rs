@@ -101,6 +101,8 @@ pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prep
         .as_ref()
         .is_some_and(|s| !s.watch.is_empty() || !s.links.is_empty() || !s.roots.is_empty());
     let store = store()?;
+    // Without a copy-on-write layer the home is still shown by its view, read-only.
+    let mut readonly = false;
     let home = match crate::home::plan_home(plan, &paths) {
         Ok(Some(h)) => match crate::home::probe_home(&h.spec.path, &ensure_root(&store)?) {
             Ok(()) => Some(h),
@@ -109,10 +111,14 @@ pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prep
                     &format!("the copy-on-write home is not available ({why})"),
                     emit,
                 );
+                readonly = true;
                 None
             }
         },
-        Ok(None) => None,
+        Ok(None) => {
+            readonly = true;
+            None
+        }
         Err(why) => {
             emit(NewEvent::new(
                 Layer::State,
@@ -122,8 +128,19 @@ pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prep
             None
         }
     };
+    let (view_staged, view_masked) = match readonly {
+        true => {
+            ensure_root(&store)?;
+            crate::home::readonly_view(plan, &paths, &store, emit)?.unwrap_or_default()
+        }
+        false => Default::default(),
+    };
     if paths.is_empty() && home.is_none() && !watched {
-        return Ok(Prepared::default());
+        return Ok(Prepared {
+            staged: view_staged,
+            masked: view_masked,
+            ..Prepared::default()
+        });
     }
     let s = store
         .begin_with_home(session, &paths, home.as_ref().map(|h| &h.spec))
@@ -148,14 +165,18 @@ pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prep
     }
     if s.entries.is_empty() && s.home.is_none() && !watched {
         let _ = s.forget();
-        return Ok(Prepared::default());
+        return Ok(Prepared {
+            staged: view_staged,
+            masked: view_masked,
+            ..Prepared::default()
+        });
     }
     let (caches, unmounted) = match &home {
         Some(h) => crate::home::open_caches(&h.caches, &plan.project, &s.dir.join("caches"))?,
         None => (Vec::new(), Vec::new()),
     };
-    let mut staged = Vec::new();
-    let mut masked = Vec::new();
+    let mut staged = view_staged;
+    let mut masked = view_masked;
     if let Some(layer) = &s.home {
         let view = match home.as_ref().and_then(|h| h.view.as_ref()) {
             Some(v) => {

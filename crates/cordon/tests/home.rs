@@ -372,13 +372,15 @@ both!(
         // overlayfs cannot name a layer whose path holds a comma: a real refusal.
         let odd = env.base.join("home,odd");
         std::fs::create_dir_all(&odd).unwrap();
-        std::fs::write(odd.join("f"), "host").unwrap();
+        // A shown file (configuration) and a document the home's view hides, read-only too.
+        std::fs::write(odd.join(".gitconfig"), "host").unwrap();
+        std::fs::write(odd.join("f"), "hidden-doc").unwrap();
         env.own(&odd);
         let o = env
             .cordon()
             .env("HOME", &odd)
             .args(["run", "--no-tty", "--", "sh", "-c"])
-            .arg("echo x > ~/f 2>&1 || echo REFUSED; cat ~/f")
+            .arg("echo x > ~/.gitconfig 2>&1 || echo REFUSED; cat ~/.gitconfig; cat ~/f; true")
             .output()
             .unwrap();
         assert_eq!(o.status.code(), Some(0), "{}", show(&o));
@@ -394,6 +396,10 @@ both!(
             "{}",
             show(&o)
         );
-        assert_eq!(std::fs::read_to_string(odd.join("f")).unwrap(), "host");
+        assert!(!out.contains("hidden-doc"), "{}", show(&o));
+        assert_eq!(
+            std::fs::read_to_string(odd.join(".gitconfig")).unwrap(),
+            "host"
+        );
     }
 );

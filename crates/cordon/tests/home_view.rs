@@ -833,3 +833,32 @@ both!(
         );
     }
 );
+
+both!(
+    no_credential_is_readable_with_a_read_only_home,
+    |env: Env| {
+        // `[state] home = "readonly"`: no copy-on-write layer, the same view, read-only.
+        let files = credentials();
+        lay_home(&env, &files);
+        let p = env.policy_file("ro.toml", "[state]\nhome = \"readonly\"\n");
+        let o = env.attempt_with(
+        &["--profile", "none", "--policy", &p],
+        &format!(
+            "{}; git config --global user.name > shown-config; echo x > ~/new 2>/dev/null || echo RO > refused",
+            loot_script(&files)
+        ),
+    );
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        assert_nothing_leaked(&env, "home = \"readonly\"", &o);
+        let ran = std::fs::read_to_string(env.project.join("tool-ran")).unwrap_or_default();
+        assert!(
+            ran.contains("hello from the home's toolchain"),
+            "{ran}\n{}",
+            show(&o)
+        );
+        let name = std::fs::read_to_string(env.project.join("shown-config")).unwrap_or_default();
+        assert_eq!(name.trim(), "Dev", "{}", show(&o));
+        assert!(env.project.join("refused").exists(), "{}", show(&o));
+        assert!(!env.home.join("new").exists());
+    }
+);
