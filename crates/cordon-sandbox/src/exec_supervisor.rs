@@ -60,7 +60,12 @@ pub(crate) struct ExecSupervisor<'a> {
     /// Events kept back by [`ExecSupervisor::answer_waiting_exec`] until the start's own
     /// events are out ([`ExecSupervisor::release_events`]).
     kept: Option<Vec<NewEvent>>,
+    /// `--trace-home`: where the home paths the view hides that the command looked for go.
+    trace: Option<crate::supervisor::HomeTrace>,
 }
+
+/// Most hidden home paths one session's trace keeps (a loop must not grow it without end).
+const TRACE_CAP: usize = 256;
 
 /// What an exec looked like from outside.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -233,6 +238,56 @@ fn shell_quote(a: &str) -> String {
     }
 }
 
+/// The path a traced lookup names when it lies in the home, is not in the sandbox's view
+/// (looked up through the process's own root, which must be there) and is in the host's home.
+fn hidden_lookup(
+    trace: &crate::supervisor::HomeTrace,
+    n: &Notification,
+    arg: usize,
+) -> Option<std::path::PathBuf> {
+    let path = lookup_path(n, arg)?;
+    if !path.starts_with(&trace.home) || path == trace.home {
+        return None;
+    }
+    let root = std::path::PathBuf::from(format!("/proc/{}/root", n.pid));
+    std::fs::symlink_metadata(root.join(".")).ok()?;
+    let inside = root.join(path.strip_prefix("/").unwrap_or(&path));
+    let gone =
+        std::fs::symlink_metadata(&inside).is_err_and(|e| e.kind() == io::ErrorKind::NotFound);
+    (gone && std::fs::symlink_metadata(&path).is_ok()).then_some(path)
+}
+
+/// The absolute path a traced lookup names: its argument `arg`, against its `dirfd` (the
+/// argument before it) or the working directory when relative, `.` and `..` folded. `None`
+/// when it cannot be read (the process is gone, or made itself undumpable).
+fn lookup_path(n: &Notification, arg: usize) -> Option<std::path::PathBuf> {
+    let mem = sys::RemoteMemory::new(n.pid);
+    let mut budget = 4096;
+    let raw = read_cstr(&mem, n.args[arg], &mut budget).ok()?;
+    let p = Path::new(&raw);
+    let full = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        let dirfd = (arg == 1).then(|| n.args[0] as i32);
+        let base = match dirfd {
+            Some(fd) if fd != libc::AT_FDCWD => format!("/proc/{}/fd/{fd}", n.pid),
+            _ => format!("/proc/{}/cwd", n.pid),
+        };
+        std::fs::read_link(base).ok()?.join(p)
+    };
+    let mut out = std::path::PathBuf::new();
+    for c in full.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    Some(out)
+}
+
 fn seccomp_name(nr: i64) -> Option<&'static str> {
     cordon_policy::syscall_table::name(nr)
 }
@@ -268,7 +323,43 @@ impl<'a> ExecSupervisor<'a> {
             denials: HashMap::new(),
             emit,
             kept: None,
+            trace: None,
         }
+    }
+
+    /// Watch the home's lookups (`--trace-home`), when `trace` is given.
+    pub(crate) fn tracing_home(mut self, trace: Option<crate::supervisor::HomeTrace>) -> Self {
+        self.trace = trace;
+        self
+    }
+
+    /// A traced lookup: let it run whatever it names, and note the path when it lies in the
+    /// home, is not in the sandbox's view (looked up through the process's own root) and is in
+    /// the host's home. Never decides anything: the view already did.
+    fn on_probe(&mut self, n: Notification, arg: usize) {
+        // Looked at while the call waits, so the process (and its root) is still there.
+        let hidden = self.trace.as_ref().and_then(|t| hidden_lookup(t, &n, arg));
+        let program = hidden.as_ref().map(|_| comm(n.pid));
+        let _ = self.listener.allow(n.id);
+        let (Some(trace), Some(path), Some(program)) = (&self.trace, hidden, program) else {
+            return;
+        };
+        let mut found = trace.found.lock().unwrap_or_else(|p| p.into_inner());
+        if found.len() >= TRACE_CAP || found.contains_key(&path) {
+            return;
+        }
+        found.insert(path.clone(), program.clone());
+        drop(found);
+        self.log(
+            NewEvent::new(
+                Layer::Filesystem,
+                Action::Log,
+                "looked for a home path the home's view hides",
+            )
+            .rule("filesystem.home")
+            .detail("path", display_safe(&path.to_string_lossy()))
+            .detail("program", program),
+        );
     }
 
     /// Answer the command's first exec if it is already waiting, keeping its events back.
@@ -320,6 +411,8 @@ impl<'a> ExecSupervisor<'a> {
         let Ok(n) = self.listener.recv() else { return };
         if seccomp::is_exec(n.nr) {
             self.on_exec(n);
+        } else if let Some(arg) = seccomp::path_probe(n.nr).filter(|_| self.trace.is_some()) {
+            self.on_probe(n, arg);
         } else {
             self.on_denied_syscall(n);
         }

@@ -456,7 +456,8 @@ fn command_child(spec: &InitSpec, slave: Option<OwnedFd>, report: OwnedFd) -> ! 
     let exec = ExecArgs::new(spec, r);
     // The syscall filter goes on last, just before exec: nothing of setup needs what it denies.
     // As root it also keeps set-id bits off files (and file capabilities, with CAP_SETFCAP).
-    let filters = match seccomp::build(&spec.syscalls, spec.supervise_exec, root) {
+    let filters = match seccomp::build(&spec.syscalls, spec.supervise_exec, spec.trace_paths, root)
+    {
         Ok(f) => f,
         Err(e) => child_fail(r, "syscalls", e),
     };

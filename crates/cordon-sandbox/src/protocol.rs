@@ -46,6 +46,10 @@ pub(crate) struct InitSpec {
     pub syscalls: SyscallsPlan,
     /// Trap execve/execveat for the supervisor (there are `[exec]` rules).
     pub supervise_exec: bool,
+    /// Send opens, stats and accesses to the supervisor, which lets each run and notes the
+    /// home paths the view hides (`cordon run --trace-home`).
+    #[serde(default)]
+    pub trace_paths: bool,
     /// Size cap for the sandbox's own tmpfs mounts (`[limits] memory`).
     pub tmpfs_size: Option<u64>,
     /// What the sandbox's network namespace gets.
@@ -358,6 +362,7 @@ mod tests {
             hostname: "cordon".into(),
             syscalls: SyscallsPlan::default(),
             supervise_exec: true,
+            trace_paths: false,
             tmpfs_size: None,
             net: NetSetup::Loopback,
         }

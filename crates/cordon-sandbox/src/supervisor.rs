@@ -70,6 +70,19 @@ pub struct Command {
     /// with the variable that points programs at it; one that cannot be placed is
     /// reported and left out (its variable too).
     pub sockets: Vec<PlacedSocket>,
+    /// Report the home paths the command looks for that the home's view hides (`cordon run
+    /// --trace-home`): every open, stat and access is then a round trip to the supervisor.
+    pub trace_home: Option<HomeTrace>,
+}
+
+/// What `--trace-home` found: each host path under `home` the command looked for that exists
+/// on the host but not in the sandbox's view, with the program that looked first.
+#[derive(Debug, Clone)]
+pub struct HomeTrace {
+    /// The home, as the sandbox names it.
+    pub home: PathBuf,
+    /// Path → the program (`comm`) that looked for it first.
+    pub found: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<PathBuf, String>>>,
 }
 
 /// A host-side service's socket seen inside the sandbox (the filtering ssh agent): a
@@ -330,13 +343,15 @@ impl Unborn {
             _ => drop(sock),
         }
         let started = &handed.started;
-        let mut supervisor = match sandbox.exec_supervisor(handed.listener, plan, broker, emit) {
-            Ok(s) => s,
-            Err(e) => {
-                report_started(started, cmd, emit);
-                return Err(e);
-            }
-        };
+        let trace = cmd.trace_home.clone();
+        let mut supervisor =
+            match sandbox.exec_supervisor(handed.listener, plan, broker, trace, emit) {
+                Ok(s) => s,
+                Err(e) => {
+                    report_started(started, cmd, emit);
+                    return Err(e);
+                }
+            };
         // The command's exec has most likely trapped already: answer it before the start's
         // events are written (its own events still follow them).
         supervisor.answer_waiting_exec();
@@ -565,6 +580,7 @@ fn init_spec(
         hostname: HOSTNAME.into(),
         syscalls: plan.syscalls.clone(),
         supervise_exec: !plan.exec.rules.is_empty(),
+        trace_paths: cmd.trace_home.is_some(),
         tmpfs_size: plan.limits.memory,
         net: net_setup,
     }
@@ -826,6 +842,7 @@ impl Sandbox {
         listener: Option<OwnedFd>,
         plan: &'a Plan,
         broker: Option<(Approvals, Mailbox)>,
+        trace: Option<HomeTrace>,
         emit: &'a dyn Fn(NewEvent),
     ) -> Result<ExecSupervisor<'a>, SandboxError> {
         let Some(fd) = listener else {
@@ -839,13 +856,7 @@ impl Sandbox {
                 format!("notification sync wake-up unavailable: {e}"),
             ));
         }
-        Ok(ExecSupervisor::new(
-            l,
-            &plan.exec,
-            &plan.syscalls,
-            broker,
-            emit,
-        ))
+        Ok(ExecSupervisor::new(l, &plan.exec, &plan.syscalls, broker, emit).tracing_home(trace))
     }
 
     /// Relay the terminal, signals and exec decisions until the sandbox ends, then wait for

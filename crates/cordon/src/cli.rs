@@ -98,6 +98,11 @@ pub struct RunArgs {
     /// Never allocate a pty, even when stdin and stdout are terminals.
     #[arg(long)]
     pub no_tty: bool,
+    /// List, at exit, the paths of your home the command looked for that the home's view
+    /// hides (with the `home_show` line that would show each). Every open, stat and access
+    /// then takes a round trip to cordon: a slower run, for finding what a tool needs.
+    #[arg(long)]
+    pub trace_home: bool,
     /// Also serve the live dashboard (as `cordon ui`) while the session runs; its URL goes
     /// to stderr.
     #[arg(long)]

@@ -423,6 +423,14 @@ fn run_in_session(
         shown: Vec::new(),
         placed: Vec::new(),
         sockets: Vec::new(),
+        trace_home: (a.trace_home
+            && loaded.plan.filesystem.home == cordon_policy::HomeView::Needed)
+            .then(|| crate::home::home_dir())
+            .flatten()
+            .map(|home| cordon_sandbox::HomeTrace {
+                home,
+                found: Default::default(),
+            }),
     };
     let mut cmd = cmd;
     let mut plan = loaded.plan.clone();
@@ -583,6 +591,9 @@ fn run_in_session(
             );
             crate::state::finish(&loaded.plan, &prepared, emit);
             drop(prepared);
+            if let Some(t) = &cmd.trace_home {
+                crate::home::report_trace(t);
+            }
             code
         }
         Err(e) => {

@@ -301,6 +301,7 @@ fn run_true() -> Result<()> {
             shown: Vec::new(),
             placed: Vec::new(),
             sockets: Vec::new(),
+            trace_home: None,
         };
         let outcome = cordon_sandbox::run(&loaded.plan, &cmd, &|_| {})?;
         if outcome.code() != 0 {

@@ -218,6 +218,10 @@ fn plan_view(
     // and the writable and readable paths, the masked copies of credential and ssh files.
     spec.dirs.extend(shown.iter().cloned());
     spec.dirs.extend(caches.iter().cloned());
+    // The XDG base directories, empty where nothing in them is shown: tools expect them.
+    for d in [".config", ".cache", ".local/share", ".local/state"] {
+        spec.dirs.push(home.join(d));
+    }
     let bound = fs
         .writable
         .iter()
@@ -491,6 +495,35 @@ pub fn add_home_credentials(plan: &mut Plan) {
                 "the home's view: a registry token's file",
             ));
         }
+    }
+}
+
+/// The `--trace-home` report at exit: each home path the command looked for that the view
+/// hides, with the program and the policy line that would show it (at most eight, then a
+/// count; all of them are in the log).
+pub fn report_trace(t: &cordon_sandbox::HomeTrace) {
+    let found = t.found.lock().unwrap_or_else(|p| p.into_inner());
+    if found.is_empty() {
+        eprintln!("cordon: --trace-home: the command looked for nothing the home's view hides");
+        return;
+    }
+    eprintln!(
+        "cordon: --trace-home: {} path{} of your home the command looked for {} hidden by the home's view:",
+        found.len(),
+        if found.len() == 1 { "" } else { "s" },
+        if found.len() == 1 { "is" } else { "are" }
+    );
+    for (path, program) in found.iter().take(8) {
+        let tilde = match path.strip_prefix(&t.home) {
+            Ok(r) => format!("~/{}", r.display()),
+            Err(_) => path.display().to_string(),
+        };
+        let clean: String = tilde.chars().filter(|c| !c.is_control()).collect();
+        let program: String = program.chars().filter(|c| !c.is_control()).collect();
+        eprintln!("cordon:   {clean} ({program}): `cordon explain {clean}` says how to show it");
+    }
+    if found.len() > 8 {
+        eprintln!("cordon:   and {} more (in the log)", found.len() - 8);
     }
 }
 

@@ -862,3 +862,38 @@ both!(
         assert!(!env.home.join("new").exists());
     }
 );
+
+both!(
+    trace_home_lists_what_a_tool_looked_for_that_the_view_hides,
+    |env: Env| {
+        env.write_home(".aws/config", "[default]\nregion = x\n");
+        env.write_home(".config/tool/settings.json", "{}\n");
+        env.write_home(".gitconfig", "[user]\n\tname = Dev\n");
+        let script = "cat ~/.aws/config; cd ~/.config && cat tool/settings.json; \
+                  cat ~/.gitconfig > /dev/null; test -e ~/never-there; true";
+        let o = env.attempt_with(&["--trace-home"], script);
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(err.contains("~/.aws/config (cat)"), "{}", show(&o));
+        // A relative lookup, against the working directory.
+        assert!(
+            err.contains("~/.config/tool/settings.json (cat)"),
+            "{}",
+            show(&o)
+        );
+        // Shown paths, and paths the host does not have either, are not listed.
+        assert!(!err.contains("~/.gitconfig"), "{}", show(&o));
+        assert!(!err.contains("never-there"), "{}", show(&o));
+        let log = std::fs::read_to_string(&env.audit).unwrap();
+        assert!(
+            log.contains("looked for a home path the home's view hides"),
+            "{log}"
+        );
+        // Without the flag nothing is traced (the control).
+        let o = env.attempt(script);
+        assert!(
+            !String::from_utf8_lossy(&o.stderr).contains("--trace-home"),
+            "{}",
+            show(&o)
+        );
+    }
+);

@@ -28,7 +28,7 @@ fn in_filtered_child(
     root: bool,
     checks: fn(&Seen) -> Result<(), i32>,
 ) -> sys::WaitStatus {
-    let filters = build(plan, supervise_exec, root).unwrap();
+    let filters = build(plan, supervise_exec, false, root).unwrap();
     let pid = sys::fork().unwrap();
     if pid == 0 {
         let code = std::panic::catch_unwind(|| {

@@ -47,7 +47,7 @@ mod rules;
 pub(crate) use install::install;
 pub(crate) use listener::{Listener, Notification};
 pub(crate) use program::build;
-pub(crate) use rules::{denial_rule, is_exec};
+pub(crate) use rules::{denial_rule, is_exec, path_probe};
 
 /// Why the filter could not be built.
 #[derive(Debug, thiserror::Error)]

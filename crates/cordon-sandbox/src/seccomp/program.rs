@@ -49,6 +49,7 @@ fn target_arch() -> Result<TargetArch, SeccompError> {
 pub(crate) fn build(
     plan: &SyscallsPlan,
     supervise_exec: bool,
+    trace_paths: bool,
     root: bool,
 ) -> Result<Filters, SeccompError> {
     let arch = target_arch()?;
@@ -72,7 +73,7 @@ pub(crate) fn build(
 
     // F2: to the supervisor.
     let f2 = SeccompFilter::new(
-        notify_rules(plan, supervise_exec, root)?,
+        notify_rules(plan, supervise_exec, trace_paths, root)?,
         SeccompAction::Allow,
         SeccompAction::Trace(NOTIFY_MARKER),
         arch,

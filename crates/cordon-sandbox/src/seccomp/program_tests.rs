@@ -11,7 +11,7 @@ fn programs_are_patched_and_fit() {
         deny: vec![rule("chroot", "f:1")],
         ..Default::default()
     };
-    let f = build(&plan, true, false).unwrap();
+    let f = build(&plan, true, false, false).unwrap();
     assert_eq!(f.programs.len(), 2);
     for (i, p) in f.programs.iter().enumerate() {
         assert!(p.len() < 4096, "filter {i}: {} instructions", p.len());
@@ -36,11 +36,11 @@ fn programs_are_patched_and_fit() {
         nested_userns: true,
         ..Default::default()
     };
-    let g = build(&lifted, false, false).unwrap();
+    let g = build(&lifted, false, false, false).unwrap();
     assert!(notifies(&g.programs[1]) < notifies(&f.programs[1]) - 4);
     // As root: the set-id mode rules in F2 (two or four per call) and openat2 ENOSYS in F1;
     // each program still within the kernel's limit.
-    let r = build(&plan, true, true).unwrap();
+    let r = build(&plan, true, false, true).unwrap();
     for (i, p) in r.programs.iter().enumerate() {
         assert!(p.len() < 4096, "filter {i}: {} instructions", p.len());
     }
@@ -156,7 +156,7 @@ fn the_allowlist_decides_as_seccompilers_two_programs_did_in_a_fraction_of_their
         .try_into()
         .unwrap();
         patch(&mut old_enosys, false).unwrap();
-        let new = build(&SyscallsPlan::default(), true, root)
+        let new = build(&SyscallsPlan::default(), true, false, root)
             .unwrap()
             .programs
             .remove(0);

@@ -124,6 +124,7 @@ fn sets_id_bits(name: &str, args: &[u64; 6]) -> bool {
 pub(super) fn notify_rules(
     plan: &SyscallsPlan,
     supervise_exec: bool,
+    trace_paths: bool,
     root: bool,
 ) -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
@@ -135,6 +136,9 @@ pub(super) fn notify_rules(
     if supervise_exec {
         always("execve");
         always("execveat");
+    }
+    if trace_paths {
+        PATH_PROBES.iter().for_each(|(n, _)| always(n));
     }
     for r in plan.denied() {
         always(&r.name);
@@ -191,6 +195,32 @@ pub(super) fn notify_rules(
         }
     }
     Ok(rules)
+}
+
+/// The calls that look a path up, each with the argument that holds the path (a `dirfd`
+/// before it when it is 1): what `--trace-home` watches. Those the arch lacks are skipped.
+pub const PATH_PROBES: &[(&str, usize)] = &[
+    ("open", 0),
+    ("stat", 0),
+    ("lstat", 0),
+    ("access", 0),
+    ("readlink", 0),
+    ("openat", 1),
+    ("openat2", 1),
+    ("newfstatat", 1),
+    ("statx", 1),
+    ("faccessat", 1),
+    ("faccessat2", 1),
+    ("readlinkat", 1),
+];
+
+/// The path argument's index when `nr` is one of [`PATH_PROBES`].
+pub fn path_probe(nr: i64) -> Option<usize> {
+    let name = syscall_table::name(nr)?;
+    PATH_PROBES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, i)| *i)
 }
 
 /// Whether `nr` is `execve` or `execveat` (the supervised execs, as opposed to denials).

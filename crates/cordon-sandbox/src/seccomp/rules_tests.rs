@@ -8,7 +8,7 @@ fn the_f3_rules() {
         deny: vec![rule("chroot", "u:2"), rule("socket", "u:3")],
         nested_userns: false,
     };
-    let r = notify_rules(&plan, false, false).unwrap();
+    let r = notify_rules(&plan, false, false, false).unwrap();
     assert!(r[&nr("mount")].is_empty());
     assert!(r[&nr("chroot")].is_empty());
     assert!(!r.contains_key(&nr("ptrace")));
@@ -22,7 +22,7 @@ fn the_f3_rules() {
         nested_userns: true,
         ..Default::default()
     };
-    let r = notify_rules(&nested, true, false).unwrap();
+    let r = notify_rules(&nested, true, false, false).unwrap();
     assert!(!r.contains_key(&nr("unshare")));
     assert!(!r.contains_key(&nr("clone")));
     assert!(r[&nr("execve")].is_empty());
@@ -44,7 +44,7 @@ fn the_f3_rules() {
     for name in FILE_CAPABILITY_WRITERS {
         assert!(!r.contains_key(&nr(name)), "{name}");
     }
-    let r = notify_rules(&nested, false, true).unwrap();
+    let r = notify_rules(&nested, false, false, true).unwrap();
     for name in FILE_CAPABILITY_WRITERS {
         assert!(r[&nr(name)].is_empty(), "{name}");
     }
@@ -159,7 +159,7 @@ fn set_id_modes_as_root() {
         ..Default::default()
     };
     // A user's set-id files are the user's own: nothing is sent.
-    let r = notify_rules(&plan, false, false).unwrap();
+    let r = notify_rules(&plan, false, false, false).unwrap();
     for (name, ..) in SET_ID_MODE_SETTERS {
         if name != "fchmod"
             && let Some(n) = syscall_table::nr(name)
