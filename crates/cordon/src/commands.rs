@@ -425,7 +425,7 @@ fn run_in_session(
         sockets: Vec::new(),
         trace_home: (a.trace_home
             && loaded.plan.filesystem.home == cordon_policy::HomeView::Needed)
-            .then(|| crate::home::home_dir())
+            .then(crate::home::home_dir)
             .flatten()
             .map(|home| cordon_sandbox::HomeTrace {
                 home,

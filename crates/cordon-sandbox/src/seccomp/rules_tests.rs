@@ -167,7 +167,7 @@ fn set_id_modes_as_root() {
             assert!(!r.contains_key(&n), "{name}");
         }
     }
-    let r = notify_rules(&plan, false, true).unwrap();
+    let r = notify_rules(&plan, false, false, true).unwrap();
     // S_ISUID or S_ISGID; with O_CREAT or O_TMPFILE for the open family.
     for (name, want) in [("fchmodat", 2), ("mknodat", 2), ("openat", 4)] {
         assert_eq!(r[&nr(name)].len(), want, "{name}");
@@ -229,4 +229,23 @@ fn set_id_modes_as_root() {
         denial_rule(&plan, true, nr("fchmod"), &args(1, 0o4755, 2, 0)),
         "d:1: fchmod"
     );
+}
+
+#[test]
+fn tracing_sends_the_path_lookups_and_nothing_else_more() {
+    let plan = SyscallsPlan::default();
+    let plain = notify_rules(&plan, false, false, false).unwrap();
+    let traced = notify_rules(&plan, false, true, false).unwrap();
+    for name in ["openat", "newfstatat", "statx", "faccessat2", "readlinkat"] {
+        let nr = syscall_table::nr(name).unwrap();
+        assert!(!plain.contains_key(&nr), "{name} without the trace");
+        assert_eq!(traced.get(&nr).map(Vec::len), Some(0), "{name}: every call");
+        assert_eq!(path_probe(nr), Some(1), "{name}");
+    }
+    let extra: Vec<_> = traced.keys().filter(|k| !plain.contains_key(k)).collect();
+    assert!(
+        extra.iter().all(|nr| path_probe(**nr).is_some()),
+        "{extra:?}"
+    );
+    assert_eq!(path_probe(syscall_table::nr("execve").unwrap()), None);
 }
