@@ -66,6 +66,11 @@ pub(crate) struct Subject<'a> {
     pub before_text: Option<&'a str>,
     /// Text of the after content, likewise.
     pub after_text: Option<&'a str>,
+    /// The before content as a file (the snapshot's copy), for what is read by a program
+    /// rather than as text (a git index).
+    pub before_file: Option<&'a Path>,
+    /// The after content as a file, likewise.
+    pub after_file: Option<&'a Path>,
     /// The after symlink's target, when it is a symlink.
     pub link_target: Option<&'a Path>,
 }
@@ -484,6 +489,8 @@ mod tests {
         flags(&Subject {
             host_path: &p,
             rel,
+            before_file: None,
+            after_file: None,
             link_target: None,
             kind,
             before: before.map(|_| &b),

@@ -15,7 +15,25 @@
 //! links on the host before the sandbox exists, and settling moves things without following
 //! symlinks.
 
+mod asker;
 mod gitconfig;
+
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing {
+    /// What review says about a config change from `before` to `after` (empty: applied
+    /// without asking).
+    pub fn config_flags(before: &str, after: &str) -> Vec<String> {
+        super::gitconfig::flags(before, after)
+    }
+    /// Why a key (as git names it) makes git run something, if it does.
+    pub fn executes(name: &str, values: &[String]) -> Option<&'static str> {
+        super::gitconfig::executes(name, values)
+    }
+    /// Whether a key may change without review.
+    pub fn inert(name: &str) -> bool {
+        super::gitconfig::inert(name)
+    }
+}
 
 use std::fs;
 use std::io;
@@ -89,13 +107,6 @@ pub const HOME_NAMES: &[&str] = &[
     ".claude.json",
     ".local/bin",
 ];
-
-/// Directories a nested-repository search does not enter: build output and dependency trees
-/// are large and git does not treat repositories inside them as submodules of the project.
-const NOT_SEARCHED: &[&str] = &["node_modules", "target", ".venv", "venv", "__pycache__"];
-/// How deep and how wide the nested-repository search goes, so a huge tree costs bounded time.
-const SEARCH_DEPTH: usize = 6;
-const SEARCH_ENTRIES: usize = 50_000;
 
 /// What [`discover`] found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -288,35 +299,31 @@ fn looks_like_gitdir(dir: &Path) -> bool {
 }
 
 /// Every `.git` below `root` other than `root/.git`, and every directory git would take for a
-/// git dir by itself (a bare repository), bounded in depth and size; git dirs and dependency
-/// and build trees are not entered.
+/// git dir by itself (a bare repository), at any depth and under any directory: the host's git
+/// enters a repository wherever a gitlink or a shell's working directory puts it, ignored
+/// directories (`node_modules`, `target`) and deep paths included (issue #44). Only git dirs
+/// themselves are not entered. No bound: a bound that passed what lies beyond it would be a
+/// place to plant a repository; the walk opens no file: one `readdir` and one
+/// `stat` (for `HEAD`) per directory.
 fn find_dotgits(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    let mut it = walkdir::WalkDir::new(root)
-        .follow_links(false)
-        .same_file_system(true)
-        .max_depth(SEARCH_DEPTH)
-        .into_iter();
-    let mut seen = 0usize;
+    let mut it = walkdir::WalkDir::new(root).follow_links(false).into_iter();
     while let Some(e) = it.next() {
         let Ok(e) = e else { continue };
-        seen += 1;
-        if seen > SEARCH_ENTRIES {
-            break;
+        if e.depth() == 0 {
+            continue;
         }
         let name = e.file_name();
         let dir = e.file_type().is_dir();
-        if e.depth() > 0 && name == ".git" {
+        if name == ".git" {
             if e.depth() > 1 {
                 out.push(e.path().to_path_buf());
             }
             if dir {
                 it.skip_current_dir();
             }
-        } else if dir && e.depth() > 0 && looks_like_gitdir(e.path()) {
+        } else if dir && looks_like_gitdir(e.path()) {
             out.push(e.path().to_path_buf());
-            it.skip_current_dir();
-        } else if dir && e.depth() > 0 && NOT_SEARCHED.iter().any(|x| name == *x) {
             it.skip_current_dir();
         }
     }
@@ -535,6 +542,23 @@ pub(crate) fn flags(s: &Subject<'_>) -> Vec<String> {
             "git indirection `{name}`: points git at another directory"
         )),
         "attributes" => out.push("git attributes: choose filter, diff and merge drivers".into()),
+        "index" if !under_objects(rel) => out.extend(index_flags(s)),
+        "exclude" if rel.parent().is_some_and(|p| p.ends_with("info")) => {
+            let old: std::collections::HashSet<&str> = before.lines().map(str::trim).collect();
+            let added: Vec<&str> = s
+                .after_text
+                .unwrap_or("\0")
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#') && !old.contains(l))
+                .collect();
+            if !added.is_empty() {
+                out.push(format!(
+                    "`info/exclude` hides more files from the host's `git status`: {}",
+                    gitconfig_short(&added.join(", "))
+                ));
+            }
+        }
         "alternates" | "http-alternates" => {
             out.push("object alternates: git reads objects from another place".into())
         }
@@ -549,11 +573,69 @@ pub(crate) fn flags(s: &Subject<'_>) -> Vec<String> {
                 );
             }
         }
+        _ if under_objects_info(rel) => {
+            out.push("`objects/info`: where git finds objects (alternates, packs, graphs)".into())
+        }
+        _ if under_objects(rel) && s.before.is_some() => out.push(
+            "an object that was already in the store rewritten (objects are never changed)".into(),
+        ),
         _ if rel.components().any(|c| c.as_os_str() == "hooks") => {}
         _ if inert_in_gitdir(rel) => {}
         _ => out.push("a file in a git dir that git may read: held for review".into()),
     }
     out
+}
+
+fn gitconfig_short(s: &str) -> String {
+    if s.chars().count() > 80 {
+        format!("{}...", s.chars().take(77).collect::<String>())
+    } else {
+        s.to_owned()
+    }
+}
+
+/// Whether `rel` (inside a git dir) is in an object store.
+fn under_objects(rel: &Path) -> bool {
+    rel.components().any(|c| c.as_os_str() == "objects")
+}
+
+/// Whether `rel` is in an object store's `info` (alternates, `packs`, commit graphs): what git
+/// reads to find objects, not objects.
+fn under_objects_info(rel: &Path) -> bool {
+    let parts: Vec<&std::ffi::OsStr> = rel.components().map(|c| c.as_os_str()).collect();
+    parts
+        .windows(2)
+        .any(|w| w[0] == "objects" && w[1] == "info")
+}
+
+/// An index the session changed, read by git: entries it marks so that the host's `git status`
+/// and `git diff` do not look at their files (`skip-worktree`, `assume-unchanged`) hide work
+/// from the user; a backdoored `Makefile` would show clean.
+fn index_flags(s: &Subject<'_>) -> Vec<String> {
+    let Some(after) = s.after_file.and_then(asker::index_entries) else {
+        return vec!["a git index git itself cannot read here: held".into()];
+    };
+    let before = s
+        .before_file
+        .and_then(asker::index_entries)
+        .unwrap_or_default();
+    let was_hidden: std::collections::HashSet<(&str, bool, bool)> = before
+        .iter()
+        .map(|e| (e.path.as_str(), e.skip_worktree, e.assume_unchanged))
+        .collect();
+    let hidden: Vec<&str> = after
+        .iter()
+        .filter(|e| e.skip_worktree || e.assume_unchanged)
+        .filter(|e| !was_hidden.contains(&(e.path.as_str(), e.skip_worktree, e.assume_unchanged)))
+        .map(|e| e.path.as_str())
+        .collect();
+    if hidden.is_empty() {
+        return Vec::new();
+    }
+    vec![format!(
+        "the index marks files skip-worktree or assume-unchanged (the host's `git status` and `git diff` will not show changes to them): {}",
+        gitconfig_short(&hidden.join(", "))
+    )]
 }
 
 /// Why a file outside git dirs is one a host tool loads on its own, with what in it runs.
@@ -645,6 +727,11 @@ pub fn applies_unasked(c: &Change) -> bool {
     let config = matches!(name.to_str(), Some("config" | "config.worktree"));
     if c.kind == ChangeKind::Removed || c.before.as_ref().is_some_and(|b| b.kind == NodeKind::Dir) {
         return removable(rel);
+    }
+    // The object store is only ever added to: an object rewritten, or `objects/info`
+    // (alternates), waits for review.
+    if under_objects(rel) {
+        return c.kind == ChangeKind::Added && !under_objects_info(rel);
     }
     (config || inert_in_gitdir(rel)) && !rel.components().any(|x| x.as_os_str() == "hooks")
 }
@@ -747,14 +834,83 @@ pub fn settle(session: &Session, surface: &Surface) -> Result<Vec<PathBuf>, Stat
         std::os::unix::fs::symlink(target, link).map_err(io_err("put back symlink", link))?;
         parents.forget();
     }
+    let new_dotgit = |d: &Path| {
+        !surface.dotgits.iter().any(|k| k == d) && !surface.stage.iter().any(|s| d.starts_with(s))
+    };
     for r in &surface.roots {
         for d in find_dotgits(r) {
-            if !surface.dotgits.contains(&d) && !surface.stage.iter().any(|s| d.starts_with(s)) {
+            if new_dotgit(&d) {
                 sanitize_dotgit(session, surface, &d, &mut moved)?;
             }
         }
     }
+    // Every gitlink in an index the session changed: the host's `git status` enters the
+    // repository at its path, wherever that is (a mount the walk above does not cross).
+    for d in gitlinked_dotgits(session) {
+        let Some(d) = on_host(&d, &surface.roots, &mut parents) else {
+            continue;
+        };
+        if new_dotgit(&d) && exists(&d) {
+            sanitize_dotgit(session, surface, &d, &mut moved)?;
+        }
+    }
     Ok(moved)
+}
+
+/// The `.git` of every gitlink in every index the session changed (an index in a staged git
+/// dir's layer), at the gitlink's path in that git dir's work tree.
+fn gitlinked_dotgits(session: &Session) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in session
+        .entries
+        .iter()
+        .filter(|e| e.kind == crate::meta::EntryKind::Dir)
+    {
+        let walk = walkdir::WalkDir::new(&e.upper)
+            .follow_links(false)
+            .into_iter()
+            .filter_entry(|x| x.file_name() != "objects");
+        for x in walk.flatten() {
+            if x.file_name() != "index" || !x.file_type().is_file() {
+                continue;
+            }
+            let Ok(rel) = x.path().strip_prefix(&e.upper) else {
+                continue;
+            };
+            let gitdir = e.host.join(rel.parent().unwrap_or(Path::new("")));
+            let Some(worktree) = worktree_of(
+                &gitdir,
+                &e.upper.join(rel.parent().unwrap_or(Path::new(""))),
+            ) else {
+                continue;
+            };
+            for g in asker::index_entries(x.path()).unwrap_or_default() {
+                if g.is_gitlink() {
+                    out.push(normalize(&worktree.join(&g.path).join(".git")));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The work tree of the git dir `gitdir` (whose session layer is `layer`): the parent of a
+/// `.git`, the worktree a linked worktree's `gitdir` file names, or `core.worktree`.
+fn worktree_of(gitdir: &Path, layer: &Path) -> Option<PathBuf> {
+    if gitdir.file_name().is_some_and(|n| n == ".git") {
+        return gitdir.parent().map(Path::to_path_buf);
+    }
+    let read = |name: &str| {
+        fs::read_to_string(layer.join(name))
+            .or_else(|_| fs::read_to_string(gitdir.join(name)))
+            .ok()
+    };
+    if let Some(t) = read("gitdir") {
+        return Path::new(t.trim()).parent().map(normalize);
+    }
+    let keys = gitconfig::parse(&read("config")?)?;
+    let wt = keys.get("core.worktree")?.last()?;
+    Some(normalize(&gitdir.join(wt)))
 }
 
 /// A `.git` the session made: a gitfile goes to review whole unless it leads into a staged git

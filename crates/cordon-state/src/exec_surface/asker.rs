@@ -1,0 +1,209 @@
+//! Asking git itself what a config file or an index says, instead of a reader of our own: a
+//! second parser is a second opinion, and every place it differs from git's is a way to show
+//! review one thing while the host's git runs another (issue #44: `# \` before `[core]`).
+//!
+//! git runs here in a clean environment: no system or global config, an empty `HOME`, none of
+//! the caller's `GIT_*` variables, a scratch directory as its working directory (so it finds
+//! no repository), with a timeout. Nothing it is asked to do runs a configured program:
+//! `config --file … --no-includes` only reads that file, and `ls-files` reads an index under a
+//! git dir made here, whose config is empty. Whatever git cannot answer (absent, refuses the
+//! input, too slow) comes back as `None`, and callers hold the change for review.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `section[.subsection].key` → values, in file order, as git names them (section and key
+/// lowercased, the subsection as written).
+pub(crate) type Keys = BTreeMap<String, Vec<String>>;
+
+/// How long git may take to read one config file or index.
+const CONFIG_TIMEOUT: Duration = Duration::from_secs(10);
+const INDEX_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A scratch directory of this process's own (0700): an empty home, and whatever git reads.
+fn scratch() -> Option<tempfile::TempDir> {
+    let d = tempfile::Builder::new()
+        .prefix("cordon-git-")
+        .tempdir()
+        .ok()?;
+    std::fs::create_dir(d.path().join("home")).ok()?;
+    Some(d)
+}
+
+/// git with nothing of the caller's configuration: only `PATH` is kept (to find git itself).
+fn clean_git(scratch: &Path) -> Command {
+    let mut c = Command::new("git");
+    c.env_clear()
+        .env(
+            "PATH",
+            std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()),
+        )
+        .env("HOME", scratch.join("home"))
+        .env("XDG_CONFIG_HOME", scratch.join("home"))
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CEILING_DIRECTORIES", scratch)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("LC_ALL", "C")
+        .current_dir(scratch)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    c
+}
+
+/// Run `c` for its stdout; `None` when it cannot start, fails, or outlives `timeout` (then it
+/// is killed).
+fn output(mut c: Command, timeout: Duration) -> Option<Vec<u8>> {
+    let mut child = c.spawn().ok()?;
+    let mut stdout = child.stdout.take()?;
+    // Read while waiting: a large index's listing would fill the pipe and stall git.
+    let reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        stdout.read_to_end(&mut buf).map(|_| buf)
+    });
+    let start = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if start.elapsed() < timeout => std::thread::sleep(Duration::from_millis(2)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let out = reader.join().ok()?.ok()?;
+    status.filter(|s| s.success()).map(|_| out)
+}
+
+/// The keys of `text` read as a git config file, as `git config --list` reports them;
+/// includes are not followed (an include is itself a key that review flags). `None`: git is
+/// absent or refuses the text.
+pub(crate) fn config_keys(text: &str) -> Option<Keys> {
+    let d = scratch()?;
+    let file = d.path().join("config");
+    std::fs::write(&file, text).ok()?;
+    let mut c = clean_git(d.path());
+    c.args(["config", "--no-includes", "--null", "--list", "--file"])
+        .arg(&file);
+    let out = output(c, CONFIG_TIMEOUT)?;
+    parse_list(&out)
+}
+
+/// `git config --list --null` output: `key\nvalue\0`, or `key\0` for a key with no `=`.
+pub(crate) fn parse_list(out: &[u8]) -> Option<Keys> {
+    let mut keys = Keys::new();
+    let text = std::str::from_utf8(out).ok()?;
+    for item in text.split('\0').filter(|s| !s.is_empty()) {
+        let (k, v) = match item.split_once('\n') {
+            Some((k, v)) => (k, v.to_owned()),
+            // git's own reading of a bare key is boolean true.
+            None => (item, "true".to_owned()),
+        };
+        keys.entry(k.to_owned()).or_default().push(v);
+    }
+    Some(keys)
+}
+
+/// One entry of an index, as `git ls-files --stage -v` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct IndexEntry {
+    pub path: String,
+    pub mode: u32,
+    /// `skip-worktree`: git neither reads nor writes the work-tree file (status is blind to it).
+    pub skip_worktree: bool,
+    /// `assume-unchanged`: git does not look at the work-tree file for changes.
+    pub assume_unchanged: bool,
+}
+
+impl IndexEntry {
+    /// A gitlink: a commit of another repository, which git enters at `path`.
+    pub fn is_gitlink(&self) -> bool {
+        self.mode == 0o160000
+    }
+}
+
+/// The entries of the index file `index`, read by git under a git dir made here (empty config,
+/// SHA-1 then SHA-256). `None`: git is absent or cannot read it.
+pub(crate) fn index_entries(index: &Path) -> Option<Vec<IndexEntry>> {
+    let d = scratch()?;
+    for format in ["sha1", "sha256"] {
+        let g = d.path().join(format!("{format}.git"));
+        std::fs::create_dir_all(g.join("objects")).ok()?;
+        std::fs::create_dir_all(g.join("refs")).ok()?;
+        std::fs::write(g.join("HEAD"), "ref: refs/heads/main\n").ok()?;
+        let config = match format {
+            "sha1" => "[core]\n\trepositoryformatversion = 0\n\tbare = true\n".to_owned(),
+            f => format!(
+                "[core]\n\trepositoryformatversion = 1\n\tbare = true\n[extensions]\n\tobjectformat = {f}\n"
+            ),
+        };
+        std::fs::write(g.join("config"), config).ok()?;
+        let mut c = clean_git(d.path());
+        c.env("GIT_DIR", &g)
+            .env("GIT_INDEX_FILE", index)
+            .args(["ls-files", "--stage", "-v", "-z"]);
+        if let Some(out) = output(c, INDEX_TIMEOUT) {
+            return parse_ls_files(&out);
+        }
+    }
+    None
+}
+
+/// `git ls-files --stage -v -z`: `T MODE OID STAGE\tPATH\0`; the tag `S` is skip-worktree, a
+/// lowercase tag assume-unchanged.
+fn parse_ls_files(out: &[u8]) -> Option<Vec<IndexEntry>> {
+    let mut entries = Vec::new();
+    for item in out.split(|b| *b == 0).filter(|s| !s.is_empty()) {
+        let tab = item.iter().position(|b| *b == b'\t')?;
+        let head = std::str::from_utf8(&item[..tab]).ok()?;
+        let path = String::from_utf8_lossy(&item[tab + 1..]).into_owned();
+        let mut f = head.split(' ');
+        let tag = f.next()?;
+        let mode = u32::from_str_radix(f.next()?, 8).ok()?;
+        entries.push(IndexEntry {
+            path,
+            mode,
+            skip_worktree: tag.eq_ignore_ascii_case("s"),
+            assume_unchanged: tag.chars().any(|c| c.is_ascii_lowercase()),
+        });
+    }
+    Some(entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn git_reads_what_a_continued_comment_hides_from_a_naive_reader() {
+        // `# \` ends at the newline for git: `[core]` starts a section, fsmonitor is in it.
+        let Some(k) = config_keys("[user]\n# \\\n[core]\n\tfsmonitor = touch x\n") else {
+            return; // no git here: callers hold
+        };
+        assert_eq!(k["core.fsmonitor"], ["touch x"]);
+        let k = config_keys("[core] # \\\n\tfsmonitor = a\n[x]\n\tbare\n").unwrap();
+        assert_eq!(k["core.fsmonitor"], ["a"]);
+        assert_eq!(k["x.bare"], ["true"]);
+        assert!(config_keys("[core\n").is_none());
+    }
+
+    #[test]
+    fn the_list_format_is_read_as_git_writes_it() {
+        let k =
+            parse_list(b"core.fsmonitor\ntouch x\0x.bare\0remote.Origin.url\n/a\n/b\0").unwrap();
+        assert_eq!(k["core.fsmonitor"], ["touch x"]);
+        assert_eq!(k["x.bare"], ["true"]);
+        assert_eq!(k["remote.Origin.url"], ["/a\n/b"]);
+        let e =
+            parse_ls_files(b"S 100644 ab 0\ta\0h 100644 ab 0\tb c\0H 160000 ab 0\tsub\0").unwrap();
+        assert!(e[0].skip_worktree && !e[0].assume_unchanged);
+        assert!(e[1].assume_unchanged && e[1].path == "b c");
+        assert!(e[2].is_gitlink() && !e[2].skip_worktree);
+    }
+}
