@@ -242,6 +242,11 @@ impl Found<'_> {
             seen.push(g.clone());
             self.stage(g.clone());
             self.links_in_gitdir(&g);
+            // What the config names (a hooks directory, included config, filter programs
+            // inside the tree) is as host-executed as the git dir's own hooks.
+            for (p, _) in config_named(&g) {
+                self.name(&p);
+            }
             if let Some(c) = commondir_of(&g).and_then(|c| canon(&c)) {
                 todo.push(c);
             }
@@ -286,6 +291,111 @@ impl Found<'_> {
             }
         }
     }
+}
+
+/// Paths the git dir `g`'s own config names, that git runs or reads config from, with the key
+/// that names each: `core.hooksPath`, `include.path`, `includeIf.*.path`,
+/// `core.attributesFile`, and programs given by path (`core.fsmonitor`, `filter.*.clean`,
+/// `smudge` and `process`, `diff.*.command` and `textconv`, `merge.*.driver`). Resolved as git
+/// resolves them: includes against the config file's directory, the rest against the work
+/// tree (where git runs hooks and drivers); `~/` against `HOME`. A husky `.githooks` or a
+/// `../.gitconfig` include is ordinary project content until git runs it.
+fn config_named(g: &Path) -> Vec<(PathBuf, String)> {
+    let Some(keys) = fs::read_to_string(g.join("config"))
+        .ok()
+        .and_then(|t| gitconfig::parse(&t))
+    else {
+        return Vec::new();
+    };
+    let worktree = worktree_of(g, g).unwrap_or_else(|| g.to_path_buf());
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let resolve = |v: &str, base: &Path| -> Option<PathBuf> {
+        let v = v.trim();
+        if v.is_empty() {
+            return None;
+        }
+        if let Some(rest) = v.strip_prefix("~/") {
+            return home.as_ref().map(|h| normalize(&h.join(rest)));
+        }
+        Some(normalize(&base.join(v)))
+    };
+    let mut out = Vec::new();
+    for (name, values) in &keys {
+        let (sec, key) = (
+            name.split('.').next().unwrap_or(""),
+            name.rsplit('.').next().unwrap_or(""),
+        );
+        let has_sub = name.matches('.').count() >= 2;
+        for v in values {
+            let p = match (sec, key) {
+                ("core", "hookspath" | "attributesfile") => resolve(v, &worktree),
+                ("include", "path") => resolve(v, g),
+                ("includeif", "path") if has_sub => resolve(v, g),
+                ("core", "fsmonitor")
+                | ("filter", "clean" | "smudge" | "process")
+                | ("diff", "command" | "textconv")
+                | ("merge", "driver") => {
+                    // A program given by path: its first word, when it names a file (git runs
+                    // the value through the shell from the work tree's top).
+                    let first = v.split_whitespace().next().unwrap_or("");
+                    (first.contains('/') && (sec != "core" || has_sub || !is_bool(v)))
+                        .then(|| resolve(first, &worktree))
+                        .flatten()
+                }
+                _ => None,
+            };
+            if let Some(p) = p {
+                out.push((p, name.clone()));
+            }
+        }
+    }
+    out
+}
+
+fn is_bool(v: &str) -> bool {
+    matches!(
+        v.trim().to_ascii_lowercase().as_str(),
+        "true" | "false" | "yes" | "no" | "on" | "off" | "1" | "0" | ""
+    )
+}
+
+/// Which key of an enclosing repository's config names `path` (see [`config_named`]), read from
+/// the host's config as it is now: the repository's own pointers, not the session's (a change
+/// to those is a config change, flagged by key).
+fn named_by_git_config(path: &Path) -> Option<String> {
+    use std::sync::{Mutex, OnceLock};
+    type Named = std::collections::HashMap<PathBuf, Vec<(PathBuf, String)>>;
+    static CACHE: OnceLock<Mutex<Named>> = OnceLock::new();
+    for a in path.ancestors().skip(1) {
+        let dotgit = a.join(".git");
+        let Ok(md) = fs::symlink_metadata(&dotgit) else {
+            continue;
+        };
+        let gitdir = if md.is_dir() {
+            dotgit
+        } else if md.is_file() {
+            match gitfile_target(&dotgit) {
+                Some(t) => t,
+                None => continue,
+            }
+        } else {
+            continue;
+        };
+        let named = {
+            let mut cache = CACHE
+                .get_or_init(Default::default)
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            cache
+                .entry(gitdir.clone())
+                .or_insert_with(|| config_named(&gitdir))
+                .clone()
+        };
+        if let Some((_, key)) = named.iter().find(|(p, _)| path.starts_with(p)) {
+            return Some(key.clone());
+        }
+    }
+    None
 }
 
 /// Whether git's discovery takes `dir` for a git dir (setup.c's `is_git_directory`): a `HEAD`,
@@ -521,6 +631,11 @@ pub(crate) fn flags(s: &Subject<'_>) -> Vec<String> {
         return out;
     }
     let Some(gitdir) = gitdir_of(s.host_path) else {
+        if let Some(key) = named_by_git_config(s.host_path) {
+            out.push(format!(
+                "named by the repository's git config `{key}`: the host's git runs or reads it"
+            ));
+        }
         out.extend(loaded_by_host_tools(
             s.host_path,
             s.after_text,
