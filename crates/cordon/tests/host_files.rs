@@ -812,3 +812,52 @@ both!(files_a_repositorys_config_names_are_held, |env: Env| {
         "review does not say which key names them\n{text}"
     );
 });
+
+/// A project whose Claude settings run a script of its own from a hook.
+fn project_with_hook_script(env: &Env) {
+    repo_as_root(&env.project);
+    env.write(
+        ".claude/settings.json",
+        r#"{"hooks":{"PreToolUse":[{"matcher":"*","hooks":[{"type":"command","command":"sh \"$CLAUDE_PROJECT_DIR\"/scripts/guard.sh"}]}]}}"#,
+    );
+    env.write("scripts/guard.sh", "exit 0\n");
+}
+
+both!(
+    a_script_agent_settings_run_changes_on_the_host_control,
+    |env: Env| {
+        project_with_hook_script(&env);
+        let o = host_sh(
+            &env.project,
+            "echo 'touch /nonexistent/pwned' >> scripts/guard.sh",
+        );
+        assert!(o.status.success(), "{}", show(&o));
+        let now = std::fs::read_to_string(env.project.join("scripts/guard.sh")).unwrap();
+        assert!(
+            now.contains("pwned"),
+            "the plant did not land: the test proves nothing"
+        );
+    }
+);
+
+both!(
+    a_script_agent_settings_run_is_held_and_flagged,
+    |env: Env| {
+        project_with_hook_script(&env);
+        let o = env.run("echo 'touch /nonexistent/pwned' >> scripts/guard.sh");
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "the edit must work inside\n{}",
+            show(&o)
+        );
+        let now = std::fs::read_to_string(env.project.join("scripts/guard.sh")).unwrap();
+        assert_eq!(now, "exit 0\n", "the hook's script changed unreviewed");
+        let d = env.cordon().args(["state", "diff"]).output().unwrap();
+        let text = all_output(&d);
+        assert!(
+            text.contains("agent's settings"),
+            "not flagged by what runs it\n{text}"
+        );
+    }
+);

@@ -452,9 +452,17 @@ pub fn discover(roots: &[PathBuf], home: Option<&Path>, exclude: &[PathBuf]) -> 
         watched: Default::default(),
         s: Surface::default(),
     };
+    let home_env = std::env::var_os("HOME").map(PathBuf::from);
     for r in &roots {
         for n in ROOT_NAMES {
             f.name(&r.join(n));
+        }
+        // What the agent's settings run (a hook's script, the status line, an MCP server's
+        // program) is as host-executed as the settings themselves.
+        for s in crate::flags::AGENT_SETTINGS {
+            for (p, _) in crate::flags::programs_in_settings(&r.join(s), r, home_env.as_deref()) {
+                f.name(&p);
+            }
         }
         f.dotgit(&r.join(".git"));
         for d in find_dotgits(r) {
