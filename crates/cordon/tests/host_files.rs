@@ -861,3 +861,69 @@ both!(
         );
     }
 );
+
+/// Tool configs of a project that name files of its own for the host to run.
+const TOOL_POINTERS: &[(&str, &str)] = &[
+    (".yarnrc.yml", "yarnPath: .yarn/releases/yarn-4.cjs\n"),
+    (".envrc", "source ./env.sh\n"),
+    (
+        ".cargo/config.toml",
+        "[target.x86_64-unknown-linux-gnu]\nrunner = \"scripts/runner.sh\"\n",
+    ),
+    (
+        ".pre-commit-config.yaml",
+        "repos:\n  - repo: local\n    hooks:\n      - id: lint\n        name: lint\n        language: system\n        entry: ./tools/lint.sh\n",
+    ),
+];
+const TOOL_TARGETS: &[&str] = &[
+    ".yarn/releases/yarn-4.cjs",
+    "env.sh",
+    "scripts/runner.sh",
+    "tools/lint.sh",
+];
+
+fn project_with_tool_pointers(env: &Env) {
+    repo_as_root(&env.project);
+    for (f, text) in TOOL_POINTERS {
+        env.write(f, text);
+    }
+    for t in TOOL_TARGETS {
+        env.write(t, "true\n");
+    }
+}
+
+const EDIT_TOOL_TARGETS: &str = "for f in .yarn/releases/yarn-4.cjs env.sh scripts/runner.sh tools/lint.sh; do \
+     echo 'touch /nonexistent/pwned' >> $f; done";
+
+both!(
+    files_tool_configs_name_change_on_the_host_control,
+    |env: Env| {
+        project_with_tool_pointers(&env);
+        let o = host_sh(&env.project, EDIT_TOOL_TARGETS);
+        assert!(o.status.success(), "{}", show(&o));
+        for t in TOOL_TARGETS {
+            let now = std::fs::read_to_string(env.project.join(t)).unwrap();
+            assert!(now.contains("pwned"), "{t}: the plant did not land");
+        }
+    }
+);
+
+both!(files_tool_configs_name_are_held_and_flagged, |env: Env| {
+    project_with_tool_pointers(&env);
+    let o = env.run(EDIT_TOOL_TARGETS);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "the edit must work inside\n{}",
+        show(&o)
+    );
+    for t in TOOL_TARGETS {
+        let now = std::fs::read_to_string(env.project.join(t)).unwrap();
+        assert_eq!(now, "true\n", "{t} changed on the host unreviewed");
+    }
+    let d = env.cordon().args(["state", "diff"]).output().unwrap();
+    let text = all_output(&d);
+    for by in ["yarnPath", ".envrc `source`", "runner", "entry"] {
+        assert!(text.contains(by), "not flagged by {by}\n{text}");
+    }
+});

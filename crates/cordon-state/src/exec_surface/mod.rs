@@ -17,6 +17,7 @@
 
 mod asker;
 mod gitconfig;
+mod tools;
 
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing {
@@ -398,6 +399,30 @@ fn named_by_git_config(path: &Path) -> Option<String> {
     None
 }
 
+/// Which tool config in an ancestor of `path` names it ([`tools::named_in`]), as the host's
+/// files are now.
+fn named_by_tool_config(path: &Path) -> Option<String> {
+    use std::sync::{Mutex, OnceLock};
+    type Named = std::collections::HashMap<PathBuf, Vec<(PathBuf, String)>>;
+    static CACHE: OnceLock<Mutex<Named>> = OnceLock::new();
+    for a in path.ancestors().skip(1) {
+        let named = {
+            let mut cache = CACHE
+                .get_or_init(Default::default)
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            cache
+                .entry(a.to_path_buf())
+                .or_insert_with(|| tools::named_in(a))
+                .clone()
+        };
+        if let Some((_, by)) = named.iter().find(|(p, _)| path.starts_with(p)) {
+            return Some(by.clone());
+        }
+    }
+    None
+}
+
 /// Whether git's discovery takes `dir` for a git dir (setup.c's `is_git_directory`): a `HEAD`,
 /// and `objects/` and `refs/` or a `commondir`. A bare repository planted in a project
 /// subdirectory is one: the host's git run beneath it (a shell prompt's, on `cd`) uses its
@@ -456,6 +481,9 @@ pub fn discover(roots: &[PathBuf], home: Option<&Path>, exclude: &[PathBuf]) -> 
     for r in &roots {
         for n in ROOT_NAMES {
             f.name(&r.join(n));
+        }
+        for (p, _) in tools::named_in(r) {
+            f.name(&p);
         }
         // What the agent's settings run (a hook's script, the status line, an MCP server's
         // program) is as host-executed as the settings themselves.
@@ -639,6 +667,9 @@ pub(crate) fn flags(s: &Subject<'_>) -> Vec<String> {
         return out;
     }
     let Some(gitdir) = gitdir_of(s.host_path) else {
+        if let Some(by) = named_by_tool_config(s.host_path) {
+            out.push(format!("named by {by}: a host tool runs or reads it"));
+        }
         if let Some(key) = named_by_git_config(s.host_path) {
             out.push(format!(
                 "named by the repository's git config `{key}`: the host's git runs or reads it"
