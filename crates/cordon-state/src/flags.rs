@@ -269,8 +269,7 @@ pub(crate) fn programs_in_settings(
     dir: &Path,
     home: Option<&Path>,
 ) -> Vec<(std::path::PathBuf, String)> {
-    let Some(v) = std::fs::read_to_string(file)
-        .ok()
+    let Some(v) = crate::exec_surface::read_regular(file)
         .and_then(|t| serde_json::from_str::<Value>(&t).ok())
     else {
         return Vec::new();

@@ -125,6 +125,27 @@ pub struct Surface {
     pub roots: Vec<PathBuf>,
 }
 
+/// The text of a regular file of at most 16 MiB. What this module reads may have been made
+/// by the session (a gitfile, a linked worktree's `gitdir`, a project's `.yarnrc.yml`): a
+/// FIFO there would block a plain read forever (opened non-blocking and refused), and
+/// `/dev/zero` behind a symlink would never end (only regular files, and a cap).
+pub(crate) fn read_regular(p: &Path) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    const MAX: u64 = 16 * 1024 * 1024;
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(p)
+        .ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    f.take(MAX).read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
 fn canon(p: &Path) -> Option<PathBuf> {
     fs::canonicalize(p).ok()
 }
@@ -146,7 +167,7 @@ fn normalize(p: &Path) -> PathBuf {
 
 /// The directory a gitfile (`gitdir: X`) names, resolved against the file's directory.
 fn gitfile_target(file: &Path) -> Option<PathBuf> {
-    let text = fs::read_to_string(file).ok()?;
+    let text = read_regular(file)?;
     let t = text.lines().next()?.strip_prefix("gitdir:")?.trim();
     let base = file.parent()?;
     Some(normalize(&base.join(t)))
@@ -154,7 +175,7 @@ fn gitfile_target(file: &Path) -> Option<PathBuf> {
 
 /// `commondir`'s directory, resolved against the git dir.
 fn commondir_of(gitdir: &Path) -> Option<PathBuf> {
-    let text = fs::read_to_string(gitdir.join("commondir")).ok()?;
+    let text = read_regular(&gitdir.join("commondir"))?;
     Some(normalize(&gitdir.join(text.trim())))
 }
 
@@ -254,8 +275,7 @@ impl Found<'_> {
             // Linked worktrees: their gitfiles (elsewhere) point back here.
             if let Ok(rd) = fs::read_dir(g.join("worktrees")) {
                 for e in rd.flatten() {
-                    if let Some(f) = fs::read_to_string(e.path().join("gitdir"))
-                        .ok()
+                    if let Some(f) = read_regular(&e.path().join("gitdir"))
                         .map(|t| normalize(Path::new(t.trim())))
                     {
                         self.stage(f);
@@ -302,10 +322,7 @@ impl Found<'_> {
 /// tree (where git runs hooks and drivers); `~/` against `HOME`. A husky `.githooks` or a
 /// `../.gitconfig` include is ordinary project content until git runs it.
 fn config_named(g: &Path) -> Vec<(PathBuf, String)> {
-    let Some(keys) = fs::read_to_string(g.join("config"))
-        .ok()
-        .and_then(|t| gitconfig::parse(&t))
-    else {
+    let Some(keys) = read_regular(&g.join("config")).and_then(|t| gitconfig::parse(&t)) else {
         return Vec::new();
     };
     let worktree = worktree_of(g, g).unwrap_or_else(|| g.to_path_buf());
@@ -709,7 +726,7 @@ pub(crate) fn flags(s: &Subject<'_>) -> Vec<String> {
             if !added.is_empty() {
                 out.push(format!(
                     "`info/exclude` hides more files from the host's `git status`: {}",
-                    gitconfig_short(&added.join(", "))
+                    short_list(&added.join(", "))
                 ));
             }
         }
@@ -740,7 +757,7 @@ pub(crate) fn flags(s: &Subject<'_>) -> Vec<String> {
     out
 }
 
-fn gitconfig_short(s: &str) -> String {
+fn short_list(s: &str) -> String {
     if s.chars().count() > 80 {
         format!("{}...", s.chars().take(77).collect::<String>())
     } else {
@@ -788,7 +805,7 @@ fn index_flags(s: &Subject<'_>) -> Vec<String> {
     }
     vec![format!(
         "the index marks files skip-worktree or assume-unchanged (the host's `git status` and `git diff` will not show changes to them): {}",
-        gitconfig_short(&hidden.join(", "))
+        short_list(&hidden.join(", "))
     )]
 }
 
@@ -1054,11 +1071,8 @@ fn worktree_of(gitdir: &Path, layer: &Path) -> Option<PathBuf> {
     if gitdir.file_name().is_some_and(|n| n == ".git") {
         return gitdir.parent().map(Path::to_path_buf);
     }
-    let read = |name: &str| {
-        fs::read_to_string(layer.join(name))
-            .or_else(|_| fs::read_to_string(gitdir.join(name)))
-            .ok()
-    };
+    let read =
+        |name: &str| read_regular(&layer.join(name)).or_else(|| read_regular(&gitdir.join(name)));
     if let Some(t) = read("gitdir") {
         return Path::new(t.trim()).parent().map(normalize);
     }
@@ -1110,7 +1124,7 @@ fn sanitize_dotgit(
             let p = g.join(f);
             match fs::symlink_metadata(&p) {
                 Ok(m) if m.is_file() => {
-                    let text = fs::read_to_string(&p).unwrap_or_else(|_| "\0".into());
+                    let text = read_regular(&p).unwrap_or_else(|| "\0".into());
                     if !gitconfig::flags("", &text).is_empty() {
                         risky.push(p);
                     }

@@ -205,3 +205,24 @@ fn index_flags_that_hide_work_are_flagged() {
     fs::write(&junk, "DIRCjunk").unwrap();
     assert!(!subject_flags(&junk).is_empty());
 }
+
+/// A FIFO where a gitfile or a tool config is read (made by the session) is refused, not
+/// waited on: settling and review must end.
+#[test]
+fn a_fifo_is_not_read() {
+    let (_t, root) = tree();
+    let fifo = root.join("sub/.git");
+    fs::create_dir_all(fifo.parent().unwrap()).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !made {
+        crate::tests::skip("no mkfifo");
+        return;
+    }
+    assert_eq!(read_regular(&fifo), None);
+    assert_eq!(gitfile_target(&fifo), None);
+    fs::write(root.join("plain"), "x").unwrap();
+    assert_eq!(read_regular(&root.join("plain")).as_deref(), Some("x"));
+}

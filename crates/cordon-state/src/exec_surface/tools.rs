@@ -18,7 +18,7 @@ use super::normalize;
 /// Each file a tool config at the top of `dir` names, with what names it.
 pub(crate) fn named_in(dir: &Path) -> Vec<(PathBuf, String)> {
     let mut out = Vec::new();
-    let read = |rel: &str| std::fs::read_to_string(dir.join(rel)).ok();
+    let read = |rel: &str| super::read_regular(&dir.join(rel));
     // A program word that names a file: relative ones against `base`.
     let program = |word: &str, base: &Path| -> Option<PathBuf> {
         let w = word.trim_matches(|c| c == '"' || c == '\'');
