@@ -219,12 +219,15 @@ pub(crate) fn flags(s: &Subject<'_>) -> Vec<String> {
 
 /// The agent settings that may run a file at or below a directory: Claude Code's project and
 /// user settings (hook commands, the status line, the API key helper) and MCP server configs
-/// (`command` and `args`).
+/// (`command` and `args`: Claude's, Gemini's, Cursor's, Codex's).
 pub(crate) const AGENT_SETTINGS: &[&str] = &[
     ".claude/settings.json",
     ".claude/settings.local.json",
     ".mcp.json",
     ".claude.json",
+    ".gemini/settings.json",
+    ".cursor/mcp.json",
+    ".codex/config.toml",
 ];
 
 /// Which agent settings run `path` (a script a hook or status line calls, an MCP server's
@@ -269,9 +272,17 @@ pub(crate) fn programs_in_settings(
     dir: &Path,
     home: Option<&Path>,
 ) -> Vec<(std::path::PathBuf, String)> {
-    let Some(v) = crate::exec_surface::read_regular(file)
-        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-    else {
+    // Codex's config is TOML (`[mcp_servers.x] command`, `args`): read as the same tree.
+    let toml = file.extension().is_some_and(|e| e == "toml");
+    let Some(v) = crate::exec_surface::read_regular(file).and_then(|t| {
+        if toml {
+            toml::from_str::<toml::Table>(&t)
+                .ok()
+                .and_then(|t| serde_json::to_value(t).ok())
+        } else {
+            serde_json::from_str::<Value>(&t).ok()
+        }
+    }) else {
         return Vec::new();
     };
     let mut strings: Vec<(String, String)> = Vec::new();
@@ -773,7 +784,14 @@ mod tests {
             r#"{"mcpServers":{"x":{"command":"node","args":["tools/server.js"]}}}"#,
         )
         .unwrap();
+        std::fs::create_dir_all(proj.join(".codex")).unwrap();
+        std::fs::write(
+            proj.join(".codex/config.toml"),
+            "[mcp_servers.y]\ncommand = \"./tools/codex-mcp\"\n",
+        )
+        .unwrap();
         for (rel, by) in [
+            ("tools/codex-mcp", "mcp_servers"),
             ("scripts/guard.py", "hooks"),
             ("bin/status.sh", "statusLine"),
             ("tools/server.js", "mcpServers"),
