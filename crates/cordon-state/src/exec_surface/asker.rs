@@ -128,12 +128,12 @@ impl IndexEntry {
     }
 }
 
-/// The entries of the index file `index`, read by git under a git dir made here (empty config,
-/// SHA-1 then SHA-256). `None`: git is absent or cannot read it.
-pub(crate) fn index_entries(index: &Path) -> Option<Vec<IndexEntry>> {
-    let d = scratch()?;
+/// Empty git dirs under `scratch`, one per object format (SHA-1, then SHA-256), for reading
+/// an index or a pack whose format is not known; their config sets nothing that runs.
+fn empty_gitdirs(scratch: &Path) -> Option<Vec<std::path::PathBuf>> {
+    let mut out = Vec::new();
     for format in ["sha1", "sha256"] {
-        let g = d.path().join(format!("{format}.git"));
+        let g = scratch.join(format!("{format}.git"));
         std::fs::create_dir_all(g.join("objects")).ok()?;
         std::fs::create_dir_all(g.join("refs")).ok()?;
         std::fs::write(g.join("HEAD"), "ref: refs/heads/main\n").ok()?;
@@ -144,6 +144,16 @@ pub(crate) fn index_entries(index: &Path) -> Option<Vec<IndexEntry>> {
             ),
         };
         std::fs::write(g.join("config"), config).ok()?;
+        out.push(g);
+    }
+    Some(out)
+}
+
+/// The entries of the index file `index`, read by git under a git dir made here (empty config,
+/// SHA-1 then SHA-256). `None`: git is absent or cannot read it.
+pub(crate) fn index_entries(index: &Path) -> Option<Vec<IndexEntry>> {
+    let d = scratch()?;
+    for g in empty_gitdirs(d.path())? {
         let mut c = clean_git(d.path());
         c.env("GIT_DIR", &g)
             .env("GIT_INDEX_FILE", index)
@@ -153,6 +163,22 @@ pub(crate) fn index_entries(index: &Path) -> Option<Vec<IndexEntry>> {
         }
     }
     None
+}
+
+/// Whether git verifies the pack whose index is `idx` (the pack beside it): every object's
+/// name recomputed from its content (`git verify-pack`). A new pack is read before older packs
+/// and loose objects, so one whose index names an object the host has, with other content,
+/// would replace that object for every later checkout; a verified pack cannot.
+pub(crate) fn pack_verified(idx: &Path) -> bool {
+    let Some(d) = scratch() else { return false };
+    let Some(dirs) = empty_gitdirs(d.path()) else {
+        return false;
+    };
+    dirs.iter().any(|g| {
+        let mut c = clean_git(d.path());
+        c.env("GIT_DIR", g).arg("verify-pack").arg(idx);
+        output(c, INDEX_TIMEOUT).is_some()
+    })
 }
 
 /// `git ls-files --stage -v -z`: `T MODE OID STAGE\tPATH\0`; the tag `S` is skip-worktree, a

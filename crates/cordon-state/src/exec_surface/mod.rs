@@ -750,6 +750,19 @@ pub(crate) fn flags(s: &Subject<'_>) -> Vec<String> {
         _ if under_objects(rel) && s.before.is_some() => out.push(
             "an object that was already in the store rewritten (objects are never changed)".into(),
         ),
+        _ if under_objects(rel) && name.starts_with("multi-pack-index") => out.push(
+            "a multi-pack index: it maps object names to packs, ahead of their own indexes".into(),
+        ),
+        _ if under_objects(rel)
+            && rel.parent().is_some_and(|p| p.ends_with("pack"))
+            && (name.ends_with(".pack") || name.ends_with(".idx"))
+            && !pack_verified(s) =>
+        {
+            out.push(
+                "a new pack git cannot verify (its objects could stand in for the host's): held"
+                    .into(),
+            )
+        }
         _ if rel.components().any(|c| c.as_os_str() == "hooks") => {}
         _ if inert_in_gitdir(rel) => {}
         _ => out.push("a file in a git dir that git may read: held for review".into()),
@@ -763,6 +776,32 @@ fn short_list(s: &str) -> String {
     } else {
         s.to_owned()
     }
+}
+
+/// Whether the pack a new `.pack` or `.idx` belongs to verifies (both in the session's layer,
+/// see [`asker::pack_verified`]); remembered per content, since review describes a change
+/// more than once.
+fn pack_verified(s: &Subject<'_>) -> bool {
+    use std::sync::{Mutex, OnceLock};
+    static SEEN: OnceLock<Mutex<std::collections::HashMap<PathBuf, bool>>> = OnceLock::new();
+    let Some(file) = s.after_file else {
+        return false;
+    };
+    let idx = file.with_extension("idx");
+    let key = match (
+        fs::metadata(&idx),
+        fs::metadata(file.with_extension("pack")),
+    ) {
+        (Ok(_), Ok(_)) => idx.clone(),
+        _ => return false,
+    };
+    let mut seen = SEEN
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    *seen
+        .entry(key)
+        .or_insert_with(|| asker::pack_verified(&idx))
 }
 
 /// Whether `rel` (inside a git dir) is in an object store.

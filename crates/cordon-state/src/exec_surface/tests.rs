@@ -226,3 +226,64 @@ fn a_fifo_is_not_read() {
     fs::write(root.join("plain"), "x").unwrap();
     assert_eq!(read_regular(&root.join("plain")).as_deref(), Some("x"));
 }
+
+/// A new pack is applied unasked only when git verifies it (each object's name recomputed
+/// from its content); one git cannot verify is flagged and held.
+#[test]
+fn a_new_pack_is_flagged_unless_git_verifies_it() {
+    if std::process::Command::new("git")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        crate::tests::skip("no git");
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let r = t.path().join("r");
+    fs::create_dir_all(&r).unwrap();
+    git(&r, &["init", "-q"]);
+    fs::write(r.join("a"), "a\n").unwrap();
+    git(&r, &["add", "a"]);
+    git(&r, &["commit", "-qm", "a"]);
+    git(&r, &["repack", "-qad"]);
+    let pack_dir = r.join(".git/objects/pack");
+    let pack = fs::read_dir(&pack_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "pack"))
+        .unwrap();
+    // The session's layer: a copy of the pack and its index elsewhere.
+    let layer = t.path().join("layer");
+    fs::create_dir_all(&layer).unwrap();
+    let copy = layer.join(pack.file_name().unwrap());
+    fs::copy(&pack, &copy).unwrap();
+    fs::copy(pack.with_extension("idx"), copy.with_extension("idx")).unwrap();
+    let rel = Path::new("objects/pack").join(pack.file_name().unwrap());
+    let host = r.join(".git").join(&rel);
+    let flags_of = |after: &Path| {
+        let node = crate::manifest::node_of(after).unwrap().unwrap();
+        crate::flags::flags(&Subject {
+            host_path: &host,
+            rel: &rel,
+            kind: crate::manifest::ChangeKind::Added,
+            before: None,
+            after: Some(&node),
+            before_text: None,
+            after_text: None,
+            before_file: None,
+            after_file: Some(after),
+            link_target: None,
+        })
+    };
+    assert!(flags_of(&copy).is_empty(), "{:?}", flags_of(&copy));
+    // The same pack with a byte of its data changed (another name, so nothing is cached).
+    let bad = layer.join("pack-bad.pack");
+    let mut bytes = fs::read(&copy).unwrap();
+    bytes[40] ^= 0x55;
+    fs::write(&bad, bytes).unwrap();
+    fs::copy(copy.with_extension("idx"), bad.with_extension("idx")).unwrap();
+    let f = flags_of(&bad);
+    assert!(f.iter().any(|x| x.contains("cannot verify")), "{f:?}");
+}
