@@ -61,9 +61,10 @@ fn output(mut c: Command, timeout: Duration) -> Option<Vec<u8>> {
     let mut child = c.spawn().ok()?;
     let mut stdout = child.stdout.take()?;
     // Read while waiting: a large index's listing would fill the pipe and stall git.
-    let reader = std::thread::spawn(move || {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
         let mut buf = Vec::new();
-        stdout.read_to_end(&mut buf).map(|_| buf)
+        let _ = tx.send(stdout.read_to_end(&mut buf).map(|_| buf));
     });
     let start = Instant::now();
     let status = loop {
@@ -77,8 +78,11 @@ fn output(mut c: Command, timeout: Duration) -> Option<Vec<u8>> {
             }
         }
     };
-    let out = reader.join().ok()?.ok()?;
-    status.filter(|s| s.success()).map(|_| out)
+    // Killed (too slow) or failed: nothing to read.
+    status.filter(|s| s.success())?;
+    // git has exited; a child of its own (verify-pack runs index-pack) that outlived it may
+    // still hold the pipe: its reader is left behind rather than waited for.
+    rx.recv_timeout(Duration::from_secs(2)).ok()?.ok()
 }
 
 /// The keys of `text` read as a git config file, as `git config --list` reports them;
