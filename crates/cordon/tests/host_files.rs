@@ -927,3 +927,102 @@ both!(files_tool_configs_name_are_held_and_flagged, |env: Env| {
         assert!(text.contains(by), "not flagged by {by}\n{text}");
     }
 });
+
+/// Python that rewrites a one-object pack index so that it names `x` (an object the host has)
+/// for the pack's object `y` (other content), and fixes the index's checksum: a forged pack.
+const FORGE_IDX: &str = r#"
+import sys, hashlib, struct
+x, y, path = sys.argv[1], sys.argv[2], sys.argv[3]
+d = open(path, 'rb').read()
+assert d[:8] == b'\xfftOc\x00\x00\x00\x02' and struct.unpack('>I', d[8+255*4:8+256*4])[0] == 1
+at = 8 + 256*4
+assert d[at:at+20].hex() == y
+rest = d[at+20:at+20+4+4+20]
+new = bytes.fromhex(x)
+fan = b''.join(struct.pack('>I', 1 if new[0] <= i else 0) for i in range(256))
+body = d[:8] + fan + new + rest
+open(path, 'wb').write(body + hashlib.sha1(body).digest())
+"#;
+
+/// A repository with a Makefile, and in `forged/` a pack (with its index) whose index says it
+/// holds the Makefile's blob while it holds other content: put in the object store, it stands
+/// in for the blob on the next checkout.
+fn repo_with_forged_pack(env: &Env) {
+    repo_with_makefile(env);
+    let x = host_git_ok(&env.project, &["rev-parse", "HEAD:Makefile"]);
+    let evil = env.project.join("evil.mk");
+    std::fs::write(&evil, "all:\n\ttouch /nonexistent/pwned\n").unwrap();
+    let y = host_git_ok(&env.project, &["hash-object", "-w", "evil.mk"]);
+    std::fs::remove_file(&evil).unwrap();
+    let forged = env.project.join("forged");
+    std::fs::create_dir_all(&forged).unwrap();
+    let o = host_sh(
+        &env.project,
+        &format!("echo {y} | git pack-objects -q forged/pack", y = y.trim()),
+    );
+    assert!(o.status.success(), "{}", show(&o));
+    let idx = std::fs::read_dir(&forged)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "idx"))
+        .unwrap();
+    for e in std::fs::read_dir(&forged).unwrap().flatten() {
+        if !matches!(
+            e.path().extension().and_then(|x| x.to_str()),
+            Some("idx" | "pack")
+        ) {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+    }
+    let o = Command::new("python3")
+        .args(["-c", FORGE_IDX, x.trim(), y.trim()])
+        .arg(&idx)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    // Only the forged pack carries the evil content.
+    let loose = env
+        .project
+        .join(".git/objects")
+        .join(&y.trim()[..2])
+        .join(&y.trim()[2..]);
+    std::fs::remove_file(loose).unwrap();
+    env.own(&env.base);
+}
+
+/// The Makefile the host's `git checkout` writes from the object store.
+fn checked_out_makefile(env: &Env) -> String {
+    std::fs::remove_file(env.project.join("Makefile")).unwrap();
+    host_git_ok(&env.project, &["checkout", "Makefile"]);
+    std::fs::read_to_string(env.project.join("Makefile")).unwrap()
+}
+
+both!(a_forged_pack_replaces_an_object_control, |env: Env| {
+    repo_with_forged_pack(&env);
+    let o = host_sh(&env.project, "mv forged/* .git/objects/pack/");
+    assert!(o.status.success(), "{}", show(&o));
+    assert!(
+        checked_out_makefile(&env).contains("pwned"),
+        "the forged pack did not stand in for the blob: the test proves nothing"
+    );
+});
+
+both!(a_forged_pack_does_not_reach_the_host, |env: Env| {
+    repo_with_forged_pack(&env);
+    let o = env.run("mv forged/* .git/objects/pack/");
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "the plant must work inside\n{}",
+        show(&o)
+    );
+    let made = checked_out_makefile(&env);
+    assert!(
+        !made.contains("pwned"),
+        "the host checked out the forged blob:\n{made}"
+    );
+    let d = env.cordon().args(["state", "diff"]).output().unwrap();
+    let text = all_output(&d);
+    assert!(text.contains("cannot verify"), "{text}");
+});
