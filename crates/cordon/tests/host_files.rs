@@ -528,8 +528,10 @@ both!(a_continued_comment_hides_no_git_config_key, |env: Env| {
         .replace('\\', "\\\\")
         .replace('\n', "\\n")
         .replace('\t', "\\t");
+    // In the project's repository, and in one made during the session.
     let o = env.attempt(&format!(
-        "printf '{text}' >> .git/config && git config --list"
+        "printf '{text}' >> .git/config && git init -q sub && printf '{text}' >> sub/.git/config \
+         && git config --list"
     ));
     assert!(
         all_output(&o).contains("core.fsmonitor="),
@@ -542,6 +544,7 @@ both!(a_continued_comment_hides_no_git_config_key, |env: Env| {
         "applied unasked:\n{host_cfg}"
     );
     host_git_runs_nothing(&env, &env.project, "continued");
+    host_git_runs_nothing(&env, &env.project.join("sub"), "continued");
     let d = env.cordon().args(["state", "diff"]).output().unwrap();
     assert!(
         all_output(&d).contains("core.fsmonitor"),
