@@ -2,6 +2,10 @@
 //! second parser is a second opinion, and every place it differs from git's is a way to show
 //! review one thing while the host's git runs another (issue #44: `# \` before `[core]`).
 //!
+//! Asking git means running a program on the host after the session, so the git asked is one
+//! the session cannot have planted or changed ([`trusted_git`]): never a `git` in a writable
+//! root or a directory others may write, whatever `PATH` says.
+//!
 //! git runs here in a clean environment: no system or global config, an empty `HOME`, none of
 //! the caller's `GIT_*` variables, a scratch directory as its working directory (so it finds
 //! no repository), with a timeout. Nothing it is asked to do runs a configured program:
@@ -11,7 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -33,14 +37,56 @@ fn scratch() -> Option<tempfile::TempDir> {
     Some(d)
 }
 
-/// git with nothing of the caller's configuration: only `PATH` is kept (to find git itself).
-fn clean_git(scratch: &Path) -> Command {
-    let mut c = Command::new("git");
+/// Paths the session could write (the writable roots): no git there is run. Set by
+/// [`super::discover`]; a later process (`cordon state …`) relies on the ownership rule alone.
+static UNTRUSTED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+pub(crate) fn distrust(roots: &[PathBuf]) {
+    let mut u = UNTRUSTED.lock().unwrap_or_else(|e| e.into_inner());
+    for r in roots {
+        if !u.contains(r) {
+            u.push(r.clone());
+        }
+    }
+}
+
+/// The git to ask: the first in `PATH` that the session cannot have planted or changed. Asking
+/// git means running it on the host, as the user, after the session: a `git` in a project's
+/// `node_modules/.bin` or `bin` on `PATH` would be the session's code. So: an absolute `PATH`
+/// entry, the file and every directory above it (symlinks resolved) owned by root or by this
+/// user and writable by neither group nor others, and nothing inside a writable root. None
+/// found: git counts as absent, and what needs it is held.
+fn trusted_git() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    trusted_git_in(&path)
+}
+
+fn trusted_git_in(path: &std::ffi::OsStr) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    // This process's effective uid, as the kernel shows it (the owner of /proc/self).
+    let me = std::fs::metadata("/proc/self").map(|m| m.uid()).ok()?;
+    let untrusted = UNTRUSTED.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    std::env::split_paths(path)
+        .filter(|d| d.is_absolute())
+        .filter_map(|d| std::fs::canonicalize(d.join("git")).ok())
+        .find(|git| {
+            !untrusted.iter().any(|r| git.starts_with(r))
+                && std::fs::metadata(git).is_ok_and(|m| m.is_file())
+                && git.ancestors().all(|a| {
+                    std::fs::metadata(a)
+                        .is_ok_and(|m| (m.uid() == 0 || m.uid() == me) && m.mode() & 0o022 == 0)
+                })
+        })
+}
+
+/// git with nothing of the caller's configuration; `None` when no trusted git is found.
+fn clean_git(scratch: &Path) -> Option<Command> {
+    let git = trusted_git()?;
+    let mut c = Command::new(&git);
+    let mut path = std::ffi::OsString::from(git.parent().unwrap_or(Path::new("/")));
+    path.push(":/usr/bin:/bin");
     c.env_clear()
-        .env(
-            "PATH",
-            std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()),
-        )
+        .env("PATH", path)
         .env("HOME", scratch.join("home"))
         .env("XDG_CONFIG_HOME", scratch.join("home"))
         .env("GIT_CONFIG_NOSYSTEM", "1")
@@ -52,7 +98,7 @@ fn clean_git(scratch: &Path) -> Command {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
-    c
+    Some(c)
 }
 
 /// Run `c` for its stdout; `None` when it cannot start, fails, or outlives `timeout` (then it
@@ -92,7 +138,7 @@ pub(crate) fn config_keys(text: &str) -> Option<Keys> {
     let d = scratch()?;
     let file = d.path().join("config");
     std::fs::write(&file, text).ok()?;
-    let mut c = clean_git(d.path());
+    let mut c = clean_git(d.path())?;
     c.args(["config", "--no-includes", "--null", "--list", "--file"])
         .arg(&file);
     let out = output(c, CONFIG_TIMEOUT)?;
@@ -158,7 +204,7 @@ fn empty_gitdirs(scratch: &Path) -> Option<Vec<std::path::PathBuf>> {
 pub(crate) fn index_entries(index: &Path) -> Option<Vec<IndexEntry>> {
     let d = scratch()?;
     for g in empty_gitdirs(d.path())? {
-        let mut c = clean_git(d.path());
+        let mut c = clean_git(d.path())?;
         c.env("GIT_DIR", &g)
             .env("GIT_INDEX_FILE", index)
             .args(["ls-files", "--stage", "-v", "-z"]);
@@ -179,7 +225,9 @@ pub(crate) fn pack_verified(idx: &Path) -> bool {
         return false;
     };
     dirs.iter().any(|g| {
-        let mut c = clean_git(d.path());
+        let Some(mut c) = clean_git(d.path()) else {
+            return false;
+        };
         c.env("GIT_DIR", g).arg("verify-pack").arg(idx);
         output(c, INDEX_TIMEOUT).is_some()
     })
@@ -235,5 +283,54 @@ mod tests {
         assert!(e[0].skip_worktree && !e[0].assume_unchanged);
         assert!(e[1].assume_unchanged && e[1].path == "b c");
         assert!(e[2].is_gitlink() && !e[2].skip_worktree);
+    }
+
+    /// A `git` the session could have written (in a writable root, or in a directory others
+    /// may write) is never the one asked, even first on `PATH` (as a project's `bin` is for
+    /// direnv users).
+    #[test]
+    fn git_in_a_writable_place_is_not_run() {
+        let Some(system) = trusted_git() else {
+            return; // no trusted git here at all
+        };
+        let t = tempfile::tempdir().unwrap();
+        let base = t.path().canonicalize().unwrap();
+        let plant = |dir: &Path, mode: u32| {
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(dir.join("git"), "#!/bin/sh\necho planted\n").unwrap();
+            std::fs::set_permissions(
+                dir.join("git"),
+                std::os::unix::fs::PermissionsExt::from_mode(0o755),
+            )
+            .unwrap();
+            std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(mode))
+                .unwrap();
+        };
+        let with_first = |dir: &Path| {
+            let mut p = std::ffi::OsString::from(dir);
+            p.push(":");
+            p.push(std::env::var_os("PATH").unwrap_or_default());
+            p
+        };
+        // In a writable root: under the home, where the ownership rule alone would pass it
+        // (a temporary directory's sticky, world-writable parent would not).
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        if let Some(h) = home.and_then(|h| tempfile::tempdir_in(h).ok()) {
+            let root = h.path().canonicalize().unwrap().join("proj");
+            plant(&root.join("bin"), 0o755);
+            let first = with_first(&root.join("bin"));
+            let owned_well = trusted_git_in(&first).is_some_and(|g| g.starts_with(&root));
+            distrust(std::slice::from_ref(&root));
+            assert_eq!(trusted_git_in(&first), Some(system.clone()));
+            if !owned_well {
+                eprintln!("the home is not owned well here: only the writable-root rule shown");
+            }
+        }
+        // In a directory others may write.
+        let shared = base.join("shared");
+        plant(&shared, 0o777);
+        assert_eq!(trusted_git_in(&with_first(&shared)), Some(system.clone()));
+        // Relative entries are never searched.
+        assert_eq!(trusted_git_in(std::ffi::OsStr::new("bin:.")), None);
     }
 }

@@ -487,6 +487,8 @@ fn find_dotgits(root: &Path) -> Vec<PathBuf> {
 /// inside `exclude` (denied paths, files kept read-only) is included.
 pub fn discover(roots: &[PathBuf], home: Option<&Path>, exclude: &[PathBuf]) -> Surface {
     let roots: Vec<PathBuf> = roots.iter().filter_map(|r| canon(r)).collect();
+    // The session writes there: review never runs a git found there.
+    asker::distrust(&roots);
     let mut f = Found {
         roots: &roots,
         exclude: exclude.iter().map(PathBuf::as_path).collect(),
