@@ -672,55 +672,14 @@ fn binds(
             },
             (None, _) => continue,
         });
-        // A staged git dir's object stores are written in place: content-addressed data git
-        // never runs, which review need not hash at every start (cordon-state leaves them
-        // out of its snapshots alike).
-        if let Staged::Dir { path, .. } = st {
-            for objects in git_object_dirs(path) {
-                binds.push(MountOp::Bind {
-                    path: objects,
-                    writable: true,
-                });
-            }
-        }
+        // A staged git dir's object stores stay in its copy-on-write layer (they were bound
+        // writable in place, so a session could delete every object or plant
+        // `objects/info/alternates` on the host at once, issue #44): what is added is applied
+        // at exit without asking, what is removed or rewritten waits for review.
     }
     // Stable: at equal depth the sandbox's own mounts (pushed first) come before user binds.
     binds.sort_by_key(|b| depth(b.path()));
     binds
-}
-
-/// The object stores of the git dir `gitdir` and of the submodules' git dirs inside it (the
-/// state layer leaves every `objects` beside a `HEAD` out of its snapshots, the same rule).
-fn git_object_dirs(gitdir: &Path) -> Vec<PathBuf> {
-    let store = |g: &Path| {
-        let o = g.join("objects");
-        (g.join("HEAD").is_file() && std::fs::symlink_metadata(&o).is_ok_and(|m| m.is_dir()))
-            .then_some(o)
-    };
-    let mut out: Vec<PathBuf> = store(gitdir).into_iter().collect();
-    // A module's git dir holds HEAD and modules of its own; names may contain `/`.
-    let mut todo = vec![(gitdir.join("modules"), 0)];
-    while let Some((dir, depth)) = todo.pop() {
-        let Ok(rd) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        if depth > 8 {
-            continue;
-        }
-        for e in rd.flatten() {
-            if !e.file_type().is_ok_and(|t| t.is_dir()) {
-                continue;
-            }
-            let p = e.path();
-            if p.join("HEAD").is_file() {
-                out.extend(store(&p));
-                todo.push((p.join("modules"), depth + 1));
-            } else {
-                todo.push((p, depth + 1));
-            }
-        }
-    }
-    out
 }
 
 /// Step 2. Read-only carve-outs, with their parents pinned so they cannot be swapped out by a
@@ -1239,7 +1198,7 @@ mod tests {
     }
 
     #[test]
-    fn a_staged_git_dir_keeps_its_objects_in_place_and_drops_read_only_inside() {
+    fn a_staged_git_dir_keeps_its_objects_in_its_layer_and_drops_read_only_inside() {
         let t = tempfile::tempdir().unwrap();
         let proj = t.path().canonicalize().unwrap().join("proj");
         for d in [".git/objects", ".git/hooks", ".git/modules/sub/objects"] {
@@ -1264,10 +1223,15 @@ mod tests {
         );
         let pos = |want: &Path| l.mounts.iter().position(|m| m.path() == want);
         let overlay = pos(&proj.join(".git")).unwrap();
+        assert!(
+            matches!(l.mounts[overlay], MountOp::Overlay { .. }),
+            "{:?}",
+            l.mounts
+        );
+        // Object stores are not bound in place (deletions would reach the host at once):
+        // they are the overlay's, like the rest of the git dir.
         for o in [".git/objects", ".git/modules/sub/objects"] {
-            let at = pos(&proj.join(o)).unwrap_or_else(|| panic!("{o} not bound"));
-            assert!(at > overlay, "{o} must be bound over the overlay");
-            assert!(matches!(l.mounts[at], MountOp::Bind { writable: true, .. }));
+            assert!(pos(&proj.join(o)).is_none(), "{o} bound: {:?}", l.mounts);
         }
         assert!(
             !l.mounts

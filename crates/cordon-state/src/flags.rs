@@ -66,6 +66,11 @@ pub(crate) struct Subject<'a> {
     pub before_text: Option<&'a str>,
     /// Text of the after content, likewise.
     pub after_text: Option<&'a str>,
+    /// The before content as a file (the snapshot's copy), for what is read by a program
+    /// rather than as text (a git index).
+    pub before_file: Option<&'a Path>,
+    /// The after content as a file, likewise.
+    pub after_file: Option<&'a Path>,
     /// The after symlink's target, when it is a symlink.
     pub link_target: Option<&'a Path>,
 }
@@ -204,6 +209,137 @@ pub(crate) fn flags(s: &Subject<'_>) -> Vec<String> {
     }
     // Git dirs, gitfiles and `.gitmodules`: which config keys execute, indirections.
     out.extend(crate::exec_surface::flags(s));
+    if let Some(by) = run_by_agent_settings(s.host_path) {
+        out.push(format!(
+            "run by the agent's settings ({by}): the agent runs it on the host"
+        ));
+    }
+    out
+}
+
+/// The agent settings that may run a file at or below a directory: Claude Code's project and
+/// user settings (hook commands, the status line, the API key helper) and MCP server configs
+/// (`command` and `args`: Claude's, Gemini's, Cursor's, Codex's).
+pub(crate) const AGENT_SETTINGS: &[&str] = &[
+    ".claude/settings.json",
+    ".claude/settings.local.json",
+    ".mcp.json",
+    ".claude.json",
+    ".gemini/settings.json",
+    ".cursor/mcp.json",
+    ".codex/config.toml",
+];
+
+/// Which agent settings run `path` (a script a hook or status line calls, an MCP server's
+/// program): the settings as they are on the host now, in `path`'s ancestors (a project's
+/// `.claude/settings.json`, the home's). A changed script is as much a hook as a changed hook
+/// command; review flags it by what runs it, not by where it lies.
+fn run_by_agent_settings(path: &Path) -> Option<String> {
+    use std::sync::{Mutex, OnceLock};
+    type Runs = std::collections::HashMap<std::path::PathBuf, Vec<(std::path::PathBuf, String)>>;
+    static CACHE: OnceLock<Mutex<Runs>> = OnceLock::new();
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    for dir in path.ancestors().skip(1) {
+        for rel in AGENT_SETTINGS {
+            let file = dir.join(rel);
+            if file == path {
+                continue;
+            }
+            let runs = {
+                let mut cache = CACHE
+                    .get_or_init(Default::default)
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                cache
+                    .entry(file.clone())
+                    .or_insert_with(|| programs_in_settings(&file, dir, home.as_deref()))
+                    .clone()
+            };
+            if let Some((_, by)) = runs.iter().find(|(p, _)| p == path) {
+                return Some(format!("{} `{by}`", file.display()));
+            }
+        }
+    }
+    None
+}
+
+/// The files the settings file `file` (in the project or home `dir`) has the agent run: each
+/// word of a hook, status line or API key helper command, and each MCP server's command and
+/// arguments, that names a file (`~/`, `$HOME`, `$CLAUDE_PROJECT_DIR` expanded; relative to
+/// `dir`). With the key path where it was found.
+pub(crate) fn programs_in_settings(
+    file: &Path,
+    dir: &Path,
+    home: Option<&Path>,
+) -> Vec<(std::path::PathBuf, String)> {
+    // Codex's config is TOML (`[mcp_servers.x] command`, `args`): read as the same tree.
+    let toml = file.extension().is_some_and(|e| e == "toml");
+    let Some(v) = crate::exec_surface::read_regular(file).and_then(|t| {
+        if toml {
+            toml::from_str::<toml::Table>(&t)
+                .ok()
+                .and_then(|t| serde_json::to_value(t).ok())
+        } else {
+            serde_json::from_str::<Value>(&t).ok()
+        }
+    }) else {
+        return Vec::new();
+    };
+    let mut strings: Vec<(String, String)> = Vec::new();
+    for key in ["command", "apiKeyHelper"] {
+        let mut found = BTreeMap::new();
+        collect(&v, key, String::new(), &mut found);
+        for (at, c) in found {
+            if let Value::String(c) = c {
+                strings.push((at, c.clone()));
+            }
+        }
+    }
+    let mut found = BTreeMap::new();
+    collect(&v, "args", String::new(), &mut found);
+    for (at, a) in found {
+        if let Value::Array(items) = a {
+            strings.extend(
+                items
+                    .iter()
+                    .filter_map(|i| i.as_str())
+                    .map(|s| (at.clone(), s.to_owned())),
+            );
+        }
+    }
+    let mut out = Vec::new();
+    for (at, command) in strings {
+        for word in command.split(|c: char| c.is_whitespace() || c == ';' || c == '&' || c == '|') {
+            // The shell's quote removal, as far as naming a file goes.
+            let w: String = word
+                .chars()
+                .filter(|c| !matches!(c, '"' | '\'' | '(' | ')' | '{' | '}'))
+                .collect();
+            let w = w.replace("$CLAUDE_PROJECT_DIR", &dir.to_string_lossy());
+            let expanded = match (w.strip_prefix("~/").or(w.strip_prefix("$HOME/")), home) {
+                (Some(rest), Some(h)) => h.join(rest),
+                (Some(_), None) => continue,
+                _ if w.contains('/') => dir.join(&w),
+                _ => continue,
+            };
+            out.push((lexical(&expanded), at.clone()));
+        }
+    }
+    out
+}
+
+/// `p` with `.` and `..` resolved by name.
+fn lexical(p: &Path) -> std::path::PathBuf {
+    let mut out = std::path::PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::Normal(s) => out.push(s),
+            Component::ParentDir => {
+                out.pop();
+            }
+            _ => {}
+        }
+    }
     out
 }
 
@@ -484,6 +620,8 @@ mod tests {
         flags(&Subject {
             host_path: &p,
             rel,
+            before_file: None,
+            after_file: None,
             link_target: None,
             kind,
             before: before.map(|_| &b),
@@ -627,5 +765,69 @@ mod tests {
     fn memory_files() {
         let f = run("/p/CLAUDE.md", ChangeKind::Modified, Some("a"), "b", 0o644);
         assert_eq!(f.len(), 1);
+    }
+
+    /// Issue #44: a script the agent's settings run is flagged like a hook, wherever it lies.
+    #[test]
+    fn scripts_agent_settings_run_are_flagged() {
+        let t = tempfile::tempdir().unwrap();
+        let proj = t.path().canonicalize().unwrap().join("proj");
+        std::fs::create_dir_all(proj.join(".claude")).unwrap();
+        std::fs::write(
+            proj.join(".claude/settings.json"),
+            r#"{"hooks":{"PreToolUse":[{"matcher":"*","hooks":[{"type":"command","command":"python3 \"$CLAUDE_PROJECT_DIR\"/scripts/guard.py --strict"}]}]},
+               "statusLine":{"type":"command","command":"./bin/status.sh"}}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            proj.join(".mcp.json"),
+            r#"{"mcpServers":{"x":{"command":"node","args":["tools/server.js"]}}}"#,
+        )
+        .unwrap();
+        std::fs::create_dir_all(proj.join(".codex")).unwrap();
+        std::fs::write(
+            proj.join(".codex/config.toml"),
+            "[mcp_servers.y]\ncommand = \"./tools/codex-mcp\"\n",
+        )
+        .unwrap();
+        for (rel, by) in [
+            ("tools/codex-mcp", "mcp_servers"),
+            ("scripts/guard.py", "hooks"),
+            ("bin/status.sh", "statusLine"),
+            ("tools/server.js", "mcpServers"),
+        ] {
+            let p = proj.join(rel);
+            let f = flags(&Subject {
+                host_path: &p,
+                rel: Path::new(rel),
+                kind: ChangeKind::Modified,
+                before: Some(&file(0o644)),
+                after: Some(&file(0o644)),
+                before_text: Some("a"),
+                after_text: Some("b"),
+                before_file: None,
+                after_file: None,
+                link_target: None,
+            });
+            assert!(
+                f.iter()
+                    .any(|x| x.contains("agent's settings") && x.contains(by)),
+                "{rel}: {f:?}"
+            );
+        }
+        let p = proj.join("scripts/other.py");
+        let f = flags(&Subject {
+            host_path: &p,
+            rel: Path::new("scripts/other.py"),
+            kind: ChangeKind::Modified,
+            before: Some(&file(0o644)),
+            after: Some(&file(0o644)),
+            before_text: Some("a"),
+            after_text: Some("b"),
+            before_file: None,
+            after_file: None,
+            link_target: None,
+        });
+        assert!(f.is_empty(), "{f:?}");
     }
 }

@@ -260,6 +260,8 @@ impl Session {
                 after: after.as_ref(),
                 before_text: None,
                 after_text: None,
+                before_file: None,
+                after_file: Some(e.path()),
                 link_target: link_target.as_deref(),
             });
             out.push(HomeWrite {

@@ -52,6 +52,11 @@ pub use exec_surface::{
     HOME_NAMES, ROOT_NAMES, Surface, WRITTEN_IN_PLACE, applies_unasked, discover, is_git_objects,
     settle,
 };
+/// What the differential fuzz target compares with git's own reading of a config file.
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing {
+    pub use crate::exec_surface::fuzzing::*;
+}
 pub use home::{HomeLayer, HomeSpec, HomeWrite, home_writes_line};
 pub use manifest::{
     ChangeKind, Manifest, ManifestChange, Node, NodeKind, diff_manifests, hash_file, node_of, scan,

@@ -114,3 +114,66 @@ pub(crate) fn merged(
     }
     Ok((after, sources))
 }
+
+/// Whether `rel` lies in a git object store of `lower` (the store itself included): the
+/// snapshot leaves stores out ([`crate::manifest`]'s walk), so `before` does not list them.
+fn in_object_store(lower: &Path, rel: &Path) -> bool {
+    let mut at = PathBuf::new();
+    for c in rel.components() {
+        at.push(c);
+        if c.as_os_str() == "objects" && crate::exec_surface::is_git_objects(&lower.join(&at)) {
+            return true;
+        }
+    }
+    false
+}
+
+/// The lower tree's entries that the snapshot left out (git object stores) and the upper dir
+/// touches: a file copied up or replaced, and everything a whiteout or an opaque directory
+/// hides. Added to `before`, they make a deleted or rewritten object a change review sees
+/// (and holds) rather than nothing; an object only added stays an addition.
+pub(crate) fn unscanned_lower(
+    before: &Manifest,
+    upper: &Path,
+    lower: &Path,
+) -> Result<Vec<(PathBuf, manifest::Node)>, StateError> {
+    let mut out = Vec::new();
+    let walk = walkdir::WalkDir::new(upper)
+        .follow_links(false)
+        .follow_root_links(false)
+        .min_depth(1);
+    for e in walk {
+        let e = e.map_err(|e| crate::manifest::walk_err(upper, e))?;
+        let rel = e
+            .path()
+            .strip_prefix(upper)
+            .unwrap_or(e.path())
+            .to_path_buf();
+        if before.entries.contains_key(&rel) || !in_object_store(lower, &rel) {
+            continue;
+        }
+        let low = lower.join(&rel);
+        let Some(node) = manifest::node_of(&low)? else {
+            continue;
+        };
+        let md = std::fs::symlink_metadata(e.path()).map_err(io_err("inspect", e.path()))?;
+        let hides_below = node.kind == NodeKind::Dir
+            && (is_whiteout(e.path(), &md)? || !md.is_dir() || is_opaque(e.path())?);
+        out.push((rel.clone(), node));
+        if hides_below {
+            for l in walkdir::WalkDir::new(&low).follow_links(false).min_depth(1) {
+                let l = l.map_err(|err| crate::manifest::walk_err(&low, err))?;
+                let md = l
+                    .metadata()
+                    .map_err(|err| crate::manifest::walk_err(&low, err))?;
+                let r = l
+                    .path()
+                    .strip_prefix(lower)
+                    .unwrap_or(l.path())
+                    .to_path_buf();
+                out.push((r, manifest::node_with(l.path(), &md)?));
+            }
+        }
+    }
+    Ok(out)
+}

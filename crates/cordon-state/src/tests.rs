@@ -529,3 +529,71 @@ fn redirect_xattr_is_refused() {
     let e = s.changes().unwrap_err().to_string();
     assert!(e.contains("redirect") && e.contains("moved"), "{e}");
 }
+
+/// Issue #44: the object store is in the git dir's layer (not written in place), and review
+/// tells its additions (applied without asking) from what removes or rewrites objects or
+/// redirects where git finds them (held).
+#[test]
+fn object_store_additions_apply_and_removals_and_alternates_are_held() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = tmp.path().canonicalize().unwrap().join("proj/.git");
+    for d in ["objects/ab", "objects/cd", "objects/info", "refs/heads"] {
+        fs::create_dir_all(g.join(d)).unwrap();
+    }
+    fs::write(g.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    fs::write(g.join("objects/ab/0001"), "old object\n").unwrap();
+    fs::write(g.join("objects/ab/0002"), "kept object\n").unwrap();
+    fs::write(g.join("objects/cd/0003"), "rewritten object\n").unwrap();
+    let store = StateStore::new(tmp.path().join("state"));
+    let s = store.begin("o", std::slice::from_ref(&g)).unwrap();
+    let up = &s.entries[0].upper;
+    for d in ["objects/ab", "objects/cd", "objects/ef", "objects/info"] {
+        fs::create_dir_all(up.join(d)).unwrap();
+    }
+    whiteout(&up.join("objects/ab/0001"));
+    fs::write(up.join("objects/cd/0003"), "evil object\n").unwrap();
+    fs::write(up.join("objects/ef/0004"), "new object\n").unwrap();
+    fs::write(up.join("objects/info/alternates"), "/elsewhere\n").unwrap();
+    let changes = s.changes().unwrap();
+    let kind_of = |rel: &str| {
+        changes
+            .iter()
+            .find(|c| c.rel == Path::new(rel))
+            .map(|c| (c.kind, applies_unasked(c)))
+    };
+    assert_eq!(
+        kind_of("objects/ab/0001"),
+        Some((ChangeKind::Removed, false))
+    );
+    assert_eq!(
+        kind_of("objects/cd/0003"),
+        Some((ChangeKind::Modified, false))
+    );
+    assert_eq!(kind_of("objects/ef/0004"), Some((ChangeKind::Added, true)));
+    assert_eq!(
+        kind_of("objects/info/alternates"),
+        Some((ChangeKind::Added, false))
+    );
+    assert_eq!(kind_of("objects/ab/0002"), None, "{changes:?}");
+    // What cordon applies at exit without asking: the new object alone.
+    let auto: Vec<PathBuf> = changes
+        .iter()
+        .filter(|c| applies_unasked(c))
+        .map(|c| c.host_path.clone())
+        .collect();
+    let r = s.accept(&auto).unwrap();
+    assert!(r.conflicts.is_empty(), "{:?}", r.conflicts);
+    assert_eq!(
+        fs::read(g.join("objects/ef/0004")).unwrap(),
+        b"new object\n"
+    );
+    assert_eq!(
+        fs::read(g.join("objects/ab/0001")).unwrap(),
+        b"old object\n"
+    );
+    assert_eq!(
+        fs::read(g.join("objects/cd/0003")).unwrap(),
+        b"rewritten object\n"
+    );
+    assert!(!g.join("objects/info/alternates").exists());
+}

@@ -1,95 +1,15 @@
-//! Git config, read the way git reads it as far as review needs: which keys a change touches,
-//! and which of those make git run a command (or read one from elsewhere).
+//! Git config as review needs it: which keys a change touches (read by git itself, see
+//! [`super::asker`]), which of those make git run a command (or read one from elsewhere), and
+//! which keys or values it removes (held: a truncated config loses remotes, branches and
+//! identity, and is no change git makes in everyday work).
 
-use std::collections::BTreeMap;
+pub(crate) use super::asker::Keys;
 
-/// `section[.subsection].key` → values, in file order. Section and key names are
-/// case-insensitive in git (lowercased here); subsections are not.
-pub(crate) type Keys = BTreeMap<String, Vec<String>>;
-
-/// Parse `text` as git config. `None` when a line is not config at all (then the whole file
-/// is held: what git makes of it cannot be predicted here).
+/// `text` read as git config by git itself ([`super::asker::config_keys`]). `None`: git is
+/// absent or refuses it; the whole file is then held, since what git makes of it cannot be
+/// predicted here.
 pub(crate) fn parse(text: &str) -> Option<Keys> {
-    let mut out = Keys::new();
-    let mut section: Option<String> = None;
-    let mut lines = text.lines();
-    while let Some(raw) = lines.next() {
-        let mut line = raw.to_owned();
-        // A trailing backslash continues the value on the next line.
-        while line.ends_with('\\') {
-            line.pop();
-            line.push_str(lines.next().unwrap_or(""));
-        }
-        let l = line.trim();
-        if l.is_empty() || l.starts_with('#') || l.starts_with(';') {
-            continue;
-        }
-        let rest = if let Some(r) = l.strip_prefix('[') {
-            let end = r.find(']')?;
-            section = Some(section_name(&r[..end])?);
-            r[end + 1..].trim()
-        } else {
-            l
-        };
-        if rest.is_empty() || rest.starts_with('#') || rest.starts_with(';') {
-            continue;
-        }
-        let sec = section.as_deref()?;
-        let (k, v) = match rest.split_once('=') {
-            Some((k, v)) => (k.trim(), unquote(v.trim())),
-            None => (rest, "true".to_owned()),
-        };
-        if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
-            return None;
-        }
-        out.entry(format!("{sec}.{}", k.to_ascii_lowercase()))
-            .or_default()
-            .push(v);
-    }
-    Some(out)
-}
-
-/// `core`, `remote "origin"` → `remote.origin`, `branch.main` (old style) → `branch.main`.
-fn section_name(inner: &str) -> Option<String> {
-    let inner = inner.trim();
-    if let Some((s, sub)) = inner.split_once(char::is_whitespace) {
-        let sub = sub.trim();
-        let sub = sub.strip_prefix('"')?.strip_suffix('"')?;
-        let sub = sub.replace("\\\"", "\"").replace("\\\\", "\\");
-        return Some(format!("{}.{sub}", s.to_ascii_lowercase()));
-    }
-    match inner.split_once('.') {
-        Some((s, sub)) => Some(format!(
-            "{}.{}",
-            s.to_ascii_lowercase(),
-            sub.to_ascii_lowercase()
-        )),
-        None => Some(inner.to_ascii_lowercase()),
-    }
-}
-
-/// A value without its comment and quotes (enough to see what it says, not byte-exact).
-fn unquote(v: &str) -> String {
-    let mut out = String::new();
-    let mut quoted = false;
-    let mut chars = v.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' => quoted = !quoted,
-            '\\' => {
-                if let Some(n) = chars.next() {
-                    out.push(match n {
-                        'n' => '\n',
-                        't' => '\t',
-                        other => other,
-                    });
-                }
-            }
-            '#' | ';' if !quoted => break,
-            c => out.push(c),
-        }
-    }
-    out.trim().to_owned()
+    super::asker::config_keys(text)
 }
 
 /// Split `sec.sub.key` into (section, key); the subsection is whatever lies between.
@@ -143,7 +63,7 @@ pub(crate) fn executes(name: &str, values: &[String]) -> Option<&'static str> {
 
 /// Keys a change may touch without review: identity, remotes' addresses, branches' upstreams,
 /// and settings that only change how git stores or shows what it already has.
-fn inert(name: &str) -> bool {
+pub(crate) fn inert(name: &str) -> bool {
     let (sec, key) = ends(name);
     let has_sub = name.matches('.').count() >= 2;
     match sec {
@@ -223,6 +143,7 @@ pub(crate) fn flags(before: &str, after: &str) -> Vec<String> {
     };
     let mut out = Vec::new();
     let mut unknown = Vec::new();
+    let mut removed = Vec::new();
     for (name, values) in &a {
         if b.get(name) == Some(values) {
             continue;
@@ -234,10 +155,22 @@ pub(crate) fn flags(before: &str, after: &str) -> Vec<String> {
             unknown.push(name.clone());
         }
     }
-    for name in b.keys().filter(|k| !a.contains_key(*k)) {
-        if executes(name, &b[name]).is_some() {
-            out.push(format!("git config `{name}` removed"));
+    for (name, values) in &b {
+        match a.get(name) {
+            None if executes(name, values).is_some() => {
+                out.push(format!("git config `{name}` removed"))
+            }
+            None => removed.push(name.clone()),
+            // A multi-valued key (`remote.*.fetch`) that lost values.
+            Some(now) if now.len() < values.len() => removed.push(name.clone()),
+            Some(_) => {}
         }
+    }
+    if !removed.is_empty() {
+        out.push(format!(
+            "git config keys removed: {}",
+            short(&removed.join(", "))
+        ));
     }
     if !unknown.is_empty() {
         out.push(format!(
@@ -300,5 +233,49 @@ mod tests {
         let k = parse("[branch.Main]\n\tremote = o # c\n[core]\n\tfsmonitor = a \\\nb\n").unwrap();
         assert_eq!(k["branch.main.remote"], ["o"]);
         assert_eq!(k["core.fsmonitor"], ["a b"]);
+    }
+
+    /// Issue #44: a reader that joins `\`-continued lines before it strips comments saw
+    /// `user.fsmonitor` (inert) where git sees `core.fsmonitor`. Each of these hides the key
+    /// from such a reader; git (and so review) sees it.
+    #[test]
+    fn a_continued_comment_hides_nothing() {
+        if parse("").is_none() {
+            return; // no git here: every config change is held (see the held test)
+        }
+        for evil in [
+            "[user]\n\tname = a\n# \\\n[core]\n\tfsmonitor = touch /x\n",
+            "[user]\n\tname = x # \\\n[core]\n\tfsmonitor = touch /x\n",
+            "[user]\n[core] # \\\n\tfsmonitor = touch /x\n",
+            "[user]\n; \\\n[core]\n\tfsmonitor = touch /x\n",
+        ] {
+            let f = flags("[user]\n\tname = a\n", evil);
+            assert!(
+                f.iter().any(|x| x.contains("core.fsmonitor")),
+                "{evil:?}: {f:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn removed_keys_and_sections_are_held() {
+        if parse("").is_none() {
+            return;
+        }
+        let before = "[core]\n\tbare = false\n[remote \"origin\"]\n\turl = /x\n\tfetch = a\n\tfetch = b\n[user]\n\tname = A\n";
+        assert!(flags(before, before).is_empty());
+        // Truncated: remotes and identity gone.
+        let f = flags(before, "[core]\n\tbare = false\n");
+        assert!(f.iter().any(|x| x.contains("removed")), "{f:?}");
+        // One value of a multi-valued key gone.
+        let fewer = before.replace("\tfetch = b\n", "");
+        assert!(!flags(before, &fewer).is_empty());
+        // Changing a value or adding keys is not a removal.
+        let changed = before.replace("name = A", "name = B");
+        assert!(
+            flags(before, &changed).is_empty(),
+            "{:?}",
+            flags(before, &changed)
+        );
     }
 }

@@ -15,7 +15,26 @@
 //! links on the host before the sandbox exists, and settling moves things without following
 //! symlinks.
 
+mod asker;
 mod gitconfig;
+mod tools;
+
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing {
+    /// What review says about a config change from `before` to `after` (empty: applied
+    /// without asking).
+    pub fn config_flags(before: &str, after: &str) -> Vec<String> {
+        super::gitconfig::flags(before, after)
+    }
+    /// Why a key (as git names it) makes git run something, if it does.
+    pub fn executes(name: &str, values: &[String]) -> Option<&'static str> {
+        super::gitconfig::executes(name, values)
+    }
+    /// Whether a key may change without review.
+    pub fn inert(name: &str) -> bool {
+        super::gitconfig::inert(name)
+    }
+}
 
 use std::fs;
 use std::io;
@@ -90,13 +109,6 @@ pub const HOME_NAMES: &[&str] = &[
     ".local/bin",
 ];
 
-/// Directories a nested-repository search does not enter: build output and dependency trees
-/// are large and git does not treat repositories inside them as submodules of the project.
-const NOT_SEARCHED: &[&str] = &["node_modules", "target", ".venv", "venv", "__pycache__"];
-/// How deep and how wide the nested-repository search goes, so a huge tree costs bounded time.
-const SEARCH_DEPTH: usize = 6;
-const SEARCH_ENTRIES: usize = 50_000;
-
 /// What [`discover`] found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Surface {
@@ -111,6 +123,27 @@ pub struct Surface {
     pub dotgits: Vec<PathBuf>,
     /// The writable roots searched (canonical).
     pub roots: Vec<PathBuf>,
+}
+
+/// The text of a regular file of at most 16 MiB. What this module reads may have been made
+/// by the session (a gitfile, a linked worktree's `gitdir`, a project's `.yarnrc.yml`): a
+/// FIFO there would block a plain read forever (opened non-blocking and refused), and
+/// `/dev/zero` behind a symlink would never end (only regular files, and a cap).
+pub(crate) fn read_regular(p: &Path) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    const MAX: u64 = 16 * 1024 * 1024;
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(p)
+        .ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    f.take(MAX).read_to_string(&mut text).ok()?;
+    Some(text)
 }
 
 fn canon(p: &Path) -> Option<PathBuf> {
@@ -134,7 +167,7 @@ fn normalize(p: &Path) -> PathBuf {
 
 /// The directory a gitfile (`gitdir: X`) names, resolved against the file's directory.
 fn gitfile_target(file: &Path) -> Option<PathBuf> {
-    let text = fs::read_to_string(file).ok()?;
+    let text = read_regular(file)?;
     let t = text.lines().next()?.strip_prefix("gitdir:")?.trim();
     let base = file.parent()?;
     Some(normalize(&base.join(t)))
@@ -142,7 +175,7 @@ fn gitfile_target(file: &Path) -> Option<PathBuf> {
 
 /// `commondir`'s directory, resolved against the git dir.
 fn commondir_of(gitdir: &Path) -> Option<PathBuf> {
-    let text = fs::read_to_string(gitdir.join("commondir")).ok()?;
+    let text = read_regular(&gitdir.join("commondir"))?;
     Some(normalize(&gitdir.join(text.trim())))
 }
 
@@ -231,14 +264,18 @@ impl Found<'_> {
             seen.push(g.clone());
             self.stage(g.clone());
             self.links_in_gitdir(&g);
+            // What the config names (a hooks directory, included config, filter programs
+            // inside the tree) is as host-executed as the git dir's own hooks.
+            for (p, _) in config_named(&g) {
+                self.name(&p);
+            }
             if let Some(c) = commondir_of(&g).and_then(|c| canon(&c)) {
                 todo.push(c);
             }
             // Linked worktrees: their gitfiles (elsewhere) point back here.
             if let Ok(rd) = fs::read_dir(g.join("worktrees")) {
                 for e in rd.flatten() {
-                    if let Some(f) = fs::read_to_string(e.path().join("gitdir"))
-                        .ok()
+                    if let Some(f) = read_regular(&e.path().join("gitdir"))
                         .map(|t| normalize(Path::new(t.trim())))
                     {
                         self.stage(f);
@@ -277,6 +314,132 @@ impl Found<'_> {
     }
 }
 
+/// Paths the git dir `g`'s own config names, that git runs or reads config from, with the key
+/// that names each: `core.hooksPath`, `include.path`, `includeIf.*.path`,
+/// `core.attributesFile`, and programs given by path (`core.fsmonitor`, `filter.*.clean`,
+/// `smudge` and `process`, `diff.*.command` and `textconv`, `merge.*.driver`). Resolved as git
+/// resolves them: includes against the config file's directory, the rest against the work
+/// tree (where git runs hooks and drivers); `~/` against `HOME`. A husky `.githooks` or a
+/// `../.gitconfig` include is ordinary project content until git runs it.
+fn config_named(g: &Path) -> Vec<(PathBuf, String)> {
+    let Some(keys) = read_regular(&g.join("config")).and_then(|t| gitconfig::parse(&t)) else {
+        return Vec::new();
+    };
+    let worktree = worktree_of(g, g).unwrap_or_else(|| g.to_path_buf());
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let resolve = |v: &str, base: &Path| -> Option<PathBuf> {
+        let v = v.trim();
+        if v.is_empty() {
+            return None;
+        }
+        if let Some(rest) = v.strip_prefix("~/") {
+            return home.as_ref().map(|h| normalize(&h.join(rest)));
+        }
+        Some(normalize(&base.join(v)))
+    };
+    let mut out = Vec::new();
+    for (name, values) in &keys {
+        let (sec, key) = (
+            name.split('.').next().unwrap_or(""),
+            name.rsplit('.').next().unwrap_or(""),
+        );
+        let has_sub = name.matches('.').count() >= 2;
+        for v in values {
+            let p = match (sec, key) {
+                ("core", "hookspath" | "attributesfile") => resolve(v, &worktree),
+                ("include", "path") => resolve(v, g),
+                ("includeif", "path") if has_sub => resolve(v, g),
+                ("core", "fsmonitor")
+                | ("filter", "clean" | "smudge" | "process")
+                | ("diff", "command" | "textconv")
+                | ("merge", "driver") => {
+                    // A program given by path: its first word, when it names a file (git runs
+                    // the value through the shell from the work tree's top).
+                    let first = v.split_whitespace().next().unwrap_or("");
+                    (first.contains('/') && (sec != "core" || has_sub || !is_bool(v)))
+                        .then(|| resolve(first, &worktree))
+                        .flatten()
+                }
+                _ => None,
+            };
+            if let Some(p) = p {
+                out.push((p, name.clone()));
+            }
+        }
+    }
+    out
+}
+
+fn is_bool(v: &str) -> bool {
+    matches!(
+        v.trim().to_ascii_lowercase().as_str(),
+        "true" | "false" | "yes" | "no" | "on" | "off" | "1" | "0" | ""
+    )
+}
+
+/// Which key of an enclosing repository's config names `path` (see [`config_named`]), read from
+/// the host's config as it is now: the repository's own pointers, not the session's (a change
+/// to those is a config change, flagged by key).
+fn named_by_git_config(path: &Path) -> Option<String> {
+    use std::sync::{Mutex, OnceLock};
+    type Named = std::collections::HashMap<PathBuf, Vec<(PathBuf, String)>>;
+    static CACHE: OnceLock<Mutex<Named>> = OnceLock::new();
+    for a in path.ancestors().skip(1) {
+        let dotgit = a.join(".git");
+        let Ok(md) = fs::symlink_metadata(&dotgit) else {
+            continue;
+        };
+        let gitdir = if md.is_dir() {
+            dotgit
+        } else if md.is_file() {
+            match gitfile_target(&dotgit) {
+                Some(t) => t,
+                None => continue,
+            }
+        } else {
+            continue;
+        };
+        let named = {
+            let mut cache = CACHE
+                .get_or_init(Default::default)
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            cache
+                .entry(gitdir.clone())
+                .or_insert_with(|| config_named(&gitdir))
+                .clone()
+        };
+        if let Some((_, key)) = named.iter().find(|(p, _)| path.starts_with(p)) {
+            return Some(key.clone());
+        }
+    }
+    None
+}
+
+/// Which tool config in an ancestor of `path` names it ([`tools::named_in`]), as the host's
+/// files are now.
+fn named_by_tool_config(path: &Path) -> Option<String> {
+    use std::sync::{Mutex, OnceLock};
+    type Named = std::collections::HashMap<PathBuf, Vec<(PathBuf, String)>>;
+    static CACHE: OnceLock<Mutex<Named>> = OnceLock::new();
+    for a in path.ancestors().skip(1) {
+        let named = {
+            let mut cache = CACHE
+                .get_or_init(Default::default)
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            cache
+                .entry(a.to_path_buf())
+                .or_insert_with(|| tools::named_in(a))
+                .clone()
+        };
+        if let Some((_, by)) = named.iter().find(|(p, _)| path.starts_with(p)) {
+            return Some(by.clone());
+        }
+    }
+    None
+}
+
 /// Whether git's discovery takes `dir` for a git dir (setup.c's `is_git_directory`): a `HEAD`,
 /// and `objects/` and `refs/` or a `commondir`. A bare repository planted in a project
 /// subdirectory is one: the host's git run beneath it (a shell prompt's, on `cd`) uses its
@@ -288,35 +451,31 @@ fn looks_like_gitdir(dir: &Path) -> bool {
 }
 
 /// Every `.git` below `root` other than `root/.git`, and every directory git would take for a
-/// git dir by itself (a bare repository), bounded in depth and size; git dirs and dependency
-/// and build trees are not entered.
+/// git dir by itself (a bare repository), at any depth and under any directory: the host's git
+/// enters a repository wherever a gitlink or a shell's working directory puts it, ignored
+/// directories (`node_modules`, `target`) and deep paths included (issue #44). Only git dirs
+/// themselves are not entered. No bound: a bound that passed what lies beyond it would be a
+/// place to plant a repository; the walk opens no file: one `readdir` and one
+/// `stat` (for `HEAD`) per directory.
 fn find_dotgits(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    let mut it = walkdir::WalkDir::new(root)
-        .follow_links(false)
-        .same_file_system(true)
-        .max_depth(SEARCH_DEPTH)
-        .into_iter();
-    let mut seen = 0usize;
+    let mut it = walkdir::WalkDir::new(root).follow_links(false).into_iter();
     while let Some(e) = it.next() {
         let Ok(e) = e else { continue };
-        seen += 1;
-        if seen > SEARCH_ENTRIES {
-            break;
+        if e.depth() == 0 {
+            continue;
         }
         let name = e.file_name();
         let dir = e.file_type().is_dir();
-        if e.depth() > 0 && name == ".git" {
+        if name == ".git" {
             if e.depth() > 1 {
                 out.push(e.path().to_path_buf());
             }
             if dir {
                 it.skip_current_dir();
             }
-        } else if dir && e.depth() > 0 && looks_like_gitdir(e.path()) {
+        } else if dir && looks_like_gitdir(e.path()) {
             out.push(e.path().to_path_buf());
-            it.skip_current_dir();
-        } else if dir && e.depth() > 0 && NOT_SEARCHED.iter().any(|x| name == *x) {
             it.skip_current_dir();
         }
     }
@@ -328,6 +487,8 @@ fn find_dotgits(root: &Path) -> Vec<PathBuf> {
 /// inside `exclude` (denied paths, files kept read-only) is included.
 pub fn discover(roots: &[PathBuf], home: Option<&Path>, exclude: &[PathBuf]) -> Surface {
     let roots: Vec<PathBuf> = roots.iter().filter_map(|r| canon(r)).collect();
+    // The session writes there: review never runs a git found there.
+    asker::distrust(&roots);
     let mut f = Found {
         roots: &roots,
         exclude: exclude.iter().map(PathBuf::as_path).collect(),
@@ -335,9 +496,20 @@ pub fn discover(roots: &[PathBuf], home: Option<&Path>, exclude: &[PathBuf]) -> 
         watched: Default::default(),
         s: Surface::default(),
     };
+    let home_env = std::env::var_os("HOME").map(PathBuf::from);
     for r in &roots {
         for n in ROOT_NAMES {
             f.name(&r.join(n));
+        }
+        for (p, _) in tools::named_in(r) {
+            f.name(&p);
+        }
+        // What the agent's settings run (a hook's script, the status line, an MCP server's
+        // program) is as host-executed as the settings themselves.
+        for s in crate::flags::AGENT_SETTINGS {
+            for (p, _) in crate::flags::programs_in_settings(&r.join(s), r, home_env.as_deref()) {
+                f.name(&p);
+            }
         }
         f.dotgit(&r.join(".git"));
         for d in find_dotgits(r) {
@@ -514,6 +686,14 @@ pub(crate) fn flags(s: &Subject<'_>) -> Vec<String> {
         return out;
     }
     let Some(gitdir) = gitdir_of(s.host_path) else {
+        if let Some(by) = named_by_tool_config(s.host_path) {
+            out.push(format!("named by {by}: a host tool runs or reads it"));
+        }
+        if let Some(key) = named_by_git_config(s.host_path) {
+            out.push(format!(
+                "named by the repository's git config `{key}`: the host's git runs or reads it"
+            ));
+        }
         out.extend(loaded_by_host_tools(
             s.host_path,
             s.after_text,
@@ -535,6 +715,23 @@ pub(crate) fn flags(s: &Subject<'_>) -> Vec<String> {
             "git indirection `{name}`: points git at another directory"
         )),
         "attributes" => out.push("git attributes: choose filter, diff and merge drivers".into()),
+        "index" if !under_objects(rel) => out.extend(index_flags(s)),
+        "exclude" if rel.parent().is_some_and(|p| p.ends_with("info")) => {
+            let old: std::collections::HashSet<&str> = before.lines().map(str::trim).collect();
+            let added: Vec<&str> = s
+                .after_text
+                .unwrap_or("\0")
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#') && !old.contains(l))
+                .collect();
+            if !added.is_empty() {
+                out.push(format!(
+                    "`info/exclude` hides more files from the host's `git status`: {}",
+                    short_list(&added.join(", "))
+                ));
+            }
+        }
         "alternates" | "http-alternates" => {
             out.push("object alternates: git reads objects from another place".into())
         }
@@ -549,11 +746,108 @@ pub(crate) fn flags(s: &Subject<'_>) -> Vec<String> {
                 );
             }
         }
+        _ if under_objects_info(rel) => {
+            out.push("`objects/info`: where git finds objects (alternates, packs, graphs)".into())
+        }
+        _ if under_objects(rel) && s.before.is_some() => out.push(
+            "an object that was already in the store rewritten (objects are never changed)".into(),
+        ),
+        _ if under_objects(rel) && name.starts_with("multi-pack-index") => out.push(
+            "a multi-pack index: it maps object names to packs, ahead of their own indexes".into(),
+        ),
+        _ if under_objects(rel)
+            && rel.parent().is_some_and(|p| p.ends_with("pack"))
+            && (name.ends_with(".pack") || name.ends_with(".idx"))
+            && !pack_verified(s) =>
+        {
+            out.push(
+                "a new pack git cannot verify (its objects could stand in for the host's): held"
+                    .into(),
+            )
+        }
         _ if rel.components().any(|c| c.as_os_str() == "hooks") => {}
         _ if inert_in_gitdir(rel) => {}
         _ => out.push("a file in a git dir that git may read: held for review".into()),
     }
     out
+}
+
+fn short_list(s: &str) -> String {
+    if s.chars().count() > 80 {
+        format!("{}...", s.chars().take(77).collect::<String>())
+    } else {
+        s.to_owned()
+    }
+}
+
+/// Whether the pack a new `.pack` or `.idx` belongs to verifies (both in the session's layer,
+/// see [`asker::pack_verified`]); remembered per content, since review describes a change
+/// more than once.
+fn pack_verified(s: &Subject<'_>) -> bool {
+    use std::sync::{Mutex, OnceLock};
+    static SEEN: OnceLock<Mutex<std::collections::HashMap<PathBuf, bool>>> = OnceLock::new();
+    let Some(file) = s.after_file else {
+        return false;
+    };
+    let idx = file.with_extension("idx");
+    let key = match (
+        fs::metadata(&idx),
+        fs::metadata(file.with_extension("pack")),
+    ) {
+        (Ok(_), Ok(_)) => idx.clone(),
+        _ => return false,
+    };
+    let mut seen = SEEN
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    *seen
+        .entry(key)
+        .or_insert_with(|| asker::pack_verified(&idx))
+}
+
+/// Whether `rel` (inside a git dir) is in an object store.
+fn under_objects(rel: &Path) -> bool {
+    rel.components().any(|c| c.as_os_str() == "objects")
+}
+
+/// Whether `rel` is in an object store's `info` (alternates, `packs`, commit graphs): what git
+/// reads to find objects, not objects.
+fn under_objects_info(rel: &Path) -> bool {
+    let parts: Vec<&std::ffi::OsStr> = rel.components().map(|c| c.as_os_str()).collect();
+    parts
+        .windows(2)
+        .any(|w| w[0] == "objects" && w[1] == "info")
+}
+
+/// An index the session changed, read by git: entries it marks so that the host's `git status`
+/// and `git diff` do not look at their files (`skip-worktree`, `assume-unchanged`) hide work
+/// from the user; a backdoored `Makefile` would show clean.
+fn index_flags(s: &Subject<'_>) -> Vec<String> {
+    let Some(after) = s.after_file.and_then(asker::index_entries) else {
+        return vec!["a git index git itself cannot read here: held".into()];
+    };
+    let before = s
+        .before_file
+        .and_then(asker::index_entries)
+        .unwrap_or_default();
+    let was_hidden: std::collections::HashSet<(&str, bool, bool)> = before
+        .iter()
+        .map(|e| (e.path.as_str(), e.skip_worktree, e.assume_unchanged))
+        .collect();
+    let hidden: Vec<&str> = after
+        .iter()
+        .filter(|e| e.skip_worktree || e.assume_unchanged)
+        .filter(|e| !was_hidden.contains(&(e.path.as_str(), e.skip_worktree, e.assume_unchanged)))
+        .map(|e| e.path.as_str())
+        .collect();
+    if hidden.is_empty() {
+        return Vec::new();
+    }
+    vec![format!(
+        "the index marks files skip-worktree or assume-unchanged (the host's `git status` and `git diff` will not show changes to them): {}",
+        short_list(&hidden.join(", "))
+    )]
 }
 
 /// Why a file outside git dirs is one a host tool loads on its own, with what in it runs.
@@ -645,6 +939,11 @@ pub fn applies_unasked(c: &Change) -> bool {
     let config = matches!(name.to_str(), Some("config" | "config.worktree"));
     if c.kind == ChangeKind::Removed || c.before.as_ref().is_some_and(|b| b.kind == NodeKind::Dir) {
         return removable(rel);
+    }
+    // The object store is only ever added to: an object rewritten, or `objects/info`
+    // (alternates), waits for review.
+    if under_objects(rel) {
+        return c.kind == ChangeKind::Added && !under_objects_info(rel);
     }
     (config || inert_in_gitdir(rel)) && !rel.components().any(|x| x.as_os_str() == "hooks")
 }
@@ -747,14 +1046,80 @@ pub fn settle(session: &Session, surface: &Surface) -> Result<Vec<PathBuf>, Stat
         std::os::unix::fs::symlink(target, link).map_err(io_err("put back symlink", link))?;
         parents.forget();
     }
+    let new_dotgit = |d: &Path| {
+        !surface.dotgits.iter().any(|k| k == d) && !surface.stage.iter().any(|s| d.starts_with(s))
+    };
     for r in &surface.roots {
         for d in find_dotgits(r) {
-            if !surface.dotgits.contains(&d) && !surface.stage.iter().any(|s| d.starts_with(s)) {
+            if new_dotgit(&d) {
                 sanitize_dotgit(session, surface, &d, &mut moved)?;
             }
         }
     }
+    // Every gitlink in an index the session changed: the host's `git status` enters the
+    // repository at its path, wherever that is (a mount the walk above does not cross).
+    for d in gitlinked_dotgits(session) {
+        let Some(d) = on_host(&d, &surface.roots, &mut parents) else {
+            continue;
+        };
+        if new_dotgit(&d) && exists(&d) {
+            sanitize_dotgit(session, surface, &d, &mut moved)?;
+        }
+    }
     Ok(moved)
+}
+
+/// The `.git` of every gitlink in every index the session changed (an index in a staged git
+/// dir's layer), at the gitlink's path in that git dir's work tree.
+fn gitlinked_dotgits(session: &Session) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in session
+        .entries
+        .iter()
+        .filter(|e| e.kind == crate::meta::EntryKind::Dir)
+    {
+        let walk = walkdir::WalkDir::new(&e.upper)
+            .follow_links(false)
+            .into_iter()
+            .filter_entry(|x| x.file_name() != "objects");
+        for x in walk.flatten() {
+            if x.file_name() != "index" || !x.file_type().is_file() {
+                continue;
+            }
+            let Ok(rel) = x.path().strip_prefix(&e.upper) else {
+                continue;
+            };
+            let gitdir = e.host.join(rel.parent().unwrap_or(Path::new("")));
+            let Some(worktree) = worktree_of(
+                &gitdir,
+                &e.upper.join(rel.parent().unwrap_or(Path::new(""))),
+            ) else {
+                continue;
+            };
+            for g in asker::index_entries(x.path()).unwrap_or_default() {
+                if g.is_gitlink() {
+                    out.push(normalize(&worktree.join(&g.path).join(".git")));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The work tree of the git dir `gitdir` (whose session layer is `layer`): the parent of a
+/// `.git`, the worktree a linked worktree's `gitdir` file names, or `core.worktree`.
+fn worktree_of(gitdir: &Path, layer: &Path) -> Option<PathBuf> {
+    if gitdir.file_name().is_some_and(|n| n == ".git") {
+        return gitdir.parent().map(Path::to_path_buf);
+    }
+    let read =
+        |name: &str| read_regular(&layer.join(name)).or_else(|| read_regular(&gitdir.join(name)));
+    if let Some(t) = read("gitdir") {
+        return Path::new(t.trim()).parent().map(normalize);
+    }
+    let keys = gitconfig::parse(&read("config")?)?;
+    let wt = keys.get("core.worktree")?.last()?;
+    Some(normalize(&gitdir.join(wt)))
 }
 
 /// A `.git` the session made: a gitfile goes to review whole unless it leads into a staged git
@@ -800,7 +1165,7 @@ fn sanitize_dotgit(
             let p = g.join(f);
             match fs::symlink_metadata(&p) {
                 Ok(m) if m.is_file() => {
-                    let text = fs::read_to_string(&p).unwrap_or_else(|_| "\0".into());
+                    let text = read_regular(&p).unwrap_or_else(|| "\0".into());
                     if !gitconfig::flags("", &text).is_empty() {
                         risky.push(p);
                     }

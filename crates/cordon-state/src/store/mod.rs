@@ -240,13 +240,23 @@ impl Session {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .map_err(io_err("open session lock", &path))?;
-        match file.try_lock() {
-            Ok(()) => Ok(RunningGuard { _file: file }),
-            Err(fs::TryLockError::WouldBlock) => Err(StateError::Running {
-                session: self.id.clone(),
-            }),
-            Err(fs::TryLockError::Error(e)) => Err(io_err("lock", &path)(e)),
+        // A held lock is a running sandbox (minutes), or a child this process forked a moment
+        // ago that has not reached `exec` yet: the lock belongs to the open file, which the
+        // child shares until `exec` closes it (review forks git, cordon forks helpers). A
+        // short wait tells the two apart.
+        for attempt in 0.. {
+            match file.try_lock() {
+                Ok(()) => return Ok(RunningGuard { _file: file }),
+                Err(fs::TryLockError::WouldBlock) if attempt < 20 => {
+                    std::thread::sleep(std::time::Duration::from_millis(10))
+                }
+                Err(fs::TryLockError::WouldBlock) => break,
+                Err(fs::TryLockError::Error(e)) => return Err(io_err("lock", &path)(e)),
+            }
         }
+        Err(StateError::Running {
+            session: self.id.clone(),
+        })
     }
 
     /// Whether the session's sandbox is running now (someone holds [`Session::hold_running`]).

@@ -81,10 +81,18 @@ impl Session {
         }
         let mut out = Vec::new();
         for (i, e) in self.entries.iter().enumerate() {
-            let before = Manifest::load(&e.manifest)?;
+            let mut before = Manifest::load(&e.manifest)?;
             let (after, sources) = match e.kind {
                 _ if e.embedded => crate::home::embedded_after(&before, &e.upper)?,
-                EntryKind::Dir => overlay::merged(&before, &e.upper)?,
+                EntryKind::Dir => {
+                    // Git object stores are not in the snapshot: what the session touched
+                    // there is compared with the host's copy (the overlay's lower layer).
+                    let (after, sources) = overlay::merged(&before, &e.upper)?;
+                    for (rel, node) in overlay::unscanned_lower(&before, &e.upper, &e.host)? {
+                        before.entries.insert(rel, node);
+                    }
+                    (after, sources)
+                }
                 // A tree moved off the host at exit (`Session::quarantine`): all of it is new.
                 EntryKind::Absent if fs::symlink_metadata(&e.upper).is_ok_and(|m| m.is_dir()) => {
                     let m = manifest::scan(&e.upper)?;
@@ -136,6 +144,9 @@ impl Session {
         };
         let before_text = file_hash(&p.before)
             .and_then(|h| read_text(&join_rel(&e.snapshot, &p.rel), Some(&h), FLAG_MAX_BYTES));
+        let before_file = file_hash(&p.before)
+            .map(|_| join_rel(&e.snapshot, &p.rel))
+            .filter(|f| f.is_file());
         let after_text = file_hash(&p.after)
             .and_then(|h| read_text(p.source.as_deref()?, Some(&h), FLAG_MAX_BYTES));
         // The symlink target, only if it is still what the manifest recorded.
@@ -156,6 +167,11 @@ impl Session {
             after: p.after.as_ref(),
             before_text: before_text.as_deref(),
             after_text: after_text.as_deref(),
+            before_file: before_file.as_deref(),
+            after_file: p
+                .source
+                .as_deref()
+                .filter(|_| file_hash(&p.after).is_some()),
             link_target: link_target.as_deref(),
         })
         .iter()
