@@ -106,22 +106,7 @@ pub fn plan_home(plan: &Plan, protected: &[PathBuf]) -> Result<Option<HomePlan>,
             skip.push(p);
         }
     }
-    // Set lookups, not Path::starts_with in nested loops (it parses both paths each time, the
-    // home's deny rules are many, and this runs at every start).
-    let mut denied = Paths::default();
-    for d in fs.deny.iter().filter(|d| d.path.starts_with(&home)) {
-        denied.add(&d.path);
-    }
-    let mut taken = Paths::default();
-    for x in fs
-        .writable
-        .iter()
-        .map(|w| w.path.as_path())
-        .chain(protected.iter().map(PathBuf::as_path))
-        .chain(std::iter::once(project.as_path()))
-    {
-        taken.add(x);
-    }
+    let (denied, mut taken) = denied_and_taken(plan, &home, protected);
     let mut caches: Vec<PathBuf> = Vec::new();
     for c in &plan.state.caches {
         let Some(p) = resolve(&c.path) else {
@@ -150,6 +135,29 @@ pub fn plan_home(plan: &Plan, protected: &[PathBuf]) -> Result<Option<HomePlan>,
         caches,
         view,
     }))
+}
+
+/// The home's deny rules, and what has a mount of its own in the home (the writable paths,
+/// the protected paths, the project), as sets. Set lookups, not `Path::starts_with` in nested
+/// loops: it parses both paths each time, the home's deny rules are many, and this runs at
+/// every start.
+fn denied_and_taken(plan: &Plan, home: &Path, protected: &[PathBuf]) -> (Paths, Paths) {
+    let fs = &plan.filesystem;
+    let mut denied = Paths::default();
+    for d in fs.deny.iter().filter(|d| d.path.starts_with(home)) {
+        denied.add(&d.path);
+    }
+    let mut taken = Paths::default();
+    for x in fs
+        .writable
+        .iter()
+        .map(|w| w.path.as_path())
+        .chain(protected.iter().map(PathBuf::as_path))
+        .chain(std::iter::once(plan.project.as_path()))
+    {
+        taken.add(x);
+    }
+    (denied, taken)
 }
 
 /// The home's view for `plan`: the configuration it shows (checked for secrets), the
@@ -286,20 +294,7 @@ pub fn readonly_view(
         .map(PathBuf::from)
         .unwrap_or_default();
     let resolve = |p: &Path| resolve_path_below(p, &raw_home, &home);
-    let mut denied = Paths::default();
-    for d in fs.deny.iter().filter(|d| d.path.starts_with(&home)) {
-        denied.add(&d.path);
-    }
-    let mut taken = Paths::default();
-    for x in fs
-        .writable
-        .iter()
-        .map(|w| w.path.as_path())
-        .chain(protected.iter().map(PathBuf::as_path))
-        .chain(std::iter::once(plan.project.as_path()))
-    {
-        taken.add(x);
-    }
+    let (denied, taken) = denied_and_taken(plan, &home, protected);
     let mut v = plan_view(plan, &home, &resolve, protected, &denied, &taken, &[]);
     // The agent's state has mounts of its own here (no home layer to embed it in).
     v.shown.retain(|d| !protected.contains(d));

@@ -73,6 +73,17 @@ fn credentials() -> Vec<(&'static str, String)> {
             ),
         ),
         (
+            ".local/share/crush/crush.json",
+            format!(
+                r#"{{"providers":{{"anthropic":{{"api_key":"{}"}}}}}}"#,
+                tok("sk-ant-api03-")
+            ),
+        ),
+        (
+            ".config/goose/secrets.yaml",
+            format!("OPENAI_API_KEY: {}\n", tok("sk-proj-")),
+        ),
+        (
             ".aider.conf.yml",
             format!("anthropic-api-key: {}\n", tok("sk-ant-api03-")),
         ),
@@ -390,7 +401,9 @@ both!(
 both!(
     no_credential_is_readable_under_the_other_agents_profiles,
     |env: Env| {
-        for p in ["gemini", "opencode", "aider", "copilot", "qwen"] {
+        for p in [
+        "gemini", "opencode", "aider", "copilot", "qwen", "crush", "goose",
+    ] {
             battery(&env, &["--profile", p], &format!("--profile {p}"));
         }
     }
@@ -692,106 +705,92 @@ both!(
     }
 );
 
-both!(
-    npm_installs_with_the_npmrc_token_injected_at_the_wire,
-    |env: Env| {
-        // A private registry that takes one token; ~/.npmrc holds it, as `npm login` leaves it.
-        // Inside, the file holds a placeholder; npm sends it, and the registry gets the real one.
-        use common::net::{UNPROXIED, https_443, make_fixture, run, setup, variant_addr};
-        if !common::need(&["npm", "node"], "npm") {
-            return;
-        }
-        setup(&env);
-        let name = "npm.corp.example.test";
-        let addr = &variant_addr(&env, 77);
-        let root = env.base.join("registry");
-        std::fs::create_dir_all(&root).unwrap();
-        make_fixture(&["npm", root.to_str().unwrap(), &format!("https://{name}")]);
-        let token = format!("npm_{MARK}{}", "Qx7".repeat(12));
-        std::fs::write(root.join(".require-bearer"), &token).unwrap();
-        env.own(&root);
-        env.write_home(
-            ".npmrc",
-            &format!("registry=https://{name}/\n//{name}/:_authToken={token}\n"),
-        );
-        let Some((srv, ca)) = https_443(&env, name, addr, &root) else {
-            return;
-        };
-        let pol = format!(
-            "[dns]\nhosts = {{ \"{name}\" = \"{addr}\" }}\n\
-         [[network.allow]]\nhost = \"{name}\"\nports = [443]\n\
-         [tls]\nupstream_ca = \"{}\"\n",
-            ca.display()
-        );
-        let script = format!(
-            "cat ~/.npmrc > npmrc-inside; grep -r {MARK} ~ /proc/self/environ 2>/dev/null > found; \
-         mkdir n && cd n && echo '{{}}' > package.json && {UNPROXIED} timeout 90 npm install \
-           --cache ../npmcache --no-audit --no-fund --no-update-notifier --fetch-retries 0 \
-           cordonprobe >&2 && node -e \"console.log('NPM', require('cordonprobe').probe)\""
-        );
-        let o = run(&env, &pol, &script);
-        let out = String::from_utf8_lossy(&o.stdout);
-        assert!(
-            out.contains("NPM cordon-npm-ok"),
-            "{}\n{}",
-            show(&o),
-            srv.log()
-        );
-        // The registry saw the real token, and refused nothing.
-        let log = srv.log();
-        assert!(
-            log.contains(&format!("HDR authorization: Bearer {token}")),
-            "{log}"
-        );
-        assert!(!log.contains("UNAUTHORIZED"), "{log}");
-        // Inside, the file held a placeholder, and the token was nowhere.
-        let inside = std::fs::read_to_string(env.project.join("npmrc-inside")).unwrap();
-        assert!(
-            inside.contains(&format!("//{name}/:_authToken=")),
-            "{inside}"
-        );
-        assert!(!inside.contains(MARK), "{inside}");
-        let found = std::fs::read_to_string(env.project.join("found")).unwrap_or_default();
-        assert!(found.is_empty(), "the token was readable inside: {found}");
-    }
-);
-
-both!(a_registry_refuses_npm_without_the_token, |env: Env| {
-    // The control: the same registry and install with no token in ~/.npmrc is refused, so the
-    // test above shows the token arrived.
-    use common::net::{UNPROXIED, https_443, make_fixture, run, setup, variant_addr};
-    if !common::need(&["npm", "node"], "npm") {
-        return;
-    }
-    setup(&env);
-    let name = "npm.corp.example.test";
-    let addr = &variant_addr(&env, 79);
+/// A private npm registry stand-in on this variant's `127.0.0.BASE:443` that takes the token
+/// `require` alone, `~/.npmrc` as `npmrc` (`{name}` for the registry's name), and the policy
+/// that lets the sandbox reach it. `None` when this machine cannot serve HTTPS.
+fn private_registry(
+    env: &Env,
+    base: u8,
+    require: &str,
+    npmrc: &str,
+) -> Option<(common::net::Server, String)> {
+    use common::net::{https_443, make_fixture, setup, variant_addr};
+    setup(env);
+    let name = REGISTRY;
+    let addr = &variant_addr(env, base);
     let root = env.base.join("registry");
     std::fs::create_dir_all(&root).unwrap();
     make_fixture(&["npm", root.to_str().unwrap(), &format!("https://{name}")]);
-    std::fs::write(root.join(".require-bearer"), "npm_the_right_one").unwrap();
+    std::fs::write(root.join(".require-bearer"), require).unwrap();
     env.own(&root);
-    env.write_home(".npmrc", &format!("registry=https://{name}/\n"));
-    let Some((srv, ca)) = https_443(&env, name, addr, &root) else {
-        return;
-    };
+    env.write_home(".npmrc", &npmrc.replace("{name}", name));
+    let (srv, ca) = https_443(env, name, addr, &root)?;
     let pol = format!(
         "[dns]\nhosts = {{ \"{name}\" = \"{addr}\" }}\n\
          [[network.allow]]\nhost = \"{name}\"\nports = [443]\n\
          [tls]\nupstream_ca = \"{}\"\n",
         ca.display()
     );
-    let script = format!(
-        "mkdir n && cd n && echo '{{}}' > package.json && {UNPROXIED} timeout 90 npm install \
+    Some((srv, pol))
+}
+
+const REGISTRY: &str = "npm.corp.example.test";
+
+/// `npm install cordonprobe` in the project's `n/`, after `prefix`; `RC=N` on stdout, then
+/// what the package says when it loads.
+fn npm_install(prefix: &str) -> String {
+    format!(
+        "{prefix}mkdir n && cd n && echo '{{}}' > package.json && {} timeout 90 npm install \
            --cache ../npmcache --no-audit --no-fund --no-update-notifier --fetch-retries 0 \
-           cordonprobe >&2; echo RC=$?"
-    );
-    let o = run(&env, &pol, &script);
+           cordonprobe >&2; echo RC=$?; node -e \"console.log('NPM', require('cordonprobe').probe)\"",
+        common::net::UNPROXIED
+    )
+}
+
+both!(npm_installs_with_the_npmrc_token_injected_at_the_wire, |env: Env| {
+    // A private registry that takes one token; ~/.npmrc holds it, as `npm login` leaves it.
+    // Inside, the file holds a placeholder; npm sends it, and the registry gets the real one.
+    if !common::need(&["npm", "node"], "npm") {
+        return;
+    }
+    let token = format!("npm_{MARK}{}", "Qx7".repeat(12));
+    let npmrc = format!("registry=https://{{name}}/\n//{{name}}/:_authToken={token}\n");
+    let Some((srv, pol)) = private_registry(&env, 77, &token, &npmrc) else {
+        return;
+    };
+    let script = npm_install(&format!(
+        "cat ~/.npmrc > npmrc-inside; grep -r {MARK} ~ /proc/self/environ 2>/dev/null > found; "
+    ));
+    let o = common::net::run(&env, &pol, &script);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("NPM cordon-npm-ok"), "{}\n{}", show(&o), srv.log());
+    // The registry saw the real token, and refused nothing.
+    let log = srv.log();
     assert!(
-        !String::from_utf8_lossy(&o.stdout).contains("RC=0"),
-        "{}",
-        show(&o)
+        log.contains(&format!("HDR authorization: Bearer {token}")),
+        "{log}"
     );
+    assert!(!log.contains("UNAUTHORIZED"), "{log}");
+    // Inside, the file held a placeholder, and the token was nowhere.
+    let inside = std::fs::read_to_string(env.project.join("npmrc-inside")).unwrap();
+    assert!(inside.contains(&format!("//{REGISTRY}/:_authToken=")), "{inside}");
+    assert!(!inside.contains(MARK), "{inside}");
+    let found = std::fs::read_to_string(env.project.join("found")).unwrap_or_default();
+    assert!(found.is_empty(), "the token was readable inside: {found}");
+});
+
+both!(a_registry_refuses_npm_without_the_token, |env: Env| {
+    // The control: the same registry and install with no token in ~/.npmrc is refused, so the
+    // test above shows the token arrived.
+    if !common::need(&["npm", "node"], "npm") {
+        return;
+    }
+    let npmrc = "registry=https://{name}/\n";
+    let Some((srv, pol)) = private_registry(&env, 79, "npm_the_right_one", npmrc) else {
+        return;
+    };
+    let o = common::net::run(&env, &pol, &npm_install(""));
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("RC=0"), "{}", show(&o));
     assert!(srv.log().contains("UNAUTHORIZED"), "{}", srv.log());
 });
 
