@@ -138,7 +138,7 @@ const FILE_SHAPES: &[(&str, &str)] = &[
     // secrets; six characters at least, so `true`, `none` and `store` pass.
     (
         "password-line",
-        r#"(?i-u)(?:password|passwd|secret|token|api[_-]?key|_auth|access[_-]?key|private[_-]?key|credentials?)[A-Za-z0-9_.\-]*["']?[ \t]*[:=][ \t]*["']?[^\s"'$(),;<>{}\[\]]{6,}(?:["',;]|\s|$)"#,
+        r#"(?i-u)(?:password|passwd|secret|token|api[_-]?key|_auth|access[_-]?key|private[_-]?key|credentials?)[A-Za-z0-9_.\-]*["']?[ \t]*[:=][ \t]*["']?[^\s"'$(),;<>{}\[\]]{6,}(?:["',;]|[ \t]*(?:\r?\n|$))"#,
     ),
     (
         "password-line",
@@ -171,6 +171,9 @@ static FILE_COMPILED: std::sync::LazyLock<RegexSet> = std::sync::LazyLock::new(|
 /// assert_eq!(secret_in_file(b"//registry.npmjs.org/:_authToken=abcdef123456").as_deref(), Some("password-line"));
 /// assert!(secret_in_file(b"[user]\n\tname = A\n\temail = a@example.com\n").is_none());
 /// assert!(secret_in_file(b"export GITHUB_TOKEN=$(pass show gh)\n").is_none());
+/// // A command that prints a key is not one (Claude Code's `apiKeyHelper`).
+/// assert!(secret_in_file(br#"{"apiKeyHelper": "printenv ANTHROPIC_API_KEY"}"#).is_none());
+/// assert!(secret_in_file(b"[client]\npassword=hunter2hunter2\n").is_some());
 /// ```
 pub fn secret_in_file(content: &[u8]) -> Option<String> {
     let set = &*FILE_COMPILED;

@@ -402,8 +402,8 @@ both!(
     no_credential_is_readable_under_the_other_agents_profiles,
     |env: Env| {
         for p in [
-        "gemini", "opencode", "aider", "copilot", "qwen", "crush", "goose",
-    ] {
+            "gemini", "opencode", "aider", "copilot", "qwen", "crush", "goose",
+        ] {
             battery(&env, &["--profile", p], &format!("--profile {p}"));
         }
     }
@@ -747,37 +747,48 @@ fn npm_install(prefix: &str) -> String {
     )
 }
 
-both!(npm_installs_with_the_npmrc_token_injected_at_the_wire, |env: Env| {
-    // A private registry that takes one token; ~/.npmrc holds it, as `npm login` leaves it.
-    // Inside, the file holds a placeholder; npm sends it, and the registry gets the real one.
-    if !common::need(&["npm", "node"], "npm") {
-        return;
+both!(
+    npm_installs_with_the_npmrc_token_injected_at_the_wire,
+    |env: Env| {
+        // A private registry that takes one token; ~/.npmrc holds it, as `npm login` leaves it.
+        // Inside, the file holds a placeholder; npm sends it, and the registry gets the real one.
+        if !common::need(&["npm", "node"], "npm") {
+            return;
+        }
+        let token = format!("npm_{MARK}{}", "Qx7".repeat(12));
+        let npmrc = format!("registry=https://{{name}}/\n//{{name}}/:_authToken={token}\n");
+        let Some((srv, pol)) = private_registry(&env, 77, &token, &npmrc) else {
+            return;
+        };
+        let script = npm_install(&format!(
+            "cat ~/.npmrc > npmrc-inside; grep -r {MARK} ~ /proc/self/environ 2>/dev/null > found; "
+        ));
+        let o = common::net::run(&env, &pol, &script);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains("NPM cordon-npm-ok"),
+            "{}\n{}",
+            show(&o),
+            srv.log()
+        );
+        // The registry saw the real token, and refused nothing.
+        let log = srv.log();
+        assert!(
+            log.contains(&format!("HDR authorization: Bearer {token}")),
+            "{log}"
+        );
+        assert!(!log.contains("UNAUTHORIZED"), "{log}");
+        // Inside, the file held a placeholder, and the token was nowhere.
+        let inside = std::fs::read_to_string(env.project.join("npmrc-inside")).unwrap();
+        assert!(
+            inside.contains(&format!("//{REGISTRY}/:_authToken=")),
+            "{inside}"
+        );
+        assert!(!inside.contains(MARK), "{inside}");
+        let found = std::fs::read_to_string(env.project.join("found")).unwrap_or_default();
+        assert!(found.is_empty(), "the token was readable inside: {found}");
     }
-    let token = format!("npm_{MARK}{}", "Qx7".repeat(12));
-    let npmrc = format!("registry=https://{{name}}/\n//{{name}}/:_authToken={token}\n");
-    let Some((srv, pol)) = private_registry(&env, 77, &token, &npmrc) else {
-        return;
-    };
-    let script = npm_install(&format!(
-        "cat ~/.npmrc > npmrc-inside; grep -r {MARK} ~ /proc/self/environ 2>/dev/null > found; "
-    ));
-    let o = common::net::run(&env, &pol, &script);
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("NPM cordon-npm-ok"), "{}\n{}", show(&o), srv.log());
-    // The registry saw the real token, and refused nothing.
-    let log = srv.log();
-    assert!(
-        log.contains(&format!("HDR authorization: Bearer {token}")),
-        "{log}"
-    );
-    assert!(!log.contains("UNAUTHORIZED"), "{log}");
-    // Inside, the file held a placeholder, and the token was nowhere.
-    let inside = std::fs::read_to_string(env.project.join("npmrc-inside")).unwrap();
-    assert!(inside.contains(&format!("//{REGISTRY}/:_authToken=")), "{inside}");
-    assert!(!inside.contains(MARK), "{inside}");
-    let found = std::fs::read_to_string(env.project.join("found")).unwrap_or_default();
-    assert!(found.is_empty(), "the token was readable inside: {found}");
-});
+);
 
 both!(a_registry_refuses_npm_without_the_token, |env: Env| {
     // The control: the same registry and install with no token in ~/.npmrc is refused, so the
@@ -790,7 +801,11 @@ both!(a_registry_refuses_npm_without_the_token, |env: Env| {
         return;
     };
     let o = common::net::run(&env, &pol, &npm_install(""));
-    assert!(!String::from_utf8_lossy(&o.stdout).contains("RC=0"), "{}", show(&o));
+    assert!(
+        !String::from_utf8_lossy(&o.stdout).contains("RC=0"),
+        "{}",
+        show(&o)
+    );
     assert!(srv.log().contains("UNAUTHORIZED"), "{}", srv.log());
 });
 
