@@ -7,7 +7,8 @@
 # markdown; asserts nothing.
 #
 # Usage: CORDON_BASE=/path/to/old/cordon bash bench/home-view.sh
-#        (env: N=200 runs of each, FILES=50000, CORDON_BIN=prebuilt binary)
+#        (env: N=200 runs of each, FILES=50000, CORDON_BIN=prebuilt binary, NPM_TOKEN=1:
+#        ~/.npmrc holds a registry token, which the view turns into a credential)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 . "$REPO/bench/lib.sh"
@@ -18,9 +19,9 @@ bench_setup cordon-bench-home-view
 H=$WORK/home
 mkdir -p "$H/proj"
 # The home: most files in toolchains and caches, as a developer's home has them.
-python3 - "$H" "$FILES" <<'EOF'
+python3 - "$H" "$FILES" "${NPM_TOKEN:-0}" <<'EOF'
 import os, sys
-home, total = sys.argv[1], int(sys.argv[2])
+home, total, token = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 parts = [
     (".rustup/toolchains/stable/lib/rustlib/src", 0.40),
     (".nvm/versions/node/v20/lib/node_modules", 0.20),
@@ -41,7 +42,8 @@ cfg = {
     ".profile": "[ -f ~/.bashrc ] && . ~/.bashrc\n",
     ".config/git/ignore": "*.o\n",
     ".config/nvim/init.lua": "vim.opt.number = true\n",
-    ".npmrc": "//registry.npmjs.org/:_authToken=npm_%s\n" % ("a" * 36),
+    ".npmrc": "registry=https://registry.npmjs.org/\n"
+    + ("//registry.npmjs.org/:_authToken=npm_%s\n" % ("a" * 36) if token else ""),
     ".aws/credentials": "[default]\naws_secret_access_key = x\n",
     ".ssh/id_ed25519": "key\n",
 }
@@ -71,7 +73,7 @@ one() {
 for i in $(seq "$N"); do
     if [ $((i % 2)) -eq 1 ]; then one view "$A"; one base "$B"; else one base "$B"; one view "$A"; fi
 done
-python3 - "$WORK/times" "$FILES" <<'EOF'
+python3 - "$WORK/times" "$FILES" "$([ "${NPM_TOKEN:-0}" = 1 ] && echo ', ~/.npmrc with a token')" <<'EOF'
 import statistics, sys
 runs = {}
 for line in open(sys.argv[1]):
@@ -79,7 +81,7 @@ for line in open(sys.argv[1]):
     runs.setdefault(k, []).append(int(us) / 1000)
 v, b = runs["view"], runs["base"]
 q = lambda xs: statistics.quantiles(xs, n=4)
-print("| `cordon run -- true`, home of %s files | median ms | p25–p75 ms | runs |" % sys.argv[2])
+print("| `cordon run -- true`, home of %s files%s | median ms | p25–p75 ms | runs |" % (sys.argv[2], sys.argv[3]))
 print("|---|---|---|---|")
 for name, xs in [("home's view (this build)", v), ("whole home minus deny (CORDON_BASE)", b)]:
     a, _, c = q(xs)

@@ -230,6 +230,9 @@ pub struct Layout {
     /// Denied paths the home's view does not hold (nothing there to mask), each with its rule.
     #[serde(default)]
     pub unseen: Vec<(PathBuf, String)>,
+    /// The home is shown by its view (not whole).
+    #[serde(default)]
+    pub home_view: bool,
     /// Test-only (debug builds): the mount fence is off, so init leaves the new root
     /// writable as well ([`crate::test_off`]).
     #[cfg(debug_assertions)]
@@ -498,6 +501,7 @@ pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
         .collect();
     layout.mounts.extend(binds);
     let shown = HomeView::of(staged, &layout.mounts);
+    layout.home_view = shown.home.is_some();
     carve_outs(
         fs,
         (&staged_paths, &in_place),
@@ -506,9 +510,13 @@ pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
         &mut layout.mounts,
     );
     // A denied path the home's view does not hold has nothing to hide there.
-    let (in_view, unseen): (Vec<(PathBuf, String)>, _) =
+    let (in_view, unseen): (Vec<(PathBuf, String)>, Vec<_>) =
         deny.iter().cloned().partition(|(p, _)| shown.holds(p));
-    layout.unseen = unseen;
+    // Said only of what the host has there, as a mask is made only over what exists.
+    layout.unseen = unseen
+        .into_iter()
+        .filter(|(p, _)| std::fs::symlink_metadata(p).is_ok())
+        .collect();
     masks(&in_view, &mut layout.mounts);
     landlock_rules(&deny, &writable_roots, &mut layout);
     layout

@@ -1105,7 +1105,7 @@ fn denial_notice(layout: &layout::Layout) -> String {
         .map(|(p, rule)| format!("{} (rule: {rule})", p.display()))
         .collect();
     // Agents look for a missing config file elsewhere: say the home holds only part of itself.
-    let home = if layout.unseen.is_empty() {
+    let home = if !layout.home_view {
         ""
     } else {
         "The home shows only what tools need (toolchains, configuration without secrets, the \

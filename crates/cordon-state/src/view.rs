@@ -175,8 +175,14 @@ pub fn build_view(
         && let Ok(text) = fs::read(&report)
         && let Ok(r) = serde_json::from_slice::<Report>(&text)
     {
-        // Marks it used, so the prune below leaves it while sessions start on it.
-        let _ = fs::File::open(&report).and_then(|f| f.set_modified(SystemTime::now()));
+        // Marks it used (at most hourly), so a prune leaves it while sessions start on it.
+        let stale = fs::metadata(&report)
+            .and_then(|m| m.modified())
+            .map(|t| SystemTime::now().duration_since(t).unwrap_or_default() > KEEP_UNUSED / 24)
+            .unwrap_or(true);
+        if stale {
+            let _ = fs::File::open(&report).and_then(|f| f.set_modified(SystemTime::now()));
+        }
         hidden.extend(r.hidden);
         return Ok(View {
             dir,
@@ -272,7 +278,11 @@ fn sources(p: &Path, rel: &Path) -> io::Result<Option<Vec<Source>>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    let real = fs::canonicalize(p)?;
+    // The caller's paths are resolved already; only a link at the end needs following.
+    let real = match fs::symlink_metadata(p)?.file_type().is_symlink() {
+        true => fs::canonicalize(p)?,
+        false => p.to_path_buf(),
+    };
     let mut out = vec![Source {
         real: real.clone(),
         rel: rel.to_path_buf(),

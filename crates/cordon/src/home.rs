@@ -174,6 +174,20 @@ fn plan_view(
     caches: &[PathBuf],
 ) -> ViewPlan {
     let fs = &plan.filesystem;
+    // The home's own names, read once: most listed toolchains and configuration are not
+    // there, and a name not at the top needs no lookup at all (three or four per path).
+    let top: std::collections::HashSet<std::ffi::OsString> = std::fs::read_dir(home)
+        .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    // Policy paths spell the home as $HOME does, which may be a link to it.
+    let raw_home = std::env::var_os("HOME").map(PathBuf::from);
+    let present = |p: &Path| {
+        p.strip_prefix(home)
+            .ok()
+            .or_else(|| p.strip_prefix(raw_home.as_deref()?).ok())
+            .and_then(|r| r.components().next())
+            .is_some_and(|c| top.contains(c.as_os_str()))
+    };
     let inside = |p: &Path| p.starts_with(home) && p != home;
     let mut spec = cordon_state::ViewSpec {
         home: home.to_path_buf(),
@@ -191,7 +205,7 @@ fn plan_view(
         }
         spec.check.push(p.clone());
     }
-    for t in &fs.home_tools {
+    for t in fs.home_tools.iter().filter(|t| present(&t.path)) {
         let Some(p) = resolve(&t.path).filter(|p| inside(p)) else {
             continue;
         };
@@ -205,7 +219,7 @@ fn plan_view(
         }
     }
     let npmrcs = shown_npmrcs(plan);
-    for c in &fs.home_show {
+    for c in fs.home_show.iter().filter(|c| present(&c.path)) {
         let Some(p) = resolve(&c.path).filter(|p| inside(p)) else {
             continue;
         };
