@@ -551,6 +551,19 @@ both!(
         let p = env.policy_file("whole.toml", "[filesystem]\nhome = \"whole\"\n");
         let o = env.attempt_with(&["--policy", &p], "cat ~/Documents/private.txt");
         assert!(all_output(&o).contains("whole-home-doc"), "{}", show(&o));
+        // Loudly: at the start, and in `cordon check`.
+        let warned = "warning: the whole home is shown (home = \"whole\"";
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(warned),
+            "{}",
+            show(&o)
+        );
+        let c = env.cordon().args(["check", &p]).output().unwrap();
+        assert!(
+            String::from_utf8_lossy(&c.stderr).contains(warned),
+            "{}",
+            show(&c)
+        );
         // The default hides it: the same command fails.
         let o = env.attempt("cat ~/Documents/private.txt");
         assert!(!all_output(&o).contains("whole-home-doc"), "{}", show(&o));
