@@ -322,22 +322,7 @@ pub(crate) fn programs_in_settings(
                 _ if w.contains('/') => dir.join(&w),
                 _ => continue,
             };
-            out.push((lexical(&expanded), at.clone()));
-        }
-    }
-    out
-}
-
-/// `p` with `.` and `..` resolved by name.
-fn lexical(p: &Path) -> std::path::PathBuf {
-    let mut out = std::path::PathBuf::from("/");
-    for c in p.components() {
-        match c {
-            Component::Normal(s) => out.push(s),
-            Component::ParentDir => {
-                out.pop();
-            }
-            _ => {}
+            out.push((crate::exec_surface::normalize(&expanded), at.clone()));
         }
     }
     out

@@ -151,7 +151,7 @@ fn canon(p: &Path) -> Option<PathBuf> {
 }
 
 /// Lexically normalised absolute path.
-fn normalize(p: &Path) -> PathBuf {
+pub(crate) fn normalize(p: &Path) -> PathBuf {
     let mut out = PathBuf::from("/");
     for c in p.components() {
         match c {
@@ -377,13 +377,27 @@ fn is_bool(v: &str) -> bool {
     )
 }
 
+/// What a directory's configs name, read once per process for each directory (`make` on the
+/// first ask).
+type Named = std::collections::HashMap<PathBuf, Vec<(PathBuf, String)>>;
+
+fn memo(
+    cache: &std::sync::OnceLock<std::sync::Mutex<Named>>,
+    key: &Path,
+    make: impl FnOnce() -> Vec<(PathBuf, String)>,
+) -> Vec<(PathBuf, String)> {
+    let mut cache = cache
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    cache.entry(key.to_path_buf()).or_insert_with(make).clone()
+}
+
 /// Which key of an enclosing repository's config names `path` (see [`config_named`]), read from
 /// the host's config as it is now: the repository's own pointers, not the session's (a change
 /// to those is a config change, flagged by key).
 fn named_by_git_config(path: &Path) -> Option<String> {
-    use std::sync::{Mutex, OnceLock};
-    type Named = std::collections::HashMap<PathBuf, Vec<(PathBuf, String)>>;
-    static CACHE: OnceLock<Mutex<Named>> = OnceLock::new();
+    static CACHE: std::sync::OnceLock<std::sync::Mutex<Named>> = std::sync::OnceLock::new();
     for a in path.ancestors().skip(1) {
         let dotgit = a.join(".git");
         let Ok(md) = fs::symlink_metadata(&dotgit) else {
@@ -399,16 +413,7 @@ fn named_by_git_config(path: &Path) -> Option<String> {
         } else {
             continue;
         };
-        let named = {
-            let mut cache = CACHE
-                .get_or_init(Default::default)
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            cache
-                .entry(gitdir.clone())
-                .or_insert_with(|| config_named(&gitdir))
-                .clone()
-        };
+        let named = memo(&CACHE, &gitdir, || config_named(&gitdir));
         if let Some((_, key)) = named.iter().find(|(p, _)| path.starts_with(p)) {
             return Some(key.clone());
         }
@@ -419,20 +424,9 @@ fn named_by_git_config(path: &Path) -> Option<String> {
 /// Which tool config in an ancestor of `path` names it ([`tools::named_in`]), as the host's
 /// files are now.
 fn named_by_tool_config(path: &Path) -> Option<String> {
-    use std::sync::{Mutex, OnceLock};
-    type Named = std::collections::HashMap<PathBuf, Vec<(PathBuf, String)>>;
-    static CACHE: OnceLock<Mutex<Named>> = OnceLock::new();
+    static CACHE: std::sync::OnceLock<std::sync::Mutex<Named>> = std::sync::OnceLock::new();
     for a in path.ancestors().skip(1) {
-        let named = {
-            let mut cache = CACHE
-                .get_or_init(Default::default)
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            cache
-                .entry(a.to_path_buf())
-                .or_insert_with(|| tools::named_in(a))
-                .clone()
-        };
+        let named = memo(&CACHE, a, || tools::named_in(a));
         if let Some((_, by)) = named.iter().find(|(p, _)| path.starts_with(p)) {
             return Some(by.clone());
         }
