@@ -275,17 +275,7 @@ fn lookup_path(n: &Notification, arg: usize) -> Option<std::path::PathBuf> {
         };
         std::fs::read_link(base).ok()?.join(p)
     };
-    let mut out = std::path::PathBuf::new();
-    for c in full.components() {
-        match c {
-            std::path::Component::ParentDir => {
-                out.pop();
-            }
-            std::path::Component::CurDir => {}
-            c => out.push(c),
-        }
-    }
-    Some(out)
+    Some(crate::layout::normalize(&full))
 }
 
 fn seccomp_name(nr: i64) -> Option<&'static str> {
