@@ -108,67 +108,12 @@ pub fn build_view(
 ) -> Result<View, StateError> {
     let views = views_dir(state_root);
     fsops::private_dir_all(&views)?;
-    let mut hidden = Vec::new();
-    let mut found: Vec<(Vec<Source>, bool)> = Vec::new();
-    let mut hasher = blake3::Hasher::new();
-    hasher.update(FORMAT.as_bytes());
-    hasher.update(spec.home.as_os_str().as_encoded_bytes());
-    for (list, tag) in [(&spec.dirs, "d"), (&spec.files, "f")] {
-        for p in list {
-            hasher.update(tag.as_bytes());
-            hasher.update(p.as_os_str().as_encoded_bytes());
-            hasher.update(b"\0");
-        }
-    }
-    let shown = spec.show.iter().map(|p| (p, true));
-    for (p, checked) in shown.chain(spec.as_is.iter().map(|p| (p, false))) {
-        let Ok(rel) = p.strip_prefix(&spec.home) else {
-            continue;
-        };
-        match sources(p, rel) {
-            Ok(None) => continue,
-            Ok(Some(s)) => {
-                let (files, bytes) = s
-                    .iter()
-                    .filter(|s| !s.dir)
-                    .fold((0, 0), |(n, b), s| (n + 1, b + s.md.len()));
-                if files > SHOW_MAX_FILES || bytes > SHOW_MAX_BYTES {
-                    hidden.push(Hidden {
-                        path: p.clone(),
-                        why: format!(
-                            "holds more than {SHOW_MAX_FILES} files or {} MiB, too much to check \
-                             at every start",
-                            SHOW_MAX_BYTES >> 20
-                        ),
-                    });
-                    continue;
-                }
-                hasher.update(if checked { b"s" } else { b"a" });
-                for s in &s {
-                    stamp(&mut hasher, s);
-                }
-                found.push((s, checked));
-            }
-            Err(e) => hidden.push(Hidden {
-                path: p.clone(),
-                why: format!("cannot be read: {e}"),
-            }),
-        }
-    }
-    let checked = checked_files(&spec.check);
-    for (p, md) in &checked {
-        hasher.update(b"c");
-        stamp(
-            &mut hasher,
-            &Source {
-                real: p.clone(),
-                rel: p.clone(),
-                dir: false,
-                md: md.clone(),
-            },
-        );
-    }
-    let key = hasher.finalize().to_hex();
+    let Gathered {
+        mut hidden,
+        found,
+        checked,
+        key,
+    } = gather(spec);
     let dir = views.join(&key[..32]);
     let report = views.join(format!("{}.json", &key[..32]));
     if dir.is_dir()
@@ -268,6 +213,84 @@ fn check_files(files: &[(PathBuf, fs::Metadata)], secret: SecretCheck<'_>) -> Ve
             })
         })
         .collect()
+}
+
+/// What a view is built from, read from the host: the shown files (each with its stamp), the
+/// shown paths left out, the agent's files to check, and the key every stamp makes.
+struct Gathered {
+    hidden: Vec<Hidden>,
+    found: Vec<(Vec<Source>, bool)>,
+    checked: Vec<(PathBuf, fs::Metadata)>,
+    key: String,
+}
+
+fn gather(spec: &ViewSpec) -> Gathered {
+    let mut hidden = Vec::new();
+    let mut found: Vec<(Vec<Source>, bool)> = Vec::new();
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(FORMAT.as_bytes());
+    hasher.update(spec.home.as_os_str().as_encoded_bytes());
+    for (list, tag) in [(&spec.dirs, "d"), (&spec.files, "f")] {
+        for p in list {
+            hasher.update(tag.as_bytes());
+            hasher.update(p.as_os_str().as_encoded_bytes());
+            hasher.update(b"\0");
+        }
+    }
+    let shown = spec.show.iter().map(|p| (p, true));
+    for (p, checked) in shown.chain(spec.as_is.iter().map(|p| (p, false))) {
+        let Ok(rel) = p.strip_prefix(&spec.home) else {
+            continue;
+        };
+        match sources(p, rel) {
+            Ok(None) => continue,
+            Ok(Some(s)) => {
+                let (files, bytes) = s
+                    .iter()
+                    .filter(|s| !s.dir)
+                    .fold((0, 0), |(n, b), s| (n + 1, b + s.md.len()));
+                if files > SHOW_MAX_FILES || bytes > SHOW_MAX_BYTES {
+                    hidden.push(Hidden {
+                        path: p.clone(),
+                        why: format!(
+                            "holds more than {SHOW_MAX_FILES} files or {} MiB, too much to check \
+                             at every start",
+                            SHOW_MAX_BYTES >> 20
+                        ),
+                    });
+                    continue;
+                }
+                hasher.update(if checked { b"s" } else { b"a" });
+                for s in &s {
+                    stamp(&mut hasher, s);
+                }
+                found.push((s, checked));
+            }
+            Err(e) => hidden.push(Hidden {
+                path: p.clone(),
+                why: format!("cannot be read: {e}"),
+            }),
+        }
+    }
+    let checked = checked_files(&spec.check);
+    for (p, md) in &checked {
+        hasher.update(b"c");
+        stamp(
+            &mut hasher,
+            &Source {
+                real: p.clone(),
+                rel: p.clone(),
+                dir: false,
+                md: md.clone(),
+            },
+        );
+    }
+    Gathered {
+        hidden,
+        found,
+        checked,
+        key: hasher.finalize().to_hex().to_string(),
+    }
 }
 
 /// Every file and directory under the shown path `p` (itself first), following symlinks

@@ -93,18 +93,20 @@ pub struct Prepared {
     pub masked: Vec<PathBuf>,
 }
 
-/// Prepare the session's copy-on-write layers: the home (when the policy and this kernel
-/// allow it), its caches, and the protected paths. Warnings go to stderr and the log.
-pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prepared> {
-    let (paths, surface) = protected(plan);
-    let watched = surface
-        .as_ref()
-        .is_some_and(|s| !s.watch.is_empty() || !s.links.is_empty() || !s.roots.is_empty());
-    let store = store()?;
+/// The session's copy-on-write home, when the policy and this kernel allow it; without one,
+/// the home's view read-only (what to mount, and the agent's files to mask).
+type Chosen = (Option<crate::home::HomePlan>, Vec<Staged>, Vec<PathBuf>);
+
+fn choose_home(
+    plan: &Plan,
+    paths: &[PathBuf],
+    store: &StateStore,
+    emit: &dyn Fn(NewEvent),
+) -> Result<Chosen> {
     // Without a copy-on-write layer the home is still shown by its view, read-only.
     let mut readonly = false;
-    let home = match crate::home::plan_home(plan, &paths) {
-        Ok(Some(h)) => match crate::home::probe_home(&h.spec.path, &ensure_root(&store)?) {
+    let home = match crate::home::plan_home(plan, paths) {
+        Ok(Some(h)) => match crate::home::probe_home(&h.spec.path, &ensure_root(store)?) {
             Ok(()) => Some(h),
             Err(why) => {
                 degraded(
@@ -130,11 +132,23 @@ pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prep
     };
     let (view_staged, view_masked) = match readonly {
         true => {
-            ensure_root(&store)?;
-            crate::home::readonly_view(plan, &paths, &store, emit)?.unwrap_or_default()
+            ensure_root(store)?;
+            crate::home::readonly_view(plan, paths, store, emit)?.unwrap_or_default()
         }
         false => Default::default(),
     };
+    Ok((home, view_staged, view_masked))
+}
+
+/// Prepare the session's copy-on-write layers: the home (when the policy and this kernel
+/// allow it), its caches, and the protected paths. Warnings go to stderr and the log.
+pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prepared> {
+    let (paths, surface) = protected(plan);
+    let watched = surface
+        .as_ref()
+        .is_some_and(|s| !s.watch.is_empty() || !s.links.is_empty() || !s.roots.is_empty());
+    let store = store()?;
+    let (home, view_staged, view_masked) = choose_home(plan, &paths, &store, emit)?;
     if paths.is_empty() && home.is_none() && !watched {
         return Ok(Prepared {
             staged: view_staged,
