@@ -157,7 +157,7 @@ mod tests {
 
     #[test]
     fn masks_binds_and_tmpfs_decide_by_the_last_mount_above() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
         let root = dir.path().canonicalize().unwrap();
         let (proj, secret) = (root.join("proj"), root.join("secret"));
         std::fs::create_dir_all(proj.join(".git/hooks")).unwrap();
@@ -201,7 +201,7 @@ mod tests {
 
     #[test]
     fn a_placed_file_is_readable_inside_its_mask_and_nowhere_else() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
         let masked = dir.path().canonicalize().unwrap().join("run");
         std::fs::create_dir_all(&masked).unwrap();
         let fs = FilesystemPlan {

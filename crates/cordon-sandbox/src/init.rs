@@ -49,7 +49,7 @@ extern "C" fn forward(sig: libc::c_int) {
 }
 
 fn fail(stage: &str, message: String) -> ! {
-    let _ = protocol::send(
+    let sent = protocol::send(
         CONTROL_FD,
         &FromInit::Failed {
             stage: stage.into(),
@@ -57,10 +57,13 @@ fn fail(stage: &str, message: String) -> ! {
         },
         None,
     );
-    let _ = writeln!(
-        io::stderr(),
-        "cordon: sandbox setup failed at {stage}: {message}"
-    );
+    // The supervisor says it once, as its own error; here only when it cannot hear.
+    if sent.is_err() {
+        let _ = writeln!(
+            io::stderr(),
+            "cordon: sandbox setup failed at {stage}: {message}"
+        );
+    }
     sys::exit_now(125)
 }
 

@@ -90,6 +90,61 @@ impl MountOp {
     }
 }
 
+/// In words, what the step was doing: the start of a setup error's sentence.
+impl std::fmt::Display for MountOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let p = self.path().display();
+        match self {
+            MountOp::Bind { writable, .. } => {
+                let how = if *writable { "writable" } else { "read-only" };
+                write!(f, "showing {p} {how}")
+            }
+            MountOp::Tmpfs { .. } => write!(f, "making the sandbox's private {p}"),
+            MountOp::Dev { .. } => write!(f, "making the sandbox's {p}"),
+            MountOp::Proc { .. } => write!(f, "mounting the sandbox's {p}"),
+            MountOp::Overlay { upper, .. } => write!(
+                f,
+                "showing {p} copy-on-write (changes kept in {})",
+                upper.display()
+            ),
+            MountOp::StagedFile { copy, .. } => write!(
+                f,
+                "showing {p} copy-on-write (working copy {})",
+                copy.display()
+            ),
+            MountOp::Pin { .. } => write!(f, "pinning {p} so that it cannot be renamed"),
+            MountOp::ReadOnly { .. } => write!(f, "making {p} read-only"),
+            MountOp::MaskDir { rule, .. } => write!(f, "hiding the directory {p} ({rule})"),
+            MountOp::MaskFile { rule, .. } => write!(f, "hiding {p} ({rule})"),
+            MountOp::Content { .. } => write!(f, "placing cordon's {p}"),
+            MountOp::File { host, .. } => {
+                write!(f, "placing {} at {p}", host.display())
+            }
+            MountOp::Socket { .. } => write!(f, "placing the socket {p}"),
+            MountOp::Program { .. } => write!(f, "placing cordon's own program at {p}"),
+        }
+    }
+}
+
+impl MountOp {
+    /// What a user can do when this step fails: the end of a setup error's sentence.
+    pub fn fix(&self) -> String {
+        let p = self.path().display();
+        match self {
+            MountOp::MaskDir { rule, .. } | MountOp::MaskFile { rule, .. } => format!(
+                "the path is denied by {rule}; if that is a rule of your policy, change or \
+                 remove it (`cordon check` shows its line); otherwise `cordon doctor` checks \
+                 this machine, and its output belongs in a bug report"
+            ),
+            MountOp::Bind { .. } | MountOp::ReadOnly { .. } | MountOp::Pin { .. } => format!(
+                "`cordon explain {p}` names the rule that shows it; check that the path is \
+                 still there and readable by you, or take it out of the policy"
+            ),
+            _ => "`cordon doctor` checks what this kernel and machine allow".into(),
+        }
+    }
+}
+
 /// A protected path made copy-on-write for this session (prepared by the state store).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Staged {
@@ -227,9 +282,10 @@ pub struct Layout {
     pub landlock: LandlockRules,
     /// Rules that had nothing to act on (path missing), for the log.
     pub skipped: Vec<String>,
-    /// Denied paths the home's view does not hold (nothing there to mask), each with its rule.
+    /// Denied paths the sandbox does not see anyway (nothing there to mask), each with its
+    /// rule and why.
     #[serde(default)]
-    pub unseen: Vec<(PathBuf, String)>,
+    pub unseen: Vec<Unseen>,
     /// The home is shown by its view (not whole).
     #[serde(default)]
     pub home_view: bool,
@@ -249,6 +305,41 @@ impl Layout {
             }
             _ => None,
         })
+    }
+}
+
+/// A denied path that needs no mask: the host's file there is not in the sandbox's view at
+/// all, and a mask over it would have no place to go (the private `/tmp` has no
+/// `/tmp/ssh-…/agent.N`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unseen {
+    pub path: PathBuf,
+    /// The rule that denied it.
+    pub rule: String,
+    pub why: UnseenWhy,
+}
+
+/// Where the sandbox sees something else than the host at a denied path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UnseenWhy {
+    /// Under the home, which is shown by its view, and the view does not hold it.
+    HomeView,
+    /// Under a filesystem of the sandbox's own (the private `/tmp` or `/dev/shm`).
+    OwnFs(PathBuf),
+}
+
+impl std::fmt::Display for UnseenWhy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UnseenWhy::HomeView => {
+                f.write_str("not in the home's view: nothing there to read or list")
+            }
+            UnseenWhy::OwnFs(at) => write!(
+                f,
+                "under the sandbox's private {}: the host's files there are not visible",
+                at.display()
+            ),
+        }
     }
 }
 
@@ -509,17 +600,36 @@ pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
         &deny,
         &mut layout.mounts,
     );
-    // A denied path the home's view does not hold has nothing to hide there.
-    let (in_view, unseen): (Vec<(PathBuf, String)>, Vec<_>) =
-        deny.iter().cloned().partition(|(p, _)| shown.holds(p));
-    // Said only of what the host has there, as a mask is made only over what exists.
-    layout.unseen = unseen
-        .into_iter()
-        .filter(|(p, _)| std::fs::symlink_metadata(p).is_ok())
-        .collect();
+    // A denied path the sandbox does not see anyway has nothing to hide there.
+    let mut in_view = Vec::new();
+    for (path, rule) in deny.iter().cloned() {
+        let why = match own_fs(&path, &layout.mounts) {
+            Some(at) => UnseenWhy::OwnFs(at.to_path_buf()),
+            None if !shown.holds(&path) => UnseenWhy::HomeView,
+            None => {
+                in_view.push((path, rule));
+                continue;
+            }
+        };
+        // Said only of what the host has there, as a mask is made only over what exists.
+        if std::fs::symlink_metadata(&path).is_ok() {
+            layout.unseen.push(Unseen { path, rule, why });
+        }
+    }
     masks(&in_view, &mut layout.mounts);
     landlock_rules(&deny, &writable_roots, &mut layout);
     layout
+}
+
+/// The sandbox's own filesystem (the private `/tmp`, `/dev/shm`) that `p` lies in, when no
+/// mount inside it brings the host's files to `p`: then the host has nothing to show there,
+/// wherever `SSH_AUTH_SOCK` or `XDG_RUNTIME_DIR` points.
+fn own_fs<'a>(p: &Path, mounts: &'a [MountOp]) -> Option<&'a Path> {
+    let deepest = mounts
+        .iter()
+        .filter(|m| p.starts_with(m.path()))
+        .max_by_key(|m| depth(m.path()))?;
+    matches!(deepest, MountOp::Tmpfs { .. }).then(|| deepest.path())
 }
 
 /// The home's view, when the home has one: which host paths under the home the sandbox can
@@ -722,6 +832,10 @@ fn carve_outs(
         if staged_paths.iter().any(|s| within(&p, s) && *s != p) {
             continue;
         }
+        // Under the private `/tmp`: the host's file is not there to protect.
+        if own_fs(&p, mounts).is_some() {
+            continue;
+        }
         let Ok(meta) = std::fs::symlink_metadata(&p) else {
             continue;
         };
@@ -918,7 +1032,7 @@ mod tests {
     #[test]
     fn canon_resolves_as_canonicalize_does() {
         use std::os::unix::fs::symlink;
-        let t = tempfile::tempdir().unwrap();
+        let t = host_dir();
         let b = t.path();
         std::fs::create_dir_all(b.join("real/sub")).unwrap();
         std::fs::write(b.join("real/file"), "x").unwrap();
@@ -963,6 +1077,11 @@ mod tests {
     use super::*;
     use cordon_policy::LandlockMode;
 
+    /// A directory of the host's that the sandbox sees: not under `/tmp`, which is its own.
+    fn host_dir() -> tempfile::TempDir {
+        tempfile::tempdir_in("/var/tmp").unwrap()
+    }
+
     fn plan(
         readable: &[&Path],
         writable: &[&Path],
@@ -981,6 +1100,39 @@ mod tests {
     }
 
     #[test]
+    fn what_the_private_tmp_covers_needs_no_mask() {
+        let t = tempfile::tempdir_in("/tmp").unwrap();
+        let base = t.path().canonicalize().unwrap();
+        let (agent, proj) = (base.join("ssh-x/agent.1"), base.join("proj"));
+        std::fs::create_dir_all(agent.parent().unwrap()).unwrap();
+        std::fs::create_dir_all(&proj).unwrap();
+        std::fs::write(&agent, "").unwrap();
+        std::fs::write(proj.join("secret"), "x").unwrap();
+        std::fs::write(base.join("ro"), "x").unwrap();
+        let l = prepare(&plan(
+            &[Path::new("/")],
+            &[&proj],
+            &[&agent, &proj.join("secret")],
+            &[&base.join("ro")],
+        ));
+        let masked: Vec<&Path> = l.masks().map(|(p, _)| p).collect();
+        assert_eq!(masked, [proj.join("secret")], "{:#?}", l.mounts);
+        assert_eq!(
+            l.unseen,
+            [Unseen {
+                path: agent,
+                rule: "test".into(),
+                why: UnseenWhy::OwnFs("/tmp".into()),
+            }]
+        );
+        assert!(
+            !l.mounts.iter().any(|m| m.path() == base.join("ro")),
+            "{:#?}",
+            l.mounts
+        );
+    }
+
+    #[test]
     fn normalize_folds_dots() {
         assert_eq!(
             normalize(Path::new("/a/./b/../c//d")),
@@ -991,7 +1143,7 @@ mod tests {
 
     #[test]
     fn orders_parents_first_and_masks_last() {
-        let t = tempfile::tempdir().unwrap();
+        let t = host_dir();
         let home = t.path().canonicalize().unwrap();
         let proj = home.join("proj");
         std::fs::create_dir_all(proj.join(".git/hooks")).unwrap();
@@ -1039,7 +1191,7 @@ mod tests {
 
     #[test]
     fn masked_copies_replace_what_they_cover_and_only_that() {
-        let t = tempfile::tempdir().unwrap();
+        let t = host_dir();
         let home = t.path().canonicalize().unwrap();
         std::fs::create_dir_all(home.join(".config/gh")).unwrap();
         std::fs::write(home.join(".config/gh/hosts.yml"), "token: real").unwrap();
@@ -1094,7 +1246,7 @@ mod tests {
 
     #[test]
     fn a_socket_is_bound_onto_a_file_placed_in_its_mask_after_the_mask() {
-        let t = tempfile::tempdir().unwrap();
+        let t = host_dir();
         let run = t.path().canonicalize().unwrap().join("run");
         std::fs::create_dir_all(&run).unwrap();
         let mut l = prepare(&plan(&[Path::new("/")], &[], &[&run], &[]));
@@ -1162,7 +1314,7 @@ mod tests {
 
     #[test]
     fn symlinked_deny_masks_the_target() {
-        let t = tempfile::tempdir().unwrap();
+        let t = host_dir();
         let base = t.path().canonicalize().unwrap();
         std::fs::create_dir_all(base.join("real-ssh")).unwrap();
         std::os::unix::fs::symlink(base.join("real-ssh"), base.join(".ssh")).unwrap();
@@ -1172,7 +1324,7 @@ mod tests {
 
     #[test]
     fn landlock_carves_holes_for_denied_paths() {
-        let t = tempfile::tempdir().unwrap();
+        let t = host_dir();
         let base = t.path().canonicalize().unwrap();
         for d in ["a", "secret", "b/c", "b/d"] {
             std::fs::create_dir_all(base.join(d)).unwrap();
@@ -1207,7 +1359,7 @@ mod tests {
 
     #[test]
     fn a_staged_git_dir_keeps_its_objects_in_its_layer_and_drops_read_only_inside() {
-        let t = tempfile::tempdir().unwrap();
+        let t = host_dir();
         let proj = t.path().canonicalize().unwrap().join("proj");
         for d in [".git/objects", ".git/hooks", ".git/modules/sub/objects"] {
             std::fs::create_dir_all(proj.join(d)).unwrap();
@@ -1252,7 +1404,7 @@ mod tests {
 
     #[test]
     fn a_symlinked_read_only_path_protects_its_target_inside_the_project() {
-        let t = tempfile::tempdir().unwrap();
+        let t = host_dir();
         let proj = t.path().canonicalize().unwrap().join("proj");
         std::fs::create_dir_all(proj.join("decoy")).unwrap();
         std::os::unix::fs::symlink("decoy", proj.join(".vscode")).unwrap();
@@ -1273,7 +1425,7 @@ mod tests {
 
     #[test]
     fn writable_inside_deny_is_dropped() {
-        let t = tempfile::tempdir().unwrap();
+        let t = host_dir();
         let base = t.path().canonicalize().unwrap();
         std::fs::create_dir_all(base.join("d/w")).unwrap();
         let l = prepare(&plan(

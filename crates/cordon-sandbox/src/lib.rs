@@ -148,7 +148,11 @@ pub enum SandboxError {
     #[error("sandbox setup failed at network: {0}")]
     Network(String),
     /// Init ended (its exit status, if it could be reaped) before the command started.
-    #[error("sandbox setup failed at init: sandbox init ended before the command started ({0:?})")]
+    #[error(
+        "sandbox setup failed at init: the sandbox's init {} before the command started; \
+         `cordon doctor` checks what this kernel allows",
+        how_it_ended(.0)
+    )]
     InitEnded(Option<WaitStatus>),
     /// Init started the command without handing over the seccomp listener.
     #[error("sandbox setup failed at syscalls: no seccomp listener came back")]
@@ -160,4 +164,13 @@ pub enum SandboxError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// How init ended, in words (for [`SandboxError::InitEnded`]).
+fn how_it_ended(st: &Option<WaitStatus>) -> String {
+    match st {
+        Some(WaitStatus::Exited(c)) => format!("exited with status {c}"),
+        Some(WaitStatus::Signaled(s)) => format!("was killed by signal {s}"),
+        None => "ended (its status could not be read)".into(),
+    }
 }

@@ -22,11 +22,17 @@ const MASK_FILE: &str = "/.cordon-mask";
 pub(crate) struct MountError {
     pub step: String,
     pub source: io::Error,
+    /// What the user can do about it, when the step is one of the view's.
+    pub fix: Option<String>,
 }
 
 impl std::fmt::Display for MountError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.step, self.source)
+        write!(f, "{}: {}", self.step, self.source)?;
+        if let Some(fix) = &self.fix {
+            write!(f, ". {fix}")?;
+        }
+        Ok(())
     }
 }
 
@@ -39,6 +45,7 @@ impl<T> Ctx<T> for io::Result<T> {
         self.map_err(|source| MountError {
             step: step(),
             source,
+            fix: None,
         })
     }
 }
@@ -180,8 +187,9 @@ pub(crate) fn build(
     let root = Path::new("/");
     for op in &layout.mounts {
         apply(op, tmpfs_size, proc, ahead).map_err(|e| MountError {
-            step: format!("{op:?}: {}", e.step),
+            step: format!("{op} failed at {}", e.step),
             source: e.source,
+            fix: Some(op.fix()),
         })?;
     }
 

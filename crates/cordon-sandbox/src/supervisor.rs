@@ -1193,15 +1193,11 @@ fn report_layout(layout: &layout::Layout, emit: &dyn Fn(NewEvent)) {
             .detail("path", path.display().to_string()),
         );
     }
-    for (path, rule) in &layout.unseen {
+    for u in &layout.unseen {
         emit(
-            NewEvent::new(
-                Layer::Filesystem,
-                Action::Deny,
-                "not in the home's view: nothing there to read or list",
-            )
-            .rule(rule.clone())
-            .detail("path", path.display().to_string()),
+            NewEvent::new(Layer::Filesystem, Action::Deny, u.why.to_string())
+                .rule(u.rule.clone())
+                .detail("path", u.path.display().to_string()),
         );
     }
     for s in &layout.skipped {

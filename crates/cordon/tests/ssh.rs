@@ -439,3 +439,96 @@ both!(
         assert!(listed.contains("git-key"));
     }
 );
+
+/// An agent of the host's own, killed on drop by the pid it printed (`ssh-agent -s` forks).
+struct ForkedAgent(String);
+
+impl Drop for ForkedAgent {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg(&self.0).status();
+    }
+}
+
+/// `ssh-agent` started the way `eval $(ssh-agent)` starts it: its socket in a fresh
+/// `/tmp/ssh-XXXX/` (where sshd puts a forwarded agent too), which the sandbox's private
+/// `/tmp` does not have, and with `XDG_RUNTIME_DIR` under `/tmp` as containers and minimal
+/// systems set it. The session starts, lists the keys through the filter, and a signature
+/// bound to no host (`ssh-keygen -Y sign`) is refused.
+both!(
+    an_agent_under_tmp_started_the_default_way_works,
+    |env: Env| {
+        if !need(
+            &["ssh-agent", "ssh-add", "ssh-keygen", "setpriv"],
+            "an ssh-agent under /tmp",
+        ) {
+            return;
+        }
+        let key = env.home.join(".ssh/id_tmp");
+        std::fs::create_dir_all(key.parent().unwrap()).unwrap();
+        run_ok(
+            Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-C", "tmp-agent-key", "-f"])
+                .arg(&key),
+        );
+        std::fs::copy(key.with_extension("pub"), env.project.join("k.pub")).unwrap();
+        env.own(&env.home);
+        let out = run_ok(as_variant(&env, "ssh-agent").arg("-s").env_remove("TMPDIR"));
+        let var = |name: &str| {
+            let at = out.find(&format!("{name}=")).expect(&out) + name.len() + 1;
+            out[at..].split(';').next().unwrap().to_string()
+        };
+        let (sock, _agent) = (var("SSH_AUTH_SOCK"), ForkedAgent(var("SSH_AGENT_PID")));
+        assert!(sock.starts_with("/tmp/ssh-"), "{out}");
+        run_ok(
+            as_variant(&env, "ssh-add")
+                .env("SSH_AUTH_SOCK", &sock)
+                .arg(&key),
+        );
+        let runtime = Path::new("/tmp").join(env.base.file_name().unwrap());
+        let _ = std::fs::remove_dir_all(&runtime);
+        std::fs::create_dir(&runtime).unwrap();
+        std::fs::set_permissions(
+            &runtime,
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .unwrap();
+        env.own(&runtime);
+        std::fs::write(env.project.join("msg"), "sign me").unwrap();
+        env.own(&env.project);
+        for runtime_under_tmp in [false, true] {
+            let _ = std::fs::remove_file(&env.audit);
+            let mut c = env.cordon();
+            c.env("SSH_AUTH_SOCK", &sock);
+            if runtime_under_tmp {
+                c.env("XDG_RUNTIME_DIR", &runtime);
+            }
+            let o = c
+                .args(["run", "--no-tty", "--audit"])
+                .arg(&env.audit)
+                .args(["--", "sh", "-c"])
+                .arg(common::marked(
+                    "ssh-add -l; ssh-keygen -Y sign -f k.pub -n file msg && echo SIGNED",
+                ))
+                .output()
+                .unwrap();
+            common::assert_ran(&o);
+            let stdout = String::from_utf8_lossy(&o.stdout);
+            assert!(
+                stdout.contains("tmp-agent-key"),
+                "runtime under /tmp: {runtime_under_tmp}: the keys are listed\n{}",
+                show(&o)
+            );
+            assert!(
+                !stdout.contains("SIGNED") && !env.project.join("msg.sig").exists(),
+                "an unbound signature was made\n{}",
+                show(&o)
+            );
+            assert!(
+                audit(&env).contains("unbound signature request"),
+                "the refusal is logged: {}",
+                audit(&env)
+            );
+        }
+        let _ = std::fs::remove_dir_all(&runtime);
+    }
+);
