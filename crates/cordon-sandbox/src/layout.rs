@@ -487,7 +487,7 @@ impl Layout {
 }
 
 /// Lexically normalise an absolute path (no filesystem access).
-pub(crate) fn normalize(p: &Path) -> PathBuf {
+pub fn normalize(p: &Path) -> PathBuf {
     let mut out = PathBuf::from("/");
     for c in p.components() {
         match c {

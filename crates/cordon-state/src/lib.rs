@@ -49,8 +49,8 @@ mod view;
 pub use caches::{CacheInfo, CacheLayer, CacheStore, cache_dir};
 pub use error::StateError;
 pub use exec_surface::{
-    HOME_NAMES, ROOT_NAMES, Surface, WRITTEN_IN_PLACE, applies_unasked, discover, is_git_objects,
-    settle,
+    ExitFate, HOME_NAMES, ROOT_NAMES, Surface, WRITTEN_IN_PLACE, applies_unasked, discover,
+    exit_fate, is_git_objects, settle,
 };
 /// What the differential fuzz target compares with git's own reading of a config file.
 #[cfg(feature = "fuzzing")]

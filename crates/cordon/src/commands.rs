@@ -1151,7 +1151,10 @@ fn check(a: CheckArgs) -> i32 {
                     "# merged: built-in default{}",
                     files.iter().map(|f| format!(" < {f}")).collect::<String>()
                 );
-                print!("{}", l.plan.to_toml());
+                // Read-only entries a session stages instead say so (as `explain` does).
+                let mut shown = l.plan.clone();
+                crate::explain::annotate_read_only(&mut shown);
+                print!("{}", shown.to_toml());
             }
             for lo in &l.untrusted_loosening {
                 eprintln!(

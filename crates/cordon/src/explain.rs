@@ -6,10 +6,15 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
-use cordon_policy::{ExecAction, HomeMode, HttpAction, Plan};
-use cordon_sandbox::explain::{POLICY_JSON, PathAccess};
+use cordon_policy::{ExecAction, HttpAction, Plan};
+use cordon_sandbox::explain::POLICY_JSON;
 
 use crate::cli::ExplainArgs;
+
+mod files;
+
+pub(crate) use files::annotate_read_only;
+use files::filesystem;
 
 /// Allowed.
 const EXIT_ALLOWED: i32 = 0;
@@ -201,10 +206,18 @@ fn what(a: &ExplainArgs) -> Result<What> {
             path: absolute(one)?,
             write: a.write,
         }),
+        // A relative path as the user types it (`src/main.rs`); a bare name is a host
+        // unless a file of that name is here.
+        [one] if one.contains('/') || (connection(one).is_none() && Path::new(one).exists()) => {
+            Ok(What::Path {
+                path: absolute(one)?,
+                write: a.write,
+            })
+        }
         [one] => connection(one).ok_or_else(|| {
             anyhow!(
                 "cannot tell what `{one}` is: give a URL (https://host/path), HOST:PORT, a path \
-                 starting with / . or ~, or -- COMMAND ARGS…"
+                 (a relative one is taken from here), or -- COMMAND ARGS…"
             )
         }),
         _ => bail!(
@@ -440,186 +453,6 @@ fn http(
         notes,
         allow_with,
     })
-}
-
-/// The home's view (`[filesystem] home = "needed"`): a path in the home that nothing shows is
-/// not in the sandbox at all, whatever the host holds there. `None`: the view does not decide
-/// (outside the home, or shown: then the mounts do).
-fn home_view(plan: &Plan, path: &Path, verb: &str) -> Option<Explanation> {
-    let fs = &plan.filesystem;
-    if fs.home != cordon_policy::HomeView::Needed
-        || plan.state.home != HomeMode::Overlay
-        || !path.starts_with(&plan.home)
-        || path == plan.home
-    {
-        return None;
-    }
-    let home = plan.home.as_path();
-    // A deny rule answers first, the same inside (where its path is not in the view at all)
-    // and outside: no home_show line re-opens it.
-    let mut denied: Vec<&cordon_policy::PathRule> = fs
-        .deny
-        .iter()
-        .filter(|d| path.starts_with(&d.path))
-        .collect();
-    denied.sort_by_key(|d| d.path.components().count());
-    if let Some(d) = denied.first() {
-        return Some(Explanation {
-            subject: format!("{verb} {}", path.display()),
-            decision: "deny",
-            rule: format!("filesystem.deny {}", d.path.display()),
-            origin: Some(d.origin.clone()),
-            why: format!(
-                "{} is masked: nothing of it is visible, and deny wins over readable and writable",
-                d.path.display()
-            ),
-            notes: vec![
-                "no readable, writable or home_show line added elsewhere re-opens a masked path"
-                    .into(),
-            ],
-            ..Explanation::default()
-        });
-    }
-    let shown = std::iter::once(plan.project.as_path())
-        .chain(fs.writable.iter().map(|r| r.path.as_path()))
-        .chain(fs.readable.iter().map(|r| r.path.as_path()))
-        .chain(fs.home_show.iter().map(|r| r.path.as_path()))
-        .chain(fs.home_tools.iter().map(|r| r.path.as_path()))
-        .chain(plan.state.protect.iter().map(|r| r.path.as_path()))
-        .chain(plan.state.caches.iter().map(|r| r.path.as_path()))
-        .chain(plan.ssh.show.iter().map(|r| r.path.as_path()))
-        .filter(|s| s.starts_with(home) && *s != home)
-        .any(|s| path.starts_with(s));
-    if shown {
-        return None;
-    }
-    let tilde = match path.strip_prefix(home) {
-        Ok(r) => format!("~/{}", r.display()),
-        Err(_) => path.display().to_string(),
-    };
-    Some(Explanation {
-        subject: format!("{verb} {}", path.display()),
-        decision: "deny",
-        rule: "filesystem.home".into(),
-        origin: Some("[filesystem] home = \"needed\"".into()),
-        why: "not in the home's view: the sandbox's home holds only what `home_show` \
-              (configuration, checked for secrets), `home_tools` (toolchains), the agent's state, \
-              the caches and the project show; nothing else of the home is there, whatever the \
-              host holds"
-            .into(),
-        notes: vec![
-            "a shown file that holds a secret (a token, a password line) is hidden too".into(),
-        ],
-        allow_with: Some(format!(
-            "[filesystem]\nhome_show = [{}]",
-            cordon_policy::explain::toml_string(&tilde)
-        )),
-        ..Explanation::default()
-    })
-}
-
-fn filesystem(plan: &Plan, path: &Path, write: bool) -> Explanation {
-    if let Some(x) = home_view(plan, path, if write { "write" } else { "read" }) {
-        return x;
-    }
-    let layout = cordon_sandbox::prepare(&plan.filesystem);
-    let access = cordon_sandbox::explain::path_access(&layout, path);
-    let fs = &plan.filesystem;
-    let origin_of = |at: &Path| {
-        [&fs.read_only, &fs.writable, &fs.readable]
-            .iter()
-            .flat_map(|v| v.iter())
-            .find(|r| r.path == at)
-            .map(|r| r.origin.clone())
-    };
-    let verb = if write { "write" } else { "read" };
-    let mut x = Explanation {
-        subject: format!("{verb} {}", path.display()),
-        ..Explanation::default()
-    };
-    let writable_line = format!(
-        "[filesystem]\nwritable = [{}]",
-        cordon_policy::explain::toml_string(&path.display().to_string())
-    );
-    match access {
-        PathAccess::Hidden { at, rule } => {
-            x.decision = "deny";
-            x.rule = format!("filesystem.deny {}", at.display());
-            x.why = format!(
-                "{} is masked: nothing of it is visible, and deny wins over readable and writable",
-                at.display()
-            );
-            x.notes.push(
-                "no readable or writable line added elsewhere re-opens a masked path".to_string(),
-            );
-            x.origin = Some(rule);
-        }
-        PathAccess::Absent => {
-            x.decision = "deny";
-            x.rule = "filesystem.readable".into();
-            x.why = "no readable or writable rule puts it in the sandbox's view".into();
-        }
-        PathAccess::Writable { at } => {
-            x.decision = "allow";
-            x.allowed = true;
-            x.rule = format!("filesystem.writable {}", at.display());
-            x.origin = origin_of(&at);
-            x.why = format!(
-                "{} is bound read-write: writes reach the host",
-                at.display()
-            );
-        }
-        PathAccess::Private { at } => {
-            x.decision = "allow";
-            x.allowed = true;
-            x.rule = format!("sandbox's own {}", at.display());
-            x.origin = Some("built-in".into());
-            x.why = format!(
-                "{} is the session's own: writes never reach the host",
-                at.display()
-            );
-        }
-        PathAccess::ReadOnly { at } if !write => {
-            x.decision = "allow";
-            x.allowed = true;
-            x.rule = format!("filesystem.readable {}", at.display());
-            x.origin = origin_of(&at);
-            x.why = format!("{} is visible read-only", at.display());
-        }
-        PathAccess::ReadOnly { at } => {
-            let carve_out = fs.read_only.iter().any(|r| r.path == at);
-            if !carve_out && plan.state.home == HomeMode::Overlay && path.starts_with(&plan.home) {
-                x.decision = "allow";
-                x.allowed = true;
-                x.rule = "state.home overlay".into();
-                x.origin = Some("[state] home = \"overlay\"".into());
-                x.why = "the home is copy-on-write: writes land in the session's layer (agent \
-                         state goes to review with `cordon state`, the rest is discarded at exit)"
-                    .into();
-                return x;
-            }
-            x.decision = "deny";
-            x.rule = if carve_out {
-                format!("filesystem.read_only {}", at.display())
-            } else {
-                format!("filesystem.readable {}", at.display())
-            };
-            x.origin = origin_of(&at);
-            x.why = format!(
-                "{} is visible read-only{}",
-                at.display(),
-                if carve_out {
-                    " even inside a writable directory (files the host executes)"
-                } else {
-                    ""
-                }
-            );
-            if !carve_out {
-                x.allow_with = Some(writable_line);
-            }
-        }
-    }
-    x
 }
 
 fn exec(plan: &Plan, argv: &[String]) -> Explanation {

@@ -221,21 +221,7 @@ pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prep
         eprintln!("cordon: warning: {w}");
         emit(NewEvent::new(Layer::State, Action::Degraded, w));
     }
-    // Host-executed files git replaces by a rename stay writable in place (see
-    // cordon_state::WRITTEN_IN_PLACE), where the read-only rules would bind them.
-    if plan.state.project_files == ProjectFiles::Staged {
-        for r in &plan.filesystem.read_only {
-            let named = r
-                .path
-                .file_name()
-                .is_some_and(|n| cordon_state::WRITTEN_IN_PLACE.iter().any(|w| n == *w));
-            if named && std::fs::symlink_metadata(&r.path).is_ok_and(|m| m.is_file()) {
-                staged.push(Staged::InPlace {
-                    path: r.path.clone(),
-                });
-            }
-        }
-    }
+    staged.extend(in_place(plan));
     emit(
         NewEvent::new(
             Layer::State,
@@ -289,6 +275,73 @@ pub fn begin(plan: &Plan, session: &str, emit: &dyn Fn(NewEvent)) -> Result<Prep
         surface,
         masked,
     })
+}
+
+/// Host-executed files git replaces by a rename stay writable in place (see
+/// cordon_state::WRITTEN_IN_PLACE), where the read-only rules would bind them.
+fn in_place(plan: &Plan) -> Vec<Staged> {
+    if plan.state.project_files != ProjectFiles::Staged {
+        return Vec::new();
+    }
+    let named = |p: &Path| {
+        p.file_name()
+            .is_some_and(|n| cordon_state::WRITTEN_IN_PLACE.iter().any(|w| n == *w))
+    };
+    plan.filesystem
+        .read_only
+        .iter()
+        .filter(|r| named(&r.path) && std::fs::symlink_metadata(&r.path).is_ok_and(|m| m.is_file()))
+        .map(|r| Staged::InPlace {
+            path: r.path.clone(),
+        })
+        .collect()
+}
+
+/// The session's copy-on-write layout as [`begin`] would make it, made of nothing (no layer
+/// is created): what `cordon explain` and `cordon check` answer from, so that they say
+/// what a session does.
+pub struct Sketch {
+    /// What a session would mount copy-on-write (its layers' own paths left empty).
+    pub staged: Vec<Staged>,
+    /// Host-executed names that do not exist yet: what a session makes there goes to review.
+    pub watch: Vec<PathBuf>,
+}
+
+pub fn sketch(plan: &Plan) -> Sketch {
+    let (paths, surface) = protected(plan);
+    let none = PathBuf::new;
+    let mut staged = Vec::new();
+    if let Ok(Some(h)) = crate::home::plan_home(plan, &paths) {
+        staged.push(Staged::Home {
+            path: h.spec.path.clone(),
+            upper: none(),
+            work: none(),
+            view: None,
+        });
+        staged.extend(h.caches.iter().map(|c| Staged::Cache {
+            path: c.clone(),
+            lower: Vec::new(),
+            upper: none(),
+            work: none(),
+        }));
+    }
+    for p in &paths {
+        let path = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+        match std::fs::metadata(&path) {
+            Ok(m) if m.is_dir() => staged.push(Staged::Dir {
+                path,
+                upper: none(),
+                work: none(),
+            }),
+            Ok(_) => staged.push(Staged::File { path, copy: none() }),
+            Err(_) => {}
+        }
+    }
+    staged.extend(in_place(plan));
+    Sketch {
+        staged,
+        watch: surface.map(|s| s.watch).unwrap_or_default(),
+    }
 }
 
 fn ensure_root(store: &StateStore) -> Result<PathBuf> {

@@ -130,7 +130,7 @@ both!(paths_are_decided_by_the_filesystem_view, |env: Env| {
         &["--write", env.home.join(".bashrc").to_str().unwrap()],
     );
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
-    assert!(stdout(&o).contains("state.home overlay"), "{}", show(&o));
+    assert!(stdout(&o).contains("discarded at exit"), "{}", show(&o));
 });
 
 both!(commands_are_decided_by_the_exec_rules, |env: Env| {

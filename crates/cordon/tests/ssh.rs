@@ -449,11 +449,11 @@ impl Drop for ForkedAgent {
     }
 }
 
-/// `ssh-agent` started the way `eval $(ssh-agent)` starts it: its socket in a fresh
-/// `/tmp/ssh-XXXX/` (where sshd puts a forwarded agent too), which the sandbox's private
-/// `/tmp` does not have, and with `XDG_RUNTIME_DIR` under `/tmp` as containers and minimal
-/// systems set it. The session starts, lists the keys through the filter, and a signature
-/// bound to no host (`ssh-keygen -Y sign`) is refused.
+// `ssh-agent` started the way `eval $(ssh-agent)` starts it: its socket in a fresh
+// `/tmp/ssh-XXXX/` (where sshd puts a forwarded agent too), which the sandbox's private
+// `/tmp` does not have, and with `XDG_RUNTIME_DIR` under `/tmp` as containers and minimal
+// systems set it. The session starts, lists the keys through the filter, and a signature
+// bound to no host (`ssh-keygen -Y sign`) is refused.
 both!(
     an_agent_under_tmp_started_the_default_way_works,
     |env: Env| {

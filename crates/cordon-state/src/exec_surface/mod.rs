@@ -22,6 +22,7 @@ mod tools;
 
 pub(crate) use review::flags;
 use review::*;
+pub use review::{ExitFate, exit_fate};
 
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing {

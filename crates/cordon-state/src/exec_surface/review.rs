@@ -255,3 +255,85 @@ pub(super) fn gitconfig_update_keys(text: &str) -> bool {
         None => true,
     }
 }
+
+/// What review does at exit with a write the session makes at `p`, a path on the
+/// host-executed surface (staged copy-on-write): said ahead of time, by the rules
+/// [`applies_unasked`] and [`flags`] apply to the change itself, for `cordon explain`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitFate {
+    /// Data git only stores (objects added, refs, logs, `HEAD`): applied at exit
+    /// without asking. Removing or rewriting what was there waits for review.
+    AppliedUnasked,
+    /// Configuration and what can hide work (a git config, `.gitmodules`, the index,
+    /// `info/exclude`): applied without asking when the change runs and hides nothing;
+    /// otherwise FLAGGED, and it waits.
+    AppliedWhenInert,
+    /// Something the host runs (a hook): waits for review, FLAGGED.
+    Flagged,
+    /// Waits for review.
+    Reviewed,
+}
+
+/// See [`ExitFate`].
+pub fn exit_fate(p: &Path) -> ExitFate {
+    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if name == ".gitmodules" {
+        return ExitFate::AppliedWhenInert;
+    }
+    let Some(gitdir) = gitdir_of(p).filter(|g| g != p) else {
+        return ExitFate::Reviewed;
+    };
+    let rel = p.strip_prefix(&gitdir).unwrap_or(Path::new(""));
+    if rel.components().any(|c| c.as_os_str() == "hooks") {
+        return ExitFate::Flagged;
+    }
+    let top = rel.parent() == Some(Path::new(""));
+    let in_info = rel.parent().is_some_and(|d| d == Path::new("info"));
+    // The index can hide work (skip-worktree), `info/exclude` can hide files: flagged then.
+    if (top && matches!(name, "config" | "config.worktree" | "index"))
+        || (in_info && name == "exclude")
+    {
+        return ExitFate::AppliedWhenInert;
+    }
+    if under_objects_info(rel) {
+        return ExitFate::Reviewed;
+    }
+    if under_objects(rel) || inert_in_gitdir(rel) {
+        return ExitFate::AppliedUnasked;
+    }
+    ExitFate::Reviewed
+}
+
+#[cfg(test)]
+mod fate_tests {
+    use super::*;
+
+    #[test]
+    fn exit_fates_follow_what_review_does() {
+        let g = Path::new("/p/.git");
+        for (rel, fate) in [
+            ("HEAD", ExitFate::AppliedUnasked),
+            ("refs/heads/main", ExitFate::AppliedUnasked),
+            ("logs/HEAD", ExitFate::AppliedUnasked),
+            ("index", ExitFate::AppliedWhenInert),
+            ("info/exclude", ExitFate::AppliedWhenInert),
+            ("objects/ab/cdef", ExitFate::AppliedUnasked),
+            ("objects/info/alternates", ExitFate::Reviewed),
+            ("config", ExitFate::AppliedWhenInert),
+            ("hooks/pre-commit", ExitFate::Flagged),
+            ("hooks", ExitFate::Flagged),
+            ("info/attributes", ExitFate::Reviewed),
+        ] {
+            assert_eq!(exit_fate(&g.join(rel)), fate, "{rel}");
+        }
+        assert_eq!(
+            exit_fate(Path::new("/p/.gitmodules")),
+            ExitFate::AppliedWhenInert
+        );
+        assert_eq!(
+            exit_fate(Path::new("/p/.vscode/tasks.json")),
+            ExitFate::Reviewed
+        );
+        assert_eq!(exit_fate(Path::new("/p/.envrc")), ExitFate::Reviewed);
+    }
+}
