@@ -66,7 +66,7 @@ pub use meta::{EntryKind, Status};
 pub use setid::{SetIdSweep, Stripped, shown_path, strip_set_id};
 pub use store::{
     AcceptReport, Change, Conflict, Entry, RestoreReport, RunningGuard, Session, SessionInfo,
-    StateStore, is_valid_session_id, resolve_path, resolve_path_below,
+    StateStore, is_valid_session_id, listed, resolve_path, resolve_path_below,
 };
 pub use view::{Hidden, SHOW_MAX_BYTES, SHOW_MAX_FILES, SecretCheck, View, ViewSpec, build_view};
 

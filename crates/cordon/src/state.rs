@@ -804,7 +804,11 @@ fn review(plan: &Plan, s: &Session, emit: &dyn Fn(NewEvent)) -> Reviewed {
         OnExit::Ask => OnExit::Pending,
         other => other,
     };
-    let flagged = changes.iter().filter(|c| !c.flags.is_empty()).count();
+    // Counted as review lists them (a new directory comes with its files, uncounted).
+    let (listed, flagged) = {
+        let l = cordon_state::listed(&changes);
+        (l.len(), l.iter().filter(|c| !c.flags.is_empty()).count())
+    };
     match choice {
         OnExit::Keep => match s.accept(&[]) {
             Ok(r) => {
@@ -840,15 +844,15 @@ fn review(plan: &Plan, s: &Session, emit: &dyn Fn(NewEvent)) -> Reviewed {
                     Action::Deny,
                     "protected state changes discarded",
                 )
-                .detail("files", changes.len()),
+                .detail("files", listed),
             );
         }
         OnExit::Ask | OnExit::Pending => {
             eprintln!(
                 "cordon: {} to protected state ({flagged} flagged) {} pending: \
                  `cordon state diff {id}`, then `cordon state accept {id}` or `cordon state discard {id}`",
-                crate::output::count(changes.len(), "change", "changes"),
-                if changes.len() == 1 { "is" } else { "are" },
+                crate::output::count(listed, "change", "changes"),
+                if listed == 1 { "is" } else { "are" },
                 id = s.id
             );
             emit(
@@ -857,7 +861,7 @@ fn review(plan: &Plan, s: &Session, emit: &dyn Fn(NewEvent)) -> Reviewed {
                     Action::Ask,
                     "protected state changes pending review",
                 )
-                .detail("files", changes.len())
+                .detail("files", listed)
                 .detail("flagged", flagged),
             );
         }

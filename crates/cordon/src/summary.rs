@@ -332,7 +332,8 @@ impl Facts {
         parts.push(format!("judge calls {}", self.judge_calls));
         if let Some(n) = self.state_pending {
             parts.push(format!(
-                "{n} state changes pending: `cordon state diff {}`",
+                "{} pending: `cordon state diff {}`",
+                crate::output::count(n as usize, "state change", "state changes"),
                 self.session
             ));
         }

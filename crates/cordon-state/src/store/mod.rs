@@ -21,6 +21,7 @@ mod accept;
 mod paths;
 mod restore;
 mod review;
+pub use review::listed;
 mod session;
 mod spare;
 

@@ -69,6 +69,26 @@ fn read_text(path: &Path, expect: Option<&str>, limit: u64) -> Option<String> {
     String::from_utf8(buf).ok()
 }
 
+/// A directory added or removed with other changes below it: it says nothing those do not,
+/// so review does not list it (it is applied with them).
+fn implied(c: &Change, all: &[&Change]) -> bool {
+    let is_dir = |n: &Option<Node>| n.as_ref().is_some_and(|n| n.kind == NodeKind::Dir);
+    let dir = match c.kind {
+        ChangeKind::Added => is_dir(&c.after),
+        ChangeKind::Removed => is_dir(&c.before),
+        _ => false,
+    };
+    dir && all
+        .iter()
+        .any(|o| o.protected == c.protected && o.rel != c.rel && o.rel.starts_with(&c.rel))
+}
+
+/// The changes review lists (and counts): all but [`implied`] directories.
+pub fn listed(changes: &[Change]) -> Vec<&Change> {
+    let all: Vec<&Change> = changes.iter().collect();
+    all.iter().copied().filter(|c| !implied(c, &all)).collect()
+}
+
 impl Session {
     pub(super) fn plan(&self) -> Result<Vec<Planned>, StateError> {
         let meta = self.meta()?;
@@ -128,11 +148,18 @@ impl Session {
         Ok(out)
     }
 
-    /// Every change the sandbox made to the protected paths, in path order, with flags and
-    /// diffs. Only for pending sessions.
+    /// Every change the sandbox made to the protected paths that still waits (what an
+    /// earlier partial accept applied is on the host already, and not asked about again), in
+    /// path order, with flags and diffs. Only for pending sessions.
     pub fn changes(&self) -> Result<Vec<Change>, StateError> {
+        let applied: std::collections::BTreeSet<PathBuf> =
+            self.meta()?.applied.into_iter().collect();
         let plans = self.plan()?;
-        Ok(plans.iter().map(|p| self.describe(p)).collect())
+        Ok(plans
+            .iter()
+            .filter(|p| !applied.contains(&p.host_path))
+            .map(|p| self.describe(p))
+            .collect())
     }
 
     fn describe(&self, p: &Planned) -> Change {
@@ -217,7 +244,8 @@ impl Session {
     /// A compact, human summary: per protected path, `+` added, `-` removed, `~` changed, `!`
     /// type changed, flagged lines first, then unified diffs of small text files.
     pub fn summary(&self) -> Result<String, StateError> {
-        let changes = self.changes()?;
+        let all = self.changes()?;
+        let changes = listed(&all);
         let flagged = changes.iter().filter(|c| !c.flags.is_empty()).count();
         let mut out = String::new();
         let _ = writeln!(
@@ -234,9 +262,20 @@ impl Session {
                 String::new()
             }
         );
-        let mut diffs = String::new();
-        for e in &self.entries {
-            let mine: Vec<&Change> = changes.iter().filter(|c| c.protected == e.host).collect();
+        let (mut diffs, mut folded) = (String::new(), 0usize);
+        // What the reviewer must see comes first: protected paths with a FLAGGED change.
+        let mut entries: Vec<_> = self.entries.iter().collect();
+        entries.sort_by_key(|e| {
+            !changes
+                .iter()
+                .any(|c| c.protected == e.host && !c.flags.is_empty())
+        });
+        for e in entries {
+            let mine: Vec<&Change> = changes
+                .iter()
+                .copied()
+                .filter(|c| c.protected == e.host)
+                .collect();
             let kind = match e.kind {
                 EntryKind::Dir => "dir",
                 EntryKind::File => "file",
@@ -259,23 +298,8 @@ impl Session {
                     n => format!(" !{n} type changed"),
                 }
             );
-            // Added/removed directories with other changes below them say nothing new.
             let is_dir = |n: &Option<Node>| n.as_ref().is_some_and(|n| n.kind == NodeKind::Dir);
-            let mut shown: Vec<&Change> = mine
-                .iter()
-                .copied()
-                .filter(|c| {
-                    let implied = match c.kind {
-                        ChangeKind::Added => is_dir(&c.after),
-                        ChangeKind::Removed => is_dir(&c.before),
-                        _ => false,
-                    };
-                    !(implied
-                        && mine
-                            .iter()
-                            .any(|o| o.rel != c.rel && o.rel.starts_with(&c.rel)))
-                })
-                .collect();
+            let mut shown = mine;
             shown.sort_by_key(|c| c.flags.is_empty());
             for c in shown {
                 let name = if c.rel.as_os_str().is_empty() {
@@ -315,8 +339,19 @@ impl Session {
                         flags.join("; ")
                     );
                 }
-                if let Some(d) = &c.diff {
-                    diffs.push_str(&escape::lines(d));
+                // Refs, logs and objects are git's bookkeeping: their diffs say nothing a
+                // reviewer acts on, so they are folded (`cordon state diff` shows them).
+                match &c.diff {
+                    Some(_)
+                        if c.flags.is_empty()
+                            && crate::exit_fate(&c.host_path)
+                                == crate::ExitFate::AppliedUnasked =>
+                    {
+                        folded += 1
+                    }
+                    Some(d) if c.flags.is_empty() => diffs.push_str(&escape::lines(d)),
+                    Some(d) => diffs.insert_str(0, &escape::lines(d)),
+                    None => {}
                 }
             }
         }
@@ -330,6 +365,14 @@ impl Session {
         if !diffs.is_empty() {
             out.push('\n');
             out.push_str(&diffs);
+        }
+        if folded > 0 {
+            let _ = writeln!(
+                out,
+                "({folded} diff{} of git refs, logs and objects folded: `cordon state diff {}`)",
+                if folded == 1 { "" } else { "s" },
+                self.id
+            );
         }
         Ok(out)
     }
