@@ -55,6 +55,10 @@ pub(crate) struct ExecSupervisor<'a> {
     approvals: Option<(Approvals, Mailbox)>,
     held: HashMap<u64, Held>,
     remembered: HashMap<String, bool>,
+    /// A person's last answer once (pid, command line, allowed, when): a shell that was
+    /// refused tries the next `PATH` entry at once, the same command, which is not asked
+    /// again.
+    last_answer: Option<(u32, String, bool, std::time::Instant)>,
     denials: HashMap<i64, u32>,
     emit: &'a dyn Fn(NewEvent),
     /// Events kept back by [`ExecSupervisor::answer_waiting_exec`] until the start's own
@@ -310,6 +314,7 @@ impl<'a> ExecSupervisor<'a> {
             approvals,
             held: HashMap::new(),
             remembered: HashMap::new(),
+            last_answer: None,
             denials: HashMap::new(),
             emit,
             kept: None,
@@ -481,7 +486,13 @@ impl<'a> ExecSupervisor<'a> {
             rule.pattern
         );
         let remember_key = format!("{}\u{0}{}", rule.origin, rule.pattern);
-        let action = match (rule.action, self.remembered.get(&remember_key)) {
+        let just = self.last_answer.as_ref().and_then(|(pid, l, allow, at)| {
+            (*pid == n.pid && *l == line && at.elapsed() < Duration::from_secs(2)).then_some(*allow)
+        });
+        let action = match (
+            rule.action,
+            self.remembered.get(&remember_key).copied().or(just),
+        ) {
             (ExecAction::Ask, Some(true)) => ExecAction::Allow,
             (ExecAction::Ask, Some(false)) => ExecAction::Deny,
             (a, _) => a,
@@ -497,17 +508,23 @@ impl<'a> ExecSupervisor<'a> {
             }
             ExecAction::Deny => {
                 let _ = self.listener.deny(n.id, libc::EPERM);
-                tell_terminal(&format!(
-                    "denied `{line}` by rule {rule_text}; retrying another way will not help \
-                     (why: `{}`)",
-                    call.explain_hint()
-                ));
+                let by = if rule.action == ExecAction::Ask {
+                    format!("by a person's answer for this session to rule {rule_text}")
+                } else {
+                    format!("by rule {rule_text}")
+                };
+                tell_denied(&line, &by, &call);
                 self.log(self.exec_event(Action::Deny, &line, &rule_text, &n));
             }
             ExecAction::Ask => {
                 let timeout = Duration::from_secs(self.exec.ask_timeout_secs);
                 let Some((approvals, mailbox)) = self.approvals.as_ref() else {
                     let _ = self.listener.deny(n.id, libc::EPERM);
+                    tell_denied(
+                        &line,
+                        &format!("by rule {rule_text}, with no one to ask (no approval broker)"),
+                        &call,
+                    );
                     self.log(
                         self.exec_event(Action::Deny, &line, &rule_text, &n)
                             .detail("approval", "no broker: denied"),
@@ -589,6 +606,7 @@ impl<'a> ExecSupervisor<'a> {
         if a.remember {
             self.remembered.insert(h.remember_key.clone(), a.allow);
         }
+        self.last_answer = Some((h.pid, h.line.clone(), a.allow, std::time::Instant::now()));
         // What runs must be what the person saw: another thread may have rewritten argv
         // while the question waited.
         let again = Notification {
@@ -615,11 +633,24 @@ impl<'a> ExecSupervisor<'a> {
             let _ = self.listener.deny(h.notif, libc::EPERM);
         }
         if a.timed_out {
-            tell_terminal(&format!(
-                "`{}` was not approved in time: denied (why: `{}`)",
-                h.line,
-                h.call.explain_hint()
-            ));
+            tell_denied(
+                &h.line,
+                "because no one approved it in time ([exec] ask_timeout)",
+                &h.call,
+            );
+        } else if !unchanged {
+            tell_denied(
+                &h.line,
+                "because its arguments changed while it waited for approval",
+                &h.call,
+            );
+        } else if !a.allow {
+            let by = if a.remember {
+                "by a person (cordon approve or the dashboard), for the rest of this session"
+            } else {
+                "by a person (cordon approve or the dashboard)"
+            };
+            tell_denied(&h.line, by, &h.call);
         }
         self.log(
             NewEvent::new(
@@ -643,6 +674,29 @@ impl<'a> ExecSupervisor<'a> {
             .detail("approval", how),
         );
     }
+}
+
+/// A refused command, in cordon's words on the terminal the agent shares: the program itself
+/// only ever sees `EPERM` from `execve`.
+fn tell_denied(line: &str, by: &str, call: &ExecCall) {
+    // A shell tries each `PATH` entry in turn (`/usr/bin/git`, then `/bin/git`, the same file
+    // on a merged /usr): one command refused twice in a row is said once.
+    static LAST: std::sync::Mutex<Option<(String, std::time::Instant)>> =
+        std::sync::Mutex::new(None);
+    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+    let said = line.to_string();
+    if let Some((l, at)) = last.as_ref()
+        && *l == said
+        && at.elapsed() < Duration::from_secs(1)
+    {
+        return;
+    }
+    *last = Some((said, std::time::Instant::now()));
+    drop(last);
+    tell_terminal(&format!(
+        "denied `{line}` {by}; retrying another way will not help (why: `{}`)",
+        call.explain_hint()
+    ));
 }
 
 fn action_word(a: ExecAction) -> &'static str {

@@ -1,6 +1,8 @@
-//! One line on the user's terminal per denied host, as exec denials get: the first denial of
-//! a host at once, then at most one line per host every [`EVERY`], counting what it held back.
-//! Built from the session's events (network and HTTP denials), so it says what the log says.
+//! A line on the user's terminal for each network and HTTP denial, as exec denials get: the
+//! program the agent ran may show only `error: 403` (`curl -f`) or `CONNECT tunnel failed`,
+//! so cordon's words must come whether the denial is a host's first or a retry. A flood is
+//! bounded: at most [`BURST`] lines per host every [`EVERY`], counting what it held back.
+//! Built from the session's events, so it says what the log says.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -11,8 +13,10 @@ use cordon_events::{Action, Event, Layer};
 
 use crate::summary::url_host;
 
-/// How often one host may get a line after its first.
+/// The window a host's lines are counted in.
 pub const EVERY: Duration = Duration::from_secs(10);
+/// Lines one host gets in a window: enough for every retry a person or agent makes by hand.
+pub const BURST: u32 = 10;
 /// Hosts that get lines at all; past it, one line says the rest are only in the log.
 const MAX_HOSTS: usize = 200;
 
@@ -20,9 +24,9 @@ const MAX_HOSTS: usize = 200;
 pub struct DenialLines {
     enabled: bool,
     /// Per host (or, for a denial that names none, such as the flow cap, per rule: the words
-    /// its counts are said with, "of a.test" or "under rule network.max-flows"): when its last
-    /// line was printed, denials since then not shown.
-    hosts: Mutex<HashMap<String, (Instant, u64)>>,
+    /// its counts are said with, "of a.test" or "under rule network.max-flows"): when its
+    /// window began, lines printed in it, denials not shown.
+    hosts: Mutex<HashMap<String, (Instant, u32, u64)>>,
 }
 
 impl DenialLines {
@@ -56,8 +60,8 @@ impl DenialLines {
         let hosts = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
         let mut held: Vec<(&String, u64)> = hosts
             .iter()
-            .filter(|(_, (_, n))| *n > 0)
-            .map(|(h, (_, n))| (h, *n))
+            .filter(|(_, (_, _, n))| *n > 0)
+            .map(|(h, (_, _, n))| (h, *n))
             .collect();
         held.sort();
         held.into_iter()
@@ -95,7 +99,7 @@ impl DenialLines {
         match hosts.get_mut(&host) {
             None if n >= MAX_HOSTS => None,
             None => {
-                hosts.insert(host.clone(), (now, 0));
+                hosts.insert(host.clone(), (now, 1, 0));
                 Some(if n + 1 == MAX_HOSTS {
                     format!(
                         "denied {what} (rule {rule}); further denied hosts are only in the log (cordon log)"
@@ -104,11 +108,15 @@ impl DenialLines {
                     format!("denied {what} (rule {rule})")
                 })
             }
-            Some((last, held)) if now.duration_since(*last) < EVERY => {
-                *held += 1;
-                None
+            Some((start, shown, held)) if now.duration_since(*start) < EVERY => {
+                if *shown >= BURST {
+                    *held += 1;
+                    return None;
+                }
+                *shown += 1;
+                Some(format!("denied {what} (rule {rule})"))
             }
-            Some((last, held)) => {
+            Some((start, shown, held)) => {
                 let more = match *held {
                     0 => String::new(),
                     k => format!(
@@ -117,8 +125,7 @@ impl DenialLines {
                         EVERY.as_secs()
                     ),
                 };
-                *last = now;
-                *held = 0;
+                (*start, *shown, *held) = (now, 1, 0);
                 Some(format!("denied {what} (rule {rule}){more}"))
             }
         }
@@ -174,7 +181,7 @@ mod tests {
     }
 
     #[test]
-    fn first_denial_of_a_host_at_once_then_one_line_per_interval_with_a_count() {
+    fn every_denial_gets_a_line_up_to_a_burst_per_host_then_a_count() {
         let d = DenialLines::new(false);
         let t0 = Instant::now();
         let first = d.line_for(&ev("a.test"), t0).unwrap();
@@ -186,25 +193,30 @@ mod tests {
             d.line_for(&ev("b.test"), t0).is_some(),
             "another host: its own line"
         );
-        for _ in 0..3 {
-            assert!(
-                d.line_for(&ev("a.test"), t0 + Duration::from_secs(1))
-                    .is_none()
+        // Retries within the window are said too, up to the burst.
+        let t1 = t0 + Duration::from_secs(1);
+        for _ in 1..BURST {
+            assert_eq!(
+                d.line_for(&ev("a.test"), t1).as_deref(),
+                Some(first.as_str())
             );
+        }
+        for _ in 0..3 {
+            assert!(d.line_for(&ev("a.test"), t1).is_none());
         }
         let later = d.line_for(&ev("a.test"), t0 + EVERY).unwrap();
         assert!(
             later.ends_with("; 3 more denials of a.test in the last 10 s"),
             "{later}"
         );
-        assert!(d.line_for(&ev("a.test"), t0 + EVERY).is_none());
         assert!(DenialLines::new(true).line_for(&ev("c.test"), t0).is_none());
         // What no line showed yet is said at the end.
-        assert!(d.line_for(&ev("a.test"), t0 + EVERY).is_none());
-        assert!(
-            d.line_for(&ev("b.test"), t0 + Duration::from_secs(2))
-                .is_none()
-        );
+        for _ in 1..BURST + 2 {
+            let _ = d.line_for(&ev("a.test"), t0 + EVERY);
+        }
+        for _ in 1..BURST + 1 {
+            let _ = d.line_for(&ev("b.test"), t1);
+        }
         assert_eq!(
             d.held_lines(),
             [
@@ -231,13 +243,18 @@ mod tests {
                 .rule("network.max-flows"),
             )
         };
-        assert!(d.line_for(&cap(), t0).is_some());
+        for _ in 0..BURST {
+            assert!(d.line_for(&cap(), t0).is_some());
+        }
         assert!(d.line_for(&cap(), t0).is_none());
         let later = d.line_for(&cap(), t0 + EVERY).unwrap();
         assert!(
             later.ends_with("; 1 more denial under rule network.max-flows in the last 10 s"),
             "{later}"
         );
+        for _ in 1..BURST {
+            assert!(d.line_for(&cap(), t0 + EVERY).is_some());
+        }
         assert!(d.line_for(&cap(), t0 + EVERY).is_none());
         assert_eq!(
             d.held_lines(),
