@@ -90,13 +90,13 @@
 //! | `terminal` | `apply` | The agent's pseudo-terminal was set up. |
 //! | `terminal` | `deny` | Terminal input injection or another terminal escape was blocked. detail: `what`. |
 //! | `network` | `apply` | The network namespace and gateway are up. detail: mode. |
-//! | `network` | `allow` | An outbound connection was allowed. detail: `host`, `ip`, `port`, `proto`. |
+//! | `network` | `allow` | An outbound connection was allowed. detail: `host`, `ip`, `port`, `proto`; when it closes, `bytes_up`, `bytes_down` (bytes relayed each way) and `duration_ms`. |
 //! | `network` | `deny` | An outbound connection was refused. detail: `host`, `ip`, `port`, `proto`. |
 //! | `network` | `ask` | A connection waits for the user's approval (a later `allow`/`deny` settles it). |
 //! | `dns` | `allow` | A name lookup was answered. detail: `name`, `type`. |
 //! | `dns` | `deny` | A name lookup was refused. detail: `name`, `type`. |
 //! | `http` | `apply` | The HTTP layer is up: requests are decided one by one, HTTPS intercepted with cordon's CA. |
-//! | `http` | `allow` | An HTTP request through the proxy was forwarded. detail: `method`, `url`, `status`. |
+//! | `http` | `allow` | An HTTP request through the proxy was forwarded (logged when its answer has been relayed). detail: `method`, `url`, `status`, `latency_ms`, `bytes_up` (the request's head in its HTTP/1.1 form plus the body bytes sent upstream), `bytes_down` (the answer's head likewise plus the body bytes read from the server). The gateway does not count a connection it hands to the HTTP layer (transparent 80/443 or the proxy's `CONNECT`): these are its bytes. A WebSocket's frames are not counted. |
 //! | `http` | `deny` | An HTTP request was blocked (rule, judge or secret scan). detail: `method`, `url`. |
 //! | `http` | any | The final event of a request the LLM judge was asked about carries `judge_call` ([`JudgeCall`]: `verdict`, `latency_ms`), whatever became of the request. |
 //! | `http` | `ask` | An HTTP request waits for the user's approval. |

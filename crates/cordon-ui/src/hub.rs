@@ -60,6 +60,7 @@ pub struct Pending {
 pub struct StateRow {
     pub session: String,
     pub changed: Option<usize>,
+    /// Not ended yet (see [`Hub::still_running`]): not to be accepted or discarded.
     pub running: bool,
     pub protected: Vec<String>,
 }
@@ -205,6 +206,32 @@ impl Hub {
         }
     }
 
+    /// Whether `session` has not ended, so its state may not be reviewed yet: its sandbox
+    /// holds the session's lock, or its log has no end event. The lock alone is not enough:
+    /// `cordon run` lets go of it once the sandbox is gone, before its own exit review (which
+    /// accepts or discards too) and the log's end event.
+    pub fn still_running(&self, session: &cordon_state::Session) -> bool {
+        session.is_running() || self.log_open(&session.id)
+    }
+
+    /// Whether the session's log lacks its end event and was written lately: a session killed
+    /// with -9 never writes one, and its log is taken for a dead one's once [`QUIET`].
+    fn log_open(&self, id: &str) -> bool {
+        let known = self.lock().sessions.get(id).map(|v| v.log.clone());
+        let found = known.or_else(|| {
+            self.sources
+                .log_dirs
+                .iter()
+                .map(|d| d.join(format!("{id}.jsonl")))
+                .find(|p| p.exists())
+        });
+        // Read again rather than trusted from the view: the watcher may be a tick behind.
+        found.is_some_and(|log| {
+            !ended_already(&log)
+                && modified(&log).is_some_and(|t| t.elapsed().map_or(true, |age| age <= QUIET))
+        })
+    }
+
     pub fn set_state(&self, now: Vec<StateRow>) {
         let mut inner = self.lock();
         if inner.state != now {
@@ -272,7 +299,7 @@ fn poll_approvals(dir: &Path) -> Vec<Pending> {
     out
 }
 
-fn poll_state(root: &Path) -> Vec<StateRow> {
+fn poll_state(hub: &Hub, root: &Path) -> Vec<StateRow> {
     let store = cordon_state::StateStore::new(root);
     let Ok(list) = store.list() else {
         return Vec::new();
@@ -280,7 +307,7 @@ fn poll_state(root: &Path) -> Vec<StateRow> {
     list.into_iter()
         .filter(|s| s.status == Some(cordon_state::Status::Pending) && s.changed != Some(0))
         .map(|s| StateRow {
-            running: store.open(&s.id).is_ok_and(|o| o.is_running()),
+            running: store.open(&s.id).is_ok_and(|o| hub.still_running(&o)),
             session: s.id,
             changed: s.changed,
             protected: s
@@ -386,7 +413,7 @@ pub fn watch(hub: Arc<Hub>, stop: Arc<AtomicBool>) {
             && last_state.elapsed() >= STATE_EVERY
         {
             last_state = Instant::now();
-            hub.set_state(poll_state(root));
+            hub.set_state(poll_state(&hub, root));
         }
         std::thread::sleep(TICK);
     }

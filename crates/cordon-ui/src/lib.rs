@@ -1,9 +1,10 @@
 //! cordon-ui: the live dashboard (`cordon ui`, `cordon run --ui`). Serves one page on
 //! `127.0.0.1` at a random port: every running session's events as they happen (DNS, flows,
 //! HTTP decisions, exec rules, state changes) with filters; the questions sessions hold, with
-//! allow once / always / deny; per session, requests by host and decision, bytes, judge calls
-//! and latency and a timeline; a session's state review with accept / discard. Live updates
-//! are server-sent events; the page, script and style are compiled in (no CDN, no build step).
+//! allow once / always / deny; per session, requests by host and decision, bytes on every path
+//! (total and per host), judge calls and latency and a timeline; a session's state review,
+//! with accept / discard once the session has ended. Live updates are server-sent events; the
+//! page, script and style are compiled in (no CDN, no build step).
 //!
 //! Trust boundary: host side only, and it never talks to a sandbox. It reads sessions through
 //! their audit logs (`cordon-events`), answers questions through the same broker client as

@@ -143,8 +143,8 @@ fn open_state(root: Option<&Path>, session: &str) -> Result<cordon_state::Sessio
 }
 
 /// `GET /api/state?session=ID`: the review `cordon state diff` prints, and each change.
-pub fn state_diff(root: Option<&Path>, session: &str) -> Reply {
-    let s = match open_state(root, session) {
+pub fn state_diff(hub: &Hub, session: &str) -> Reply {
+    let s = match open_state(hub.sources.state_root.as_deref(), session) {
         Ok(s) => s,
         Err(r) => return r,
     };
@@ -166,25 +166,34 @@ pub fn state_diff(root: Option<&Path>, session: &str) -> Reply {
         .collect();
     Reply::ok(json!({
         "session": session,
-        "running": s.is_running(),
+        "running": hub.still_running(&s),
         "summary": summary,
         "changes": changes,
     }))
 }
 
 /// `POST /api/state/accept` and `/discard`: what `cordon state accept SESSION` (every
-/// protected change) and `cordon state discard SESSION` do. Refused while the session runs.
-pub fn state_change(root: Option<&Path>, body: &[u8], accept: bool) -> Reply {
+/// protected change) and `cordon state discard SESSION` do. Refused until the session ended
+/// (see [`Hub::still_running`]): its changes are not complete, and its own exit review may
+/// still decide them.
+pub fn state_change(hub: &Hub, body: &[u8], accept: bool) -> Reply {
     let req: SessionReq = match serde_json::from_slice(body) {
         Ok(r) => r,
         Err(e) => return Reply::error(400, format!("bad request body: {e}")),
     };
-    let s = match open_state(root, &req.session) {
+    let s = match open_state(hub.sources.state_root.as_deref(), &req.session) {
         Ok(s) => s,
         Err(r) => return r,
     };
-    if s.is_running() {
-        return Reply::error(409, "the session is still running: review it once it ends");
+    if hub.still_running(&s) {
+        let verb = if accept { "accepted" } else { "discarded" };
+        return Reply::error(
+            409,
+            format!(
+                "session {} is still running: its changes can be {verb} once it has ended (and after its own exit review)",
+                req.session
+            ),
+        );
     }
     if accept {
         match s.accept(&[]) {
@@ -244,8 +253,55 @@ mod tests {
         );
         assert_eq!(r.status, 409);
         assert!(r.body.contains("not answered"), "{}", r.body);
-        let r = state_change(Some(Path::new("/nonexistent")), br#"{"session":"S"}"#, true);
+        let hub = Hub::new(crate::hub::Sources {
+            state_root: Some("/nonexistent".into()),
+            ..Default::default()
+        });
+        let r = state_change(&hub, br#"{"session":"S"}"#, true);
         assert_eq!(r.status, 404, "{}", r.body);
+    }
+
+    #[test]
+    fn a_session_is_reviewed_only_once_it_has_ended() {
+        use cordon_events::{Action, AuditLog, Layer, NewEvent};
+        let dir = tempfile::tempdir().unwrap();
+        let (root, logs) = (dir.path().join("state"), dir.path().join("logs"));
+        std::fs::create_dir_all(&logs).unwrap();
+        let id = "20261201T000000Z-0000beef";
+        let s = cordon_state::StateStore::new(&root).begin(id, &[]).unwrap();
+        let log = AuditLog::create(&logs.join(format!("{id}.jsonl")), id).unwrap();
+        log.emit(NewEvent::new(Layer::Session, Action::Start, "s"))
+            .unwrap();
+        let hub = Hub::new(crate::hub::Sources {
+            log_dirs: vec![logs],
+            state_root: Some(root),
+            ..Default::default()
+        });
+        let body = format!("{{\"session\":\"{id}\"}}");
+        let refused = |accept: bool| {
+            let r = state_change(&hub, body.as_bytes(), accept);
+            assert_eq!(r.status, 409, "{}", r.body);
+            assert!(
+                r.body.contains("still running") && r.body.contains("once it has ended"),
+                "{}",
+                r.body
+            );
+        };
+        // The sandbox runs.
+        let sandbox = s.hold_running().unwrap();
+        refused(true);
+        refused(false);
+        drop(sandbox);
+        // The sandbox is gone, the log not ended: `cordon run`'s own exit review may be asking.
+        refused(true);
+        let diff: serde_json::Value = serde_json::from_str(&state_diff(&hub, id).body).unwrap();
+        assert_eq!(diff["running"], true, "{diff}");
+        log.emit(NewEvent::new(Layer::Session, Action::Stop, "e"))
+            .unwrap();
+        let diff: serde_json::Value = serde_json::from_str(&state_diff(&hub, id).body).unwrap();
+        assert_eq!(diff["running"], false, "{diff}");
+        let r = state_change(&hub, body.as_bytes(), false);
+        assert_eq!(r.status, 200, "{}", r.body);
     }
 
     #[test]

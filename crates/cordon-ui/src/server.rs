@@ -134,8 +134,8 @@ pub(crate) async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Bo
             let session = gate::query_param(query.as_deref(), "session")
                 .unwrap_or_default()
                 .to_string();
-            let root = ctx.hub.sources.state_root.clone();
-            blocking(move || routes::state_diff(root.as_deref(), &session)).await
+            let hub = ctx.hub.clone();
+            blocking(move || routes::state_diff(&hub, &session)).await
         }
         Route::Answer | Route::StateAccept | Route::StateDiscard => {
             let r = routes::route(req.method().as_str(), req.uri().path());
@@ -146,11 +146,7 @@ pub(crate) async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Bo
             let hub = ctx.hub.clone();
             blocking(move || match r {
                 Route::Answer => routes::answer(hub.sources.approvals.as_deref(), &body),
-                _ => routes::state_change(
-                    hub.sources.state_root.as_deref(),
-                    &body,
-                    r == Route::StateAccept,
-                ),
+                _ => routes::state_change(&hub, &body, r == Route::StateAccept),
             })
             .await
         }

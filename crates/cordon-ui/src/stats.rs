@@ -17,12 +17,16 @@ pub struct HostRow {
     pub allow: u64,
     pub deny: u64,
     pub ask: u64,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
 }
 
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct Stats {
-    /// Per host: HTTP requests and network connections, by decision.
+    /// Per host: HTTP requests and network connections, by decision, and their bytes.
     pub hosts: Vec<HostRow>,
+    /// Bytes on every path: connections the gateway relayed, and requests the HTTP layer
+    /// forwarded (whose connections the gateway hands over uncounted).
     pub bytes_up: u64,
     pub bytes_down: u64,
     pub judge_calls: u64,
@@ -84,12 +88,13 @@ impl Fold {
             _ => None,
         };
         let u = |k: &str| e.detail.get(k).and_then(serde_json::Value::as_u64);
+        // A connection's bytes come with its closing event, a request's with its final one.
+        let bytes = (u("bytes_up").unwrap_or(0), u("bytes_down").unwrap_or(0));
         let mut counted = false;
         match e.layer {
             Layer::Http => {
-                if let Some(n) = u("bytes_up") {
-                    self.bytes_up += n;
-                }
+                self.bytes_up += bytes.0;
+                self.bytes_down += bytes.1;
                 // A judged request's final event carries `judge_call` (verdict, the judge's own
                 // latency); older logs only name the judge in the deciding rule.
                 let call = e.detail.get("judge_call");
@@ -109,14 +114,14 @@ impl Fold {
                     }
                 }
                 if let (Some(d), Some(host)) = (decision, e.detail_str("url").and_then(url_host)) {
-                    self.count_host(host, d);
+                    self.count_host(host, d, bytes);
                     counted = true;
                 }
             }
             Layer::Network => {
                 // The gateway logs an allowed connection once, when it closes, with its bytes.
-                self.bytes_up += u("bytes_up").unwrap_or(0);
-                self.bytes_down += u("bytes_down").unwrap_or(0);
+                self.bytes_up += bytes.0;
+                self.bytes_down += bytes.1;
                 if let Some(d) = decision {
                     let host = e
                         .detail_str("host")
@@ -124,7 +129,7 @@ impl Fold {
                         .unwrap_or("?")
                         .to_string();
                     let port = u("port").map(|p| format!(":{p}")).unwrap_or_default();
-                    self.count_host(&format!("{host}{port}"), d);
+                    self.count_host(&format!("{host}{port}"), d, bytes);
                     counted = true;
                 }
             }
@@ -150,7 +155,7 @@ impl Fold {
         }
     }
 
-    fn count_host(&mut self, host: &str, decision: usize) {
+    fn count_host(&mut self, host: &str, decision: usize, (up, down): (u64, u64)) {
         let row = self
             .hosts
             .entry(host.to_string())
@@ -163,6 +168,8 @@ impl Fold {
             1 => row.deny += 1,
             _ => row.ask += 1,
         }
+        row.bytes_up += up;
+        row.bytes_down += down;
     }
 
     pub fn stats(&self) -> Stats {
@@ -273,13 +280,16 @@ mod tests {
                     host: "api.test:443".into(),
                     allow: 2,
                     deny: 1,
-                    ask: 0
+                    ask: 0,
+                    bytes_up: 107,
+                    bytes_down: 2000,
                 },
                 HostRow {
                     host: "evil.test:22".into(),
                     allow: 0,
                     deny: 1,
-                    ask: 0
+                    ask: 0,
+                    ..HostRow::default()
                 },
             ]
         );
@@ -304,6 +314,71 @@ mod tests {
         ));
         let s = f.stats();
         assert_eq!((s.judge_calls, s.judge_ms_max), (1, Some(300)));
+    }
+
+    #[test]
+    fn proxied_requests_count_both_ways_in_the_totals_and_per_host() {
+        let mut f = Fold::default();
+        let http = |url: &str, up: u64, down: u64| {
+            ev(
+                "2026-12-01T10:00:01.000Z",
+                Layer::Http,
+                Action::Allow,
+                Some("r"),
+                json!({"url": url, "method": "GET", "status": 200,
+                       "bytes_up": up, "bytes_down": down}),
+            )
+        };
+        // Through the proxy's CONNECT and the transparent interception alike: one event per
+        // request, the connection itself never counted by the gateway.
+        f.take(&http("https://pkg.test/a.tgz", 300, 5000));
+        f.take(&http("https://pkg.test/b.tgz", 310, 7000));
+        f.take(&http("http://plain.test:8080/x", 90, 400));
+        // A CONNECT the HTTP layer does not take (another port) is spliced: the gateway's flow.
+        f.take(&ev(
+            "2026-12-01T10:00:02.000Z",
+            Layer::Network,
+            Action::Allow,
+            Some("r"),
+            json!({"host": "git.test", "port": 22, "via": "proxy",
+                   "bytes_up": 1000, "bytes_down": 3000}),
+        ));
+        // A refused request carries no bytes: nothing left.
+        f.take(&ev(
+            "2026-12-01T10:00:03.000Z",
+            Layer::Http,
+            Action::Deny,
+            Some("r"),
+            json!({"url": "https://pkg.test/secret", "method": "GET", "status": 403}),
+        ));
+        let s = f.stats();
+        assert_eq!(
+            (s.bytes_up, s.bytes_down),
+            (300 + 310 + 90 + 1000, 5000 + 7000 + 400 + 3000)
+        );
+        let row = |h: &str| s.hosts.iter().find(|r| r.host == h).cloned().unwrap();
+        assert_eq!(
+            row("pkg.test"),
+            HostRow {
+                host: "pkg.test".into(),
+                allow: 2,
+                deny: 1,
+                ask: 0,
+                bytes_up: 610,
+                bytes_down: 12000,
+            }
+        );
+        assert_eq!(
+            (
+                row("plain.test:8080").bytes_up,
+                row("plain.test:8080").bytes_down
+            ),
+            (90, 400)
+        );
+        assert_eq!(
+            (row("git.test:22").bytes_up, row("git.test:22").bytes_down),
+            (1000, 3000)
+        );
     }
 
     #[test]

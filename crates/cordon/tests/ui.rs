@@ -1,7 +1,9 @@
 //! The dashboard, black-box: `cordon ui`'s URL and token, a sandbox that cannot reach it even
 //! with a rule naming its port and the token, and the page itself in headless Chromium (driven
-//! over WebDriver by chromedriver): a sandboxed request appears live, clicking allow lets a
-//! held request through, event text stays text.
+//! over WebDriver by chromedriver, `ui/browser.rs`): a sandboxed request appears live, clicking
+//! allow lets a held request through, event text stays text (`ui/chromium.rs`); proxied HTTPS
+//! shows its bytes, and only a session that ended is offered Accept and Discard
+//! (`ui/proxied.rs`).
 
 mod common;
 
@@ -15,6 +17,13 @@ use std::time::{Duration, Instant};
 use common::net::{Server, policy, setup, wait_limited, www};
 use common::{Env, Who, show};
 use serde_json::{Value, json};
+
+#[path = "ui/browser.rs"]
+mod browser;
+#[path = "ui/chromium.rs"]
+mod chromium;
+#[path = "ui/proxied.rs"]
+mod proxied;
 
 /// `cordon ui` as the variant's user; killed on drop.
 struct Dashboard {
@@ -155,6 +164,21 @@ fn http_as(
 fn ask(env: &Env, port: u16, method: &str, path: &str, headers: &str, body: &str) -> (u16, String) {
     let user = (env.who == Who::User && root_here()).then_some(common::TEST_USER);
     http_as(user, port, method, path, headers, body)
+}
+
+/// `POST path` (accept or discard) of session `id`'s state review, as the page sends it.
+fn decide(env: &Env, ui: &Dashboard, path: &str, id: &str) -> (u16, String) {
+    ask(
+        env,
+        ui.port,
+        "POST",
+        &format!("{path}?token={}", ui.token),
+        &format!(
+            "Origin: http://127.0.0.1:{}\r\nContent-Type: application/json\r\n",
+            ui.port
+        ),
+        &format!("{{\"session\":\"{id}\"}}"),
+    )
 }
 
 fn dechunk(mut s: &str) -> String {
@@ -488,16 +512,7 @@ both!(
             .partition(|id| diff(id).contains("settings.json"));
         assert_eq!((edit.len(), add.len()), (1, 1), "{pending:?}");
         assert!(diff(add[0]).contains("notes.md"));
-        let post = |path: &str, id: &str| {
-            ask(
-                &env,
-                port,
-                "POST",
-                &format!("{path}?token={token}"),
-                &format!("Origin: http://127.0.0.1:{port}\r\nContent-Type: application/json\r\n"),
-                &format!("{{\"session\":\"{id}\"}}"),
-            )
-        };
+        let post = |path: &str, id: &str| decide(&env, &ui, path, id);
         // Not from another site, even with the token.
         let (status, _) = ask(
             &env,
@@ -536,495 +551,3 @@ both!(
         );
     }
 );
-
-// ---- the page in Chromium ------------------------------------------------------------------
-
-/// A minimal W3C WebDriver client over chromedriver's HTTP port: the handful of commands this
-/// test needs (navigate, run a script, click, screenshot). A client crate would bring an HTTP
-/// client stack and an async runtime for six JSON requests.
-struct Browser {
-    driver: Child,
-    port: u16,
-    session: String,
-    _profile: tempfile::TempDir,
-}
-
-const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
-
-impl Browser {
-    fn start() -> Browser {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        // Its own process group, so dropping the driver ends the browser it started too, even
-        // when the test fails before the WebDriver session is deleted.
-        let driver = Command::new("chromedriver")
-            .process_group(0)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start chromedriver");
-        let end = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < end, "chromedriver never listened");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let profile = tempfile::Builder::new()
-            .prefix("cordon-ui-chromium")
-            .tempdir_in("/var/tmp")
-            .unwrap();
-        let args = [
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-dev-shm-usage",
-            "--window-size=1400,1000",
-            &format!("--user-data-dir={}", profile.path().display()),
-        ];
-        let caps = json!({"capabilities": {"alwaysMatch": {
-            "browserName": "chrome",
-            "goog:chromeOptions": {"binary": "/usr/bin/chromium", "args": args},
-        }}});
-        let mut b = Browser {
-            driver,
-            port,
-            session: String::new(),
-            _profile: profile,
-        };
-        let v = b.call("POST", "/session", Some(caps));
-        b.session = v["sessionId"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no WebDriver session: {v}"))
-            .to_string();
-        b
-    }
-
-    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
-        let body = body.map(|b| b.to_string()).unwrap_or_default();
-        let (status, text) = http(
-            self.port,
-            method,
-            path,
-            "Content-Type: application/json\r\n",
-            &body,
-        );
-        let v: Value = serde_json::from_str(&text)
-            .unwrap_or_else(|e| panic!("WebDriver {method} {path}: {status} {e}: {text}"));
-        assert_eq!(status, 200, "WebDriver {method} {path}: {v}");
-        v["value"].clone()
-    }
-
-    fn cmd(&self, method: &str, what: &str, body: Option<Value>) -> Value {
-        self.call(method, &format!("/session/{}/{what}", self.session), body)
-    }
-
-    fn goto(&self, url: &str) {
-        self.cmd("POST", "url", Some(json!({ "url": url })));
-    }
-
-    fn js(&self, script: &str) -> Value {
-        self.cmd(
-            "POST",
-            "execute/sync",
-            Some(json!({ "script": script, "args": [] })),
-        )
-    }
-
-    /// Polls `script` until it returns something truthy (not null/false/""/[]).
-    fn wait_for(&self, what: &str, script: &str, limit: Duration) -> Value {
-        let end = Instant::now() + limit;
-        loop {
-            let v = self.js(script);
-            let truthy = !(v.is_null()
-                || v == json!(false)
-                || v == json!("")
-                || v.as_array().is_some_and(|a| a.is_empty()));
-            if truthy {
-                return v;
-            }
-            if Instant::now() > end {
-                let page = self.js("return document.body.innerText");
-                panic!("the page never showed {what}; it shows:\n{page}");
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    fn click(&self, element: &Value) {
-        let id = element[ELEMENT]
-            .as_str()
-            .unwrap_or_else(|| panic!("not an element: {element}"));
-        self.cmd("POST", &format!("element/{id}/click"), Some(json!({})));
-    }
-
-    fn screenshot(&self, path: &Path) {
-        let b64 = self.cmd("GET", "screenshot", None);
-        let png = base64_decode(b64.as_str().expect("base64 PNG"));
-        assert!(png.starts_with(b"\x89PNG"), "not a PNG");
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, png).unwrap();
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        if !self.session.is_empty() {
-            let _ = http(
-                self.port,
-                "DELETE",
-                &format!("/session/{}", self.session),
-                "",
-                "",
-            );
-        }
-        let _ = Command::new("kill")
-            .args(["-KILL", "--"])
-            .arg(format!("-{}", self.driver.id()))
-            .status();
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
-    }
-}
-
-fn base64_decode(s: &str) -> Vec<u8> {
-    let val = |c: u8| match c {
-        b'A'..=b'Z' => Some(c - b'A'),
-        b'a'..=b'z' => Some(c - b'a' + 26),
-        b'0'..=b'9' => Some(c - b'0' + 52),
-        b'+' => Some(62),
-        b'/' => Some(63),
-        _ => None,
-    };
-    let (mut out, mut acc, mut bits) = (Vec::new(), 0u32, 0);
-    for v in s.bytes().filter_map(val) {
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-        }
-    }
-    out
-}
-
-/// Where the screenshots go: `target/ui-test/`.
-fn shots() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/ui-test")
-}
-
-/// A session log in the dashboard's log directory whose text is markup, as a sandbox could
-/// make a URL or command line look.
-fn plant_hostile_log(env: &Env) {
-    let dir = env.base.join("state/cordon/sessions");
-    std::fs::create_dir_all(&dir).unwrap();
-    let log = cordon_events::AuditLog::create(
-        &dir.join("20261201T000000Z-0badc0de.jsonl"),
-        "20261201T000000Z-0badc0de",
-    )
-    .unwrap();
-    use cordon_events::{Action, Layer, NewEvent};
-    log.emit(NewEvent::new(
-        Layer::Session,
-        Action::Start,
-        "session started",
-    ))
-    .unwrap();
-    log.emit(
-        NewEvent::new(
-            Layer::Exec,
-            Action::Deny,
-            "<img src=x onerror=\"document.title='pwned'\"><b id=injected>bold</b>",
-        )
-        .rule("built-in")
-        .detail("program", "<script>document.title='pwned'</script>"),
-    )
-    .unwrap();
-    env.own(&env.base.join("state"));
-}
-
-#[test]
-fn dashboard_in_chromium() {
-    // Checked before anything else, so the strict-mode test below sees this skip.
-    if !common::need(
-        &["chromium", "chromedriver", "curl"],
-        "the dashboard's end-to-end browser test",
-    ) {
-        return;
-    }
-    let Some(env) = Env::new(Who::Root) else {
-        return;
-    };
-    setup(&env);
-    let root = www(&env, "asked", "unused");
-    std::fs::create_dir_all(root.join("ask")).unwrap();
-    std::fs::write(root.join("ask/a.txt"), "the-upstream-body").unwrap();
-    std::fs::write(root.join("ask/c.txt"), "c-body").unwrap();
-    env.own(&root);
-    std::fs::create_dir_all(root.join("judged")).unwrap();
-    std::fs::write(root.join("judged/ok.txt"), "judged-ok").unwrap();
-    env.own(&root);
-    let srv = Server::http(&root);
-    // A stand-in for the LLM judge's API (a remote paid service), over real HTTP.
-    let judge = Server::start(&["judge"]);
-    let (name, p) = ("api.example.test", srv.port);
-    let pol = policy(
-        &env,
-        &format!(
-            "[dns]\nhosts = {{ \"{name}\" = \"127.0.0.1\" }}\n\
-             [[network.allow]]\nhost = \"{name}\"\nports = [{p}]\n\
-             [[http.rule]]\nname = \"a-person-decides\"\nhost = \"{name}\"\npath = \"/ask/*\"\naction = \"ask\"\n\
-             [[http.rule]]\nname = \"ask-the-judge\"\nhost = \"{name}\"\npath = \"/judged/*\"\naction = \"judge\"\n\
-             [judge]\napi = \"openai\"\nurl = \"http://127.0.0.1:{}\"\nmodel = \"fake\"\n\
-             policy = \"Reading public files is fine.\"\n\
-             [exec]\nask_timeout = 120\nask = [\"touch asked-exec\"]\n",
-            judge.port
-        ),
-    );
-    plant_hostile_log(&env);
-    let ui = Dashboard::start(&env);
-    let b = Browser::start();
-
-    // Without the token the page is refused.
-    b.goto(&format!("http://127.0.0.1:{}/", ui.port));
-    let text = b.js("return document.body.innerText");
-    assert!(
-        text.as_str()
-            .is_some_and(|t| t.contains("missing or wrong token")),
-        "{text}"
-    );
-
-    b.goto(&ui.url);
-    b.wait_for(
-        "the live stream",
-        "return document.getElementById('conn').textContent === 'live'",
-        Duration::from_secs(20),
-    );
-    // Event text from a session is shown as text, never run or parsed as markup.
-    let hostile = b.wait_for(
-        "the planted event, as text",
-        "return [...document.querySelectorAll('#events tr')].map(r => r.textContent)\
-         .find(t => t.includes('onerror')) || null",
-        Duration::from_secs(20),
-    );
-    assert!(
-        hostile
-            .as_str()
-            .unwrap()
-            .contains("<b id=injected>bold</b>"),
-        "{hostile}"
-    );
-    assert_eq!(
-        b.js(
-            "return [document.title, document.querySelectorAll('#injected, main img, main script').length]"
-        ),
-        json!(["cordon dashboard", 0])
-    );
-
-    // A session whose request waits for a person.
-    let script = format!(
-        "touch asked-exec && echo EXEC ran\n\
-         echo JUDGED $(curl -s --max-time 30 http://{name}:{p}/judged/ok.txt)\n\
-         echo DIRECT $(curl -s --max-time 30 --noproxy '*' http://{name}:{p}/hello.txt)\n\
-         echo GOT $(curl -s --max-time 100 -w ' %{{http_code}}' http://{name}:{p}/ask/a.txt)\n\
-         echo GOT2 $(curl -s --max-time 100 -o /dev/null -w '%{{http_code}}' http://{name}:{p}/ask/b.txt)\n\
-         echo GOT3 $(curl -s --max-time 100 -w ' %{{http_code}}' http://{name}:{p}/ask/c.txt)\n\
-         echo GOT3 $(curl -s --max-time 100 -w ' %{{http_code}}' http://{name}:{p}/ask/c.txt)"
-    );
-    let run = env
-        .cordon()
-        .env("XDG_RUNTIME_DIR", common::runtime_dir(&env))
-        .args([
-            "run", "--no-tty", "--policy", &pol, "--", "sh", "-c", &script,
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // A held command is answered the same way.
-    let exec = b.wait_for(
-        "the held command's allow button",
-        "const li = [...document.querySelectorAll('li.approval')]\
-         .find(l => l.textContent.includes('touch asked-exec') && l.textContent.includes('[exec]'));\
-         return li ? li.querySelector('button.allow-once') : null",
-        Duration::from_secs(60),
-    );
-    b.click(&exec);
-    b.wait_for(
-        "the allowed command's exec event",
-        "return [...document.querySelectorAll('#events tr.event')]\
-         .some(r => r.dataset.layer === 'exec' && r.dataset.action === 'allow' \
-         && r.textContent.includes('asked-exec'))",
-        Duration::from_secs(20),
-    );
-    // It appears live: the held request in the approvals list and as an event.
-    let button = b.wait_for(
-        "the held request's allow button",
-        "const li = [...document.querySelectorAll('li.approval')]\
-         .find(l => l.textContent.includes('/ask/a.txt'));\
-         return li ? li.querySelector('button.allow-once') : null",
-        Duration::from_secs(60),
-    );
-    // The session's start streamed in too (the HTTP layer logs the request once decided).
-    b.wait_for(
-        "the session's start event",
-        "return [...document.querySelectorAll('#events tr.event')]\
-         .some(r => r.dataset.layer === 'session' && r.dataset.action === 'start' \
-         && r.textContent.includes('/ask/a.txt'))",
-        Duration::from_secs(20),
-    );
-    b.wait_for(
-        "the session's card",
-        "return document.querySelectorAll('#sessions .session').length >= 1",
-        Duration::from_secs(20),
-    );
-    b.screenshot(&shots().join("dashboard-waiting.png"));
-    assert_eq!(
-        srv.count("REQ GET /ask/a.txt"),
-        0,
-        "held, not forwarded yet"
-    );
-
-    b.click(&button);
-    // The next request is held in turn; Deny refuses it.
-    let deny = b.wait_for(
-        "the second held request's deny button",
-        "const li = [...document.querySelectorAll('li.approval')]\
-         .find(l => l.textContent.includes('/ask/b.txt'));\
-         return li ? li.querySelector('button.deny') : null",
-        Duration::from_secs(60),
-    );
-    b.click(&deny);
-    // Allow always: the same rule, method and host are not asked again this session.
-    let always = b.wait_for(
-        "the third held request's allow-always button",
-        "const li = [...document.querySelectorAll('li.approval')]\
-         .find(l => l.textContent.includes('/ask/c.txt'));\
-         return li ? li.querySelector('button.allow-always') : null",
-        Duration::from_secs(60),
-    );
-    b.click(&always);
-    after_the_answers(&b, run, &srv, name, p);
-}
-
-/// What the page and the session show once every held question of [`dashboard_in_chromium`]
-/// was answered.
-fn after_the_answers(b: &Browser, run: std::process::Child, srv: &Server, name: &str, p: u16) {
-    let o = wait_limited(run, Duration::from_secs(90));
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        out.lines().any(|l| l == "GOT the-upstream-body 200"),
-        "{}",
-        show(&o)
-    );
-    assert!(out.lines().any(|l| l == "GOT2 403"), "{}", show(&o));
-    assert!(out.lines().any(|l| l == "JUDGED judged-ok"), "{}", show(&o));
-    assert!(out.lines().any(|l| l == "DIRECT unused"), "{}", show(&o));
-    assert!(out.lines().any(|l| l == "EXEC ran"), "{}", show(&o));
-    assert_eq!(
-        out.lines().filter(|l| *l == "GOT3 c-body 200").count(),
-        2,
-        "{}",
-        show(&o)
-    );
-    assert_eq!(srv.count("REQ GET /ask/a.txt"), 1, "{}", srv.log());
-    assert_eq!(srv.count("REQ GET /ask/b.txt"), 0, "{}", srv.log());
-    assert_eq!(srv.count("REQ GET /ask/c.txt"), 2, "{}", srv.log());
-    // The decision shows up too, and the host's numbers.
-    b.wait_for(
-        "the allowed request",
-        "return [...document.querySelectorAll('#events tr.event')]\
-         .some(r => r.dataset.action === 'allow' && r.dataset.layer === 'http' \
-         && r.textContent.includes('/ask/a.txt'))",
-        Duration::from_secs(20),
-    );
-    b.wait_for(
-        "the host's row: 5 allowed (4 requests, 1 connection), 1 denied",
-        &format!(
-            "return [...document.querySelectorAll('tr.host-row')]\
-             .some(r => r.dataset.host === '{name}:{p}' && \
-             [...r.cells].slice(1).map(c => c.textContent).join(',') === '5,1,0')"
-        ),
-        Duration::from_secs(20),
-    );
-    assert_eq!(
-        b.js("return document.querySelectorAll('li.approval').length"),
-        json!(0)
-    );
-    // The direct connection: its name lookup and its bytes.
-    let card = b.wait_for(
-        "the direct flow's DNS answer and bytes on the session's card",
-        "return [...document.querySelectorAll('#sessions .session')]\
-         .map(c => c.textContent)\
-         .find(t => /dns [1-9]\\d* answered/.test(t) && !/down 0 B/.test(t)) || null",
-        Duration::from_secs(20),
-    );
-    assert!(card.as_str().unwrap().contains("judge calls 1"), "{card}");
-    // The judge was asked once: counted, with its latency.
-    b.wait_for(
-        "the judge call on the session's card",
-        "return [...document.querySelectorAll('#sessions .session')]\
-         .some(c => /judge calls 1 \\(mean \\d+ ms, max \\d+ ms\\)/.test(c.textContent))",
-        Duration::from_secs(20),
-    );
-    // The layer filter keeps only that layer's rows.
-    assert_eq!(
-        b.js(
-            "const f = document.getElementById('f-layer'); f.value = 'http';\
-              f.dispatchEvent(new Event('input'));\
-              const rows = [...document.querySelectorAll('#events tr.event')];\
-              return [rows.length >= 2, rows.every(r => r.dataset.layer === 'http')]"
-        ),
-        json!([true, true])
-    );
-    b.js(
-        "const f = document.getElementById('f-layer'); f.value = '';\
-          f.dispatchEvent(new Event('input')); return null",
-    );
-    b.screenshot(&shots().join("dashboard.png"));
-}
-
-/// The browser test is a failure, not a silent pass, where CI has no Chromium: run it with a
-/// PATH without chromium, strict and not.
-#[test]
-fn browser_test_fails_in_strict_mode_without_chromium() {
-    let bin = tempfile::tempdir().unwrap();
-    std::os::unix::fs::symlink("/bin/sh", bin.path().join("sh")).unwrap();
-    let run = |strict: bool| {
-        let mut c = Command::new(std::env::current_exe().unwrap());
-        c.args(["--exact", "dashboard_in_chromium", "--nocapture"])
-            .env("PATH", bin.path())
-            .env_remove("CORDON_TEST_UNAVAILABLE")
-            .env_remove("CORDON_TEST_SKIP_LOG");
-        if strict {
-            c.env("CORDON_TEST_STRICT", "1");
-        } else {
-            c.env_remove("CORDON_TEST_STRICT");
-        }
-        c.output().unwrap()
-    };
-    let o = run(true);
-    let all = common::all_output(&o);
-    assert!(!o.status.success(), "{}", show(&o));
-    assert!(
-        all.contains("CORDON_TEST_STRICT=1 and this test cannot run what it claims")
-            && all.contains("missing: chromium"),
-        "{}",
-        show(&o)
-    );
-    let o = run(false);
-    let all = common::all_output(&o);
-    assert!(o.status.success(), "{}", show(&o));
-    assert!(
-        all.contains("skipped: dashboard_in_chromium"),
-        "{}",
-        show(&o)
-    );
-}

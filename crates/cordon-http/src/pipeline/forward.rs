@@ -4,6 +4,7 @@
 //! upstream permit is free. A streamed body that tripped wins over whatever the server said.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use cordon_events::Action as EvAction;
 use http_body_util::BodyExt;
@@ -13,6 +14,7 @@ use hyper::{HeaderMap, Request, Response, StatusCode, Uri};
 
 use super::body::{BODY_PREFIX_TIMEOUT, PLACEHOLDER_BODY_BYTES, PrefixedBody, ReadBody};
 use super::check::{Cleared, describe_findings, secret_refusal};
+use super::count::Counted;
 use super::streamed::{ScannedBody, Trip, TripCell, Watch};
 use super::{Body, BoxError, Exchange, HOP_BY_HOP, Refused, SentForms};
 use crate::credentials::swap::{leak_event, leak_refusal, swap};
@@ -35,6 +37,8 @@ pub(crate) struct Forwarded {
     pub sent: SentForms,
     /// Set when the answer must stop should the streamed body trip later.
     pub stopped: Option<TripCell>,
+    /// The request body's bytes sent upstream so far.
+    pub body_up: Arc<AtomicU64>,
 }
 
 /// Sends the request upstream (see the module docs).
@@ -65,9 +69,14 @@ pub(crate) async fn forward(
     let streamed = body.streamed;
     let trip: TripCell = Arc::new(std::sync::Mutex::new(None));
     let (body_done, mut body_done_rx) = tokio::sync::watch::channel(false);
+    let body_up = Arc::new(AtomicU64::new(0));
     let out = Request::from_parts(
         parts,
-        upstream_body(i, ex, body, incoming, &trip, body_done.clone()),
+        Counted::new(
+            upstream_body(i, ex, body, incoming, &trip, body_done.clone()),
+            body_up.clone(),
+        )
+        .boxed(),
     );
     let client = if upgrade.is_some() {
         &i.client_h1
@@ -149,6 +158,7 @@ pub(crate) async fn forward(
         sent,
         // The server may answer before a streamed body trips: the answer then stops too.
         stopped: (streamed && !log).then_some(trip),
+        body_up,
     })
 }
 

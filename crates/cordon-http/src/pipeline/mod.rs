@@ -10,8 +10,8 @@
 //!    final verdict, or the refusal the sandbox is told.
 //! 5. [`forward`] — the upstream request: the connection's own URI and host, hop-by-hop
 //!    headers dropped, credentials swapped in at the wire, one upstream permit.
-//! 6. [`relay`] — the answer back: scrubbed of real credential values, counted, logged when
-//!    it ends; a WebSocket upgrade spliced.
+//! 6. [`relay`] — the answer back: scrubbed of real credential values, counted (bytes each
+//!    way, [`count`]), logged when it ends; a WebSocket upgrade spliced.
 //!
 //! A stage that refuses returns [`Refused`]: the status and words the sandbox gets (its
 //! event, if any, is out already). Nothing here trusts the request: it comes from the sandbox.
@@ -20,6 +20,7 @@ mod admit;
 pub(crate) use admit::normalize_path;
 mod body;
 mod check;
+mod count;
 mod decide;
 mod forward;
 mod relay;
@@ -111,6 +112,14 @@ impl Exchange<'_> {
     /// [`url`](Self::url) with the query's values hidden.
     pub(crate) fn shown_url(&self) -> String {
         format!("{}{}", self.url, redact_query(&self.query))
+    }
+
+    /// The request's head in its HTTP/1.1 form, bytes (see [`count`]).
+    pub(crate) fn head_len(&self) -> u64 {
+        count::head_len(
+            self.method.len() + 1 + self.target.len() + " HTTP/1.1".len(),
+            self.headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())),
+        )
     }
 
     /// `METHOD URL?name=…`, for events.

@@ -6,6 +6,8 @@
 //! sandbox's frames checked for secrets on their way ([`ws_guard`]).
 
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -17,6 +19,7 @@ use hyper::{Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
 use super::check::Cleared;
+use super::count::response_head_len;
 use super::forward::Forwarded;
 use super::streamed::TripCell;
 use super::{Body, BoxError, Exchange, HOP_BY_HOP, Refused, Tunnels, plus_held};
@@ -40,6 +43,7 @@ pub(crate) fn relay(
         scrub,
         sent,
         stopped,
+        body_up,
     } = f;
     let mut resp = result.map_err(|e| {
         let why = upstream_error(&e);
@@ -57,42 +61,10 @@ pub(crate) fn relay(
     if let Some(who) = &verdict.approved_by {
         e = e.detail("approved", who.clone());
     }
-    if let Some(n) = ex.body_len {
-        e = e.detail("bytes_up", n);
-    }
     if status == 101
         && let Some(client_up) = client_upgrade
     {
-        // The sandbox's frames are secret-scanned like a body (see ws_guard).
-        let guard = i.dlp.as_ref().map(|d| ws_guard::Guard {
-            scanner: d.scanner.clone(),
-            host: ex.host().to_string(),
-            deflate: resp
-                .headers()
-                .get_all(header::SEC_WEBSOCKET_EXTENSIONS)
-                .iter()
-                .any(|v| {
-                    v.to_str()
-                        .is_ok_and(|s| s.to_ascii_lowercase().contains("permessage-deflate"))
-                }),
-            log_only: d.action == cordon_policy::DlpAction::Log,
-            label: i.redact(&ex.label()).into_owned(),
-            emit: i.emit.clone(),
-        });
-        let server_up = hyper::upgrade::on(&mut resp);
-        let held = permit.take();
-        let task = tokio::spawn(async move {
-            let _permit = held;
-            if let (Ok(c), Ok(s)) = (client_up.await, server_up.await) {
-                let (mut c, mut s) = (TokioIo::new(c), TokioIo::new(s));
-                match guard {
-                    Some(g) => ws_guard::splice(c, s, g).await,
-                    None => {
-                        let _ = tokio::io::copy_bidirectional(&mut c, &mut s).await;
-                    }
-                }
-            }
-        });
+        let task = splice_upgrade(i, ex, &mut resp, client_up, permit.take());
         tunnels.lock().unwrap_or_else(|p| p.into_inner()).push(task);
     }
     let (mut parts, body) = resp.into_parts();
@@ -126,9 +98,14 @@ pub(crate) fn relay(
             parts.headers.remove(header::CONTENT_LENGTH);
         }
     }
+    let heads = (
+        ex.head_len(),
+        response_head_len(parts.status, &parts.headers),
+    );
     if status == 101 {
-        // The connection now belongs to the upgrade: no body of its own.
-        (i.emit)(e);
+        // The connection now belongs to the upgrade: no body of its own. Its frames are not
+        // counted: the event goes out now, while the splice may last the session.
+        (i.emit)(e.detail("bytes_up", heads.0).detail("bytes_down", heads.1));
         return Ok(Response::from_parts(
             parts,
             Full::new(Bytes::new()).map_err(|n| match n {}).boxed(),
@@ -140,12 +117,54 @@ pub(crate) fn relay(
         scrub,
         pending: None,
         bytes: 0,
+        heads,
+        body_up,
         started: ex.started,
         event: Some(e),
         emit: i.emit.clone(),
         stopped,
     };
     Ok(Response::from_parts(parts, counted.boxed()))
+}
+
+/// The spliced WebSocket once the server said `101`: the sandbox's side to the server's, the
+/// upstream permit held for as long.
+fn splice_upgrade(
+    i: &Interceptor,
+    ex: &Exchange<'_>,
+    resp: &mut Response<Incoming>,
+    client_up: hyper::upgrade::OnUpgrade,
+    held: Option<tokio::sync::OwnedSemaphorePermit>,
+) -> tokio::task::JoinHandle<()> {
+    // The sandbox's frames are secret-scanned like a body (see ws_guard).
+    let guard = i.dlp.as_ref().map(|d| ws_guard::Guard {
+        scanner: d.scanner.clone(),
+        host: ex.host().to_string(),
+        deflate: resp
+            .headers()
+            .get_all(header::SEC_WEBSOCKET_EXTENSIONS)
+            .iter()
+            .any(|v| {
+                v.to_str()
+                    .is_ok_and(|s| s.to_ascii_lowercase().contains("permessage-deflate"))
+            }),
+        log_only: d.action == cordon_policy::DlpAction::Log,
+        label: i.redact(&ex.label()).into_owned(),
+        emit: i.emit.clone(),
+    });
+    let server_up = hyper::upgrade::on(resp);
+    tokio::spawn(async move {
+        let _permit = held;
+        if let (Ok(c), Ok(s)) = (client_up.await, server_up.await) {
+            let (mut c, mut s) = (TokioIo::new(c), TokioIo::new(s));
+            match guard {
+                Some(g) => ws_guard::splice(c, s, g).await,
+                None => {
+                    let _ = tokio::io::copy_bidirectional(&mut c, &mut s).await;
+                }
+            }
+        }
+    })
 }
 
 /// The response body on its way to the sandbox, counted and scrubbed of real credential
@@ -158,7 +177,12 @@ struct CountingBody<B: hyper::body::Body = Incoming> {
     pending: Option<hyper::body::Frame<Bytes>>,
     /// Set when the request's streamed body was stopped (a secret): the answer stops too.
     stopped: Option<TripCell>,
+    /// The answer's body bytes read from the server.
     bytes: u64,
+    /// The request's head and the answer's (see `count`).
+    heads: (u64, u64),
+    /// The request body's bytes sent upstream (counted as they went).
+    body_up: Arc<AtomicU64>,
     started: Instant,
     event: Option<NewEvent>,
     emit: Emit,
@@ -167,10 +191,14 @@ struct CountingBody<B: hyper::body::Body = Incoming> {
 impl<B: hyper::body::Body> CountingBody<B> {
     fn finish(&mut self, complete: bool) {
         if let Some(e) = self.event.take() {
-            let mut e = e.detail("bytes_down", self.bytes).detail(
-                "latency_ms",
-                u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            );
+            let up = self.heads.0 + self.body_up.load(Ordering::Relaxed);
+            let mut e = e
+                .detail("bytes_up", up)
+                .detail("bytes_down", self.heads.1 + self.bytes)
+                .detail(
+                    "latency_ms",
+                    u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                );
             if !complete {
                 e = e.detail("incomplete", true);
             }

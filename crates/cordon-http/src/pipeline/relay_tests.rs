@@ -26,6 +26,8 @@ async fn an_echoed_value_is_scrubbed_across_chunks_and_the_event_waits_for_the_e
         scrub: Some(scrubber()),
         pending: None,
         bytes: 0,
+        heads: (10, 20),
+        body_up: Arc::new(std::sync::atomic::AtomicU64::new(5)),
         started: Instant::now(),
         event: Some(NewEvent::new(
             cordon_events::Layer::Http,
@@ -39,7 +41,10 @@ async fn an_echoed_value_is_scrubbed_across_chunks_and_the_event_waits_for_the_e
     assert_eq!(String::from_utf8_lossy(&out), format!("you sent {PH}, bye"));
     let events = events.lock().unwrap();
     assert_eq!(events.len(), 1);
-    assert_eq!(events[0].detail["bytes_down"], 35);
+    // The answer's head and its body as read from the server (not as scrubbed); the request's
+    // head and what its body sent.
+    assert_eq!(events[0].detail["bytes_down"], 20 + 35);
+    assert_eq!(events[0].detail["bytes_up"], 10 + 5);
     assert!(events[0].detail.get("incomplete").is_none());
 }
 

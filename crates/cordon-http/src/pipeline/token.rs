@@ -143,6 +143,7 @@ pub(crate) async fn exchange(
         );
         Refused::new(StatusCode::FORBIDDEN, leak_refusal(&name, &place))
     })?;
+    let bytes_up = ex.head_len() + sent.len() as u64;
     let out = Request::from_parts(
         parts,
         Full::new(Bytes::from(sent))
@@ -241,7 +242,12 @@ pub(crate) async fn exchange(
         (None, _) => "token exchange forwarded (no new token in the answer)",
     };
     let e = verdict.mark(ex.event(EvAction::Allow, status.as_u16(), what, &verdict.decided_by));
-    (i.emit)(e.detail("grant_type", grant));
+    let bytes_down = super::count::response_head_len(status, &head.headers) + answer.len() as u64;
+    (i.emit)(
+        e.detail("grant_type", grant)
+            .detail("bytes_up", bytes_up)
+            .detail("bytes_down", bytes_down),
+    );
     Ok(Response::from_parts(
         head,
         Full::new(Bytes::from(body))

@@ -174,6 +174,9 @@ function card(s) {
   const st = s.stats;
   const c = el('div', 'session');
   c.dataset.session = s.id;
+  c.dataset.ended = String(s.ended);
+  c.dataset.up = String(st.bytes_up);
+  c.dataset.down = String(st.bytes_down);
   c.append(el('div', 'title', s.id, ' ', el('span', s.ended ? 'ended' : 'a-allow', s.ended ? 'ended' : 'running')));
   const num = (label, v) => el('span', '', label + ' ', el('b', '', v));
   const judge = st.judge_calls
@@ -190,12 +193,16 @@ function card(s) {
     `(${Math.max(last, 60)} s shown): allow green, deny red, ask amber`));
   const t = el('table', 'hosts');
   t.append(el('thead', '', el('tr', '', el('th', '', 'host'), el('th', 'a-allow', 'allow'),
-    el('th', 'a-deny', 'deny'), el('th', 'a-ask', 'ask'))));
+    el('th', 'a-deny', 'deny'), el('th', 'a-ask', 'ask'), el('th', 'bytes', 'up'),
+    el('th', 'bytes', 'down'))));
   const tb = el('tbody');
   for (const h of st.hosts.slice(0, 20)) {
     const tr = el('tr', 'host-row', el('td', '', h.host), el('td', 'a-allow', h.allow),
-      el('td', 'a-deny', h.deny), el('td', 'a-ask', h.ask));
+      el('td', 'a-deny', h.deny), el('td', 'a-ask', h.ask),
+      el('td', 'bytes up', bytes(h.bytes_up || 0)), el('td', 'bytes down', bytes(h.bytes_down || 0)));
     tr.dataset.host = h.host;
+    tr.dataset.up = String(h.bytes_up || 0);
+    tr.dataset.down = String(h.bytes_down || 0);
     tb.append(tr);
   }
   t.append(tb);
@@ -259,14 +266,31 @@ function renderApprovals(list) {
 // ---- state reviews -----------------------------------------------------------------------
 
 let reviewing = null;
+// Whether the session under review is still running: null until the server said.
+let reviewingRuns = null;
+
+// Accept and Discard only for a session that ended: until then its changes are not complete,
+// and `cordon run`'s own exit review may still decide them (the server refuses them too).
+function offerDecision() {
+  const ended = reviewingRuns === false;
+  $('diff-accept').hidden = !ended;
+  $('diff-discard').hidden = !ended;
+  $('diff-running').hidden = reviewingRuns !== true;
+}
 
 function renderState(list) {
   $('state-empty').hidden = list.length > 0;
+  const now = list.find((s) => s.session === reviewing);
+  if (now) {
+    reviewingRuns = now.running;
+    offerDecision();
+  }
   $('state').replaceChildren(...list.map((s) => {
     const li = el('li', 'state-row');
     li.dataset.session = s.session;
+    li.dataset.running = String(s.running);
     li.append(el('div', 'what', s.session),
-      el('div', 'meta', `${s.changed ?? '?'} changed${s.running ? ' · still running' : ''} · ${s.protected.join(' ')}`));
+      el('div', 'meta', `${s.changed ?? '?'} changed${s.running ? ' · still running: review once it ends' : ''} · ${s.protected.join(' ')}`));
     const b = el('button', 'review', 'Review');
     b.type = 'button';
     b.addEventListener('click', () => openDiff(s.session));
@@ -277,6 +301,8 @@ function renderState(list) {
 
 async function openDiff(session) {
   reviewing = session;
+  reviewingRuns = null;
+  offerDecision();
   $('diff').hidden = false;
   $('diff-title').textContent = session;
   $('diff-text').textContent = 'loading…';
@@ -284,7 +310,10 @@ async function openDiff(session) {
     const r = await fetch(api('/api/state', { session }), { credentials: 'omit' });
     const d = await r.json();
     if (!r.ok) throw new Error(d.error || ('HTTP ' + r.status));
+    if (reviewing !== session) return;
     $('diff-text').textContent = d.summary + (d.running ? '\n(still running: changes may grow)' : '');
+    reviewingRuns = d.running;
+    offerDecision();
   } catch (err) {
     $('diff-text').textContent = 'cannot read the review: ' + err.message;
   }
@@ -362,6 +391,7 @@ function init() {
   $('diff-accept').addEventListener('click', () => decide(true));
   $('diff-discard').addEventListener('click', () => decide(false));
   $('diff-close').addEventListener('click', () => { $('diff').hidden = true; reviewing = null; });
+  offerDecision();
   connect();
 }
 
