@@ -737,9 +737,9 @@ fn resolve_credentials(
                 Layer::Credentials,
                 Action::Apply,
                 format!(
-                    "credential `{}`: the sandbox holds a placeholder; the real value goes only to {:?} in {}",
+                    "credential `{}`: the sandbox holds a placeholder; the real value goes only to {} in {}",
                     c.name,
-                    hosts,
+                    hosts.join(", "),
                     wire.place()
                 ),
             )
@@ -1192,7 +1192,7 @@ fn check(a: CheckArgs) -> i32 {
                     eprintln!("cordon: credential `{}` resolves", c.name);
                 } else {
                     eprintln!(
-                        "cordon: warning: credential `{}` does not resolve ({:?}): it would be absent in the sandbox",
+                        "cordon: warning: credential `{}` does not resolve (from {}): it would be absent in the sandbox",
                         c.name, c.source
                     );
                 }

@@ -49,6 +49,26 @@ pub enum CredentialSource {
     },
 }
 
+/// Where the value comes from, as a person would say it (for warnings and the log).
+impl std::fmt::Display for CredentialSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CredentialSource::Env(v) => write!(f, "the host's variable ${v}"),
+            CredentialSource::File(p) => write!(f, "the file {}", p.display()),
+            CredentialSource::Command(argv) => match argv.first() {
+                Some(program) => write!(f, "the output of `{program} …`"),
+                None => f.write_str("an empty command"),
+            },
+            CredentialSource::Json { file, field } | CredentialSource::Yaml { file, field } => {
+                write!(f, "`{field}` in {}", file.display())
+            }
+            CredentialSource::Npmrc { file, registry } => {
+                write!(f, "the token for {registry} in {}", file.display())
+            }
+        }
+    }
+}
+
 impl CredentialSource {
     /// The login file a [`CredentialSource::Json`] reads, which the sandbox only ever sees
     /// masked.
