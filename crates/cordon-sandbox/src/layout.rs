@@ -326,6 +326,8 @@ pub enum UnseenWhy {
     HomeView,
     /// Under a filesystem of the sandbox's own (the private `/tmp` or `/dev/shm`).
     OwnFs(PathBuf),
+    /// Under no mount at all: no readable or writable rule shows it.
+    Outside,
 }
 
 impl std::fmt::Display for UnseenWhy {
@@ -339,6 +341,9 @@ impl std::fmt::Display for UnseenWhy {
                 "under the sandbox's private {}: the host's files there are not visible",
                 at.display()
             ),
+            UnseenWhy::Outside => {
+                f.write_str("outside every readable and writable path: not in the view at all")
+            }
         }
     }
 }
@@ -603,8 +608,8 @@ pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
     // A denied path the sandbox does not see anyway has nothing to hide there.
     let mut in_view = Vec::new();
     for (path, rule) in deny.iter().cloned() {
-        let why = match own_fs(&path, &layout.mounts) {
-            Some(at) => UnseenWhy::OwnFs(at.to_path_buf()),
+        let why = match not_in_view(&path, &layout.mounts) {
+            Some(why) => why,
             None if !shown.holds(&path) => UnseenWhy::HomeView,
             None => {
                 in_view.push((path, rule));
@@ -621,15 +626,21 @@ pub fn prepare_with_state(fs: &FilesystemPlan, staged: &[Staged]) -> Layout {
     layout
 }
 
-/// The sandbox's own filesystem (the private `/tmp`, `/dev/shm`) that `p` lies in, when no
-/// mount inside it brings the host's files to `p`: then the host has nothing to show there,
-/// wherever `SSH_AUTH_SOCK` or `XDG_RUNTIME_DIR` points.
-fn own_fs<'a>(p: &Path, mounts: &'a [MountOp]) -> Option<&'a Path> {
-    let deepest = mounts
+/// Why the host's file at `p` is not in the sandbox's view at all, whatever the host holds
+/// there: it lies under a filesystem of the sandbox's own (the private `/tmp`, `/dev/shm`,
+/// the minimal `/dev`) with no mount bringing the host's files back, or under no mount at
+/// all. A mask there would have no place to go, wherever `SSH_AUTH_SOCK` or
+/// `XDG_RUNTIME_DIR` points.
+fn not_in_view(p: &Path, mounts: &[MountOp]) -> Option<UnseenWhy> {
+    let Some(deepest) = mounts
         .iter()
         .filter(|m| p.starts_with(m.path()))
-        .max_by_key(|m| depth(m.path()))?;
-    matches!(deepest, MountOp::Tmpfs { .. }).then(|| deepest.path())
+        .max_by_key(|m| depth(m.path()))
+    else {
+        return Some(UnseenWhy::Outside);
+    };
+    matches!(deepest, MountOp::Tmpfs { .. } | MountOp::Dev { .. })
+        .then(|| UnseenWhy::OwnFs(deepest.path().to_path_buf()))
 }
 
 /// The home's view, when the home has one: which host paths under the home the sandbox can
@@ -832,8 +843,9 @@ fn carve_outs(
         if staged_paths.iter().any(|s| within(&p, s) && *s != p) {
             continue;
         }
-        // Under the private `/tmp`: the host's file is not there to protect.
-        if own_fs(&p, mounts).is_some() {
+        // Under the private `/tmp`, or outside every bind: the host's file is not there to
+        // protect.
+        if not_in_view(&p, mounts).is_some() {
             continue;
         }
         let Ok(meta) = std::fs::symlink_metadata(&p) else {
@@ -1076,6 +1088,41 @@ mod tests {
 
     use super::*;
     use cordon_policy::LandlockMode;
+
+    #[test]
+    fn what_no_bind_shows_and_the_own_dev_need_no_mask() {
+        let t = host_dir();
+        let base = t.path().canonicalize().unwrap();
+        let (shown, hidden) = (base.join("shown"), base.join("hidden"));
+        std::fs::create_dir_all(&shown).unwrap();
+        std::fs::create_dir_all(&hidden).unwrap();
+        std::fs::write(hidden.join("key"), "x").unwrap();
+        let l = prepare(&plan(
+            &[&shown],
+            &[],
+            &[&hidden.join("key"), Path::new("/dev/null")],
+            &[&hidden],
+        ));
+        assert_eq!(l.masks().count(), 0, "{:#?}", l.mounts);
+        let why: Vec<(&Path, &UnseenWhy)> = l
+            .unseen
+            .iter()
+            .map(|u| (u.path.as_path(), &u.why))
+            .collect();
+        assert!(
+            why.contains(&(hidden.join("key").as_path(), &UnseenWhy::Outside)),
+            "{why:?}"
+        );
+        assert!(
+            why.contains(&(Path::new("/dev/null"), &UnseenWhy::OwnFs("/dev".into()))),
+            "{why:?}"
+        );
+        assert!(
+            !l.mounts.iter().any(|m| m.path() == hidden),
+            "{:#?}",
+            l.mounts
+        );
+    }
 
     /// A directory of the host's that the sandbox sees: not under `/tmp`, which is its own.
     fn host_dir() -> tempfile::TempDir {
