@@ -113,6 +113,18 @@ pub(crate) fn policy_load_options(
 ) -> LoadOptions {
     let mut o = load_options(policy, args, project.dir);
     o.no_project = project.none;
+    // `cordon check ~/.config/cordon/cordon.toml` reads the user's file: once, not merged
+    // over itself.
+    let same = |x: &Path, y: &Path| {
+        x.canonicalize()
+            .ok()
+            .is_some_and(|c| y.canonicalize().ok() == Some(c))
+    };
+    if let (Some(f), Some(u)) = (&o.policy_file, &o.user_config)
+        && same(f, u)
+    {
+        o.user_config = None;
+    }
     o
 }
 
@@ -1101,19 +1113,7 @@ fn check(a: CheckArgs) -> i32 {
             return EXIT_USAGE;
         }
     };
-    let mut opts = policy_load_options(a.file.clone(), &a.policy_args, project);
-    // `cordon check ~/.config/cordon/cordon.toml` checks the user's file: read once, not
-    // merged over itself.
-    let same = |a: &Path, b: &Path| {
-        a.canonicalize()
-            .ok()
-            .is_some_and(|x| b.canonicalize().ok() == Some(x))
-    };
-    if let (Some(f), Some(u)) = (&opts.policy_file, &opts.user_config)
-        && same(f, u)
-    {
-        opts.user_config = None;
-    }
+    let opts = policy_load_options(a.file.clone(), &a.policy_args, project);
     match cordon_policy::load(&opts) {
         Ok(l) => {
             for w in &l.warnings {
@@ -1142,7 +1142,11 @@ fn check(a: CheckArgs) -> i32 {
                     "# merged: built-in default{}",
                     files.iter().map(|f| format!(" < {f}")).collect::<String>()
                 );
-                print!("{}", l.plan.to_toml());
+                let text = l.plan.to_toml();
+                match opts.no_project {
+                    true => print!("{}", crate::project::without_project(&text)),
+                    false => print!("{text}"),
+                }
             }
             for lo in &l.untrusted_loosening {
                 eprintln!(

@@ -55,6 +55,21 @@ pub(crate) fn resolve_policy_project(dir: Option<&Path>) -> Result<PolicyProject
     Ok(PolicyProject { dir: canon, none })
 }
 
+/// `cordon check`'s output read without a project: its `# project:` line says there is
+/// none, rather than naming the directory `${PROJECT}` merely expands to.
+pub(crate) fn without_project(text: &str) -> String {
+    text.lines()
+        .map(|l| match l.starts_with("# project: ") {
+            true => "# project: none (read from the home; --project DIR for a project's)",
+            false => l,
+        })
+        .fold(String::new(), |mut out, l| {
+            out.push_str(l);
+            out.push('\n');
+            out
+        })
+}
+
 /// `dir` (else the current directory), canonical, which must be a directory.
 fn project_dir(dir: Option<&Path>) -> Result<PathBuf> {
     let dir = match dir {

@@ -28,8 +28,15 @@ both!(check_runs_from_the_home, |env: Env| {
     );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!err.contains("the project would be"), "{}", show(&o));
-    // It says what it took as the project, since that is not where `cordon run` would work.
+    // There is no project: the home is not made writable, and the note says so.
     assert!(err.contains("--project"), "{}", show(&o));
+    assert!(out.contains("# project: none"), "{}", show(&o));
+    let home = env.home.display().to_string();
+    assert!(
+        !out.contains(&format!("\"{home}\", # project")),
+        "{}",
+        show(&o)
+    );
     // The user's file named explicitly: checked once, not merged over itself.
     let o = in_home(&env, &["check", user.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
