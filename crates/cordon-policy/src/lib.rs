@@ -22,6 +22,7 @@ pub mod load;
 pub mod login_hint;
 pub mod pattern;
 pub mod plan;
+mod reference;
 mod render;
 #[macro_use]
 mod schema;
@@ -37,5 +38,6 @@ pub use load::{
     built_in_dns_block, load,
 };
 pub use plan::*;
+pub use reference::{REGENERATE, reference};
 pub use template::template;
 pub use trust::{TrustStore, sha256_hex, trust_key};

@@ -29,6 +29,11 @@ pub const DEFAULT_POLICY: &str = include_str!("default.toml");
 pub struct LoadOptions {
     /// The project directory: absolute and canonical (the caller canonicalises it).
     pub project_dir: PathBuf,
+    /// There is no project (`cordon check` or `explain` from the home, which `cordon run`
+    /// refuses as a project): `project_dir` is only what `${PROJECT}` expands to. No project
+    /// file is read, nothing is made writable for it, and the user's files under it are still
+    /// the user's, not an untrusted project's.
+    pub no_project: bool,
     /// `$HOME`.
     pub home: PathBuf,
     /// The passwd entry's home when it differs from `$HOME`: deny rules under `~` or `$HOME`
@@ -60,6 +65,7 @@ impl LoadOptions {
     ) -> Self {
         LoadOptions {
             project_dir: project_dir.into(),
+            no_project: false,
             home: home.into(),
             passwd_home: None,
             policy_file: None,
@@ -205,7 +211,7 @@ fn load_over(
 
     let all: Vec<&ParsedFile> = layers.iter().collect();
     let mut notes = Vec::new();
-    let full = merge(&all, &opts.project_dir, profile, &mut notes);
+    let full = merge(&all, opts, profile, &mut notes);
     full.check(&layers)?;
     warnings.extend(notes);
     // The escape hatch is loud: at every start and in `cordon check`.
@@ -220,7 +226,7 @@ fn load_over(
     let mut untrusted_loosening = Vec::new();
     if layers.iter().any(|l| l.untrusted) {
         let trusted: Vec<&ParsedFile> = layers.iter().filter(|l| !l.untrusted).collect();
-        let base = merge(&trusted, &opts.project_dir, profile, &mut Vec::new());
+        let base = merge(&trusted, opts, profile, &mut Vec::new());
         let untrusted: Vec<Option<PathBuf>> = layers
             .iter()
             .map(|l| l.file.clone().filter(|_| l.untrusted))
@@ -257,6 +263,7 @@ fn read_files(
     }
     match &opts.policy_file {
         Some(p) => files.push((p.clone(), true)),
+        None if opts.no_project => {}
         None => files.push((opts.project_dir.join("cordon.toml"), false)),
     }
     let mut sources = Vec::new();
@@ -279,8 +286,9 @@ fn read_files(
         })?;
         let mut layer = parse_file(&src, Some(&path), layers.len(), ctx)?;
         let key = trust_key(&path)?;
-        let inside_project = key.starts_with(&opts.project_dir)
-            || (path.is_absolute() && normalize(&path).starts_with(&opts.project_dir));
+        let inside_project = !opts.no_project
+            && (key.starts_with(&opts.project_dir)
+                || (path.is_absolute() && normalize(&path).starts_with(&opts.project_dir)));
         layer.untrusted = inside_project && !store.is_trusted_content(&key, src.as_bytes())?;
         sources.push(path);
         layers.push(layer);
@@ -346,18 +354,21 @@ fn unknown_profile(name: &str, layers: &[ParsedFile]) -> Diagnostic {
 }
 
 /// The base sections of `layers` in order, then the profile's in every layer in the same
-/// order; the project directory is the first writable path.
+/// order; the project directory, if there is one, is the first writable path.
 fn merge(
     layers: &[&ParsedFile],
-    project: &Path,
+    opts: &LoadOptions,
     profile: Option<&str>,
     notes: &mut Vec<String>,
 ) -> Sections {
+    let project = opts.project_dir.as_path();
     let mut m = Sections::default();
-    m.filesystem.writable.push(PathEntry {
-        path: project.to_path_buf(),
-        origin: Origin::project(),
-    });
+    if !opts.no_project {
+        m.filesystem.writable.push(PathEntry {
+            path: project.to_path_buf(),
+            origin: Origin::project(),
+        });
+    }
     for l in layers {
         m.merge(&l.base);
     }

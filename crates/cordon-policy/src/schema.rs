@@ -77,8 +77,15 @@ pub(crate) struct Field {
     /// key to be rendered.
     #[cfg_attr(not(test), allow(dead_code))]
     pub shorthand: bool,
-    /// An example shown when the value has the wrong type (empty: a generic one).
+    /// An example shown when the value has the wrong type (empty: a generic one). The
+    /// template writes it for `cordon init`, so it must be valid policy; one that loosens the
+    /// built-in policy is only on a key flagged `[loosens]`.
     pub example: &'static str,
+    /// The key exists to loosen the built-in policy (its example does): the template and the
+    /// reference say so, since such a line runs only after `cordon trust`.
+    pub loosens: bool,
+    /// What the key does, from its doc comment (one line each).
+    pub doc: &'static [&'static str],
 }
 
 /// One table of the schema: a section, or the element of an array of tables.
@@ -177,22 +184,26 @@ macro_rules! field_shape {
 }
 
 /// Declares one table of the schema: the serde struct and its [`Schema`]. A field is
-/// `name: Shape`, optionally flagged `[required]` or `[shorthand]`, optionally followed by
-/// `= "example"` for help lines.
+/// `/// what it does` then `name: Shape`, optionally flagged `[required]`, `[shorthand]`
+/// and/or `[loosens]` (comma-separated), optionally followed by `= "example"` for help lines
+/// and the template.
 #[macro_export]
 #[doc(hidden)]
 macro_rules! raw_table {
     (
         $(#[$m:meta])*
         $vis:vis struct $name:ident example $example:literal {
-            $($field:ident : $shape:ident $(($($arg:tt)*))? $([$flag:ident])? $(= $ex:literal)?),* $(,)?
+            $(
+                $(#[doc = $doc:literal])*
+                $field:ident : $shape:ident $(($($arg:tt)*))? $([$($flag:ident),+])? $(= $ex:literal)?
+            ),* $(,)?
         }
     ) => {
         $(#[$m])*
         #[derive(Debug, Default, serde::Deserialize)]
         #[serde(default, deny_unknown_fields)]
         $vis struct $name {
-            $(pub $field: $crate::field_ty!($shape $(($($arg)*))?),)*
+            $($(#[doc = $doc])* pub $field: $crate::field_ty!($shape $(($($arg)*))?),)*
         }
         impl $crate::schema::Schema for $name {
             const TABLE: $crate::schema::Table = $crate::schema::Table {
@@ -200,26 +211,37 @@ macro_rules! raw_table {
                 fields: &[$($crate::schema::Field {
                     key: stringify!($field),
                     shape: $crate::field_shape!($shape $(($($arg)*))?),
-                    required: $crate::flag!(required; $($flag)?),
-                    shorthand: $crate::flag!(shorthand; $($flag)?),
+                    required: $crate::flag!(required; $($($flag),+)?),
+                    shorthand: $crate::flag!(shorthand; $($($flag),+)?),
+                    loosens: $crate::flag!(loosens; $($($flag),+)?),
                     example: concat!("" $(, $ex)?),
+                    doc: &[$($doc),*],
                 }),*],
             };
         }
     };
 }
 
-/// Whether a field carries a flag (`[required]`, `[shorthand]`).
+/// Whether a field's flags (`[required, loosens]`) include `$want`.
 #[macro_export]
 #[doc(hidden)]
 macro_rules! flag {
-    (required; required) => {
+    ($want:ident; ) => {
+        false
+    };
+    ($want:ident; $first:ident $(, $rest:ident)*) => {
+        $crate::flag!(@is $want $first) || $crate::flag!($want; $($rest),*)
+    };
+    (@is required required) => {
         true
     };
-    (shorthand; shorthand) => {
+    (@is shorthand shorthand) => {
         true
     };
-    ($want:ident; $($other:ident)?) => {
+    (@is loosens loosens) => {
+        true
+    };
+    (@is $want:ident $other:ident) => {
         false
     };
 }
@@ -654,9 +676,27 @@ fn type_help(key: &str, shape: Shape, found: &DeValue<'_>, example: &str) -> Str
         (Shape::Integers, _) => format!("write it as an array: {key} = [443]"),
         (Shape::Boolean, _) => format!("write true or false, without quotes: {key} = false"),
         (Shape::Size, _) => format!("e.g. {key} = \"4G\" or {key} = 4294967296"),
-        (Shape::Integer, DeValue::String(s)) => format!("remove the quotes: {key} = {s}"),
-        (Shape::Integer, _) => format!("e.g. {key} = 1024"),
-        (Shape::Number, _) => format!("e.g. {key} = 1.5"),
+        // Only a number is a hint for a number: `pids = "many"` unquoted is still wrong.
+        (Shape::Integer, DeValue::String(s)) if s.trim().parse::<i64>().is_ok() => {
+            format!("remove the quotes: {key} = {}", s.trim())
+        }
+        (Shape::Number, DeValue::String(s))
+            if s.trim().parse::<f64>().is_ok_and(f64::is_finite) =>
+        {
+            format!("remove the quotes: {key} = {}", s.trim())
+        }
+        (Shape::Integer | Shape::Number, _) => {
+            let what = match (shape, found) {
+                (Shape::Integer, DeValue::String(_)) => "a whole number, without quotes",
+                (Shape::Integer, _) => "a whole number",
+                (_, DeValue::String(_)) => "a number, without quotes",
+                _ => "a number",
+            };
+            match example {
+                "" => format!("write {what}"),
+                e => format!("write {what}, e.g. {e}"),
+            }
+        }
         _ => format!("`{key}` must be {}", shape.describe()),
     }
 }
@@ -695,6 +735,71 @@ pub(crate) fn quote_key(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The help line the checker gives for `doc`.
+    fn help(doc: &str) -> String {
+        let table = DeTable::parse(doc).unwrap();
+        let root = &crate::sections::ROOT;
+        let d = Checker {
+            src: doc,
+            file: None,
+            root,
+        }
+        .check(table.get_ref())
+        .expect_err(doc);
+        d.help.unwrap_or_default()
+    }
+
+    #[test]
+    fn a_number_hint_is_a_value_that_passes() {
+        // Unquoted, "many" is still not a number: the hint gives one from the schema.
+        let h = help("[limits]\npids = \"many\"\n");
+        assert!(!h.contains("pids = many"), "{h}");
+        assert!(h.contains("pids = 1024"), "{h}");
+        let h = help("[limits]\ncpu = \"fast\"\n");
+        assert!(h.contains("cpu = 2.0"), "{h}");
+        // A quoted number: its own value, unquoted.
+        assert_eq!(
+            help("[limits]\npids = \" 512 \"\n"),
+            "remove the quotes: pids = 512"
+        );
+        assert_eq!(
+            help("[limits]\ncpu = \"1.5\"\n"),
+            "remove the quotes: cpu = 1.5"
+        );
+        assert!(help("[exec]\nask_timeout = \"1m\"\n").contains("ask_timeout = 120"));
+        assert!(help("[limits]\npids = 1.5\n").contains("a whole number, e.g. pids = 1024"));
+    }
+
+    /// Every integer and number key has an example for its hint (and `cordon init`, whose
+    /// test proves each example valid); without one the hint could only guess.
+    #[test]
+    fn every_number_key_has_an_example() {
+        fn walk(path: &str, t: &Table) {
+            for f in t.fields {
+                match f.shape {
+                    Shape::Integer | Shape::Number | Shape::Size | Shape::Integers => {
+                        assert!(
+                            f.example.starts_with(&format!("{} = ", f.key)),
+                            "{path}.{}: no example",
+                            f.key
+                        );
+                        let h = type_help(f.key, f.shape, &DeValue::Boolean(true), f.example);
+                        assert!(h.contains(&format!("{} = ", f.key)), "{h}");
+                    }
+                    Shape::Table(st) | Shape::Tables(st) | Shape::Map(st) => {
+                        walk(&format!("{path}.{}", f.key), st)
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for (name, shape, _) in crate::sections::ROOT.sections {
+            if let Shape::Table(t) | Shape::Tables(t) | Shape::Map(t) = shape {
+                walk(name, t);
+            }
+        }
+    }
 
     #[test]
     fn integer_sizes_deserialize() {

@@ -10,6 +10,7 @@ use cordon_events::{Action, AuditLog, Layer, NewEvent};
 use cordon_policy::{LoadOptions, Loaded, TrustStore};
 
 use crate::cli::{CheckArgs, Cli, Cmd, LogArgs, PolicyArgs, RunArgs, TrustArgs};
+pub(crate) use crate::project::{PolicyProject, resolve_policy_project, resolve_project};
 
 /// cordon's own failure before the command started.
 const EXIT_SETUP: i32 = 125;
@@ -89,40 +90,6 @@ fn trust_store() -> TrustStore {
     TrustStore::new(xdg("XDG_DATA_HOME", ".local/share").join("cordon/trusted.json"))
 }
 
-pub(crate) fn resolve_project(dir: Option<&Path>) -> Result<PathBuf> {
-    let explicit = dir.is_some();
-    let dir = match dir {
-        Some(d) => d.to_path_buf(),
-        None => std::env::current_dir().context("cannot read the current directory")?,
-    };
-    let canon = dir.canonicalize().with_context(|| {
-        format!(
-            "project directory {}: cannot resolve it (does it exist?)",
-            dir.display()
-        )
-    })?;
-    if !canon.is_dir() {
-        return Err(anyhow!(
-            "project {} is not a directory; pass --project DIR",
-            canon.display()
-        ));
-    }
-    // The project is writable as a whole: taken from the current directory, `/` or the home
-    // would hand the sandbox the user's rc files and every project at once by accident.
-    let home = home().canonicalize().unwrap_or_else(|_| home());
-    if !explicit && home.starts_with(&canon) {
-        return Err(anyhow!(
-            "the project would be {}, which {} your home directory: everything in it would be \
-             writable. Run cordon from the project's directory, or pass --project {} if you mean \
-             it (your shell rc files and agents' settings then stay under review)",
-            canon.display(),
-            if home == canon { "is" } else { "contains" },
-            canon.display()
-        ));
-    }
-    Ok(canon)
-}
-
 /// The login `argv` starts that cannot be brokered inside, under the active profile.
 pub(crate) fn login_hint(
     argv: &[String],
@@ -138,6 +105,29 @@ pub(crate) fn login_hint(
     )
 }
 
+/// [`load_options`] for reading a policy (`check`, `explain`), with or without a project.
+pub(crate) fn policy_load_options(
+    policy: Option<PathBuf>,
+    args: &PolicyArgs,
+    project: PolicyProject,
+) -> LoadOptions {
+    let mut o = load_options(policy, args, project.dir);
+    o.no_project = project.none;
+    // `cordon check ~/.config/cordon/cordon.toml` reads the user's file: once, not merged
+    // over itself.
+    let same = |x: &Path, y: &Path| {
+        x.canonicalize()
+            .ok()
+            .is_some_and(|c| y.canonicalize().ok() == Some(c))
+    };
+    if let (Some(f), Some(u)) = (&o.policy_file, &o.user_config)
+        && same(f, u)
+    {
+        o.user_config = None;
+    }
+    o
+}
+
 pub(crate) fn load_options(
     policy: Option<PathBuf>,
     args: &PolicyArgs,
@@ -147,6 +137,7 @@ pub(crate) fn load_options(
     let passwd_home = cordon_sandbox::passwd_home(cordon_sandbox::ids().0).filter(|p| *p != home);
     LoadOptions {
         project_dir: project,
+        no_project: false,
         home,
         passwd_home,
         policy_file: policy,
@@ -1115,14 +1106,14 @@ impl cordon_sandbox::NetAttach for GatewayAttach {
 }
 
 fn check(a: CheckArgs) -> i32 {
-    let project = match resolve_project(a.policy_args.project.as_deref()) {
+    let project = match resolve_policy_project(a.policy_args.project.as_deref()) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("cordon: {}", crate::output::chain(&e));
             return EXIT_USAGE;
         }
     };
-    let opts = load_options(a.file.clone(), &a.policy_args, project);
+    let opts = policy_load_options(a.file.clone(), &a.policy_args, project);
     match cordon_policy::load(&opts) {
         Ok(l) => {
             for w in &l.warnings {
@@ -1153,8 +1144,14 @@ fn check(a: CheckArgs) -> i32 {
                 );
                 // Read-only entries a session stages instead say so (as `explain` does).
                 let mut shown = l.plan.clone();
-                crate::explain::annotate_read_only(&mut shown);
-                print!("{}", shown.to_toml());
+                if !opts.no_project {
+                    crate::explain::annotate_read_only(&mut shown);
+                }
+                let text = shown.to_toml();
+                match opts.no_project {
+                    true => print!("{}", crate::project::without_project(&text)),
+                    false => print!("{text}"),
+                }
             }
             for lo in &l.untrusted_loosening {
                 eprintln!(

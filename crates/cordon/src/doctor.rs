@@ -280,6 +280,7 @@ fn run_true() -> Result<()> {
     let dir = tempfile_dir()?;
     let opts = LoadOptions {
         project_dir: dir.clone(),
+        no_project: false,
         home: crate::commands::home(),
         passwd_home: None,
         policy_file: None,

@@ -134,8 +134,8 @@ fn policy(a: &ExplainArgs) -> Result<(Plan, bool, bool)> {
         }
         return Ok((plan, http_layer, true));
     }
-    let project = crate::commands::resolve_project(a.policy_args.project.as_deref())?;
-    let opts = crate::commands::load_options(a.policy.clone(), &a.policy_args, project);
+    let project = crate::commands::resolve_policy_project(a.policy_args.project.as_deref())?;
+    let opts = crate::commands::policy_load_options(a.policy.clone(), &a.policy_args, project);
     let loaded = cordon_policy::load(&opts).map_err(|e| anyhow!("{e}"))?;
     for w in &loaded.warnings {
         eprintln!("cordon: warning: {w}");

@@ -16,6 +16,7 @@ mod init;
 mod layer_off;
 mod logins;
 mod output;
+mod project;
 mod ssh;
 mod state;
 mod summary;

@@ -43,7 +43,7 @@ both!(the_file_it_writes_is_a_policy_check_accepts, |env: Env| {
         .iter()
         .position(|l| l == "# [[network.allow]]")
         .unwrap();
-    for l in lines.iter_mut().skip(at).take(4) {
+    for l in lines.iter_mut().skip(at).take_while(|l| !l.is_empty()) {
         if l.starts_with("# ") && !l.starts_with("#   ") {
             *l = l
                 .trim_start_matches("# ")
@@ -109,5 +109,127 @@ both!(a_profile_shows_what_it_adds, |env: Env| {
         String::from_utf8_lossy(&o.stderr).contains("no-such-agent"),
         "{}",
         show(&o)
+    );
+});
+
+/// One table of the written template: its header, the table it sits in, and its key lines
+/// (uncommented, with their notes).
+struct Block {
+    header: String,
+    parent: Option<usize>,
+    required: Vec<String>,
+    optional: Vec<String>,
+}
+
+/// The template's tables, read from the text alone (`# [x]` headers, `# key = value` lines),
+/// so whatever the schema adds is covered without this test naming it.
+fn blocks(text: &str) -> Vec<Block> {
+    let mut out: Vec<Block> = Vec::new();
+    for l in text.lines() {
+        let Some(code) = l.strip_prefix("# ") else {
+            continue;
+        };
+        if code.starts_with('[') {
+            let path = |h: &str| h.trim_matches(['[', ']']).to_string();
+            let me = path(code);
+            let parent = (0..out.len())
+                .rev()
+                .find(|i| me.starts_with(&format!("{}.", path(&out[*i].header))));
+            out.push(Block {
+                header: code.to_string(),
+                parent,
+                required: Vec::new(),
+                optional: Vec::new(),
+            });
+            continue;
+        }
+        let is_key = code.split_once(" = ").is_some_and(|(k, _)| {
+            !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        });
+        if !is_key {
+            continue;
+        }
+        let block = out.last_mut().expect("a key line before the first table");
+        if says(code, "required") {
+            block.required.push(code.to_string());
+        } else {
+            block.optional.push(code.to_string());
+        }
+    }
+    out
+}
+
+/// Whether a key line's trailing note (`key = value  # one of …; required; loosens: …`)
+/// has a part starting with `word`.
+fn says(line: &str, word: &str) -> bool {
+    line.split_once("  # ")
+        .is_some_and(|(_, n)| n.split("; ").any(|p| p.starts_with(word)))
+}
+
+/// The lines a table needs to be valid on its own: its parents', its header, its required keys.
+fn minimal(blocks: &[Block], i: usize) -> Vec<String> {
+    let b = &blocks[i];
+    let mut out = b.parent.map(|p| minimal(blocks, p)).unwrap_or_default();
+    out.push(b.header.clone());
+    out.extend(b.required.iter().cloned());
+    out
+}
+
+both!(every_commented_example_is_valid_uncommented, |env: Env| {
+    let o = init(&env, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let path = env.project.join("cordon.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let blocks = blocks(&text);
+    assert!(blocks.len() > 10, "{text}");
+    let mut docs: Vec<Vec<String>> = Vec::new();
+    for i in 0..blocks.len() {
+        let base = minimal(&blocks, i);
+        docs.push(base.clone());
+        for l in &blocks[i].optional {
+            let mut d = base.clone();
+            d.push(l.clone());
+            docs.push(d);
+        }
+    }
+    // Every example is tried before failing, so one run lists all the bad ones.
+    let mut bad = Vec::new();
+    for d in docs {
+        let doc = d.join("\n") + "\n";
+        std::fs::write(&path, &doc).unwrap();
+        env.own(&path);
+        let o = check(&env);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        // An example that loosens the built-in policy says so: uncommented, it needs trust.
+        let said = d.iter().any(|l| says(l, "loosens"));
+        let problem = if said && !err.contains("untrusted:") {
+            Some("says it loosens the policy, but does not")
+        } else if said {
+            let t = env.cordon().arg("trust").arg(&path).output().unwrap();
+            assert_eq!(t.status.code(), Some(0), "{}", show(&t));
+            let o = check(&env);
+            (o.status.code() != Some(0)).then_some("refused once trusted")
+        } else if err.contains("untrusted:") {
+            Some("loosens the policy without saying so")
+        } else if o.status.code() != Some(0) {
+            Some("refused")
+        } else if err
+            .lines()
+            // A credential's source is the host's (GH_TOKEN unset here), not the example's.
+            .any(|l| l.contains("warning") && !l.contains("does not resolve"))
+        {
+            Some("warned about")
+        } else {
+            None
+        };
+        if let Some(p) = problem {
+            bad.push(format!("{p}:\n{doc}{err}"));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{} of the examples:\n\n{}",
+        bad.len(),
+        bad.join("\n")
     );
 });

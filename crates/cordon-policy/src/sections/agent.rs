@@ -33,8 +33,11 @@ impl AgentPlan {
 raw_table! {
     /// `[profile.NAME.agent]` as written.
     pub(crate) struct Raw example "commands = [\"claude\"]" {
+        /// Program names that select the profile.
         commands: Strings = "commands = [\"claude\"]",
+        /// Package names (npm, PyPI) whose runners (`npx`, `uvx`, …) select it.
         packages: Strings = "packages = [\"@anthropic-ai/claude-code\"]",
+        /// Hosts whose denials are logged but not announced on the terminal.
         quiet: Strings = "quiet = [\"statsig.anthropic.com\"]",
     }
 }

@@ -191,20 +191,29 @@ impl RefreshPlan {
 raw_table! {
     /// `source` of a `[credentials.NAME]` as written.
     pub(crate) struct RawSource example "source = { env = \"VAR\" }" {
-        env: String,
-        file: String,
-        json: String,
-        yaml: String,
-        command: Strings,
+        /// A host environment variable.
+        env: String = "env = \"GH_TOKEN\"",
+        /// A file: its contents, or with `json`/`yaml` a field of it.
+        file: String = "file = \"~/.config/gh/hosts.yml\"",
+        /// The dotted path of a string field of the JSON `file`.
+        json: String = "json = \"claudeAiOauth.accessToken\"",
+        /// The dotted keys of a scalar of the YAML `file`.
+        yaml: String = "yaml = \"github.com.oauth_token\"",
+        /// A command whose output is the value.
+        command: Strings = "command = [\"gh\", \"auth\", \"token\"]",
     }
 }
 
 raw_table! {
     /// `refresh` of a `[credentials.NAME]` as written.
     pub(crate) struct RawRefresh example "refresh = { url = \"https://platform.claude.com/v1/oauth/token\", token = \"access_token\" }" {
-        url: String [required] = "url = \"https://auth.openai.com/oauth/token\"",
-        token: String [required] = "token = \"refresh_token\"",
+        /// The provider's OAuth token endpoint.
+        url: String [required] = "url = \"https://platform.claude.com/v1/oauth/token\"",
+        /// The key of the endpoint's answer holding this credential's new value.
+        token: String [required] = "token = \"access_token\"",
+        /// A login-file field set to the new token's expiry, in milliseconds since the epoch.
         expires_ms: String = "expires_ms = \"claudeAiOauth.expiresAt\"",
+        /// A login-file field set to the time of the exchange (RFC 3339).
         refreshed_at: String = "refreshed_at = \"last_refresh\"",
     }
 }
@@ -212,15 +221,25 @@ raw_table! {
 raw_table! {
     /// One `[credentials.NAME]` as written.
     pub(crate) struct Raw example "source = { env = \"GH_TOKEN\" } and hosts = [\"api.github.com\"]" {
+        /// The sandbox variable that holds the placeholder.
         env: String = "env = \"ANTHROPIC_API_KEY\"",
-        source: Table(RawSource) [required],
-        hosts: Strings [required],
-        header: String = "header = \"x-api-key\"",
+        /// Where the real value comes from (read on the host only).
+        source: Table(RawSource) [required] = "source = { file = \"~/.claude/.credentials.json\", json = \"claudeAiOauth.accessToken\" }",
+        /// The hosts the real value may go to.
+        hosts: Strings [required, loosens] = "hosts = [\"api.anthropic.com\"]",
+        /// The header it travels in.
+        header: String = "header = \"authorization\"",
+        /// Several headers, each `name` or `name: format`.
         headers: Strings = "headers = [\"x-api-key\", \"authorization: Bearer {}\"]",
+        /// The query parameter it travels in.
         query: String = "query = \"key\"",
+        /// How the header value is written, `{}` for the value.
         format: String = "format = \"Bearer {}\"",
-        inject: Boolean,
-        files: Strings,
+        /// Put it in every request to `hosts`, whatever the client sent.
+        inject: Boolean = "inject = true",
+        /// Files shown inside as copies with the real value replaced by the placeholder.
+        files: Strings = "files = [\"~/.config/some-tool/auth.json\"]",
+        /// Renew a JSON login file's token at the provider's endpoint (brokered by cordon).
         refresh: Table(RawRefresh),
     }
 }

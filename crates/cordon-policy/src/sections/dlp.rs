@@ -76,16 +76,22 @@ pub struct DlpAllow {
 raw_table! {
     /// One `[[dlp.allow]]` as written.
     pub(crate) struct RawAllow example "kinds = [\"jwt\"] and hosts = [\"auth.example.com\"]" {
-        kinds: Strings [required],
-        hosts: Strings [required],
+        /// Kinds of secret (`jwt`, `github-token`, `known:NAME`, …; `*` for all).
+        kinds: Strings [required, loosens] = "kinds = [\"jwt\"]",
+        /// The hosts they may go to.
+        hosts: Strings [required] = "hosts = [\"auth.example.com\"]",
     }
 }
 
 raw_table! {
     /// `[dlp]` as written.
     pub(crate) struct Raw example "action = \"deny\"" {
+        /// What a request carrying a secret gets: `deny` (a 403, the event redacted), `ask` a
+        /// person, `log` (forwarded, the event redacted), or `off` (no scanning).
         action: Choice(DlpAction),
-        max_body_bytes: Integer,
+        /// How much of each request body is scanned, in bytes.
+        max_body_bytes: Integer = "max_body_bytes = 262144",
+        /// Kinds of secret that may go to some hosts (beyond each token's own issuer).
         allow: Tables(RawAllow),
     }
 }

@@ -35,9 +35,12 @@ pub struct DnsPlan {
 raw_table! {
     /// `[dns]` as written.
     pub(crate) struct Raw example "block = [\"paste.example\"]" {
-        block: Strings,
-        hosts: StringTable,
-        upstream: String = "upstream = \"127.0.0.1:53\"",
+        /// Names that do not resolve (a bare name blocks it and every name below).
+        block: Strings = "block = [\"paste.example\"]",
+        /// Fixed answers, name to address.
+        hosts: StringTable [loosens] = "hosts = { \"db.internal\" = \"10.0.0.5\" }",
+        /// The resolver the host side asks, if not the system's.
+        upstream: String [loosens] = "upstream = \"127.0.0.1:53\"",
     }
 }
 

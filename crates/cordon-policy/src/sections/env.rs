@@ -26,8 +26,11 @@ pub struct EnvPlan {
 raw_table! {
     /// `[env]` as written.
     pub(crate) struct Raw example "pass = [\"LC_*\"]" {
-        pass: Strings,
-        set: StringTable,
+        /// Host variables passed in when set: an exact name, or a glob that never passes a
+        /// name that looks like a secret.
+        pass: Strings = "pass = [\"LC_*\"]",
+        /// Variables set to fixed values inside (after `pass`, so these win).
+        set: StringTable [loosens] = "set = { EDITOR = \"vi\" }",
     }
 }
 

@@ -79,18 +79,27 @@ pub fn exec_glob(pattern: &str, text: &str) -> bool {
 raw_table! {
     /// One `[[exec.rule]]` as written.
     pub(crate) struct RawRule example "pattern = \"git push *\" and action = \"ask\"" {
+        /// A glob over `PROGRAM ARGS…` (`*` any run of characters, `?` one); a trailing ` *`
+        /// also matches the bare program.
         pattern: String [required] = "pattern = \"git push *\"",
-        action: Choice(ExecAction) [required],
+        /// What a matching exec gets: `allow`, `deny` (it fails with EPERM), or `ask` a person;
+        /// the first matching rule decides.
+        action: Choice(ExecAction) [required] = "action = \"ask\"",
     }
 }
 
 raw_table! {
     /// `[exec]` as written.
     pub(crate) struct Raw example "ask = [\"git push *\"]" {
-        deny: Strings [shorthand],
-        ask: Strings [shorthand],
-        allow: Strings [shorthand],
-        ask_timeout: Integer,
+        /// Patterns whose execs fail (shorthand for `[[exec.rule]]` entries).
+        deny: Strings [shorthand] = "deny = [\"docker *\"]",
+        /// Patterns whose execs wait for a person's answer (`cordon approve`).
+        ask: Strings [shorthand] = "ask = [\"git push *\"]",
+        /// Patterns allowed before later rules could refuse them.
+        allow: Strings [shorthand, loosens] = "allow = [\"git push --dry-run *\"]",
+        /// Seconds an `ask` waits for an answer before it is denied.
+        ask_timeout: Integer = "ask_timeout = 120",
+        /// Exec rules in full, in order.
         rule: Tables(RawRule),
     }
 }

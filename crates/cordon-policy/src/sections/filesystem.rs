@@ -97,14 +97,24 @@ pub(crate) fn refuse_globs(
 raw_table! {
     /// `[filesystem]` as written.
     pub(crate) struct Raw example "writable = [\"~/.cache/x\"]" {
-        readable: Strings,
-        writable: Strings,
-        deny: Strings,
-        read_only: Strings,
+        /// Paths visible read-only (the built-in policy shows all of `/`, the home only as
+        /// `home` says).
+        readable: Strings = "readable = [\"~/src/shared-lib\"]",
+        /// Paths writable besides the project directory, which always is.
+        writable: Strings [loosens] = "writable = [\"~/.cache/x\"]",
+        /// Paths masked: nothing inside can be read or listed. Deny wins over every other rule.
+        deny: Strings = "deny = [\"~/.config/some-tool/tokens\"]",
+        /// Paths kept read-only even inside a writable directory (files the host runs later).
+        read_only: Strings = "read_only = [\"${PROJECT}/.github/workflows\"]",
+        /// What to do where the kernel lacks Landlock: refuse to start, or warn and rely on
+        /// the mount view alone.
         landlock: Choice(LandlockMode),
+        /// How much of the home is seen: what development needs, or all of it minus `deny`.
         home: Choice(HomeView),
-        home_show: Strings,
-        home_tools: Strings,
+        /// Home configuration files shown as copies made at start, each checked for secrets.
+        home_show: Strings [loosens] = "home_show = [\"~/.config/some-tool/config.toml\"]",
+        /// Home toolchains shown as they are, copy-on-write.
+        home_tools: Strings [loosens] = "home_tools = [\"~/.local/share/some-toolchain\"]",
     }
 }
 

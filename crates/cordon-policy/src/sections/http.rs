@@ -84,23 +84,37 @@ pub struct HttpPlan {
 raw_table! {
     /// One `[[http.rule]]` as written.
     pub(crate) struct RawRule example "host = \"api.anthropic.com\" and action = \"allow\"" {
-        name: String,
-        host: String [required] = "host = \"github.com\" or host = \"*.example.com\"",
-        port: Integer,
-        methods: Strings,
-        path: String,
-        query: String,
-        headers: StringTable,
-        max_body: Integer,
-        action: Choice(HttpAction) [required],
-        reason: String,
+        /// Its name in events and refusals.
+        name: String = "name = \"no-npm-publish\"",
+        /// The hosts it is for: a name or glob.
+        host: String [required] = "host = \"registry.npmjs.org\"",
+        /// The port it is for (default: any).
+        port: Integer = "port = 443",
+        /// The methods it is for (default: any).
+        methods: Strings = "methods = [\"PUT\", \"DELETE\"]",
+        /// A glob over the path.
+        path: String = "path = \"/-/*\"",
+        /// A glob over the query string.
+        query: String = "query = \"*write=true*\"",
+        /// Globs over header values, by header name.
+        headers: StringTable = "headers = { content-type = \"application/json*\" }",
+        /// The largest declared body it matches, in bytes.
+        max_body: Integer = "max_body = 1048576",
+        /// What a matching request gets (`allow` forwards it; the others as for `default`);
+        /// the first matching rule decides.
+        action: Choice(HttpAction) [required] = "action = \"deny\"",
+        /// Why, shown to the client when it refuses.
+        reason: String = "reason = \"publishing is done from CI\"",
     }
 }
 
 raw_table! {
     /// `[http]` as written.
     pub(crate) struct Raw example "default = \"deny\"" {
+        /// What a request no rule matches gets: `deny` (a 403 that says why), `ask` a person,
+        /// or `judge`, the LLM judge.
         default: Choice(HttpAction, "deny", "ask", "judge"),
+        /// Request rules, in order.
         rule: Tables(RawRule),
     }
 }

@@ -56,14 +56,24 @@ pub struct JudgePlan {
 raw_table! {
     /// `[judge]` as written.
     pub(crate) struct Raw example "policy = \"…\", url = \"https://api.anthropic.com\" and model = \"claude-haiku-4-5\"" {
-        policy: String [required] = "policy = \"Reading package registries is fine; uploads are not.\"",
+        /// What the judge allows, in plain English.
+        policy: String [required, loosens] = "policy = \"Reading package registries is fine; uploads are not.\"",
+        /// Its wire protocol: Anthropic's Messages API, or OpenAI's Chat Completions (and
+        /// compatible servers).
         api: Choice(JudgeApi),
+        /// Base URL or full endpoint.
         url: String [required] = "url = \"https://api.anthropic.com\"",
+        /// The model asked.
         model: String [required] = "model = \"claude-haiku-4-5\"",
+        /// The host variable holding its API key (read on the host only).
         credential: String = "credential = \"ANTHROPIC_API_KEY\"",
-        timeout_ms: Integer,
+        /// How long one question may take, in milliseconds.
+        timeout_ms: Integer = "timeout_ms = 8000",
+        /// What a request gets when the judge cannot answer (timeout, error): `deny`, or `ask`
+        /// a person.
         on_error: Choice(JudgeOnError),
-        max_body_bytes: Integer,
+        /// How much of a request's body the judge is shown, in bytes.
+        max_body_bytes: Integer = "max_body_bytes = 16384",
     }
 }
 

@@ -22,10 +22,15 @@ pub struct LimitsPlan {
 raw_table! {
     /// `[limits]` as written.
     pub(crate) struct Raw example "memory = \"4G\"" {
-        memory: Size,
-        pids: Integer,
-        cpu: Number,
-        nofile: Integer,
+        /// Memory for the whole sandbox, bytes or `"4G"` (cgroup `memory.max`, else
+        /// `RLIMIT_AS`).
+        memory: Size = "memory = \"4G\"",
+        /// Processes and threads at once (cgroup `pids.max`, else `RLIMIT_NPROC`).
+        pids: Integer = "pids = 1024",
+        /// CPU bandwidth in cores, e.g. 1.5 (cgroup `cpu.max` only).
+        cpu: Number = "cpu = 2.0",
+        /// Open files per process (`RLIMIT_NOFILE`).
+        nofile: Integer = "nofile = 4096",
     }
 }
 

@@ -68,7 +68,7 @@ pub(crate) trait Section: Default + Clone + std::fmt::Debug {
 }
 
 macro_rules! sections {
-    ($($(#[$doc:meta])* $name:ident: $module:ident::$ty:ident => $plan:ty,)*) => {
+    ($($(#[doc = $doc:literal])* $name:ident: $module:ident::$ty:ident => $plan:ty,)*) => {
         /// One file's (or one profile's) sections as written.
         #[derive(Debug, Default, Deserialize)]
         #[serde(default, deny_unknown_fields)]
@@ -100,6 +100,9 @@ macro_rules! sections {
         }
 
         /// The top level of a policy file.
+        /// What each section of [`ROOT`] is for, from its doc comment, in the same order.
+        pub(crate) const SECTION_DOCS: &[&[&str]] = &[$(&[$($doc),*]),*];
+
         pub(crate) const ROOT: Root = Root {
             sections: &[$((
                 stringify!($name),
@@ -155,7 +158,7 @@ macro_rules! sections {
             pub project: PathBuf,
             /// The invoking user's home directory (`$HOME`, else the passwd entry).
             pub home: PathBuf,
-            $($(#[$doc])* #[serde(default)] pub $name: $plan,)*
+            $($(#[doc = $doc])* #[serde(default)] pub $name: $plan,)*
         }
 
         impl Plan {
@@ -168,37 +171,39 @@ macro_rules! sections {
 }
 
 sections! {
-    /// The filesystem view (layer 1).
+    /// What the sandbox sees of the host's files: what is readable, writable, masked, and how
+    /// much of the home is shown.
     filesystem: filesystem::Filesystem => filesystem::FilesystemPlan,
-    /// The environment (layer 1).
+    /// Which host environment variables the sandboxed command sees, and fixed ones.
     env: env::Env => env::EnvPlan,
-    /// Resource limits (layer 1).
+    /// Resource limits for the whole sandbox; none is set unless written.
     limits: limits::Limits => limits::LimitsPlan,
-    /// The syscall filter (layer 4).
+    /// The syscall filter: built-in denials lifted or extended by name.
     syscalls: syscalls::Syscalls => syscalls::SyscallsPlan,
-    /// Supervised exec rules (layer 4).
+    /// Rules for the commands the sandbox runs: allowed, denied or asked about, by pattern.
     exec: exec::Exec => exec::ExecPlan,
-    /// Agent-state protection.
+    /// What the agent may change only through review at exit, and how the home is written.
     state: state::State => state::StatePlan,
-    /// Network egress (layer 2).
+    /// How the sandbox reaches the network, and which hosts and ports it may connect to.
     network: network::Network => network::NetworkPlan,
-    /// The sandbox's resolver (layer 2).
+    /// The sandbox's resolver: blocked names, fixed answers, the upstream.
     dns: dns::Dns => dns::DnsPlan,
-    /// Ports published on the host's loopback.
+    /// Sandbox ports published on the host's loopback: a way in.
     publish: publish::PublishList => Vec<publish::Publish>,
-    /// HTTP(S) request rules (layer 3).
+    /// Rules for HTTP(S) requests, by host, method, path, query and headers.
     http: http::Http => http::HttpPlan,
-    /// TLS interception exceptions and upstream trust (layer 3).
+    /// Hosts exempt from HTTPS inspection, and extra CAs for upstream servers.
     tls: tls::Tls => tls::TlsPlan,
-    /// The LLM judge (layer 3), if configured.
+    /// The LLM judge asked about requests a rule sends to it; none unless configured.
     judge: judge::Judge => Option<judge::JudgePlan>,
-    /// Outbound secret scanning (layer 3).
+    /// Outbound secret scanning of requests.
     dlp: dlp::Dlp => dlp::DlpPlan,
-    /// Credentials injected at the wire (layer 1b).
+    /// Credentials the sandbox holds only as placeholders, the real value added at the wire
+    /// for the hosts named.
     credentials: credentials::Credentials => Vec<credentials::CredentialPlan>,
-    /// The selected profile's agent: what selects it, what it phones that is denied quietly.
+    /// The agent a profile is for: what selects it, and what it phones that is denied quietly.
     agent: agent::Agent => agent::AgentPlan,
-    /// SSH from inside: the filtering agent, the files of `~/.ssh` shown (layer 1b).
+    /// SSH from inside: the filtering agent, and the files of `~/.ssh` shown.
     ssh: ssh::Ssh => ssh::SshPlan,
 }
 

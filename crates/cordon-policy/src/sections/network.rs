@@ -69,16 +69,23 @@ impl NetworkPlan {
 raw_table! {
     /// One `[[network.allow]]` as written.
     pub(crate) struct RawAllow example "host = \"github.com\" and ports = [22]" {
-        host: String [required] = "host = \"github.com\" or host = \"*.example.com\"",
-        ports: Integers [required],
+        /// A host name, or `*.name` for every name below it.
+        host: String [required, loosens] = "host = \"github.com\" or host = \"*.example.com\"",
+        /// The TCP ports it may be reached on.
+        ports: Integers [required] = "ports = [22]",
     }
 }
 
 raw_table! {
     /// `[network]` as written.
     pub(crate) struct Raw example "mode = \"gateway\"" {
+        /// How the sandbox reaches the network: `gateway`, only through cordon's gateway, which
+        /// decides each flow by host and port; `none`, loopback only; `host`, the host's
+        /// network unfiltered.
         mode: Choice(NetMode),
-        allow_ips: Strings,
+        /// Addresses (CIDR) reachable without a name.
+        allow_ips: Strings [loosens] = "allow_ips = [\"10.0.0.0/8\"]",
+        /// TCP by host name and port.
         allow: Tables(RawAllow),
     }
 }

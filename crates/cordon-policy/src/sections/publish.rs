@@ -18,8 +18,10 @@ pub struct Publish {
 raw_table! {
     /// One `[[publish]]` as written.
     pub(crate) struct Raw example "port = 3000" {
-        port: Integer [required],
-        host_port: Integer,
+        /// The port inside the sandbox (its loopback).
+        port: Integer [required, loosens] = "port = 3000",
+        /// The port on the host's 127.0.0.1 (default: the same).
+        host_port: Integer = "host_port = 8080",
     }
 }
 

@@ -23,8 +23,11 @@ pub struct SshPlan {
 raw_table! {
     /// `[ssh]` as written.
     pub(crate) struct Raw example "agent = false" {
-        agent: Boolean,
-        show: Strings,
+        /// Point `SSH_AUTH_SOCK` inside at cordon's filtering agent, which signs only for
+        /// allowed hosts.
+        agent: Boolean = "agent = false",
+        /// Files shown read-only even inside a denied directory (never private keys).
+        show: Strings = "show = [\"~/.ssh/known_hosts\"]",
     }
 }
 

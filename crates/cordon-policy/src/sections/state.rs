@@ -82,11 +82,23 @@ pub struct StatePlan {
 raw_table! {
     /// `[state]` as written.
     pub(crate) struct Raw example "protect = [\"~/.claude\"]" {
-        protect: Strings,
+        /// Agent state the sandbox may change only through review: copy-on-write, the host
+        /// copy untouched until accepted.
+        protect: Strings = "protect = [\"~/.config/some-agent\"]",
+        /// What happens to reviewed changes when the session ends: `ask` shows them and asks
+        /// (without a terminal, `pending`), `keep` applies them, `discard` drops them, `pending`
+        /// keeps them for `cordon state accept` or `discard`.
         on_exit: Choice(OnExit),
+        /// How the project's host-executed files (`.git/hooks`, `.envrc`, …) are protected:
+        /// `readonly` inside, or `staged`: writable copy-on-write and reviewed at exit (git
+        /// changes that run nothing applied without asking).
         project_files: Choice(ProjectFiles),
+        /// How the home is written: `overlay`, copy-on-write (protected paths reviewed, caches
+        /// kept, the rest discarded at exit), or `readonly`.
         home: Choice(HomeMode),
-        caches: Strings,
+        /// Package and build caches in the home kept across the project's sessions, in
+        /// cordon's own layer (the host's cache never written).
+        caches: Strings [loosens] = "caches = [\"~/.cache/some-tool\"]",
     }
 }
 

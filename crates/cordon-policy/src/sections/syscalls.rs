@@ -227,9 +227,13 @@ pub struct NamedRule {
 raw_table! {
     /// `[syscalls]` as written.
     pub(crate) struct Raw example "deny = [\"chroot\"]" {
-        allow: Strings,
-        deny: Strings,
-        nested_userns: Boolean,
+        /// Built-in syscall denials to lift, by name (`ptrace` for debuggers).
+        allow: Strings [loosens] = "allow = [\"ptrace\"]",
+        /// Extra syscalls to deny, by name.
+        deny: Strings = "deny = [\"chroot\"]",
+        /// Let the command build nested sandboxes (bubblewrap, agents' own sandboxes): lifts
+        /// new user namespaces and the mount family inside them.
+        nested_userns: Boolean [loosens] = "nested_userns = true",
     }
 }
 

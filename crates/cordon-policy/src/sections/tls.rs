@@ -24,8 +24,10 @@ pub struct TlsPlan {
 raw_table! {
     /// `[tls]` as written.
     pub(crate) struct Raw example "passthrough = [\"*.pinned.example\"]" {
-        passthrough: Strings,
-        upstream_ca: StringOrStrings,
+        /// Hosts never intercepted, decided by name only (clients that pin certificates).
+        passthrough: Strings [loosens] = "passthrough = [\"*.pinned.example\"]",
+        /// Extra CA certificates (PEM files) trusted for upstream servers.
+        upstream_ca: StringOrStrings [loosens] = "upstream_ca = \"/etc/ssl/certs/ca-certificates.crt\"",
     }
 }
 
