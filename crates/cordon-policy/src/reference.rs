@@ -57,8 +57,8 @@ fn intro() -> String {
          with an example that is valid uncommented.\n\
          - `cordon check [FILE]` checks a policy and prints the effective one, each entry with\n  \
          where it came from; it runs from any directory, your home included.\n\
-         - `cordon explain PATH`, `cordon explain https://HOST/…` and `cordon explain --exec\n  \
-         'CMD'` say which rule decides.\n\
+         - `cordon explain PATH`, `cordon explain https://HOST/…` and `cordon explain --\n  \
+         COMMAND ARGS…` say which rule decides.\n\
          \n\
          Paths may start with `~`, `$HOME`, `${{PROJECT}}` (the project directory), an XDG base\n\
          directory (`$XDG_CONFIG_HOME`, …) or `$XDG_RUNTIME_DIR`. The **Built-in** column is\n\
