@@ -4,22 +4,7 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
-
-use common::{Env, show};
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let o = Command::new("git")
-        .args(["-c", "safe.directory=*", "-c", "user.name=t", "-c"])
-        .arg("user.email=t@example.invalid")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "git {args:?}\n{}", show(&o));
-    String::from_utf8_lossy(&o.stdout).trim().to_string()
-}
+use common::{Env, git, show};
 
 /// A repository with one commit in the project.
 fn repo(env: &Env) {

@@ -6,10 +6,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::PathBuf;
+use std::process::Output;
 
-use common::{Env, show};
+use common::{Env, git, show};
 
 /// Where an answer says a write ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,18 +62,6 @@ struct Case {
     path: PathBuf,
     /// What the answer must say.
     want: Fate,
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let o = Command::new("git")
-        .args(["-c", "safe.directory=*", "-c", "user.name=t", "-c"])
-        .arg("user.email=t@example.invalid")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "git {args:?}\n{}", show(&o));
-    String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
 
 fn explain(env: &Env, args: &[&str]) -> Output {

@@ -683,3 +683,18 @@ pub fn tree(root: &Path, skip: &[PathBuf]) -> Vec<(PathBuf, Vec<u8>)> {
     out.sort();
     out
 }
+
+/// `git ARGS` on the host in `dir` (any owner, a fixed identity); its trimmed stdout.
+#[allow(dead_code)]
+#[track_caller]
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let o = Command::new("git")
+        .args(["-c", "safe.directory=*", "-c", "user.name=t", "-c"])
+        .arg("user.email=t@example.invalid")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "git {args:?}\n{}", show(&o));
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
