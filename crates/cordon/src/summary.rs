@@ -338,7 +338,10 @@ impl Facts {
             ));
         }
         if let Some(n) = self.home_writes_dropped {
-            parts.push(format!("{n} home writes not kept"));
+            parts.push(format!(
+                "{} not kept",
+                crate::output::count(n as usize, "home write", "home writes")
+            ));
         }
         parts.push(format!("log {}", clean(&log.display().to_string())));
         parts.join(" · ")

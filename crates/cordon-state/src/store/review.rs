@@ -248,14 +248,23 @@ impl Session {
         let changes = listed(&all);
         let flagged = changes.iter().filter(|c| !c.flags.is_empty()).count();
         let mut out = String::new();
+        // The paths the listed changes are under (all of them when nothing changed).
+        let paths = match changes.is_empty() {
+            true => self.entries.len(),
+            false => self
+                .entries
+                .iter()
+                .filter(|e| changes.iter().any(|c| c.protected == e.host))
+                .count(),
+        };
         let _ = writeln!(
             out,
             "session {}: {} change{} under {} protected path{}{}",
             self.id,
             changes.len(),
             if changes.len() == 1 { "" } else { "s" },
-            self.entries.len(),
-            if self.entries.len() == 1 { "" } else { "s" },
+            paths,
+            if paths == 1 { "" } else { "s" },
             if flagged > 0 {
                 format!(", {flagged} FLAGGED")
             } else {
@@ -283,7 +292,10 @@ impl Session {
             };
             let host_shown = escape::name(OsStr::new(&home_display(&e.host)));
             if mine.is_empty() {
-                let _ = writeln!(out, "{host_shown} ({kind}): unchanged");
+                // Among changes, a path without any is noise; alone, it is the answer.
+                if changes.is_empty() {
+                    let _ = writeln!(out, "{host_shown} ({kind}): unchanged");
+                }
                 continue;
             }
             let count = |k: ChangeKind| mine.iter().filter(|c| c.kind == k).count();
