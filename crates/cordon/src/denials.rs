@@ -73,14 +73,22 @@ impl DenialLines {
     }
 
     fn line_for(&self, e: &Event, now: Instant) -> Option<String> {
+        // A name the DNS layer refused by rule (the blocklist) is a refusal too: the client
+        // shows only "could not resolve".
+        // (A single-label name's NXDOMAIN is what any resolver without a search domain says.)
+        let by_dns = e.layer == Layer::Dns
+            && e.rule
+                .as_deref()
+                .is_some_and(|r| r.starts_with("builtin:") || r.starts_with("block:"));
         if !self.enabled
             || e.action != Action::Deny
-            || !matches!(e.layer, Layer::Network | Layer::Http)
+            || !(matches!(e.layer, Layer::Network | Layer::Http) || by_dns)
         {
             return None;
         }
         let host = match e
             .detail_str("host")
+            .or_else(|| e.detail_str("name"))
             .or_else(|| e.detail_str("url").map(url_host))
         {
             Some(h) => format!("of {}", clean(h)),
@@ -93,7 +101,15 @@ impl DenialLines {
                 .map(|h| format!("; why: `{}`", clean(&h)))
                 .unwrap_or_default()
         );
-        let what = clean(&e.reason);
+        let what = match by_dns {
+            true => format!(
+                "the name {}: it does not resolve inside",
+                clean(e.detail_str("name").unwrap_or("?"))
+            ),
+            false => clean(&e.reason),
+        };
+        // A lookup comes as A and AAAA, and retried: one line a window says it.
+        let burst = if by_dns { 1 } else { BURST };
         let mut hosts = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
         let n = hosts.len();
         match hosts.get_mut(&host) {
@@ -109,8 +125,9 @@ impl DenialLines {
                 })
             }
             Some((start, shown, held)) if now.duration_since(*start) < EVERY => {
-                if *shown >= BURST {
-                    *held += 1;
+                if *shown >= burst {
+                    // A name's other lookups (AAAA, retries) are the same refusal.
+                    *held += u64::from(!by_dns);
                     return None;
                 }
                 *shown += 1;
@@ -144,6 +161,10 @@ fn explain_hint(e: &Event) -> Option<String> {
                 url,
             ))
         }
+        Layer::Dns => Some(cordon_policy::explain::hint_for_host(
+            e.detail_str("name")?,
+            443,
+        )),
         _ => {
             let port = u16::try_from(e.detail.get("port")?.as_u64()?).ok()?;
             Some(cordon_policy::explain::hint_for_host(
@@ -260,6 +281,49 @@ mod tests {
             d.held_lines(),
             ["1 more denial under rule network.max-flows not shown (cordon log lists them)"]
         );
+    }
+
+    #[test]
+    fn a_name_the_blocklist_refused_gets_one_line_a_window() {
+        let d = DenialLines::new(false);
+        let t0 = Instant::now();
+        let dns = |q: &str| {
+            event(
+                NewEvent::new(
+                    Layer::Dns,
+                    Action::Deny,
+                    format!("{q} x.ngrok.io → NXDOMAIN"),
+                )
+                .rule("builtin:ngrok.io")
+                .detail("name", "x.ngrok.io"),
+            )
+        };
+        let line = d.line_for(&dns("A"), t0).unwrap();
+        assert!(
+            line.starts_with(
+                "denied the name x.ngrok.io: it does not resolve inside (rule builtin:ngrok.io"
+            ),
+            "{line}"
+        );
+        assert!(line.contains("`cordon explain x.ngrok.io:443`"), "{line}");
+        assert!(d.line_for(&dns("AAAA"), t0).is_none());
+        assert!(
+            d.held_lines().is_empty(),
+            "the same lookup is not counted apart"
+        );
+        // A name nothing refused by rule (no such host) is not cordon's refusal.
+        let plain = event(NewEvent::new(
+            Layer::Dns,
+            Action::Deny,
+            "A nope.test → NXDOMAIN",
+        ));
+        assert!(d.line_for(&plain, t0).is_none());
+        let short = event(
+            NewEvent::new(Layer::Dns, Action::Deny, "A db → NXDOMAIN")
+                .rule("single-label")
+                .detail("name", "db"),
+        );
+        assert!(d.line_for(&short, t0).is_none());
     }
 
     #[test]

@@ -246,7 +246,8 @@ both!(
             "touch asked-exec; echo \"EXEC $?\"\n\
          curl -fsS --max-time 10 https://{NAME}/a; echo \"RC $?\"\n\
          curl -fsS --max-time 10 https://{NAME}/a; echo \"RC $?\"\n\
-         curl -sS --max-time 10 -x http://127.0.0.1:3128 https://{NAME}:8443/b; echo \"RC $?\"\n"
+         curl -sS --max-time 10 -x http://127.0.0.1:3128 https://{NAME}:8443/b; echo \"RC $?\"\n\
+         {UNPROXIED} curl -sS --max-time 10 https://t.ngrok.io/; echo \"RC $?\"\n"
         );
         let child = spawn_run(&env, &p, &script);
         let (id, _) = common::wait_for_question(&env, "touch asked-exec");
@@ -274,6 +275,12 @@ both!(
             said,
             3,
             "each HTTP denial is said, the repeat too\n{}",
+            show(&o)
+        );
+        // A name the blocklist refuses: the client says only that it does not resolve.
+        assert!(
+            err.contains("cordon: denied the name t.ngrok.io: it does not resolve inside"),
+            "{}",
             show(&o)
         );
     }
