@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the seed corpora under fuzz/corpus/<target>/ from real inputs: the built-in policy
-and the policy examples in README.md, HTTP request heads as curl, npm and an SDK send them,
+and the policy examples in README.md and docs/, HTTP request heads as curl, npm and an SDK send them,
 DNS queries as glibc's stub resolver sends them, and the packets a Linux sandbox sends (a SYN
 with its options, a DNS query over UDP, a ping, an ACK). Run it from the repository root;
 the files it writes are checked in, so it only needs running when the seeds change."""
@@ -23,9 +23,16 @@ def put(target, name, data):
 repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 with open(os.path.join(repo, "crates/cordon-policy/src/default.toml")) as f:
     put("policy_parse", "default.toml", f.read())
-with open(os.path.join(repo, "README.md")) as f:
-    for i, block in enumerate(re.findall(r"```toml\n(.*?)```", f.read(), re.S)):
-        put("policy_parse", f"readme-{i}.toml", block)
+# The policy examples users read: the README, the guides and the policy reference (the
+# seeds already checked in keep their names; the guides' add to them).
+docs = ["README.md", "docs/policy.md"] + sorted(
+    os.path.join("docs/guide", n) for n in os.listdir(os.path.join(repo, "docs/guide"))
+)
+for doc in docs:
+    stem = "readme" if doc == "README.md" else os.path.splitext(os.path.basename(doc))[0]
+    with open(os.path.join(repo, doc)) as f:
+        for i, block in enumerate(re.findall(r"```toml\n(.*?)```", f.read(), re.S)):
+            put("policy_parse", f"{stem}-{i}.toml", block)
 put("policy_parse", "not-utf8.toml", b'[network]\nmode = "gat\xffeway"\n')
 
 # http_head: first byte picks the connection (0 api.anthropic.com:443, 1 registry.npmjs.org,
