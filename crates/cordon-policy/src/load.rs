@@ -157,12 +157,36 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded, PolicyError> {
     load_over(opts, built_in, true)
 }
 
+/// What `${PROJECT}` expands to when a policy is read without a project: no real path, so
+/// the project's rules name nothing there, and [`drop_project_rules`] takes them out.
+const NO_PROJECT: &str = "/.cordon-no-project";
+
 fn context(opts: &LoadOptions) -> Context<'_> {
     Context {
         home: &opts.home,
         passwd_home: opts.passwd_home.as_deref(),
-        project: &opts.project_dir,
+        project: match opts.no_project {
+            true => Path::new(NO_PROJECT),
+            false => &opts.project_dir,
+        },
     }
+}
+
+/// Without a project, its rules (`${PROJECT}/.git/hooks`, …) are about no directory: gone,
+/// rather than shown as if the home were the project.
+fn drop_project_rules(plan: &mut Plan) {
+    let kept = |r: &PathRule| !r.path.starts_with(NO_PROJECT);
+    let fs = &mut plan.filesystem;
+    for list in [
+        &mut fs.readable,
+        &mut fs.writable,
+        &mut fs.deny,
+        &mut fs.read_only,
+    ] {
+        list.retain(kept);
+    }
+    plan.state.protect.retain(kept);
+    plan.state.caches.retain(kept);
 }
 
 /// [`load`] for the fuzz targets under `fuzz/` (the `fuzzing` feature; not API): the same,
@@ -241,6 +265,9 @@ fn load_over(
 
     let mut plan = full.into_plan(opts.project_dir.clone(), opts.home.clone());
     derive(&mut plan, opts, &mut warnings);
+    if opts.no_project {
+        drop_project_rules(&mut plan);
+    }
     Ok(Loaded {
         profile: chosen,
         plan,

@@ -55,10 +55,9 @@ pub(crate) struct ExecSupervisor<'a> {
     approvals: Option<(Approvals, Mailbox)>,
     held: HashMap<u64, Held>,
     remembered: HashMap<String, bool>,
-    /// A person's last answer once (pid, command line, allowed, when): a shell that was
-    /// refused tries the next `PATH` entry at once, the same command, which is not asked
-    /// again.
-    last_answer: Option<(u32, String, bool, std::time::Instant)>,
+    /// The last question refused: a shell that was refused tries the next `PATH` entry at
+    /// once, the same command, which is not asked again.
+    last_answer: Option<LastAnswer>,
     denials: HashMap<i64, u32>,
     emit: &'a dyn Fn(NewEvent),
     /// Events kept back by [`ExecSupervisor::answer_waiting_exec`] until the start's own
@@ -66,6 +65,18 @@ pub(crate) struct ExecSupervisor<'a> {
     kept: Option<Vec<NewEvent>>,
     /// `--trace-home`: where the home paths the view hides that the command looked for go.
     trace: Option<crate::supervisor::HomeTrace>,
+}
+
+/// A refusal, and exactly what it refused: the process, the rule, the file the command
+/// really is and its arguments. Reused for two seconds for that and nothing else.
+struct LastAnswer {
+    pid: u32,
+    remember_key: String,
+    resolved: String,
+    argv: Vec<String>,
+    /// How it was refused, as the denial line says it.
+    by: &'static str,
+    at: std::time::Instant,
 }
 
 /// Most hidden home paths one session's trace keeps (a loop must not grow it without end).
@@ -486,13 +497,15 @@ impl<'a> ExecSupervisor<'a> {
             rule.pattern
         );
         let remember_key = format!("{}\u{0}{}", rule.origin, rule.pattern);
-        let just = self.last_answer.as_ref().and_then(|(pid, l, allow, at)| {
-            (*pid == n.pid && *l == line && at.elapsed() < Duration::from_secs(2)).then_some(*allow)
+        let just = self.last_answer.as_ref().filter(|l| {
+            l.pid == n.pid
+                && l.remember_key == remember_key
+                && l.resolved == call.resolved
+                && l.argv == call.argv
+                && l.at.elapsed() < Duration::from_secs(2)
         });
-        let action = match (
-            rule.action,
-            self.remembered.get(&remember_key).copied().or(just),
-        ) {
+        let remembered = self.remembered.get(&remember_key).copied();
+        let action = match (rule.action, remembered.or(just.map(|_| false))) {
             (ExecAction::Ask, Some(true)) => ExecAction::Allow,
             (ExecAction::Ask, Some(false)) => ExecAction::Deny,
             (a, _) => a,
@@ -508,10 +521,12 @@ impl<'a> ExecSupervisor<'a> {
             }
             ExecAction::Deny => {
                 let _ = self.listener.deny(n.id, libc::EPERM);
-                let by = if rule.action == ExecAction::Ask {
-                    format!("by a person's answer for this session to rule {rule_text}")
-                } else {
-                    format!("by rule {rule_text}")
+                let by = match (rule.action, remembered, just) {
+                    (ExecAction::Ask, Some(_), _) => {
+                        format!("by a person's answer for this session to rule {rule_text}")
+                    }
+                    (ExecAction::Ask, None, Some(l)) => l.by.to_string(),
+                    _ => format!("by rule {rule_text}"),
                 };
                 tell_denied(&line, &by, &call);
                 self.log(self.exec_event(Action::Deny, &line, &rule_text, &n));
@@ -606,7 +621,6 @@ impl<'a> ExecSupervisor<'a> {
         if a.remember {
             self.remembered.insert(h.remember_key.clone(), a.allow);
         }
-        self.last_answer = Some((h.pid, h.line.clone(), a.allow, std::time::Instant::now()));
         // What runs must be what the person saw: another thread may have rewritten argv
         // while the question waited.
         let again = Notification {
@@ -618,6 +632,26 @@ impl<'a> ExecSupervisor<'a> {
         };
         let unchanged = read_exec(&again).map(|c| c == h.call).unwrap_or(false);
         let valid = self.listener.id_valid(h.notif) && unchanged;
+        // Only a refusal is reused (for the shell's retry of the next PATH entry): an allow
+        // is for the one exec the person saw.
+        let by = if a.timed_out {
+            "because no one approved it in time ([exec] ask_timeout)"
+        } else if !unchanged {
+            "because its arguments changed while it waited for approval"
+        } else if a.remember {
+            "by a person (cordon approve or the dashboard), for the rest of this session"
+        } else {
+            "by a person (cordon approve or the dashboard)"
+        };
+        let took = a.allow && valid;
+        self.last_answer = (!took).then(|| LastAnswer {
+            pid: h.pid,
+            remember_key: h.remember_key.clone(),
+            resolved: h.call.resolved.clone(),
+            argv: h.call.argv.clone(),
+            by,
+            at: std::time::Instant::now(),
+        });
         let how = if !unchanged {
             "arguments changed while waiting: denied"
         } else if a.timed_out {
@@ -627,29 +661,12 @@ impl<'a> ExecSupervisor<'a> {
         } else {
             "person, once"
         };
-        if a.allow && valid {
+        if took {
             let _ = self.listener.allow(h.notif);
         } else {
             let _ = self.listener.deny(h.notif, libc::EPERM);
         }
-        if a.timed_out {
-            tell_denied(
-                &h.line,
-                "because no one approved it in time ([exec] ask_timeout)",
-                &h.call,
-            );
-        } else if !unchanged {
-            tell_denied(
-                &h.line,
-                "because its arguments changed while it waited for approval",
-                &h.call,
-            );
-        } else if !a.allow {
-            let by = if a.remember {
-                "by a person (cordon approve or the dashboard), for the rest of this session"
-            } else {
-                "by a person (cordon approve or the dashboard)"
-            };
+        if !took {
             tell_denied(&h.line, by, &h.call);
         }
         self.log(

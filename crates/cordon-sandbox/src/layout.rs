@@ -639,9 +639,20 @@ fn not_in_view(p: &Path, mounts: &[MountOp]) -> Option<UnseenWhy> {
     else {
         return Some(UnseenWhy::Outside);
     };
-    matches!(deepest, MountOp::Tmpfs { .. } | MountOp::Dev { .. })
-        .then(|| UnseenWhy::OwnFs(deepest.path().to_path_buf()))
+    let own = match deepest {
+        MountOp::Tmpfs { .. } => true,
+        // The minimal /dev binds a few of the host's devices: a deny on one (`/dev/tty`,
+        // against terminal injection) still needs its mask.
+        MountOp::Dev { path } => !DEV_NODES
+            .iter()
+            .any(|n| p.strip_prefix(path).is_ok_and(|r| r.starts_with(n))),
+        _ => false,
+    };
+    own.then(|| UnseenWhy::OwnFs(deepest.path().to_path_buf()))
 }
+
+/// The host's character devices the sandbox's minimal `/dev` binds (the rest of it is its own).
+pub(crate) const DEV_NODES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
 
 /// The home's view, when the home has one: which host paths under the home the sandbox can
 /// see at all (those the view holds, and those below a directory shown as it is).
@@ -1100,10 +1111,16 @@ mod tests {
         let l = prepare(&plan(
             &[&shown],
             &[],
-            &[&hidden.join("key"), Path::new("/dev/null")],
+            &[
+                &hidden.join("key"),
+                Path::new("/dev/kmsg"),
+                Path::new("/dev/tty"),
+            ],
             &[&hidden],
         ));
-        assert_eq!(l.masks().count(), 0, "{:#?}", l.mounts);
+        // The host's /dev/tty is bound into the own /dev: its mask stays.
+        let masked: Vec<&Path> = l.masks().map(|(p, _)| p).collect();
+        assert_eq!(masked, [Path::new("/dev/tty")], "{:#?}", l.mounts);
         let why: Vec<(&Path, &UnseenWhy)> = l
             .unseen
             .iter()
@@ -1114,7 +1131,8 @@ mod tests {
             "{why:?}"
         );
         assert!(
-            why.contains(&(Path::new("/dev/null"), &UnseenWhy::OwnFs("/dev".into()))),
+            why.contains(&(Path::new("/dev/kmsg"), &UnseenWhy::OwnFs("/dev".into())))
+                || !Path::new("/dev/kmsg").exists(),
             "{why:?}"
         );
         assert!(

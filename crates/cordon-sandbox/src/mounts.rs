@@ -444,7 +444,7 @@ fn build_dev(dst: &Path) -> Result<(), MountError> {
     let at = || dst.display().to_string();
     ensure_mountpoint(dst, true).ctx(at)?;
     tmpfs(dst, "mode=0755", libc::MS_NOSUID | libc::MS_NOEXEC).ctx(at)?;
-    for node in ["null", "zero", "full", "random", "urandom", "tty"] {
+    for node in crate::layout::DEV_NODES {
         let target = dst.join(node);
         std::fs::File::create(&target).ctx(|| target.display().to_string())?;
         sys::bind(&Path::new(OLD).join("dev").join(node), &target, false)

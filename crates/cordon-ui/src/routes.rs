@@ -152,9 +152,9 @@ pub fn state_diff(hub: &Hub, session: &str) -> Reply {
         Ok(t) => t,
         Err(e) => return Reply::error(500, e),
     };
-    let changes: Vec<serde_json::Value> = s
-        .changes()
-        .unwrap_or_default()
+    let all = s.changes().unwrap_or_default();
+    // What waits, as the review lists it (a new directory comes with its files).
+    let changes: Vec<serde_json::Value> = cordon_state::listed(&all)
         .iter()
         .map(|c| {
             json!({

@@ -802,7 +802,7 @@ fn apply_unasked(
 }
 
 fn ask(s: &Session) -> OnExit {
-    match s.summary() {
+    match s.review_summary() {
         Ok(text) => eprintln!("{text}"),
         Err(e) => eprintln!("cordon: cannot summarise: {e}"),
     }

@@ -37,6 +37,12 @@ both!(check_runs_from_the_home, |env: Env| {
         "{}",
         show(&o)
     );
+    // Nor are the project's rules said of the home (`${PROJECT}/.git/hooks` is no path here).
+    assert!(
+        !out.contains(&format!("{home}/.git/hooks")) && !out.contains("cordon-no-project"),
+        "{}",
+        show(&o)
+    );
     // The user's file named explicitly: checked once, not merged over itself.
     let o = in_home(&env, &["check", user.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));

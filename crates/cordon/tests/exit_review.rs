@@ -12,6 +12,8 @@ fn repo(env: &Env) {
     std::fs::write(env.project.join("a.txt"), "one\n").unwrap();
     git(&env.project, &["add", "a.txt"]);
     git(&env.project, &["commit", "-qm", "one"]);
+    // A namespaced branch: deleting it removes its directory under refs/ and logs/ too.
+    git(&env.project, &["branch", "feature/old"]);
     env.own(&env.project);
 }
 
@@ -33,7 +35,10 @@ both!(
             return;
         }
         repo(&env);
-        let line = format!("{} run -- sh -c \"{COMMIT}\"", env.cordon_line());
+        let line = format!(
+            "{} run -- sh -c \"{COMMIT} && git branch -qD feature/old\"",
+            env.cordon_line()
+        );
         let out = common::under_pty(&env, &line, "");
         let ours = cordon_lines(&out);
         let applied: Vec<&&str> = ours
@@ -50,6 +55,11 @@ both!(
         assert_eq!(
             git(&env.project, &["log", "-1", "--format=%s"]),
             "two",
+            "{out}"
+        );
+        assert_eq!(
+            git(&env.project, &["branch", "--list", "feature/*"]),
+            "",
             "{out}"
         );
     }
@@ -121,9 +131,20 @@ both!(
             "the exit line counts the same:\n{out}"
         );
         assert!(diff_at < out.find(pending).unwrap(), "{out}");
-        // And `cordon state diff` lists exactly what was asked about.
+        // And `cordon state diff` and `list` count exactly what was asked about.
         let o = env.cordon().args(["state", "diff"]).output().unwrap();
         let diff = String::from_utf8_lossy(&o.stdout);
         assert!(diff.contains(&format!(" {n} changes ")), "{}", show(&o));
+        assert!(
+            !diff.contains("folded"),
+            "state diff shows everything: {diff}"
+        );
+        let o = env.cordon().args(["state", "list"]).output().unwrap();
+        let list = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            list.contains(&format!("pending  {n} changed")),
+            "{}",
+            show(&o)
+        );
     }
 );

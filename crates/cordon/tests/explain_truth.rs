@@ -319,3 +319,42 @@ both!(
         }
     }
 );
+
+// `[state] home = "readonly"`: the same view, bound read-only. explain says so, and the
+// session agrees.
+both!(
+    a_read_only_home_is_answered_as_the_session_shows_it,
+    |env: Env| {
+        env.write_home(
+            ".config/cordon/cordon.toml",
+            &format!("{}[state]\nhome = \"readonly\"\n", common::SHOW_NOTES),
+        );
+        std::fs::write(env.home.join("private.txt"), "not shown\n").unwrap();
+        env.own(&env.home);
+        let hidden = env.home.join("private.txt");
+        let notes = env.home.join("notes.txt");
+        let o = explain(&env, &[hidden.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("not in the home's view"),
+            "{}",
+            show(&o)
+        );
+        let o = explain(&env, &["--write", notes.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+        let o = explain(&env, &[notes.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        let o = env.attempt(
+            "cat ~/private.txt 2>/dev/null || echo R-refused; cat ~/notes.txt; \
+         (echo x >> ~/notes.txt) 2>/dev/null || echo W-refused",
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains("R-refused")
+                && out.contains("visible-home-file")
+                && out.contains("W-refused"),
+            "{}",
+            show(&o)
+        );
+    }
+);

@@ -668,8 +668,11 @@ pub fn applies_unasked(c: &Change) -> bool {
     use crate::manifest::ChangeKind;
     let is_dir =
         |n: &Option<crate::manifest::Node>| n.as_ref().is_some_and(|n| n.kind == NodeKind::Dir);
-    // A directory named alone would take everything below it along, flagged or not.
-    if !c.flags.is_empty() || is_dir(&c.after) || is_dir(&c.before) {
+    // A directory named alone would take everything below it along, flagged or not; one git
+    // removed (a namespaced branch deleted, a rebase's state) holds only removals, each
+    // removable by the same rule, and goes only when empty.
+    let removed_dir = c.kind == ChangeKind::Removed && is_dir(&c.before) && c.after.is_none();
+    if !c.flags.is_empty() || is_dir(&c.after) || (is_dir(&c.before) && !removed_dir) {
         return false;
     }
     let name = c.host_path.file_name().unwrap_or_default();

@@ -262,7 +262,7 @@ pub(super) fn gitconfig_update_keys(text: &str) -> bool {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitFate {
     /// Data git only stores (objects added, refs, logs, `HEAD`): applied at exit
-    /// without asking. Removing or rewriting what was there waits for review.
+    /// without asking. An object removed or rewritten waits for review.
     AppliedUnasked,
     /// Configuration and what can hide work (a git config, `.gitmodules`, the index,
     /// `info/exclude`): applied without asking when the change runs and hides nothing;

@@ -244,6 +244,17 @@ impl Session {
     /// A compact, human summary: per protected path, `+` added, `-` removed, `~` changed, `!`
     /// type changed, flagged lines first, then unified diffs of small text files.
     pub fn summary(&self) -> Result<String, StateError> {
+        self.summarise(false)
+    }
+
+    /// [`Session::summary`] as the exit review asks with it: the diffs of git's bookkeeping
+    /// (refs, logs, objects), which say nothing a reviewer acts on, folded behind
+    /// `cordon state diff`, which shows them.
+    pub fn review_summary(&self) -> Result<String, StateError> {
+        self.summarise(true)
+    }
+
+    fn summarise(&self, fold: bool) -> Result<String, StateError> {
         let all = self.changes()?;
         let changes = listed(&all);
         let flagged = changes.iter().filter(|c| !c.flags.is_empty()).count();
@@ -271,7 +282,7 @@ impl Session {
                 String::new()
             }
         );
-        let (mut diffs, mut folded) = (String::new(), 0usize);
+        let (mut flagged_diffs, mut diffs, mut folded) = (String::new(), String::new(), 0usize);
         // What the reviewer must see comes first: protected paths with a FLAGGED change.
         let mut entries: Vec<_> = self.entries.iter().collect();
         entries.sort_by_key(|e| {
@@ -351,18 +362,17 @@ impl Session {
                         flags.join("; ")
                     );
                 }
-                // Refs, logs and objects are git's bookkeeping: their diffs say nothing a
-                // reviewer acts on, so they are folded (`cordon state diff` shows them).
                 match &c.diff {
                     Some(_)
-                        if c.flags.is_empty()
+                        if fold
+                            && c.flags.is_empty()
                             && crate::exit_fate(&c.host_path)
                                 == crate::ExitFate::AppliedUnasked =>
                     {
                         folded += 1
                     }
                     Some(d) if c.flags.is_empty() => diffs.push_str(&escape::lines(d)),
-                    Some(d) => diffs.insert_str(0, &escape::lines(d)),
+                    Some(d) => flagged_diffs.push_str(&escape::lines(d)),
                     None => {}
                 }
             }
@@ -374,9 +384,11 @@ impl Session {
                 escape::name(OsStr::new(&home_display(s)))
             );
         }
-        if !diffs.is_empty() {
+        // FLAGGED diffs first, in the order their lines are listed.
+        flagged_diffs.push_str(&diffs);
+        if !flagged_diffs.is_empty() {
             out.push('\n');
-            out.push_str(&diffs);
+            out.push_str(&flagged_diffs);
         }
         if folded > 0 {
             let _ = writeln!(

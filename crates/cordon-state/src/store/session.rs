@@ -393,8 +393,9 @@ impl StateStore {
                     info.applied = meta.applied.len();
                     info.changed = meta.changed;
                     if meta.status == Status::Pending {
-                        match self.open(&id).and_then(|s| s.plan()) {
-                            Ok(p) => info.changed = Some(p.len()),
+                        // What still waits, counted as review lists it.
+                        match self.open(&id).and_then(|s| s.changes()) {
+                            Ok(c) => info.changed = Some(super::listed(&c).len()),
                             Err(e) => info.error = Some(e.to_string()),
                         }
                     }

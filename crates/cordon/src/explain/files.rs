@@ -17,12 +17,15 @@ use super::Explanation;
 fn home_view(plan: &Plan, path: &Path, verb: &str) -> Option<Explanation> {
     let fs = &plan.filesystem;
     if fs.home != cordon_policy::HomeView::Needed
-        || plan.state.home != HomeMode::Overlay
         || !path.starts_with(&plan.home)
         || path == plan.home
     {
         return None;
     }
+    // `[state] home = "readonly"`: the same view, bound read-only.
+    let overlay = plan.state.home == HomeMode::Overlay;
+    let read_only_home = "the home is read-only ([state] home = \"readonly\"): nothing can be \
+                          written there";
     let home = plan.home.as_path();
     let shown_paths: Vec<&Path> = std::iter::once(plan.project.as_path())
         .chain(fs.writable.iter().map(|r| r.path.as_path()))
@@ -68,13 +71,15 @@ fn home_view(plan: &Plan, path: &Path, verb: &str) -> Option<Explanation> {
                 "{} is denied and not in the home's view: nothing the host holds there is seen",
                 d.path.display()
             );
-            if verb == "write" {
+            if verb == "write" && overlay {
                 x.decision = "allow";
                 x.allowed = true;
                 x.why.push_str(
                     "; the home is copy-on-write: a write makes a new file in the session's \
                      layer, discarded at exit",
                 );
+            } else if verb == "write" {
+                x.why = format!("{}; {read_only_home}", x.why);
             }
         }
         return Some(x);
@@ -87,7 +92,7 @@ fn home_view(plan: &Plan, path: &Path, verb: &str) -> Option<Explanation> {
         Ok(r) => format!("~/{}", r.display()),
         Err(_) => path.display().to_string(),
     };
-    if verb == "write" {
+    if verb == "write" && overlay {
         // The home is copy-on-write: a write makes a file of the session's own there.
         return Some(Explanation {
             subject: format!("{verb} {}", path.display()),
@@ -308,7 +313,7 @@ fn copy_on_write(
             let fate = match cordon_state::exit_fate(path) {
                 ExitFate::AppliedUnasked => {
                     "git data that runs nothing: applied to the host at exit without asking \
-                     (removing or rewriting what was there waits for review)"
+                     (an object removed or rewritten waits for review)"
                 }
                 ExitFate::AppliedWhenInert => {
                     "applied at exit without asking when the change runs and hides nothing; \
@@ -341,7 +346,7 @@ pub(crate) fn annotate_read_only(plan: &mut Plan) {
             Staged::InPlace { path: p } => *p == r.path,
             _ => false,
         }) {
-            "in a session: writable in place (git renames over it), what changes it is reviewed at exit"
+            "in a session: writable in place (git renames over it); it runs nothing by itself, and changes are not reviewed"
         } else if sketch.staged.iter().any(|s| match s {
             Staged::Dir { path: p, .. } | Staged::File { path: p, .. } => path.starts_with(p),
             _ => false,
