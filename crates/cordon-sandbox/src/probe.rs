@@ -426,7 +426,14 @@ fn tun(host: &Host) -> Check {
             false,
         ),
         Err(e) => {
+            // The device is there but not open to users (0600): the mode is the fix, in a
+            // container as on a host.
+            let closed_mode = std::fs::metadata("/dev/net/tun").is_ok_and(|m| {
+                use std::os::unix::fs::PermissionsExt;
+                m.permissions().mode() & 0o006 != 0o006
+            });
             let fix = match (e.kind(), host.container()) {
+                (std::io::ErrorKind::PermissionDenied, _) if closed_mode => "`sudo chmod 0666 /dev/net/tun` (distributions ship it 0666; a udev rule KERNEL==\"tun\", MODE=\"0666\" keeps it)".into(),
                 (std::io::ErrorKind::NotFound, Some(rt)) => format!(
                     "no /dev/net/tun in this {rt} container: start it with `--device /dev/net/tun`"
                 ),

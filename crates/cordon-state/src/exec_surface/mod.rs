@@ -660,6 +660,27 @@ fn removable(rel: &Path) -> bool {
         || OPERATION_FILES.contains(&name)
 }
 
+/// A directory git itself removes in everyday work: a branch namespace emptied
+/// (`refs/heads/feature/`, `logs/refs/heads/feature/`), a finished rebase's or sequencer's
+/// state. Never `refs/`, `refs/heads/` or `logs/` themselves (git needs them to know its own
+/// directory), nothing of `objects/` or `hooks/`.
+fn removable_dir(rel: &Path) -> bool {
+    let parts: Vec<&std::ffi::OsStr> = rel.components().map(|c| c.as_os_str()).collect();
+    if parts.iter().any(|p| *p == "objects" || *p == "hooks") {
+        return false;
+    }
+    if let [one] = parts.as_slice() {
+        return matches!(
+            one.to_str(),
+            Some("rebase-merge" | "rebase-apply" | "sequencer")
+        );
+    }
+    parts
+        .iter()
+        .position(|p| *p == "refs")
+        .is_some_and(|i| parts.len() >= i + 3)
+}
+
 /// A change applied at exit without asking: in a git dir, nothing flagged, and either a
 /// config change that sets only inert keys or a change to what git only stores (objects, refs,
 /// logs, the index) — a hook or config removed is held like one added; or the project's
@@ -672,6 +693,10 @@ pub fn applies_unasked(c: &Change) -> bool {
     // removed (a namespaced branch deleted, a rebase's state) holds only removals, each
     // removable by the same rule, and goes only when empty.
     let removed_dir = c.kind == ChangeKind::Removed && is_dir(&c.before) && c.after.is_none();
+    let rel_of = |p: &Path| gitdir_of(p).map(|g| p.strip_prefix(&g).unwrap_or(p).to_path_buf());
+    if removed_dir && !rel_of(&c.host_path).is_some_and(|r| removable_dir(&r)) {
+        return false;
+    }
     if !c.flags.is_empty() || is_dir(&c.after) || (is_dir(&c.before) && !removed_dir) {
         return false;
     }

@@ -287,3 +287,24 @@ fn a_new_pack_is_flagged_unless_git_verifies_it() {
     let f = flags_of(&bad);
     assert!(f.iter().any(|x| x.contains("cannot verify")), "{f:?}");
 }
+
+#[test]
+fn only_the_directories_git_removes_itself_go_unasked() {
+    for (rel, yes) in [
+        ("refs/heads/feature", true),
+        ("logs/refs/heads/feature", true),
+        ("refs/remotes/origin/team", true),
+        ("rebase-merge", true),
+        ("refs", false),
+        ("refs/heads", false),
+        ("logs", false),
+        ("logs/refs", false),
+        ("logs/refs/heads", false),
+        ("modules/sub/refs/heads", false),
+        ("modules/sub", false),
+        ("objects/ab", false),
+        ("hooks", false),
+    ] {
+        assert_eq!(super::removable_dir(Path::new(rel)), yes, "{rel}");
+    }
+}
