@@ -58,6 +58,8 @@ pub(crate) struct ExecSupervisor<'a> {
     /// The last question refused: a shell that was refused tries the next `PATH` entry at
     /// once, the same command, which is not asked again.
     last_answer: Option<LastAnswer>,
+    /// The last command line a denial was said of, and when (see `tell_denied`).
+    last_told: Option<(String, std::time::Instant)>,
     denials: HashMap<i64, u32>,
     emit: &'a dyn Fn(NewEvent),
     /// Events kept back by [`ExecSupervisor::answer_waiting_exec`] until the start's own
@@ -326,6 +328,7 @@ impl<'a> ExecSupervisor<'a> {
             held: HashMap::new(),
             remembered: HashMap::new(),
             last_answer: None,
+            last_told: None,
             denials: HashMap::new(),
             emit,
             kept: None,
@@ -528,14 +531,14 @@ impl<'a> ExecSupervisor<'a> {
                     (ExecAction::Ask, None, Some(l)) => l.by.to_string(),
                     _ => format!("by rule {rule_text}"),
                 };
-                tell_denied(&line, &by, &call);
+                self.tell_denied(&line, &by, &call);
                 self.log(self.exec_event(Action::Deny, &line, &rule_text, &n));
             }
             ExecAction::Ask => {
                 let timeout = Duration::from_secs(self.exec.ask_timeout_secs);
                 let Some((approvals, mailbox)) = self.approvals.as_ref() else {
                     let _ = self.listener.deny(n.id, libc::EPERM);
-                    tell_denied(
+                    self.tell_denied(
                         &line,
                         &format!("by rule {rule_text}, with no one to ask (no approval broker)"),
                         &call,
@@ -573,6 +576,24 @@ impl<'a> ExecSupervisor<'a> {
                 );
             }
         }
+    }
+
+    /// A refused command, in cordon's words on the terminal the agent shares: the program
+    /// itself only ever sees `EPERM` from `execve`. A shell tries each `PATH` entry in turn
+    /// (`/usr/bin/git`, then `/bin/git`, the same file on a merged /usr): one command refused
+    /// twice in a row is said once.
+    fn tell_denied(&mut self, line: &str, by: &str, call: &ExecCall) {
+        if let Some((l, at)) = &self.last_told
+            && l == line
+            && at.elapsed() < Duration::from_secs(1)
+        {
+            return;
+        }
+        self.last_told = Some((line.to_string(), std::time::Instant::now()));
+        tell_terminal(&format!(
+            "denied `{line}` {by}; retrying another way will not help (why: `{}`)",
+            call.explain_hint()
+        ));
     }
 
     fn exec_event(&self, action: Action, line: &str, rule: &str, n: &Notification) -> NewEvent {
@@ -667,7 +688,7 @@ impl<'a> ExecSupervisor<'a> {
             let _ = self.listener.deny(h.notif, libc::EPERM);
         }
         if !took {
-            tell_denied(&h.line, by, &h.call);
+            self.tell_denied(&h.line, by, &h.call);
         }
         self.log(
             NewEvent::new(
@@ -691,29 +712,6 @@ impl<'a> ExecSupervisor<'a> {
             .detail("approval", how),
         );
     }
-}
-
-/// A refused command, in cordon's words on the terminal the agent shares: the program itself
-/// only ever sees `EPERM` from `execve`.
-fn tell_denied(line: &str, by: &str, call: &ExecCall) {
-    // A shell tries each `PATH` entry in turn (`/usr/bin/git`, then `/bin/git`, the same file
-    // on a merged /usr): one command refused twice in a row is said once.
-    static LAST: std::sync::Mutex<Option<(String, std::time::Instant)>> =
-        std::sync::Mutex::new(None);
-    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
-    let said = line.to_string();
-    if let Some((l, at)) = last.as_ref()
-        && *l == said
-        && at.elapsed() < Duration::from_secs(1)
-    {
-        return;
-    }
-    *last = Some((said, std::time::Instant::now()));
-    drop(last);
-    tell_terminal(&format!(
-        "denied `{line}` {by}; retrying another way will not help (why: `{}`)",
-        call.explain_hint()
-    ));
 }
 
 fn action_word(a: ExecAction) -> &'static str {

@@ -573,14 +573,7 @@ both!(
 /// Puts the test project's tiny crate in place and runs it with the toolchains of the home:
 /// `cargo` found under ~/.cargo/bin, node under ~/.nvm.
 fn build_with_home_toolchains(env: &Env, extra: &str) -> std::process::Output {
-    env.write(
-        "Cargo.toml",
-        "[package]\nname = \"tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
-    );
-    env.write(
-        "src/main.rs",
-        "fn main() { println!(\"tiny says {}\", 6 * 7); }\n",
-    );
+    env.write_tiny_crate();
     env.run(&format!(
         "unset CARGO_HOME RUSTUP_HOME; {extra} \
          export PATH=$HOME/.cargo/bin:$HOME/.nvm/versions/node/v20.0.0/bin:/usr/bin:/bin; \

@@ -33,14 +33,7 @@ both!(git_commit_works, |env: Env| {
 });
 
 both!(cargo_builds_a_tiny_crate, |env: Env| {
-    env.write(
-        "Cargo.toml",
-        "[package]\nname = \"tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
-    );
-    env.write(
-        "src/main.rs",
-        "fn main() { println!(\"tiny says {}\", 6 * 7); }\n",
-    );
+    env.write_tiny_crate();
     let o = env.run_with(
         &[],
         "export CARGO_HOME=$PWD/.cargo-home; cargo build --offline -q && ./target/debug/tiny",

@@ -353,6 +353,26 @@ fn code_login_script() -> String {
 }
 
 /// `cordon run` of `script` with the claude profile and `pol`, waited for (bounded).
+/// [`code_login_script`] ran: the stand-in exchanged the code, and the sandbox got an access
+/// token of the real shape (a placeholder: what the file and memory scans check).
+#[track_caller]
+fn assert_code_login_worked(srv: &Server, o: &std::process::Output, out: &str) {
+    assert!(
+        srv.log()
+            .lines()
+            .any(|l| l == format!("TOKEN authorization_code {CODE} 200")),
+        "{}\n{}",
+        srv.log(),
+        show(o)
+    );
+    let v: Value = serde_json::from_str(&line(out, "R ")).unwrap_or(Value::Null);
+    assert!(
+        field(&v, "access_token").starts_with("sk-ant-oat01-"),
+        "{v}\n{}",
+        show(o)
+    );
+}
+
 fn run_claude(env: &Env, pol: &str, script: &str) -> std::process::Output {
     let _ = std::fs::remove_file(&env.audit);
     let child = env
@@ -409,21 +429,8 @@ both!(a_login_inside_never_replaces_the_hosts, |env: Env| {
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     let (a2, r2) = issued(2);
-    assert!(
-        srv.log()
-            .lines()
-            .any(|l| l == format!("TOKEN authorization_code {CODE} 200")),
-        "{}\n{}",
-        srv.log(),
-        show(&o)
-    );
     // Inside, the login works (placeholders only).
-    let v: Value = serde_json::from_str(&line(&out, "R ")).unwrap_or(Value::Null);
-    assert!(
-        field(&v, "access_token").starts_with("sk-ant-oat01-"),
-        "{}",
-        show(&o)
-    );
+    assert_code_login_worked(&srv, &o, &out);
     assert_eq!(line(&out, "FILEHITS "), "0", "{}", show(&o));
     // The host's login: untouched, accepted or not.
     accept_session(&env);
@@ -468,20 +475,7 @@ both!(a_first_login_inside_is_held_for_review, |env: Env| {
     let o = run_claude(&env, &pol, &code_login_script());
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     let (a1, r1) = issued(1);
-    assert!(
-        srv.log()
-            .lines()
-            .any(|l| l == format!("TOKEN authorization_code {CODE} 200")),
-        "{}\n{}",
-        srv.log(),
-        show(&o)
-    );
-    let v: Value = serde_json::from_str(&line(&out, "R ")).unwrap_or(Value::Null);
-    assert!(
-        field(&v, "access_token").starts_with("sk-ant-oat01-"),
-        "{v}\n{}",
-        show(&o)
-    );
+    assert_code_login_worked(&srv, &o, &out);
     assert!(!line(&out, "R ").contains("Rotated"), "{}", show(&o));
     assert_eq!(line(&out, "FILEHITS "), "0", "{}", show(&o));
     assert_eq!(line(&out, "PROCHITS "), "0", "{}", show(&o));

@@ -145,22 +145,30 @@ fn git(dir: &Path, args: &[&str]) {
     );
 }
 
-/// An index that hides a file from `git status` (skip-worktree, assume-unchanged) is flagged;
-/// one that only adds entries or a gitlink is not.
-#[test]
-fn index_flags_that_hide_work_are_flagged() {
+/// An empty repository `r` in a fresh temporary directory; `None` (a visible skip) without git.
+fn new_repo() -> Option<(tempfile::TempDir, std::path::PathBuf)> {
     if std::process::Command::new("git")
         .arg("--version")
         .output()
         .is_err()
     {
         crate::tests::skip("no git");
-        return;
+        return None;
     }
     let t = tempfile::tempdir().unwrap();
     let r = t.path().join("r");
     fs::create_dir_all(&r).unwrap();
     git(&r, &["init", "-q"]);
+    Some((t, r))
+}
+
+/// An index that hides a file from `git status` (skip-worktree, assume-unchanged) is flagged;
+/// one that only adds entries or a gitlink is not.
+#[test]
+fn index_flags_that_hide_work_are_flagged() {
+    let Some((t, r)) = new_repo() else {
+        return;
+    };
     fs::write(r.join("Makefile"), "all:\n").unwrap();
     fs::write(r.join("b"), "b\n").unwrap();
     git(&r, &["add", "Makefile", "b"]);
@@ -231,18 +239,9 @@ fn a_fifo_is_not_read() {
 /// from its content); one git cannot verify is flagged and held.
 #[test]
 fn a_new_pack_is_flagged_unless_git_verifies_it() {
-    if std::process::Command::new("git")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        crate::tests::skip("no git");
+    let Some((t, r)) = new_repo() else {
         return;
-    }
-    let t = tempfile::tempdir().unwrap();
-    let r = t.path().join("r");
-    fs::create_dir_all(&r).unwrap();
-    git(&r, &["init", "-q"]);
+    };
     fs::write(r.join("a"), "a\n").unwrap();
     git(&r, &["add", "a"]);
     git(&r, &["commit", "-qm", "a"]);

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use cordon_policy::{HomeMode, Plan};
+use cordon_policy::{HomeMode, PathRule, Plan};
 use cordon_sandbox::Staged;
 use cordon_sandbox::explain::PathAccess;
 use cordon_state::ExitFate;
@@ -40,7 +40,7 @@ fn home_view(plan: &Plan, path: &Path, verb: &str) -> Option<Explanation> {
     // A deny rule answers first, the same inside and outside: no home_show line re-opens
     // it. Its mask is made only where the view holds something there (a shown file inside
     // it, or it inside a shown directory); elsewhere the path is simply not in the view.
-    let mut denied: Vec<&cordon_policy::PathRule> = fs
+    let mut denied: Vec<&PathRule> = fs
         .deny
         .iter()
         .filter(|d| path.starts_with(&d.path))
@@ -255,10 +255,10 @@ fn copy_on_write(
     write: bool,
     x: &mut Explanation,
 ) {
-    let state = |r: &cordon_policy::PathRule| path.starts_with(&r.path);
-    let agent_state = plan.state.protect.iter().find(|r| state(r));
-    let shown =
-        |v: &[cordon_policy::PathRule]| v.iter().find(|r| path.starts_with(&r.path)).cloned();
+    fn under<'a>(rules: &'a [PathRule], path: &Path) -> Option<&'a PathRule> {
+        rules.iter().find(|r| path.starts_with(&r.path))
+    }
+    let agent_state = under(&plan.state.protect, path);
     match staged {
         None => {
             x.rule = format!("sandbox's own {}", at.display());
@@ -269,17 +269,15 @@ fn copy_on_write(
             );
         }
         Some(Staged::Home { .. }) => {
+            let whole = PathRule::new(at, "[filesystem] home = \"whole\"");
             let (rule, how) = if let Some(r) = agent_state {
-                (r.clone(), "the agent's state, shown as it is")
-            } else if let Some(r) = shown(&plan.filesystem.home_tools) {
+                (r, "the agent's state, shown as it is")
+            } else if let Some(r) = under(&plan.filesystem.home_tools, path) {
                 (r, "a toolchain, shown as it is")
-            } else if let Some(r) = shown(&plan.filesystem.home_show) {
+            } else if let Some(r) = under(&plan.filesystem.home_show, path) {
                 (r, "a copy taken at the start, checked for secrets first")
             } else {
-                (
-                    cordon_policy::PathRule::new(at, "[filesystem] home = \"whole\""),
-                    "the whole home is shown, minus what deny masks",
-                )
+                (&whole, "the whole home is shown, minus what deny masks")
             };
             x.rule = format!("home {}", rule.path.display());
             x.origin = Some(rule.origin.clone());
@@ -342,14 +340,15 @@ pub(crate) fn annotate_read_only(plan: &mut Plan) {
     let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     for r in &mut plan.filesystem.read_only {
         let path = real(&r.path);
-        let note = if sketch.staged.iter().any(|s| match s {
-            Staged::InPlace { path: p } => *p == r.path,
-            _ => false,
-        }) {
+        let staged = sketch.staged.iter();
+        let note = if staged
+            .clone()
+            .any(|s| matches!(s, Staged::InPlace { path: p } if *p == r.path))
+        {
             "in a session: writable in place (git renames over it); it runs nothing by itself, and changes are not reviewed"
-        } else if sketch.staged.iter().any(|s| match s {
-            Staged::Dir { path: p, .. } | Staged::File { path: p, .. } => path.starts_with(p),
-            _ => false,
+        } else if staged.clone().any(|s| {
+            matches!(s, Staged::Dir { path: p, .. } | Staged::File { path: p, .. }
+                if path.starts_with(p))
         }) {
             "in a session: copy-on-write, its changes reviewed at exit"
         } else if sketch

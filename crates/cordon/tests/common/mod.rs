@@ -325,6 +325,18 @@ impl Env {
         p
     }
 
+    /// A crate of one binary, `tiny`, that prints `tiny says 42`.
+    pub fn write_tiny_crate(&self) {
+        self.write(
+            "Cargo.toml",
+            "[package]\nname = \"tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+        );
+        self.write(
+            "src/main.rs",
+            "fn main() { println!(\"tiny says {}\", 6 * 7); }\n",
+        );
+    }
+
     /// A file of the host's home at `rel` (its directories made), the home then the variant's
     /// user's; its path.
     pub fn write_home(&self, rel: &str, content: &str) -> PathBuf {
@@ -685,7 +697,6 @@ pub fn tree(root: &Path, skip: &[PathBuf]) -> Vec<(PathBuf, Vec<u8>)> {
 }
 
 /// `git ARGS` on the host in `dir` (any owner, a fixed identity); its trimmed stdout.
-#[allow(dead_code)]
 #[track_caller]
 pub fn git(dir: &Path, args: &[&str]) -> String {
     let o = Command::new("git")
