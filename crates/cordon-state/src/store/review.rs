@@ -89,6 +89,44 @@ pub fn listed(changes: &[Change]) -> Vec<&Change> {
     all.iter().copied().filter(|c| !implied(c, &all)).collect()
 }
 
+/// One change as the summary lists it: sign, name (`/` for a directory), a symlink's target,
+/// a mode change, and FLAGGED with its reasons.
+fn change_line(c: &Change) -> String {
+    let is_dir = |n: &Option<Node>| n.as_ref().is_some_and(|n| n.kind == NodeKind::Dir);
+    let name = if c.rel.as_os_str().is_empty() {
+        ".".to_owned()
+    } else {
+        escape::name(c.rel.as_os_str())
+    };
+    let slash = if is_dir(&c.after) || (c.after.is_none() && is_dir(&c.before)) {
+        "/"
+    } else {
+        ""
+    };
+    let mode = match (&c.before, &c.after) {
+        (Some(b), Some(a)) if b.kind == a.kind && b.mode != a.mode => {
+            format!(" (mode {:o} -> {:o})", b.mode, a.mode)
+        }
+        (None, Some(a)) if unusual_mode(a) => format!(" (mode {:o})", a.mode),
+        _ => String::new(),
+    };
+    let target = match (&c.after, &c.link_target) {
+        (Some(a), Some(t)) if a.kind == NodeKind::Symlink => {
+            format!(" -> {}", escape::name(t.as_os_str()))
+        }
+        (Some(a), None) if a.kind == NodeKind::Symlink => {
+            " -> (target changed since the review started)".to_owned()
+        }
+        _ => String::new(),
+    };
+    let line = format!("  {} {name}{slash}{target}{mode}", c.kind.sign());
+    if c.flags.is_empty() {
+        return line;
+    }
+    let flags: Vec<String> = c.flags.iter().map(|f| escape::text(f)).collect();
+    format!("{line}  FLAGGED: {}", flags.join("; "))
+}
+
 impl Session {
     pub(super) fn plan(&self) -> Result<Vec<Planned>, StateError> {
         let meta = self.meta()?;
@@ -321,47 +359,10 @@ impl Session {
                     n => format!(" !{n} type changed"),
                 }
             );
-            let is_dir = |n: &Option<Node>| n.as_ref().is_some_and(|n| n.kind == NodeKind::Dir);
             let mut shown = mine;
             shown.sort_by_key(|c| c.flags.is_empty());
             for c in shown {
-                let name = if c.rel.as_os_str().is_empty() {
-                    ".".to_owned()
-                } else {
-                    escape::name(c.rel.as_os_str())
-                };
-                let slash = if is_dir(&c.after) || (c.after.is_none() && is_dir(&c.before)) {
-                    "/"
-                } else {
-                    ""
-                };
-                let mode = match (&c.before, &c.after) {
-                    (Some(b), Some(a)) if b.kind == a.kind && b.mode != a.mode => {
-                        format!(" (mode {:o} -> {:o})", b.mode, a.mode)
-                    }
-                    (None, Some(a)) if unusual_mode(a) => format!(" (mode {:o})", a.mode),
-                    _ => String::new(),
-                };
-                let target = match (&c.after, &c.link_target) {
-                    (Some(a), Some(t)) if a.kind == NodeKind::Symlink => {
-                        format!(" -> {}", escape::name(t.as_os_str()))
-                    }
-                    (Some(a), None) if a.kind == NodeKind::Symlink => {
-                        " -> (target changed since the review started)".to_owned()
-                    }
-                    _ => String::new(),
-                };
-                if c.flags.is_empty() {
-                    let _ = writeln!(out, "  {} {name}{slash}{target}{mode}", c.kind.sign());
-                } else {
-                    let flags: Vec<String> = c.flags.iter().map(|f| escape::text(f)).collect();
-                    let _ = writeln!(
-                        out,
-                        "  {} {name}{slash}{target}{mode}  FLAGGED: {}",
-                        c.kind.sign(),
-                        flags.join("; ")
-                    );
-                }
+                let _ = writeln!(out, "{}", change_line(c));
                 match &c.diff {
                     Some(_)
                         if fold
