@@ -810,6 +810,20 @@ class Soak:
         vout = v.communicate(timeout=120)[0].decode(errors="replace")
         self.check(v.returncode == 0, "`cordon log --verify` accepts the log%s" % ("" if v.returncode == 0 else ": " + vout[-600:]))
         self.check(hwm <= self.rss_limit, "cordon's peak RSS %.1f MiB is under %d MiB" % (hwm / 1024, self.rss_limit // 1024))
+        # The replay property: the log re-decided under the policy that produced it, with the
+        # judge's verdicts and the outage's refusals taken from the log, changes nothing.
+        r = self.cordon(["replay", self.log1, "--policy", self.policy, "--json"],
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        rout, rerr = r.communicate(timeout=600)
+        try:
+            rep = json.loads(rout)
+        except ValueError:
+            rep = {}
+        changed = len(rep.get("changes", [None])) + int(rep.get("rule_changed", 1) or 0)
+        self.check(r.returncode == 0 and changed == 0,
+                   "`cordon replay` of the log under its own policy reproduces all %s decisions (%d re-decided, %d kept as logged): %d differ%s"
+                   % (rep.get("decisions", "?"), rep.get("unchanged", 0), rep.get("kept", 0), changed,
+                      "" if changed == 0 else ": " + json.dumps(rep.get("changes", []))[:600] + rerr.decode(errors="replace")[-300:]))
         print("audit outage: %d events held and written late, %d lost, %d flows and requests refused for it"
               % (held, lost, refused))
         notes = sum(1 for e in events if e.get("rule") == "audit.unwritable" and e.get("layer") == "session")

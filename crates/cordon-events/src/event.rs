@@ -191,6 +191,12 @@ pub struct Event {
     pub hash: String,
 }
 
+/// The `detail` key that marks what a learning run (`cordon run --learn`) let through: its
+/// value says what the policy would have done (`would deny`, `would ask`), and the event's
+/// `rule` is the rule that would have. The action is what happened (`allow`; `log` for a path
+/// the home's view hid, which a learning run records but cannot show).
+pub const LEARN: &str = "learn";
+
 /// The `detail` key that marks an HTTP event whose request the LLM judge was asked about
 /// (one per judged request, on its final event). Counted by this key, never by wording.
 pub const JUDGE_CALL: &str = "judge_call";

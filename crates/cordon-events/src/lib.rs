@@ -90,20 +90,20 @@
 //! | `terminal` | `apply` | The agent's pseudo-terminal was set up. |
 //! | `terminal` | `deny` | Terminal input injection or another terminal escape was blocked. detail: `what`. |
 //! | `network` | `apply` | The network namespace and gateway are up. detail: mode. |
-//! | `network` | `allow` | An outbound connection was allowed. detail: `host`, `ip`, `port`, `proto`; when it closes, `bytes_up`, `bytes_down` (bytes relayed each way) and `duration_ms`. |
-//! | `network` | `deny` | An outbound connection was refused. detail: `host`, `ip`, `port`, `proto`. |
+//! | `network` | `allow` | An outbound connection was allowed. detail: `host`, `ip`, `port`, `proto`, `via` (`tun`; `proxy`, a `CONNECT`; `proxy-http`, a plain request through the proxy); when it closes, `bytes_up`, `bytes_down` (bytes relayed each way) and `duration_ms`. |
+//! | `network` | `deny` | An outbound connection was refused. detail: `host`, `ip`, `port`, `proto`, `via`. |
 //! | `network` | `ask` | A connection waits for the user's approval (a later `allow`/`deny` settles it). |
 //! | `dns` | `allow` | A name lookup was answered. detail: `name`, `type`. |
 //! | `dns` | `deny` | A name lookup was refused. detail: `name`, `type`. |
 //! | `http` | `apply` | The HTTP layer is up: requests are decided one by one, HTTPS intercepted with cordon's CA. |
-//! | `http` | `allow` | An HTTP request through the proxy was forwarded (logged when its answer has been relayed). detail: `method`, `url`, `status`, `latency_ms`, `bytes_up` (the request's head in its HTTP/1.1 form plus the body bytes sent upstream), `bytes_down` (the answer's head likewise plus the body bytes read from the server). The gateway does not count a connection it hands to the HTTP layer (transparent 80/443 or the proxy's `CONNECT`): these are its bytes. A WebSocket's frames are not counted. |
-//! | `http` | `deny` | An HTTP request was blocked (rule, judge or secret scan). detail: `method`, `url`. |
+//! | `http` | `allow` | An HTTP request through the proxy was forwarded (logged when its answer has been relayed). detail: `method`, `url`, `status`, `latency_ms`, `bytes_up` (the request's head in its HTTP/1.1 form plus the body bytes sent upstream), `bytes_down` (the answer's head likewise plus the body bytes read from the server); `host`, `port`, `path` (normalised, tokens redacted) and `body_len` (declared, `null` when unknown): what `cordon replay` decides it by again. The gateway does not count a connection it hands to the HTTP layer (transparent 80/443 or the proxy's `CONNECT`): these are its bytes. A WebSocket's frames are not counted. |
+//! | `http` | `deny` | An HTTP request was blocked (rule, judge or secret scan). detail: `method`, `url`, `host`, `port`, `path`, `body_len`; `approved` when a person decided. |
 //! | `http` | any | The final event of a request the LLM judge was asked about carries `judge_call` ([`JudgeCall`]: `verdict`, `latency_ms`), whatever became of the request. |
 //! | `http` | `ask` | An HTTP request waits for the user's approval. |
 //! | `syscall` | `apply` | The seccomp filter is loaded. detail: counts of denied/notified syscalls. |
 //! | `syscall` | `deny` | A system call was refused. detail: `syscall`, `pid`. |
-//! | `exec` | `allow` | A program execution was allowed by the exec supervisor. detail: `program`, `argv`, `pid`. |
-//! | `exec` | `deny` | A program execution was refused. detail: `program`, `argv`, `pid`. |
+//! | `exec` | `allow` | A program execution was allowed by the exec supervisor (rule absent: no rule matched). detail: `command` (as shown), `program` (the name it was called by), `resolved` (the file it is), `args`, `pid`; `approval` when a person decided. |
+//! | `exec` | `deny` | A program execution was refused. detail: as `allow`. |
 //! | `exec` | `ask` | An execution waits for the user's approval. |
 //! | `credentials` | `allow` | A credential was injected into a request. detail: `name`, `host` (never the secret). |
 //! | `credentials` | `deny` | A credential use was refused (wrong host, not allowed by policy). detail: `name`, `host`. |
@@ -115,6 +115,11 @@
 //! | `state` | `allow` | Changes made in the sandbox were accepted into the real files. detail: `path`, counts. |
 //! | `state` | `deny` | Changes made in the sandbox were discarded. detail: `path`, counts. |
 //! | `state` | `ask` | Changes wait for the user's review. |
+//!
+//! In a learning run (`cordon run --learn`; `session`/`start` has `learn: true`) what only the
+//! lack of a rule refused is let through: its `allow` (or, for a path the home's view hides, its
+//! `log`) carries `detail.learn` ([`LEARN`]: `would deny`, `would ask`) and the `rule` that
+//! would have refused it.
 //!
 //! Every `deny` carries `rule`. An `ask` is always followed, for the same request, by an `allow`
 //! or `deny` whose `detail.approval` says who decided (`user`, `timeout`).
@@ -136,7 +141,7 @@ mod sink;
 mod status;
 
 pub use chain::{GENESIS_PREV, hash_event};
-pub use event::{Action, Event, EventError, JUDGE_CALL, JudgeCall, Layer, NewEvent};
+pub use event::{Action, Event, EventError, JUDGE_CALL, JudgeCall, LEARN, Layer, NewEvent};
 pub use follow::Follower;
 pub use human::{SUBJECT_KEYS, format_human};
 pub use paths::{

@@ -37,6 +37,57 @@ pub fn explain_request(
     ))
 }
 
+/// The HTTP layer's rules of one plan, made once and asked many times: `cordon replay`
+/// re-decides logged requests with it. A log holds no headers and hides query values, so a
+/// rule that needs either is reported by [`RequestPolicy::needs_more`].
+pub struct RequestPolicy {
+    rules: Vec<cordon_policy::HttpRule>,
+    default: cordon_policy::HttpAction,
+}
+
+impl RequestPolicy {
+    /// The rules the layer builds from `plan` (`[[http.rule]]`s, then the
+    /// `[[network.allow]]` allowances), and its default.
+    pub fn new(plan: &Plan) -> Self {
+        RequestPolicy {
+            rules: crate::layer::rules(plan),
+            default: plan.http.default,
+        }
+    }
+
+    /// The first rule matching a request whose path is already normalised (as the layer
+    /// logs it), with no headers and no query.
+    pub fn decide(
+        &self,
+        method: &str,
+        host: &str,
+        port: u16,
+        path: &str,
+        body_len: Option<u64>,
+    ) -> Decision {
+        rules::decide(
+            &self.rules,
+            self.default,
+            &rules::Request {
+                method,
+                host,
+                port,
+                path,
+                query: "",
+                headers: &[],
+                body_len,
+            },
+        )
+    }
+
+    /// Whether the rule named `rule` looks at what a log does not hold (headers, the query).
+    pub fn needs_more(&self, rule: &str) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.name == rule && (!r.headers.is_empty() || r.query.is_some()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

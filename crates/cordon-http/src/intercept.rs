@@ -124,6 +124,9 @@ pub struct Interceptor {
     pub(crate) audit: std::sync::OnceLock<cordon_events::AuditHealth>,
     /// The logins whose token exchanges are brokered (and the credentials since they rotated).
     pub(crate) logins: std::sync::OnceLock<crate::credentials::refresh::Logins>,
+    /// A learning run: a request a rule denies or asks about is let through and logged as
+    /// what it would have been; the judge and secret scanning still refuse.
+    pub(crate) learning: bool,
     /// The sandbox side's TLS configs, by (host, ALPN) (see [`Interceptor::server_config`]).
     server_configs: std::sync::Mutex<ServerConfigs>,
     /// Sessions the sandbox may resume, shared by every host's config (a session resumes
@@ -198,6 +201,7 @@ impl Interceptor {
             placeholders: Arc::new(placeholders),
             audit: std::sync::OnceLock::new(),
             logins: std::sync::OnceLock::new(),
+            learning: false,
             server_configs: std::sync::Mutex::new(ServerConfigs::new()),
             sessions: rustls::server::ServerSessionMemoryCache::new(MAX_SESSIONS),
             scan_window,

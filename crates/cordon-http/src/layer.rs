@@ -94,7 +94,7 @@ impl HttpLayer {
                 "outbound secret scanning is off ([dlp] action = \"off\")",
             ));
         }
-        let interceptor = Interceptor::new(crate::Config {
+        let mut interceptor = Interceptor::new(crate::Config {
             ca,
             rules: rules(plan),
             default: plan.http.default,
@@ -106,6 +106,7 @@ impl HttpLayer {
             credentials,
             dlp,
         })?;
+        interceptor.learning = plan.learning;
         Ok(Self {
             interceptor: Arc::new(interceptor),
         })

@@ -31,6 +31,7 @@ pub(crate) mod tests {
         Plan {
             project: "/work/p".into(),
             home: "/home/u".into(),
+            learning: false,
             filesystem: FilesystemPlan {
                 readable: vec![PathRule::new("/", "built-in")],
                 writable: vec![

@@ -42,6 +42,8 @@ struct Held {
     nr: i64,
     line: String,
     remember_key: String,
+    /// The rule that asked, as events name it.
+    rule: String,
 }
 
 pub(crate) struct ExecSupervisor<'a> {
@@ -67,6 +69,9 @@ pub(crate) struct ExecSupervisor<'a> {
     kept: Option<Vec<NewEvent>>,
     /// `--trace-home`: where the home paths the view hides that the command looked for go.
     trace: Option<crate::supervisor::HomeTrace>,
+    /// A learning run: a deny or ask of a rule the user wrote is let through and logged as
+    /// what it would have been (built-in rules still decide).
+    learning: bool,
 }
 
 /// A refusal, and exactly what it refused: the process, the rule, the file the command
@@ -117,6 +122,14 @@ impl ExecCall {
     }
 
     /// For people: control characters escaped, arguments quoted where needed.
+    /// `ev` with what `cordon replay` decides an exec by again: the program by the name it
+    /// was called, the file it really is, and the arguments.
+    fn describe(&self, ev: NewEvent) -> NewEvent {
+        ev.detail("program", display_safe(self.program()))
+            .detail("resolved", display_safe(self.resolved_program()))
+            .detail("args", self.argv.iter().skip(1).cloned().collect::<Vec<_>>())
+    }
+
     fn shown(&self) -> String {
         let mut l = display_safe(self.program());
         for a in self.argv.iter().skip(1) {
@@ -333,7 +346,14 @@ impl<'a> ExecSupervisor<'a> {
             emit,
             kept: None,
             trace: None,
+            learning: false,
         }
+    }
+
+    /// A learning run (see the field).
+    pub(crate) fn learning(mut self, on: bool) -> Self {
+        self.learning = on;
+        self
     }
 
     /// Watch the home's lookups (`--trace-home`), when `trace` is given.
@@ -359,16 +379,20 @@ impl<'a> ExecSupervisor<'a> {
         }
         found.insert(path.clone(), program.clone());
         drop(found);
-        self.log(
-            NewEvent::new(
-                Layer::Filesystem,
-                Action::Log,
-                "looked for a home path the home's view hides",
-            )
-            .rule("filesystem.home")
-            .detail("path", display_safe(&path.to_string_lossy()))
-            .detail("program", program),
-        );
+        let mut ev = NewEvent::new(
+            Layer::Filesystem,
+            Action::Log,
+            "looked for a home path the home's view hides",
+        )
+        .rule("filesystem.home")
+        .detail("path", display_safe(&path.to_string_lossy()))
+        .detail("program", program);
+        if self.learning {
+            // Recorded for `cordon policy suggest`; the view was built before the command
+            // started, so the path stays hidden in this run.
+            ev = ev.detail(cordon_events::LEARN, "would deny");
+        }
+        self.log(ev);
     }
 
     /// Answer the command's first exec if it is already waiting, keeping its events back.
@@ -487,18 +511,18 @@ impl<'a> ExecSupervisor<'a> {
         let Some(rule) = rule else {
             if self.still_same(&n, &call) {
                 let _ = self.listener.allow(n.id);
+                // Logged too, so that `cordon replay` can say what a new rule would refuse.
+                let ev = NewEvent::new(Layer::Exec, Action::Allow, "exec allowed: no [exec] rule matches")
+                    .detail("command", call.shown())
+                    .detail("pid", n.pid);
+                self.log(call.describe(ev));
             } else {
-                self.deny_changed(&n, &call.shown(), "no rule");
+                self.deny_changed(&n, &call, &call.shown(), "no rule");
             }
             return;
         };
         let line = call.shown();
-        let rule_text = format!(
-            "{} ({} \"{}\")",
-            rule.origin,
-            action_word(rule.action),
-            rule.pattern
-        );
+        let rule_text = rule.label();
         let remember_key = format!("{}\u{0}{}", rule.origin, rule.pattern);
         let just = self.last_answer.as_ref().filter(|l| {
             l.pid == n.pid
@@ -513,13 +537,29 @@ impl<'a> ExecSupervisor<'a> {
             (ExecAction::Ask, Some(false)) => ExecAction::Deny,
             (a, _) => a,
         };
+        if self.learning && action != ExecAction::Allow && rule.origin != "built-in" {
+            if self.still_same(&n, &call) {
+                let _ = self.listener.allow(n.id);
+                let ev = self
+                    .exec_event(Action::Allow, &line, &rule_text, &n, &call)
+                    .detail("learn", format!("would {}", rule.action));
+                self.log(ev);
+            } else {
+                self.deny_changed(&n, &call, &line, &rule_text);
+            }
+            return;
+        }
         match action {
             ExecAction::Allow => {
                 if self.still_same(&n, &call) {
                     let _ = self.listener.allow(n.id);
-                    self.log(self.exec_event(Action::Allow, &line, &rule_text, &n));
+                    let mut ev = self.exec_event(Action::Allow, &line, &rule_text, &n, &call);
+                    if rule.action == ExecAction::Ask {
+                        ev = ev.detail("approval", "person, for the rest of the session");
+                    }
+                    self.log(ev);
                 } else {
-                    self.deny_changed(&n, &line, &rule_text);
+                    self.deny_changed(&n, &call, &line, &rule_text);
                 }
             }
             ExecAction::Deny => {
@@ -532,7 +572,11 @@ impl<'a> ExecSupervisor<'a> {
                     _ => format!("by rule {rule_text}"),
                 };
                 self.tell_denied(&line, &by, &call);
-                self.log(self.exec_event(Action::Deny, &line, &rule_text, &n));
+                let mut ev = self.exec_event(Action::Deny, &line, &rule_text, &n, &call);
+                if rule.action == ExecAction::Ask {
+                    ev = ev.detail("approval", "person: answered before");
+                }
+                self.log(ev);
             }
             ExecAction::Ask => {
                 let timeout = Duration::from_secs(self.exec.ask_timeout_secs);
@@ -544,7 +588,7 @@ impl<'a> ExecSupervisor<'a> {
                         &call,
                     );
                     self.log(
-                        self.exec_event(Action::Deny, &line, &rule_text, &n)
+                        self.exec_event(Action::Deny, &line, &rule_text, &n, &call)
                             .detail("approval", "no broker: denied"),
                     );
                     return;
@@ -558,7 +602,7 @@ impl<'a> ExecSupervisor<'a> {
                 ));
                 cordon_approval::desktop_notification(&line);
                 self.log(
-                    self.exec_event(Action::Ask, &line, &rule_text, &n)
+                    self.exec_event(Action::Ask, &line, &rule_text, &n, &call)
                         .detail("question", qid)
                         .detail("timeout_secs", timeout.as_secs()),
                 );
@@ -572,6 +616,7 @@ impl<'a> ExecSupervisor<'a> {
                         nr: n.nr,
                         line,
                         remember_key,
+                        rule: rule_text,
                     },
                 );
             }
@@ -596,16 +641,24 @@ impl<'a> ExecSupervisor<'a> {
         ));
     }
 
-    fn exec_event(&self, action: Action, line: &str, rule: &str, n: &Notification) -> NewEvent {
+    fn exec_event(
+        &self,
+        action: Action,
+        line: &str,
+        rule: &str,
+        n: &Notification,
+        call: &ExecCall,
+    ) -> NewEvent {
         let verb = match action {
             Action::Allow => "allowed",
             Action::Deny => "denied",
             _ => "held for approval",
         };
-        NewEvent::new(Layer::Exec, action, format!("exec {verb}"))
+        let ev = NewEvent::new(Layer::Exec, action, format!("exec {verb}"))
             .rule(rule.to_string())
             .detail("command", line.to_string())
-            .detail("pid", n.pid)
+            .detail("pid", n.pid);
+        call.describe(ev)
     }
 
     /// Re-read argv and compare: a change means another thread rewrote it after our check.
@@ -616,10 +669,10 @@ impl<'a> ExecSupervisor<'a> {
         }
     }
 
-    fn deny_changed(&mut self, n: &Notification, line: &str, rule: &str) {
+    fn deny_changed(&mut self, n: &Notification, call: &ExecCall, line: &str, rule: &str) {
         let _ = self.listener.deny(n.id, libc::EPERM);
         self.log(
-            self.exec_event(Action::Deny, line, rule, n)
+            self.exec_event(Action::Deny, line, rule, n, call)
                 .detail("note", "arguments changed during the check (TOCTOU)"),
         );
     }
@@ -707,17 +760,13 @@ impl<'a> ExecSupervisor<'a> {
                     }
                 ),
             )
+            .rule(h.rule)
             .detail("command", h.line)
             .detail("question", qid)
-            .detail("approval", how),
+            .detail("approval", how)
+            .detail("program", display_safe(h.call.program()))
+            .detail("resolved", display_safe(h.call.resolved_program()))
+            .detail("args", h.call.argv.iter().skip(1).cloned().collect::<Vec<_>>()),
         );
-    }
-}
-
-fn action_word(a: ExecAction) -> &'static str {
-    match a {
-        ExecAction::Allow => "allow",
-        ExecAction::Deny => "deny",
-        ExecAction::Ask => "ask",
     }
 }

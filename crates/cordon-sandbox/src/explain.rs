@@ -25,13 +25,7 @@ pub fn decide_exec<'a>(
     resolved: &str,
     args: &[String],
 ) -> Option<&'a ExecRule> {
-    let by_name = plan.decide(program, args);
-    let by_file = plan.decide(resolved, args);
-    let position = |r: &ExecRule| plan.rules.iter().position(|x| std::ptr::eq(x, r));
-    match (by_name, by_file) {
-        (Some(a), Some(b)) => Some(if position(a) <= position(b) { a } else { b }),
-        (a, b) => a.or(b),
-    }
+    plan.decide_exec(program, resolved, args)
 }
 
 /// What the sandbox can do with a path.

@@ -856,7 +856,9 @@ impl Sandbox {
                 format!("notification sync wake-up unavailable: {e}"),
             ));
         }
-        Ok(ExecSupervisor::new(l, &plan.exec, &plan.syscalls, broker, emit).tracing_home(trace))
+        Ok(ExecSupervisor::new(l, &plan.exec, &plan.syscalls, broker, emit)
+            .tracing_home(trace)
+            .learning(plan.learning))
     }
 
     /// Relay the terminal, signals and exec decisions until the sandbox ends, then wait for

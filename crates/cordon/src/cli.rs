@@ -48,6 +48,13 @@ pub enum Cmd {
     /// Serve the live dashboard of every running session on 127.0.0.1 (a random port); the
     /// first line of output is its URL, with the token it needs.
     Ui,
+    /// Re-decide every recorded decision of sessions' logs under another policy and report
+    /// what changes, layer by layer; exit 1 when something allowed would now be denied.
+    #[command(after_help = REPLAY_HELP)]
+    Replay(ReplayArgs),
+    /// Policy from what sessions did: `cordon policy suggest`.
+    #[command(subcommand)]
+    Policy(PolicyCmd),
     /// Review protected agent state changed by sessions: list, diff, accept, discard, restore.
     #[command(subcommand)]
     State(StateCmd),
@@ -107,6 +114,14 @@ pub struct RunArgs {
     /// to stderr.
     #[arg(long)]
     pub ui: bool,
+    /// A learning run: what your policy would deny for lack of a rule (a host, an HTTP
+    /// request, an `[exec]` deny or ask) is let through and logged as "would deny", and the
+    /// home paths the view hides that the command looked for are logged; then `cordon policy
+    /// suggest` writes the policy that allows them. Secrets stay hidden, credentials stay
+    /// placeholders, state is reviewed at exit; the blocklist, raw IPs, syscalls, the judge
+    /// and secret scanning still refuse.
+    #[arg(long)]
+    pub learn: bool,
     /// The command and its arguments.
     // No `allow_hyphen_values`: an unknown option before the command is a usage error naming
     // it, not a program called `--bogus`. Once COMMAND starts, its own flags are its own.
@@ -177,6 +192,40 @@ pub struct ApproveArgs {
     /// Only list the waiting questions.
     #[arg(long, conflicts_with_all = ["id", "allow", "deny"])]
     pub list: bool,
+}
+
+pub const REPLAY_HELP: &str = "\
+Examples:
+  cordon replay 20261206T101758Z-f4309d84 --policy new.toml
+  cordon replay ~/.local/state/cordon/sessions/*.jsonl --policy cordon.toml --json
+Each log is replayed with the profile and project its session ran with. Person's answers and
+the judge's verdicts are taken from the log where the same question would be asked again.
+Exit status: 0 nothing allowed would be denied; 1 something would; 2 bad usage; 125 a log or
+the policy does not load.";
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// Session ids or log files (default: the newest session).
+    #[arg(value_name = "LOG")]
+    pub logs: Vec<String>,
+    /// The policy to replay under, as `cordon run --policy` would use it (merged over your
+    /// own); default: the policy `cordon run` would use in each session's project.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Print the report as JSON (schema `cordon-replay/1`, docs/guide/learn.md).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCmd {
+    /// Print the least policy addition that would have allowed what sessions needed: what a
+    /// learning run let through, what an ordinary run was refused for lack of a rule.
+    Suggest {
+        /// Session ids or log files (default: the newest session).
+        #[arg(value_name = "SESSION")]
+        sessions: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

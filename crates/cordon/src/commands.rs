@@ -13,7 +13,7 @@ use crate::cli::{CheckArgs, Cli, Cmd, LogArgs, PolicyArgs, RunArgs, TrustArgs};
 pub(crate) use crate::project::{PolicyProject, resolve_policy_project, resolve_project};
 
 /// cordon's own failure before the command started.
-const EXIT_SETUP: i32 = 125;
+pub(crate) const EXIT_SETUP: i32 = 125;
 const EXIT_USAGE: i32 = 2;
 
 pub fn dispatch(cmd: Cmd) -> i32 {
@@ -33,6 +33,8 @@ pub fn dispatch(cmd: Cmd) -> i32 {
         },
         Cmd::Approve(a) => report(crate::approve::approve(a)),
         Cmd::Ui => report(crate::ui::ui()),
+        Cmd::Replay(a) => crate::replay::replay(a),
+        Cmd::Policy(crate::cli::PolicyCmd::Suggest { sessions }) => crate::replay::suggest(&sessions),
         Cmd::State(c) => crate::state::command(c),
         Cmd::Cache(c) => crate::home::cache_command(c),
         Cmd::Completions { shell } => {
@@ -216,13 +218,14 @@ fn run(a: RunArgs) -> i32 {
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p))
     });
-    let loaded = match loaded {
+    let mut loaded = match loaded {
         Ok(l) => l,
         Err(e) => {
             eprintln!("{e}");
             return EXIT_SETUP;
         }
     };
+    loaded.plan.learning = a.learn;
     for w in &loaded.warnings {
         eprintln!("cordon: warning: {w}");
     }
@@ -273,13 +276,17 @@ fn run(a: RunArgs) -> i32 {
     let quiet = loaded.plan.agent.clone();
     let denials = std::sync::Arc::new(crate::denials::DenialLines::new(a.quiet));
     let denials_tap = denials.clone();
+    let learned = std::sync::Arc::new(crate::learn::Learned::new(a.learn));
+    let learned_tap = learned.clone();
     // Shared with the egress gateway's threads. A closed or broken stderr must not take the
     // session down (eprintln! would panic).
     let audit = log.health();
     // Said once per outage, not once per event: while the log cannot be written the layers
     // refuse what they would let out, and the events wait in memory.
     let failing = std::sync::atomic::AtomicBool::new(false);
-    let sink: cordon_net::Emit = std::sync::Arc::new(move |ev: NewEvent| match log.emit(ev) {
+    let sink: cordon_net::Emit = std::sync::Arc::new(move |ev: NewEvent| match log
+        .emit(crate::redact::exec_event(ev))
+    {
         Ok(e) => {
             if failing.swap(false, std::sync::atomic::Ordering::SeqCst) {
                 let _ = writeln!(
@@ -295,6 +302,7 @@ fn run(a: RunArgs) -> i32 {
                 );
             }
             tap.observe(&e);
+            learned_tap.observe(&e);
             if !crate::summary::is_quiet_denial(&quiet, &e) {
                 denials_tap.observe(&e);
             }
@@ -334,6 +342,7 @@ fn run(a: RunArgs) -> i32 {
             .detail("profile", profile)
             .detail("profile_detected", detected)
             .detail("uid", cordon_sandbox::ids().0)
+            .detail("learn", a.learn)
             .detail("version", env!("CARGO_PKG_VERSION")),
     );
     let code = run_in_session(&a, &project, &loaded, &session, early, &sink, &audit);
@@ -346,6 +355,7 @@ fn run(a: RunArgs) -> i32 {
     }
     denials.finish();
     lines.finish(code);
+    learned.finish(&session);
     code
 }
 
@@ -414,7 +424,7 @@ fn run_in_session(
         shown: Vec::new(),
         placed: Vec::new(),
         sockets: Vec::new(),
-        trace_home: (a.trace_home
+        trace_home: ((a.trace_home || a.learn)
             && loaded.plan.filesystem.home == cordon_policy::HomeView::Needed)
             .then(crate::home::home_dir)
             .flatten()
@@ -582,7 +592,7 @@ fn run_in_session(
             );
             crate::state::finish(&loaded.plan, &prepared, emit);
             drop(prepared);
-            if let Some(t) = &cmd.trace_home {
+            if let Some(t) = cmd.trace_home.as_ref().filter(|_| !a.learn) {
                 crate::home::report_trace(t);
             }
             code
@@ -1010,8 +1020,9 @@ fn start_gateway(
             if let Some(l) = logins {
                 layer.broker_logins(l);
             }
-            let gateway =
-                gateway.with_http(std::sync::Arc::new(HttpFlows(std::sync::Arc::new(layer))));
+            let layer = std::sync::Arc::new(layer);
+            crate::redact::know(layer.clone());
+            let gateway = gateway.with_http(std::sync::Arc::new(HttpFlows(layer)));
             sink(NewEvent::new(
                 Layer::Http,
                 Action::Apply,

@@ -84,6 +84,13 @@ impl Explanation {
     }
 }
 
+/// What the filesystem view of `plan` does with reading `path`: (readable, the deciding
+/// rule's origin or name), for `cordon replay`.
+pub(crate) fn path_decision(plan: &Plan, path: &Path) -> (bool, String) {
+    let x = files::filesystem(plan, path, false);
+    (x.allowed, x.origin.unwrap_or(x.rule))
+}
+
 pub fn explain(a: ExplainArgs) -> i32 {
     let (plan, http_layer, inside) = match policy(&a) {
         Ok(p) => p,

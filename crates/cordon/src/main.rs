@@ -14,9 +14,12 @@ mod home;
 mod init;
 #[cfg(debug_assertions)]
 mod layer_off;
+mod learn;
 mod logins;
 mod output;
 mod project;
+mod redact;
+mod replay;
 mod ssh;
 mod state;
 mod summary;

@@ -258,7 +258,8 @@ impl Facts {
                 self.denied += 1;
                 *self.denied_hosts.entry(clean(denied_host(e))).or_default() += 1;
             }
-            (Layer::Exec, Action::Allow | Action::Deny) => {
+            // An exec no rule matched is logged for replay; the line counts rules hit.
+            (Layer::Exec, Action::Allow | Action::Deny) if e.rule.is_some() => {
                 let key = (
                     action,
                     e.detail.get("pid").and_then(|v| v.as_u64()).unwrap_or(0),

@@ -23,11 +23,17 @@ pub(crate) struct Cleared {
     pub approved_by: Option<String>,
     /// The judge's answer and latency, when it was asked: the request's final event says so.
     pub judge_call: Option<cordon_events::JudgeCall>,
+    /// A learning run let it through: what the rule said instead.
+    pub learned: Option<HttpAction>,
 }
 
 impl Cleared {
     /// `e` with the judge's call, when there was one ([`cordon_events::JUDGE_CALL`]).
     pub(crate) fn mark(&self, e: cordon_events::NewEvent) -> cordon_events::NewEvent {
+        let e = match &self.learned {
+            Some(was) => e.detail(cordon_events::LEARN, format!("would {was}")),
+            None => e,
+        };
         match &self.judge_call {
             Some(call) => e.judge_call(call),
             None => e,
@@ -56,6 +62,7 @@ pub(crate) async fn check(
         why: None,
         approved_by: None,
         judge_call: None,
+        learned: None,
     };
     if action == HttpAction::Judge {
         action = judge(i, ex, body, &d, &mut verdict).await;
@@ -90,6 +97,9 @@ pub(crate) async fn check(
     }
     let why = refusal_reason(action, verdict.why.as_deref(), &d);
     let mut denied = ex.event(EvAction::Deny, 403, &why, &d.rule);
+    if let Some(who) = &verdict.approved_by {
+        denied = denied.detail("approved", who.clone());
+    }
     if let Some(call) = &verdict.judge_call {
         denied = denied.judge_call(call);
     }

@@ -37,6 +37,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 
 use crate::intercept::Interceptor;
+use crate::rules::Decision;
 
 /// (form a real value was sent in, form the sandbox knows it by).
 pub(crate) type SentForms = Vec<(String, String)>;
@@ -109,6 +110,13 @@ impl Exchange<'_> {
         self.conn.host
     }
 
+    /// The path as [`url`](Self::url) shows it (tokens redacted): what `cordon replay`
+    /// decides a logged request by.
+    pub(crate) fn shown_path(&self) -> &str {
+        let rest = self.url.split_once("://").map_or(self.url.as_str(), |(_, r)| r);
+        rest.find('/').map_or("/", |i| &rest[i..])
+    }
+
     /// [`url`](Self::url) with the query's values hidden.
     pub(crate) fn shown_url(&self) -> String {
         format!("{}{}", self.url, redact_query(&self.query))
@@ -143,6 +151,10 @@ impl Exchange<'_> {
         .rule(rule.to_string())
         .detail("method", self.method.clone())
         .detail("url", self.shown_url())
+        .detail("host", self.host().to_string())
+        .detail("port", self.conn.port)
+        .detail("path", self.shown_path().to_string())
+        .detail("body_len", self.body_len)
         .detail("status", status)
         .detail(
             "latency_ms",
@@ -184,17 +196,36 @@ async fn run(
 ) -> Result<Response<Body>, Refused> {
     let ex = admit::admit(i, &req, conn)?;
     audit_writable(i, &ex)?;
-    let decision = decide::decide(&i.rules, i.default, &ex);
+    let (decision, learned) = learn(i, decide::decide(&i.rules, i.default, &ex));
     // A login's token exchange: its body and its answer carry the tokens (see `token`).
     if decision.action != cordon_policy::HttpAction::Deny && token::brokered(i, &ex) {
         let (parts, body) = token::read(req).await?;
-        let verdict = check::check(i, &ex, decision, &body).await?;
+        let mut verdict = check::check(i, &ex, decision, &body).await?;
+        verdict.learned = learned;
         return token::exchange(i, parts, &ex, &verdict, body).await;
     }
     let body = body::read(i, &mut req, &ex, decision.action).await?;
-    let verdict = check::check(i, &ex, decision, &body).await?;
+    let mut verdict = check::check(i, &ex, decision, &body).await?;
+    verdict.learned = learned;
     let sent = forward::forward(i, req, &ex, &verdict, body).await?;
     relay::relay(i, &ex, &verdict, sent, tunnels)
+}
+
+/// In a learning run, a rule's `deny` or `ask` becomes an allow that remembers what it would
+/// have been (the judge still decides what a rule sends it, and secret scanning still runs).
+fn learn(i: &Interceptor, d: Decision) -> (Decision, Option<cordon_policy::HttpAction>) {
+    use cordon_policy::HttpAction;
+    match d.action {
+        HttpAction::Deny | HttpAction::Ask if i.learning => {
+            let was = d.action;
+            let d = Decision {
+                action: HttpAction::Allow,
+                ..d
+            };
+            (d, Some(was))
+        }
+        _ => (d, None),
+    }
 }
 
 /// While the session's audit log cannot be written (the disk full) no request is decided:

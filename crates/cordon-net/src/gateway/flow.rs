@@ -183,6 +183,119 @@ pub fn explain_flow(
     ))
 }
 
+/// How a connection reached the gateway: it decides each route a little differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// The transparent path (the TUN): the HTTP layer takes ports 80 and 443.
+    Tun,
+    /// The explicit proxy's `CONNECT`: the same ports as the TUN.
+    ProxyConnect,
+    /// A plain request through the explicit proxy: the HTTP layer's on any port.
+    ProxyRequest,
+}
+
+impl Route {
+    /// The route a logged network event names in `detail.via` (`tun`, `proxy`,
+    /// `proxy-http`); `None` for one no flow decision made (`publish`).
+    pub fn from_via(via: &str) -> Option<Route> {
+        match via {
+            "tun" => Some(Route::Tun),
+            "proxy" => Some(Route::ProxyConnect),
+            "proxy-http" => Some(Route::ProxyRequest),
+            _ => None,
+        }
+    }
+}
+
+/// The connection-level policy of one plan, made once and asked many times: what the running
+/// gateway decides for a flow before any lookup or connect (the blocklist, the HTTP layer's
+/// ports, `[[network.allow]]`, `allow_ips`). `cordon replay` re-decides logged flows with it.
+pub struct FlowPolicy<'a> {
+    plan: &'a Plan,
+    allow_ips: Vec<IpNet>,
+    names: crate::HostResolver,
+}
+
+impl<'a> FlowPolicy<'a> {
+    /// The policy of `plan`; an `Err` where the plan's `[dns]` or `allow_ips` do not build.
+    pub fn new(plan: &'a Plan) -> Result<Self, NetError> {
+        let resolver = Resolver::new(net_config(plan))?;
+        let allow_ips = plan
+            .network
+            .allow_ips
+            .iter()
+            .filter_map(|c| c.parse::<IpNet>().ok())
+            .collect();
+        Ok(FlowPolicy {
+            plan,
+            allow_ips,
+            names: resolver.host_resolver(),
+        })
+    }
+
+    /// The name's blocklist rule, if the sandbox's resolver refuses it.
+    pub fn blocked(&self, name: &str) -> Option<String> {
+        self.names.blocked(name)
+    }
+
+    /// The decision for a connection to `host:port` arriving by `route`, with `http_layer`
+    /// saying whether the HTTP layer intercepts. `host` is a name as the sandbox gave it, or a
+    /// raw address.
+    pub fn decide(&self, host: &str, port: u16, route: Route, http_layer: bool) -> FlowVerdict {
+        let plan = self.plan;
+        match plan.network.mode {
+            NetMode::Host => {
+                return FlowVerdict {
+                    allow: true,
+                    rule: "network.mode".into(),
+                    reason: "[network] mode = \"host\"".into(),
+                    http: false,
+                };
+            }
+            NetMode::None => {
+                return FlowVerdict {
+                    allow: false,
+                    rule: "network.mode".into(),
+                    reason: "[network] mode = \"none\"".into(),
+                    http: false,
+                };
+            }
+            NetMode::Gateway => {}
+        }
+        let blocked = |n: &str| self.names.blocked(n);
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let dest = match bare.parse::<IpAddr>() {
+            Ok(ip) => Dest::Ip(ip),
+            Err(_) => Dest::Name(crate::name::normalize(host).unwrap_or_else(|_| host.into())),
+        };
+        let verdict = |d: FlowDecision, http: bool| FlowVerdict {
+            allow: d.allow,
+            rule: d.rule,
+            reason: d.reason,
+            http,
+        };
+        let to_http = http_layer && (route == Route::ProxyRequest || matches!(port, 80 | 443));
+        if to_http {
+            let any_port = route == Route::ProxyRequest;
+            let (http, pass) = (&plan.http, &plan.tls.passthrough);
+            match http_flow(http, pass, &plan.network, &blocked, &dest, port, any_port) {
+                HttpFlow::Intercept => {
+                    return FlowVerdict {
+                        allow: true,
+                        rule: "http".into(),
+                        reason: "the HTTP layer decides each request".into(),
+                        http: true,
+                    };
+                }
+                HttpFlow::Deny(d) => return verdict(d, false),
+                HttpFlow::NotHttp => {}
+            }
+        }
+        let d = policy::decide(&plan.network, &self.allow_ips, &blocked, &dest, port);
+        verdict(d, false)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

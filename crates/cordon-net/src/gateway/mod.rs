@@ -44,7 +44,8 @@ use thiserror::Error;
 use tokio::net::TcpStream;
 
 use crate::{DnsAnswer, DnsDecision, HOST_ALIAS, HostResolver, NetError, Resolver};
-pub use flow::{FlowVerdict, explain_flow};
+pub use flow::{FlowPolicy, FlowVerdict, Route, explain_flow};
+pub use policy::learnable;
 pub use handler::{
     ConnectFn, FlowDenial, FlowFuture, FlowHandler, FlowIo, FlowKind, FlowTarget, Redact,
 };
@@ -168,6 +169,9 @@ pub(crate) struct Shared {
     pub owners: OnceLock<Option<owner::Lookups>>,
     /// The session's audit log: while it cannot be written no new flow is let out.
     pub audit: OnceLock<cordon_events::AuditHealth>,
+    /// A learning run: a flow only the lack of a rule refuses is let out, and logged as
+    /// what it would have been ([`policy::learnable`]).
+    pub learning: bool,
 }
 
 /// Layer 3 as the gateway uses it: which flows it takes, and the handler that serves them.
@@ -259,6 +263,7 @@ impl Gateway {
                 at_cap: Mutex::new((None, 0)),
                 owners: OnceLock::new(),
                 audit: OnceLock::new(),
+                learning: whole.learning,
             }),
             http_plan: (whole.http.clone(), whole.tls.passthrough.clone()),
             publish,
@@ -519,6 +524,8 @@ impl Shared {
     ) -> Result<(TcpStream, Flow), FlowDecision> {
         let blocked = |n: &str| self.host.blocked(n);
         let mut verdict = policy::decide(&self.plan, &self.allow_ips, &blocked, dest, port);
+        let learned = self.learning && !verdict.allow && policy::learnable(&verdict.rule);
+        verdict.allow |= learned;
         if verdict.allow && self.audit.get().is_some_and(|a| !a.writable()) {
             verdict = FlowDecision {
                 allow: false,
@@ -527,6 +534,7 @@ impl Shared {
             };
         }
         let mut flow = Flow::new(dest, port, via, verdict, client);
+        flow.learned = learned;
         if !flow.verdict.allow {
             let (verdict, reason) = (flow.verdict.clone(), flow.verdict.reason.clone());
             self.emit_later(flow, Action::Deny, reason).await;
@@ -742,7 +750,7 @@ impl Shared {
             return HttpFlow::NotHttp;
         };
         let blocked = |n: &str| self.host.blocked(n);
-        flow::http_flow(
+        let flow = flow::http_flow(
             &layer.plan,
             &layer.passthrough,
             &self.plan,
@@ -750,7 +758,12 @@ impl Shared {
             dest,
             port,
             any_port,
-        )
+        );
+        match flow {
+            // Learning: the HTTP layer sees each request, and records what its rules say.
+            HttpFlow::Deny(d) if self.learning && policy::learnable(&d.rule) => HttpFlow::Intercept,
+            f => f,
+        }
     }
 
     /// The connect an allowed HTTP request makes: the host-side lookup with the
@@ -817,6 +830,8 @@ pub(crate) struct Flow {
     pub client: Option<(std::net::SocketAddrV4, std::net::SocketAddrV4)>,
     pub owner: Arc<owner::OwnerSlot>,
     pub started: Instant,
+    /// Let out only because this is a learning run: `verdict` is the refusal it escaped.
+    pub learned: bool,
 }
 
 impl Flow {
@@ -836,6 +851,7 @@ impl Flow {
             client,
             owner: Arc::new(owner::OwnerSlot::new()),
             started: Instant::now(),
+            learned: false,
         }
     }
 
@@ -865,6 +881,9 @@ impl Flow {
         }
         if self.dest == Dest::Name(HOST_ALIAS.into()) {
             ev = ev.detail("host_loopback", true);
+        }
+        if self.learned {
+            ev = ev.detail(cordon_events::LEARN, "would deny");
         }
         ev
     }

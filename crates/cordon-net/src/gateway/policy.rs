@@ -123,6 +123,13 @@ pub(crate) fn allow_with(decision: &FlowDecision, dest: &Dest, port: u16) -> Opt
     }
 }
 
+/// Whether a refusal by `rule` is one a learning run lets through: only the lack of a rule
+/// (a name and port no rule names). The blocklist, raw addresses, the rebinding rule and an
+/// unwritable audit log still refuse.
+pub fn learnable(rule: &str) -> bool {
+    matches!(rule, "network.default-deny" | "http.default-deny")
+}
+
 /// Decides one TCP flow. Names: blocklist first, then the first `[[network.allow]]` rule that
 /// matches name and port. Raw addresses: `allow_ips` only.
 pub(crate) fn decide(

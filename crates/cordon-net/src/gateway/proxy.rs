@@ -267,7 +267,10 @@ async fn handle(shared: Arc<Shared>, mut conn: TcpStream) {
                 .connect
                 .then(|| shared.tls_denial(&dest, t.port, &v))
                 .flatten();
-            shared.refuse(&dest, t.port, "proxy", client, v).await;
+            // A plain request is the HTTP layer's on any port: the log says which, so that
+            // `cordon replay` decides it the same way.
+            let via = if t.connect { "proxy" } else { "proxy-http" };
+            shared.refuse(&dest, t.port, via, client, v).await;
             match tls {
                 Some((name, denial)) => refuse_tls(&shared, conn, head, t.port, name, denial).await,
                 None => reply(&mut conn, "403 Forbidden", &why).await,

@@ -65,6 +65,27 @@ impl ExecPlan {
         }
         self.rules.iter().find(|r| exec_glob(&r.pattern, &line))
     }
+
+    /// The rule deciding an exec: the first rule (in plan order) matching the program by the
+    /// name it was called by or by the file it really is (`resolved`, symlinks followed),
+    /// with the same arguments. `None`: no rule, so it runs. The exec supervisor, `cordon
+    /// explain` and `cordon replay` all decide with this.
+    pub fn decide_exec(&self, program: &str, resolved: &str, args: &[String]) -> Option<&ExecRule> {
+        let by_name = self.decide(program, args);
+        let by_file = self.decide(resolved, args);
+        let position = |r: &ExecRule| self.rules.iter().position(|x| std::ptr::eq(x, r));
+        match (by_name, by_file) {
+            (Some(a), Some(b)) => Some(if position(a) <= position(b) { a } else { b }),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+impl ExecRule {
+    /// How events and refusals name the rule: `ORIGIN (ACTION "PATTERN")`.
+    pub fn label(&self) -> String {
+        format!("{} ({} \"{}\")", self.origin, self.action, self.pattern)
+    }
 }
 
 /// Glob match for exec rules ([`glob_match`]); a pattern ending in ` *` also matches the text

@@ -143,6 +143,7 @@ macro_rules! sections {
                 Plan {
                     project,
                     home,
+                    learning: false,
                     $($name: <$module::$ty as Section>::plan(self.$name),)*
                 }
             }
@@ -158,6 +159,11 @@ macro_rules! sections {
             pub project: PathBuf,
             /// The invoking user's home directory (`$HOME`, else the passwd entry).
             pub home: PathBuf,
+            /// A learning run (`cordon run --learn`), set by the command line, never by a
+            /// policy file: what a learnable rule would deny is let through and recorded as
+            /// such; the walls that protect secrets and the host stay up.
+            #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+            pub learning: bool,
             $($(#[doc = $doc])* #[serde(default)] pub $name: $plan,)*
         }
 

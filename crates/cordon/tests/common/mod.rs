@@ -709,3 +709,47 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     assert!(o.status.success(), "git {args:?}\n{}", show(&o));
     String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
+
+/// The replay property: `cordon replay` of the session's log under the policy that ran it
+/// (`policy_args`: the run's `--policy FILE`, if any) reproduces every decision — no change.
+/// Every session the network tests and the escape battery run is checked this way.
+#[track_caller]
+pub fn assert_replay_reproduces(env: &Env, policy_args: &[&str]) {
+    if !env.audit.is_file() {
+        return;
+    }
+    // Under the same environment as the run: cordon's own directories are masked by path.
+    let o = env
+        .cordon()
+        .env("XDG_RUNTIME_DIR", runtime_dir(env))
+        .arg("replay")
+        .arg(&env.audit)
+        .args(policy_args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let report: serde_json::Value = match serde_json::from_slice(&o.stdout) {
+        Ok(v) => v,
+        Err(_) => panic!("cordon replay gave no report: {}", show(&o)),
+    };
+    let changes = report["changes"].as_array().map_or(0, Vec::len);
+    assert_eq!(
+        report["rule_changed"], 0,
+        "replaying the session under its own policy named other rules: {report:#}"
+    );
+    assert_eq!(
+        changes,
+        0,
+        "replaying the session under its own policy changed decisions:\n{}",
+        serde_json::to_string_pretty(&report["changes"]).unwrap_or_default()
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+}
+
+/// The `--policy FILE` pair of a run's arguments, for [`assert_replay_reproduces`].
+pub fn policy_args<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    args.windows(2)
+        .find(|w| w[0] == "--policy")
+        .map(|w| w.to_vec())
+        .unwrap_or_default()
+}

@@ -78,6 +78,17 @@ pub fn spawn_run(env: &Env, policy_file: &str, script: &str) -> Child {
 
 /// [`spawn_run`] with `vars` set in cordon's own (host) environment.
 pub fn spawn_run_with(env: &Env, policy_file: &str, script: &str, vars: &[(&str, &str)]) -> Child {
+    spawn_run_full(env, policy_file, script, vars, &[])
+}
+
+/// [`spawn_run_with`] with more `cordon run` options (`--learn`…).
+pub fn spawn_run_full(
+    env: &Env,
+    policy_file: &str,
+    script: &str,
+    vars: &[(&str, &str)],
+    options: &[&str],
+) -> Child {
     let _ = std::fs::remove_file(&env.audit);
     env.cordon()
         .env("XDG_RUNTIME_DIR", super::runtime_dir(env))
@@ -87,6 +98,7 @@ pub fn spawn_run_with(env: &Env, policy_file: &str, script: &str, vars: &[(&str,
         .arg("--audit")
         .arg(&env.audit)
         .args(["--policy", policy_file])
+        .args(options)
         .arg("--")
         .args(["sh", "-c", script])
         .stdout(Stdio::piped())
@@ -110,7 +122,9 @@ pub fn wait_limited(child: Child, limit: Duration) -> Output {
 
 pub fn run_limited(env: &Env, policy_text: &str, script: &str, limit: Duration) -> Output {
     let p = policy(env, policy_text);
-    wait_limited(spawn_run(env, &p, script), limit)
+    let o = wait_limited(spawn_run(env, &p, script), limit);
+    super::assert_replay_reproduces(env, &["--policy", &p]);
+    o
 }
 
 pub fn run(env: &Env, policy_text: &str, script: &str) -> Output {
@@ -121,10 +135,12 @@ pub fn run(env: &Env, policy_text: &str, script: &str) -> Output {
 /// host secret): never passed into the sandbox by the policy.
 pub fn run_with(env: &Env, policy_text: &str, script: &str, vars: &[(&str, &str)]) -> Output {
     let p = policy(env, policy_text);
-    wait_limited(
+    let o = wait_limited(
         spawn_run_with(env, &p, script, vars),
         Duration::from_secs(120),
-    )
+    );
+    super::assert_replay_reproduces(env, &["--policy", &p]);
+    o
 }
 
 // ---- host-side servers ----

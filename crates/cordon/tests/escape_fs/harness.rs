@@ -39,6 +39,10 @@ pub fn attack(
     let _ = std::fs::remove_file(&env.audit);
     let o = c.output().unwrap();
     common::assert_ran(&o);
+    // With a layer left out the session ran under less than its policy: replay would differ.
+    if off.is_none() {
+        common::assert_replay_reproduces(env, &common::policy_args(args));
+    }
     o
 }
 

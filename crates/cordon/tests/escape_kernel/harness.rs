@@ -114,7 +114,9 @@ pub(crate) const ENOSYS: &str = "errno=38";
 /// Run `script` (it must start in the sandbox) with extra cordon args; parse what it printed.
 #[track_caller]
 pub(crate) fn attack(env: &Env, args: &[&str], script: &str) -> Got {
-    Got::parse(env.attempt_with(args, script))
+    let got = Got::parse(env.attempt_with(args, script));
+    common::assert_replay_reproduces(env, &common::policy_args(args));
+    got
 }
 
 pub(crate) fn events(env: &Env) -> Vec<serde_json::Value> {

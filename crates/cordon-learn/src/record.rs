@@ -1,0 +1,240 @@
+//! What a logged event recorded of a decision: the thing decided, what the policy said of
+//! it (before a person or the judge answered), the rule that said it, and the answer.
+
+use cordon_events::{Action, Event, LEARN, Layer};
+use cordon_net::Route;
+use serde::Serialize;
+
+/// What a policy says of something, before anyone is asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Said {
+    Allow,
+    Deny,
+    /// A person decides (an `ask` rule).
+    Ask,
+    /// The LLM judge decides (a `judge` rule).
+    Judge,
+}
+
+/// What was decided, with the facts a policy decides it by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subject {
+    /// A TCP connection the gateway decided.
+    Flow {
+        host: String,
+        port: u16,
+        route: Route,
+    },
+    /// An HTTP request the HTTP layer decided (its path as the layer normalised it).
+    Request {
+        method: String,
+        host: String,
+        port: u16,
+        path: String,
+        body_len: Option<u64>,
+    },
+    /// A program the exec supervisor decided.
+    Exec {
+        program: String,
+        resolved: String,
+        args: Vec<String>,
+        line: String,
+    },
+    /// A path the filesystem view masks or hides.
+    Path { path: String },
+    /// A name the sandbox's resolver answered or refused.
+    Lookup { name: String },
+}
+
+impl Subject {
+    /// One line naming it, for reports (control characters replaced: it came from inside).
+    pub fn describe(&self) -> String {
+        let s = match self {
+            Subject::Flow { host, port, .. } => format!("{host}:{port}"),
+            Subject::Request {
+                method,
+                host,
+                port,
+                path,
+                ..
+            } => format!("{method} {host}:{port}{path}"),
+            Subject::Exec { line, .. } => line.clone(),
+            Subject::Path { path } => path.clone(),
+            Subject::Lookup { name } => name.clone(),
+        };
+        s.chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .collect()
+    }
+}
+
+/// One recorded decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    pub session: String,
+    pub seq: u64,
+    pub layer: Layer,
+    pub subject: Subject,
+    /// What the policy said.
+    pub said: Said,
+    /// The rule that said it, as the log names it (`None`: no rule, e.g. an exec no rule
+    /// matches).
+    pub rule: Option<String>,
+    /// A person's or the judge's answer, when one was given (`true`: allowed).
+    pub answer: Option<bool>,
+    /// A learning run let it through although the policy said otherwise.
+    pub learned: bool,
+}
+
+/// How one event counts for replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Classified {
+    /// A decision a policy makes again from what the log holds.
+    Decision(Recorded),
+    /// A decision no policy changes, or made on what the log does not hold (secret
+    /// scanning's findings, an unwritable audit log, the flow cap, a lookup's answer, a
+    /// syscall's arguments, UDP that is not DNS): kept as it was.
+    Kept(Layer),
+    /// Not a decision (setup, a note, an error, an `ask` that a later event settles).
+    Other,
+}
+
+/// Rules decided on what happened at run time rather than on policy.
+fn run_time_rule(rule: &str) -> bool {
+    rule == cordon_events::AUDIT_UNWRITABLE
+        || rule.starts_with("network.max-flows")
+        || rule.starts_with("network.unknown-address")
+        || rule.starts_with("network.event-budget")
+        || rule.starts_with("dns.rebinding")
+        || rule.starts_with("dns.host-alias")
+        || rule.starts_with("http.host-mismatch")
+        || rule.starts_with("built-in: fail closed")
+        || rule.starts_with("dlp:")
+        // UDP other than DNS and ICMP never leave, whatever a policy says.
+        || rule == "network.udp"
+        || rule == "network.icmp"
+}
+
+/// How `e` counts for replay.
+pub fn classify(e: &Event) -> Classified {
+    let decided = matches!(e.action, Action::Allow | Action::Deny)
+        || (e.layer == Layer::Http && e.action == Action::Error && e.rule.is_some())
+        || (e.layer == Layer::Filesystem && e.detail.contains_key(LEARN))
+        || (e.layer == Layer::Filesystem && e.rule.as_deref() == Some("filesystem.home"));
+    if !decided {
+        return Classified::Other;
+    }
+    if let Some(r) = e.rule.as_deref()
+        && run_time_rule(r)
+    {
+        return Classified::Kept(e.layer);
+    }
+    if e.detail.contains_key("note") && e.layer == Layer::Exec {
+        // Arguments rewritten during the check: refused whatever the policy says.
+        return Classified::Kept(e.layer);
+    }
+    let subject = match subject(e) {
+        Some(s) => s,
+        None if matches!(e.layer, Layer::Syscall | Layer::Credentials | Layer::Limits) => {
+            return Classified::Kept(e.layer);
+        }
+        None => return Classified::Other,
+    };
+    let (said, rule, answer) = said(e);
+    Classified::Decision(Recorded {
+        session: e.session.clone(),
+        seq: e.seq,
+        layer: e.layer,
+        subject,
+        said,
+        rule,
+        answer,
+        learned: e.detail.contains_key(LEARN),
+    })
+}
+
+fn subject(e: &Event) -> Option<Subject> {
+    let s = |k: &str| e.detail_str(k).map(str::to_string);
+    let port = || {
+        e.detail
+            .get("port")
+            .and_then(|v| v.as_u64())
+            .and_then(|p| u16::try_from(p).ok())
+    };
+    match e.layer {
+        Layer::Network => Some(Subject::Flow {
+            host: s("host")?,
+            port: port()?,
+            route: Route::from_via(e.detail_str("via")?)?,
+        }),
+        Layer::Http => Some(Subject::Request {
+            method: s("method")?,
+            host: s("host")?,
+            port: port()?,
+            path: s("path")?,
+            body_len: e.detail.get("body_len").and_then(|v| v.as_u64()),
+        }),
+        Layer::Exec => Some(Subject::Exec {
+            program: s("program")?,
+            resolved: s("resolved")?,
+            args: e
+                .detail
+                .get("args")?
+                .as_array()?
+                .iter()
+                .map(|a| a.as_str().map(str::to_string))
+                .collect::<Option<Vec<_>>>()?,
+            line: s("command").unwrap_or_default(),
+        }),
+        Layer::Filesystem => Some(Subject::Path { path: s("path")? }),
+        // A lookup is a policy decision only when the blocklist made it (or could have).
+        Layer::Dns
+            if e.rule.is_none()
+                || e.rule
+                    .as_deref()
+                    .is_some_and(|r| r.starts_with("builtin:") || r.starts_with("block:")) =>
+        {
+            Some(Subject::Lookup { name: s("name")? })
+        }
+        _ => None,
+    }
+}
+
+/// What the policy said of the event's subject, the rule, and an answer given.
+fn said(e: &Event) -> (Said, Option<String>, Option<bool>) {
+    let allowed = e.action != Action::Deny;
+    let rule = e.rule.clone();
+    if let Some(w) = e.detail_str(LEARN) {
+        let said = if w.ends_with("ask") {
+            Said::Ask
+        } else {
+            Said::Deny
+        };
+        return (said, rule, None);
+    }
+    if e.layer == Layer::Filesystem {
+        // A mask, or a path the home's view hides: what the view decided.
+        let said = if e.action == Action::Allow {
+            Said::Allow
+        } else {
+            Said::Deny
+        };
+        return (said, rule, None);
+    }
+    // `RULE → judge → ask`: the base rule said judge or ask, and the rest answered.
+    let base = rule.as_deref().map(|r| r.split(" → ").next().unwrap_or(r).to_string());
+    let via_ask = rule.as_deref().is_some_and(|r| r.ends_with("→ ask"))
+        || e.detail.contains_key("approved")
+        || e.detail.contains_key("approval");
+    if let Some(call) = e.judge_call() {
+        // Asked after the judge could not decide: still the judge's rule.
+        let _ = call;
+        return (Said::Judge, base, Some(allowed));
+    }
+    if via_ask {
+        return (Said::Ask, base, Some(allowed));
+    }
+    let said = if allowed { Said::Allow } else { Said::Deny };
+    (said, base, None)
+}
