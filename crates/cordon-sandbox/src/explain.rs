@@ -134,6 +134,7 @@ mod tests {
             pattern: p.into(),
             action: a,
             origin: format!("test:{p}"),
+            expires: None,
         }
     }
 
