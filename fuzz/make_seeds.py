@@ -167,7 +167,8 @@ with open(os.path.join(repo, "crates/cordon-policy/src/schema.rs")) as fh:
     keys.update(re.findall(r'"([a-z_]+)"', fh.read()))
 keys.update(["[[http.rule]]", "[[network.allow]]", "[[exec.rule]]", "[profile.claude]",
              "[credentials.api]", '"~/"', '"$HOME/"', '"${XDG_CONFIG_HOME}"', "= true",
-             "= false", "= [", "= {", '"""', "'''", "\n"])
+             "= false", "= [", "= {", '"""', "'''", "\n", "until = ", "for = ",
+             '"2026-12-31T18:00Z"', '"2h"'])
 with open(os.path.join(os.path.dirname(ROOT), "policy.dict"), "w") as fh:
     fh.write("# libFuzzer dictionary for policy_parse: section names and keys (make_seeds.py)\n")
     for k in sorted(keys):

@@ -171,6 +171,7 @@ pub(crate) fn rules(plan: &Plan) -> Vec<HttpRule> {
             rules.push(HttpRule {
                 port: Some(*p),
                 origin: r.origin.clone(),
+                expires: r.expires,
                 ..HttpRule::new(r.label(), r.host.clone(), HttpAction::Allow)
             });
         }

@@ -20,6 +20,7 @@ fn network_allows_follow_the_http_rules_one_per_port() {
         host: "api.example.test".parse().unwrap(),
         ports: vec![443, 8443],
         origin: "user.toml:3".into(),
+        expires: None,
     });
     let r = rules(&p);
     assert_eq!(r.len(), 3);
@@ -119,6 +120,7 @@ async fn while_the_audit_log_cannot_be_written_no_request_is_decided() {
         host: "api.example.test".parse().unwrap(),
         ports: vec![80],
         origin: "user.toml:1".into(),
+        expires: None,
     });
     let dialed = Arc::new(AtomicBool::new(false));
     let d = dialed.clone();
@@ -170,6 +172,7 @@ async fn a_request_let_out_is_logged_when_the_sandbox_leaves_before_the_answer()
         host: "api.example.test".parse().unwrap(),
         ports: vec![80],
         origin: "user.toml:1".into(),
+        expires: None,
     });
     // An upstream that reads the request and never answers.
     let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

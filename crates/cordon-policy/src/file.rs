@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use serde::Deserialize;
 use toml::de::DeTable;
@@ -23,14 +24,27 @@ pub(crate) struct ParsedFile {
     pub untrusted: bool,
 }
 
-/// Parses, checks and expands one policy file.
+/// Parses, checks and expands one policy file whose time of writing is not known (a rule's
+/// `for` is refused): tests and the fuzz targets.
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn parse_file(
     src: &str,
     file: Option<&Path>,
     layer: usize,
     ctx: &Context<'_>,
 ) -> Result<ParsedFile, PolicyError> {
-    parse_checked(src, file, layer, ctx, true)
+    parse_checked(src, file, layer, ctx, true, None)
+}
+
+/// [`parse_file`] of a file last written at `written`, which its rules' `for` counts from.
+pub(crate) fn parse_file_written(
+    src: &str,
+    file: Option<&Path>,
+    layer: usize,
+    ctx: &Context<'_>,
+    written: Option<SystemTime>,
+) -> Result<ParsedFile, PolicyError> {
+    parse_checked(src, file, layer, ctx, true, written)
 }
 
 /// [`parse_file`] of the built-in policy, without the schema's walk for unknown keys and
@@ -39,7 +53,7 @@ pub(crate) fn parse_file(
 /// (a tenth of the policy's load) would only check a constant. The deserializer and every
 /// conversion still run.
 pub(crate) fn parse_built_in(src: &str, ctx: &Context<'_>) -> Result<ParsedFile, PolicyError> {
-    parse_checked(src, None, 0, ctx, false)
+    parse_checked(src, None, 0, ctx, false, None)
 }
 
 /// Which tables of the built-in policy a read keeps: `None` is a base table (anything not
@@ -152,6 +166,7 @@ fn parse_checked(
     layer: usize,
     ctx: &Context<'_>,
     check: bool,
+    written: Option<SystemTime>,
 ) -> Result<ParsedFile, PolicyError> {
     let table = DeTable::parse(src).map_err(|e| toml_error(&e, src, file))?;
     if check {
@@ -172,6 +187,7 @@ fn parse_checked(
         phase: 0,
         warnings: Vec::new(),
         newlines: crate::sections::newlines(src),
+        written,
     };
     let (base, profile) = parsed.split();
     let base = Sections::convert(base, &mut cx)?;
@@ -405,7 +421,7 @@ mod tests {
             .exec
             .rules
             .iter()
-            .map(|(p, a, o)| (p.as_str(), *a, o.label.as_str()))
+            .map(|(p, a, _, o)| (p.as_str(), *a, o.label.as_str()))
             .collect();
         assert_eq!(
             got,

@@ -16,6 +16,7 @@ pub mod detect;
 pub mod env;
 pub mod error;
 mod expand;
+pub mod expiry;
 pub mod explain;
 mod file;
 pub mod load;

@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::error::{Diagnostic, PolicyError, backticked, did_you_mean};
 use crate::expand::normalize;
 use crate::file::{
-    ParsedFile, built_in_profile, parse_built_in_agents, parse_built_in_part, parse_file,
+    ParsedFile, built_in_profile, parse_built_in_agents, parse_built_in_part, parse_file_written,
 };
 use crate::plan::{CredentialSource, PathRule, Plan};
 use crate::sections::{Context, Loosen, Origin, PathEntry, Sections};
@@ -200,7 +200,8 @@ pub fn load_reusing_built_in(opts: &LoadOptions) -> Result<Loaded, PolicyError> 
         Some(b) => b.clone(),
         None => BUILT_IN
             .get_or_init(|| {
-                parse_file(DEFAULT_POLICY, None, 0, &context(opts)).expect("the built-in policy")
+                crate::file::parse_file(DEFAULT_POLICY, None, 0, &context(opts))
+                    .expect("the built-in policy")
             })
             .clone(),
     };
@@ -311,7 +312,9 @@ fn read_files(
                     .with_help("save it as UTF-8"),
             )
         })?;
-        let mut layer = parse_file(&src, Some(&path), layers.len(), ctx)?;
+        // What a rule's `for` counts from; a file system without times refuses `for`.
+        let written = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+        let mut layer = parse_file_written(&src, Some(&path), layers.len(), ctx, written)?;
         let key = trust_key(&path)?;
         let inside_project = !opts.no_project
             && (key.starts_with(&opts.project_dir)

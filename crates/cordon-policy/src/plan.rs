@@ -1,6 +1,7 @@
 //! The resolved plan: what every enforcement layer receives. Each section's part is defined
 //! with the section (see `sections`); this module gathers them under one name.
 
+pub use crate::expiry::{ExpiredGrant, Expiry, GrantKind, TimeError};
 pub use crate::pattern::{Bare, HostPattern, HostPatternError, glob_match};
 pub use crate::schema::Choice;
 pub use crate::sections::agent::AgentPlan;

@@ -1,6 +1,8 @@
 //! Rendering a [`Plan`] back in the policy file schema, for `cordon check`: each section
 //! renders its own part ([`crate::sections::Section::render`]).
 
+use std::time::SystemTime;
+
 use crate::plan::Plan;
 use crate::sections::{Render, comment};
 
@@ -8,7 +10,18 @@ impl Plan {
     /// The effective policy in the policy file schema, each rule followed by a `# origin`
     /// comment. The project directory is listed as writable with origin `project`.
     pub fn to_toml(&self) -> String {
-        let mut out = Render::default();
+        self.render(Render::default())
+    }
+
+    /// [`Plan::to_toml`], with the time left at `now` beside each rule that ends.
+    pub fn to_toml_at(&self, now: SystemTime) -> String {
+        self.render(Render {
+            now: Some(now),
+            ..Render::default()
+        })
+    }
+
+    fn render(&self, mut out: Render) -> String {
         out.line("# Effective cordon policy");
         out.line(format!(
             "# project: {}",
@@ -75,11 +88,13 @@ pub(crate) mod tests {
                         pattern: "sudo *".into(),
                         action: ExecAction::Deny,
                         origin: "built-in".into(),
+                        expires: None,
                     },
                     ExecRule {
                         pattern: "git push \"x\" *".into(),
                         action: ExecAction::Ask,
                         origin: "/p/cordon.toml:4".into(),
+                        expires: Some(Expiry::from_unix(1_800_000_000)),
                     },
                 ],
                 ask_timeout_secs: 30,
@@ -101,6 +116,7 @@ pub(crate) mod tests {
                     host: HostPattern::name("*.example.com", Bare::Exact).unwrap(),
                     ports: vec![443, 22],
                     origin: "/p/cordon.toml:9".into(),
+                    expires: Some(Expiry::from_unix(1_900_000_000)),
                 }],
             },
             dns: DnsPlan {
@@ -135,6 +151,7 @@ pub(crate) mod tests {
                     action: HttpAction::Allow,
                     reason: Some("the API".into()),
                     origin: "/p/cordon.toml:20".into(),
+                    expires: Some(Expiry::from_unix(2_000_000_000)),
                 }],
                 default: HttpAction::Judge,
             },

@@ -209,7 +209,7 @@ macro_rules! raw_table {
             const TABLE: $crate::schema::Table = $crate::schema::Table {
                 example: $example,
                 fields: &[$($crate::schema::Field {
-                    key: stringify!($field),
+                    key: $crate::schema::unraw(stringify!($field)),
                     shape: $crate::field_shape!($shape $(($($arg)*))?),
                     required: $crate::flag!(required; $($($flag),+)?),
                     shorthand: $crate::flag!(shorthand; $($($flag),+)?),
@@ -220,6 +220,18 @@ macro_rules! raw_table {
             };
         }
     };
+}
+
+/// A field's key as written in policy files: its name without `r#`, which a key that is a Rust
+/// keyword (`for`) needs as a field (serde drops it too).
+pub(crate) const fn unraw(name: &'static str) -> &'static str {
+    match name.as_bytes() {
+        [b'r', b'#', rest @ ..] => match std::str::from_utf8(rest) {
+            Ok(key) => key,
+            Err(_) => name,
+        },
+        _ => name,
+    }
 }
 
 /// Whether a field's flags (`[required, loosens]`) include `$want`.
@@ -663,6 +675,8 @@ impl Checker<'_> {
 /// How to write a value of `shape` instead of the `found` one.
 fn type_help(key: &str, shape: Shape, found: &DeValue<'_>, example: &str) -> String {
     match (shape, found) {
+        // A TOML date-time (`until = 2026-12-31T18:00:00Z`): the same text, quoted.
+        (Shape::String, DeValue::Datetime(d)) => format!("quote it: {key} = \"{d}\""),
         (Shape::String, _) if !example.is_empty() => format!("e.g. {example}"),
         (Shape::Strings, DeValue::String(s)) => {
             format!("write it as an array: {key} = [{}]", toml_string(s))

@@ -128,6 +128,7 @@ mod tests {
             pattern: p.into(),
             action: a,
             origin: format!("test:{p}"),
+            expires: None,
         }
     }
 

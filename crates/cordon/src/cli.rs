@@ -29,7 +29,8 @@ pub enum Cmd {
     /// Run COMMAND inside the sandbox, with the project directory writable.
     #[command(after_help = EXIT_CODES)]
     Run(RunArgs),
-    /// Validate a policy and print the effective merged policy.
+    /// Validate a policy and print the effective merged policy (rules that have ended left
+    /// out, the others' time left beside them).
     Check(CheckArgs),
     /// Say which rule decides a request, a connection, a path or a command, and why, without
     /// running anything (inside a sandbox: by the session's own policy).

@@ -9,17 +9,17 @@ use clap::CommandFactory;
 use cordon_events::{Action, AuditLog, Layer, NewEvent};
 use cordon_policy::{LoadOptions, Loaded, TrustStore};
 
-use crate::cli::{CheckArgs, Cli, Cmd, LogArgs, PolicyArgs, RunArgs, TrustArgs};
+use crate::cli::{Cli, Cmd, LogArgs, PolicyArgs, RunArgs, TrustArgs};
 pub(crate) use crate::project::{PolicyProject, resolve_policy_project, resolve_project};
 
 /// cordon's own failure before the command started.
 pub(crate) const EXIT_SETUP: i32 = 125;
-const EXIT_USAGE: i32 = 2;
+pub(crate) const EXIT_USAGE: i32 = 2;
 
 pub fn dispatch(cmd: Cmd) -> i32 {
     match cmd {
         Cmd::Run(a) => run(a),
-        Cmd::Check(a) => check(a),
+        Cmd::Check(a) => crate::check::check(a),
         Cmd::Explain(a) => crate::explain::explain(a),
         Cmd::Init(a) => crate::init::init(a),
         Cmd::Doctor => crate::doctor::doctor(),
@@ -226,6 +226,8 @@ fn run(a: RunArgs) -> i32 {
         }
     };
     loaded.plan.learning = a.learn;
+    // Rules that end are judged once, here: one that ends while the session runs holds.
+    let expired = crate::grants::expire(&mut loaded.plan, std::time::SystemTime::now());
     for w in &loaded.warnings {
         eprintln!("cordon: warning: {w}");
     }
@@ -278,15 +280,40 @@ fn run(a: RunArgs) -> i32 {
     let denials_tap = denials.clone();
     let learned = std::sync::Arc::new(crate::learn::Learned::new(a.learn));
     let learned_tap = learned.clone();
-    // Shared with the egress gateway's threads. A closed or broken stderr must not take the
-    // session down (eprintln! would panic).
     let audit = log.health();
+    let sink = audit_sink(log, verbose, tap, quiet, denials_tap, learned_tap);
+    let emit = |ev: NewEvent| sink(ev);
+    emit(start_event(&opts.command, &project, &loaded));
+    crate::grants::log(&expired, &emit);
+    let code = run_in_session(&a, &project, &loaded, &session, early, &sink, &audit);
+    emit(NewEvent::new(Layer::Session, Action::Stop, "session ended").detail("code", code));
+    if !audit.writable() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "cordon: ERROR: the audit log could still not be written when the session ended: the events held since are lost, and the log has no stop event"
+        );
+    }
+    denials.finish();
+    lines.finish(code);
+    learned.finish(&session);
+    code
+}
+
+/// The session's audit sink: each event into the log, then to the exit summary's count, the
+/// terminal's denial lines and, with `-v`, stderr. Shared with the egress gateway's threads. A
+/// closed or broken stderr must not take the session down (eprintln! would panic).
+fn audit_sink(
+    log: std::sync::Arc<AuditLog>,
+    verbose: bool,
+    tap: std::sync::Arc<crate::summary::Lines>,
+    quiet: cordon_policy::AgentPlan,
+    denials_tap: std::sync::Arc<crate::denials::DenialLines>,
+    learned_tap: std::sync::Arc<crate::learn::Learned>,
+) -> cordon_net::Emit {
     // Said once per outage, not once per event: while the log cannot be written the layers
     // refuse what they would let out, and the events wait in memory.
     let failing = std::sync::atomic::AtomicBool::new(false);
-    let sink: cordon_net::Emit = std::sync::Arc::new(move |ev: NewEvent| match log
-        .emit(crate::redact::exec_event(ev))
-    {
+    std::sync::Arc::new(move |ev: NewEvent| match log.emit(crate::redact::exec_event(ev)) {
         Ok(e) => {
             if failing.swap(false, std::sync::atomic::Ordering::SeqCst) {
                 let _ = writeln!(
@@ -316,47 +343,31 @@ fn run(a: RunArgs) -> i32 {
                 );
             }
         }
-    });
-    let emit = |ev: NewEvent| sink(ev);
-    let argv: Vec<String> = a
-        .command
-        .iter()
-        .map(|s| s.to_string_lossy().into_owned())
-        .collect();
+    })
+}
+
+/// The session's first event: what runs, where, under which policy files and profile.
+fn start_event(argv: &[String], project: &Path, loaded: &Loaded) -> NewEvent {
     let (profile, detected) = match &loaded.profile {
         Some(p) => (p.name.clone(), p.detected.clone().unwrap_or_default()),
         None => Default::default(),
     };
-    emit(
-        NewEvent::new(Layer::Session, Action::Start, "session started")
-            .detail("command", argv)
-            .detail("project", project.display().to_string())
-            .detail(
-                "policy_files",
-                loaded
-                    .sources
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>(),
-            )
-            .detail("profile", profile)
-            .detail("profile_detected", detected)
-            .detail("uid", cordon_sandbox::ids().0)
-            .detail("learn", a.learn)
-            .detail("version", env!("CARGO_PKG_VERSION")),
-    );
-    let code = run_in_session(&a, &project, &loaded, &session, early, &sink, &audit);
-    emit(NewEvent::new(Layer::Session, Action::Stop, "session ended").detail("code", code));
-    if !audit.writable() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "cordon: ERROR: the audit log could still not be written when the session ended: the events held since are lost, and the log has no stop event"
-        );
-    }
-    denials.finish();
-    lines.finish(code);
-    learned.finish(&session);
-    code
+    NewEvent::new(Layer::Session, Action::Start, "session started")
+        .detail("command", argv.to_vec())
+        .detail("project", project.display().to_string())
+        .detail(
+            "policy_files",
+            loaded
+                .sources
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>(),
+        )
+        .detail("profile", profile)
+        .detail("profile_detected", detected)
+        .detail("uid", cordon_sandbox::ids().0)
+        .detail("learn", loaded.plan.learning)
+        .detail("version", env!("CARGO_PKG_VERSION"))
 }
 
 fn run_in_session(
@@ -1113,112 +1124,6 @@ impl cordon_sandbox::NetAttach for GatewayAttach {
         let inward = std::sync::Arc::new(inward);
         self.gateway
             .set_inward(std::sync::Arc::new(move |port| inward.connect(port)));
-    }
-}
-
-fn check(a: CheckArgs) -> i32 {
-    let project = match resolve_policy_project(a.policy_args.project.as_deref()) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("cordon: {}", crate::output::chain(&e));
-            return EXIT_USAGE;
-        }
-    };
-    let opts = policy_load_options(a.file.clone(), &a.policy_args, project);
-    match cordon_policy::load(&opts) {
-        Ok(l) => {
-            for w in &l.warnings {
-                eprintln!("cordon: warning: {w}");
-            }
-            if l.plan.syscalls.nested_userns {
-                let by = l
-                    .profile
-                    .as_ref()
-                    .map(|p| format!(" (profile `{}` in use)", p.name))
-                    .unwrap_or_default();
-                eprintln!("cordon: warning{by}: {}", cordon_sandbox::NESTED_COST);
-            }
-            if a.json {
-                match serde_json::to_string_pretty(&l.plan) {
-                    Ok(s) => println!("{s}"),
-                    Err(e) => {
-                        eprintln!("cordon: {e}");
-                        return 1;
-                    }
-                }
-            } else {
-                let files: Vec<String> =
-                    l.sources.iter().map(|p| p.display().to_string()).collect();
-                println!(
-                    "# merged: built-in default{}",
-                    files.iter().map(|f| format!(" < {f}")).collect::<String>()
-                );
-                // Read-only entries a session stages instead say so (as `explain` does).
-                let mut shown = l.plan.clone();
-                if !opts.no_project {
-                    crate::explain::annotate_read_only(&mut shown);
-                }
-                let text = shown.to_toml();
-                match opts.no_project {
-                    true => print!("{}", crate::project::without_project(&text)),
-                    false => print!("{text}"),
-                }
-            }
-            for lo in &l.untrusted_loosening {
-                eprintln!(
-                    "cordon: untrusted: {}: {} (run `cordon trust {}`)",
-                    lo.file.display(),
-                    lo.what,
-                    lo.file.display()
-                );
-            }
-            // Which credentials resolve here — never their values.
-            for c in &l.plan.credentials {
-                if let cordon_policy::CredentialSource::Json { file, field }
-                | cordon_policy::CredentialSource::Yaml { file, field } = &c.source
-                {
-                    let hosts: Vec<String> = c.hosts.iter().map(ToString::to_string).collect();
-                    // Where it is renewed, brokered: the host's file is kept current.
-                    let renewed = c.refresh.as_ref().map_or(String::new(), |r| {
-                        format!("; renewed at {} (brokered: new tokens to this file)", r.url)
-                    });
-                    if cordon_http::credentials::resolves(c) {
-                        eprintln!(
-                            "cordon: login `{}` found in {} ({field}): the sandbox sees a placeholder; the real token goes only to {}{renewed}",
-                            c.name,
-                            file.display(),
-                            hosts.join(", ")
-                        );
-                    } else {
-                        eprintln!(
-                            "cordon: login `{}`: none in {} ({field}){renewed}",
-                            c.name,
-                            file.display()
-                        );
-                    }
-                } else if cordon_http::credentials::resolves(c) {
-                    eprintln!("cordon: credential `{}` resolves", c.name);
-                } else {
-                    eprintln!(
-                        "cordon: warning: credential `{}` does not resolve (from {}): it would be absent in the sandbox",
-                        c.name, c.source
-                    );
-                }
-            }
-            // A policy `run` refuses (exit 125) is not a pass.
-            if l.untrusted_loosening.is_empty() {
-                0
-            } else {
-                eprintln!(
-                    "cordon: `cordon run` refuses this policy until you trust the project policy"
-                );
-                1
-            }
-        }
-        Err(e) => {
-            eprintln!("{e}");
-            EXIT_USAGE
-        }
     }
 }
 

@@ -62,6 +62,8 @@ struct Explanation {
     notes: Vec<String>,
     /// Policy lines that would allow it, when some can.
     allow_with: Option<String>,
+    /// When the deciding rule ends (`until`, `for`), if it does.
+    expires: Option<cordon_policy::Expiry>,
 }
 
 impl Explanation {
@@ -99,13 +101,18 @@ pub fn explain(a: ExplainArgs) -> i32 {
             return EXIT_BAD_INPUT;
         }
     };
-    let answer = match what(&a).and_then(|w| w.explain(&plan, http_layer)) {
+    let mut answer = match what(&a).and_then(|w| w.explain(&plan, http_layer)) {
         Ok(x) => x,
         Err(e) => {
             eprintln!("cordon: explain: {}", crate::output::chain(&e));
             return EXIT_BAD_INPUT;
         }
     };
+    if let Some(end) = answer.expires {
+        let now = std::time::SystemTime::now();
+        let note = crate::grants::note(end, answer.allowed, now, inside);
+        answer.notes.push(note);
+    }
     answer.print();
     if inside {
         println!("  (the policy of this session, from {POLICY_JSON})");
@@ -155,8 +162,11 @@ fn policy(a: &ExplainArgs) -> Result<(Plan, bool, bool)> {
             l.file.display()
         );
     }
+    // As a session starting now would: without the rules that have ended.
+    let mut plan = loaded.plan;
+    crate::grants::expire(&mut plan, std::time::SystemTime::now());
     // The HTTP layer is on whenever cordon's CA can be had, which is the normal case.
-    Ok((loaded.plan, true, false))
+    Ok((plan, true, false))
 }
 
 /// What is asked about.
@@ -376,6 +386,7 @@ fn flow(
         origin,
         why: v.reason,
         allow_with,
+        expires: crate::grants::of_label(plan, &v.rule),
         ..Explanation::default()
     })
 }
@@ -459,6 +470,7 @@ fn http(
         why,
         notes,
         allow_with,
+        expires: crate::grants::of_label(plan, &d.rule),
     })
 }
 
@@ -525,6 +537,7 @@ fn exec(plan: &Plan, argv: &[String]) -> Explanation {
         why: why.into(),
         notes,
         allow_with,
+        expires: rule.expires,
     }
 }
 

@@ -5,11 +5,13 @@
 
 mod approve;
 mod beside;
+mod check;
 mod cli;
 mod commands;
 mod denials;
 mod doctor;
 mod explain;
+mod grants;
 mod home;
 mod init;
 #[cfg(debug_assertions)]

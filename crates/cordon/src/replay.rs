@@ -78,8 +78,18 @@ fn plan_for(policy: Option<PathBuf>, start: &Event) -> Result<cordon_policy::Pla
         profile: Some(profile),
     };
     let opts = crate::commands::load_options(policy, &args, project);
-    let loaded = cordon_policy::load(&opts).map_err(|e| anyhow!("{e}"))?;
-    Ok(loaded.plan)
+    let mut plan = cordon_policy::load(&opts).map_err(|e| anyhow!("{e}"))?.plan;
+    // Rules that end are judged as the session's start judged them.
+    let started = cordon_policy::Expiry::parse(&start.time)
+        .ok()
+        .and_then(|t| u64::try_from(t.unix()).ok())
+        .map_or_else(std::time::SystemTime::now, |secs| {
+            std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs)
+        });
+    plan.expire(started);
+    // As `cordon run` does: the home's registry-token files are masked.
+    crate::home::add_home_credentials(&mut plan);
+    Ok(plan)
 }
 
 /// The log files named (session ids or paths), or the newest session's.

@@ -43,8 +43,9 @@ both!(the_file_it_writes_is_a_policy_check_accepts, |env: Env| {
         .iter()
         .position(|l| l == "# [[network.allow]]")
         .unwrap();
+    // Except `for`, the other way to write `until`: a rule has one or the other.
     for l in lines.iter_mut().skip(at).take_while(|l| !l.is_empty()) {
-        if l.starts_with("# ") && !l.starts_with("#   ") {
+        if l.starts_with("# ") && !l.starts_with("#   ") && !l.starts_with("# for = ") {
             *l = l
                 .trim_start_matches("# ")
                 .split("  #")

@@ -309,6 +309,7 @@ mod tests {
             host: HostPattern::name("github.com", Bare::Exact).unwrap(),
             ports: vec![22, 443],
             origin: "t.toml:3".into(),
+            expires: None,
         });
         p.http.default = HttpAction::Deny;
         p.http.rules.push(HttpRule::new(

@@ -236,16 +236,19 @@ mod tests {
                     host: host("github.com"),
                     ports: vec![22, 443],
                     origin: "test".into(),
+                    expires: None,
                 },
                 HostRule {
                     host: host("*.npmjs.org"),
                     ports: vec![443],
                     origin: "test".into(),
+                    expires: None,
                 },
                 HostRule {
                     host: host(HOST_ALIAS),
                     ports: vec![11434],
                     origin: "test".into(),
+                    expires: None,
                 },
             ],
             ..NetworkPlan::default()
@@ -285,6 +288,7 @@ mod tests {
             host: host("webhook.site"),
             ports: vec![443],
             origin: "test".into(),
+            expires: None,
         });
         let v = decide(&p, &[], &builtin, &name("webhook.site"), 443);
         assert!(!v.allow && v.reason.contains("blocklist"), "{v:?}");

@@ -4,6 +4,7 @@
 use serde_spanned::Spanned;
 
 use crate::PolicyError;
+use crate::expiry::{Expiry, outlasts};
 use crate::pattern::glob_match;
 use crate::schema::{Schema, Shape, toml_string};
 use crate::sections::{Convert, Loosen, Origin, Render, Scalar, Section, Sections, set_scalar};
@@ -32,6 +33,9 @@ pub struct ExecRule {
     pub action: ExecAction,
     /// `built-in`, or `FILE:LINE`.
     pub origin: String,
+    /// When it ends (`until`, `for`); `None`: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<Expiry>,
 }
 
 /// Supervised exec rules (layer 4). The first matching rule decides; none matching allows.
@@ -106,6 +110,14 @@ raw_table! {
         /// What a matching exec gets: `allow`, `deny` (it fails with EPERM), or `ask` a person;
         /// the first matching rule decides.
         action: Choice(ExecAction) [required] = "action = \"ask\"",
+        /// When the rule ends, in RFC 3339 (`Z` or an offset; seconds optional). A session
+        /// that starts after it runs without the rule; one that started before keeps it until
+        /// it exits. Not with `for`.
+        until: String = "until = \"2026-12-31T18:00Z\"",
+        /// How long the rule lasts (`90m`, `2h`, `1d`), counted from this file's modification
+        /// time: editing the file (or touching it) starts it again. Instead of `until`, not
+        /// with it.
+        r#for: String [shorthand] = "for = \"2h\"",
     }
 }
 
@@ -129,8 +141,9 @@ raw_table! {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Exec {
     /// In this file's order: `[[exec.rule]]`, then `deny`, `ask`, `allow`; merged, earlier
-    /// layers first, so the first match is the most trusted rule.
-    pub rules: Vec<(String, ExecAction, Origin)>,
+    /// layers first, so the first match is the most trusted rule. The same pattern and action
+    /// with another end is another rule: one that never ends outlives one that does.
+    pub rules: Vec<(String, ExecAction, Option<Expiry>, Origin)>,
     pub ask_timeout: Scalar<u64>,
 }
 
@@ -157,7 +170,7 @@ fn pattern(
     cx: &Convert<'_>,
     p: &Spanned<String>,
     key: &str,
-    action: ExecAction,
+    (action, ends): (ExecAction, Option<Expiry>),
     out: &mut Exec,
 ) -> Result<(), PolicyError> {
     let pat = p.get_ref();
@@ -187,8 +200,13 @@ fn pattern(
         };
         return Err(cx.diag(format!("{message} in {where_}"), p.span(), HELP));
     }
-    if !out.rules.iter().any(|(x, a, _)| x == pat && *a == action) {
-        out.rules.push((pat.clone(), action, cx.origin(p.span())));
+    if !out
+        .rules
+        .iter()
+        .any(|(x, a, e, _)| x == pat && *a == action && *e == ends)
+    {
+        out.rules
+            .push((pat.clone(), action, ends, cx.origin(p.span())));
     }
     Ok(())
 }
@@ -204,7 +222,8 @@ impl Section for Exec {
             let r = r.get_ref();
             let action = *cx.required(&r.action, "action", "[[exec.rule]]")?.get_ref();
             let p = cx.required(&r.pattern, "pattern", "[[exec.rule]]")?;
-            pattern(cx, p, "rule", action, &mut out)?;
+            let ends = cx.ends(&r.until, &r.r#for, "[[exec.rule]]")?;
+            pattern(cx, p, "rule", (action, ends), &mut out)?;
         }
         for (list, key, action) in [
             (&raw.deny, "deny", ExecAction::Deny),
@@ -212,7 +231,7 @@ impl Section for Exec {
             (&raw.allow, "allow", ExecAction::Allow),
         ] {
             for p in list {
-                pattern(cx, p, key, action, &mut out)?;
+                pattern(cx, p, key, (action, None), &mut out)?;
             }
         }
         if let Some(t) = raw.ask_timeout {
@@ -228,21 +247,25 @@ impl Section for Exec {
     }
 
     fn merge(&mut self, later: &Self) {
-        for (p, a, o) in &later.rules {
-            if !self.rules.iter().any(|(x, b, _)| x == p && b == a) {
-                self.rules.push((p.clone(), *a, o.clone()));
+        for (p, a, e, o) in &later.rules {
+            if !self
+                .rules
+                .iter()
+                .any(|(x, b, f, _)| x == p && b == a && f == e)
+            {
+                self.rules.push((p.clone(), *a, *e, o.clone()));
             }
         }
         set_scalar(&mut self.ask_timeout, &later.ask_timeout);
     }
 
     fn loosen(full: &Sections, base: &Sections, out: &mut Loosen<'_>) {
-        for (p, a, o) in &full.exec.rules {
+        for (p, a, e, o) in &full.exec.rules {
             let known = base
                 .exec
                 .rules
                 .iter()
-                .any(|(b, ba, _)| b == p && *ba == ExecAction::Allow);
+                .any(|(b, ba, be, _)| b == p && *ba == ExecAction::Allow && outlasts(*e, *be));
             if *a == ExecAction::Allow && !known {
                 out.add(o, format!("adds exec allow rule `{p}`"));
             }
@@ -254,10 +277,11 @@ impl Section for Exec {
             rules: self
                 .rules
                 .into_iter()
-                .map(|(pattern, action, o)| ExecRule {
+                .map(|(pattern, action, expires, o)| ExecRule {
                     pattern,
                     action,
                     origin: o.label,
+                    expires,
                 })
                 .collect(),
             ask_timeout_secs: self.ask_timeout.map_or(DEFAULT_ASK_TIMEOUT, |t| t.0),
@@ -272,6 +296,7 @@ impl Section for Exec {
             out.entry("exec.rule", &r.origin);
             out.string("pattern", &r.pattern);
             out.string("action", &r.action.to_string());
+            out.until(r.expires);
         }
     }
 }
@@ -286,6 +311,7 @@ mod tests {
             pattern: p.into(),
             action,
             origin: "t".into(),
+            expires: None,
         };
         let plan = ExecPlan {
             rules: vec![

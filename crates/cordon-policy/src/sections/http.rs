@@ -2,6 +2,7 @@
 //! (layer 3).
 
 use crate::PolicyError;
+use crate::expiry::Expiry;
 use crate::pattern::HostPattern;
 use crate::schema::{Schema, Shape, toml_string};
 use crate::sections::{
@@ -49,6 +50,9 @@ pub struct HttpRule {
     pub reason: Option<String>,
     /// Where it came from.
     pub origin: String,
+    /// When it ends (`until`, `for`); `None`: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<Expiry>,
 }
 
 impl HttpRule {
@@ -67,6 +71,7 @@ impl HttpRule {
             action,
             reason: None,
             origin: String::new(),
+            expires: None,
         }
     }
 }
@@ -105,6 +110,14 @@ raw_table! {
         action: Choice(HttpAction) [required] = "action = \"deny\"",
         /// Why, shown to the client when it refuses.
         reason: String = "reason = \"publishing is done from CI\"",
+        /// When the rule ends, in RFC 3339 (`Z` or an offset; seconds optional). A session
+        /// that starts after it runs without the rule; one that started before keeps it until
+        /// it exits. Not with `for`.
+        until: String = "until = \"2026-12-31T18:00Z\"",
+        /// How long the rule lasts (`90m`, `2h`, `1d`), counted from this file's modification
+        /// time: editing the file (or touching it) starts it again. Instead of `until`, not
+        /// with it.
+        r#for: String [shorthand] = "for = \"2h\"",
     }
 }
 
@@ -181,6 +194,7 @@ fn rule(
         max_body,
         action: *cx.required(&r.action, "action", "[[http.rule]]")?.get_ref(),
         reason: r.reason.as_ref().map(|x| x.get_ref().clone()),
+        expires: cx.ends(&r.until, &r.r#for, "[[http.rule]]")?,
         origin: origin.label,
     })
 }
@@ -268,6 +282,7 @@ impl Section for Http {
             if let Some(reason) = &r.reason {
                 out.string("reason", reason);
             }
+            out.until(r.expires);
         }
     }
 }

@@ -9,12 +9,14 @@
 use std::collections::{BTreeMap, HashSet};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 use serde_spanned::Spanned;
 
 use crate::error::{Diagnostic, PolicyError};
 use crate::expand::{ExpandError, Vars, expand, uses_home};
+use crate::expiry::Expiry;
 use crate::file::ParsedFile;
 use crate::load::Loosening;
 use crate::pattern::{Bare, HostPattern};
@@ -341,6 +343,9 @@ pub(crate) struct Convert<'a> {
     /// binary search, not a count from the start of the file for every rule (that count was
     /// two thirds of loading the built-in policy).
     pub newlines: Vec<usize>,
+    /// When the file was last written: what a rule's `for` counts from (`None`: not known,
+    /// and `for` is refused).
+    pub written: Option<SystemTime>,
 }
 
 /// The byte offsets of the line breaks in `src`, for [`Convert::newlines`].
@@ -735,6 +740,8 @@ impl Loosen<'_> {
 #[derive(Debug, Default)]
 pub(crate) struct Render {
     pub out: String,
+    /// The time a rule's end is told against (`# 2 h left`), if any.
+    pub now: Option<SystemTime>,
 }
 
 impl Render {
@@ -780,6 +787,15 @@ impl Render {
             self.line(format!("    {}, # {}", toml_string(&v), comment(origin)));
         }
         self.line("]");
+    }
+
+    /// `until = "…"` for a rule that ends, with the time left when there is a clock.
+    pub(crate) fn until(&mut self, expires: Option<Expiry>) {
+        let Some(e) = expires else { return };
+        match self.now {
+            Some(now) => self.line(format!("until = \"{e}\" # {}", e.left(now))),
+            None => self.line(format!("until = \"{e}\"")),
+        }
     }
 
     /// A list of path rules, each with its origin.

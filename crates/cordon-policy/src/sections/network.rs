@@ -2,6 +2,7 @@
 //! out by name and port (layer 2).
 
 use crate::PolicyError;
+use crate::expiry::{Expiry, outlasts};
 use crate::pattern::{Bare, HostPattern};
 use crate::schema::{Schema, Shape, toml_string};
 use crate::sections::{
@@ -32,6 +33,9 @@ pub struct HostRule {
     pub ports: Vec<u16>,
     /// Where the rule came from (`built-in`, `FILE:LINE`).
     pub origin: String,
+    /// When it ends (`until`, `for`); `None`: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<Expiry>,
 }
 
 impl HostRule {
@@ -73,6 +77,14 @@ raw_table! {
         host: String [required, loosens] = "host = \"github.com\" or host = \"*.example.com\"",
         /// The TCP ports it may be reached on.
         ports: Integers [required] = "ports = [22]",
+        /// When the rule ends, in RFC 3339 (`Z` or an offset; seconds optional). A session
+        /// that starts after it runs without the rule; one that started before keeps it until
+        /// it exits. Not with `for`.
+        until: String = "until = \"2026-12-31T18:00Z\"",
+        /// How long the rule lasts (`90m`, `2h`, `1d`), counted from this file's modification
+        /// time: editing the file (or touching it) starts it again. Instead of `until`, not
+        /// with it.
+        r#for: String [shorthand] = "for = \"2h\"",
     }
 }
 
@@ -96,8 +108,11 @@ pub(crate) struct Network {
     pub mode: Scalar<NetMode>,
     /// Normalised to `ADDR/LEN`.
     pub allow_ips: Vec<(String, Origin)>,
-    pub allow: Vec<((HostPattern, Vec<u16>), Origin)>,
+    pub allow: Vec<(Allow, Origin)>,
 }
+
+/// One `[[network.allow]]` of a layer: the host, its ports, when it ends.
+pub(crate) type Allow = (HostPattern, Vec<u16>, Option<Expiry>);
 
 /// `ADDR` or `ADDR/LEN` as a canonical `ADDR/LEN` string.
 pub(crate) fn parse_cidr(text: &str) -> Result<String, &'static str> {
@@ -162,7 +177,9 @@ impl Section for Network {
             for p in ports_v.get_ref() {
                 ports.push(cx.port(p, "ports")?);
             }
-            out.allow.push(((host, ports), cx.origin(rule.span())));
+            let ends = cx.ends(&r.until, &r.r#for, "[[network.allow]]")?;
+            out.allow
+                .push(((host, ports, ends), cx.origin(rule.span())));
         }
         Ok(out)
     }
@@ -192,8 +209,14 @@ impl Section for Network {
                 out.add(o, format!("allows connections to raw addresses {cidr}"));
             }
         }
-        for ((h, ports), o) in &f.allow {
-            let known = |p: &u16| b.allow.iter().any(|((x, xp), _)| x == h && xp.contains(p));
+        for ((h, ports, ends), o) in &f.allow {
+            // A port the trusted layers open only for a while is opened further by a rule
+            // that outlasts theirs.
+            let known = |p: &u16| {
+                b.allow
+                    .iter()
+                    .any(|((x, xp, e), _)| x == h && xp.contains(p) && outlasts(*ends, *e))
+            };
             if !ports.iter().all(known) {
                 out.add(o, format!("allows connections to {h} on ports {ports:?}"));
             }
@@ -207,10 +230,11 @@ impl Section for Network {
             allow: self
                 .allow
                 .into_iter()
-                .map(|((host, ports), o)| HostRule {
+                .map(|((host, ports, expires), o)| HostRule {
                     host,
                     ports,
                     origin: o.label,
+                    expires,
                 })
                 .collect(),
         }
@@ -226,6 +250,7 @@ impl Section for Network {
             out.string("host", &r.host.to_string());
             let ports: Vec<String> = r.ports.iter().map(u16::to_string).collect();
             out.line(format!("ports = [{}]", ports.join(", ")));
+            out.until(r.expires);
         }
     }
 }
