@@ -223,7 +223,9 @@ fn said(e: &Event) -> (Said, Option<String>, Option<bool>) {
         return (said, rule, None);
     }
     // `RULE → judge → ask`: the base rule said judge or ask, and the rest answered.
-    let base = rule.as_deref().map(|r| r.split(" → ").next().unwrap_or(r).to_string());
+    let base = rule
+        .as_deref()
+        .map(|r| r.split(" → ").next().unwrap_or(r).to_string());
     let via_ask = rule.as_deref().is_some_and(|r| r.ends_with("→ ask"))
         || e.detail.contains_key("approved")
         || e.detail.contains_key("approval");

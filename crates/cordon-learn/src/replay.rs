@@ -270,19 +270,17 @@ impl<'a> Replayer<'a> {
                 resolved,
                 args,
                 ..
-            } => Some(
-                match self.plan.exec.decide_exec(program, resolved, args) {
-                    None => (Said::Allow, None),
-                    Some(r) => {
-                        let said = match r.action {
-                            ExecAction::Allow => Said::Allow,
-                            ExecAction::Deny => Said::Deny,
-                            ExecAction::Ask => Said::Ask,
-                        };
-                        (said, Some(r.label()))
-                    }
-                },
-            ),
+            } => Some(match self.plan.exec.decide_exec(program, resolved, args) {
+                None => (Said::Allow, None),
+                Some(r) => {
+                    let said = match r.action {
+                        ExecAction::Allow => Said::Allow,
+                        ExecAction::Deny => Said::Deny,
+                        ExecAction::Ask => Said::Ask,
+                    };
+                    (said, Some(r.label()))
+                }
+            }),
             Subject::Path { path } => {
                 let (allow, rule) = (self.paths)(path)?;
                 Some((yes_no(allow), Some(rule)))

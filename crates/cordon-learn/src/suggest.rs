@@ -84,7 +84,10 @@ impl Seen {
     fn cite(&self, what: &str) -> String {
         let (s, q) = self.first.clone().unwrap_or_default();
         let plural = if self.count == 1 { "" } else { "s" };
-        format!("# {} {what}{plural}; first: session {s}, event {q}", self.count)
+        format!(
+            "# {} {what}{plural}; first: session {s}, event {q}",
+            self.count
+        )
     }
 }
 
@@ -151,7 +154,7 @@ impl Suggester {
                         && matches!(rule, "network.default-deny" | "http.default-deny")) =>
             {
                 if let (Some(h), Some(p)) = (host, port)
-                    && !h.parse::<std::net::IpAddr>().is_ok()
+                    && h.parse::<std::net::IpAddr>().is_err()
                 {
                     self.host(h, p, e);
                 }
@@ -181,7 +184,10 @@ impl Suggester {
             Layer::Filesystem if rule == "filesystem.home" => {
                 if let Some(p) = e.detail_str("path") {
                     let program = e.detail_str("program").unwrap_or("?").to_string();
-                    let entry = self.paths.entry(PathBuf::from(p)).or_insert((program, Seen::default()));
+                    let entry = self
+                        .paths
+                        .entry(PathBuf::from(p))
+                        .or_insert((program, Seen::default()));
                     entry.1.add(e);
                 }
             }
@@ -276,7 +282,11 @@ impl Suggester {
                     Ok(r) => format!("~/{}", r.display()),
                     Err(_) => path.display().to_string(),
                 };
-                block.push(format!("{} ({})", seen.cite(&format!("lookup of {tilde}")), clean(program)));
+                block.push(format!(
+                    "{} ({})",
+                    seen.cite(&format!("lookup of {tilde}")),
+                    clean(program)
+                ));
                 shown.push(toml_string(&tilde));
             }
             block.push("[filesystem]".into());
@@ -336,7 +346,9 @@ fn wildcards(hosts: &BTreeMap<String, BTreeMap<u16, Seen>>) -> Vec<(String, BTre
     for (h, ports) in hosts {
         if let Some((_, parent)) = h.split_once('.')
             && parent.contains('.')
-            && !SHARED_PARENTS.iter().any(|s| parent == *s || parent.ends_with(&format!(".{s}")))
+            && !SHARED_PARENTS
+                .iter()
+                .any(|s| parent == *s || parent.ends_with(&format!(".{s}")))
         {
             let key = (parent.to_string(), ports.keys().copied().collect());
             by_parent.entry(key).or_default().push(h);

@@ -15,11 +15,13 @@ fn plan() -> Plan {
         host: HostPattern::name("kept.test", Bare::Exact).unwrap(),
         ports: vec![8080],
         origin: "p.toml:1".into(),
+        expires: None,
     });
     p.exec.rules.push(ExecRule {
         pattern: "touch *".into(),
         action: ExecAction::Deny,
         origin: "p.toml:4".into(),
+        expires: None,
     });
     p
 }
@@ -49,7 +51,10 @@ fn flow(seq: u64, action: Action, host: &str, port: u16, rule: &str) -> Event {
 }
 
 fn exec(seq: u64, action: Action, program: &str, args: &[&str], rule: Option<&str>) -> Event {
-    let line = std::iter::once(program).chain(args.iter().copied()).collect::<Vec<_>>().join(" ");
+    let line = std::iter::once(program)
+        .chain(args.iter().copied())
+        .collect::<Vec<_>>()
+        .join(" ");
     let d = json!({"program": program, "resolved": program, "args": args, "command": line});
     ev(seq, Layer::Exec, action, rule, d)
 }
@@ -67,14 +72,36 @@ fn replay(plan: &Plan, events: &[Event]) -> crate::Report {
 fn a_session_replayed_under_its_own_policy_is_unchanged() {
     let p = plan();
     let events = [
-        flow(1, Action::Allow, "kept.test", 8080, "network.allow kept.test (p.toml:1)"),
+        flow(
+            1,
+            Action::Allow,
+            "kept.test",
+            8080,
+            "network.allow kept.test (p.toml:1)",
+        ),
         flow(2, Action::Deny, "other.test", 8080, "network.default-deny"),
-        exec(3, Action::Deny, "touch", &["x"], Some("p.toml:4 (deny \"touch *\")")),
+        exec(
+            3,
+            Action::Deny,
+            "touch",
+            &["x"],
+            Some("p.toml:4 (deny \"touch *\")"),
+        ),
         exec(4, Action::Allow, "ls", &[], None),
-        ev(5, Layer::Dns, Action::Allow, None, json!({"name": "kept.test"})),
+        ev(
+            5,
+            Layer::Dns,
+            Action::Allow,
+            None,
+            json!({"name": "kept.test"}),
+        ),
     ];
     let r = replay(&p, &events);
-    assert_eq!((r.decisions, r.unchanged, r.rule_changed), (5, 5, 0), "{r:#?}");
+    assert_eq!(
+        (r.decisions, r.unchanged, r.rule_changed),
+        (5, 5, 0),
+        "{r:#?}"
+    );
     assert!(r.changes.is_empty() && !r.newly_denied());
 }
 
@@ -82,8 +109,20 @@ fn a_session_replayed_under_its_own_policy_is_unchanged() {
 fn removing_a_host_and_changing_an_exec_rule_flips_exactly_those() {
     let before = plan();
     let events = [
-        flow(1, Action::Allow, "kept.test", 8080, "network.allow kept.test (p.toml:1)"),
-        exec(2, Action::Deny, "touch", &["x"], Some("p.toml:4 (deny \"touch *\")")),
+        flow(
+            1,
+            Action::Allow,
+            "kept.test",
+            8080,
+            "network.allow kept.test (p.toml:1)",
+        ),
+        exec(
+            2,
+            Action::Deny,
+            "touch",
+            &["x"],
+            Some("p.toml:4 (deny \"touch *\")"),
+        ),
         exec(3, Action::Allow, "cat", &["f"], None),
     ];
     let mut after = before.clone();
@@ -93,9 +132,11 @@ fn removing_a_host_and_changing_an_exec_rule_flips_exactly_those() {
         pattern: "cat *".into(),
         action: ExecAction::Ask,
         origin: "q.toml:1".into(),
+        expires: None,
     });
     let r = replay(&after, &events);
-    let got: Vec<(u64, Outcome, Outcome)> = r.changes.iter().map(|c| (c.seq, c.was, c.now)).collect();
+    let got: Vec<(u64, Outcome, Outcome)> =
+        r.changes.iter().map(|c| (c.seq, c.was, c.now)).collect();
     assert_eq!(
         got,
         [
@@ -117,10 +158,19 @@ fn a_persons_answer_stands_when_the_same_question_is_asked_again() {
             pattern: "git push *".into(),
             action: ExecAction::Ask,
             origin: "p.toml:9".into(),
+            expires: None,
         },
     );
-    let mut answered = exec(1, Action::Allow, "git", &["push"], Some("p.toml:9 (ask \"git push *\")"));
-    answered.detail.insert("approval".into(), "person, once".into());
+    let mut answered = exec(
+        1,
+        Action::Allow,
+        "git",
+        &["push"],
+        Some("p.toml:9 (ask \"git push *\")"),
+    );
+    answered
+        .detail
+        .insert("approval".into(), "person, once".into());
     let r = replay(&p, &[answered.clone()]);
     assert!(r.changes.is_empty(), "{r:#?}");
     // Under a policy that denies it outright, the answer no longer counts.
@@ -128,13 +178,17 @@ fn a_persons_answer_stands_when_the_same_question_is_asked_again() {
     p.exec.rules[0].pattern = "git push*".into();
     let r = replay(&p, &[answered]);
     assert_eq!(r.changes.len(), 1);
-    assert_eq!((r.changes[0].was, r.changes[0].now), (Outcome::Allowed, Outcome::Denied));
+    assert_eq!(
+        (r.changes[0].was, r.changes[0].now),
+        (Outcome::Allowed, Outcome::Denied)
+    );
 }
 
 #[test]
 fn what_a_learning_run_let_through_is_what_the_policy_would_have_done() {
     let mut e = flow(1, Action::Allow, "new.test", 443, "network.default-deny");
-    e.detail.insert(cordon_events::LEARN.into(), "would deny".into());
+    e.detail
+        .insert(cordon_events::LEARN.into(), "would deny".into());
     match classify(&e) {
         Classified::Decision(r) => {
             assert_eq!(r.said, Said::Deny);
@@ -148,9 +202,21 @@ fn what_a_learning_run_let_through_is_what_the_policy_would_have_done() {
 
 #[test]
 fn run_time_refusals_are_kept_not_re_decided() {
-    let e = flow(1, Action::Deny, "kept.test", 8080, cordon_events::AUDIT_UNWRITABLE);
+    let e = flow(
+        1,
+        Action::Deny,
+        "kept.test",
+        8080,
+        cordon_events::AUDIT_UNWRITABLE,
+    );
     assert_eq!(classify(&e), Classified::Kept(Layer::Network));
-    let dlp = ev(2, Layer::Credentials, Action::Deny, Some("dlp:aws"), json!({}));
+    let dlp = ev(
+        2,
+        Layer::Credentials,
+        Action::Deny,
+        Some("dlp:aws"),
+        json!({}),
+    );
     assert_eq!(classify(&dlp), Classified::Kept(Layer::Credentials));
     let r = replay(&plan(), &[e, dlp]);
     assert_eq!((r.decisions, r.kept, r.changes.len()), (2, 2, 0));
@@ -167,12 +233,20 @@ fn suggestions_are_exact_with_wildcards_only_for_siblings_and_rules_for_forges()
     )];
     let mut learned = |seq: u64, host: &str, port: u16| {
         let mut e = flow(seq, Action::Allow, host, port, "network.default-deny");
-        e.detail.insert(cordon_events::LEARN.into(), "would deny".into());
+        e.detail
+            .insert(cordon_events::LEARN.into(), "would deny".into());
         events.push(e);
     };
     learned(1, "registry.example.org", 8443);
     learned(2, "registry.example.org", 8443);
-    for (i, h) in ["a.cdn.example.net", "b.cdn.example.net", "c.cdn.example.net"].iter().enumerate() {
+    for (i, h) in [
+        "a.cdn.example.net",
+        "b.cdn.example.net",
+        "c.cdn.example.net",
+    ]
+    .iter()
+    .enumerate()
+    {
         learned(3 + i as u64, h, 443);
     }
     learned(7, "one.pages.dev", 443);
@@ -185,17 +259,37 @@ fn suggestions_are_exact_with_wildcards_only_for_siblings_and_rules_for_forges()
         Some("default"),
         json!({"host": "github.com", "port": 443, "method": "GET", "path": "/org/repo.git/info/refs"}),
     );
-    forge.detail.insert(cordon_events::LEARN.into(), "would deny".into());
+    forge
+        .detail
+        .insert(cordon_events::LEARN.into(), "would deny".into());
     events.push(forge);
     // Denied in an ordinary run by the blocklist: not something to allow.
-    events.push(flow(11, Action::Deny, "webhook.site", 443, "builtin:webhook.site"));
+    events.push(flow(
+        11,
+        Action::Deny,
+        "webhook.site",
+        443,
+        "builtin:webhook.site",
+    ));
     let s = suggest(events.iter(), Path::new("/home/u"));
     let t = &s.text;
-    assert!(t.contains("host = \"registry.example.org\"\nports = [8443]"), "{t}");
-    assert!(t.contains("# 2 connection or requests") || t.contains("# 2 connection or request"), "{t}");
+    assert!(
+        t.contains("host = \"registry.example.org\"\nports = [8443]"),
+        "{t}"
+    );
+    assert!(
+        t.contains("# 2 connection or requests") || t.contains("# 2 connection or request"),
+        "{t}"
+    );
     assert!(t.contains("host = \"*.cdn.example.net\""), "{t}");
-    assert!(!t.contains("*.pages.dev") && t.contains("host = \"one.pages.dev\""), "{t}");
-    assert!(t.contains("path = \"/org/repo.git/*\"") && !t.contains("host = \"github.com\"\nports"), "{t}");
+    assert!(
+        !t.contains("*.pages.dev") && t.contains("host = \"one.pages.dev\""),
+        "{t}"
+    );
+    assert!(
+        t.contains("path = \"/org/repo.git/*\"") && !t.contains("host = \"github.com\"\nports"),
+        "{t}"
+    );
     assert!(!t.contains("webhook.site"), "{t}");
     let parsed: toml::Value = toml::from_str(t).expect("the suggestion is TOML");
     assert!(parsed.get("network").is_some() && parsed.get("http").is_some());
@@ -204,7 +298,8 @@ fn suggestions_are_exact_with_wildcards_only_for_siblings_and_rules_for_forges()
 #[test]
 fn hostile_names_are_escaped() {
     let mut e = flow(1, Action::Allow, "x\"\n[evil]", 443, "network.default-deny");
-    e.detail.insert(cordon_events::LEARN.into(), "would deny".into());
+    e.detail
+        .insert(cordon_events::LEARN.into(), "would deny".into());
     let s = suggest([&e], Path::new("/home/u"));
     let parsed: toml::Value = toml::from_str(&s.text).expect("still TOML");
     assert!(parsed.get("evil").is_none(), "{}", s.text);

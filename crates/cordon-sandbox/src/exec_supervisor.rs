@@ -127,7 +127,10 @@ impl ExecCall {
     fn describe(&self, ev: NewEvent) -> NewEvent {
         ev.detail("program", display_safe(self.program()))
             .detail("resolved", display_safe(self.resolved_program()))
-            .detail("args", self.argv.iter().skip(1).cloned().collect::<Vec<_>>())
+            .detail(
+                "args",
+                self.argv.iter().skip(1).cloned().collect::<Vec<_>>(),
+            )
     }
 
     fn shown(&self) -> String {
@@ -512,9 +515,13 @@ impl<'a> ExecSupervisor<'a> {
             if self.still_same(&n, &call) {
                 let _ = self.listener.allow(n.id);
                 // Logged too, so that `cordon replay` can say what a new rule would refuse.
-                let ev = NewEvent::new(Layer::Exec, Action::Allow, "exec allowed: no [exec] rule matches")
-                    .detail("command", call.shown())
-                    .detail("pid", n.pid);
+                let ev = NewEvent::new(
+                    Layer::Exec,
+                    Action::Allow,
+                    "exec allowed: no [exec] rule matches",
+                )
+                .detail("command", call.shown())
+                .detail("pid", n.pid);
                 self.log(call.describe(ev));
             } else {
                 self.deny_changed(&n, &call, &call.shown(), "no rule");
@@ -766,7 +773,10 @@ impl<'a> ExecSupervisor<'a> {
             .detail("approval", how)
             .detail("program", display_safe(h.call.program()))
             .detail("resolved", display_safe(h.call.resolved_program()))
-            .detail("args", h.call.argv.iter().skip(1).cloned().collect::<Vec<_>>()),
+            .detail(
+                "args",
+                h.call.argv.iter().skip(1).cloned().collect::<Vec<_>>(),
+            ),
         );
     }
 }

@@ -856,9 +856,11 @@ impl Sandbox {
                 format!("notification sync wake-up unavailable: {e}"),
             ));
         }
-        Ok(ExecSupervisor::new(l, &plan.exec, &plan.syscalls, broker, emit)
-            .tracing_home(trace)
-            .learning(plan.learning))
+        Ok(
+            ExecSupervisor::new(l, &plan.exec, &plan.syscalls, broker, emit)
+                .tracing_home(trace)
+                .learning(plan.learning),
+        )
     }
 
     /// Relay the terminal, signals and exec decisions until the sandbox ends, then wait for

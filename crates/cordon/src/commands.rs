@@ -34,7 +34,9 @@ pub fn dispatch(cmd: Cmd) -> i32 {
         Cmd::Approve(a) => report(crate::approve::approve(a)),
         Cmd::Ui => report(crate::ui::ui()),
         Cmd::Replay(a) => crate::replay::replay(a),
-        Cmd::Policy(crate::cli::PolicyCmd::Suggest { sessions }) => crate::replay::suggest(&sessions),
+        Cmd::Policy(crate::cli::PolicyCmd::Suggest { sessions }) => {
+            crate::replay::suggest(&sessions)
+        }
         Cmd::State(c) => crate::state::command(c),
         Cmd::Cache(c) => crate::home::cache_command(c),
         Cmd::Completions { shell } => {
@@ -313,37 +315,39 @@ fn audit_sink(
     // Said once per outage, not once per event: while the log cannot be written the layers
     // refuse what they would let out, and the events wait in memory.
     let failing = std::sync::atomic::AtomicBool::new(false);
-    std::sync::Arc::new(move |ev: NewEvent| match log.emit(crate::redact::exec_event(ev)) {
-        Ok(e) => {
-            if failing.swap(false, std::sync::atomic::Ordering::SeqCst) {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "cordon: the audit log can be written again; the events held meanwhile are in it (see its audit.unwritable event)"
-                );
+    std::sync::Arc::new(
+        move |ev: NewEvent| match log.emit(crate::redact::exec_event(ev)) {
+            Ok(e) => {
+                if failing.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "cordon: the audit log can be written again; the events held meanwhile are in it (see its audit.unwritable event)"
+                    );
+                }
+                if verbose {
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "cordon: {}",
+                        cordon_events::format_human(&e)
+                    );
+                }
+                tap.observe(&e);
+                learned_tap.observe(&e);
+                if !crate::summary::is_quiet_denial(&quiet, &e) {
+                    denials_tap.observe(&e);
+                }
             }
-            if verbose {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "cordon: {}",
-                    cordon_events::format_human(&e)
-                );
+            Err(e) => {
+                if !failing.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "cordon: ERROR: the audit log cannot be written ({e}): every new connection and request is refused until it can; events wait in memory (up to {})",
+                        cordon_events::MAX_HELD
+                    );
+                }
             }
-            tap.observe(&e);
-            learned_tap.observe(&e);
-            if !crate::summary::is_quiet_denial(&quiet, &e) {
-                denials_tap.observe(&e);
-            }
-        }
-        Err(e) => {
-            if !failing.swap(true, std::sync::atomic::Ordering::SeqCst) {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "cordon: ERROR: the audit log cannot be written ({e}): every new connection and request is refused until it can; events wait in memory (up to {})",
-                    cordon_events::MAX_HELD
-                );
-            }
-        }
-    })
+        },
+    )
 }
 
 /// The session's first event: what runs, where, under which policy files and profile.

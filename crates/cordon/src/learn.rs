@@ -99,7 +99,12 @@ fn group(what: &str, items: &[String]) {
     if items.is_empty() {
         return;
     }
-    let mut line = items.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
+    let mut line = items
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
     if items.len() > SHOWN {
         line.push_str(&format!(", and {} more (in the log)", items.len() - SHOWN));
     }

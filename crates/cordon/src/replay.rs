@@ -116,7 +116,10 @@ fn logs(named: &[String]) -> Result<Vec<PathBuf>> {
                 if path.is_file() {
                     return Ok(path);
                 }
-                return Err(anyhow!("no log for session {n} (looked in {})", path.display()));
+                return Err(anyhow!(
+                    "no log for session {n} (looked in {})",
+                    path.display()
+                ));
             }
             Err(anyhow!(
                 "{n}: neither a log file nor a session id; `cordon log --list` lists sessions"
@@ -163,7 +166,11 @@ fn print_report(r: &Report) {
         if parts.is_empty() {
             parts.push("no change".into());
         }
-        println!("  {layer:<11} {} decisions: {}", c.decisions, parts.join(", "));
+        println!(
+            "  {layer:<11} {} decisions: {}",
+            c.decisions,
+            parts.join(", ")
+        );
     }
     for c in &r.changes {
         let word = |o: Outcome| match o {
@@ -199,7 +206,9 @@ pub fn suggest(named: &[String]) -> i32 {
     };
     match run() {
         Ok(s) if s.entries == 0 => {
-            eprintln!("cordon: nothing to suggest: the sessions needed nothing their policy denied");
+            eprintln!(
+                "cordon: nothing to suggest: the sessions needed nothing their policy denied"
+            );
             0
         }
         Ok(s) => {

@@ -113,7 +113,10 @@ impl Exchange<'_> {
     /// The path as [`url`](Self::url) shows it (tokens redacted): what `cordon replay`
     /// decides a logged request by.
     pub(crate) fn shown_path(&self) -> &str {
-        let rest = self.url.split_once("://").map_or(self.url.as_str(), |(_, r)| r);
+        let rest = self
+            .url
+            .split_once("://")
+            .map_or(self.url.as_str(), |(_, r)| r);
         rest.find('/').map_or("/", |i| &rest[i..])
     }
 

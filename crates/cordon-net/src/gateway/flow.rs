@@ -344,4 +344,36 @@ mod tests {
         let v = explain_flow(&p, "github.com", 22, true).unwrap();
         assert!(!v.allow && v.rule == "network.mode");
     }
+
+    #[test]
+    fn flow_policy_decides_each_route_as_the_gateway_does() {
+        let mut p = plan();
+        p.network.allow.push(HostRule {
+            host: HostPattern::name("files.example.org", Bare::Exact).unwrap(),
+            ports: vec![8080],
+            origin: "t.toml:9".into(),
+            expires: None,
+        });
+        let f = FlowPolicy::new(&p).unwrap();
+        // A plain request through the proxy is the HTTP layer's on any port.
+        let v = f.decide("files.example.org", 8080, Route::ProxyRequest, true);
+        assert!(v.allow && v.http, "{v:?}");
+        // The same port through the TUN or a CONNECT is decided by connection.
+        for route in [Route::Tun, Route::ProxyConnect] {
+            let v = f.decide("files.example.org", 8080, route, true);
+            assert!(v.allow && !v.http && v.rule.contains("t.toml:9"), "{v:?}");
+        }
+        let v = f.decide("evil.example", 8080, Route::ProxyRequest, true);
+        assert_eq!((v.allow, v.rule.as_str()), (false, "http.default-deny"));
+        let v = f.decide("evil.example", 8080, Route::Tun, true);
+        assert_eq!((v.allow, v.rule.as_str()), (false, "network.default-deny"));
+        // The same answers as `cordon explain`.
+        for (host, port) in [("github.com", 22), ("webhook.site", 443), ("10.0.0.1", 443)] {
+            let x = explain_flow(&p, host, port, true).unwrap();
+            let v = f.decide(host, port, Route::Tun, true);
+            assert_eq!((v.allow, v.rule), (x.allow, x.rule), "{host}:{port}");
+        }
+        assert_eq!(Route::from_via("proxy-http"), Some(Route::ProxyRequest));
+        assert_eq!(Route::from_via("publish"), None);
+    }
 }

@@ -45,10 +45,10 @@ use tokio::net::TcpStream;
 
 use crate::{DnsAnswer, DnsDecision, HOST_ALIAS, HostResolver, NetError, Resolver};
 pub use flow::{FlowPolicy, FlowVerdict, Route, explain_flow};
-pub use policy::learnable;
 pub use handler::{
     ConnectFn, FlowDenial, FlowFuture, FlowHandler, FlowIo, FlowKind, FlowTarget, Redact,
 };
+pub use policy::learnable;
 use policy::{Dest, FlowDecision};
 
 /// Where events go (the session's audit log); called from the gateway's threads.
