@@ -8,6 +8,10 @@ use serde_json::{Map, Value, json};
 
 use crate::{Classified, Outcome, Replayer, Said, Subject, classify, suggest};
 
+/// How events name the plan's two rules.
+const KEPT: &str = "network.allow kept.test (p.toml:1)";
+const TOUCH: &str = "p.toml:4 (deny \"touch *\")";
+
 fn plan() -> Plan {
     let opts = cordon_policy::LoadOptions::new("/nonexistent", "/nonexistent", "/nonexistent");
     let mut p = cordon_policy::load(&opts).unwrap().plan;
@@ -72,21 +76,9 @@ fn replay(plan: &Plan, events: &[Event]) -> crate::Report {
 fn a_session_replayed_under_its_own_policy_is_unchanged() {
     let p = plan();
     let events = [
-        flow(
-            1,
-            Action::Allow,
-            "kept.test",
-            8080,
-            "network.allow kept.test (p.toml:1)",
-        ),
+        flow(1, Action::Allow, "kept.test", 8080, KEPT),
         flow(2, Action::Deny, "other.test", 8080, "network.default-deny"),
-        exec(
-            3,
-            Action::Deny,
-            "touch",
-            &["x"],
-            Some("p.toml:4 (deny \"touch *\")"),
-        ),
+        exec(3, Action::Deny, "touch", &["x"], Some(TOUCH)),
         exec(4, Action::Allow, "ls", &[], None),
         ev(
             5,
@@ -109,20 +101,8 @@ fn a_session_replayed_under_its_own_policy_is_unchanged() {
 fn removing_a_host_and_changing_an_exec_rule_flips_exactly_those() {
     let before = plan();
     let events = [
-        flow(
-            1,
-            Action::Allow,
-            "kept.test",
-            8080,
-            "network.allow kept.test (p.toml:1)",
-        ),
-        exec(
-            2,
-            Action::Deny,
-            "touch",
-            &["x"],
-            Some("p.toml:4 (deny \"touch *\")"),
-        ),
+        flow(1, Action::Allow, "kept.test", 8080, KEPT),
+        exec(2, Action::Deny, "touch", &["x"], Some(TOUCH)),
         exec(3, Action::Allow, "cat", &["f"], None),
     ];
     let mut after = before.clone();

@@ -3,10 +3,11 @@
 //! [`cordon_events::LEARN`]); this gathers those events for the exit summary.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::sync::Mutex;
 
 use cordon_events::{Event, LEARN, Layer};
+
+use crate::summary::{clean, say};
 
 /// How many entries of each group the exit summary names.
 const SHOWN: usize = 8;
@@ -109,16 +110,4 @@ fn group(what: &str, items: &[String]) {
         line.push_str(&format!(", and {} more (in the log)", items.len() - SHOWN));
     }
     say(&format!("  {what}: {line}"));
-}
-
-/// A closed or broken stderr must not take the session down.
-fn say(line: &str) {
-    let _ = writeln!(std::io::stderr(), "cordon: {line}");
-}
-
-/// Control characters out: these names come from inside the sandbox.
-fn clean(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
 }

@@ -108,12 +108,12 @@ impl Lines {
 }
 
 /// A closed or broken stderr must not take the session down.
-fn say(line: &str) {
+pub(crate) fn say(line: &str) {
     let _ = writeln!(std::io::stderr(), "cordon: {line}");
 }
 
 /// Control characters out, so a hostile name cannot drive the terminal.
-fn clean(s: &str) -> String {
+pub(crate) fn clean(s: &str) -> String {
     s.chars()
         .map(|c| if c.is_control() { '?' } else { c })
         .collect()

@@ -7,16 +7,8 @@ mod common;
 use std::process::Command;
 
 use common::net::{PY, Server, make_fixture, named, policy, setup, spawn_run_full, wait_limited};
-use common::{Env, have, show, skip};
+use common::{Env, events, have, show, skip};
 use serde_json::Value;
-
-fn events(env: &Env) -> Vec<Value> {
-    std::fs::read_to_string(&env.audit)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
 
 /// Denials of the layers a policy's rules decide (network, HTTP, exec).
 fn denials(evs: &[Value]) -> Vec<&Value> {

@@ -20,7 +20,7 @@ use common::net::{
     PROXY, PY, Server, UNPROXIED, make_repo, make_tls, named, policy, run, run_limited, setup,
     spawn_run, wait_limited, www,
 };
-use common::{Env, have, show, skip};
+use common::{Env, events, have, show, skip};
 use serde_json::Value;
 
 const TCPC: &str = include_str!("fixtures/net/tcpc.c");
@@ -98,14 +98,6 @@ fn assert_connected(r: &Value, reply: &str, what: &str, o: &Output) {
 }
 
 // ---- events ----
-
-fn events(env: &Env) -> Vec<Value> {
-    std::fs::read_to_string(&env.audit)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
 
 fn dstr<'a>(e: &'a Value, k: &str) -> Option<&'a str> {
     e["detail"][k].as_str()

@@ -753,3 +753,12 @@ pub fn policy_args<'a>(args: &[&'a str]) -> Vec<&'a str> {
         .map(|w| w.to_vec())
         .unwrap_or_default()
 }
+
+/// The session's audit log, one value per event.
+pub fn events(env: &Env) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(&env.audit)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
