@@ -17,6 +17,7 @@ mod layer_off;
 mod logins;
 mod output;
 mod project;
+mod remember;
 mod ssh;
 mod state;
 mod summary;
