@@ -177,6 +177,15 @@ impl Change {
         })
     }
 
+    /// Names this exact change (the file before and after): the dashboard shows the diff, and
+    /// writes only while this is still the change it showed.
+    pub(crate) fn digest(&self) -> String {
+        let mut both = self.before.clone().unwrap_or_default().into_bytes();
+        both.push(0);
+        both.extend_from_slice(self.after.as_bytes());
+        cordon_policy::sha256_hex(&both)
+    }
+
     /// Writes the change, then loads the policy again: if it no longer loads, or the new rule
     /// would not decide what was asked, the file is put back as it was and the error says why.
     pub(crate) fn write(&self) -> Result<()> {
@@ -253,6 +262,59 @@ impl Change {
             );
         }
         Ok(())
+    }
+}
+
+/// The dashboard's way to the same writing (`cordon ui`): it runs in the dashboard's process,
+/// as the user.
+#[derive(Debug)]
+pub(crate) struct DashboardWriter;
+
+fn keep(until: Option<SystemTime>) -> Keep {
+    until.map_or(Keep::Always, Keep::Until)
+}
+
+impl cordon_ui::PolicyWriter for DashboardWriter {
+    fn preview(
+        &self,
+        session: &str,
+        q: &Question,
+        until: Option<SystemTime>,
+    ) -> Result<cordon_ui::Preview, String> {
+        let c = Change::new(
+            session,
+            q,
+            keep(until),
+            Scope::Exact,
+            "cordon ui",
+            SystemTime::now(),
+        )
+        .map_err(|e| crate::output::chain(&e))?;
+        Ok(cordon_ui::Preview {
+            file: c.file.display().to_string(),
+            diff: c.diff.clone(),
+            digest: c.digest(),
+        })
+    }
+
+    fn write(
+        &self,
+        session: &str,
+        q: &Question,
+        until: Option<SystemTime>,
+        digest: &str,
+    ) -> Result<String, String> {
+        let now = SystemTime::now();
+        let c = Change::new(session, q, keep(until), Scope::Exact, "cordon ui", now)
+            .map_err(|e| crate::output::chain(&e))?;
+        if c.digest() != digest {
+            return Err(format!(
+                "{} changed since the diff was shown: look at it again",
+                c.file.display()
+            ));
+        }
+        c.write().map_err(|e| crate::output::chain(&e))?;
+        Ok(c.file.display().to_string())
     }
 }
 

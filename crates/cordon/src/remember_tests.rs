@@ -161,6 +161,7 @@ fn a_file_changed_since_the_diff_is_not_written() {
     let t = tempfile::tempdir().unwrap();
     let f = user_file(t.path(), "[exec]\n");
     let c = change(t.path(), &git_push(), Keep::Always, Scope::Exact).unwrap();
+    let shown = c.digest();
     std::fs::write(&f, "[exec]\nask = [\"npm *\"]\n").unwrap();
     let e = crate::output::chain(&c.write().unwrap_err());
     assert!(e.contains("changed since the diff"), "{e}");
@@ -168,6 +169,9 @@ fn a_file_changed_since_the_diff_is_not_written() {
         std::fs::read_to_string(&f).unwrap(),
         "[exec]\nask = [\"npm *\"]\n"
     );
+    // The dashboard's digest names the change: the same question now makes another one.
+    let again = change(t.path(), &git_push(), Keep::Always, Scope::Exact).unwrap();
+    assert_ne!(again.digest(), shown);
 }
 
 #[test]
