@@ -13,7 +13,8 @@
 //! (`SO_PEERCRED`; the `peer` module holds this crate's only `unsafe`).
 //!
 //! Wire protocol: one JSON request line per connection, one JSON reply line.
-//! `{"op":"list"}` → `{"ok":true,"pending":[Question…]}`;
+//! `{"op":"list"}` → `{"ok":true,"pending":[Question…]}` (each with its [`Subject`] when the
+//! layer gave one);
 //! `{"op":"answer","id":3,"allow":true,"remember":false}` → `{"ok":true}`.
 //!
 //! ```no_run
@@ -72,6 +73,49 @@ pub struct Question {
     pub rule: String,
     /// Seconds left before it is denied.
     pub seconds_left: u64,
+    /// What it is about, as rules match it: what a rule allowing it again is made of. `None`
+    /// where no rule can answer it again (a secret found in a request) and from an older
+    /// broker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<Subject>,
+}
+
+/// What a question is about, in the terms a policy rule matches (not the words shown, which
+/// are escaped and redacted): `cordon approve --always` and the dashboard write the rule that
+/// allows it again from this.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Subject {
+    /// An exec: the program's name as exec rules match it, its arguments, and the pattern of
+    /// the rule that asked.
+    Exec {
+        program: String,
+        args: Vec<String>,
+        pattern: String,
+    },
+    /// An HTTP request: its method, the host and port it was made to, and its path without
+    /// the query (a segment that looks like a token is `*`, so no secret is carried on).
+    Http {
+        method: String,
+        host: String,
+        port: u16,
+        path: String,
+    },
+    /// A connection to a host and port.
+    Network { host: String, port: u16 },
+}
+
+impl Subject {
+    /// An exec's command line as exec rules match it: the program and its arguments joined
+    /// by single spaces.
+    pub fn command_line(program: &str, args: &[String]) -> String {
+        let mut line = program.to_string();
+        for a in args {
+            line.push(' ');
+            line.push_str(a);
+        }
+        line
+    }
 }
 
 /// A person's answer.
@@ -190,20 +234,24 @@ impl Broker {
     /// [`Broker::expire`].
     pub fn ask(&mut self, layer: &str, what: &str, rule: &str, timeout: Duration) -> u64 {
         let id = self.next;
-        self.hold(id, layer, what, rule, timeout);
-        id
-    }
-
-    /// Hold a question under an id the caller chose (unique in this session).
-    pub fn hold(&mut self, id: u64, layer: &str, what: &str, rule: &str, timeout: Duration) {
-        self.next = self.next.max(id + 1);
         let q = Question {
             id,
             layer: layer.into(),
             what: what.into(),
             rule: rule.into(),
             seconds_left: timeout.as_secs(),
+            subject: None,
         };
+        self.hold(q, timeout);
+        id
+    }
+
+    /// Hold a question under the id the caller chose (unique in this session); its
+    /// `seconds_left` is set from `timeout`.
+    pub fn hold(&mut self, mut q: Question, timeout: Duration) {
+        let id = q.id;
+        self.next = self.next.max(id + 1);
+        q.seconds_left = timeout.as_secs();
         self.held.insert(
             id,
             Held {
@@ -496,6 +544,27 @@ mod tests {
         );
         assert!(b.pending().is_empty());
         assert_eq!(sockets(&dir), vec![b.path().to_path_buf()]);
+    }
+
+    #[test]
+    fn a_question_from_an_older_broker_has_no_subject() {
+        let old = r#"{"id":1,"layer":"exec","what":"git push","rule":"r","seconds_left":9}"#;
+        let q: Question = serde_json::from_str(old).unwrap();
+        assert_eq!(q.subject, None);
+        // Without one, nothing extra is sent; with one, its kind says which.
+        assert_eq!(serde_json::to_string(&q).unwrap(), old);
+        let q = Question {
+            subject: Some(Subject::Network {
+                host: "db.example.com".into(),
+                port: 5432,
+            }),
+            ..q
+        };
+        let text = serde_json::to_string(&q).unwrap();
+        assert!(
+            text.ends_with(r#""subject":{"kind":"network","host":"db.example.com","port":5432}}"#),
+            "{text}"
+        );
     }
 
     #[test]

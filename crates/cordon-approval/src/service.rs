@@ -11,16 +11,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use crate::{Answer, ApprovalError, Broker};
+use crate::{Answer, ApprovalError, Broker, Question, Subject};
 
 type Reply = Box<dyn FnOnce(u64, Answer) + Send>;
 
 enum Msg {
     Ask {
-        id: u64,
-        layer: String,
-        what: String,
-        rule: String,
+        q: Question,
         timeout: Duration,
         reply: Reply,
     },
@@ -114,21 +111,28 @@ impl Approvals {
     }
 
     /// Puts a question to a person; `reply` gets its id and the answer (a person's, or the
-    /// timeout's denial). Returns the id at once.
+    /// timeout's denial). Returns the id at once. `subject` is what it is about as a rule
+    /// would match it, when a rule could answer it again (see [`Subject`]).
     pub fn ask(
         &self,
         layer: &str,
         what: &str,
         rule: &str,
+        subject: Option<Subject>,
         timeout: Duration,
         reply: impl FnOnce(u64, Answer) + Send + 'static,
     ) -> u64 {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let msg = Msg::Ask {
+        let q = Question {
             id,
             layer: layer.into(),
             what: what.into(),
             rule: rule.into(),
+            seconds_left: timeout.as_secs(),
+            subject,
+        };
+        let msg = Msg::Ask {
+            q,
             timeout,
             reply: Box::new(reply),
         };
@@ -201,16 +205,9 @@ fn serve(broker: &mut Broker, rx: &mpsc::Receiver<Msg>, stop: &AtomicBool) {
         };
         let mut answers = Vec::new();
         match msg {
-            Some(Msg::Ask {
-                id,
-                layer,
-                what,
-                rule,
-                timeout,
-                reply,
-            }) => {
-                broker.hold(id, &layer, &what, &rule, timeout);
-                waiting.insert(id, reply);
+            Some(Msg::Ask { q, timeout, reply }) => {
+                waiting.insert(q.id, reply);
+                broker.hold(q, timeout);
             }
             Some(Msg::Withdraw(id)) => {
                 broker.withdraw(id);
@@ -288,10 +285,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let approvals = Approvals::start(dir.path(), "s").unwrap();
         let mailbox = Mailbox::new().unwrap();
+        let subject = Subject::Exec {
+            program: "git".into(),
+            args: vec!["push".into()],
+            pattern: "git push *".into(),
+        };
         let exec = approvals.ask(
             "exec",
             "git push",
             "r1",
+            Some(subject.clone()),
             Duration::from_secs(30),
             mailbox.sender(),
         );
@@ -300,6 +303,7 @@ mod tests {
             "http",
             "POST x",
             "r2",
+            None,
             Duration::from_secs(30),
             move |id, a| {
                 let _ = tx.send((id, a));
@@ -318,6 +322,10 @@ mod tests {
         let mut layers: Vec<_> = listed.iter().map(|q| q.layer.as_str()).collect();
         layers.sort_unstable();
         assert_eq!(layers, ["exec", "http"]);
+        // The subject crosses the socket as the layer gave it, for `cordon approve --always`.
+        let asked = listed.iter().find(|q| q.id == exec).unwrap();
+        assert_eq!(asked.subject, Some(subject));
+        assert_eq!(listed.iter().find(|q| q.id == http).unwrap().subject, None);
         crate::answer(approvals.socket(), exec, true, false).unwrap();
         crate::answer(approvals.socket(), http, false, true).unwrap();
         let (id, a) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
@@ -340,9 +348,16 @@ mod tests {
         let approvals = Approvals::start(dir.path(), "t").unwrap();
         let socket = approvals.socket().to_path_buf();
         let (tx, rx) = mpsc::channel();
-        approvals.ask("exec", "x", "r", Duration::from_millis(100), move |_, a| {
-            let _ = tx.send(a);
-        });
+        approvals.ask(
+            "exec",
+            "x",
+            "r",
+            None,
+            Duration::from_millis(100),
+            move |_, a| {
+                let _ = tx.send(a);
+            },
+        );
         drop(approvals);
         let a = rx.recv_timeout(Duration::from_secs(5)).unwrap();
         assert!(!a.allow && a.timed_out);

@@ -78,8 +78,15 @@ impl Asker {
     }
 
     /// Holds until a person answers (or the timeout denies). `what` is shown to them; an
-    /// "always" answer covers later questions with the same `scope`.
-    pub async fn ask(&self, what: String, rule: String, scope: String) -> Answer {
+    /// "always" answer covers later questions with the same `scope`; `subject` is what a rule
+    /// allowing it again would match, when one could.
+    pub async fn ask(
+        &self,
+        what: String,
+        rule: String,
+        scope: String,
+        subject: Option<cordon_approval::Subject>,
+    ) -> Answer {
         if let Some(allow) = self.remembered(&scope) {
             return Answer {
                 allow,
@@ -96,7 +103,7 @@ impl Asker {
         let (reply, rx) = oneshot::channel();
         let id = self
             .approvals
-            .ask("http", &what, &rule, self.timeout, move |_, a| {
+            .ask("http", &what, &rule, subject, self.timeout, move |_, a| {
                 let _ = reply.send(a);
             });
         let mut withdraw = Withdraw {

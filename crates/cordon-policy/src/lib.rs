@@ -24,6 +24,7 @@ pub mod login_hint;
 pub mod pattern;
 pub mod plan;
 mod reference;
+pub mod remember;
 mod render;
 #[macro_use]
 mod schema;

@@ -586,48 +586,72 @@ impl<'a> ExecSupervisor<'a> {
                 self.log(ev);
             }
             ExecAction::Ask => {
-                let timeout = Duration::from_secs(self.exec.ask_timeout_secs);
-                let Some((approvals, mailbox)) = self.approvals.as_ref() else {
-                    let _ = self.listener.deny(n.id, libc::EPERM);
-                    self.tell_denied(
-                        &line,
-                        &format!("by rule {rule_text}, with no one to ask (no approval broker)"),
-                        &call,
-                    );
-                    self.log(
-                        self.exec_event(Action::Deny, &line, &rule_text, &n, &call)
-                            .detail("approval", "no broker: denied"),
-                    );
-                    return;
+                // The words rules match, for a person who answers "allow always".
+                let subject = cordon_approval::Subject::Exec {
+                    program: call.program().to_string(),
+                    args,
+                    pattern: rule.pattern.clone(),
                 };
-                let qid = approvals.ask("exec", &line, &rule_text, timeout, mailbox.sender());
-                // Said at once: otherwise the agent's terminal is silent until the timeout.
-                tell_terminal(&format!(
-                    "waiting for approval: cordon approve {}#{qid} --allow (or --deny) for `{line}` by rule {rule_text}; denied in {} s",
-                    approvals.session(),
-                    timeout.as_secs()
-                ));
-                cordon_approval::desktop_notification(&line);
-                self.log(
-                    self.exec_event(Action::Ask, &line, &rule_text, &n, &call)
-                        .detail("question", qid)
-                        .detail("timeout_secs", timeout.as_secs()),
-                );
-                self.held.insert(
-                    qid,
-                    Held {
-                        notif: n.id,
-                        call,
-                        pid: n.pid,
-                        args: n.args,
-                        nr: n.nr,
-                        line,
-                        remember_key,
-                        rule: rule_text,
-                    },
-                );
+                let held = Held {
+                    notif: n.id,
+                    call,
+                    pid: n.pid,
+                    args: n.args,
+                    nr: n.nr,
+                    line,
+                    remember_key,
+                    rule: rule_text.clone(),
+                };
+                self.ask_person(held, &n, &rule_text, subject);
             }
         }
+    }
+
+    /// Holds an exec an `ask` rule matched until a person answers (or refuses it at once when
+    /// nobody can be asked).
+    fn ask_person(
+        &mut self,
+        held: Held,
+        n: &Notification,
+        rule_text: &str,
+        subject: cordon_approval::Subject,
+    ) {
+        let line = held.line.clone();
+        let timeout = Duration::from_secs(self.exec.ask_timeout_secs);
+        let Some((approvals, mailbox)) = self.approvals.as_ref() else {
+            let _ = self.listener.deny(n.id, libc::EPERM);
+            self.tell_denied(
+                &line,
+                &format!("by rule {rule_text}, with no one to ask (no approval broker)"),
+                &held.call,
+            );
+            self.log(
+                self.exec_event(Action::Deny, &line, rule_text, n, &held.call)
+                    .detail("approval", "no broker: denied"),
+            );
+            return;
+        };
+        let qid = approvals.ask(
+            "exec",
+            &line,
+            rule_text,
+            Some(subject),
+            timeout,
+            mailbox.sender(),
+        );
+        // Said at once: otherwise the agent's terminal is silent until the timeout.
+        tell_terminal(&format!(
+            "waiting for approval: cordon approve {}#{qid} --allow (or --deny) for `{line}` by rule {rule_text}; denied in {} s",
+            approvals.session(),
+            timeout.as_secs()
+        ));
+        cordon_approval::desktop_notification(&line);
+        self.log(
+            self.exec_event(Action::Ask, &line, rule_text, n, &held.call)
+                .detail("question", qid)
+                .detail("timeout_secs", timeout.as_secs()),
+        );
+        self.held.insert(qid, held);
     }
 
     /// A refused command, in cordon's words on the terminal the agent shares: the program

@@ -42,6 +42,14 @@ pub struct Sources {
     pub approvals: Option<PathBuf>,
     /// The state store's root (`cordon_state::StateStore::default_root()`).
     pub state_root: Option<PathBuf>,
+    /// Writes "allow always" answers into the user's policy; without it the page cannot.
+    pub policy_writer: Option<Arc<dyn crate::policy::PolicyWriter>>,
+}
+
+impl Sources {
+    pub(crate) fn writer(&self) -> Option<&dyn crate::policy::PolicyWriter> {
+        self.policy_writer.as_deref()
+    }
 }
 
 /// A question held by a session's broker.
@@ -53,6 +61,8 @@ pub struct Pending {
     pub what: String,
     pub rule: String,
     pub seconds_left: u64,
+    /// A rule can allow it again: the page offers "allow always" and "allow for 1 h".
+    pub rememberable: bool,
 }
 
 /// A session whose protected state waits for review.
@@ -293,6 +303,7 @@ fn poll_approvals(dir: &Path) -> Vec<Pending> {
                 what: q.what,
                 rule: q.rule,
                 seconds_left: q.seconds_left,
+                rememberable: q.subject.is_some(),
             }));
         }
     }
@@ -537,6 +548,7 @@ mod tests {
             what: "GET http://a/".into(),
             rule: "r".into(),
             seconds_left: left,
+            rememberable: true,
         };
         hub.set_approvals(vec![p(60)]);
         hub.set_approvals(vec![p(59)]);

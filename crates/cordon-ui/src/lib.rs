@@ -1,7 +1,8 @@
 //! cordon-ui: the live dashboard (`cordon ui`, `cordon run --ui`). Serves one page on
 //! `127.0.0.1` at a random port: every running session's events as they happen (DNS, flows,
 //! HTTP decisions, exec rules, state changes) with filters; the questions sessions hold, with
-//! allow once / always / deny; per session, requests by host and decision, bytes on every path
+//! allow once / always / deny, or a rule added to the user's policy (`policy`: written by the
+//! binary's [`PolicyWriter`], after the page showed its diff); per session, requests by host and decision, bytes on every path
 //! (total and per host), judge calls and latency and a timeline; a session's state review,
 //! with accept / discard once the session has ended. Live updates are server-sent events; the
 //! page, script and style are compiled in (no CDN, no build step).
@@ -25,6 +26,7 @@
 mod gate;
 mod hub;
 mod peer;
+mod policy;
 mod routes;
 mod server;
 mod sse;
@@ -37,6 +39,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use gate::Token;
 pub use hub::Sources;
+pub use policy::{PolicyWriter, Preview};
 
 /// Why the dashboard could not start.
 #[derive(Debug, thiserror::Error)]

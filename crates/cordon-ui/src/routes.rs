@@ -27,6 +27,8 @@ pub enum Route {
     StateDiff,
     /// `POST /api/answer`: answer a held question.
     Answer,
+    /// `POST /api/remember`: the policy change an "allow always" would make.
+    Remember,
     /// `POST /api/state/accept` / `discard`.
     StateAccept,
     StateDiscard,
@@ -45,6 +47,7 @@ pub fn route(method: &str, path: &str) -> Route {
         "/api/snapshot" => (Route::Snapshot, false),
         "/api/state" => (Route::StateDiff, false),
         "/api/answer" => (Route::Answer, true),
+        "/api/remember" => (Route::Remember, true),
         "/api/state/accept" => (Route::StateAccept, true),
         "/api/state/discard" => (Route::StateDiscard, true),
         _ => return Route::NotFound,
@@ -76,7 +79,7 @@ impl Reply {
         Reply::json(status, json!({ "ok": false, "error": msg.to_string() }))
     }
 
-    fn ok(v: serde_json::Value) -> Reply {
+    pub(crate) fn ok(v: serde_json::Value) -> Reply {
         Reply::json(200, v)
     }
 }
@@ -99,6 +102,9 @@ struct AnswerReq {
     allow: bool,
     #[serde(default)]
     remember: bool,
+    /// Also write the rule that allows it again into the user's policy (see `policy`).
+    #[serde(default)]
+    write: Option<crate::policy::WriteReq>,
 }
 
 #[derive(Deserialize)]
@@ -107,7 +113,7 @@ struct SessionReq {
     session: String,
 }
 
-fn valid(session: &str) -> Result<(), Reply> {
+pub(crate) fn valid(session: &str) -> Result<(), Reply> {
     if cordon_events::is_valid_session_id(session) {
         Ok(())
     } else {
@@ -115,8 +121,14 @@ fn valid(session: &str) -> Result<(), Reply> {
     }
 }
 
-/// `POST /api/answer`, through the same broker client `cordon approve` uses.
-pub fn answer(dir: Option<&Path>, body: &[u8]) -> Reply {
+/// `POST /api/answer`, through the same broker client `cordon approve` uses. With `write`, the
+/// rule is written first (through `writer`, as `cordon approve --always`), and the question is
+/// answered only once it is.
+pub fn answer(
+    writer: Option<&dyn crate::policy::PolicyWriter>,
+    dir: Option<&Path>,
+    body: &[u8],
+) -> Reply {
     let req: AnswerReq = match serde_json::from_slice(body) {
         Ok(r) => r,
         Err(e) => return Reply::error(400, format!("bad request body: {e}")),
@@ -127,10 +139,27 @@ pub fn answer(dir: Option<&Path>, body: &[u8]) -> Reply {
     let Some(dir) = dir else {
         return Reply::error(503, "no approvals directory: set XDG_RUNTIME_DIR or HOME");
     };
+    let written = match &req.write {
+        Some(_) if !req.allow => {
+            return Reply::error(400, "only an allow is written into the policy");
+        }
+        Some(w) => match crate::policy::write(writer, Some(dir), &req.session, req.id, w) {
+            Ok(file) => Some(file),
+            Err(r) => return r,
+        },
+        None => None,
+    };
     let socket = cordon_approval::socket_path(dir, &req.session);
-    match cordon_approval::answer(&socket, req.id, req.allow, req.remember) {
-        Ok(()) => Reply::ok(json!({ "ok": true })),
-        Err(e) => Reply::error(409, format!("not answered: {e}")),
+    match (
+        cordon_approval::answer(&socket, req.id, req.allow, req.remember),
+        written,
+    ) {
+        (Ok(()), w) => Reply::ok(json!({ "ok": true, "written": w })),
+        (Err(e), Some(file)) => Reply::error(
+            409,
+            format!("the rule is in {file}, but the question was not answered: {e}"),
+        ),
+        (Err(e), None) => Reply::error(409, format!("not answered: {e}")),
     }
 }
 
@@ -228,6 +257,8 @@ mod tests {
         assert_eq!(route("GET", "/app.js"), Route::Script);
         assert_eq!(route("GET", "/events"), Route::Events);
         assert_eq!(route("POST", "/api/answer"), Route::Answer);
+        assert_eq!(route("POST", "/api/remember"), Route::Remember);
+        assert_eq!(route("GET", "/api/remember"), Route::WrongMethod);
         assert_eq!(route("GET", "/api/answer"), Route::WrongMethod);
         assert_eq!(route("POST", "/"), Route::WrongMethod);
         assert_eq!(route("POST", "/api/state/discard"), Route::StateDiscard);
@@ -238,16 +269,18 @@ mod tests {
 
     #[test]
     fn bad_bodies_and_ids_are_clear_errors() {
-        let r = answer(Some(Path::new("/nonexistent")), b"{");
+        let r = answer(None, Some(Path::new("/nonexistent")), b"{");
         assert_eq!(r.status, 400);
         assert!(r.body.contains("bad request body"), "{}", r.body);
         let r = answer(
+            None,
             Some(Path::new("/nonexistent")),
             br#"{"session":"../x","id":1,"allow":true}"#,
         );
         assert_eq!(r.status, 400);
         assert!(r.body.contains("invalid session id"), "{}", r.body);
         let r = answer(
+            None,
             Some(Path::new("/nonexistent")),
             br#"{"session":"S","id":1,"allow":true}"#,
         );

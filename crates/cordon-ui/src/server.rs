@@ -137,16 +137,20 @@ pub(crate) async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Bo
             let hub = ctx.hub.clone();
             blocking(move || routes::state_diff(&hub, &session)).await
         }
-        Route::Answer | Route::StateAccept | Route::StateDiscard => {
+        Route::Answer | Route::Remember | Route::StateAccept | Route::StateDiscard => {
             let r = routes::route(req.method().as_str(), req.uri().path());
             let body = match body_bytes(req).await {
                 Ok(b) => b,
                 Err(resp) => return resp,
             };
             let hub = ctx.hub.clone();
-            blocking(move || match r {
-                Route::Answer => routes::answer(hub.sources.approvals.as_deref(), &body),
-                _ => routes::state_change(&hub, &body, r == Route::StateAccept),
+            blocking(move || {
+                let (writer, dir) = (hub.sources.writer(), hub.sources.approvals.as_deref());
+                match r {
+                    Route::Answer => routes::answer(writer, dir, &body),
+                    Route::Remember => crate::policy::preview(writer, dir, &body),
+                    _ => routes::state_change(&hub, &body, r == Route::StateAccept),
+                }
             })
             .await
         }

@@ -173,6 +173,7 @@ pub struct LogArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("lasting").args(["always", "for"]))]
 pub struct ApproveArgs {
     /// The question to answer, as the list prints it (SESSION#N; N alone when one session
     /// holds it); without it, list and ask interactively.
@@ -187,6 +188,22 @@ pub struct ApproveArgs {
     /// the same rule, method and host).
     #[arg(long)]
     pub remember: bool,
+    /// Also add a rule allowing it to your policy file (~/.config/cordon/cordon.toml), shown
+    /// as a diff first, so sessions started later are not asked: for a command, its exact
+    /// command line; for a request, its host, port, method and path.
+    #[arg(long, requires = "allow", conflicts_with = "for")]
+    pub always: bool,
+    /// As --always, for a while: the rule carries `until` (now + DURATION, e.g. 1h, 30m, 2d).
+    #[arg(long = "for", id = "for", value_name = "DURATION", requires = "allow",
+          value_parser = humantime::parse_duration)]
+    pub keep_for: Option<std::time::Duration>,
+    /// With --always or --for on a command: the rule takes the asking rule's pattern (e.g.
+    /// `git push *`) instead of the exact command line.
+    #[arg(long, requires = "lasting")]
+    pub pattern: bool,
+    /// Write the rule without asking after the diff (needed without a terminal).
+    #[arg(long, short = 'y', requires = "lasting")]
+    pub yes: bool,
     /// The session the question belongs to (needed when several sessions hold the same id).
     #[arg(long, value_name = "ID")]
     pub session: Option<String>,

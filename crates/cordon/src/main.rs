@@ -21,6 +21,7 @@ mod logins;
 mod output;
 mod project;
 mod redact;
+mod remember;
 mod replay;
 mod ssh;
 mod state;

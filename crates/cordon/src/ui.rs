@@ -12,6 +12,9 @@ fn sources(extra_log: Option<&Path>) -> cordon_ui::Sources {
         log_files: extra_log.map(Path::to_path_buf).into_iter().collect(),
         approvals: cordon_approval::default_dir(),
         state_root: cordon_state::StateStore::default_root(),
+        // "Allow always" on the page writes the user's policy the way `cordon approve
+        // --always` does, here in the dashboard's own process.
+        policy_writer: Some(std::sync::Arc::new(crate::remember::DashboardWriter)),
     }
 }
 

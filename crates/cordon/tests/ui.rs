@@ -3,7 +3,7 @@
 //! over WebDriver by chromedriver, `ui/browser.rs`): a sandboxed request appears live, clicking
 //! allow lets a held request through, event text stays text (`ui/chromium.rs`); proxied HTTPS
 //! shows its bytes, and only a session that ended is offered Accept and Discard
-//! (`ui/proxied.rs`).
+//! (`ui/proxied.rs`); "Allow always" writes the user's policy (`ui/remember.rs`).
 
 mod common;
 
@@ -24,6 +24,8 @@ mod browser;
 mod chromium;
 #[path = "ui/proxied.rs"]
 mod proxied;
+#[path = "ui/remember.rs"]
+mod remember;
 
 /// `cordon ui` as the variant's user; killed on drop.
 struct Dashboard {

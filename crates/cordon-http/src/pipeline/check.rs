@@ -78,7 +78,14 @@ pub(crate) async fn check(
             ex.host(),
             ex.conn.port
         );
-        let a = asker.ask(what, verdict.decided_by.clone(), scope).await;
+        let a = asker
+            .ask(
+                what,
+                verdict.decided_by.clone(),
+                scope,
+                Some(remembered_subject(i, ex)),
+            )
+            .await;
         let who = asked(a.allow, a.timed_out, a.remember);
         action = if a.allow {
             HttpAction::Allow
@@ -147,6 +154,26 @@ fn allow_lines(ex: &Exchange<'_>) -> String {
         q(&ex.method),
         q(&ex.path)
     )
+}
+
+/// The request as an `[[http.rule]]` would match it, for a person who answers "allow
+/// always": its method, host, port and path — a path segment that looks like a token (the
+/// segments events show redacted) becomes `*`, so no secret goes on into a policy file.
+fn remembered_subject(i: &Interceptor, ex: &Exchange<'_>) -> cordon_approval::Subject {
+    cordon_approval::Subject::Http {
+        method: ex.method.clone(),
+        host: ex.host().to_string(),
+        port: ex.conn.port,
+        path: remembered_path(&ex.path, |seg| i.redact(seg) != seg),
+    }
+}
+
+/// `path` with each segment `secret` says holds a token replaced by `*`.
+fn remembered_path(path: &str, secret: impl Fn(&str) -> bool) -> String {
+    path.split('/')
+        .map(|seg| if secret(seg) { "*" } else { seg })
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 /// Asks the judge about the request; returns what its answer makes of it (allow, deny, or
@@ -267,6 +294,8 @@ async fn scan_secrets(i: &Interceptor, ex: &Exchange<'_>, body: &[u8]) -> Result
                         ),
                         rule.clone(),
                         format!("{rule} {host}"),
+                        // A secret in a request is not a thing a rule allows again.
+                        None,
                     )
                     .await;
                 let who = match (a.allow, a.timed_out) {

@@ -81,3 +81,15 @@ fn answers_and_findings_in_words() {
         "{r}"
     );
 }
+
+#[test]
+fn a_remembered_path_keeps_no_token() {
+    let secret = |seg: &str| crate::dlp::redact(seg) != seg;
+    let token = format!("ghp_{}", "a1B2c3D4e5".repeat(4));
+    assert_eq!(
+        remembered_path(&format!("/bot/{token}/sendMessage"), secret),
+        "/bot/*/sendMessage"
+    );
+    assert_eq!(remembered_path("/v1/items/42", secret), "/v1/items/42");
+    assert_eq!(remembered_path("/", secret), "/");
+}

@@ -45,7 +45,7 @@ use ipnet::IpNet;
 use thiserror::Error;
 use tokio::net::TcpStream;
 
-use crate::{DnsAnswer, DnsDecision, HOST_ALIAS, HostResolver, NetError, Resolver};
+use crate::{DnsAnswer, DnsDecision, HostResolver, NetError, Resolver};
 pub use flow::{FlowPolicy, FlowVerdict, Route, explain_flow};
 pub use handler::{
     ConnectFn, FlowDenial, FlowFuture, FlowHandler, FlowIo, FlowKind, FlowTarget, Redact,

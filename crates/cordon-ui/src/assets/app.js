@@ -257,10 +257,56 @@ function renderApprovals(list) {
       return b;
     };
     li.append(btn('allow-once', 'Allow once', true, false),
-      btn('allow-always', 'Allow always (this session)', true, true),
-      btn('deny', 'Deny', false, false));
+      btn('allow-always', 'Allow always (this session)', true, true));
+    // A rule in the user's policy: its diff is shown first, and written only once confirmed.
+    if (q.rememberable) {
+      const rule = (cls, label, forWhat) => {
+        const b = el('button', cls, label);
+        b.type = 'button';
+        b.addEventListener('click', () => previewRule(q, forWhat, li));
+        return b;
+      };
+      li.append(rule('allow-policy', 'Allow always (add to policy)', null),
+        rule('allow-hour', 'Allow for 1 h (add to policy)', '1h'));
+    }
+    li.append(btn('deny', 'Deny', false, false));
     return li;
   }));
+}
+
+// The rule shown, waiting for "Write and allow": what the server said it would write.
+let remembering = null;
+
+async function previewRule(q, forWhat, li) {
+  try {
+    const d = await post('/api/remember', { session: q.session, id: q.id, for: forWhat });
+    remembering = { q, li, until: d.until, digest: d.digest };
+    const how = forWhat ? `Allow for ${forWhat}` : 'Allow always';
+    $('remember-title').textContent = `${how}: add this to ${d.file}`;
+    $('remember-diff').textContent = d.diff;
+    $('remember').hidden = false;
+  } catch (err) {
+    note('no rule to write: ' + err.message);
+  }
+}
+
+async function writeRule() {
+  const r = remembering;
+  if (!r) return;
+  $('remember-write').disabled = true;
+  try {
+    const d = await post('/api/answer', {
+      session: r.q.session, id: r.q.id, allow: true, remember: false,
+      write: { until: r.until, digest: r.digest },
+    });
+    note(`allowed, and the rule is in ${d.written}: ${r.q.what}`);
+    r.li.remove();
+  } catch (err) {
+    note(err.message);
+  }
+  $('remember-write').disabled = false;
+  $('remember').hidden = true;
+  remembering = null;
 }
 
 // ---- state reviews -----------------------------------------------------------------------
@@ -391,6 +437,8 @@ function init() {
   $('diff-accept').addEventListener('click', () => decide(true));
   $('diff-discard').addEventListener('click', () => decide(false));
   $('diff-close').addEventListener('click', () => { $('diff').hidden = true; reviewing = null; });
+  $('remember-write').addEventListener('click', writeRule);
+  $('remember-cancel').addEventListener('click', () => { $('remember').hidden = true; remembering = null; });
   offerDecision();
   connect();
 }

@@ -601,18 +601,21 @@ pub fn all_output(o: &Output) -> String {
 }
 
 /// Define one test per variant: `both!(name, |env| { … });` makes `name::root` and `name::user`.
+/// Attributes before the name (`#[ignore = "why"]`) go on both.
 #[macro_export]
 macro_rules! both {
-    ($name:ident, $body:expr) => {
+    ($(#[$attr:meta])* $name:ident, $body:expr) => {
         mod $name {
             #[allow(unused_imports)]
             use super::*;
+            $(#[$attr])*
             #[test]
             fn root() {
                 if let Some(env) = common::Env::new(common::Who::Root) {
                     ($body)(env);
                 }
             }
+            $(#[$attr])*
             #[test]
             fn user() {
                 if let Some(env) = common::Env::new(common::Who::User) {
