@@ -56,7 +56,8 @@ impl RequestPolicy {
     }
 
     /// The first rule matching a request whose path is already normalised (as the layer
-    /// logs it), with no headers and no query.
+    /// logs it), with no headers and no query; `None` when a rule that would match but for
+    /// its headers or query comes first (the log cannot say).
     pub fn decide(
         &self,
         method: &str,
@@ -64,20 +65,40 @@ impl RequestPolicy {
         port: u16,
         path: &str,
         body_len: Option<u64>,
-    ) -> Decision {
-        rules::decide(
-            &self.rules,
-            self.default,
-            &rules::Request {
-                method,
-                host,
-                port,
-                path,
-                query: "",
-                headers: &[],
-                body_len,
-            },
-        )
+    ) -> Option<Decision> {
+        let req = rules::Request {
+            method,
+            host,
+            port,
+            path,
+            query: "",
+            headers: &[],
+            body_len,
+        };
+        for r in &self.rules {
+            if rules::rule_matches(r, &req) {
+                return Some(Decision {
+                    action: r.action,
+                    rule: r.name.clone(),
+                    reason: r.reason.clone(),
+                });
+            }
+            if !r.headers.is_empty() || r.query.is_some() {
+                let bare = cordon_policy::HttpRule {
+                    headers: Vec::new(),
+                    query: None,
+                    ..r.clone()
+                };
+                if rules::rule_matches(&bare, &req) {
+                    return None;
+                }
+            }
+        }
+        Some(Decision {
+            action: self.default,
+            rule: "default".into(),
+            reason: None,
+        })
     }
 
     /// Whether the rule named `rule` looks at what a log does not hold (headers, the query).

@@ -111,6 +111,7 @@ fn run_time_rule(rule: &str) -> bool {
         || rule.starts_with("http.host-mismatch")
         || rule.starts_with("built-in: fail closed")
         || rule.starts_with("dlp:")
+        || rule == "http.compressed-credential"
         // UDP other than DNS and ICMP never leave, whatever a policy says.
         || rule == "network.udp"
         || rule == "network.icmp"
@@ -136,7 +137,12 @@ pub fn classify(e: &Event) -> Classified {
     }
     let subject = match subject(e) {
         Some(s) => s,
-        None if matches!(e.layer, Layer::Syscall | Layer::Credentials | Layer::Limits) => {
+        // A lookup refused for what it was (a zone transfer, another class, a bad name).
+        None if matches!(
+            e.layer,
+            Layer::Syscall | Layer::Credentials | Layer::Limits | Layer::Dns
+        ) =>
+        {
             return Classified::Kept(e.layer);
         }
         None => return Classified::Other,
@@ -190,7 +196,7 @@ fn subject(e: &Event) -> Option<Subject> {
         Layer::Filesystem => Some(Subject::Path { path: s("path")? }),
         // A lookup is a policy decision only when the blocklist made it (or could have).
         Layer::Dns
-            if e.rule.is_none()
+            if (e.rule.is_none() && e.action == Action::Allow)
                 || e.rule
                     .as_deref()
                     .is_some_and(|r| r.starts_with("builtin:") || r.starts_with("block:")) =>
@@ -236,6 +242,11 @@ fn said(e: &Event) -> (Said, Option<String>, Option<bool>) {
     }
     if via_ask {
         return (Said::Ask, base, Some(allowed));
+    }
+    match e.detail_str("unanswered") {
+        Some("ask") => return (Said::Ask, base, Some(false)),
+        Some("judge") => return (Said::Judge, base, Some(false)),
+        _ => {}
     }
     let said = if allowed { Said::Allow } else { Said::Deny };
     (said, base, None)

@@ -178,17 +178,16 @@ impl<'a> Replayer<'a> {
     }
 
     fn decision(&mut self, r: Recorded) {
-        let Some((said, rule)) = self.decide(&r.subject, r.learned) else {
+        let Some((said, rule)) = self.decide(&r) else {
             self.kept(r.layer);
             return;
         };
         self.report.decisions += 1;
         let was = resolve(r.said, r.answer);
-        // The recorded answer stands for the same question asked again: the same rule, or a
-        // rule that refused for want of someone to ask.
+        // The recorded answer stands for the same question asked again (nobody could answer
+        // it: refused again).
         let answer = match (said, r.said) {
             (Said::Ask, Said::Ask) | (Said::Judge, Said::Judge) => r.answer,
-            (Said::Ask | Said::Judge, Said::Deny) if rule == r.rule => Some(false),
             _ => None,
         };
         let now = resolve(said, answer);
@@ -227,7 +226,8 @@ impl<'a> Replayer<'a> {
 
     /// What the plan says of `subject`, and the rule; `None` when it cannot be said from
     /// the log (a rule that needs headers or the query, a path the view cannot place).
-    fn decide(&self, subject: &Subject, learned: bool) -> Option<(Said, Option<String>)> {
+    fn decide(&self, r: &Recorded) -> Option<(Said, Option<String>)> {
+        let (subject, learned) = (&r.subject, r.learned);
         let yes_no = |allow: bool| if allow { Said::Allow } else { Said::Deny };
         match subject {
             Subject::Flow { host, port, route } => {
@@ -253,10 +253,13 @@ impl<'a> Replayer<'a> {
                 if !v.http && !learning_let_in {
                     return Some((yes_no(v.allow), Some(v.rule)));
                 }
-                let d = self.requests.decide(method, host, *port, path, *body_len);
-                if self.requests.needs_more(&d.rule) {
+                if r.rule
+                    .as_deref()
+                    .is_some_and(|x| self.requests.needs_more(x))
+                {
                     return None;
                 }
+                let d = self.requests.decide(method, host, *port, path, *body_len)?;
                 let said = match d.action {
                     HttpAction::Allow => Said::Allow,
                     HttpAction::Deny => Said::Deny,

@@ -139,7 +139,11 @@ impl Suggester {
         if e.layer == Layer::Session && e.action == Action::Start {
             self.sessions.insert(e.session.clone());
         }
-        let learned = e.detail.contains_key(LEARN);
+        // Only what was let through: a learned flow refused after all (its name resolved to
+        // a private address, the audit log was full) or an upstream that failed is not.
+        let learned = e.detail.contains_key(LEARN)
+            && (e.action == Action::Allow
+                || (e.layer == Layer::Filesystem && e.action == Action::Log));
         let rule = e.rule.as_deref().unwrap_or("");
         let port = e
             .detail
@@ -165,7 +169,10 @@ impl Suggester {
                 };
                 let method = e.detail_str("method").unwrap_or("GET").to_string();
                 let path = e.detail_str("path").unwrap_or("/").to_string();
-                if upload_host(&h) {
+                // A rule of the user's refused it: an allowance would come after that rule and
+                // change nothing, so it takes an HTTP rule of its own.
+                let by_rule = !matches!(rule, "default" | "http.default-deny");
+                if upload_host(&h) || by_rule {
                     self.requests
                         .entry((h, p, prefix(&path)))
                         .or_default()
@@ -220,6 +227,12 @@ impl Suggester {
             if host.starts_with("*.") {
                 block.push("# several names below it were seen: one rule for them all".into());
             }
+            if cordon_net::is_host_alias(&host) {
+                block.push(
+                    "# FLAGGED: this is your host's own loopback: its services on these ports"
+                        .into(),
+                );
+            }
             if upload_host(&host) {
                 // Seen as connections only (ssh, or no HTTP layer): nothing finer to allow.
                 block.push(format!(
@@ -240,12 +253,15 @@ impl Suggester {
                 first,
             };
             let names: Vec<String> = methods.keys().map(|m| toml_string(m)).collect();
+            let why = if upload_host(host) {
+                format!("# {host} takes free-form uploads: these requests only, not the whole host")
+            } else {
+                "# a rule of yours denies or asks about these: this must come before it".into()
+            };
             out.push(
                 [
                     seen.cite("request"),
-                    format!(
-                        "# {host} takes free-form uploads: these requests only, not the whole host"
-                    ),
+                    why,
                     "[[http.rule]]".into(),
                     format!("name = {}", toml_string(&format!("learned {host}{path}"))),
                     format!("host = {}", toml_string(host)),
@@ -259,15 +275,13 @@ impl Suggester {
             entries += 1;
         }
         for (line, seen) in &self.execs {
-            out.push(
-                [
-                    seen.cite("run"),
-                    "[[exec.rule]]".into(),
-                    format!("pattern = {}", toml_string(line)),
-                    "action = \"allow\"".into(),
-                ]
-                .join("\n"),
-            );
+            let (pattern, flag) = exec_pattern(line);
+            let mut block = vec![seen.cite("run")];
+            block.extend(flag.map(|f| format!("# FLAGGED: {f}")));
+            block.push("[[exec.rule]]".into());
+            block.push(format!("pattern = {}", toml_string(&pattern)));
+            block.push("action = \"allow\"".into());
+            out.push(block.join("\n"));
             entries += 1;
         }
         if !self.paths.is_empty() {
@@ -328,6 +342,36 @@ fn prefix(path: &str) -> String {
     format!("/{}/{}/*", segments[0], segments[1])
 }
 
+/// The exec pattern for exactly `line`, and why it may say more or less than the line: a `*`
+/// or `?` in it stays a wildcard (patterns have no escape); an argument the log holds
+/// redacted (`ghp_… (40 chars)`, a secret) becomes `*`, so the rule matches the real one.
+fn exec_pattern(line: &str) -> (String, Option<&'static str>) {
+    let mut text = line.to_string();
+    let mut redacted = false;
+    while let Some(at) = text.find("… (") {
+        let Some(end) = text[at..].find(" chars)").map(|e| at + e + " chars)".len()) else {
+            break;
+        };
+        let start = text[..at].rfind(' ').map_or(0, |s| s + 1);
+        text.replace_range(start..end, "*");
+        redacted = true;
+    }
+    let wild = line.contains(['*', '?']);
+    let cordon_policy::remember::Grant::Exec { pattern } =
+        cordon_policy::remember::Grant::exact_exec(&text)
+    else {
+        return (text, None);
+    };
+    let flag = match (redacted, wild) {
+        (true, _) => Some("an argument held a secret (redacted in the log): `*` stands for it"),
+        (false, true) => {
+            Some("the command line holds `*` or `?`, which a pattern reads as a wildcard")
+        }
+        _ => None,
+    };
+    (pattern, flag)
+}
+
 /// The command line an exec event ran, as an exec rule matches it (`PROGRAM ARGS…`).
 fn exec_line(e: &Event) -> Option<String> {
     let program = e.detail_str("program")?;
@@ -346,6 +390,7 @@ fn wildcards(hosts: &BTreeMap<String, BTreeMap<u16, Seen>>) -> Vec<(String, BTre
     for (h, ports) in hosts {
         if let Some((_, parent)) = h.split_once('.')
             && parent.contains('.')
+            && !upload_host(h)
             && !SHARED_PARENTS
                 .iter()
                 .any(|s| parent == *s || parent.ends_with(&format!(".{s}")))

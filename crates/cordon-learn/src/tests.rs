@@ -284,3 +284,142 @@ fn hostile_names_are_escaped() {
     let parsed: toml::Value = toml::from_str(&s.text).expect("still TOML");
     assert!(parsed.get("evil").is_none(), "{}", s.text);
 }
+
+fn learned(mut e: Event, what: &str) -> Event {
+    e.detail.insert(cordon_events::LEARN.into(), what.into());
+    e
+}
+
+#[test]
+fn only_what_was_let_through_is_suggested() {
+    let mut events = vec![
+        // Refused after all (its name resolved to a private address).
+        learned(
+            flow(
+                1,
+                Action::Deny,
+                "meta.attacker.example",
+                80,
+                "dns.rebinding:link-local",
+            ),
+            "would deny",
+        ),
+        learned(
+            flow(
+                2,
+                Action::Allow,
+                "host.cordon.internal",
+                6379,
+                "network.default-deny",
+            ),
+            "would deny",
+        ),
+        // A user's rule denied it: an allowance would come after that rule.
+        learned(
+            ev(
+                3,
+                Layer::Http,
+                Action::Allow,
+                Some("no-posts"),
+                json!({"host": "api.example.org", "port": 443, "method": "POST", "path": "/v1/x/y"}),
+            ),
+            "would deny",
+        ),
+        learned(
+            exec(
+                4,
+                Action::Allow,
+                "gh",
+                &["auth", "ghp_… (40 chars)"],
+                Some(TOUCH),
+            ),
+            "would deny",
+        ),
+        learned(
+            exec(5, Action::Allow, "rm", &["*.tmp"], Some(TOUCH)),
+            "would deny",
+        ),
+    ];
+    // Three upload hosts seen as connections: never one wildcard.
+    for (i, h) in ["api.github.com", "uploads.github.com", "gist.github.com"]
+        .iter()
+        .enumerate()
+    {
+        events.push(learned(
+            flow(6 + i as u64, Action::Allow, h, 22, "network.default-deny"),
+            "would deny",
+        ));
+    }
+    let t = suggest(events.iter(), Path::new("/home/u")).text;
+    assert!(!t.contains("meta.attacker.example"), "{t}");
+    assert!(
+        t.contains("FLAGGED: this is your host's own loopback"),
+        "{t}"
+    );
+    assert!(
+        t.contains("[[http.rule]]")
+            && t.contains("this must come before it")
+            && t.contains("path = \"/v1/x/*\""),
+        "{t}"
+    );
+    assert!(
+        t.contains("pattern = \"gh auth *\"") && t.contains("held a secret"),
+        "{t}"
+    );
+    assert!(!t.contains("ghp_"), "{t}");
+    assert!(
+        t.contains("pattern = \"rm *.tmp\"") && t.contains("reads as a wildcard"),
+        "{t}"
+    );
+    assert!(!t.contains("*.github.com"), "{t}");
+    let parsed: toml::Value = toml::from_str(&t).expect("TOML");
+    assert!(parsed.get("exec").is_some());
+}
+
+#[test]
+fn questions_nobody_could_answer_and_rules_that_now_ask() {
+    let mut p = plan();
+    p.http.rules.insert(
+        0,
+        cordon_policy::HttpRule::new(
+            "uploads",
+            "up.test".parse().unwrap(),
+            cordon_policy::HttpAction::Deny,
+        ),
+    );
+    let req = |seq, action, extra: Option<(&str, &str)>| {
+        let mut e = ev(
+            seq,
+            Layer::Http,
+            action,
+            Some("uploads"),
+            json!({"host": "up.test", "port": 443, "method": "POST", "path": "/f"}),
+        );
+        if let Some((k, v)) = extra {
+            e.detail.insert(k.into(), v.into());
+        }
+        e
+    };
+    let denied = req(1, Action::Deny, None);
+    assert!(replay(&p, std::slice::from_ref(&denied)).changes.is_empty());
+    // The rule now asks: a question the log holds no answer for.
+    p.http.rules[0].action = cordon_policy::HttpAction::Ask;
+    let r = replay(&p, &[denied]);
+    assert_eq!(
+        (r.changes.len(), r.by_layer["http"].now_ask),
+        (1, 1),
+        "{r:#?}"
+    );
+    // Refused because nobody could be asked: the same refusal under the same rule.
+    let unanswered = req(2, Action::Deny, Some(("unanswered", "ask")));
+    assert!(replay(&p, &[unanswered]).changes.is_empty());
+    // A DNS refusal of what a query was (a zone transfer): kept, not re-decided.
+    let axfr = ev(
+        3,
+        Layer::Dns,
+        Action::Deny,
+        None,
+        json!({"name": "example.org"}),
+    );
+    assert_eq!(classify(&axfr), Classified::Kept(Layer::Dns));
+}

@@ -119,14 +119,18 @@ impl HostResolver {
     /// [`resolve_for_connect`](Self::resolve_for_connect)'s answer when it needs no lookup
     /// (an invalid or blocked name, a `hosts` entry, the host alias); `None` when it must ask a
     /// resolver — then call `resolve_for_connect` where blocking is fine.
-    pub fn answer_locally(&self, name: &str) -> Option<Result<Vec<IpAddr>, Refusal>> {
+    pub fn answer_locally(
+        &self,
+        name: &str,
+        vouched: bool,
+    ) -> Option<Result<Vec<IpAddr>, Refusal>> {
         let Ok(norm) = name::normalize(name) else {
-            return Some(self.resolve_for_connect(name));
+            return Some(self.resolve_checked(name, vouched));
         };
         let local = self.cfg.blocklist.check(&norm).is_some()
             || self.cfg.hosts.contains_key(&norm)
             || norm == HOST_ALIAS;
-        local.then(|| self.resolve_for_connect(&norm))
+        local.then(|| self.resolve_checked(&norm, vouched))
     }
 
     /// Resolves `name` on the host for a connection policy has already allowed, and applies the
@@ -141,6 +145,18 @@ impl HostResolver {
     /// Returns the checked addresses, de-duplicated, IPv4 first; connect to these and only these.
     /// Blocks the calling thread for the lookup (at most about 8 s with an upstream).
     pub fn resolve_for_connect(&self, name: &str) -> Result<Vec<IpAddr>, Refusal> {
+        self.resolve_checked(name, true)
+    }
+
+    /// [`resolve_for_connect`](Self::resolve_for_connect) for a connection no rule allows (a
+    /// learning run lets it through): `allow_hosts` vouches for nothing, so the host alias is
+    /// refused and so is a name that resolves to a private address. `hosts` entries still
+    /// answer as written.
+    pub fn resolve_unvouched(&self, name: &str) -> Result<Vec<IpAddr>, Refusal> {
+        self.resolve_checked(name, false)
+    }
+
+    fn resolve_checked(&self, name: &str, vouched: bool) -> Result<Vec<IpAddr>, Refusal> {
         let norm = name::normalize(name).map_err(|reason| Refusal::InvalidName {
             name: name.to_string(),
             reason,
@@ -151,7 +167,7 @@ impl HostResolver {
         if let Some(addr) = self.cfg.hosts.get(&norm) {
             return Ok(vec![*addr]);
         }
-        let explicit = self.cfg.allow_hosts.contains(&norm);
+        let explicit = vouched && self.cfg.allow_hosts.contains(&norm);
         if norm == HOST_ALIAS {
             return if explicit {
                 Ok(vec![

@@ -607,6 +607,32 @@ fn host_alias_needs_allow_hosts() {
     assert_eq!(got[0], IpAddr::V4(Ipv4Addr::LOCALHOST));
 }
 
+/// A connection only a learning run lets through: no rule vouches for the name, so the host
+/// alias and private answers are refused even for a name `allow_hosts` holds; `hosts` entries
+/// answer as written.
+#[test]
+fn unvouched_lookups_reach_no_private_address() {
+    let mut cfg = NetConfig {
+        allow_hosts: vec!["host.cordon.internal".into()],
+        ..NetConfig::default()
+    };
+    cfg.hosts
+        .insert("standin.test".into(), IpAddr::V4(Ipv4Addr::LOCALHOST));
+    let r = Resolver::new(cfg).unwrap();
+    let h = r.host_resolver();
+    assert!(h.resolve_for_connect("host.cordon.internal").is_ok());
+    assert!(matches!(
+        h.resolve_unvouched("host.cordon.internal"),
+        Err(Refusal::HostAliasNotAllowed)
+    ));
+    assert!(matches!(
+        h.answer_locally("host.cordon.internal", false),
+        Some(Err(Refusal::HostAliasNotAllowed))
+    ));
+    let standin = h.resolve_unvouched("standin.test").unwrap();
+    assert_eq!(standin, vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]);
+}
+
 #[test]
 fn upstream_silence_is_a_lookup_failure() {
     // A bound socket that never answers: the query times out (2 attempts × 2 s).

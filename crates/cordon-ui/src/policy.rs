@@ -104,9 +104,15 @@ pub(crate) fn preview(w: Option<&dyn PolicyWriter>, dir: Option<&Path>, body: &[
     };
     let until = match req.for_.as_deref().map(humantime::parse_duration) {
         None => None,
-        Some(Ok(d)) if d > Duration::ZERO => SystemTime::now().checked_add(d),
+        // At most ten years: an end past year 9999 could not be written.
+        Some(Ok(d)) if d > Duration::ZERO && d <= Duration::from_secs(10 * 366 * 24 * 3600) => {
+            SystemTime::now().checked_add(d)
+        }
         Some(_) => {
-            return Reply::error(400, "`for` is a duration such as \"1h\" or \"30m\"");
+            return Reply::error(
+                400,
+                "`for` is a duration such as \"1h\" or \"30m\", at most ten years",
+            );
         }
     };
     let (w, q) = match writer(w).and_then(|w| Ok((w, held(dir, &req.session, req.id)?))) {

@@ -61,7 +61,7 @@ pub fn approve(a: ApproveArgs) -> Result<()> {
             "{}  [{}] {}  (rule {}; {} s left)",
             w.id(),
             w.q.layer,
-            w.q.what,
+            safe(&w.q.what),
             w.q.rule,
             w.q.seconds_left
         );
@@ -135,7 +135,7 @@ fn answer_one(a: &ApproveArgs, waiting: &[Waiting], n: u64) -> Result<()> {
         "{} {}: {}",
         if a.allow { "allowed" } else { "denied" },
         w.id(),
-        w.q.what
+        safe(&w.q.what)
     );
     Ok(())
 }
@@ -151,7 +151,7 @@ fn interactive(waiting: &[Waiting]) -> Result<()> {
         print!(
             "{} `{}`: [a]llow, [A]llow for the session,{rules} [d]eny, [D]eny for the session, [s]kip? ",
             w.id(),
-            w.q.what
+            safe(&w.q.what)
         );
         let _ = std::io::stdout().flush();
         let mut line = String::new();
@@ -184,10 +184,17 @@ fn interactive(waiting: &[Waiting]) -> Result<()> {
     Ok(())
 }
 
+/// The longest `--for`: ten years (an end past year 9999 could not be written at all).
+pub(crate) const MAX_FOR: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
+
 /// How long an allow is written for: `--always`, `--for DURATION`, or not written.
 fn keep(always: bool, keep_for: Option<Duration>) -> Result<Option<Keep>> {
     match (always, keep_for) {
         (true, _) => Ok(Some(Keep::Always)),
+        (false, Some(d)) if d > MAX_FOR => bail!(
+            "--for {}: a grant that long is not one that ends; use --always",
+            humantime::format_duration(d)
+        ),
         (false, Some(d)) if d > Duration::ZERO => SystemTime::now()
             .checked_add(d)
             .map(|t| Some(Keep::Until(t)))
@@ -215,7 +222,8 @@ fn allow_with_rule(w: &Waiting, keep: Keep, scope: Scope, yes: bool, remember: b
     if !yes {
         if !std::io::stdin().is_terminal() {
             bail!(
-                "not written: the change above is confirmed on a terminal; pass --yes to write                  it without asking ({id} still waits)"
+                "not written: the change above is confirmed on a terminal; pass --yes to write it \
+                 without asking ({id} still waits)"
             );
         }
         print!("Add this to {file} and allow {id}? [y/N] ");
@@ -232,9 +240,21 @@ fn allow_with_rule(w: &Waiting, keep: Keep, scope: Scope, yes: bool, remember: b
     println!(
         "allowed {id}: {}
 the rule is in {file}: sessions started from now on are not asked (this one keeps the policy it started with)",
-        w.q.what
+        safe(&w.q.what)
     );
     Ok(())
+}
+
+/// A question's words for the terminal: they came from inside the sandbox (a decoded URL
+/// path may hold ESC), so control and bidi-override characters are shown as `?`.
+fn safe(what: &str) -> String {
+    what.chars()
+        .map(|c| match c {
+            c if c.is_control() => '?',
+            '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => '?',
+            c => c,
+        })
+        .collect()
 }
 
 #[cfg(test)]

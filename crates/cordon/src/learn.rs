@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
-use cordon_events::{Event, LEARN, Layer};
+use cordon_events::{Action, Event, LEARN, Layer};
 
 use crate::summary::{clean, say};
 
@@ -47,7 +47,9 @@ impl Learned {
 
     /// Takes one emitted event.
     pub fn observe(&self, e: &Event) {
-        if !self.on || !e.detail.contains_key(LEARN) {
+        // What was let through (refused after all, or failed upstream, it was not).
+        let through = e.action == Action::Allow || e.layer == Layer::Filesystem;
+        if !self.on || !through || !e.detail.contains_key(LEARN) {
             return;
         }
         let mut g = self.groups.lock().unwrap_or_else(|p| p.into_inner());

@@ -74,9 +74,12 @@ fn check_options() -> cordon_policy::LoadOptions {
     o
 }
 
-/// The rule for `subject`.
-fn grant(subject: &Subject, scope: Scope) -> Grant {
-    match subject {
+/// The rule for `subject`. Refused where the exact rule would allow more than was asked
+/// (patterns have no escape: a `*` or `?` in a command line or path is a wildcard) or would
+/// put what looks like a secret into the policy file.
+fn grant(subject: &Subject, scope: Scope) -> Result<Grant> {
+    let wild = |s: &str| s.contains(['*', '?']);
+    Ok(match subject {
         Subject::Exec {
             program,
             args,
@@ -85,23 +88,58 @@ fn grant(subject: &Subject, scope: Scope) -> Grant {
             Scope::Pattern => Grant::Exec {
                 pattern: pattern.clone(),
             },
-            Scope::Exact => Grant::exact_exec(&Subject::command_line(program, args)),
+            Scope::Exact => {
+                let line = Subject::command_line(program, args);
+                if wild(&line) {
+                    bail!(
+                        "`{line}` holds `*` or `?`, which an exec pattern reads as a wildcard: \
+                         the rule would allow more than this command; use --pattern for the \
+                         asking rule's pattern, or write a rule by hand"
+                    );
+                }
+                if cordon_http::dlp::redact(&line) != line {
+                    bail!(
+                        "the command line holds what looks like a secret, which is not written \
+                         into a policy file; use --pattern, or write a rule by hand"
+                    );
+                }
+                Grant::exact_exec(&line)
+            }
         },
         Subject::Http {
             method,
             host,
             port,
             path,
-        } => Grant::Http {
-            host: host.clone(),
-            port: *port,
-            method: method.clone(),
-            path: path.clone(),
-        },
+        } => {
+            if wild(path) {
+                bail!(
+                    "the path {path} holds `*` or `?`, which a rule's path reads as a wildcard: \
+                     the rule would allow more than this request; write a rule by hand"
+                );
+            }
+            Grant::Http {
+                host: host.clone(),
+                port: *port,
+                method: method.clone(),
+                path: path.clone(),
+            }
+        }
         Subject::Network { host, port } => Grant::Network {
             host: host.clone(),
             port: *port,
         },
+    })
+}
+
+/// Gives `file` back the modification time `t` it had before cordon wrote it (best effort: a
+/// file whose time cannot be set keeps the new one).
+fn keep_time(file: &std::path::Path, t: Option<SystemTime>) {
+    let (Some(t), Ok(real)) = (t, text::real_path(file)) else {
+        return;
+    };
+    if let Ok(f) = std::fs::OpenOptions::new().write(true).open(real) {
+        let _ = f.set_modified(t);
     }
 }
 
@@ -155,13 +193,15 @@ impl Change {
             Keep::Always => None,
             Keep::Until(t) => Some(rfc3339(t)),
         };
+        // The comment stays in the file: what looks like a secret is not written there.
+        let what = cordon_http::dlp::redact(&q.what);
         let note = Note {
             by: how.by,
             date: stamp.get(..10).unwrap_or(&stamp),
             session,
-            what: &q.what,
+            what: &what,
         };
-        let block = text::block(&grant(&subject, how.scope), until.as_deref(), &note);
+        let block = text::block(&grant(&subject, how.scope)?, until.as_deref(), &note);
         let after = text::appended(before.as_deref(), &block);
         let diff = text::unified_diff(&file.display().to_string(), before.as_deref(), &after);
         Ok(Change {
@@ -190,12 +230,21 @@ impl Change {
         if text::read(&self.file)? != self.before {
             bail!("{shown} changed since the diff was made: nothing written; look at it again");
         }
+        // `for` counts from the file's last write: cordon's own append must not restart the
+        // grants written there, so the file keeps its time.
+        let written_at = text::real_path(&self.file)
+            .ok()
+            .and_then(|p| std::fs::metadata(p).ok())
+            .and_then(|m| m.modified().ok());
         text::replace(&self.file, &self.after)?;
+        keep_time(&self.file, written_at);
         let Err(why) = self.takes_effect() else {
             return Ok(());
         };
         let restored = match &self.before {
-            Some(t) => text::replace(&self.file, t).map_err(anyhow::Error::from),
+            Some(t) => text::replace(&self.file, t)
+                .map(|()| keep_time(&self.file, written_at))
+                .map_err(anyhow::Error::from),
             None => text::real_path(&self.file)
                 .map_err(anyhow::Error::from)
                 .and_then(|p| std::fs::remove_file(&p).map_err(Into::into)),
@@ -210,8 +259,10 @@ impl Change {
 
     /// The policy, loaded again, allows what was asked.
     fn takes_effect(&self) -> Result<()> {
-        let loaded = cordon_policy::load(&self.opts)
+        let mut loaded = cordon_policy::load(&self.opts)
             .map_err(|e| anyhow!("the policy would no longer load:\n{e}"))?;
+        // As a session starting now would see it: rules that ended do not decide.
+        loaded.plan.expire(SystemTime::now());
         let plan = &loaded.plan;
         let (decided, by) = match &self.subject {
             Subject::Exec { program, args, .. } => {

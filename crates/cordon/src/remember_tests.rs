@@ -283,3 +283,70 @@ fn an_answer_for_an_hour_loads_and_decides_once_until_exists() {
         Allow
     );
 }
+
+#[test]
+fn an_exact_rule_that_would_allow_more_or_keep_a_secret_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    user_file(t.path(), "[exec]\nask = [\"deploy *\"]\n");
+    let exec = |args: &[&str]| {
+        question(
+            &format!("deploy {}", args.join(" ")),
+            Subject::Exec {
+                program: "deploy".into(),
+                args: args.iter().map(|a| a.to_string()).collect(),
+                pattern: "deploy *".into(),
+            },
+        )
+    };
+    let e = change(t.path(), &exec(&["*"]), Keep::Always, Scope::Exact).unwrap_err();
+    assert!(e.to_string().contains("wildcard"), "{e}");
+    let token = "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB";
+    let e = change(
+        t.path(),
+        &exec(&["--token", token]),
+        Keep::Always,
+        Scope::Exact,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("secret"), "{e}");
+    // The asking rule's pattern is still on offer, and the comment keeps no secret.
+    let c = change(
+        t.path(),
+        &exec(&["--token", token]),
+        Keep::Always,
+        Scope::Pattern,
+    )
+    .unwrap();
+    assert!(!c.diff.contains(token), "{}", c.diff);
+    let http = question(
+        "POST https://github.com/*",
+        Subject::Http {
+            method: "POST".into(),
+            host: "github.com".into(),
+            port: 443,
+            path: "/*".into(),
+        },
+    );
+    let e = change(t.path(), &http, Keep::Always, Scope::Exact).unwrap_err();
+    assert!(e.to_string().contains("wildcard"), "{e}");
+}
+
+#[test]
+fn writing_an_answer_does_not_restart_the_files_grants() {
+    let t = tempfile::tempdir().unwrap();
+    let f = user_file(t.path(), "[exec]\nask = [\"git push *\"]\n");
+    let then = SystemTime::now() - std::time::Duration::from_secs(7200);
+    std::fs::File::options()
+        .write(true)
+        .open(&f)
+        .unwrap()
+        .set_modified(then)
+        .unwrap();
+    let c = change(t.path(), &git_push(), Keep::Always, Scope::Exact).unwrap();
+    c.write().unwrap();
+    let at = std::fs::metadata(&f).unwrap().modified().unwrap();
+    assert_eq!(
+        at, then,
+        "`for` counts from the file's time: it must not move"
+    );
+}

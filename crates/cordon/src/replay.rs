@@ -77,7 +77,19 @@ fn plan_for(policy: Option<PathBuf>, start: &Event) -> Result<cordon_policy::Pla
         project: Some(project.clone()),
         profile: Some(profile),
     };
-    let opts = crate::commands::load_options(policy, &args, project);
+    let mut opts = crate::commands::load_options(None, &args, project.clone());
+    // Without --policy, the file the session ran with: one it named that is neither the
+    // user's own nor the project's (`cordon run --policy FILE`).
+    opts.policy_file = policy.or_else(|| {
+        let own = [opts.user_config.clone(), Some(project.join("cordon.toml"))];
+        start
+            .detail
+            .get("policy_files")?
+            .as_array()?
+            .iter()
+            .filter_map(|v| v.as_str().map(PathBuf::from))
+            .find(|f| !own.iter().flatten().any(|o| o == f) && f.is_file())
+    });
     let mut plan = cordon_policy::load(&opts).map_err(|e| anyhow!("{e}"))?.plan;
     // Rules that end are judged as the session's start judged them.
     let started = cordon_policy::Expiry::parse(&start.time)

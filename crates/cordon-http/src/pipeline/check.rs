@@ -107,6 +107,12 @@ pub(crate) async fn check(
     if let Some(who) = &verdict.approved_by {
         denied = denied.detail("approved", who.clone());
     }
+    // A question nobody could answer (no judge, no one to ask): refused as it stands.
+    match action {
+        HttpAction::Ask => denied = denied.detail("unanswered", "ask"),
+        HttpAction::Judge => denied = denied.detail("unanswered", "judge"),
+        _ => {}
+    }
     if let Some(call) = &verdict.judge_call {
         denied = denied.judge_call(call);
     }

@@ -84,7 +84,8 @@ pub(crate) fn relay(
                 EvAction::Deny,
                 502,
                 "the response is compressed although asked not to be; it cannot be scrubbed of the credential",
-                &verdict.decided_by,
+                // Refused for what the answer held, not by policy: `cordon replay` keeps it.
+                "http.compressed-credential",
             )));
             return Err(Refused::new(
                 StatusCode::BAD_GATEWAY,

@@ -536,7 +536,7 @@ impl Shared {
             };
         }
         let mut flow = Flow::new(dest, port, via, verdict, client);
-        flow.learned = learned;
+        flow.learned = learned && flow.verdict.allow;
         if !flow.verdict.allow {
             let (verdict, reason) = (flow.verdict.clone(), flow.verdict.reason.clone());
             self.emit_later(flow, Action::Deny, reason).await;
@@ -544,7 +544,7 @@ impl Shared {
         }
         let addrs = match dest {
             Dest::Ip(ip) => vec![*ip],
-            Dest::Name(name) => match self.lookup(name).await {
+            Dest::Name(name) => match self.lookup(name, !learned).await {
                 Ok(a) => a,
                 Err(Some(refusal)) => {
                     let (action, reason) = match refusal.rule() {
@@ -553,6 +553,8 @@ impl Shared {
                             flow.verdict.rule = rule;
                             flow.verdict.allow = false;
                             flow.verdict.reason = refusal.to_string();
+                            // Refused after all: not something a learning run let through.
+                            flow.learned = false;
                             (Action::Deny, refusal.to_string())
                         }
                         None => (Action::Error, refusal.to_string()),
@@ -669,14 +671,23 @@ impl Shared {
 
     /// The host-side lookup of `name` with the rebinding/SSRF rule: static answers at once, a
     /// real lookup on the blocking pool. `Err(None)` when that task itself failed.
-    async fn lookup(&self, name: &str) -> Result<Vec<IpAddr>, Option<crate::Refusal>> {
-        let looked_up = match self.host.answer_locally(name) {
+    /// `vouched`: a rule allows this connection, so a name it names exactly may resolve to a
+    /// private address; a connection only a learning run lets through has no such rule.
+    async fn lookup(
+        &self,
+        name: &str,
+        vouched: bool,
+    ) -> Result<Vec<IpAddr>, Option<crate::Refusal>> {
+        let looked_up = match self.host.answer_locally(name, vouched) {
             Some(r) => r,
             None => {
                 let (host, n) = (self.host.clone(), name.to_string());
-                tokio::task::spawn_blocking(move || host.resolve_for_connect(&n))
-                    .await
-                    .map_err(|_| None)?
+                tokio::task::spawn_blocking(move || match vouched {
+                    true => host.resolve_for_connect(&n),
+                    false => host.resolve_unvouched(&n),
+                })
+                .await
+                .map_err(|_| None)?
             }
         };
         looked_up.map_err(Some)
@@ -771,7 +782,9 @@ impl Shared {
     /// The connect an allowed HTTP request makes: the host-side lookup with the
     /// rebinding/SSRF rule, then the checked addresses only.
     pub(crate) async fn connect_checked(&self, name: &str, port: u16) -> io::Result<TcpStream> {
-        let addrs = self.lookup(name).await.map_err(|r| match r {
+        // A request the HTTP layer sees only because a learning run let its connection in.
+        let vouched = !self.learning || self.plan.allowing(name, port).is_some();
+        let addrs = self.lookup(name, vouched).await.map_err(|r| match r {
             Some(r) => io::Error::new(io::ErrorKind::PermissionDenied, r.to_string()),
             None => io::Error::other("lookup task failed"),
         })?;
