@@ -313,3 +313,83 @@ both!(
         assert!(out.contains(&format!("gone.test:{port}")), "{out}");
     }
 );
+
+// What a learning run still refuses: the host's own services on a port no rule names (the
+// host alias is allowed on another port), a raw address, a blocklisted name. Nothing reaches
+// the host's server, and nothing of it is suggested.
+both!(
+    a_learning_run_keeps_the_walls_that_are_not_rules,
+    |env: Env| {
+        if !have("curl") {
+            return;
+        }
+        setup(&env);
+        let www = common::net::www(&env, "www", "hello\n");
+        let srv = Server::http(&www);
+        let port = srv.port;
+        let other = if port == 65535 { port - 1 } else { port + 1 };
+        let pol =
+            format!("[[network.allow]]\nhost = \"host.cordon.internal\"\nports = [{other}]\n");
+        let p = policy(&env, &pol);
+        let get = |url: &str, tag: &str| {
+            format!("echo {tag}=$(curl -s -m 8 -o /dev/null -w '%{{http_code}}' {url})\n")
+        };
+        let script = [
+            get(
+                &format!("http://host.cordon.internal:{port}/hello.txt"),
+                "ALIAS",
+            ),
+            get(
+                &format!("--noproxy '*' http://host.cordon.internal:{port}/hello.txt"),
+                "ALIASTUN",
+            ),
+            get(&format!("http://127.0.0.1:{port}/hello.txt"), "RAW"),
+            get("http://webhook.site/x", "BLOCKED"),
+        ]
+        .concat();
+        let o = wait_limited(
+            spawn_run_full(&env, &p, &script, &[], &["--learn"]),
+            std::time::Duration::from_secs(120),
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        for tag in ["ALIAS", "ALIASTUN", "RAW", "BLOCKED"] {
+            let line = out
+                .lines()
+                .find(|l| l.starts_with(&format!("{tag}=")))
+                .unwrap_or_else(|| panic!("{tag} did not run: {}", show(&o)));
+            assert!(!line.ends_with("=200"), "{tag} got through: {}", show(&o));
+        }
+        assert_eq!(
+            srv.count("REQ"),
+            0,
+            "the host's server was reached: {}",
+            srv.log()
+        );
+        let evs = events(&env);
+        let let_through: Vec<&Value> = evs
+            .iter()
+            .filter(|e| e["detail"]["learn"].is_string() && e["action"] == "allow")
+            .filter(|e| {
+                let s = e.to_string();
+                s.contains("host.cordon.internal")
+                    || s.contains("webhook.site")
+                    || s.contains("127.0.0.1")
+            })
+            .collect();
+        assert!(let_through.is_empty(), "{let_through:#?}");
+        let o = env
+            .cordon()
+            .args(["policy", "suggest"])
+            .arg(&env.audit)
+            .output()
+            .unwrap();
+        let s = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            !s.contains("webhook.site")
+                && !s.contains("127.0.0.1")
+                && !s.contains(&format!("{port}]")),
+            "{s}"
+        );
+    }
+);
