@@ -117,6 +117,15 @@ fn run_time_rule(rule: &str) -> bool {
         || rule == "network.icmp"
 }
 
+/// Whether a filesystem event's rule is one the policy holds: `built-in`, a `FILE:LINE`, or
+/// the home's view itself (`filesystem.home`).
+fn policy_path_rule(rule: &str) -> bool {
+    let file_line = rule
+        .rsplit_once(':')
+        .is_some_and(|(file, line)| file.starts_with('/') && line.parse::<u32>().is_ok());
+    rule == "built-in" || rule == "filesystem.home" || file_line
+}
+
 /// How `e` counts for replay.
 pub fn classify(e: &Event) -> Classified {
     let decided = matches!(e.action, Action::Allow | Action::Deny)
@@ -129,6 +138,11 @@ pub fn classify(e: &Event) -> Classified {
     if let Some(r) = e.rule.as_deref()
         && run_time_rule(r)
     {
+        return Classified::Kept(e.layer);
+    }
+    if e.layer == Layer::Filesystem && e.rule.as_deref().is_some_and(|r| !policy_path_rule(r)) {
+        // A mask made from the host's state at the start (a file that held a secret, the
+        // ssh agent's socket, cordon's own directories): not for a policy to decide again.
         return Classified::Kept(e.layer);
     }
     if e.detail.contains_key("note") && e.layer == Layer::Exec {

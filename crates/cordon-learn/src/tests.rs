@@ -423,3 +423,36 @@ fn questions_nobody_could_answer_and_rules_that_now_ask() {
     );
     assert_eq!(classify(&axfr), Classified::Kept(Layer::Dns));
 }
+
+#[test]
+fn masks_made_from_the_hosts_state_are_kept() {
+    let mask = |rule: &str| {
+        ev(
+            1,
+            Layer::Filesystem,
+            Action::Deny,
+            Some(rule),
+            json!({"path": "/h/.x"}),
+        )
+    };
+    for rule in [
+        "the host's ssh agent (SSH_AUTH_SOCK)",
+        "built-in: cordon's own state",
+    ] {
+        assert_eq!(
+            classify(&mask(rule)),
+            Classified::Kept(Layer::Filesystem),
+            "{rule}"
+        );
+    }
+    for rule in [
+        "built-in",
+        "/home/u/.config/cordon/cordon.toml:12",
+        "filesystem.home",
+    ] {
+        assert!(
+            matches!(classify(&mask(rule)), Classified::Decision(_)),
+            "{rule}"
+        );
+    }
+}
