@@ -334,6 +334,12 @@ impl Unborn {
         let mut spec = init_spec(plan, cmd, layout, env, net_setup);
         let (sock, child) = self.parts.take().expect("init is there until run takes it");
         let sandbox = Sandbox::into_cgroup(child, plan, &mut spec, emit)?;
+        // Caught from before the command runs on: a signal sent once it has started (it may
+        // print before the start's events are written) is forwarded, never cordon's death.
+        let signals = match Signals::catch() {
+            Ok(s) => s,
+            Err(e) => return Err(sandbox.abort(io_err("catch the signals to forward", e))),
+        };
         if let Err(e) = protocol::send_spec(sock.as_raw_fd(), spec) {
             return Err(sandbox.abort(io_err("send the plan to the sandbox", e)));
         }
@@ -358,7 +364,7 @@ impl Unborn {
         report_started(started, cmd, emit);
         report_seccomp(plan, emit);
         supervisor.release_events();
-        sandbox.supervise(handed.master, supervisor, handed.exit_pipe)
+        sandbox.supervise(handed.master, supervisor, handed.exit_pipe, signals)
     }
 }
 
@@ -870,8 +876,10 @@ impl Sandbox {
         master: Option<OwnedFd>,
         exec: ExecSupervisor,
         exit_pipe: Option<OwnedFd>,
+        signals: Signals,
     ) -> Result<Outcome, SandboxError> {
-        let ended = relay(&self.child, master, Some(exec), exit_pipe);
+        let ended = relay(&self.child, master, Some(exec), exit_pipe, &signals);
+        drop(signals);
         let status = match ended {
             Ok(Ended::Reaped(st)) => Ok(st),
             // Everything inside is gone; the kernel is still tearing the namespaces down. Only
@@ -1225,14 +1233,9 @@ fn relay(
     master: Option<OwnedFd>,
     mut exec: Option<ExecSupervisor>,
     mut exit_pipe: Option<OwnedFd>,
+    signals: &Signals,
 ) -> io::Result<Ended> {
-    let (sig_r, sig_w) = sys::pipe()?;
-    sys::set_nonblocking(sig_w.as_raw_fd(), true)?;
-    sys::set_nonblocking(sig_r.as_raw_fd(), true)?;
-    SIGNAL_PIPE.store(sig_w.as_raw_fd(), Ordering::Relaxed);
-    for sig in FORWARDED {
-        sys::install_handler(sig, on_signal)?;
-    }
+    let sig_r = &signals.read;
     let _guard = match &master {
         Some(_) => RawGuard {
             fd: 0,
@@ -1406,9 +1409,39 @@ fn relay(
             sys::write_all_raw(1, &buf[..n as usize]);
         }
     }
-    for sig in FORWARDED {
-        sys::default_handler(sig);
-    }
-    SIGNAL_PIPE.store(-1, Ordering::Relaxed);
     Ok(status)
+}
+
+/// The forwarded signals, caught: a handler writes each to a pipe the relay reads, from
+/// before the command's first exec is answered until the relay has ended (then their default
+/// actions are back).
+pub(crate) struct Signals {
+    read: OwnedFd,
+    _write: OwnedFd,
+}
+
+impl Signals {
+    fn catch() -> io::Result<Signals> {
+        let (read, write) = sys::pipe()?;
+        sys::set_nonblocking(write.as_raw_fd(), true)?;
+        sys::set_nonblocking(read.as_raw_fd(), true)?;
+        SIGNAL_PIPE.store(write.as_raw_fd(), Ordering::Relaxed);
+        let caught = Signals {
+            read,
+            _write: write,
+        };
+        for sig in FORWARDED {
+            sys::install_handler(sig, on_signal)?;
+        }
+        Ok(caught)
+    }
+}
+
+impl Drop for Signals {
+    fn drop(&mut self) {
+        for sig in FORWARDED {
+            sys::default_handler(sig);
+        }
+        SIGNAL_PIPE.store(-1, Ordering::Relaxed);
+    }
 }
