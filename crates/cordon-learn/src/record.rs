@@ -63,10 +63,15 @@ impl Subject {
             Subject::Path { path } => path.clone(),
             Subject::Lookup { name } => name.clone(),
         };
-        s.chars()
-            .map(|c| if c.is_control() { '?' } else { c })
-            .collect()
+        clean(&s)
     }
+}
+
+/// `s` with control characters replaced by `?`: what a log holds came from inside.
+pub(crate) fn clean(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
 }
 
 /// One recorded decision.
@@ -249,9 +254,8 @@ fn said(e: &Event) -> (Said, Option<String>, Option<bool>) {
     let via_ask = rule.as_deref().is_some_and(|r| r.ends_with("→ ask"))
         || e.detail.contains_key("approved")
         || e.detail.contains_key("approval");
-    if let Some(call) = e.judge_call() {
+    if e.detail.contains_key(cordon_events::JUDGE_CALL) {
         // Asked after the judge could not decide: still the judge's rule.
-        let _ = call;
         return (Said::Judge, base, Some(allowed));
     }
     if via_ask {

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use cordon_events::{Action, Event, LEARN, Layer};
 use cordon_policy::explain::toml_string;
 
+use crate::record::clean;
+
 /// Hosts where anything can be posted for others to read (forges, paste sites, chat
 /// webhooks, file drops): allowing the host would allow sending the project anywhere on it.
 const UPLOAD_HOSTS: &[&str] = &[
@@ -420,10 +422,4 @@ fn wildcards(hosts: &BTreeMap<String, BTreeMap<u16, Seen>>) -> Vec<(String, BTre
         }
     }
     out.into_iter().collect()
-}
-
-fn clean(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
 }

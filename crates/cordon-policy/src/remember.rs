@@ -241,10 +241,25 @@ pub fn replace(path: &Path, content: &str) -> Result<(), PolicyError> {
         .mode(0o700)
         .create(&dir)
         .map_err(|e| PolicyError::io("create", &dir, e))?;
-    let mode = match std::fs::metadata(&target) {
-        Ok(m) => m.permissions().mode() & 0o7777,
-        Err(_) => 0o600,
-    };
+    let meta = std::fs::metadata(&target).ok();
+    write_atomically(&target, content.as_bytes(), meta.as_ref())
+        .map_err(|e| PolicyError::io("write", &target, e))
+}
+
+/// Writes `content` to a temporary file beside `target` (the mode and owner of `meta`, or
+/// 0600 and ours), flushes it, renames it over `target` and flushes the directory: a reader
+/// sees the old file or the new one, never half. Shared by every writer of a user's file
+/// (the policy here, login files in cordon-http).
+pub fn write_atomically(
+    target: &Path,
+    content: &[u8],
+    meta: Option<&std::fs::Metadata>,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = target
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let name = target
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -252,26 +267,36 @@ pub fn replace(path: &Path, content: &str) -> Result<(), PolicyError> {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = dir.join(format!(".{name}.cordon-{}-{n}.tmp", std::process::id()));
+    let mode = meta.map_or(0o600, |m| m.mode() & 0o7777);
     let written = (|| {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(mode)
             .open(&tmp)?;
-        // The umask may have narrowed the mode the file was created with.
+        // The umask may have narrowed the mode; the owner is kept where we may set it (root
+        // writing a user's file), and otherwise is ours already.
         f.set_permissions(std::fs::Permissions::from_mode(mode))?;
-        f.write_all(content.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &target)
+        if let Some(m) = meta
+            && (m.uid(), m.gid()) != own_ids()
+        {
+            std::os::unix::fs::fchown(&f, Some(m.uid()), Some(m.gid()))?;
+        }
+        f.write_all(content)?;
+        f.sync_all()
     })();
-    if let Err(e) = written {
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, target)) {
         let _ = std::fs::remove_file(&tmp);
-        return Err(PolicyError::io("write", &target, e));
+        return Err(e);
     }
     // The rename itself survives a crash once the directory is on disk.
-    std::fs::File::open(&dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| PolicyError::io("flush", &dir, e))
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// This process's effective ids (the owner of `/proc/self`): what a file it creates gets.
+fn own_ids() -> (u32, u32) {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").map_or((u32::MAX, u32::MAX), |m| (m.uid(), m.gid()))
 }
 
 #[cfg(test)]

@@ -544,24 +544,17 @@ impl<'a> ExecSupervisor<'a> {
             (ExecAction::Ask, Some(false)) => ExecAction::Deny,
             (a, _) => a,
         };
-        if self.learning && action != ExecAction::Allow && rule.origin != "built-in" {
-            if self.still_same(&n, &call) {
-                let _ = self.listener.allow(n.id);
-                let ev = self
-                    .exec_event(Action::Allow, &line, &rule_text, &n, &call)
-                    .detail("learn", format!("would {}", rule.action));
-                self.log(ev);
-            } else {
-                self.deny_changed(&n, &call, &line, &rule_text);
-            }
-            return;
-        }
+        // A learning run lets through what a rule of the user's refuses or asks about.
+        let learned = self.learning && action != ExecAction::Allow && rule.origin != "built-in";
+        let action = if learned { ExecAction::Allow } else { action };
         match action {
             ExecAction::Allow => {
                 if self.still_same(&n, &call) {
                     let _ = self.listener.allow(n.id);
                     let mut ev = self.exec_event(Action::Allow, &line, &rule_text, &n, &call);
-                    if rule.action == ExecAction::Ask {
+                    if learned {
+                        ev = ev.detail(cordon_events::LEARN, format!("would {}", rule.action));
+                    } else if rule.action == ExecAction::Ask {
                         ev = ev.detail("approval", "person, for the rest of the session");
                     }
                     self.log(ev);

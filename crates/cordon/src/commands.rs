@@ -1174,15 +1174,7 @@ fn log(a: LogArgs) -> Result<i32> {
         (Some(f), _) => f.clone(),
         (None, Some(id)) => cordon_events::default_log_path(id)
             .ok_or_else(|| anyhow!("invalid session id {id:?}"))?,
-        (None, None) => {
-            let dir =
-                dir.ok_or_else(|| anyhow!("no state directory: set HOME or XDG_STATE_HOME"))?;
-            cordon_events::list_sessions(&dir)?
-                .into_iter()
-                .next()
-                .map(|s| s.path)
-                .ok_or_else(|| anyhow!("no sessions recorded in {}", dir.display()))?
-        }
+        (None, None) => crate::replay::newest_log()?,
     };
     if a.verify {
         let r = cordon_events::verify(&path)?;

@@ -104,16 +104,21 @@ fn plan_for(policy: Option<PathBuf>, start: &Event) -> Result<cordon_policy::Pla
     Ok(plan)
 }
 
+/// The newest session's log (`cordon log`, `cordon replay` and `suggest` without a session).
+pub(crate) fn newest_log() -> Result<PathBuf> {
+    let dir = cordon_events::default_log_dir()
+        .ok_or_else(|| anyhow!("no state directory: set HOME or XDG_STATE_HOME"))?;
+    cordon_events::list_sessions(&dir)?
+        .into_iter()
+        .next()
+        .map(|s| s.path)
+        .ok_or_else(|| anyhow!("no sessions recorded in {}", dir.display()))
+}
+
 /// The log files named (session ids or paths), or the newest session's.
 fn logs(named: &[String]) -> Result<Vec<PathBuf>> {
     if named.is_empty() {
-        let dir = cordon_events::default_log_dir()
-            .ok_or_else(|| anyhow!("no state directory: set HOME or XDG_STATE_HOME"))?;
-        let newest = cordon_events::list_sessions(&dir)?
-            .into_iter()
-            .next()
-            .ok_or_else(|| anyhow!("no sessions recorded in {}", dir.display()))?;
-        return Ok(vec![newest.path]);
+        return Ok(vec![newest_log()?]);
     }
     named
         .iter()

@@ -168,8 +168,8 @@ fn ask(env: &Env, port: u16, method: &str, path: &str, headers: &str, body: &str
     http_as(user, port, method, path, headers, body)
 }
 
-/// `POST path` (accept or discard) of session `id`'s state review, as the page sends it.
-fn decide(env: &Env, ui: &Dashboard, path: &str, id: &str) -> (u16, String) {
+/// `POST path` with a JSON `body`, as the page sends it (its token, its origin).
+fn post_page(env: &Env, ui: &Dashboard, path: &str, body: &str) -> (u16, String) {
     ask(
         env,
         ui.port,
@@ -179,8 +179,13 @@ fn decide(env: &Env, ui: &Dashboard, path: &str, id: &str) -> (u16, String) {
             "Origin: http://127.0.0.1:{}\r\nContent-Type: application/json\r\n",
             ui.port
         ),
-        &format!("{{\"session\":\"{id}\"}}"),
+        body,
     )
+}
+
+/// `POST path` (accept or discard) of session `id`'s state review, as the page sends it.
+fn decide(env: &Env, ui: &Dashboard, path: &str, id: &str) -> (u16, String) {
+    post_page(env, ui, path, &format!("{{\"session\":\"{id}\"}}"))
 }
 
 fn dechunk(mut s: &str) -> String {

@@ -10,8 +10,6 @@
 //!
 //! Host side only: the sandbox never sees these values.
 
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// Why a login file could not be updated (it is left as it was).
@@ -70,52 +68,7 @@ pub fn write_json_fields(
             return Err(shape(format!("{field} would not hold its new value")));
         }
     }
-    replace(&target, text.as_bytes(), meta.as_ref()).map_err(io)
-}
-
-/// Writes `content` to a temporary file beside `target` (mode and owner of `meta`, or 0600),
-/// flushes it, renames it over `target` and flushes the directory.
-fn replace(target: &Path, content: &[u8], meta: Option<&std::fs::Metadata>) -> std::io::Result<()> {
-    let dir = target
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = dir.join(format!(".{name}.cordon-{}-{n}.tmp", std::process::id()));
-    let mode = meta.map_or(0o600, |m| m.mode() & 0o7777);
-    let written = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&tmp)?;
-        // The umask may have narrowed the mode; the owner is kept where we may set it (root
-        // writing a user's file), and otherwise is ours already.
-        f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))?;
-        if let Some(m) = meta
-            && (m.uid(), m.gid()) != own_ids()
-        {
-            std::os::unix::fs::fchown(&f, Some(m.uid()), Some(m.gid()))?;
-        }
-        f.write_all(content)?;
-        f.sync_all()
-    })();
-    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, target)) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    // The rename itself survives a crash once the directory is on disk.
-    std::fs::File::open(dir)?.sync_all()
-}
-
-/// This process's effective ids (the owner of `/proc/self`): what a file it creates gets.
-fn own_ids() -> (u32, u32) {
-    std::fs::metadata("/proc/self").map_or((u32::MAX, u32::MAX), |m| (m.uid(), m.gid()))
+    cordon_policy::remember::write_atomically(&target, text.as_bytes(), meta.as_ref()).map_err(io)
 }
 
 /// `text` (a JSON object) with the value at dotted `field` replaced by `value` — or added to

@@ -142,5 +142,5 @@ fn a_file_that_cannot_take_the_values_is_left_as_it_was() {
 }
 
 fn running_as_root() -> bool {
-    own_ids().0 == 0
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }

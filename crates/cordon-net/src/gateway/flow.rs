@@ -107,80 +107,14 @@ pub fn explain_flow(
     port: u16,
     http_layer: bool,
 ) -> Result<FlowVerdict, NetError> {
-    let verdict = |d: FlowDecision, http: bool| FlowVerdict {
-        allow: d.allow,
-        rule: d.rule,
-        reason: d.reason,
-        http,
-    };
-    match plan.network.mode {
-        NetMode::Host => {
-            return Ok(FlowVerdict {
-                allow: true,
-                rule: "network.mode".into(),
-                reason: "[network] mode = \"host\": the host's network, unfiltered".into(),
-                http: false,
-            });
-        }
-        NetMode::None => {
-            return Ok(FlowVerdict {
-                allow: false,
-                rule: "network.mode".into(),
-                reason: "[network] mode = \"none\": loopback only, no way out".into(),
-                http: false,
-            });
-        }
-        NetMode::Gateway => {}
-    }
-    let resolver = Resolver::new(net_config(plan))?;
-    let names = resolver.host_resolver();
-    let blocked = |n: &str| names.blocked(n);
     let bare = host.trim_start_matches('[').trim_end_matches(']');
-    let dest =
-        match bare.parse::<IpAddr>() {
-            Ok(ip) => Dest::Ip(ip),
-            Err(_) => Dest::Name(crate::name::normalize(host).map_err(|reason| {
-                NetError::BadHostName {
-                    name: host.to_string(),
-                    reason,
-                }
-            })?),
-        };
-    if http_layer {
-        match http_flow(
-            &plan.http,
-            &plan.tls.passthrough,
-            &plan.network,
-            &blocked,
-            &dest,
-            port,
-            false,
-        ) {
-            HttpFlow::Intercept => {
-                return Ok(FlowVerdict {
-                    allow: true,
-                    rule: "http".into(),
-                    reason: format!(
-                        "the HTTP layer takes connections to {}:{port}: each request is decided by rule",
-                        dest.host()
-                    ),
-                    http: true,
-                });
-            }
-            HttpFlow::Deny(d) => return Ok(verdict(d, false)),
-            HttpFlow::NotHttp => {}
-        }
+    if plan.network.mode == NetMode::Gateway && bare.parse::<IpAddr>().is_err() {
+        crate::name::normalize(host).map_err(|reason| NetError::BadHostName {
+            name: host.to_string(),
+            reason,
+        })?;
     }
-    let allow_ips = plan
-        .network
-        .allow_ips
-        .iter()
-        .filter_map(|c| c.parse::<IpNet>().ok())
-        .collect::<Vec<_>>();
-    Ok(verdict(
-        policy::decide(&plan.network, &allow_ips, &blocked, &dest, port),
-        false,
-    ))
+    Ok(FlowPolicy::new(plan)?.decide(host, port, Route::Tun, http_layer))
 }
 
 /// How a connection reached the gateway: it decides each route a little differently.
@@ -248,7 +182,7 @@ impl<'a> FlowPolicy<'a> {
                 return FlowVerdict {
                     allow: true,
                     rule: "network.mode".into(),
-                    reason: "[network] mode = \"host\"".into(),
+                    reason: "[network] mode = \"host\": the host's network, unfiltered".into(),
                     http: false,
                 };
             }
@@ -256,7 +190,7 @@ impl<'a> FlowPolicy<'a> {
                 return FlowVerdict {
                     allow: false,
                     rule: "network.mode".into(),
-                    reason: "[network] mode = \"none\"".into(),
+                    reason: "[network] mode = \"none\": loopback only, no way out".into(),
                     http: false,
                 };
             }
@@ -283,7 +217,10 @@ impl<'a> FlowPolicy<'a> {
                     return FlowVerdict {
                         allow: true,
                         rule: "http".into(),
-                        reason: "the HTTP layer decides each request".into(),
+                        reason: format!(
+                            "the HTTP layer takes connections to {}:{port}: each request is decided by rule",
+                            dest.host()
+                        ),
                         http: true,
                     };
                 }
@@ -367,12 +304,6 @@ mod tests {
         assert_eq!((v.allow, v.rule.as_str()), (false, "http.default-deny"));
         let v = f.decide("evil.example", 8080, Route::Tun, true);
         assert_eq!((v.allow, v.rule.as_str()), (false, "network.default-deny"));
-        // The same answers as `cordon explain`.
-        for (host, port) in [("github.com", 22), ("webhook.site", 443), ("10.0.0.1", 443)] {
-            let x = explain_flow(&p, host, port, true).unwrap();
-            let v = f.decide(host, port, Route::Tun, true);
-            assert_eq!((v.allow, v.rule), (x.allow, x.rule), "{host}:{port}");
-        }
         assert_eq!(Route::from_via("proxy-http"), Some(Route::ProxyRequest));
         assert_eq!(Route::from_via("publish"), None);
     }

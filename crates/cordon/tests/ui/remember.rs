@@ -9,17 +9,7 @@ use common::{runtime_dir, wait_for_question};
 
 /// `POST path` with `body`, as the page sends it.
 fn post(env: &Env, ui: &Dashboard, path: &str, body: &str) -> (u16, Value) {
-    let (status, text) = ask(
-        env,
-        ui.port,
-        "POST",
-        &format!("{path}?token={}", ui.token),
-        &format!(
-            "Origin: http://127.0.0.1:{}\r\nContent-Type: application/json\r\n",
-            ui.port
-        ),
-        body,
-    );
+    let (status, text) = post_page(env, ui, path, body);
     let v = serde_json::from_str(&text).unwrap_or_else(|_| json!({ "text": text }));
     (status, v)
 }
