@@ -10,13 +10,14 @@ use super::*;
 use common::net::{UNPROXIED, https_443, variant_addr};
 
 /// What the page shows of the session `id`: `[ended, up, down, host row's up, host row's
-/// down, host row's allowed]`, once its card carries the host `name` (else null).
+/// down, host row's allowed]`, once its card carries the host `name` and shows the session
+/// ended (else null): its rows may be drawn while its last events are still on their way.
 fn card_js(id: &str, name: &str) -> String {
     format!(
         "const c = document.querySelector('#sessions .session[data-session=\"{id}\"]');\
          const r = c && [...c.querySelectorAll('tr.host-row')]\
            .find(r => r.dataset.host.startsWith('{name}'));\
-         return r ? [c.dataset.ended === 'true', +c.dataset.up, +c.dataset.down,\
+         return r && c.dataset.ended === 'true' ? [c.dataset.ended === 'true', +c.dataset.up, +c.dataset.down,\
            +r.dataset.up, +r.dataset.down, +r.cells[1].textContent] : null"
     )
 }
