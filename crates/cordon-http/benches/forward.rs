@@ -55,6 +55,7 @@ async fn front(up: SocketAddr, up_ca: String, secure: bool, ca: Arc<CertAuthorit
     let (credentials, dlp) = if secure {
         (
             vec![WireCredential {
+                programs: Default::default(),
                 name: "bench".into(),
                 placeholder: PH.into(),
                 real: REAL.into(),
@@ -112,7 +113,7 @@ async fn front(up: SocketAddr, up_ca: String, secure: bool, ca: Arc<CertAuthorit
     tokio::spawn(async move {
         loop {
             let (s, _) = l.accept().await.unwrap();
-            tokio::spawn(i.clone().serve_tls(s, "bench.test".into(), 443));
+            tokio::spawn(i.clone().serve_tls(s, "bench.test".into(), 443, None));
         }
     });
     a

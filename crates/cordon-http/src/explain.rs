@@ -10,7 +10,9 @@ use crate::rules::{self, Decision};
 /// rule (`[[http.rule]]`s first, then the `[[network.allow]]` allowances, else `default`).
 /// Headers are not known here, so a rule that needs one does not match; a `GET` or `HEAD`
 /// has no body, anything else a body of unknown length. An `Err` is the layer's own 400 for
-/// a path whose meaning is ambiguous (encoded `/`, `..` above the root).
+/// a path whose meaning is ambiguous (encoded `/`, `..` above the root). `owner`: the
+/// process asking (`cordon explain --program`); `None`, one not known, which only rules for
+/// any process let through.
 pub fn explain_request(
     plan: &Plan,
     method: &str,
@@ -18,6 +20,7 @@ pub fn explain_request(
     port: u16,
     path: &str,
     query: &str,
+    owner: Option<&cordon_policy::Owner>,
 ) -> Result<Decision, &'static str> {
     let path = crate::pipeline::normalize_path(path)?;
     let body_len =
@@ -33,6 +36,7 @@ pub fn explain_request(
             query,
             headers: &[],
             body_len,
+            owner,
         },
     ))
 }
@@ -57,7 +61,8 @@ impl RequestPolicy {
 
     /// The first rule matching a request whose path is already normalised (as the layer
     /// logs it), with no headers and no query; `None` when a rule that would match but for
-    /// its headers or query comes first (the log cannot say).
+    /// its headers or query comes first (the log cannot say). `owner`: the process the log
+    /// names, as the gateway found it.
     pub fn decide(
         &self,
         method: &str,
@@ -65,6 +70,7 @@ impl RequestPolicy {
         port: u16,
         path: &str,
         body_len: Option<u64>,
+        owner: Option<&cordon_policy::Owner>,
     ) -> Option<Decision> {
         let req = rules::Request {
             method,
@@ -74,6 +80,7 @@ impl RequestPolicy {
             query: "",
             headers: &[],
             body_len,
+            owner,
         };
         for r in &self.rules {
             if rules::rule_matches(r, &req) {
@@ -126,17 +133,18 @@ mod tests {
                 ..HttpRule::new("no-uploads", "pypi.org".parse().unwrap(), HttpAction::Deny)
             },
         );
-        let d = explain_request(&plan, "post", "pypi.org", 443, "/x/../upload/a", "").unwrap();
+        let d =
+            explain_request(&plan, "post", "pypi.org", 443, "/x/../upload/a", "", None).unwrap();
         assert_eq!(
             (d.action, d.rule.as_str()),
             (HttpAction::Deny, "no-uploads")
         );
         // The built-in [[network.allow]] for pypi.org allows the rest.
-        let d = explain_request(&plan, "GET", "pypi.org", 443, "/simple/", "").unwrap();
+        let d = explain_request(&plan, "GET", "pypi.org", 443, "/simple/", "", None).unwrap();
         assert_eq!(d.action, HttpAction::Allow);
         assert!(d.rule.contains("pypi.org"), "{d:?}");
-        let d = explain_request(&plan, "GET", "evil.example", 443, "/", "").unwrap();
+        let d = explain_request(&plan, "GET", "evil.example", 443, "/", "", None).unwrap();
         assert_eq!((d.action, d.rule.as_str()), (plan.http.default, "default"));
-        assert!(explain_request(&plan, "GET", "pypi.org", 443, "/a%2fb", "").is_err());
+        assert!(explain_request(&plan, "GET", "pypi.org", 443, "/a%2fb", "", None).is_err());
     }
 }

@@ -30,6 +30,10 @@ use crate::pipeline::{Body, Conn, SentForms, Tunnels};
 use crate::upstream::{Upstream, upstream_roots};
 use cordon_policy::{HttpAction, HttpRule};
 
+/// The process behind a connection, as the gateway found it: `None` when it could not be
+/// found, or was not looked for (no rule or credential names programs).
+pub type Owned = Option<Arc<cordon_policy::Owner>>;
+
 /// Where events go.
 pub use cordon_events::Emit;
 /// Opens the TCP connection to the real `host:port` for an allowed request (the gateway's
@@ -211,7 +215,8 @@ impl Interceptor {
 
     /// Serves one sandbox connection that was made to `host:port` and will speak TLS: the
     /// sandbox gets a certificate for the name it sent (SNI) — which must be `host`.
-    pub async fn serve_tls<S>(self: Arc<Self>, stream: S, host: String, port: u16)
+    /// `owner`: the process that opened it, when the gateway looked (see [`crate::Owner`]).
+    pub async fn serve_tls<S>(self: Arc<Self>, stream: S, host: String, port: u16, owner: Owned)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -220,7 +225,8 @@ impl Interceptor {
         let Some(tls) = self.accept_tls(stream, &host, port, &alpn).await else {
             return;
         };
-        self.serve(TokioIo::new(tls), host, port, "https").await;
+        self.serve(TokioIo::new(tls), host, port, "https", owner)
+            .await;
     }
 
     /// The sandbox's side of TLS for a connection to `host:port`, with a leaf for `host`
@@ -287,15 +293,22 @@ impl Interceptor {
     }
 
     /// Serves one plain-HTTP sandbox connection made to `host:port`.
-    pub async fn serve_plain<S>(self: Arc<Self>, stream: S, host: String, port: u16)
+    pub async fn serve_plain<S>(self: Arc<Self>, stream: S, host: String, port: u16, owner: Owned)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        self.serve(TokioIo::new(stream), host, port, "http").await;
+        self.serve(TokioIo::new(stream), host, port, "http", owner)
+            .await;
     }
 
-    async fn serve<I>(self: Arc<Self>, io: I, host: String, port: u16, scheme: &'static str)
-    where
+    async fn serve<I>(
+        self: Arc<Self>,
+        io: I,
+        host: String,
+        port: u16,
+        scheme: &'static str,
+        owner: Owned,
+    ) where
         I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
     {
         let me = self.clone();
@@ -307,11 +320,13 @@ impl Interceptor {
             let me = me.clone();
             let host = host.clone();
             let t = t.clone();
+            let owner = owner.clone();
             async move {
                 let conn = Conn {
                     host: &host,
                     port,
                     scheme,
+                    owner: owner.as_deref(),
                 };
                 Ok::<_, hyper::Error>(crate::pipeline::handle(&me, req, &conn, &t).await)
             }

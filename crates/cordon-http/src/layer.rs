@@ -114,11 +114,14 @@ impl HttpLayer {
 
     /// Serves one sandbox connection made to `host:port` that speaks TLS (see
     /// [`Interceptor::serve_tls`]); returns when the connection and its upgrades are done.
-    pub async fn serve_tls<S>(&self, stream: S, host: String, port: u16)
+    pub async fn serve_tls<S>(&self, stream: S, host: String, port: u16, owner: crate::Owned)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        self.interceptor.clone().serve_tls(stream, host, port).await;
+        self.interceptor
+            .clone()
+            .serve_tls(stream, host, port, owner)
+            .await;
     }
 
     /// Answers a TLS connection to `host:port` the gateway denied (see [`crate::Denied`]).
@@ -133,13 +136,13 @@ impl HttpLayer {
     }
 
     /// Serves one plain-HTTP sandbox connection made to `host:port`.
-    pub async fn serve_plain<S>(&self, stream: S, host: String, port: u16)
+    pub async fn serve_plain<S>(&self, stream: S, host: String, port: u16, owner: crate::Owned)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         self.interceptor
             .clone()
-            .serve_plain(stream, host, port)
+            .serve_plain(stream, host, port, owner)
             .await;
     }
 
@@ -172,6 +175,7 @@ pub(crate) fn rules(plan: &Plan) -> Vec<HttpRule> {
                 port: Some(*p),
                 origin: r.origin.clone(),
                 expires: r.expires,
+                programs: r.programs.clone(),
                 ..HttpRule::new(r.label(), r.host.clone(), HttpAction::Allow)
             });
         }

@@ -21,6 +21,7 @@ fn network_allows_follow_the_http_rules_one_per_port() {
         ports: vec![443, 8443],
         origin: "user.toml:3".into(),
         expires: None,
+        programs: Default::default(),
     });
     let r = rules(&p);
     assert_eq!(r.len(), 3);
@@ -37,6 +38,7 @@ fn network_allows_follow_the_http_rules_one_per_port() {
 fn scanning_knows_credentials_and_host_secrets_unless_off() {
     let mut p = plan();
     let cred = WireCredential {
+        programs: Default::default(),
         name: "api".into(),
         placeholder: "cordon-0123456789abcdef".into(),
         real: "real-0123456789abcdefghij".into(),
@@ -121,6 +123,7 @@ async fn while_the_audit_log_cannot_be_written_no_request_is_decided() {
         ports: vec![80],
         origin: "user.toml:1".into(),
         expires: None,
+        programs: Default::default(),
     });
     let dialed = Arc::new(AtomicBool::new(false));
     let d = dialed.clone();
@@ -136,7 +139,7 @@ async fn while_the_audit_log_cannot_be_written_no_request_is_decided() {
     let (mut client, server) = tokio::io::duplex(64 << 10);
     tokio::spawn(async move {
         layer
-            .serve_plain(server, "api.example.test".into(), 80)
+            .serve_plain(server, "api.example.test".into(), 80, None)
             .await
     });
     client
@@ -173,6 +176,7 @@ async fn a_request_let_out_is_logged_when_the_sandbox_leaves_before_the_answer()
         ports: vec![80],
         origin: "user.toml:1".into(),
         expires: None,
+        programs: Default::default(),
     });
     // An upstream that reads the request and never answers.
     let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -200,7 +204,7 @@ async fn a_request_let_out_is_logged_when_the_sandbox_leaves_before_the_answer()
     let (mut client, server) = tokio::io::duplex(64 << 10);
     tokio::spawn(async move {
         layer
-            .serve_plain(server, "api.example.test".into(), 80)
+            .serve_plain(server, "api.example.test".into(), 80, None)
             .await
     });
     client

@@ -66,6 +66,6 @@ mod upstream;
 pub use ask::Asker;
 pub use ca::{CaError, CertAuthority};
 pub use denied::Denied;
-pub use intercept::{Config, ConnectFn, InterceptError, Interceptor, WireCredential};
+pub use intercept::{Config, ConnectFn, InterceptError, Interceptor, Owned, WireCredential};
 pub use judge::{Judge, JudgeConfig};
 pub use layer::{AskConfig, HttpLayer, HttpLayerError};

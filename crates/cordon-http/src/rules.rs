@@ -23,6 +23,8 @@ pub struct Request<'a> {
     pub headers: &'a [(&'a str, &'a str)],
     /// The body's length, when declared.
     pub body_len: Option<u64>,
+    /// The process that sent it (`None`: not found, or not looked for).
+    pub owner: Option<&'a cordon_policy::Owner>,
 }
 
 /// A decision and what made it.
@@ -56,6 +58,11 @@ pub fn rule_matches(rule: &HttpRule, req: &Request<'_>) -> bool {
         && rule
             .max_body
             .is_none_or(|max| req.body_len.is_some_and(|len| len <= max))
+        && cordon_policy::program::applies(
+            &rule.programs,
+            rule.action == HttpAction::Allow,
+            req.owner,
+        )
 }
 
 /// The first matching rule's decision, else `default` (rule name `default`).
@@ -69,9 +76,35 @@ pub fn decide(rules: &[HttpRule], default: HttpAction, req: &Request<'_>) -> Dec
         None => Decision {
             action: default,
             rule: "default".into(),
-            reason: None,
+            reason: only_for_others(rules, req),
         },
     }
+}
+
+/// Why a request no rule matched was not let through by a rule for other programs, when
+/// one would have matched it but for `programs`/`run_by`.
+fn only_for_others(rules: &[HttpRule], req: &Request<'_>) -> Option<String> {
+    let r = rules.iter().find(|r| {
+        r.action == HttpAction::Allow
+            && !r.programs.any()
+            && rule_matches(
+                &HttpRule {
+                    programs: Default::default(),
+                    ..(*r).clone()
+                },
+                req,
+            )
+    })?;
+    let from = match req.owner {
+        Some(o) => format!("this request came from {}", o.describe()),
+        None => "the process that sent this request could not be found".to_string(),
+    };
+    Some(format!(
+        "{} lets {} through only for {}; {from}",
+        r.name,
+        req.host,
+        r.programs.describe()
+    ))
 }
 
 #[cfg(test)]

@@ -182,7 +182,7 @@ fn serve_front(front: TcpListener, interceptor: Arc<Interceptor>) {
             tokio::spawn(
                 interceptor
                     .clone()
-                    .serve_tls(s, "api.example.test".into(), 443),
+                    .serve_tls(s, "api.example.test".into(), 443, None),
             );
         }
     });
@@ -256,7 +256,10 @@ async fn fixture_with(
     tokio::spawn(async move {
         loop {
             let (s, _) = plain.accept().await.unwrap();
-            tokio::spawn(i.clone().serve_plain(s, "api.example.test".into(), 80));
+            tokio::spawn(
+                i.clone()
+                    .serve_plain(s, "api.example.test".into(), 80, None),
+            );
         }
     });
     serve_front(front, interceptor);
@@ -774,6 +777,7 @@ async fn placeholders_become_real_values_only_where_the_credential_goes() {
     assert_eq!((real_q.len(), real_h.len()), (ph_q.len(), ph_h.len()));
     let cred = |name: &str, real: &str, ph: &str, header: &str, query: Option<&str>| {
         cordon_http::WireCredential {
+            programs: Default::default(),
             name: name.into(),
             placeholder: ph.into(),
             real: real.into(),
@@ -857,6 +861,7 @@ async fn every_form_a_value_was_sent_in_is_scrubbed_and_cleartext_refused() {
     let real = "basic-real-value-0123456789";
     let ph = &format!("cordon-{}", "b".repeat(real.len() - 7));
     let cred = cordon_http::WireCredential {
+        programs: Default::default(),
         name: "b".into(),
         placeholder: ph.clone(),
         real: real.into(),
@@ -931,6 +936,7 @@ async fn query_credentials_swap_only_a_whole_value() {
     let real = "query-real-value-0123456789";
     let ph = &format!("cordon-{}", "q".repeat(real.len() - 7));
     let cred = cordon_http::WireCredential {
+        programs: Default::default(),
         name: "q".into(),
         placeholder: ph.clone(),
         real: real.into(),

@@ -25,6 +25,8 @@ pub enum Subject {
         host: String,
         port: u16,
         route: Route,
+        /// The process behind it, when a rule naming programs had it found.
+        owner: Option<cordon_policy::Owner>,
     },
     /// An HTTP request the HTTP layer decided (its path as the layer normalised it).
     Request {
@@ -33,6 +35,8 @@ pub enum Subject {
         port: u16,
         path: String,
         body_len: Option<u64>,
+        /// The process behind it, when a rule naming programs had it found.
+        owner: Option<cordon_policy::Owner>,
     },
     /// A program the exec supervisor decided.
     Exec {
@@ -187,11 +191,17 @@ fn subject(e: &Event) -> Option<Subject> {
             .and_then(|v| v.as_u64())
             .and_then(|p| u16::try_from(p).ok())
     };
+    let owner = || {
+        e.detail
+            .get(cordon_policy::program::EVENT_KEY)
+            .and_then(cordon_policy::Owner::from_detail)
+    };
     match e.layer {
         Layer::Network => Some(Subject::Flow {
             host: s("host")?,
             port: port()?,
             route: Route::from_via(e.detail_str("via")?)?,
+            owner: owner(),
         }),
         Layer::Http => Some(Subject::Request {
             method: s("method")?,
@@ -199,6 +209,7 @@ fn subject(e: &Event) -> Option<Subject> {
             port: port()?,
             path: s("path")?,
             body_len: e.detail.get("body_len").and_then(|v| v.as_u64()),
+            owner: owner(),
         }),
         Layer::Exec => Some(Subject::Exec {
             program: s("program")?,

@@ -230,8 +230,15 @@ impl<'a> Replayer<'a> {
         let (subject, learned) = (&r.subject, r.learned);
         let yes_no = |allow: bool| if allow { Said::Allow } else { Said::Deny };
         match subject {
-            Subject::Flow { host, port, route } => {
-                let v = self.flows.decide(host, *port, *route, self.http_layer);
+            Subject::Flow {
+                host,
+                port,
+                route,
+                owner,
+            } => {
+                let v = self
+                    .flows
+                    .decide(host, *port, *route, self.http_layer, owner.as_ref());
                 Some((yes_no(v.allow), Some(v.rule)))
             }
             Subject::Request {
@@ -240,6 +247,7 @@ impl<'a> Replayer<'a> {
                 port,
                 path,
                 body_len,
+                owner,
             } => {
                 // The connection first: a request only exists on one the gateway lets in.
                 let route = if matches!(port, 80 | 443) {
@@ -247,7 +255,7 @@ impl<'a> Replayer<'a> {
                 } else {
                     Route::ProxyRequest
                 };
-                let v = self.flows.decide(host, *port, route, true);
+                let v = self.flows.decide(host, *port, route, true, owner.as_ref());
                 // A learning run hands the HTTP layer what only the lack of a rule refused.
                 let learning_let_in = learned && !v.allow && cordon_net::learnable(&v.rule);
                 if !v.http && !learning_let_in {
@@ -259,7 +267,9 @@ impl<'a> Replayer<'a> {
                 {
                     return None;
                 }
-                let d = self.requests.decide(method, host, *port, path, *body_len)?;
+                let d =
+                    self.requests
+                        .decide(method, host, *port, path, *body_len, owner.as_ref())?;
                 let said = match d.action {
                     HttpAction::Allow => Said::Allow,
                     HttpAction::Deny => Said::Deny,

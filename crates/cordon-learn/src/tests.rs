@@ -20,6 +20,7 @@ fn plan() -> Plan {
         ports: vec![8080],
         origin: "p.toml:1".into(),
         expires: None,
+        programs: Default::default(),
     });
     p.exec.rules.push(ExecRule {
         pattern: "touch *".into(),

@@ -53,7 +53,7 @@ pub use gateway::{
     ConnectFn, Emit, FLOW_WINDOW_BYTES, FlowDenial, FlowFuture, FlowHandler, FlowIo, FlowKind,
     FlowTarget, Gateway, GatewayError, InwardFn, Redact, SocketLookup, TUN_VNET_HDR_LEN,
 };
-pub use gateway::{FlowPolicy, FlowVerdict, Route, explain_flow, learnable};
+pub use gateway::{ExecsOf, FlowPolicy, FlowVerdict, Route, explain_flow, learnable};
 use ipnet::Ipv4Net;
 
 /// The session's DNS state: the validated configuration and the fake-IP table.

@@ -23,6 +23,7 @@ pub mod load;
 pub mod login_hint;
 pub mod pattern;
 pub mod plan;
+pub mod program;
 mod reference;
 pub mod remember;
 mod render;
@@ -40,6 +41,7 @@ pub use load::{
     built_in_dns_block, load,
 };
 pub use plan::*;
+pub use program::{ExecSeen, Owner, Process, Programs};
 pub use reference::{REGENERATE, reference};
 pub use template::template;
 pub use trust::{TrustStore, sha256_hex, trust_key};

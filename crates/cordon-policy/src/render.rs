@@ -117,6 +117,10 @@ pub(crate) mod tests {
                     ports: vec![443, 22],
                     origin: "/p/cordon.toml:9".into(),
                     expires: Some(Expiry::from_unix(1_900_000_000)),
+                    programs: crate::Programs {
+                        programs: vec!["git".into(), "/usr/bin/gh".into()],
+                        run_by: vec!["make".into()],
+                    },
                 }],
             },
             dns: DnsPlan {
@@ -152,6 +156,10 @@ pub(crate) mod tests {
                     reason: Some("the API".into()),
                     origin: "/p/cordon.toml:20".into(),
                     expires: Some(Expiry::from_unix(2_000_000_000)),
+                    programs: crate::Programs {
+                        programs: vec!["@anthropic-ai/claude-code".into()],
+                        run_by: vec!["npm".into()],
+                    },
                 }],
                 default: HttpAction::Judge,
             },
@@ -196,6 +204,10 @@ pub(crate) mod tests {
     fn full_credentials(glob: impl Fn(&str) -> HostPattern) -> Vec<CredentialPlan> {
         vec![
             CredentialPlan {
+                programs: crate::Programs {
+                    programs: vec!["gh".into()],
+                    run_by: vec!["bash".into()],
+                },
                 name: "gh".into(),
                 env: Some("GH_TOKEN".into()),
                 source: CredentialSource::Command(vec!["gh".into(), "auth".into(), "token".into()]),
@@ -210,6 +222,7 @@ pub(crate) mod tests {
                 origin: "/p/cordon.toml:30".into(),
             },
             CredentialPlan {
+                programs: Default::default(),
                 name: "gh login".into(),
                 env: None,
                 source: CredentialSource::Yaml {
@@ -227,6 +240,7 @@ pub(crate) mod tests {
                 origin: "/p/cordon.toml:35".into(),
             },
             CredentialPlan {
+                programs: Default::default(),
                 name: "maps key".into(),
                 env: None,
                 source: CredentialSource::Env("MAPS_KEY".into()),
@@ -238,6 +252,7 @@ pub(crate) mod tests {
                 origin: "/p/cordon.toml:40".into(),
             },
             CredentialPlan {
+                programs: Default::default(),
                 name: "file".into(),
                 env: Some("FILE_KEY".into()),
                 source: CredentialSource::File("/home/u/.config/k".into()),
@@ -252,6 +267,7 @@ pub(crate) mod tests {
                 origin: "/p/cordon.toml:50".into(),
             },
             CredentialPlan {
+                programs: Default::default(),
                 name: "two headers".into(),
                 env: Some("TWO_KEY".into()),
                 source: CredentialSource::Json {

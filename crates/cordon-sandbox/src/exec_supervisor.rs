@@ -72,6 +72,8 @@ pub(crate) struct ExecSupervisor<'a> {
     /// A learning run: a deny or ask of a rule the user wrote is let through and logged as
     /// what it would have been (built-in rules still decide).
     learning: bool,
+    /// Where execs let through are noted, when rules name programs.
+    execs: Option<crate::ExecsSeen>,
 }
 
 /// A refusal, and exactly what it refused: the process, the rule, the file the command
@@ -350,7 +352,25 @@ impl<'a> ExecSupervisor<'a> {
             kept: None,
             trace: None,
             learning: false,
+            execs: None,
         }
+    }
+
+    /// Note every exec let through in `execs` (see [`crate::ExecsSeen`]).
+    pub(crate) fn noting(mut self, execs: Option<crate::ExecsSeen>) -> Self {
+        self.execs = execs;
+        self
+    }
+
+    /// Lets an exec run, noting it (see [`Self::noting`]).
+    fn allow_exec(&self, id: u64, pid: u32, call: &ExecCall) {
+        if let Some(execs) = &self.execs {
+            let cwd = std::fs::read_link(format!("/proc/{pid}/cwd"))
+                .map(|c| c.display().to_string())
+                .unwrap_or_default();
+            execs.note(pid, &call.path, &call.resolved, &call.argv, cwd);
+        }
+        let _ = self.listener.allow(id);
     }
 
     /// A learning run (see the field).
@@ -513,7 +533,7 @@ impl<'a> ExecSupervisor<'a> {
             crate::explain::decide_exec(self.exec, call.program(), call.resolved_program(), &args);
         let Some(rule) = rule else {
             if self.still_same(&n, &call) {
-                let _ = self.listener.allow(n.id);
+                self.allow_exec(n.id, n.pid, &call);
                 // Logged too, so that `cordon replay` can say what a new rule would refuse.
                 let ev = NewEvent::new(
                     Layer::Exec,
@@ -550,7 +570,7 @@ impl<'a> ExecSupervisor<'a> {
         match action {
             ExecAction::Allow => {
                 if self.still_same(&n, &call) {
-                    let _ = self.listener.allow(n.id);
+                    self.allow_exec(n.id, n.pid, &call);
                     let mut ev = self.exec_event(Action::Allow, &line, &rule_text, &n, &call);
                     if learned {
                         ev = ev.detail(cordon_events::LEARN, format!("would {}", rule.action));
@@ -760,7 +780,7 @@ impl<'a> ExecSupervisor<'a> {
             "person, once"
         };
         if took {
-            let _ = self.listener.allow(h.notif);
+            self.allow_exec(h.notif, h.pid, &h.call);
         } else {
             let _ = self.listener.deny(h.notif, libc::EPERM);
         }

@@ -36,7 +36,7 @@
 //! ```no_run
 //! # fn demo(plan: &cordon_policy::Plan) -> Result<(), cordon_sandbox::SandboxError> {
 //! use cordon_sandbox::{Command, TtyMode};
-//! let cmd = Command { argv: vec!["true".into()], cwd: plan.project.clone(), tty: TtyMode::Never, session: "demo".into(), approvals: None, staged: vec![], shown: vec![], placed: vec![], sockets: vec![], trace_home: None };
+//! let cmd = Command { argv: vec!["true".into()], cwd: plan.project.clone(), tty: TtyMode::Never, session: "demo".into(), approvals: None, staged: vec![], shown: vec![], placed: vec![], sockets: vec![], trace_home: None, execs: None };
 //! let outcome = cordon_sandbox::run(plan, &cmd, &|event| eprintln!("{event:?}"))?;
 //! assert_eq!(outcome.code(), 0);
 //! # Ok(()) }
@@ -48,6 +48,7 @@
 mod bundle;
 mod cgroup;
 mod exec_supervisor;
+mod execs_seen;
 pub mod explain;
 mod fence;
 mod init;
@@ -66,6 +67,7 @@ pub mod test_off;
 
 pub use bundle::{bundle_file, bundle_pem};
 pub use cordon_policy::Plan;
+pub use execs_seen::{ExecsSeen, start_time};
 pub use fence::{FenceStatus, NESTED_COST};
 pub use layout::{Layout, MountOp, ShowCopyError, Staged, prepare, prepare_with_state};
 pub use net::{Inward, NetAttach, NetHandoff, SocketTable, TrustBundle, host_bundle};

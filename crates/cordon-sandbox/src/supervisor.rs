@@ -73,6 +73,10 @@ pub struct Command {
     /// Report the home paths the command looks for that the home's view hides (`cordon run
     /// --trace-home`): every open, stat and access is then a round trip to the supervisor.
     pub trace_home: Option<HomeTrace>,
+    /// Where the exec supervisor notes every exec it lets through, for the gateway to tell
+    /// which script an interpreter runs (rules keyed on programs). Execs are supervised
+    /// whenever this is given.
+    pub execs: Option<crate::ExecsSeen>,
 }
 
 /// What `--trace-home` found: each host path under `home` the command looked for that exists
@@ -352,7 +356,7 @@ impl Unborn {
         let trace = cmd.trace_home.clone();
         let mut supervisor =
             match sandbox.exec_supervisor(handed.listener, plan, broker, trace, emit) {
-                Ok(s) => s,
+                Ok(s) => s.noting(cmd.execs.clone()),
                 Err(e) => {
                     report_started(started, cmd, emit);
                     return Err(e);
@@ -585,7 +589,7 @@ fn init_spec(
         landlock: plan.filesystem.landlock,
         hostname: HOSTNAME.into(),
         syscalls: plan.syscalls.clone(),
-        supervise_exec: !plan.exec.rules.is_empty(),
+        supervise_exec: !plan.exec.rules.is_empty() || cmd.execs.is_some(),
         trace_paths: cmd.trace_home.is_some(),
         tmpfs_size: plan.limits.memory,
         net: net_setup,

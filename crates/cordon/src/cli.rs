@@ -305,6 +305,11 @@ pub struct ExplainArgs {
     /// Ask about writing PATH (default: reading it).
     #[arg(long)]
     pub write: bool,
+    /// Ask for the connections of PROGRAM (a command on PATH, a path, or an npm package),
+    /// for rules that name programs (`programs = [...]`). Default: a process no such rule
+    /// is for.
+    #[arg(long, value_name = "PROGRAM")]
+    pub program: Option<String>,
     /// `[METHOD] URL`, `HOST:PORT`, or `PATH`.
     #[arg(value_name = "WHAT", num_args = 0..=2)]
     pub what: Vec<String>,

@@ -447,6 +447,11 @@ fn run_in_session(
                 home,
                 found: Default::default(),
             }),
+        // Rules keyed on programs tell an interpreter's script by the exec the supervisor saw.
+        execs: loaded
+            .plan
+            .names_programs()
+            .then(cordon_sandbox::ExecsSeen::new),
     };
     let mut cmd = cmd;
     let mut plan = loaded.plan.clone();
@@ -492,6 +497,10 @@ fn run_in_session(
         }
         if let Some(Ok(g)) = &g {
             scratch.shown.clone_from(&g.shown);
+            if let Some(execs) = scratch.execs.clone() {
+                g.gateway
+                    .set_execs(std::sync::Arc::new(move |pid| execs.get(pid)));
+            }
         }
         // Serves the sandbox's SSH_AUTH_SOCK until the sandbox is gone.
         let ssh_agent = crate::ssh::setup(&mut plan, &sink2, quiet, &mut scratch);
@@ -922,9 +931,10 @@ impl cordon_net::FlowHandler for HttpFlows {
     ) -> cordon_net::FlowFuture {
         let layer = self.0.clone();
         Box::pin(async move {
+            let (name, port, owner) = (to.name, to.port, to.owner);
             match to.kind {
-                cordon_net::FlowKind::Tls => layer.serve_tls(stream, to.name, to.port).await,
-                cordon_net::FlowKind::Plain => layer.serve_plain(stream, to.name, to.port).await,
+                cordon_net::FlowKind::Tls => layer.serve_tls(stream, name, port, owner).await,
+                cordon_net::FlowKind::Plain => layer.serve_plain(stream, name, port, owner).await,
             }
         })
     }

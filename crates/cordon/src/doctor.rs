@@ -303,6 +303,7 @@ fn run_true() -> Result<()> {
             placed: Vec::new(),
             sockets: Vec::new(),
             trace_home: None,
+            execs: None,
         };
         let outcome = cordon_sandbox::run(&loaded.plan, &cmd, &|_| {})?;
         if outcome.code() != 0 {

@@ -2,11 +2,10 @@
 //! asked of the layers' own decision functions, with nothing run. Inside a sandbox it reads
 //! the session's policy from the file the session placed there instead of loading one.
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
-use cordon_policy::{ExecAction, HttpAction, Plan};
+use cordon_policy::{ExecAction, HttpAction, Owner, Plan};
 use cordon_sandbox::explain::POLICY_JSON;
 
 use crate::cli::ExplainArgs;
@@ -101,7 +100,8 @@ pub fn explain(a: ExplainArgs) -> i32 {
             return EXIT_BAD_INPUT;
         }
     };
-    let mut answer = match what(&a).and_then(|w| w.explain(&plan, http_layer)) {
+    let owner = a.program.as_deref().map(crate::program::asking);
+    let mut answer = match what(&a).and_then(|w| w.explain(&plan, http_layer, owner.as_ref())) {
         Ok(x) => x,
         Err(e) => {
             eprintln!("cordon: explain: {}", crate::output::chain(&e));
@@ -310,7 +310,7 @@ fn request(method: &str, url: &str) -> Result<What> {
 }
 
 impl What {
-    fn explain(&self, plan: &Plan, http_layer: bool) -> Result<Explanation> {
+    fn explain(&self, plan: &Plan, http_layer: bool, who: Option<&Owner>) -> Result<Explanation> {
         match self {
             What::Request {
                 method,
@@ -330,14 +330,22 @@ impl What {
                     host.clone()
                 };
                 let url = format!("{scheme}://{shown_host}{shown_port}{path}");
-                let mut x = flow(plan, host, *port, http_layer, &format!("{method} {url}"))?;
+                let subject = format!("{method} {url}");
+                let mut x = flow(plan, (host, *port), http_layer, &subject, who)?;
                 if x.decision == "intercepted" {
-                    x = http(plan, method, host, *port, path, query, x.subject)?;
+                    let target = (method.as_str(), host.as_str(), *port);
+                    x = http(plan, target, path, query, x.subject, who)?;
                 }
                 Ok(x)
             }
             What::Connection { host, port } => {
-                let mut x = flow(plan, host, *port, http_layer, &format!("{host}:{port}"))?;
+                let mut x = flow(
+                    plan,
+                    (host, *port),
+                    http_layer,
+                    &format!("{host}:{port}"),
+                    who,
+                )?;
                 if x.decision == "intercepted" {
                     x.decision = "allow";
                     x.notes.push(
@@ -352,14 +360,15 @@ impl What {
     }
 }
 
+/// `who`: the process asking (`--program`); `None`, one not known.
 fn flow(
     plan: &Plan,
-    host: &str,
-    port: u16,
+    (host, port): (&str, u16),
     http_layer: bool,
     subject: &str,
+    who: Option<&Owner>,
 ) -> Result<Explanation> {
-    let v = cordon_net::explain_flow(plan, host, port, http_layer)?;
+    let v = cordon_net::explain_flow(plan, host, port, http_layer, who)?;
     let allow_with = (!v.allow
         && matches!(
             v.rule.as_str(),
@@ -401,14 +410,13 @@ fn split_origin(label: &str) -> (String, Option<String>) {
 
 fn http(
     plan: &Plan,
-    method: &str,
-    host: &str,
-    port: u16,
+    (method, host, port): (&str, &str, u16),
     path: &str,
     query: &str,
     subject: String,
+    who: Option<&Owner>,
 ) -> Result<Explanation> {
-    let d = cordon_http::explain::explain_request(plan, method, host, port, path, query)
+    let d = cordon_http::explain::explain_request(plan, method, host, port, path, query, who)
         .map_err(|why| anyhow!("the HTTP layer refuses this path outright (400): {why}"))?;
     let from_rule = plan.http.rules.iter().find(|r| r.name == d.rule);
     let (rule, origin) = match from_rule {
@@ -439,11 +447,18 @@ fn http(
     }
     for c in &plan.credentials {
         if c.hosts.iter().any(|h| h.matches(host)) {
+            let only = match c.programs.any() {
+                true => String::new(),
+                false => format!(", from {} only", c.programs.describe()),
+            };
             notes.push(format!(
-                "credential `{}`'s real value goes to this host in place of its placeholder",
+                "credential `{}`'s real value goes to this host in place of its placeholder{only}",
                 c.name
             ));
         }
+    }
+    if let Some(o) = who {
+        notes.push(format!("asked for {}", o.describe()));
     }
     let allow_with = (d.action != HttpAction::Allow).then(|| {
         let mut lines = format!(
@@ -480,7 +495,7 @@ fn exec(plan: &Plan, argv: &[String]) -> Explanation {
         .and_then(|s| s.to_str())
         .unwrap_or(&argv[0])
         .to_string();
-    let resolved = which(&argv[0])
+    let resolved = crate::program::which(&argv[0])
         .and_then(|p| p.canonicalize().ok())
         .and_then(|p| p.file_name().map(|s| s.to_string_lossy().into_owned()))
         .unwrap_or_else(|| program.clone());
@@ -539,17 +554,6 @@ fn exec(plan: &Plan, argv: &[String]) -> Explanation {
         allow_with,
         expires: rule.expires,
     }
-}
-
-/// Where `program` is on `PATH` (or itself, when it names a path).
-fn which(program: &str) -> Option<PathBuf> {
-    if program.contains('/') {
-        return Some(PathBuf::from(program));
-    }
-    let path: OsString = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| p.is_file())
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ mod layer_off;
 mod learn;
 mod logins;
 mod output;
+mod program;
 mod project;
 mod redact;
 mod remember;

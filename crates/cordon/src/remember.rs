@@ -283,13 +283,15 @@ impl Change {
                 port,
                 path,
             } => {
-                let d = cordon_http::explain::explain_request(plan, method, host, *port, path, "")
-                    .map_err(|why| anyhow!("the HTTP layer refuses this path outright: {why}"))?;
+                let d = cordon_http::explain::explain_request(
+                    plan, method, host, *port, path, "", None,
+                )
+                .map_err(|why| anyhow!("the HTTP layer refuses this path outright: {why}"))?;
                 let allowed = d.action == cordon_policy::HttpAction::Allow;
                 (allowed, format!("HTTP rule `{}` ({})", d.rule, d.action))
             }
             Subject::Network { host, port } => {
-                let v = cordon_net::explain_flow(plan, host, *port, false)?;
+                let v = cordon_net::explain_flow(plan, host, *port, false, None)?;
                 (v.allow, v.rule)
             }
         };

@@ -198,7 +198,7 @@ fn an_http_answer_allows_that_method_host_port_and_path() {
     c.write().unwrap();
     let plan = cordon_policy::load(&options(t.path())).unwrap().plan;
     let d = |m: &str, p: &str| {
-        cordon_http::explain::explain_request(&plan, m, "api.example.com", 443, p, "page=2")
+        cordon_http::explain::explain_request(&plan, m, "api.example.com", 443, p, "page=2", None)
             .unwrap()
             .action
     };
@@ -224,12 +224,12 @@ fn a_network_answer_allows_that_host_and_port() {
         .unwrap();
     let plan = cordon_policy::load(&options(t.path())).unwrap().plan;
     assert!(
-        cordon_net::explain_flow(&plan, "db.example.com", 5432, false)
+        cordon_net::explain_flow(&plan, "db.example.com", 5432, false, None)
             .unwrap()
             .allow
     );
     assert!(
-        !cordon_net::explain_flow(&plan, "db.example.com", 5433, false)
+        !cordon_net::explain_flow(&plan, "db.example.com", 5433, false, None)
             .unwrap()
             .allow
     );

@@ -33,6 +33,8 @@ pub struct WireCredential {
     pub real: String,
     /// The hosts it may go to.
     pub hosts: Vec<HostPattern>,
+    /// The processes it may go from; empty: any.
+    pub programs: cordon_policy::Programs,
     /// Where in a request it travels: a header (with its format) or a query parameter.
     pub slot: CredentialSlot,
     /// Put it in every request to `hosts`, whatever the client sent.
@@ -132,6 +134,7 @@ pub fn resolve(
         placeholder: placeholder(key, &c.name, &real),
         real,
         hosts: c.hosts.clone(),
+        programs: c.programs.clone(),
         slot: c.slot.clone(),
         inject: c.inject,
     })

@@ -423,6 +423,7 @@ impl Logins {
                     placeholder: ph,
                     real: real.clone(),
                     hosts: p.hosts.clone(),
+                    programs: p.programs.clone(),
                     slot: p.slot.clone(),
                     inject,
                 },

@@ -7,6 +7,7 @@ const URL: (&str, u16, &str) = ("auth.example.test", 443, "/oauth/token");
 
 fn login(dir: &std::path::Path, name: &str, field: &str, token: &str) -> CredentialPlan {
     CredentialPlan {
+        programs: Default::default(),
         name: name.into(),
         env: None,
         source: CredentialSource::Json {

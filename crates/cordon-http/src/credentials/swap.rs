@@ -16,18 +16,34 @@ pub(crate) type Leak = (String, String);
 /// Swaps placeholders for real values where allowed, injects where configured, and reports a
 /// placeholder anywhere else as a [`Leak`]. Returns, for scrubbing the response, each form a
 /// real value was sent in with the form the sandbox knows it by.
+/// `owner`: the process that sent the request (`None`: not found); a credential kept for some
+/// programs is another process's leak.
 pub(crate) fn swap(
     credentials: &[WireCredential],
     parts: &mut hyper::http::request::Parts,
     host: &str,
+    owner: Option<&cordon_policy::Owner>,
     body: &[u8],
 ) -> Result<SentForms, Leak> {
     let mut sent = Vec::new();
     let cleartext = parts.uri.scheme_str() != Some("https");
     for c in credentials {
-        let ours = c.hosts.iter().any(|h| h.matches(host));
+        let to_host = c.hosts.iter().any(|h| h.matches(host));
+        let from_program = cordon_policy::program::applies(&c.programs, true, owner);
+        let ours = to_host && from_program;
         let leak = |place: String| (c.name.clone(), place);
-        let elsewhere = || format!("to {host}, which is not one of its hosts");
+        let elsewhere = || match (to_host, owner) {
+            (false, _) => format!("to {host}, which is not one of its hosts"),
+            (true, Some(o)) => format!(
+                "from {}, which is not {} (only they get it)",
+                o.describe(),
+                c.programs.describe()
+            ),
+            (true, None) => format!(
+                "from a process that could not be found, and it is only for {}",
+                c.programs.describe()
+            ),
+        };
         let before = sent.len();
         let pq = parts
             .uri

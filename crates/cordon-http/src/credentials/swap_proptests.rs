@@ -39,6 +39,7 @@ fn slot() -> impl Strategy<Value = CredentialSlot> {
 
 fn credential(slot: CredentialSlot, inject: bool) -> WireCredential {
     WireCredential {
+        programs: Default::default(),
         name: "api".into(),
         placeholder: PH.into(),
         real: REAL.into(),
@@ -171,7 +172,7 @@ proptest! {
             return Ok(());
         };
         let had_ph = holds_placeholder(&path, &query, &headers, &body);
-        let out = swap(std::slice::from_ref(&c), &mut parts, &host, &body);
+        let out = swap(std::slice::from_ref(&c), &mut parts, &host, None, &body);
         if !ours || !https {
             // What goes out holds no real value (a refused request goes nowhere: its callers
             // drop it, so an injected value there is not sent).
@@ -220,7 +221,7 @@ proptest! {
             }
         };
         let mut parts = request("https", host, "/v1/x", &query, &headers).unwrap();
-        let sent = swap(std::slice::from_ref(&c), &mut parts, host, b"{}").unwrap();
+        let sent = swap(std::slice::from_ref(&c), &mut parts, host, None, b"{}").unwrap();
         match c.query() {
             Some(param) => {
                 let q = parts.uri.query().unwrap().to_string();

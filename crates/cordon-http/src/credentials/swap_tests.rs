@@ -7,6 +7,7 @@ const PH: &str = "cordon-0123456789abcd";
 
 fn cred(slot: CredentialSlot, inject: bool) -> WireCredential {
     WireCredential {
+        programs: Default::default(),
         name: "api".into(),
         placeholder: PH.into(),
         real: REAL.into(),
@@ -34,7 +35,14 @@ fn parts(uri: &str, headers: &[(&str, &str)]) -> hyper::http::request::Parts {
 #[test]
 fn the_placeholder_becomes_the_value_in_its_header_to_its_hosts() {
     let mut p = parts("https://api.example.test/x", &[("x-api-key", PH)]);
-    let sent = swap(&[cred(header(), false)], &mut p, "api.example.test", b"").unwrap();
+    let sent = swap(
+        &[cred(header(), false)],
+        &mut p,
+        "api.example.test",
+        None,
+        b"",
+    )
+    .unwrap();
     assert_eq!(p.headers["x-api-key"], REAL);
     assert_eq!(sent, vec![(REAL.to_string(), PH.to_string())]);
 }
@@ -43,7 +51,9 @@ fn the_placeholder_becomes_the_value_in_its_header_to_its_hosts() {
 fn a_placeholder_anywhere_else_is_a_leak() {
     let c = [cred(header(), false)];
     let leak = |uri: &str, h: &[(&str, &str)], host: &str, body: &[u8]| {
-        swap(&c, &mut parts(uri, h), host, body).unwrap_err().1
+        swap(&c, &mut parts(uri, h), host, None, body)
+            .unwrap_err()
+            .1
     };
     assert_eq!(
         leak("https://evil.test/", &[("x-api-key", PH)], "evil.test", b""),
@@ -91,16 +101,20 @@ fn a_placeholder_anywhere_else_is_a_leak() {
 fn a_query_credential_swaps_only_the_whole_value_of_its_parameter() {
     let c = [cred(CredentialSlot::Query { name: "key".into() }, false)];
     let mut p = parts(&format!("https://api.example.test/x?key={PH}&page=1"), &[]);
-    swap(&c, &mut p, "api.example.test", b"").unwrap();
+    swap(&c, &mut p, "api.example.test", None, b"").unwrap();
     assert_eq!(p.uri.query(), Some(&*format!("key={REAL}&page=1")));
     let mut p = parts(&format!("https://api.example.test/x?other={PH}"), &[]);
     assert_eq!(
-        swap(&c, &mut p, "api.example.test", b"").unwrap_err().1,
+        swap(&c, &mut p, "api.example.test", None, b"")
+            .unwrap_err()
+            .1,
         "in query parameter other (only key may carry it)"
     );
     let mut p = parts("https://api.example.test/x", &[("x-api-key", PH)]);
     assert_eq!(
-        swap(&c, &mut p, "api.example.test", b"").unwrap_err().1,
+        swap(&c, &mut p, "api.example.test", None, b"")
+            .unwrap_err()
+            .1,
         "in header x-api-key (only query parameter key may carry it)"
     );
 }
@@ -109,10 +123,10 @@ fn a_query_credential_swaps_only_the_whole_value_of_its_parameter() {
 fn an_injected_credential_is_set_on_every_request_to_its_hosts() {
     let c = [cred(header(), true)];
     let mut p = parts("https://api.example.test/x", &[]);
-    swap(&c, &mut p, "api.example.test", b"").unwrap();
+    swap(&c, &mut p, "api.example.test", None, b"").unwrap();
     assert_eq!(p.headers["x-api-key"], REAL);
     let mut p = parts("https://other.test/x", &[]);
-    swap(&c, &mut p, "other.test", b"").unwrap();
+    swap(&c, &mut p, "other.test", None, b"").unwrap();
     assert!(p.headers.get("x-api-key").is_none());
 }
 
@@ -144,13 +158,14 @@ fn a_credential_in_two_headers_is_swapped_in_both_and_nowhere_else() {
             ("authorization", &format!("Bearer {PH}")),
         ],
     );
-    swap(&c, &mut p, "api.example.test", b"").unwrap();
+    swap(&c, &mut p, "api.example.test", None, b"").unwrap();
     assert_eq!(p.headers["x-api-key"], REAL);
     assert_eq!(p.headers["authorization"], format!("Bearer {REAL}"));
     let err = swap(
         &c,
         &mut parts("https://api.example.test/", &[("cookie", PH)]),
         "api.example.test",
+        None,
         b"",
     )
     .unwrap_err();
@@ -161,7 +176,7 @@ fn a_credential_in_two_headers_is_swapped_in_both_and_nowhere_else() {
     // Injected: each header in its own format.
     let c = [cred(two_headers(), true)];
     let mut p = parts("https://api.example.test/x", &[]);
-    swap(&c, &mut p, "api.example.test", b"").unwrap();
+    swap(&c, &mut p, "api.example.test", None, b"").unwrap();
     assert_eq!(p.headers["x-api-key"], REAL);
     assert_eq!(p.headers["authorization"], format!("Bearer {REAL}"));
 }

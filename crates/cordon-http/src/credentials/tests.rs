@@ -2,6 +2,7 @@ use super::*;
 
 fn plan(source: CredentialSource, slot: CredentialSlot) -> CredentialPlan {
     CredentialPlan {
+        programs: Default::default(),
         name: "api".into(),
         env: Some("API_KEY".into()),
         source,
@@ -67,6 +68,7 @@ fn a_source_that_gives_nothing_does_not_resolve() {
 #[test]
 fn the_slot_says_where_it_travels_and_how() {
     let mut c = WireCredential {
+        programs: Default::default(),
         name: "api".into(),
         placeholder: "cordon-ph".into(),
         real: "user:pass".into(),

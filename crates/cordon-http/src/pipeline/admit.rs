@@ -19,7 +19,9 @@ pub(crate) fn admit<'a, B>(
     conn: Conn<'a>,
 ) -> Result<Exchange<'a>, Refused> {
     let started = Instant::now();
-    let Conn { host, port, scheme } = conn;
+    let Conn {
+        host, port, scheme, ..
+    } = conn;
     let raw_path = req.uri().path();
     // Rules match the path as the server will read it, so an encoding cannot slip past.
     let path = normalize_path(raw_path).map_err(|why| {

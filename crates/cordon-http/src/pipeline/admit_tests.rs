@@ -60,6 +60,7 @@ fn another_host_or_two_hosts_are_misdirected() {
         host: "api.example.test",
         port: 443,
         scheme: "https",
+        owner: None,
     };
     let req = |hosts: &[&str]| {
         let mut b = Request::builder().uri("/x");

@@ -23,6 +23,7 @@ pub(crate) fn decide(rules: &[HttpRule], default: HttpAction, ex: &Exchange<'_>)
             query: &ex.query,
             headers: &headers,
             body_len: ex.body_len,
+            owner: ex.conn.owner,
         },
     )
 }

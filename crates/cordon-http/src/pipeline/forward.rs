@@ -211,7 +211,7 @@ fn upstream_head(
     let credentials = live
         .as_ref()
         .map_or(&i.credentials[..], |l| &l.credentials[..]);
-    swap(credentials, parts, c.host, scanned).map_err(|(name, place)| {
+    swap(credentials, parts, c.host, c.owner, scanned).map_err(|(name, place)| {
         (i.emit)(
             leak_event(&format!("{} {}", ex.method, ex.url), &name, &place)
                 .detail("method", ex.method.clone())

@@ -68,6 +68,9 @@ pub(crate) struct Conn<'a> {
     pub host: &'a str,
     pub port: u16,
     pub scheme: &'static str,
+    /// The process that opened the connection, when the gateway found it (it looks only
+    /// when a rule or credential names programs).
+    pub owner: Option<&'a cordon_policy::Owner>,
 }
 
 /// A refusal: what the sandbox is told.
@@ -146,23 +149,27 @@ impl Exchange<'_> {
         reason: &str,
         rule: &str,
     ) -> NewEvent {
-        NewEvent::new(
+        let ev = NewEvent::new(
             Layer::Http,
             action,
             format!("{} → {status}: {reason}", self.label()),
-        )
-        .rule(rule.to_string())
-        .detail("method", self.method.clone())
-        .detail("url", self.shown_url())
-        .detail("host", self.host().to_string())
-        .detail("port", self.conn.port)
-        .detail("path", self.shown_path().to_string())
-        .detail("body_len", self.body_len)
-        .detail("status", status)
-        .detail(
-            "latency_ms",
-            u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        )
+        );
+        let ev = match self.conn.owner {
+            Some(o) => ev.detail(cordon_policy::program::EVENT_KEY, o.to_detail()),
+            None => ev,
+        };
+        ev.rule(rule.to_string())
+            .detail("method", self.method.clone())
+            .detail("url", self.shown_url())
+            .detail("host", self.host().to_string())
+            .detail("port", self.conn.port)
+            .detail("path", self.shown_path().to_string())
+            .detail("body_len", self.body_len)
+            .detail("status", status)
+            .detail(
+                "latency_ms",
+                u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            )
     }
 
     /// An event of the credentials layer about this request (secrets in it).

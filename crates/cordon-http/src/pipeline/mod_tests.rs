@@ -6,6 +6,7 @@ pub(super) fn exchange<'a>(host: &'a str, method: &str, path: &str, query: &str)
             host,
             port: 443,
             scheme: "https",
+            owner: None,
         },
         started: Instant::now(),
         method: method.into(),

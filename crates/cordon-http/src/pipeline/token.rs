@@ -135,7 +135,7 @@ pub(crate) async fn exchange(
     );
     parts.version = hyper::Version::HTTP_11;
     // The rest of the request as any other: a placeholder anywhere else is a leak.
-    swap(creds, &mut parts, ex.host(), &sent).map_err(|(name, place)| {
+    swap(creds, &mut parts, ex.host(), ex.conn.owner, &sent).map_err(|(name, place)| {
         (i.emit)(
             leak_event(&format!("{} {}", ex.method, ex.url), &name, &place)
                 .detail("method", ex.method.clone())

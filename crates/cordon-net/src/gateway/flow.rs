@@ -77,7 +77,10 @@ pub(crate) fn http_flow(
 /// not `deny`.
 fn http_reachable(http: &HttpPlan, net: &NetworkPlan, name: &str, port: u16) -> bool {
     http.default != HttpAction::Deny
-        || net.allowing(name, port).is_some()
+        || net
+            .allow
+            .iter()
+            .any(|r| r.ports.contains(&port) && r.matches_host(name))
         || http.rules.iter().any(|r| {
             r.action != HttpAction::Deny && r.port.is_none_or(|p| p == port) && r.host.matches(name)
         })
@@ -106,6 +109,7 @@ pub fn explain_flow(
     host: &str,
     port: u16,
     http_layer: bool,
+    owner: Option<&cordon_policy::Owner>,
 ) -> Result<FlowVerdict, NetError> {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     if plan.network.mode == NetMode::Gateway && bare.parse::<IpAddr>().is_err() {
@@ -114,7 +118,7 @@ pub fn explain_flow(
             reason,
         })?;
     }
-    Ok(FlowPolicy::new(plan)?.decide(host, port, Route::Tun, http_layer))
+    Ok(FlowPolicy::new(plan)?.decide(host, port, Route::Tun, http_layer, owner))
 }
 
 /// How a connection reached the gateway: it decides each route a little differently.
@@ -174,8 +178,16 @@ impl<'a> FlowPolicy<'a> {
 
     /// The decision for a connection to `host:port` arriving by `route`, with `http_layer`
     /// saying whether the HTTP layer intercepts. `host` is a name as the sandbox gave it, or a
-    /// raw address.
-    pub fn decide(&self, host: &str, port: u16, route: Route, http_layer: bool) -> FlowVerdict {
+    /// raw address. `owner`: the process behind it, as the gateway found it (`None`: not
+    /// known, which only rules for any process let through).
+    pub fn decide(
+        &self,
+        host: &str,
+        port: u16,
+        route: Route,
+        http_layer: bool,
+        owner: Option<&cordon_policy::Owner>,
+    ) -> FlowVerdict {
         let plan = self.plan;
         match plan.network.mode {
             NetMode::Host => {
@@ -228,7 +240,7 @@ impl<'a> FlowPolicy<'a> {
                 HttpFlow::NotHttp => {}
             }
         }
-        let d = policy::decide(&plan.network, &self.allow_ips, &blocked, &dest, port);
+        let d = policy::decide(&plan.network, &self.allow_ips, &blocked, &dest, port, owner);
         verdict(d, false)
     }
 }
@@ -247,6 +259,7 @@ mod tests {
             ports: vec![22, 443],
             origin: "t.toml:3".into(),
             expires: None,
+            programs: Default::default(),
         });
         p.http.default = HttpAction::Deny;
         p.http.rules.push(HttpRule::new(
@@ -260,17 +273,17 @@ mod tests {
     #[test]
     fn names_follow_rules_and_the_http_layer_takes_its_ports() {
         let p = plan();
-        let v = explain_flow(&p, "github.com", 22, true).unwrap();
+        let v = explain_flow(&p, "github.com", 22, true, None).unwrap();
         assert!(v.allow && !v.http && v.rule.contains("t.toml:3"), "{v:?}");
-        let v = explain_flow(&p, "files.example.org", 443, true).unwrap();
+        let v = explain_flow(&p, "files.example.org", 443, true, None).unwrap();
         assert!(v.allow && v.http, "{v:?}");
-        let v = explain_flow(&p, "files.example.org", 443, false).unwrap();
+        let v = explain_flow(&p, "files.example.org", 443, false, None).unwrap();
         assert!(!v.allow && v.rule == "network.default-deny", "{v:?}");
-        let v = explain_flow(&p, "evil.example", 443, true).unwrap();
+        let v = explain_flow(&p, "evil.example", 443, true, None).unwrap();
         assert!(!v.allow && v.rule == "http.default-deny", "{v:?}");
-        let v = explain_flow(&p, "10.0.0.1", 443, true).unwrap();
+        let v = explain_flow(&p, "10.0.0.1", 443, true, None).unwrap();
         assert!(!v.allow && v.rule == "network.raw-ip", "{v:?}");
-        let v = explain_flow(&p, "webhook.site", 443, true).unwrap();
+        let v = explain_flow(&p, "webhook.site", 443, true, None).unwrap();
         assert!(!v.allow && v.reason.contains("blocklist"), "{v:?}");
     }
 
@@ -278,7 +291,7 @@ mod tests {
     fn modes_decide_before_rules() {
         let mut p = plan();
         p.network.mode = NetMode::None;
-        let v = explain_flow(&p, "github.com", 22, true).unwrap();
+        let v = explain_flow(&p, "github.com", 22, true, None).unwrap();
         assert!(!v.allow && v.rule == "network.mode");
     }
 
@@ -290,19 +303,20 @@ mod tests {
             ports: vec![8080],
             origin: "t.toml:9".into(),
             expires: None,
+            programs: Default::default(),
         });
         let f = FlowPolicy::new(&p).unwrap();
         // A plain request through the proxy is the HTTP layer's on any port.
-        let v = f.decide("files.example.org", 8080, Route::ProxyRequest, true);
+        let v = f.decide("files.example.org", 8080, Route::ProxyRequest, true, None);
         assert!(v.allow && v.http, "{v:?}");
         // The same port through the TUN or a CONNECT is decided by connection.
         for route in [Route::Tun, Route::ProxyConnect] {
-            let v = f.decide("files.example.org", 8080, route, true);
+            let v = f.decide("files.example.org", 8080, route, true, None);
             assert!(v.allow && !v.http && v.rule.contains("t.toml:9"), "{v:?}");
         }
-        let v = f.decide("evil.example", 8080, Route::ProxyRequest, true);
+        let v = f.decide("evil.example", 8080, Route::ProxyRequest, true, None);
         assert_eq!((v.allow, v.rule.as_str()), (false, "http.default-deny"));
-        let v = f.decide("evil.example", 8080, Route::Tun, true);
+        let v = f.decide("evil.example", 8080, Route::Tun, true, None);
         assert_eq!((v.allow, v.rule.as_str()), (false, "network.default-deny"));
         assert_eq!(Route::from_via("proxy-http"), Some(Route::ProxyRequest));
         assert_eq!(Route::from_via("publish"), None);

@@ -25,6 +25,8 @@ pub(crate) struct Flow {
     pub started: Instant,
     /// Let out only because this is a learning run: `verdict` is the refusal it escaped.
     pub learned: bool,
+    /// Who the process is, when a rule naming programs had it found.
+    pub who: Option<Arc<cordon_policy::Owner>>,
 }
 
 impl Flow {
@@ -45,6 +47,7 @@ impl Flow {
             owner: Arc::new(owner::OwnerSlot::new()),
             started: Instant::now(),
             learned: false,
+            who: None,
         }
     }
 
@@ -71,6 +74,9 @@ impl Flow {
         }
         if let Some(o) = self.owner.get() {
             ev = ev.detail("pid", o.pid).detail("cmdline", o.cmdline.clone());
+        }
+        if let Some(who) = &self.who {
+            ev = ev.detail(cordon_policy::program::EVENT_KEY, who.to_detail());
         }
         if self.dest == Dest::Name(HOST_ALIAS.into()) {
             ev = ev.detail("host_loopback", true);

@@ -44,7 +44,13 @@ pub struct FlowTarget {
     pub port: u16,
     /// What it speaks.
     pub kind: FlowKind,
+    /// The process that made it, when a rule or credential names programs and it was found.
+    pub owner: Owned,
 }
+
+/// The process behind a flow, as the gateway found it (see [`cordon_policy::Owner`]):
+/// `None` when it could not be found or was not looked for.
+pub type Owned = Option<std::sync::Arc<cordon_policy::Owner>>;
 
 /// Why the gateway denied a flow it hands to [`FlowHandler::refuse`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,6 +126,7 @@ mod tests {
             name: "api.example.test".into(),
             port: 443,
             kind: FlowKind::Tls,
+            owner: None,
         };
         h.serve(Box::new(a), to).await;
         let mut got = String::new();

@@ -23,6 +23,7 @@ pub(crate) use flow_events::Flow;
 #[doc(hidden)]
 pub mod fuzzing;
 mod handler;
+mod identity;
 mod owner;
 mod packet;
 mod policy;
@@ -30,6 +31,7 @@ mod proxy;
 mod publish;
 mod tun;
 mod vnet;
+mod who;
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -50,6 +52,7 @@ pub use flow::{FlowPolicy, FlowVerdict, Route, explain_flow};
 pub use handler::{
     ConnectFn, FlowDenial, FlowFuture, FlowHandler, FlowIo, FlowKind, FlowTarget, Redact,
 };
+pub use identity::ExecsOf;
 pub use policy::learnable;
 use policy::{Dest, FlowDecision};
 
@@ -174,6 +177,13 @@ pub(crate) struct Shared {
     /// A learning run: a flow only the lack of a rule refuses is let out, and logged as
     /// what it would have been ([`policy::learnable`]).
     pub learning: bool,
+    /// Some rule or credential names programs: the process behind each connection they
+    /// could decide is found before it is decided ([`who`]).
+    pub names_programs: bool,
+    /// What the exec supervisor saw each process started to run.
+    pub execs: OnceLock<identity::ExecsOf>,
+    /// Who the sandbox's processes are, once the sandbox is known.
+    pub identify: OnceLock<Option<identity::Identify>>,
 }
 
 /// Layer 3 as the gateway uses it: which flows it takes, and the handler that serves them.
@@ -266,6 +276,9 @@ impl Gateway {
                 owners: OnceLock::new(),
                 audit: OnceLock::new(),
                 learning: whole.learning,
+                names_programs: whole.names_programs(),
+                execs: OnceLock::new(),
+                identify: OnceLock::new(),
             }),
             http_plan: (whole.http.clone(), whole.tls.passthrough.clone()),
             publish,
@@ -370,6 +383,12 @@ impl Gateway {
     /// the process that opened them.
     pub fn set_sandbox(&self, init_pid: i32, sockets: SocketLookup) {
         let _ = self.shared.sandbox.set((init_pid, sockets));
+    }
+
+    /// What the exec supervisor saw each sandbox process started to run: rules keyed on
+    /// programs then know which script an interpreter runs.
+    pub fn set_execs(&self, execs: ExecsOf) {
+        let _ = self.shared.execs.set(execs);
     }
 
     /// The way into the sandbox, for published ports.
@@ -525,7 +544,9 @@ impl Shared {
         client: Option<(std::net::SocketAddrV4, std::net::SocketAddrV4)>,
     ) -> Result<(TcpStream, Flow), FlowDecision> {
         let blocked = |n: &str| self.host.blocked(n);
-        let mut verdict = policy::decide(&self.plan, &self.allow_ips, &blocked, dest, port);
+        let verdict = policy::decide(&self.plan, &self.allow_ips, &blocked, dest, port, None);
+        let mut flow = Flow::new(dest, port, via, verdict.clone(), client);
+        let mut verdict = self.decide_for_owner(&mut flow, dest, port, verdict).await;
         let learned = self.learning && !verdict.allow && policy::learnable(&verdict.rule);
         verdict.allow |= learned;
         if verdict.allow && self.audit.get().is_some_and(|a| !a.writable()) {
@@ -535,7 +556,7 @@ impl Shared {
                 reason: "the audit log cannot be written (its disk full?): no new connection goes out until it can".into(),
             };
         }
-        let mut flow = Flow::new(dest, port, via, verdict, client);
+        flow.verdict = verdict;
         flow.learned = learned && flow.verdict.allow;
         if !flow.verdict.allow {
             let (verdict, reason) = (flow.verdict.clone(), flow.verdict.reason.clone());
@@ -664,6 +685,7 @@ impl Shared {
             name,
             port,
             kind: FlowKind::Tls,
+            owner: None,
         };
         let stream = proxy::prefixed(head, stream);
         layer.handler.refuse(stream, to, denial).await;
@@ -720,7 +742,16 @@ impl Shared {
     /// host-side connect is under way and the client's SYN is held (its socket surely exists
     /// then); later calls are no-ops.
     pub(crate) fn find_owner(&self, flow: &Flow) {
-        if !flow.owner.ask() {
+        self.find_owner_of(&flow.owner, flow.client);
+    }
+
+    /// [`find_owner`](Self::find_owner) of a connection from `client` into `slot`.
+    pub(crate) fn find_owner_of(
+        &self,
+        slot: &Arc<owner::OwnerSlot>,
+        client: Option<(std::net::SocketAddrV4, std::net::SocketAddrV4)>,
+    ) {
+        if !slot.ask() {
             return;
         }
         let owners = self.owners.get_or_init(|| {
@@ -733,12 +764,12 @@ impl Shared {
             });
             owner::Lookups::start(init, sockets, redact).ok()
         });
-        let (Some((local, remote)), Some(owners)) = (flow.client, owners) else {
-            flow.owner.set(None);
+        let (Some((local, remote)), Some(owners)) = (client, owners) else {
+            slot.set(None);
             return;
         };
         let inode = match owners.quick(local, remote) {
-            owner::Quick::Found(o) => return flow.owner.set(Some(o)),
+            owner::Quick::Found(o) => return slot.set(Some(o)),
             owner::Quick::Inode(i) => Some(i),
             owner::Quick::Unknown => None,
         };
@@ -746,7 +777,7 @@ impl Shared {
             local,
             remote,
             inode,
-            slot: flow.owner.clone(),
+            slot: slot.clone(),
         });
     }
 

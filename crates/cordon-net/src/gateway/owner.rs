@@ -41,6 +41,8 @@ pub(crate) struct Owner {
     pub pid: i64,
     /// Its command line, arguments joined by spaces (cut at 512 characters).
     pub cmdline: String,
+    /// Its pid on the host (what `/proc` is read by).
+    pub host_pid: i32,
 }
 
 /// What a flow's event will name as its process: set once, by its lookup.
@@ -150,6 +152,7 @@ impl Known {
         let owner = Owner {
             pid: ns_pid(&dir).unwrap_or(i64::from(pid)),
             cmdline: redact(&join_args(&raw)),
+            host_pid: pid,
         };
         // Kept only when the command line still reads after `status` was read by pid: the
         // process was alive throughout, so the pid was not reused in between and the NSpid is

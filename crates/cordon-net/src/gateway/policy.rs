@@ -130,14 +130,21 @@ pub fn learnable(rule: &str) -> bool {
     matches!(rule, "network.default-deny" | "http.default-deny")
 }
 
+/// The rule of a flow refused because the rules for its name and port name programs and
+/// its process could not be found: the gateway looks it up and decides again.
+pub(crate) const OWNER_UNKNOWN: &str = "network.owner-unknown";
+
 /// Decides one TCP flow. Names: blocklist first, then the first `[[network.allow]]` rule that
-/// matches name and port. Raw addresses: `allow_ips` only.
+/// matches name and port (and `owner`, when it names programs). Raw addresses: `allow_ips`
+/// only. `owner`: the process behind the flow, `None` when not known (only rules for any
+/// process then let it through; see [`OWNER_UNKNOWN`]).
 pub(crate) fn decide(
     plan: &NetworkPlan,
     allow_ips: &[IpNet],
     blocked: &dyn Fn(&str) -> Option<String>,
     dest: &Dest,
     port: u16,
+    owner: Option<&cordon_policy::Owner>,
 ) -> FlowDecision {
     let deny = |rule: String, reason: String| FlowDecision {
         allow: false,
@@ -149,11 +156,35 @@ pub(crate) fn decide(
             if let Some(rule) = blocked(name) {
                 return deny(rule.clone(), format!("{name} is on the blocklist ({rule})"));
             }
-            if let Some(r) = plan.allowing(name, port) {
+            if let Some(r) = plan.allowing_for(name, port, owner) {
+                let reason = match (&r.programs.any(), owner) {
+                    (false, Some(o)) => format!("{name}:{port} allowed for {}", o.describe()),
+                    _ => format!("{name}:{port} allowed"),
+                };
                 return FlowDecision {
                     allow: true,
                     rule: r.label(),
-                    reason: format!("{name}:{port} allowed"),
+                    reason,
+                };
+            }
+            let keyed = plan.only_for(name, port);
+            if !keyed.is_empty() {
+                let whom: Vec<String> = keyed.iter().map(|r| r.programs.describe()).collect();
+                let whom = whom.join("; ");
+                return match owner {
+                    Some(o) => deny(
+                        "network.program".into(),
+                        format!(
+                            "{name}:{port} is allowed only for {whom}; this connection came from {}",
+                            o.describe()
+                        ),
+                    ),
+                    None => deny(
+                        OWNER_UNKNOWN.into(),
+                        format!(
+                            "{name}:{port} is allowed only for {whom}, and the process that opened this connection could not be found (it exited, or the socket was handed on): refused"
+                        ),
+                    ),
                 };
             }
             let why = match RISKY_PORTS.iter().find(|(p, _)| *p == port) {
@@ -237,18 +268,21 @@ mod tests {
                     ports: vec![22, 443],
                     origin: "test".into(),
                     expires: None,
+                    programs: Default::default(),
                 },
                 HostRule {
                     host: host("*.npmjs.org"),
                     ports: vec![443],
                     origin: "test".into(),
                     expires: None,
+                    programs: Default::default(),
                 },
                 HostRule {
                     host: host(HOST_ALIAS),
                     ports: vec![11434],
                     origin: "test".into(),
                     expires: None,
+                    programs: Default::default(),
                 },
             ],
             ..NetworkPlan::default()
@@ -267,18 +301,18 @@ mod tests {
     #[test]
     fn names_need_a_rule_naming_host_and_port() {
         let (p, ips) = (plan(), Vec::new());
-        assert!(decide(&p, &ips, &builtin, &name("github.com"), 22).allow);
-        assert!(decide(&p, &ips, &builtin, &name("registry.npmjs.org"), 443).allow);
-        assert!(!decide(&p, &ips, &builtin, &name("npmjs.org"), 443).allow);
-        assert!(!decide(&p, &ips, &builtin, &name("github.com"), 80).allow);
-        let v = decide(&p, &ips, &builtin, &name("evil.example"), 443);
+        assert!(decide(&p, &ips, &builtin, &name("github.com"), 22, None).allow);
+        assert!(decide(&p, &ips, &builtin, &name("registry.npmjs.org"), 443, None).allow);
+        assert!(!decide(&p, &ips, &builtin, &name("npmjs.org"), 443, None).allow);
+        assert!(!decide(&p, &ips, &builtin, &name("github.com"), 80, None).allow);
+        let v = decide(&p, &ips, &builtin, &name("evil.example"), 443, None);
         assert!(!v.allow);
         assert_eq!(v.rule, "network.default-deny");
-        let v = decide(&p, &ips, &builtin, &name("github.com"), 25);
+        let v = decide(&p, &ips, &builtin, &name("github.com"), 25, None);
         assert!(v.reason.contains("SMTP"), "{v:?}");
-        let v = decide(&p, &ips, &builtin, &name(HOST_ALIAS), 5432);
+        let v = decide(&p, &ips, &builtin, &name(HOST_ALIAS), 5432, None);
         assert!(v.reason.contains("host's loopback"), "{v:?}");
-        assert!(decide(&p, &ips, &builtin, &name(HOST_ALIAS), 11434).allow);
+        assert!(decide(&p, &ips, &builtin, &name(HOST_ALIAS), 11434, None).allow);
     }
 
     #[test]
@@ -289,8 +323,9 @@ mod tests {
             ports: vec![443],
             origin: "test".into(),
             expires: None,
+            programs: Default::default(),
         });
-        let v = decide(&p, &[], &builtin, &name("webhook.site"), 443);
+        let v = decide(&p, &[], &builtin, &name("webhook.site"), 443, None);
         assert!(!v.allow && v.reason.contains("blocklist"), "{v:?}");
         let v = decide(
             &p,
@@ -304,6 +339,7 @@ mod tests {
             },
             &name("github.com"),
             443,
+            None,
         );
         assert!(!v.allow, "{v:?}");
     }
@@ -318,7 +354,8 @@ mod tests {
                 &ips,
                 &builtin,
                 &Dest::Ip("10.1.2.7".parse().unwrap()),
-                5432
+                5432,
+                None
             )
             .allow
         );
@@ -328,6 +365,7 @@ mod tests {
             &builtin,
             &Dest::Ip("10.1.3.7".parse().unwrap()),
             5432,
+            None,
         );
         assert_eq!((v.allow, v.rule.as_str()), (false, "network.raw-ip"));
         assert!(
@@ -336,7 +374,8 @@ mod tests {
                 &[],
                 &builtin,
                 &Dest::Ip("140.82.112.3".parse().unwrap()),
-                443
+                443,
+                None
             )
             .allow
         );
@@ -357,7 +396,7 @@ mod tests {
             "100.64.0.1",
             "fd00::1",
         ] {
-            let v = decide(&p, &all, &builtin, &Dest::Ip(ip.parse().unwrap()), 80);
+            let v = decide(&p, &all, &builtin, &Dest::Ip(ip.parse().unwrap()), 80, None);
             assert!(!v.allow, "{ip}: {v:?}");
         }
         assert!(
@@ -366,7 +405,8 @@ mod tests {
                 &all,
                 &builtin,
                 &Dest::Ip("140.82.112.3".parse().unwrap()),
-                443
+                443,
+                None
             )
             .allow
         );
@@ -378,7 +418,8 @@ mod tests {
                 &lo,
                 &builtin,
                 &Dest::Ip("127.0.0.1".parse().unwrap()),
-                80
+                80,
+                None
             )
             .allow
         );
@@ -390,7 +431,8 @@ mod tests {
                 &lan,
                 &builtin,
                 &Dest::Ip("192.168.1.1".parse().unwrap()),
-                80
+                80,
+                None
             )
             .allow
         );

@@ -260,7 +260,11 @@ async fn handle(shared: Arc<Shared>, mut conn: TcpStream) {
         _ => HttpFlow::NotHttp,
     };
     match flow {
-        HttpFlow::Intercept => to_http(&shared, conn, head, &t, dest.host()).await,
+        HttpFlow::Intercept => {
+            let slot = Arc::new(super::owner::OwnerSlot::new());
+            let owner = shared.owner_for(&slot, client).await;
+            to_http(&shared, conn, head, &t, dest.host(), owner).await
+        }
         HttpFlow::Deny(v) => {
             let why = refusal_text(&t, &dest, &v);
             let tls = t
@@ -285,7 +289,14 @@ async fn handle(shared: Arc<Shared>, mut conn: TcpStream) {
 
 /// Hands the connection to the HTTP layer: after `200 Connection Established` for CONNECT
 /// (what followed the head is read again first), or with the head itself for a plain request.
-async fn to_http(shared: &Shared, mut conn: TcpStream, head: Head, t: &Target, name: String) {
+async fn to_http(
+    shared: &Shared,
+    mut conn: TcpStream,
+    head: Head,
+    t: &Target,
+    name: String,
+    owner: super::handler::Owned,
+) {
     let Some(layer) = shared.http.get() else {
         return;
     };
@@ -311,6 +322,7 @@ async fn to_http(shared: &Shared, mut conn: TcpStream, head: Head, t: &Target, n
         name,
         port: t.port,
         kind,
+        owner,
     };
     layer.handler.serve(stream, to).await;
 }

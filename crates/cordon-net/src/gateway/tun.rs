@@ -92,7 +92,7 @@ enum FlowState {
     /// Connected on the host; waiting for the stack to hand over the sandbox side.
     Ready(Box<(TcpStream, Flow, Slot)>),
     /// For the HTTP layer (name, port); waiting for the stack to hand over the sandbox side.
-    Intercept(String, u16, Slot),
+    Intercept(String, u16, Slot, crate::gateway::handler::Owned),
     /// Denied, but it may be TLS: accepted so a ClientHello gets cordon's 403 (name, port).
     Refuse(Box<(String, u16, FlowDenial)>, Slot),
     /// Relaying.
@@ -288,14 +288,19 @@ async fn accept(shared: Arc<Shared>, flows: Flows, mut listener: netstack_smoltc
                     flow.owner_settled().await;
                     shared.emit(flow.finished(u, d, e.as_ref()));
                 }
-                FlowState::Intercept(name, port, _slot) => {
+                FlowState::Intercept(name, port, _slot, owner) => {
                     if let Some(layer) = shared.http.get() {
                         let kind = if port == 443 {
                             FlowKind::Tls
                         } else {
                             FlowKind::Plain
                         };
-                        let to = FlowTarget { name, port, kind };
+                        let to = FlowTarget {
+                            name,
+                            port,
+                            kind,
+                            owner,
+                        };
                         layer.handler.serve(Box::new(stream), to).await;
                     }
                 }
@@ -374,7 +379,9 @@ async fn hold_syn(
             return;
         };
         let next = match decide(&shared, src, dst).await {
-            Decided::Intercept(name) => Some(FlowState::Intercept(name, dst.port(), slot)),
+            Decided::Intercept(name, owner) => {
+                Some(FlowState::Intercept(name, dst.port(), slot, owner))
+            }
             Decided::Refuse(name, denial) => Some(FlowState::Refuse(
                 Box::new((name, dst.port(), denial)),
                 slot,
@@ -411,8 +418,8 @@ async fn hold_syn(
 
 /// What becomes of a new flow.
 enum Decided {
-    /// For the HTTP layer (the name).
-    Intercept(String),
+    /// For the HTTP layer (the name, and the process behind it when a rule names programs).
+    Intercept(String, crate::gateway::handler::Owned),
     /// Allowed and connected on the host.
     Open(TcpStream, Flow),
     /// Refused, but it may be TLS (the name, why): the handshake completes so a ClientHello
@@ -447,7 +454,12 @@ async fn decide(shared: &Shared, src: SocketAddrV4, dst: SocketAddrV4) -> Decide
                 None => Decided::Refused,
             },
         },
-        super::HttpFlow::Intercept => Decided::Intercept(dest.host()),
+        super::HttpFlow::Intercept => {
+            // Found while the SYN is held: the socket surely exists.
+            let slot = Arc::new(super::owner::OwnerSlot::new());
+            let owner = shared.owner_for(&slot, Some((src, dst))).await;
+            Decided::Intercept(dest.host(), owner)
+        }
         super::HttpFlow::Deny(v) => {
             let tls = shared.tls_denial(&dest, dst.port(), &v);
             shared

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use serde_spanned::Spanned;
 
 use crate::PolicyError;
+use crate::Programs;
 use crate::pattern::HostPattern;
 use crate::schema::{Schema, Shape, quote_key, toml_string};
 use crate::sections::{Convert, Loosen, Origin, Render, Section, Sections, comment};
@@ -136,6 +137,10 @@ pub struct CredentialPlan {
     pub source: CredentialSource,
     /// The hosts the real value may go to.
     pub hosts: Vec<HostPattern>,
+    /// The processes it may go from (`programs`, `run_by`); empty: any. A placeholder in a
+    /// request from another process is refused as a leak.
+    #[serde(default, skip_serializing_if = "Programs::any")]
+    pub programs: Programs,
     /// Where it travels.
     pub slot: CredentialSlot,
     /// Files shown inside as copies with the real value replaced by the placeholder.
@@ -227,6 +232,11 @@ raw_table! {
         source: Table(RawSource) [required] = "source = { file = \"~/.claude/.credentials.json\", json = \"claudeAiOauth.accessToken\" }",
         /// The hosts the real value may go to.
         hosts: Strings [required, loosens] = "hosts = [\"api.anthropic.com\"]",
+        /// Only in requests these programs send (as `[[network.allow]]`'s `programs`): a
+        /// placeholder from any other process is refused.
+        programs: Strings = "programs = [\"claude\"]",
+        /// Only in requests of processes one of these started.
+        run_by: Strings = "run_by = [\"npm\"]",
         /// The header it travels in.
         header: String = "header = \"authorization\"",
         /// Several headers, each `name` or `name: format`.
@@ -504,6 +514,7 @@ fn credential(
         env,
         source,
         hosts,
+        programs: cx.programs(&e.programs, &e.run_by)?,
         slot,
         files: cx
             .paths(&e.files, "files", false)?
@@ -681,6 +692,7 @@ impl Section for Credentials {
             out.line(format!("source = {source}"));
             let h: Vec<String> = c.hosts.iter().map(ToString::to_string).collect();
             out.strings("hosts", &h);
+            out.programs(&c.programs);
             match &c.slot {
                 CredentialSlot::Query { name } => out.string("query", name),
                 CredentialSlot::Header { name, format } => {

@@ -2,6 +2,7 @@
 //! (layer 3).
 
 use crate::PolicyError;
+use crate::Programs;
 use crate::expiry::Expiry;
 use crate::pattern::HostPattern;
 use crate::schema::{Schema, Shape, toml_string};
@@ -53,6 +54,9 @@ pub struct HttpRule {
     /// When it ends (`until`, `for`); `None`: never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires: Option<Expiry>,
+    /// The processes it is for (`programs`, `run_by`); empty: any.
+    #[serde(default, skip_serializing_if = "Programs::any")]
+    pub programs: Programs,
 }
 
 impl HttpRule {
@@ -72,6 +76,7 @@ impl HttpRule {
             reason: None,
             origin: String::new(),
             expires: None,
+            programs: Programs::default(),
         }
     }
 }
@@ -118,6 +123,11 @@ raw_table! {
         /// time: editing the file (or touching it) starts it again. Instead of `until`, not
         /// with it.
         r#for: String [shorthand] = "for = \"2h\"",
+        /// Only for requests these programs send (see `[[network.allow]]`'s `programs`). A
+        /// request whose process cannot be found meets only rules that refuse or ask.
+        programs: Strings = "programs = [\"git\"]",
+        /// Only for requests of processes one of these started.
+        run_by: Strings = "run_by = [\"npm\"]",
     }
 }
 
@@ -195,6 +205,7 @@ fn rule(
         action: *cx.required(&r.action, "action", "[[http.rule]]")?.get_ref(),
         reason: r.reason.as_ref().map(|x| x.get_ref().clone()),
         expires: cx.ends(&r.until, &r.r#for, "[[http.rule]]")?,
+        programs: cx.programs(&r.programs, &r.run_by)?,
         origin: origin.label,
     })
 }
@@ -282,6 +293,7 @@ impl Section for Http {
             if let Some(reason) = &r.reason {
                 out.string("reason", reason);
             }
+            out.programs(&r.programs);
             out.until(r.expires);
         }
     }

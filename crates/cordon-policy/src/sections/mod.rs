@@ -450,6 +450,34 @@ impl Convert<'_> {
         }
     }
 
+    /// A rule's `programs` and `run_by` (see [`crate::program`]), each name checked.
+    pub(crate) fn programs(
+        &self,
+        programs: &[Spanned<String>],
+        run_by: &[Spanned<String>],
+    ) -> Result<crate::Programs, PolicyError> {
+        let names = |list: &[Spanned<String>], key: &str| -> Result<Vec<String>, PolicyError> {
+            list.iter()
+                .map(|v| {
+                    crate::program::check_name(v.get_ref()).map_err(|why| {
+                        self.diag(
+                            format!("invalid {key} entry {}: {why}", toml_string(v.get_ref())),
+                            v.span(),
+                            format!(
+                                "name a program (\"git\"), an absolute path (\"/usr/bin/git\") or an npm package (\"@anthropic-ai/claude-code\"), e.g. {key} = [\"git\"]"
+                            ),
+                        )
+                    })?;
+                    Ok(v.get_ref().clone())
+                })
+                .collect()
+        };
+        Ok(crate::Programs {
+            programs: names(programs, "programs")?,
+            run_by: names(run_by, "run_by")?,
+        })
+    }
+
     /// An HTTP-layer host glob (`[[http.rule]] host`, `[tls] passthrough`, credentials' and
     /// `[[dlp.allow]]` hosts).
     pub(crate) fn host_glob(&self, v: &Spanned<String>) -> Result<HostPattern, PolicyError> {
@@ -790,6 +818,16 @@ impl Render {
     }
 
     /// `until = "…"` for a rule that ends, with the time left when there is a clock.
+    /// A rule's `programs` and `run_by`, when it has them.
+    pub(crate) fn programs(&mut self, who: &crate::Programs) {
+        if !who.programs.is_empty() {
+            self.strings("programs", &who.programs);
+        }
+        if !who.run_by.is_empty() {
+            self.strings("run_by", &who.run_by);
+        }
+    }
+
     pub(crate) fn until(&mut self, expires: Option<Expiry>) {
         let Some(e) = expires else { return };
         match self.now {

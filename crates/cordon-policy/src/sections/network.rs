@@ -2,6 +2,7 @@
 //! out by name and port (layer 2).
 
 use crate::PolicyError;
+use crate::Programs;
 use crate::expiry::{Expiry, outlasts};
 use crate::pattern::{Bare, HostPattern};
 use crate::schema::{Schema, Shape, toml_string};
@@ -36,6 +37,9 @@ pub struct HostRule {
     /// When it ends (`until`, `for`); `None`: never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires: Option<Expiry>,
+    /// The processes it is for (`programs`, `run_by`); empty: any.
+    #[serde(default, skip_serializing_if = "Programs::any")]
+    pub programs: Programs,
 }
 
 impl HostRule {
@@ -62,11 +66,41 @@ pub struct NetworkPlan {
 }
 
 impl NetworkPlan {
-    /// The first rule allowing TCP to `name:port`, if any.
+    /// The first rule allowing TCP to `name:port` for any process, if any.
     pub fn allowing(&self, name: &str, port: u16) -> Option<&HostRule> {
+        self.allowing_for(name, port, None)
+    }
+
+    /// The first rule allowing TCP to `name:port` for `owner` (`None`: not known, so only
+    /// a rule for any process).
+    pub fn allowing_for(
+        &self,
+        name: &str,
+        port: u16,
+        owner: Option<&crate::Owner>,
+    ) -> Option<&HostRule> {
+        self.allow.iter().find(|r| {
+            r.ports.contains(&port)
+                && r.matches_host(name)
+                && crate::program::applies(&r.programs, true, owner)
+        })
+    }
+
+    /// The rules for `name:port` that name processes, when no rule lets any process
+    /// through: what a connection's process must be found for.
+    pub fn only_for(&self, name: &str, port: u16) -> Vec<&HostRule> {
+        if self.allowing(name, port).is_some() {
+            return Vec::new();
+        }
         self.allow
             .iter()
-            .find(|r| r.ports.contains(&port) && r.matches_host(name))
+            .filter(|r| r.ports.contains(&port) && r.matches_host(name))
+            .collect()
+    }
+
+    /// Whether any rule names processes.
+    pub fn keyed(&self) -> bool {
+        self.allow.iter().any(|r| !r.programs.any())
     }
 }
 
@@ -85,6 +119,14 @@ raw_table! {
         /// time: editing the file (or touching it) starts it again. Instead of `until`, not
         /// with it.
         r#for: String [shorthand] = "for = \"2h\"",
+        /// Only for these programs: an executable by name or absolute path, or what an
+        /// interpreter runs (a script, an npm package). The connection's process is found on
+        /// the host; one that cannot be found, or runs a file the sandbox could have written,
+        /// is no program.
+        programs: Strings = "programs = [\"git\", \"gh\"]",
+        /// Only for processes one of these started (a parent, or theirs), named as in
+        /// `programs`.
+        run_by: Strings = "run_by = [\"npm\"]",
     }
 }
 
@@ -111,8 +153,8 @@ pub(crate) struct Network {
     pub allow: Vec<(Allow, Origin)>,
 }
 
-/// One `[[network.allow]]` of a layer: the host, its ports, when it ends.
-pub(crate) type Allow = (HostPattern, Vec<u16>, Option<Expiry>);
+/// One `[[network.allow]]` of a layer: the host, its ports, when it ends, for whom.
+pub(crate) type Allow = (HostPattern, Vec<u16>, Option<Expiry>, Programs);
 
 /// `ADDR` or `ADDR/LEN` as a canonical `ADDR/LEN` string.
 pub(crate) fn parse_cidr(text: &str) -> Result<String, &'static str> {
@@ -178,8 +220,9 @@ impl Section for Network {
                 ports.push(cx.port(p, "ports")?);
             }
             let ends = cx.ends(&r.until, &r.r#for, "[[network.allow]]")?;
+            let who = cx.programs(&r.programs, &r.run_by)?;
             out.allow
-                .push(((host, ports, ends), cx.origin(rule.span())));
+                .push(((host, ports, ends, who), cx.origin(rule.span())));
         }
         Ok(out)
     }
@@ -209,16 +252,23 @@ impl Section for Network {
                 out.add(o, format!("allows connections to raw addresses {cidr}"));
             }
         }
-        for ((h, ports, ends), o) in &f.allow {
+        for ((h, ports, ends, who), o) in &f.allow {
             // A port the trusted layers open only for a while is opened further by a rule
-            // that outlasts theirs.
+            // that outlasts theirs; one they open for some programs, by a rule for others.
             let known = |p: &u16| {
-                b.allow
-                    .iter()
-                    .any(|((x, xp, e), _)| x == h && xp.contains(p) && outlasts(*ends, *e))
+                b.allow.iter().any(|((x, xp, e, bw), _)| {
+                    x == h && xp.contains(p) && outlasts(*ends, *e) && (bw.any() || bw == who)
+                })
             };
             if !ports.iter().all(known) {
-                out.add(o, format!("allows connections to {h} on ports {ports:?}"));
+                let whom = match who.any() {
+                    true => String::new(),
+                    false => format!(" for {}", who.describe()),
+                };
+                out.add(
+                    o,
+                    format!("allows connections to {h} on ports {ports:?}{whom}"),
+                );
             }
         }
     }
@@ -230,11 +280,12 @@ impl Section for Network {
             allow: self
                 .allow
                 .into_iter()
-                .map(|((host, ports, expires), o)| HostRule {
+                .map(|((host, ports, expires, programs), o)| HostRule {
                     host,
                     ports,
                     origin: o.label,
                     expires,
+                    programs,
                 })
                 .collect(),
         }
@@ -250,6 +301,7 @@ impl Section for Network {
             out.string("host", &r.host.to_string());
             let ports: Vec<String> = r.ports.iter().map(u16::to_string).collect();
             out.line(format!("ports = [{}]", ports.join(", ")));
+            out.programs(&r.programs);
             out.until(r.expires);
         }
     }

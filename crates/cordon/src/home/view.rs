@@ -338,6 +338,7 @@ pub fn add_home_credentials(plan: &mut Plan) {
                 continue;
             }
             plan.credentials.push(cordon_policy::CredentialPlan {
+                programs: Default::default(),
                 name,
                 env: None,
                 source: cordon_policy::CredentialSource::Npmrc {

@@ -1,0 +1,70 @@
+//! Rules keyed on programs in the gateway: the process behind a connection is found before
+//! a rule that names programs decides it. Only then: a plan without such rules never waits.
+//!
+//! The owner is the process holding the sandbox side's socket while its SYN is held (or while
+//! its proxy connection is open): the one that made it. One that cannot be found (it exited,
+//! the lookup timed out) is no program, so only rules for any process let its connection out.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cordon_policy::Owner;
+
+use super::identity::Identify;
+use super::owner::OwnerSlot;
+use super::policy::{self, Dest, FlowDecision};
+use super::{Flow, Shared};
+
+/// How long a decision waits for the process behind a connection. The common case is
+/// answered at once ([`super::owner::Lookups::quick`]); the rest takes a walk of the
+/// sandbox's process tree, milliseconds.
+const OWNER_DECIDE: Duration = Duration::from_secs(2);
+
+impl Shared {
+    /// Who made the connection from `client` (into `slot`), when a rule could care: `None`
+    /// when no rule names programs, or the process could not be found.
+    pub(crate) async fn owner_for(
+        &self,
+        slot: &Arc<OwnerSlot>,
+        client: Option<(std::net::SocketAddrV4, std::net::SocketAddrV4)>,
+    ) -> Option<Arc<Owner>> {
+        if !self.names_programs {
+            return None;
+        }
+        self.find_owner_of(slot, client);
+        slot.settled(OWNER_DECIDE).await;
+        let host_pid = slot.get()?.host_pid;
+        let identify = self
+            .identify
+            .get_or_init(|| {
+                let (init, _) = self.sandbox.get()?;
+                Some(Identify::new(*init, self.execs.get().cloned()))
+            })
+            .as_ref()?;
+        identify.owner(host_pid).map(Arc::new)
+    }
+
+    /// `verdict` for `flow` decided again with its process, when only rules that name
+    /// programs could let it out (`verdict` then says [`policy::OWNER_UNKNOWN`]).
+    pub(crate) async fn decide_for_owner(
+        &self,
+        flow: &mut Flow,
+        dest: &Dest,
+        port: u16,
+        verdict: FlowDecision,
+    ) -> FlowDecision {
+        if verdict.rule != policy::OWNER_UNKNOWN {
+            return verdict;
+        }
+        flow.who = self.owner_for(&flow.owner, flow.client).await;
+        let blocked = |n: &str| self.host.blocked(n);
+        policy::decide(
+            &self.plan,
+            &self.allow_ips,
+            &blocked,
+            dest,
+            port,
+            flow.who.as_deref(),
+        )
+    }
+}
