@@ -116,10 +116,18 @@ impl Process {
             || self.invoked.as_deref().is_some_and(|i| base(i) == name)
     }
 
-    /// The process in words: `curl (pid 12)`, `node running /x/cli.js
+    /// Its name in words: the name it was started by (`npm`, `claude`), else its
+    /// executable's (`node`).
+    pub fn name(&self) -> &str {
+        self.invoked
+            .as_deref()
+            .map_or_else(|| base(&self.exe), base)
+    }
+
+    /// The process in words: `curl (pid 12)`, `claude running /x/cli.js
     /// (@anthropic-ai/claude-code, pid 40)`, with why it is not trusted.
     pub fn describe(&self) -> String {
-        let mut out = base(&self.exe).to_string();
+        let mut out = self.name().to_string();
         if let Some(s) = &self.script {
             out.push_str(&format!(" running {s}"));
         }
@@ -162,7 +170,7 @@ impl Owner {
     /// The owner in words, with the nearest processes that started it.
     pub fn describe(&self) -> String {
         let mut out = self.process.describe();
-        let chain: Vec<&str> = self.run_by.iter().take(3).map(|p| base(&p.exe)).collect();
+        let chain: Vec<&str> = self.run_by.iter().take(3).map(Process::name).collect();
         if !chain.is_empty() {
             out.push_str(&format!(", run by {}", chain.join(" ← ")));
         }

@@ -369,6 +369,108 @@ both!(claude_p_answers_with_the_detected_profile, |env: Env| {
     );
 });
 
+// A package's install script, run by a real `npm install` in the agent's session, holds the
+// same placeholder as the agent; the profile's key goes only in requests Claude Code itself
+// sends (`programs`), so the script's request to the API is refused with cordon's words and
+// never reaches it, while the agent's own is answered.
+both!(
+    claude_gets_its_key_and_a_postinstall_script_does_not,
+    |env: Env| {
+        let case = Case {
+            agent: "claude",
+            host: "api.anthropic.com",
+            key_var: "ANTHROPIC_API_KEY",
+            key: CLAUDE_KEY,
+            args: &[],
+            vars: &[],
+            addr: 47,
+            state: &[],
+            shell: None,
+            also: &[],
+        };
+        if !common::need(&["npm", "node"], "the package's install") {
+            return;
+        }
+        let Some(ready) = prepare(&env, &case) else {
+            return;
+        };
+        let pkg = env.base.join("post");
+        std::fs::create_dir_all(&pkg).unwrap();
+        std::fs::write(
+            pkg.join("package.json"),
+            r#"{"name":"cordon-post","version":"1.0.0","scripts":{"postinstall":"node post.js"}}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            pkg.join("post.js"),
+            r#"const fs = require("fs"), out = process.env.INIT_CWD + "/post.out";
+fetch("https://api.anthropic.com/v1/cordon-postinstall-probe", {
+  method: "POST",
+  headers: { "x-api-key": process.env.ANTHROPIC_API_KEY, "content-type": "application/json" },
+  body: "{}",
+}).then(async (r) => fs.writeFileSync(out, r.status + " " + (await r.text())),
+        (e) => fs.writeFileSync(out, "ERR " + e));
+"#,
+        )
+        .unwrap();
+        env.own(&pkg);
+        let script = format!(
+            "set -e; cd {pkg} && npm pack --silent >/dev/null; cd \"$OLDPWD\"; mkdir -p app; cd app; \
+         echo '{{}}' > package.json; \
+         npm install --offline --no-audit --no-fund {pkg}/cordon-post-1.0.0.tgz >&2; \
+         echo POST $(cat post.out | tr '\\n' ' '); cd ..; claude -p 'Say hello'",
+            pkg = pkg.display()
+        );
+        let _ = std::fs::remove_file(&env.audit);
+        let child = cordon(&env)
+            .env("PATH", &ready.path)
+            .env(case.key_var, case.key)
+            .args(["run", "--no-tty", "--profile", "claude", "--audit"])
+            .arg(&env.audit)
+            .args(["--policy", &ready.policy, "--", "sh", "-c", &script])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let o = wait_limited(child, Duration::from_secs(240));
+        let log = ready.stub.log();
+        let ctx = format!("{}\n--- stand-in:\n{log}", show(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        let post = out
+            .lines()
+            .find(|l| l.starts_with("POST "))
+            .unwrap_or_default();
+        assert!(
+            post.starts_with("POST 403")
+                && post.contains("anthropic-api-key")
+                && post.contains("which is not claude"),
+            "the install script's request: {post}\n{ctx}"
+        );
+        assert!(
+            !log.contains("cordon-postinstall-probe"),
+            "the script's request reached the API\n{ctx}"
+        );
+        assert!(
+            out.contains(&ready.answer),
+            "no answer from the agent\n{ctx}"
+        );
+        assert!(
+            log.lines()
+                .any(|l| l.starts_with("KEY ") && l.contains(CLAUDE_KEY)),
+            "the agent's request carried the real key\n{ctx}"
+        );
+        // The refusal names the process, found from outside: node, run by npm.
+        let audit = std::fs::read_to_string(&env.audit).unwrap_or_default();
+        let leak = audit
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|e| e["layer"] == "credentials" && e["action"] == "deny")
+            .unwrap_or_else(|| panic!("no refusal logged\n{ctx}"));
+        let reason = leak["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("node") && reason.contains("npm"), "{leak}");
+    }
+);
+
 // Claude Code runs its apiKeyHelper inside the sandbox with its own environment, so a helper
 // printing the key prints the placeholder; Claude then sends the helper's output as a bearer
 // token beside x-api-key. The profile's credential names both headers: both are swapped.

@@ -234,7 +234,7 @@ pub(crate) fn leak_event(label: &str, name: &str, place: &str) -> NewEvent {
 /// What the sandbox is told when a credential's placeholder went where it may not.
 pub(crate) fn leak_refusal(name: &str, place: &str) -> String {
     format!(
-        "cordon: credential `{name}` may only go to its own hosts, in its own header; this request sent it {place}. Refused.\n"
+        "cordon: credential `{name}` may only go to its own hosts, in its own header, from its own programs; this request sent it {place}. Refused.\n"
     )
 }
 

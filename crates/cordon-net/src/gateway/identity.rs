@@ -34,11 +34,17 @@ pub(crate) struct Identify {
     /// The sandbox's init (host pid): ancestors stop below it.
     init: i32,
     execs: Option<ExecsOf>,
-    /// By (host pid, start time, executable's device and inode): an exec is a new entry.
-    known: Mutex<HashMap<(i32, u64, u64, u64), Process>>,
+    /// By [`Key`]: an exec is a new entry.
+    known: Mutex<HashMap<Key, Process>>,
+    /// Whole owners by [`Key`] and parent: a connection of a process seen before costs one
+    /// `stat` of its executable and one read of its `/proc/PID/stat`.
+    owners: Mutex<HashMap<(Key, i32), Owner>>,
     /// Mount tables by mount namespace.
     mounts: Mutex<HashMap<u64, Arc<Vec<Mount>>>>,
 }
+
+/// A process as it is now: host pid, start time, its executable's device and inode.
+type Key = (i32, u64, u64, u64);
 
 /// One mount as the sandbox sees it: where, whether it may be written through, and whether
 /// it is a copy-on-write layer.
@@ -55,6 +61,7 @@ impl Identify {
             init,
             execs,
             known: Mutex::new(HashMap::new()),
+            owners: Mutex::new(HashMap::new()),
             mounts: Mutex::new(HashMap::new()),
         }
     }
@@ -62,29 +69,35 @@ impl Identify {
     /// The process with host pid `pid` and those that started it (up to the sandbox's init);
     /// `None` when it is gone (exited, its executable no longer there to read).
     pub(crate) fn owner(&self, pid: i32) -> Option<Owner> {
-        let process = self.process(pid);
+        let (me, ppid) = key(pid)?;
+        if let Some(o) = lock(&self.owners).get(&(me, ppid)) {
+            return Some(o.clone());
+        }
+        let process = self.process(pid, Some(me));
         if process.exe.is_empty() {
             return None;
         }
         let mut run_by = Vec::new();
-        let mut at = parent(pid);
+        let mut at = Some(ppid);
         while let Some(p) = at {
             if p == self.init || p <= 1 || run_by.len() >= DEPTH {
                 break;
             }
-            run_by.push(self.process(p));
-            at = parent(p);
+            let k = key(p);
+            run_by.push(self.process(p, k.map(|k| k.0)));
+            at = k.map(|k| k.1);
         }
-        Some(Owner { process, run_by })
+        let o = Owner { process, run_by };
+        let mut owners = lock(&self.owners);
+        if owners.len() >= KEPT {
+            owners.clear();
+        }
+        owners.insert((me, ppid), o.clone());
+        Some(o)
     }
 
-    fn process(&self, pid: i32) -> Process {
-        let exe_meta = std::fs::metadata(format!("/proc/{pid}/exe"));
-        let start = start_time(pid);
-        let key = match (&exe_meta, start) {
-            (Ok(m), Some(s)) => Some((pid, s, m.dev(), m.ino())),
-            _ => None,
-        };
+    /// Process `pid`, described or as kept under `key` (`None`: it could not be read).
+    fn process(&self, pid: i32, key: Option<Key>) -> Process {
         if let Some(k) = key
             && let Some(p) = lock(&self.known).get(&k)
         {
@@ -93,7 +106,7 @@ impl Identify {
         let p = self.describe(pid);
         // Kept only if it is still the same process (its start time and file unchanged).
         if let Some(k) = key
-            && start_time(pid) == Some(k.1)
+            && self::key(pid).is_some_and(|(now, _)| now == k)
         {
             let mut known = lock(&self.known);
             if known.len() >= KEPT {
@@ -366,16 +379,25 @@ fn unescape(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn status_field(pid: i32, name: &str) -> Option<String> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(name))
-        .map(|v| v.trim().to_string())
-}
-
-fn parent(pid: i32) -> Option<i32> {
-    status_field(pid, "PPid:")?.parse().ok()
+/// Process `pid` as it is now, and its parent; `None` when it is gone.
+fn key(pid: i32) -> Option<(Key, i32)> {
+    let exe = std::fs::metadata(format!("/proc/{pid}/exe")).ok()?;
+    // One read: a stat line is far shorter than the buffer (`read_to_string` would ask for
+    // the size, which procfs does not know, and read in growing steps, on every connection).
+    let mut buf = [0u8; 1024];
+    let n = {
+        use std::io::Read;
+        std::fs::File::open(format!("/proc/{pid}/stat"))
+            .ok()?
+            .read(&mut buf)
+            .ok()?
+    };
+    let stat = std::str::from_utf8(&buf[..n]).ok()?;
+    // The name (field 2) is in parentheses and may hold anything: count from its end.
+    let rest: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    let ppid = rest.get(1)?.parse().ok()?;
+    let start = rest.get(19)?.parse().ok()?;
+    Some(((pid, start, exe.dev(), exe.ino()), ppid))
 }
 
 fn ns_pid(dir: &Path) -> Option<i64> {
@@ -384,13 +406,6 @@ fn ns_pid(dir: &Path) -> Option<i64> {
         .lines()
         .find_map(|l| l.strip_prefix("NSpid:"))
         .and_then(|v| v.split_whitespace().last()?.parse().ok())
-}
-
-/// A process's start time (`/proc/PID/stat` field 22).
-fn start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 #[cfg(test)]
@@ -445,10 +460,11 @@ mod tests {
         }
         assert!(!o.run_by.is_empty(), "cargo's test runner started it");
         assert_eq!(
-            id.process(me),
-            o.process,
+            id.owner(me),
+            Some(o.clone()),
             "the second look comes from what is kept"
         );
+        assert_eq!(id.process(me, key(me).map(|k| k.0)), o.process);
     }
 
     // A copy of a program is not the program: the host's file of that name differs.
@@ -461,7 +477,7 @@ mod tests {
         let mut child = std::process::Command::new(&copy).arg("30").spawn().unwrap();
         let id = Identify::new(1, None);
         let pid = child.id() as i32;
-        let p = id.process(pid);
+        let p = id.process(pid, key(pid).map(|k| k.0));
         // The same file at the same path on the host, but on a writable mount.
         assert!(p.untrusted.is_some(), "{p:?}");
         assert!(!p.is("sleep"));

@@ -544,9 +544,18 @@ impl Shared {
         client: Option<(std::net::SocketAddrV4, std::net::SocketAddrV4)>,
     ) -> Result<(TcpStream, Flow), FlowDecision> {
         let blocked = |n: &str| self.host.blocked(n);
-        let verdict = policy::decide(&self.plan, &self.allow_ips, &blocked, dest, port, None);
-        let mut flow = Flow::new(dest, port, via, verdict.clone(), client);
-        let mut verdict = self.decide_for_owner(&mut flow, dest, port, verdict).await;
+        let first = policy::decide(&self.plan, &self.allow_ips, &blocked, dest, port, None);
+        let mut flow = Flow::new(dest, port, via, first.clone(), client);
+        // Only rules that name programs could let it out: its process decides, found while
+        // the connect is under way (as for every flow's event) and before any byte moves.
+        let keyed = (self.names_programs && first.rule == policy::OWNER_UNKNOWN).then_some(first);
+        let mut verdict = match &keyed {
+            Some(v) => FlowDecision {
+                allow: true,
+                ..v.clone()
+            },
+            None => flow.verdict.clone(),
+        };
         let learned = self.learning && !verdict.allow && policy::learnable(&verdict.rule);
         verdict.allow |= learned;
         if verdict.allow && self.audit.get().is_some_and(|a| !a.writable()) {
@@ -597,6 +606,14 @@ impl Shared {
         let connecting = connect_any(&addrs, port);
         tokio::pin!(connecting);
         let early = std::future::poll_fn(|cx| Poll::Ready(connecting.as_mut().poll(cx))).await;
+        if let Some(first) = keyed {
+            flow.verdict = self.decide_for_owner(&mut flow, dest, port, first).await;
+            if !flow.verdict.allow {
+                let (verdict, reason) = (flow.verdict.clone(), flow.verdict.reason.clone());
+                self.emit_later(flow, Action::Deny, reason).await;
+                return Err(verdict);
+            }
+        }
         self.find_owner(&flow);
         let connected = match early {
             Poll::Ready(r) => r,
