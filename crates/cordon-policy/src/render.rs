@@ -164,7 +164,11 @@ pub(crate) mod tests {
                         reason: Some("deletes go through review".into()),
                         origin: "/home/u/.config/cordon/cordon.toml:20".into(),
                         expires: Some(crate::expiry::Expiry::parse("2026-12-31T18:00Z").unwrap()),
-                        ..McpRule::new("no-deletes", McpServer::Http(glob("mcp.example.com")), McpAction::Deny)
+                        ..McpRule::new(
+                            "no-deletes",
+                            McpServer::Http(glob("mcp.example.com")),
+                            McpAction::Deny,
+                        )
                     },
                     McpRule::new("gh", McpServer::Stdio("github".into()), McpAction::Ask),
                 ],

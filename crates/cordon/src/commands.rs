@@ -39,6 +39,7 @@ pub fn dispatch(cmd: Cmd) -> i32 {
         }
         Cmd::State(c) => crate::state::command(c),
         Cmd::Cache(c) => crate::home::cache_command(c),
+        Cmd::Mcp(c) => crate::mcp::command(c),
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "cordon", &mut std::io::stdout());
             0
@@ -1032,6 +1033,7 @@ fn start_gateway(
             )
             .context("start the HTTP layer")?;
             layer.watch_audit(audit.clone());
+            crate::mcp::govern(&layer, plan)?;
             if let Some(l) = logins {
                 layer.broker_logins(l);
             }

@@ -18,6 +18,7 @@ mod init;
 mod layer_off;
 mod learn;
 mod logins;
+mod mcp;
 mod output;
 mod project;
 mod redact;

@@ -209,10 +209,7 @@ fn server(cx: &Convert<'_>, v: &serde_spanned::Spanned<String>) -> Result<McpSer
     }
 }
 
-fn rule(
-    cx: &Convert<'_>,
-    entry: &serde_spanned::Spanned<RawRule>,
-) -> Result<McpRule, PolicyError> {
+fn rule(cx: &Convert<'_>, entry: &serde_spanned::Spanned<RawRule>) -> Result<McpRule, PolicyError> {
     let r = entry.get_ref();
     let origin = cx.origin(entry.span());
     let server = server(cx, cx.required(&r.server, "server", "[[mcp.rule]]")?)?;
@@ -298,7 +295,10 @@ impl Section for Mcp {
         if let Some((false, o)) = &f.pin
             && b.pin.as_ref().is_none_or(|(p, _)| *p)
         {
-            out.add(o, "turns off MCP tool pinning (rug-pull checks)".to_string());
+            out.add(
+                o,
+                "turns off MCP tool pinning (rug-pull checks)".to_string(),
+            );
         }
     }
 
