@@ -195,7 +195,7 @@ async fn call(
         return None;
     }
     Some(format!(
-        "cordon refused the MCP tool call {tool} on {server} (rule \"{}\"): {why}. The same call by any other route is refused too. To see the rules: cordon check",
+        "cordon refused the MCP tool call {tool} on {server} (rule \"{}\"): {why}. Do not retry it by another route; if it is needed, ask the user (cordon check shows the rules)",
         d.rule
     ))
 }
