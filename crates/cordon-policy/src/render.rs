@@ -174,6 +174,7 @@ pub(crate) mod tests {
                 ],
                 default: McpAction::Ask,
                 pin: false,
+                stdio: Vec::new(),
             },
             tls: TlsPlan {
                 passthrough: vec![glob("*.pinned.example")],

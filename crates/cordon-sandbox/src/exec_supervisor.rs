@@ -72,6 +72,8 @@ pub(crate) struct ExecSupervisor<'a> {
     /// A learning run: a deny or ask of a rule the user wrote is let through and logged as
     /// what it would have been (built-in rules still decide).
     learning: bool,
+    /// Local MCP servers the agent's configs name: their spawns are tagged (`mcp_stdio`).
+    mcp_servers: &'a [cordon_policy::McpStdio],
 }
 
 /// A refusal, and exactly what it refused: the process, the rule, the file the command
@@ -350,7 +352,14 @@ impl<'a> ExecSupervisor<'a> {
             kept: None,
             trace: None,
             learning: false,
+            mcp_servers: &[],
         }
+    }
+
+    /// Tag the spawns of these local MCP servers (see `mcp_stdio`).
+    pub(crate) fn mcp_servers(mut self, servers: &'a [cordon_policy::McpStdio]) -> Self {
+        self.mcp_servers = servers;
+        self
     }
 
     /// A learning run (see the field).
@@ -426,6 +435,7 @@ impl<'a> ExecSupervisor<'a> {
     }
 
     fn log(&mut self, ev: NewEvent) {
+        let ev = crate::mcp_stdio::tag(self.mcp_servers, ev);
         match &mut self.kept {
             Some(kept) => kept.push(ev),
             None => (self.emit)(ev),

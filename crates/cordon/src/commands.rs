@@ -453,6 +453,8 @@ fn run_in_session(
     let mut plan = loaded.plan.clone();
     // Registry tokens of the home's shown configuration: placeholders inside.
     crate::home::add_home_credentials(&mut plan);
+    // Local MCP servers of the agents' configs: their spawns tagged, held or refused.
+    crate::mcp::stdio(&mut plan, emit);
     // Test-only layer switches (debug builds): before anything is enforced.
     #[cfg(debug_assertions)]
     if let Err(e) = crate::layer_off::apply(&mut plan, emit) {

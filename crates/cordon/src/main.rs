@@ -19,6 +19,7 @@ mod layer_off;
 mod learn;
 mod logins;
 mod mcp;
+mod mcp_config;
 mod output;
 mod project;
 mod redact;

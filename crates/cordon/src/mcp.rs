@@ -21,6 +21,38 @@ pub fn govern(layer: &cordon_http::HttpLayer, plan: &cordon_policy::Plan) -> Res
         .context("read the MCP pins (move the file away to start pinning afresh)")
 }
 
+/// Finds the local MCP servers the agents' configs name (see `mcp_config`), and makes each
+/// `stdio:` `[[mcp.rule]]` that denies or asks an exec rule for their spawns, ahead of the
+/// rest: the exec layer then tags (`mcp_server`), holds or refuses each spawn.
+pub fn stdio(plan: &mut cordon_policy::Plan, emit: &dyn Fn(cordon_events::NewEvent)) {
+    use cordon_events::{Action, Layer, NewEvent};
+    plan.mcp.stdio = crate::mcp_config::stdio_servers(&plan.home, &plan.project);
+    if plan.mcp.stdio.is_empty() {
+        return;
+    }
+    let mut rules = plan.mcp.stdio_exec_rules();
+    let governed = rules.len();
+    rules.append(&mut plan.exec.rules);
+    plan.exec.rules = rules;
+    let names: Vec<String> = plan
+        .mcp
+        .stdio
+        .iter()
+        .map(|s| format!("{} ({})", s.name, s.exec_pattern()))
+        .collect();
+    emit(
+        NewEvent::new(
+            Layer::Mcp,
+            Action::Apply,
+            format!(
+                "local MCP servers the agent may start: {}; {governed} held or refused by [[mcp.rule]]",
+                names.join(", ")
+            ),
+        )
+        .detail("servers", plan.mcp.stdio.iter().map(|s| s.name.clone()).collect::<Vec<_>>()),
+    );
+}
+
 pub fn command(c: McpCmd) -> i32 {
     match run(c) {
         Ok(code) => code,

@@ -340,3 +340,50 @@ both!(
         assert_eq!(srv.calls().len(), 1, "{:?}", srv.calls());
     }
 );
+
+both!(
+    a_local_mcp_server_spawn_is_named_and_governed_by_its_config_name,
+    |env: Env| {
+        setup(&env);
+        // The project's own MCP config (Claude Code's .mcp.json) names two local servers.
+        env.write(
+            ".mcp.json",
+            r#"{"mcpServers": {
+                "notes": {"command": "sh", "args": ["-c", "echo notes-server-started"]},
+                "shell": {"type": "stdio", "command": "/bin/sh", "args": ["-c", "echo shell-server-started"]}
+            }}"#,
+        );
+        let pol = "[[mcp.rule]]\nname = \"no-shell-server\"\nserver = \"stdio:shell\"\naction = \"deny\"\n";
+        let script = "sh -c 'echo notes-server-started'; sh -c 'echo shell-server-started' || echo SHELL-REFUSED";
+        let o = run(&env, pol, script);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains("notes-server-started"), "{}", show(&o));
+        assert!(!out.contains("shell-server-started"), "{}", show(&o));
+        assert!(out.contains("SHELL-REFUSED"), "{}", show(&o));
+        let events = common::events(&env);
+        let spawn = |server: &str, action: &str| {
+            events.iter().any(|e| {
+                e["layer"] == "exec" && e["action"] == action && e["detail"]["mcp_server"] == server
+            })
+        };
+        assert!(spawn("notes", "allow"), "{events:#?}");
+        assert!(spawn("shell", "deny"), "{events:#?}");
+        let denied = events
+            .iter()
+            .find(|e| e["detail"]["mcp_server"] == "shell")
+            .unwrap();
+        assert!(
+            denied["rule"]
+                .as_str()
+                .unwrap_or("")
+                .contains("no-shell-server"),
+            "{denied:#}"
+        );
+        assert!(
+            events
+                .iter()
+                .any(|e| e["layer"] == "mcp" && e["action"] == "apply"),
+            "{events:#?}"
+        );
+    }
+);

@@ -163,6 +163,7 @@ mod tests {
                 rules,
                 default,
                 pin: true,
+                stdio: Vec::new(),
             },
             Some(pins::Pins::open(None).unwrap()),
         )

@@ -142,6 +142,7 @@ mod tests {
             rules: vec![deny],
             default: McpAction::Allow,
             pin: true,
+            stdio: Vec::new(),
         };
         ListCx {
             mcp: Arc::new(Mcp::new(

@@ -127,6 +127,70 @@ impl McpRule {
     }
 }
 
+/// A local (stdio) MCP server an agent's MCP config names: what the agent runs to start it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct McpStdio {
+    /// Its name in the config (`github`).
+    pub name: String,
+    /// The config file that names it.
+    pub source: String,
+    /// The program, by its file name (`npx`).
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+}
+
+impl McpStdio {
+    /// Whether an exec of `program` (called by that name, or really that file: `resolved`)
+    /// with `args` starts this server.
+    pub fn matches(&self, program: &str, resolved: &str, args: &[String]) -> bool {
+        (program == self.program || resolved == self.program) && args == self.args
+    }
+
+    /// The `[[exec.rule]]` pattern of its command line (`npx -y @scope/server`).
+    pub fn exec_pattern(&self) -> String {
+        let mut line = self.program.clone();
+        for a in &self.args {
+            line.push(' ');
+            line.push_str(a);
+        }
+        line
+    }
+}
+
+impl McpPlan {
+    /// Exec rules that hold (`ask`; `judge` asks too: the exec layer has no judge) or deny
+    /// the spawn of each of `servers` a `stdio:` rule names — first match wins, as in
+    /// `[[mcp.rule]]`; a server whose first matching rule allows gets no exec rule.
+    pub fn stdio_exec_rules(&self) -> Vec<crate::sections::exec::ExecRule> {
+        self.stdio
+            .iter()
+            .filter_map(|s| self.stdio_exec_rule(s))
+            .collect()
+    }
+
+    /// The exec rule for `server`'s spawn, if a `stdio:` rule denies or asks (see
+    /// [`McpPlan::stdio_exec_rules`]); what `cordon replay` decides a tagged spawn by again.
+    pub fn stdio_exec_rule(&self, server: &McpStdio) -> Option<crate::sections::exec::ExecRule> {
+        use crate::sections::exec::{ExecAction, ExecRule};
+        let r = self.rules.iter().find(|r| r.is_for_stdio(&server.name))?;
+        let action = match r.action {
+            McpAction::Allow => return None,
+            McpAction::Deny => ExecAction::Deny,
+            McpAction::Ask | McpAction::Judge => ExecAction::Ask,
+        };
+        Some(ExecRule {
+            pattern: server.exec_pattern(),
+            action,
+            origin: format!(
+                "{} (mcp.rule `{}`, stdio:{})",
+                r.origin, r.name, server.name
+            ),
+            expires: r.expires,
+        })
+    }
+}
+
 /// MCP tool-call policy: ordered rules and the default.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct McpPlan {
@@ -137,6 +201,10 @@ pub struct McpPlan {
     /// Whether tools are pinned on first sight and a changed one held (default: true).
     #[serde(default = "yes")]
     pub pin: bool,
+    /// The local servers the agent's MCP configs name: filled when a session starts (from
+    /// the host's files), never written in a policy file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stdio: Vec<McpStdio>,
 }
 
 fn yes() -> bool {
@@ -149,7 +217,8 @@ raw_table! {
         /// Its name in events and refusals.
         name: String = "name = \"no-deletes\"",
         /// The servers it is for: a host or glob for servers reached over HTTP, or
-        /// `stdio:NAME` (NAME a glob) for a local server by its name in the agent's MCP config.
+        /// `stdio:NAME` (NAME a glob) for a local server by its name in the agent's MCP config,
+        /// which `deny` or `ask` govern when it is started (its exec held or refused).
         server: String [required] = "server = \"mcp.example.com\"",
         /// A glob over the endpoint's path, for HTTP servers (default: any).
         path: String = "path = \"/mcp*\"",
@@ -218,6 +287,15 @@ fn rule(cx: &Convert<'_>, entry: &serde_spanned::Spanned<RawRule>) -> Result<Mcp
             "`path` in a [[mcp.rule]] for a stdio server".to_string(),
             p.span(),
             "a local server has no endpoint path: drop `path`, or name an HTTP server's host",
+        ));
+    }
+    if let McpServer::Stdio(_) = &server
+        && (r.tool.is_some() || !r.arguments.is_empty())
+    {
+        return Err(cx.diag(
+            "`tool` or `arguments` in a [[mcp.rule]] for a stdio server".to_string(),
+            entry.span(),
+            "a local server is governed when it is started (deny or ask before it runs), not call by call: drop `tool` and `arguments`, or govern the server's tools over HTTP",
         ));
     }
     let mut arguments = Vec::new();
@@ -307,6 +385,7 @@ impl Section for Mcp {
             rules: self.rules.into_iter().map(|(r, _)| r).collect(),
             default: value(&self.default),
             pin: self.pin.map_or(true, |(p, _)| p),
+            stdio: Vec::new(),
         }
     }
 
@@ -389,6 +468,41 @@ mod tests {
         let r = rule(&[("n", "4?")], McpAction::Deny);
         assert!(r.matches_call("read_x", &json!({"n": 42})));
         assert!(!r.matches_call("read_x", &json!({"n": 5})));
+    }
+
+    #[test]
+    fn stdio_rules_become_exec_rules_for_the_servers_they_name() {
+        let server = |name: &str| McpStdio {
+            name: name.into(),
+            source: "~/.claude.json".into(),
+            program: "npx".into(),
+            args: vec!["-y".into(), format!("@x/{name}")],
+        };
+        let plan = McpPlan {
+            rules: vec![
+                McpRule::new("gh", McpServer::Stdio("github".into()), McpAction::Ask),
+                McpRule::new("fs", McpServer::Stdio("files".into()), McpAction::Allow),
+                McpRule::new("no", McpServer::Stdio("*".into()), McpAction::Deny),
+            ],
+            default: McpAction::Allow,
+            pin: true,
+            stdio: vec![server("github"), server("files"), server("shell")],
+        };
+        let rules = plan.stdio_exec_rules();
+        let got: Vec<(&str, crate::sections::exec::ExecAction)> = rules
+            .iter()
+            .map(|r| (r.pattern.as_str(), r.action))
+            .collect();
+        use crate::sections::exec::ExecAction;
+        assert_eq!(
+            got,
+            [
+                ("npx -y @x/github", ExecAction::Ask),
+                ("npx -y @x/shell", ExecAction::Deny)
+            ]
+        );
+        assert!(server("github").matches("npx", "npx-cli.js", &["-y".into(), "@x/github".into()]));
+        assert!(!server("github").matches("npx", "npx", &["-y".into(), "@x/other".into()]));
     }
 
     #[test]
