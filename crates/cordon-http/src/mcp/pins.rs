@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 /// One pinned tool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,8 +81,7 @@ pub fn tool_hash(tool: &serde_json::Value) -> String {
         "description": tool.get("description").cloned().unwrap_or_default(),
         "inputSchema": tool.get("inputSchema").cloned().unwrap_or_default(),
     });
-    let digest = Sha256::digest(canonical(&what).as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    cordon_policy::sha256_hex(canonical(&what).as_bytes())
 }
 
 /// `v` as JSON with every object's keys sorted, whatever order the server sent them in.

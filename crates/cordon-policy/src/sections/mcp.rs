@@ -384,7 +384,7 @@ impl Section for Mcp {
         McpPlan {
             rules: self.rules.into_iter().map(|(r, _)| r).collect(),
             default: value(&self.default),
-            pin: self.pin.map_or(true, |(p, _)| p),
+            pin: self.pin.is_none_or(|(p, _)| p),
             stdio: Vec::new(),
         }
     }

@@ -122,10 +122,10 @@ pub(crate) async fn screen(
     };
     let mut refused = Vec::new();
     for m in &rpc.messages {
-        if let Some((tool, args)) = m.tool_call() {
-            if let Some(why) = call(i, spot, ex, m, tool, &args).await {
-                refused.push((m, why));
-            }
+        if let Some((tool, args)) = m.tool_call()
+            && let Some(why) = call(i, spot, ex, m, tool, &args).await
+        {
+            refused.push((m, why));
         }
     }
     if refused.is_empty() {
