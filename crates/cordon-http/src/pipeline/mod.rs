@@ -209,10 +209,10 @@ async fn run(
         return token::exchange(i, parts, &ex, &verdict, body).await;
     }
     // MCP: the tool calls in the body decided, the answer's tool lists filtered (see `mcp`).
-    let spot = (decision.action != cordon_policy::HttpAction::Deny)
+    let mut spot = (decision.action != cordon_policy::HttpAction::Deny)
         .then(|| mcp::spot(i, &ex))
         .flatten();
-    let body = match &spot {
+    let body = match &mut spot {
         Some(s) if ex.method == "POST" => match mcp::screen(i, s, &mut req, &ex).await? {
             mcp::Screened::Forward(b) => b,
             mcp::Screened::Answer(r) => return Ok(r),

@@ -40,7 +40,10 @@ pub(crate) fn filter(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_ascii_lowercase();
-    let mode = if !resp.status().is_success() {
+    // A POST only the `Accept` made look like MCP, whose body was not JSON-RPC (an LLM API
+    // streaming its answer): its answer is not MCP's either.
+    let not_mcp = ex.method == "POST" && !spot.rpc && !spot.strong;
+    let mode = if !resp.status().is_success() || not_mcp {
         return resp;
     } else if kind.starts_with("text/event-stream") {
         Mode::Sse(Parser::new(MAX_ANSWER))

@@ -37,6 +37,8 @@ pub(crate) struct Spot {
     pub mcp: Arc<Mcp>,
     /// A rule, a header or a learnt endpoint says so (not only its `Accept`).
     strong: bool,
+    /// Its body was JSON-RPC: the answer is MCP's too.
+    pub rpc: bool,
 }
 
 /// Whether `req` is an MCP request (see the module docs).
@@ -50,7 +52,11 @@ pub(crate) fn spot(i: &Interceptor, ex: &Exchange<'_>) -> Option<Spot> {
     let streams = ex.headers.iter().any(|(k, v)| {
         k.eq_ignore_ascii_case("accept") && v.to_ascii_lowercase().contains("text/event-stream")
     });
-    (strong || streams).then_some(Spot { mcp, strong })
+    (strong || streams).then_some(Spot {
+        mcp,
+        strong,
+        rpc: false,
+    })
 }
 
 /// What reading an MCP request came to.
@@ -64,7 +70,7 @@ pub(crate) enum Screened {
 /// Reads the body and decides its tool calls (see the module docs).
 pub(crate) async fn screen(
     i: &Interceptor,
-    spot: &Spot,
+    spot: &mut Spot,
     req: &mut Request<Incoming>,
     ex: &Exchange<'_>,
 ) -> Result<Screened, Refused> {
@@ -120,6 +126,8 @@ pub(crate) async fn screen(
     else {
         return Ok(Screened::Forward(body));
     };
+    spot.rpc = true;
+    let spot = &*spot;
     let mut refused = Vec::new();
     for m in &rpc.messages {
         if let Some((tool, args)) = m.tool_call()
