@@ -54,3 +54,5 @@ if [ -e /proc/sys/kernel/unprivileged_userns_clone ] && [ "$(cat /proc/sys/kerne
 fi
 # The real agent CLIs, pinned, for scripts/test-agents.sh.
 bash "$(dirname "$0")/setup-agents.sh"
+# The official MCP SDKs, pinned, for crates/cordon/tests/mcp.rs (real clients, and the server).
+bash "$(dirname "$0")/setup-mcp-sdks.sh"

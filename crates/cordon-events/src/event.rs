@@ -24,11 +24,13 @@ pub enum Layer {
     Exec,
     Credentials,
     State,
+    /// MCP tool calls and tool lists (HTTP servers read as JSON-RPC; stdio servers spawned).
+    Mcp,
 }
 
 impl Layer {
     /// Every layer, in documentation order.
-    pub const ALL: [Layer; 14] = [
+    pub const ALL: [Layer; 15] = [
         Layer::Session,
         Layer::Filesystem,
         Layer::Process,
@@ -43,6 +45,7 @@ impl Layer {
         Layer::Exec,
         Layer::Credentials,
         Layer::State,
+        Layer::Mcp,
     ];
 
     /// The name used in the log (`"filesystem"`).
@@ -62,6 +65,7 @@ impl Layer {
             Layer::Exec => "exec",
             Layer::Credentials => "credentials",
             Layer::State => "state",
+            Layer::Mcp => "mcp",
         }
     }
 

@@ -104,6 +104,7 @@
 //! | `syscall` | `deny` | A system call was refused. detail: `syscall`, `pid`. |
 //! | `exec` | `allow` | A program execution was allowed by the exec supervisor (rule absent: no rule matched). detail: `command` (as shown), `program` (the name it was called by), `resolved` (the file it is), `args`, `pid`; `approval` when a person decided. |
 //! | `exec` | `deny` | A program execution was refused. detail: as `allow`. |
+//! | `exec` | any | An execution that starts a local MCP server the agent's MCP config names also carries `mcp_server` (its name there) and `mcp_config` (the file). |
 //! | `exec` | `ask` | An execution waits for the user's approval. |
 //! | `credentials` | `allow` | A credential was injected into a request. detail: `name`, `host` (never the secret). |
 //! | `credentials` | `deny` | A credential use was refused (wrong host, not allowed by policy). detail: `name`, `host`. |
@@ -115,6 +116,11 @@
 //! | `state` | `allow` | Changes made in the sandbox were accepted into the real files. detail: `path`, counts. |
 //! | `state` | `deny` | Changes made in the sandbox were discarded. detail: `path`, counts. |
 //! | `state` | `ask` | Changes wait for the user's review. |
+//! | `mcp` | `apply` | Local MCP servers the agents' configs name were found. detail: `servers`. |
+//! | `mcp` | `allow` | An MCP tool call (`tools/call`) was let through. rule: the `[[mcp.rule]]`, or `default`. detail: `method` (`tools/call`), `server` (`host:port`), `tool`, `id` (JSON-RPC), `arguments` (redacted, at most 1000 characters), `decision` (`allow`, or `ask`/`judge` as settled), `url`; `learn` in a learning run. |
+//! | `mcp` | `deny` | An MCP tool call was refused with a JSON-RPC error, never forwarded. detail: as `allow`; rule `mcp.pin` when the tool is held. Without `method`: a tool whose description or input schema changed since it was pinned (a possible rug pull) was held; detail: `server`, `tool`, `description` (what it says now). |
+//! | `mcp` | `log` | A `tools/list` answer was filtered. detail: `method` (`tools/list`), `server`, `tools` (shown), `hidden` (by rule), `held` (changed since pinned), `newly_pinned`. |
+//! | `mcp` | `error` | An MCP answer too long to check was stopped, or the pins file could not be written. |
 //!
 //! In a learning run (`cordon run --learn`; `session`/`start` has `learn: true`) what only the
 //! lack of a rule refused is let through: its `allow` (or, for a path the home's view hides, its

@@ -131,6 +131,8 @@ pub struct Interceptor {
     /// A learning run: a request a rule denies or asks about is let through and logged as
     /// what it would have been; the judge and secret scanning still refuse.
     pub(crate) learning: bool,
+    /// MCP governance (`[mcp]`), once the session sets it up (see [`crate::mcp`]).
+    pub(crate) mcp: std::sync::OnceLock<Arc<crate::mcp::Mcp>>,
     /// The sandbox side's TLS configs, by (host, ALPN) (see [`Interceptor::server_config`]).
     server_configs: std::sync::Mutex<ServerConfigs>,
     /// Sessions the sandbox may resume, shared by every host's config (a session resumes
@@ -205,6 +207,7 @@ impl Interceptor {
             placeholders: Arc::new(placeholders),
             audit: std::sync::OnceLock::new(),
             logins: std::sync::OnceLock::new(),
+            mcp: std::sync::OnceLock::new(),
             learning: false,
             server_configs: std::sync::Mutex::new(ServerConfigs::new()),
             sessions: rustls::server::ServerSessionMemoryCache::new(MAX_SESSIONS),

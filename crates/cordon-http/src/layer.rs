@@ -153,6 +153,20 @@ impl HttpLayer {
         let _ = self.interceptor.logins.set(logins);
     }
 
+    /// Governs MCP over HTTP by `[mcp]` (see [`crate::mcp`]), tools pinned in `pins` (a
+    /// host-side file; `None`: for this session only). Reads the pins file now, so a broken
+    /// one is an error before the sandbox starts.
+    pub fn govern_mcp(
+        &self,
+        plan: &cordon_policy::McpPlan,
+        pins: Option<std::path::PathBuf>,
+    ) -> Result<(), crate::mcp::pins::PinError> {
+        let pins = crate::mcp::pins::Pins::open(pins)?;
+        let mcp = crate::mcp::Mcp::new(plan, Some(pins));
+        let _ = self.interceptor.mcp.set(Arc::new(mcp));
+        Ok(())
+    }
+
     /// Refuses every request (503, rule `audit.unwritable`) while `audit` says the session's
     /// log cannot be written: a decision nobody could audit is not made.
     pub fn watch_audit(&self, audit: cordon_events::AuditHealth) {

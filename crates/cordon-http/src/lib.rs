@@ -22,6 +22,10 @@
 //!   forwarded), so the client prints cordon's words.
 //! - [`dlp`]: outbound secret scanning (token shapes, known values, their encodings), with
 //!   each kind's issuers exempt.
+//! - [`mcp`]: MCP over HTTP understood — each `tools/call` in a JSON-RPC body decided by
+//!   `[[mcp.rule]]` (a refusal answered as a JSON-RPC error, nothing forwarded), `tools/list`
+//!   answers filtered, each tool pinned on first sight in a host-side file and a changed one
+//!   held ([`mcp::pins`]). Trust boundary: the pins file is written by the supervisor only.
 //! - [`judge`] and [`ask`]: the LLM judge and the approval broker, for `judge` and `ask`
 //!   rules.
 //!
@@ -58,6 +62,7 @@ pub mod explain;
 pub mod intercept;
 pub mod judge;
 mod layer;
+pub mod mcp;
 mod pipeline;
 pub mod rules;
 mod tls_io;

@@ -44,6 +44,8 @@ pub enum Subject {
         resolved: String,
         args: Vec<String>,
         line: String,
+        /// The local MCP server this spawn started (`mcp_server`), when it was one.
+        mcp_server: Option<String>,
     },
     /// A path the filesystem view masks or hides.
     Path { path: String },
@@ -222,6 +224,7 @@ fn subject(e: &Event) -> Option<Subject> {
                 .map(|a| a.as_str().map(str::to_string))
                 .collect::<Option<Vec<_>>>()?,
             line: s("command").unwrap_or_default(),
+            mcp_server: s("mcp_server"),
         }),
         Layer::Filesystem => Some(Subject::Path { path: s("path")? }),
         // A lookup is a policy decision only when the blocklist made it (or could have).

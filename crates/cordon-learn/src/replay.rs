@@ -282,18 +282,35 @@ impl<'a> Replayer<'a> {
                 program,
                 resolved,
                 args,
+                mcp_server,
                 ..
-            } => Some(match self.plan.exec.decide_exec(program, resolved, args) {
-                None => (Said::Allow, None),
-                Some(r) => {
-                    let said = match r.action {
-                        ExecAction::Allow => Said::Allow,
-                        ExecAction::Deny => Said::Deny,
-                        ExecAction::Ask => Said::Ask,
-                    };
-                    (said, Some(r.label()))
-                }
-            }),
+            } => {
+                // A local MCP server's spawn: a `stdio:` [[mcp.rule]] decides it first, as
+                // it did in the session (see `McpPlan::stdio_exec_rules`).
+                let stdio = mcp_server.as_ref().and_then(|name| {
+                    self.plan.mcp.stdio_exec_rule(&cordon_policy::McpStdio {
+                        name: name.clone(),
+                        source: String::new(),
+                        program: program.clone(),
+                        args: args.clone(),
+                    })
+                });
+                let decided = match &stdio {
+                    Some(r) => Some(r),
+                    None => self.plan.exec.decide_exec(program, resolved, args),
+                };
+                Some(match decided {
+                    None => (Said::Allow, None),
+                    Some(r) => {
+                        let said = match r.action {
+                            ExecAction::Allow => Said::Allow,
+                            ExecAction::Deny => Said::Deny,
+                            ExecAction::Ask => Said::Ask,
+                        };
+                        (said, Some(r.label()))
+                    }
+                })
+            }
             Subject::Path { path } => {
                 let (allow, rule) = (self.paths)(path)?;
                 Some((yes_no(allow), Some(rule)))

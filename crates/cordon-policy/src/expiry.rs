@@ -347,6 +347,9 @@ pub enum GrantKind {
     /// An `[[exec.rule]]`.
     #[serde(rename = "exec.rule")]
     ExecRule,
+    /// An `[[mcp.rule]]`.
+    #[serde(rename = "mcp.rule")]
+    McpRule,
 }
 
 impl fmt::Display for GrantKind {
@@ -355,6 +358,7 @@ impl fmt::Display for GrantKind {
             GrantKind::NetworkAllow => "network.allow",
             GrantKind::HttpRule => "http.rule",
             GrantKind::ExecRule => "exec.rule",
+            GrantKind::McpRule => "mcp.rule",
         })
     }
 }
@@ -431,6 +435,27 @@ impl ExpiredGrant {
         }
     }
 
+    fn mcp(r: &crate::sections::mcp::McpRule, ended: Expiry) -> Self {
+        use crate::sections::mcp::McpAction;
+        let verb = match r.action {
+            McpAction::Allow => "calling",
+            McpAction::Deny => "refusing",
+            McpAction::Ask => "asking before",
+            McpAction::Judge => "judging",
+        };
+        ExpiredGrant {
+            kind: GrantKind::McpRule,
+            allowed: r.action == McpAction::Allow,
+            what: format!(
+                "{verb} MCP tool {} on {}",
+                r.tool.as_deref().unwrap_or("*"),
+                r.server
+            ),
+            origin: r.origin.clone(),
+            ended,
+        }
+    }
+
     fn exec(r: &ExecRule, ended: Expiry) -> Self {
         let verb = match r.action {
             ExecAction::Allow => "running",
@@ -476,6 +501,8 @@ impl Plan {
         take_ended(rules, now, |r| r.expires, ExpiredGrant::http, &mut gone);
         let rules = &mut self.exec.rules;
         take_ended(rules, now, |r| r.expires, ExpiredGrant::exec, &mut gone);
+        let rules = &mut self.mcp.rules;
+        take_ended(rules, now, |r| r.expires, ExpiredGrant::mcp, &mut gone);
         gone
     }
 }

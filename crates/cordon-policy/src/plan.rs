@@ -16,6 +16,7 @@ pub use crate::sections::filesystem::{FilesystemPlan, HomeView, LandlockMode};
 pub use crate::sections::http::{HttpAction, HttpPlan, HttpRule};
 pub use crate::sections::judge::{JudgeApi, JudgeOnError, JudgePlan};
 pub use crate::sections::limits::LimitsPlan;
+pub use crate::sections::mcp::{McpAction, McpPlan, McpRule, McpServer, McpStdio};
 pub use crate::sections::network::{HostRule, NetMode, NetworkPlan};
 pub use crate::sections::publish::Publish;
 pub use crate::sections::ssh::SshPlan;

@@ -163,6 +163,27 @@ pub(crate) mod tests {
                 }],
                 default: HttpAction::Judge,
             },
+            mcp: McpPlan {
+                rules: vec![
+                    McpRule {
+                        path: Some("/mcp*".into()),
+                        tool: Some("delete_*".into()),
+                        arguments: vec![("path".into(), "src/*".into())],
+                        reason: Some("deletes go through review".into()),
+                        origin: "/home/u/.config/cordon/cordon.toml:20".into(),
+                        expires: Some(crate::expiry::Expiry::parse("2026-12-31T18:00Z").unwrap()),
+                        ..McpRule::new(
+                            "no-deletes",
+                            McpServer::Http(glob("mcp.example.com")),
+                            McpAction::Deny,
+                        )
+                    },
+                    McpRule::new("gh", McpServer::Stdio("github".into()), McpAction::Ask),
+                ],
+                default: McpAction::Ask,
+                pin: false,
+                stdio: Vec::new(),
+            },
             tls: TlsPlan {
                 passthrough: vec![glob("*.pinned.example")],
                 upstream_ca: vec!["/etc/ssl/test-ca.pem".into()],

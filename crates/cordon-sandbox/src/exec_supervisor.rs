@@ -74,6 +74,8 @@ pub(crate) struct ExecSupervisor<'a> {
     learning: bool,
     /// Where execs let through are noted, when rules name programs.
     execs: Option<crate::ExecsSeen>,
+    /// Local MCP servers the agent's configs name: their spawns are tagged (`mcp_stdio`).
+    mcp_servers: &'a [cordon_policy::McpStdio],
 }
 
 /// A refusal, and exactly what it refused: the process, the rule, the file the command
@@ -353,6 +355,7 @@ impl<'a> ExecSupervisor<'a> {
             trace: None,
             learning: false,
             execs: None,
+            mcp_servers: &[],
         }
     }
 
@@ -371,6 +374,12 @@ impl<'a> ExecSupervisor<'a> {
             execs.note(pid, &call.path, &call.resolved, &call.argv, cwd);
         }
         let _ = self.listener.allow(id);
+    }
+
+    /// Tag the spawns of these local MCP servers (see `mcp_stdio`).
+    pub(crate) fn mcp_servers(mut self, servers: &'a [cordon_policy::McpStdio]) -> Self {
+        self.mcp_servers = servers;
+        self
     }
 
     /// A learning run (see the field).
@@ -446,6 +455,7 @@ impl<'a> ExecSupervisor<'a> {
     }
 
     fn log(&mut self, ev: NewEvent) {
+        let ev = crate::mcp_stdio::tag(self.mcp_servers, ev);
         match &mut self.kept {
             Some(kept) => kept.push(ev),
             None => (self.emit)(ev),

@@ -54,6 +54,7 @@ mod fence;
 mod init;
 pub mod layout;
 mod limits;
+mod mcp_stdio;
 mod mounts;
 pub mod net;
 pub mod probe;

@@ -869,7 +869,8 @@ impl Sandbox {
         Ok(
             ExecSupervisor::new(l, &plan.exec, &plan.syscalls, broker, emit)
                 .tracing_home(trace)
-                .learning(plan.learning),
+                .learning(plan.learning)
+                .mcp_servers(&plan.mcp.stdio),
         )
     }
 

@@ -62,6 +62,9 @@ pub enum Cmd {
     /// The package and build caches sessions keep in cordon's own layers: list or clear.
     #[command(subcommand)]
     Cache(CacheCmd),
+    /// MCP tools pinned per server (rug-pull checks): list them, accept a changed one.
+    #[command(subcommand)]
+    Mcp(McpCmd),
     /// Print a shell completion script.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -281,6 +284,19 @@ pub enum CacheCmd {
     /// Drop cache layers (all, or those of the given cache paths or projects); the host's
     /// caches are untouched.
     Clear { paths: Vec<PathBuf> },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum McpCmd {
+    /// Every pinned tool by server; a changed one (held) with what it says now.
+    Pins,
+    /// Take a held tool's new description and input schema as its pin: its calls go again.
+    Accept {
+        /// The server as `cordon mcp pins` shows it (`host:port`).
+        server: String,
+        /// The tool's name.
+        tool: String,
+    },
 }
 
 pub const EXPLAIN_HELP: &str = "\

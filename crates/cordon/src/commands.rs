@@ -39,6 +39,7 @@ pub fn dispatch(cmd: Cmd) -> i32 {
         }
         Cmd::State(c) => crate::state::command(c),
         Cmd::Cache(c) => crate::home::cache_command(c),
+        Cmd::Mcp(c) => crate::mcp::command(c),
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "cordon", &mut std::io::stdout());
             0
@@ -457,6 +458,8 @@ fn run_in_session(
     let mut plan = loaded.plan.clone();
     // Registry tokens of the home's shown configuration: placeholders inside.
     crate::home::add_home_credentials(&mut plan);
+    // Local MCP servers of the agents' configs: their spawns tagged, held or refused.
+    crate::mcp::stdio(&mut plan, emit);
     // Test-only layer switches (debug builds): before anything is enforced.
     #[cfg(debug_assertions)]
     if let Err(e) = crate::layer_off::apply(&mut plan, emit) {
@@ -1042,6 +1045,7 @@ fn start_gateway(
             )
             .context("start the HTTP layer")?;
             layer.watch_audit(audit.clone());
+            crate::mcp::govern(&layer, plan)?;
             if let Some(l) = logins {
                 layer.broker_logins(l);
             }

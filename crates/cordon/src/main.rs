@@ -18,6 +18,8 @@ mod init;
 mod layer_off;
 mod learn;
 mod logins;
+mod mcp;
+mod mcp_config;
 mod output;
 mod program;
 mod project;

@@ -178,7 +178,7 @@ fn decompress_prefix(encoding: &str, data: &[u8], max: usize) -> Option<Result<V
 
 /// Reads the body's first `max` bytes (or all of it, if shorter; or what came before a pause
 /// of `idle`); the flag says more follows.
-async fn read_prefix(
+pub(crate) async fn read_prefix(
     body: &mut Incoming,
     max: usize,
     idle: Option<Duration>,

@@ -23,6 +23,7 @@ mod check;
 mod count;
 mod decide;
 mod forward;
+mod mcp;
 mod relay;
 mod streamed;
 mod token;
@@ -214,11 +215,25 @@ async fn run(
         verdict.learned = learned;
         return token::exchange(i, parts, &ex, &verdict, body).await;
     }
-    let body = body::read(i, &mut req, &ex, decision.action).await?;
+    // MCP: the tool calls in the body decided, the answer's tool lists filtered (see `mcp`).
+    let mut spot = (decision.action != cordon_policy::HttpAction::Deny)
+        .then(|| mcp::spot(i, &ex))
+        .flatten();
+    let body = match &mut spot {
+        Some(s) if ex.method == "POST" => match mcp::screen(i, s, &mut req, &ex).await? {
+            mcp::Screened::Forward(b) => b,
+            mcp::Screened::Answer(r) => return Ok(r),
+        },
+        _ => body::read(i, &mut req, &ex, decision.action).await?,
+    };
     let mut verdict = check::check(i, &ex, decision, &body).await?;
     verdict.learned = learned;
     let sent = forward::forward(i, req, &ex, &verdict, body).await?;
-    relay::relay(i, &ex, &verdict, sent, tunnels)
+    let answer = relay::relay(i, &ex, &verdict, sent, tunnels)?;
+    Ok(match spot {
+        Some(s) => mcp::filter(i, s, &ex, answer),
+        None => answer,
+    })
 }
 
 /// In a learning run, a rule's `deny` or `ask` becomes an allow that remembers what it would

@@ -32,6 +32,7 @@ pub mod filesystem;
 pub mod http;
 pub mod judge;
 pub mod limits;
+pub mod mcp;
 pub mod network;
 pub mod publish;
 pub mod ssh;
@@ -200,6 +201,9 @@ sections! {
     publish: publish::PublishList => Vec<publish::Publish>,
     /// Rules for HTTP(S) requests, by host, method, path, query and headers.
     http: http::Http => http::HttpPlan,
+    /// Rules for the tools an agent calls on MCP servers (over HTTP, or local ones it starts),
+    /// and pinning of each tool's description against a changed one.
+    mcp: mcp::Mcp => mcp::McpPlan,
     /// Hosts exempt from HTTPS inspection, and extra CAs for upstream servers.
     tls: tls::Tls => tls::TlsPlan,
     /// The LLM judge asked about requests a rule sends to it; none unless configured.
