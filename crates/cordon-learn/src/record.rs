@@ -26,7 +26,7 @@ pub enum Subject {
         port: u16,
         route: Route,
         /// The process behind it, when a rule naming programs had it found.
-        owner: Option<cordon_policy::Owner>,
+        owner: Option<Box<cordon_policy::Owner>>,
     },
     /// An HTTP request the HTTP layer decided (its path as the layer normalised it).
     Request {
@@ -36,7 +36,7 @@ pub enum Subject {
         path: String,
         body_len: Option<u64>,
         /// The process behind it, when a rule naming programs had it found.
-        owner: Option<cordon_policy::Owner>,
+        owner: Option<Box<cordon_policy::Owner>>,
     },
     /// A program the exec supervisor decided.
     Exec {
@@ -197,6 +197,7 @@ fn subject(e: &Event) -> Option<Subject> {
         e.detail
             .get(cordon_policy::program::EVENT_KEY)
             .and_then(cordon_policy::Owner::from_detail)
+            .map(Box::new)
     };
     match e.layer {
         Layer::Network => Some(Subject::Flow {

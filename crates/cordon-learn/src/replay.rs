@@ -238,7 +238,7 @@ impl<'a> Replayer<'a> {
             } => {
                 let v = self
                     .flows
-                    .decide(host, *port, *route, self.http_layer, owner.as_ref());
+                    .decide(host, *port, *route, self.http_layer, owner.as_deref());
                 Some((yes_no(v.allow), Some(v.rule)))
             }
             Subject::Request {
@@ -255,7 +255,9 @@ impl<'a> Replayer<'a> {
                 } else {
                     Route::ProxyRequest
                 };
-                let v = self.flows.decide(host, *port, route, true, owner.as_ref());
+                let v = self
+                    .flows
+                    .decide(host, *port, route, true, owner.as_deref());
                 // A learning run hands the HTTP layer what only the lack of a rule refused.
                 let learning_let_in = learned && !v.allow && cordon_net::learnable(&v.rule);
                 if !v.http && !learning_let_in {
@@ -269,7 +271,7 @@ impl<'a> Replayer<'a> {
                 }
                 let d =
                     self.requests
-                        .decide(method, host, *port, path, *body_len, owner.as_ref())?;
+                        .decide(method, host, *port, path, *body_len, owner.as_deref())?;
                 let said = match d.action {
                     HttpAction::Allow => Said::Allow,
                     HttpAction::Deny => Said::Deny,

@@ -106,12 +106,13 @@ impl Process {
                 || at(&self.script)
                 || at(&self.invoked);
         }
-        let script_is = |s: &str| {
+        // `cli.js`, `claude.exe`, `python3.11` are `cli`, `claude`, `python3` too.
+        let file_is = |s: &str| {
             let base = base(s);
             base == name || base.rsplit_once('.').is_some_and(|(stem, _)| stem == name)
         };
-        base(&self.exe) == name
-            || self.script.as_deref().is_some_and(script_is)
+        file_is(&self.exe)
+            || self.script.as_deref().is_some_and(file_is)
             || self.package.as_deref() == Some(name)
             || self.invoked.as_deref().is_some_and(|i| base(i) == name)
     }
@@ -301,6 +302,12 @@ mod tests {
             &[],
         );
         assert!(progs(&["cli"], &[]).admits(&cli) && progs(&["cli.js"], &[]).admits(&cli));
+        // A native binary (Claude Code's `bin/claude.exe`) is its stem too, not its package:
+        // a package may ship other binaries (ripgrep) that are not the agent.
+        let native = owner(proc("/opt/n/@anthropic-ai/claude-code/bin/claude.exe"), &[]);
+        assert!(progs(&["claude"], &[]).admits(&native));
+        assert!(!progs(&["@anthropic-ai/claude-code"], &[]).admits(&native));
+        assert!(!progs(&["claude.ex"], &[]).admits(&native));
         assert!(!progs(&["claude"], &[]).admits(&cli));
     }
 

@@ -394,7 +394,8 @@ both!(
         let Some(ready) = prepare(&env, &case) else {
             return;
         };
-        let pkg = env.base.join("post");
+        // In the project: `npm pack` writes beside the package, and only the project is writable.
+        let pkg = env.project.join("post");
         std::fs::create_dir_all(&pkg).unwrap();
         std::fs::write(
             pkg.join("package.json"),

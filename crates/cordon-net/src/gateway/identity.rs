@@ -268,11 +268,10 @@ impl Identify {
         };
         if same(&inside(pid, &seen.file)) {
             // `node SCRIPT ARGS`: an option before the script (`-r`, `--import`, `-e`…) may
-            // run other code, so there is no script then.
-            let script = seen
-                .argv
-                .get(1)
-                .filter(|a| !a.is_empty() && !a.starts_with('-'));
+            // run other code, so there is no script then, but for those that only size or
+            // quiet the interpreter ([`harmless`]).
+            let first = seen.argv.iter().skip(1).find(|a| !harmless(a));
+            let script = first.filter(|a| !a.is_empty() && !a.starts_with('-'));
             return match script {
                 Some(first) => {
                     let path = match first.starts_with('/') {
@@ -289,8 +288,38 @@ impl Identify {
         let head = read_head(&inside(pid, &seen.file))?;
         let line = head.strip_prefix("#!")?.lines().next()?.trim().to_string();
         let interp = line.split_whitespace().next()?;
-        (same(&inside(pid, interp)) && !exe.is_empty()).then(|| (seen.path, Some(seen.file)))
+        (same(&inside(pid, interp)) && !exe.is_empty()).then_some((seen.path, Some(seen.file)))
     }
+}
+
+/// Whether an interpreter option only sizes or quiets it, loading no other code: node's V8
+/// limits (`--max-old-space-size=…`, which agents relaunch themselves with) and warnings
+/// switches, Python's single-letter flags that take no value and run nothing (`-u`, `-B`,
+/// `-E`, `-s`, `-S`, `-I`, `-O`, `-q`). Anything else (`-r`, `--import`, `-e`, `-c`, `-m`,
+/// `-X`, `-W`, `--env-file`…) ends the search: no script.
+fn harmless(arg: &str) -> bool {
+    const NODE: &[&str] = &[
+        "--no-warnings",
+        "--no-deprecation",
+        "--enable-source-maps",
+        "--expose-gc",
+        "--trace-warnings",
+        "--trace-deprecation",
+    ];
+    const SIZES: &[&str] = &[
+        "--max-old-space-size=",
+        "--max-semi-space-size=",
+        "--max-external-pointer-table-size=",
+        "--stack-size=",
+    ];
+    let number = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+    let node_size = SIZES
+        .iter()
+        .any(|p| arg.strip_prefix(p).is_some_and(number));
+    let python_flags = arg
+        .strip_prefix('-')
+        .is_some_and(|f| !f.is_empty() && f.bytes().all(|b| b"uBEsSIOq".contains(&b)));
+    NODE.contains(&arg) || node_size || python_flags
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -515,6 +544,26 @@ mod tests {
             script(&["node", "-r", "/tmp/evil.js", "/opt/x/cli.js"]),
             none
         );
+        assert_eq!(
+            script(&["node", "--import=/tmp/evil.js", "/opt/x/cli.js"]),
+            none
+        );
+        assert_eq!(script(&["python3", "-c", "evil", "/opt/x/cli.py"]), none);
+        assert_eq!(
+            script(&["node", "--max-old-space-size=x", "/opt/x/cli.js"]),
+            none
+        );
+        // Options that only size or quiet the interpreter: the script after them counts.
+        let cli = Some(("/opt/x/cli.js".into(), Some("/opt/x/cli.js".into())));
+        let sized = [
+            "node",
+            "--max-old-space-size=4096",
+            "--no-warnings",
+            "/opt/x/cli.js",
+        ];
+        assert_eq!(script(&sized), cli);
+        let py = Some(("/opt/x/t.py".into(), Some("/opt/x/t.py".into())));
+        assert_eq!(script(&["python3", "-uB", "/opt/x/t.py"]), py);
         assert_eq!(script(&["node"]), none);
     }
 }
