@@ -183,9 +183,19 @@ impl crate::Plan {
     /// Whether any rule or credential names programs: only then does the gateway find the
     /// process behind each connection before deciding it.
     pub fn names_programs(&self) -> bool {
-        self.network.keyed()
-            || self.http.rules.iter().any(|r| !r.programs.any())
-            || self.credentials.iter().any(|c| !c.programs.any())
+        !self.program_hosts().is_empty()
+    }
+
+    /// The hosts of every rule and credential that names programs: a connection to one of
+    /// them is looked up before it is decided; any other is not.
+    pub fn program_hosts(&self) -> Vec<crate::HostPattern> {
+        let net = self.network.allow.iter().filter(|r| !r.programs.any());
+        let http = self.http.rules.iter().filter(|r| !r.programs.any());
+        let creds = self.credentials.iter().filter(|c| !c.programs.any());
+        net.map(|r| r.host.clone())
+            .chain(http.map(|r| r.host.clone()))
+            .chain(creds.flat_map(|c| c.hosts.iter().cloned()))
+            .collect()
     }
 }
 

@@ -177,9 +177,9 @@ pub(crate) struct Shared {
     /// A learning run: a flow only the lack of a rule refuses is let out, and logged as
     /// what it would have been ([`policy::learnable`]).
     pub learning: bool,
-    /// Some rule or credential names programs: the process behind each connection they
-    /// could decide is found before it is decided ([`who`]).
-    pub names_programs: bool,
+    /// The hosts of the rules and credentials that name programs: the process behind a
+    /// connection to one of them is found before it is decided ([`who`]).
+    pub program_hosts: Vec<HostPattern>,
     /// What the exec supervisor saw each process started to run.
     pub execs: OnceLock<identity::ExecsOf>,
     /// Who the sandbox's processes are, once the sandbox is known.
@@ -276,7 +276,7 @@ impl Gateway {
                 owners: OnceLock::new(),
                 audit: OnceLock::new(),
                 learning: whole.learning,
-                names_programs: whole.names_programs(),
+                program_hosts: whole.program_hosts(),
                 execs: OnceLock::new(),
                 identify: OnceLock::new(),
             }),
@@ -548,7 +548,7 @@ impl Shared {
         let mut flow = Flow::new(dest, port, via, first.clone(), client);
         // Only rules that name programs could let it out: its process decides, found while
         // the connect is under way (as for every flow's event) and before any byte moves.
-        let keyed = (self.names_programs && first.rule == policy::OWNER_UNKNOWN).then_some(first);
+        let keyed = (first.rule == policy::OWNER_UNKNOWN).then_some(first);
         let mut verdict = match &keyed {
             Some(v) => FlowDecision {
                 allow: true,

@@ -262,7 +262,7 @@ async fn handle(shared: Arc<Shared>, mut conn: TcpStream) {
     match flow {
         HttpFlow::Intercept => {
             let slot = Arc::new(super::owner::OwnerSlot::new());
-            let owner = shared.owner_for(&slot, client).await;
+            let owner = shared.owner_for(&slot, client, &dest.host()).await;
             to_http(&shared, conn, head, &t, dest.host(), owner).await
         }
         HttpFlow::Deny(v) => {

@@ -457,7 +457,9 @@ async fn decide(shared: &Shared, src: SocketAddrV4, dst: SocketAddrV4) -> Decide
         super::HttpFlow::Intercept => {
             // Found while the SYN is held: the socket surely exists.
             let slot = Arc::new(super::owner::OwnerSlot::new());
-            let owner = shared.owner_for(&slot, Some((src, dst))).await;
+            let owner = shared
+                .owner_for(&slot, Some((src, dst)), &dest.host())
+                .await;
             Decided::Intercept(dest.host(), owner)
         }
         super::HttpFlow::Deny(v) => {

@@ -21,14 +21,16 @@ use super::{Flow, Shared};
 const OWNER_DECIDE: Duration = Duration::from_secs(2);
 
 impl Shared {
-    /// Who made the connection from `client` (into `slot`), when a rule could care: `None`
-    /// when no rule names programs, or the process could not be found.
+    /// Who made the connection from `client` (into `slot`) to `host`, when a rule could
+    /// care: `None` when no rule or credential for `host` names programs, or the process
+    /// could not be found.
     pub(crate) async fn owner_for(
         &self,
         slot: &Arc<OwnerSlot>,
         client: Option<(std::net::SocketAddrV4, std::net::SocketAddrV4)>,
+        host: &str,
     ) -> Option<Arc<Owner>> {
-        if !self.names_programs {
+        if !self.program_hosts.iter().any(|h| h.matches(host)) {
             return None;
         }
         self.find_owner_of(slot, client);
@@ -56,7 +58,7 @@ impl Shared {
         if verdict.rule != policy::OWNER_UNKNOWN {
             return verdict;
         }
-        flow.who = self.owner_for(&flow.owner, flow.client).await;
+        flow.who = self.owner_for(&flow.owner, flow.client, &dest.host()).await;
         let blocked = |n: &str| self.host.blocked(n);
         policy::decide(
             &self.plan,
