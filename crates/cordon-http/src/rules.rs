@@ -60,7 +60,8 @@ pub fn rule_matches(rule: &HttpRule, req: &Request<'_>) -> bool {
             .is_none_or(|max| req.body_len.is_some_and(|len| len <= max))
         && cordon_policy::program::applies(
             &rule.programs,
-            rule.action == HttpAction::Allow,
+            // ask and judge may let it through too: for an unknown process, only deny.
+            rule.action != HttpAction::Deny,
             req.owner,
         )
 }

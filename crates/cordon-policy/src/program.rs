@@ -54,13 +54,15 @@ impl Programs {
 }
 
 /// Whether a rule that names processes decides for `owner` (`None`: the process behind the
-/// request could not be found). A rule for any process always does. Unknown, only a rule
-/// that refuses or holds applies: a rule that lets through never does — fail closed.
+/// request could not be found). A rule for any process always does. For a process that is
+/// unknown, or whose file the sandbox could have made (no program), only a rule that refuses
+/// applies: one that may let through (allow, ask, judge) never does — fail closed both ways,
+/// so a copy of curl escapes neither a deny for curl nor gets an allow for git.
 pub fn applies(programs: &Programs, lets_through: bool, owner: Option<&Owner>) -> bool {
     match owner {
         _ if programs.any() => true,
-        Some(o) => programs.admits(o),
-        None => !lets_through,
+        Some(o) if o.process.untrusted.is_none() => programs.admits(o),
+        _ => !lets_through,
     }
 }
 
@@ -106,13 +108,15 @@ impl Process {
                 || at(&self.script)
                 || at(&self.invoked);
         }
-        // `cli.js`, `claude.exe`, `python3.11` are `cli`, `claude`, `python3` too.
-        let file_is = |s: &str| {
-            let base = base(s);
-            base == name || base.rsplit_once('.').is_some_and(|(stem, _)| stem == name)
-        };
-        file_is(&self.exe)
-            || self.script.as_deref().is_some_and(file_is)
+        // An executable `claude.exe`, `python3.11` is `claude`, `python3` too; a script only
+        // by its whole name (`git.py` is not git).
+        let base_exe = base(&self.exe);
+        let exe_is = base_exe == name
+            || base_exe
+                .rsplit_once('.')
+                .is_some_and(|(stem, _)| stem == name);
+        exe_is
+            || self.script.as_deref().is_some_and(|s| base(s) == name)
             || self.package.as_deref() == Some(name)
             || self.invoked.as_deref().is_some_and(|i| base(i) == name)
     }
@@ -215,6 +219,12 @@ pub struct ExecSeen {
     pub argv: Vec<String>,
     /// Its working directory then (a relative script is found from it).
     pub cwd: String,
+    /// A variable of its environment that makes a program load code from elsewhere
+    /// (`LD_PRELOAD`, `NODE_OPTIONS`, `PYTHONPATH`…): the process is then no program.
+    pub tainted: Option<String>,
+    /// Which exec this is, counting every exec of the session: what the gateway keeps a
+    /// process's identity by, so an exec of the same file again is seen afresh.
+    pub serial: u64,
 }
 
 /// Checks one `programs`/`run_by` entry: a bare name (`git`, `@scope/pkg`) or an absolute
@@ -311,7 +321,11 @@ mod tests {
             },
             &[],
         );
-        assert!(progs(&["cli"], &[]).admits(&cli) && progs(&["cli.js"], &[]).admits(&cli));
+        assert!(progs(&["cli.js"], &[]).admits(&cli));
+        assert!(
+            !progs(&["cli"], &[]).admits(&cli),
+            "a script by its whole name only"
+        );
         // A native binary (Claude Code's `bin/claude.exe`) is its stem too, not its package:
         // a package may ship other binaries (ripgrep) that are not the agent.
         let native = owner(proc("/opt/n/@anthropic-ai/claude-code/bin/claude.exe"), &[]);
@@ -348,6 +362,16 @@ mod tests {
         );
         assert!(applies(&keyed, false, None), "a deny for git holds for it");
         assert!(applies(&Programs::default(), true, None));
+        // A copy of curl in /tmp is no program: a deny for curl still holds for it.
+        let copy = owner(
+            Process {
+                untrusted: Some("made inside".into()),
+                ..proc("/tmp/curl")
+            },
+            &[],
+        );
+        assert!(applies(&progs(&["curl"], &[]), false, Some(&copy)));
+        assert!(!applies(&progs(&["curl"], &[]), true, Some(&copy)));
     }
 
     #[test]

@@ -96,6 +96,8 @@ const TRACE_CAP: usize = 256;
 /// What an exec looked like from outside.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct ExecCall {
+    /// The environment's address in the process (what the exec passes on).
+    envp: u64,
     path: String,
     /// `path` with symlinks followed inside the sandbox's view (a link named `ls` to `git`
     /// is `git`).
@@ -147,6 +149,34 @@ impl ExecCall {
     }
 }
 
+/// The first variable of the environment at `envp` (in process `pid`) that makes a program
+/// load code from elsewhere (see `execs_seen::taints`); one that cannot be read counts as
+/// such (the exec then fails in the kernel too, or hides something). Read while the exec is
+/// held, with the same caveat as its arguments (see the module's note on TOCTOU).
+fn tainting_variable(pid: u32, envp: u64) -> Option<String> {
+    if envp == 0 {
+        return None;
+    }
+    let mem = sys::RemoteMemory::new(pid);
+    let mut budget = MAX_TOTAL;
+    for i in 0..MAX_ARGS as u64 {
+        let Ok(p) = read_u64(&mem, envp + i * 8) else {
+            return Some("(an environment that cannot be read)".into());
+        };
+        if p == 0 {
+            return None;
+        }
+        let Ok(var) = read_cstr(&mem, p, &mut budget) else {
+            return Some("(an environment that cannot be read)".into());
+        };
+        let name = var.split('=').next().unwrap_or_default();
+        if crate::execs_seen::taints(name) {
+            return Some(name.to_string());
+        }
+    }
+    Some("(an environment too large to read)".into())
+}
+
 fn read_u64(mem: &sys::RemoteMemory, addr: u64) -> io::Result<u64> {
     let mut b = [0u8; 8];
     mem.read_exact_at(&mut b, addr)?;
@@ -187,10 +217,10 @@ fn read_cstr(mem: &sys::RemoteMemory, addr: u64, budget: &mut usize) -> io::Resu
 fn read_exec(n: &Notification) -> io::Result<ExecCall> {
     let mem = sys::RemoteMemory::new(n.pid);
     let execveat = seccomp_name(n.nr) == Some("execveat");
-    let (path_ptr, argv_ptr) = if execveat {
-        (n.args[1], n.args[2])
+    let (path_ptr, argv_ptr, envp) = if execveat {
+        (n.args[1], n.args[2], n.args[3])
     } else {
-        (n.args[0], n.args[1])
+        (n.args[0], n.args[1], n.args[2])
     };
     let mut budget = MAX_TOTAL;
     let mut path = read_cstr(&mem, path_ptr, &mut budget)?;
@@ -220,6 +250,7 @@ fn read_exec(n: &Notification) -> io::Result<ExecCall> {
     }
     let resolved = resolve_program(n.pid, &path);
     Ok(ExecCall {
+        envp,
         path,
         resolved,
         argv,
@@ -371,7 +402,14 @@ impl<'a> ExecSupervisor<'a> {
             let cwd = std::fs::read_link(format!("/proc/{pid}/cwd"))
                 .map(|c| c.display().to_string())
                 .unwrap_or_default();
-            execs.note(pid, &call.path, &call.resolved, &call.argv, cwd);
+            let noted = crate::execs_seen::Noted {
+                path: &call.path,
+                file: &call.resolved,
+                argv: &call.argv,
+                cwd,
+                tainted: tainting_variable(pid, call.envp),
+            };
+            execs.note(pid, noted);
         }
         let _ = self.listener.allow(id);
     }

@@ -502,7 +502,7 @@ fn run_in_session(
             scratch.shown.clone_from(&g.shown);
             if let Some(execs) = scratch.execs.clone() {
                 g.gateway
-                    .set_execs(std::sync::Arc::new(move |pid| execs.get(pid)));
+                    .set_execs(std::sync::Arc::new(move |pid, start| execs.get(pid, start)));
             }
         }
         // Serves the sandbox's SSH_AUTH_SOCK until the sandbox is gone.

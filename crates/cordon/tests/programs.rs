@@ -65,6 +65,8 @@ both!(
              echo CURL-BODY $(head -c 400 body.txt | tr '\\n' ' ')\n\
              echo CURL-PROXIED $(curl -s -o /dev/null -w '%{{http_code}}' --max-time 10 https://github.com/repo.git/HEAD)\n\
              {UNPROXIED} curl -s --max-time 5 http://github.com:{p}/repo.git/HEAD || echo CURL-PLAIN refused\n\
+             echo CURL-AS-GIT $({UNPROXIED} curl -s -o /dev/null -w '%{{http_code}} ' --max-time 10 /usr/bin/git https://github.com/repo.git/HEAD)\n\
+             LD_PRELOAD=/nonexistent/x.so git clone -q https://github.com/repo.git r3 2>/dev/null && echo PRELOAD-GIT cloned || echo PRELOAD-GIT refused\n\
              {UNPROXIED} {PY} client.py {p}\n"
         );
         env.write("client.py", CLIENT);
@@ -86,6 +88,14 @@ both!(
             "cordon's words: {body}"
         );
         assert_eq!(line("CURL-PLAIN"), "CURL-PLAIN refused", "{}", show(&o));
+        // Named after git in its arguments, curl is still curl; git made to load a library
+        // from elsewhere is no longer git.
+        let as_git = line("CURL-AS-GIT");
+        assert!(
+            as_git.contains("403") && !as_git.contains("200"),
+            "{as_git}"
+        );
+        assert_eq!(line("PRELOAD-GIT"), "PRELOAD-GIT refused", "{}", show(&o));
         let py = line("PY-TLS");
         assert!(
             py.starts_with("PY-TLS 403") && py.contains("came from python3"),
@@ -201,6 +211,100 @@ s = socket.socket(); s.setblocking(False); s.connect_ex(a); os._exit(0)\n\
             }
         }
         common::assert_replay_reproduces(&env, &["--policy", &p]);
+    }
+);
+
+/// Python makes a socket, lets a git child inherit it (so both hold it), then connects it
+/// itself: the connection is not git's.
+const INHERIT: &str = r#"
+import socket, subprocess, sys
+s = socket.socket()
+s.set_inheritable(True)
+g = subprocess.Popen(["git", "hash-object", "--stdin"], stdin=subprocess.PIPE, pass_fds=[s.fileno()])
+try:
+    s.settimeout(5)
+    s.connect(("forge.test", int(sys.argv[1])))
+    s.sendall(b"ping\n")
+    print("INHERIT got", s.recv(100))
+except Exception as e:
+    print("INHERIT refused", type(e).__name__)
+g.stdin.close()
+g.wait()
+"#;
+
+both!(
+    a_socket_a_program_shares_with_git_is_not_gits,
+    |env: Env| {
+        if !common::need(&["git"], "a git child") {
+            return;
+        }
+        setup(&env);
+        let sink = Server::echo();
+        env.write("inherit.py", INHERIT);
+        let pol = named(
+            &["forge.test"],
+            &[],
+            &format!(
+                "[[network.allow]]\nhost = \"forge.test\"\nports = [{}]\nprograms = [\"git\"]\n",
+                sink.port
+            ),
+        );
+        let o = run(&env, &pol, &format!("{PY} inherit.py {}", sink.port));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains("INHERIT refused"), "{}", show(&o));
+        let evs = events(&env);
+        let refusals = refused(&evs, "network.program");
+        assert!(
+            refusals.iter().any(|e| e["reason"]
+                .as_str()
+                .unwrap()
+                .contains("held by another program")),
+            "{refusals:#?}"
+        );
+    }
+);
+
+/// Python asks to exec itself as a trusted script (the standard library's http/server.py),
+/// with an argument the kernel refuses (E2BIG): the exec is let through by the supervisor but
+/// never happens, and Python goes on to connect as itself.
+const FAILED_EXEC: &str = r#"
+import http.server, os, socket, sys
+try:
+    os.execv("/usr/bin/python3", ["python3", http.server.__file__, "x" * 200000])
+except OSError as e:
+    print("EXEC failed", e.errno)
+try:
+    s = socket.create_connection(("forge.test", int(sys.argv[1])), 5)
+    s.sendall(b"ping\n")
+    print("AFTER got", s.recv(100))
+except Exception as e:
+    print("AFTER refused", type(e).__name__)
+"#;
+
+both!(
+    an_exec_that_failed_does_not_make_a_process_what_it_asked_to_run,
+    |env: Env| {
+        setup(&env);
+        let sink = Server::echo();
+        env.write("failed.py", FAILED_EXEC);
+        let pol = named(
+            &["forge.test"],
+            &[],
+            &format!(
+                "[[network.allow]]\nhost = \"forge.test\"\nports = [{}]\nprograms = [\"server.py\"]\n",
+                sink.port
+            ),
+        );
+        let o = run(
+            &env,
+            &pol,
+            &format!("/usr/bin/python3 failed.py {}", sink.port),
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains("EXEC failed 7"), "E2BIG: {}", show(&o));
+        assert!(out.contains("AFTER refused"), "{}", show(&o));
+        let evs = events(&env);
+        assert!(!refused(&evs, "network.program").is_empty(), "{}", show(&o));
     }
 );
 

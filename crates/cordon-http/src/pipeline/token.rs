@@ -105,9 +105,16 @@ pub(crate) async fn exchange(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.to_ascii_lowercase().contains("json"));
+    // Only a credential kept for this request's process is swapped into the body; another's
+    // placeholder stays, and the wire's check below refuses it as a leak.
+    let mine: Vec<_> = creds
+        .iter()
+        .filter(|c| cordon_policy::program::applies(&c.programs, true, ex.conn.owner))
+        .cloned()
+        .collect();
     // Read from the agent's request, before its placeholder becomes the real token.
-    let hold = logins.hold_reason(creds, to, json, &body.scanned);
-    let (sent, grant) = logins.request_body(creds, to, json, &body.scanned);
+    let hold = logins.hold_reason(&mine, to, json, &body.scanned);
+    let (sent, grant) = logins.request_body(&mine, to, json, &body.scanned);
     let pq = parts
         .uri
         .path_and_query()

@@ -20,9 +20,9 @@ use std::sync::{Arc, Mutex};
 
 use cordon_policy::{ExecSeen, Owner, Process};
 
-/// The exec the supervisor let host pid `pid` through last, when it is still that process's
-/// (see `cordon_sandbox::ExecsSeen`).
-pub type ExecsOf = Arc<dyn Fn(u32) -> Option<ExecSeen> + Send + Sync>;
+/// The last exec host pid `pid`, started at the given time, is known to have made (see
+/// `cordon_sandbox::ExecsSeen`).
+pub type ExecsOf = Arc<dyn Fn(u32, u64) -> Option<ExecSeen> + Send + Sync>;
 
 /// Ancestors followed at most.
 const DEPTH: usize = 32;
@@ -43,8 +43,9 @@ pub(crate) struct Identify {
     mounts: Mutex<HashMap<u64, Arc<Vec<Mount>>>>,
 }
 
-/// A process as it is now: host pid, start time, its executable's device and inode.
-type Key = (i32, u64, u64, u64);
+/// A process as it is now: host pid, start time, its executable's device and inode, and
+/// which exec started what it runs (0: none seen).
+type Key = (i32, u64, u64, u64, u64);
 
 /// One mount as the sandbox sees it: where, whether it may be written through, and whether
 /// it is a copy-on-write layer.
@@ -69,11 +70,11 @@ impl Identify {
     /// The process with host pid `pid` and those that started it (up to the sandbox's init);
     /// `None` when it is gone (exited, its executable no longer there to read).
     pub(crate) fn owner(&self, pid: i32) -> Option<Owner> {
-        let (me, ppid) = key(pid)?;
+        let (me, ppid, seen) = self.now(pid)?;
         if let Some(o) = lock(&self.owners).get(&(me, ppid)) {
             return Some(o.clone());
         }
-        let process = self.process(pid, Some(me));
+        let process = self.process(pid, Some((me, seen)));
         if process.exe.is_empty() {
             return None;
         }
@@ -83,9 +84,9 @@ impl Identify {
             if p == self.init || p <= 1 || run_by.len() >= DEPTH {
                 break;
             }
-            let k = key(p);
-            run_by.push(self.process(p, k.map(|k| k.0)));
-            at = k.map(|k| k.1);
+            let k = self.now(p);
+            at = k.as_ref().map(|k| k.1);
+            run_by.push(self.process(p, k.map(|(k, _, s)| (k, s))));
         }
         let o = Owner { process, run_by };
         let mut owners = lock(&self.owners);
@@ -96,17 +97,46 @@ impl Identify {
         Some(o)
     }
 
-    /// Process `pid`, described or as kept under `key` (`None`: it could not be read).
-    fn process(&self, pid: i32, key: Option<Key>) -> Process {
+    /// Process `pid` as it is now, its parent, and the exec that started what it runs: its
+    /// own, or, for a process that forked without an exec, its parent's when that runs the
+    /// same file. `None` when it is gone.
+    fn now(&self, pid: i32) -> Option<(Key, i32, Option<ExecSeen>)> {
+        let (k, ppid) = key(pid)?;
+        let mut seen = None;
+        if let Some(execs) = &self.execs {
+            let (mut at, mut start, mut parent) = (pid, k.1, ppid);
+            for _ in 0..DEPTH {
+                if let Some(s) = execs(u32::try_from(at).ok()?, start) {
+                    seen = Some(s);
+                    break;
+                }
+                match key(parent) {
+                    Some((pk, pp)) if (pk.2, pk.3) == (k.2, k.3) && parent != self.init => {
+                        (at, start, parent) = (parent, pk.1, pp);
+                    }
+                    _ => break,
+                }
+            }
+        }
+        let serial = seen.as_ref().map_or(0, |s| s.serial);
+        Some(((k.0, k.1, k.2, k.3, serial), ppid, seen))
+    }
+
+    /// Process `pid`, described or as kept under its key (`None`: it could not be read).
+    fn process(&self, pid: i32, now: Option<(Key, Option<ExecSeen>)>) -> Process {
+        let (key, seen) = match now {
+            Some((k, s)) => (Some(k), s),
+            None => (None, None),
+        };
         if let Some(k) = key
             && let Some(p) = lock(&self.known).get(&k)
         {
             return p.clone();
         }
-        let p = self.describe(pid);
+        let p = self.describe(pid, seen.as_ref());
         // Kept only if it is still the same process (its start time and file unchanged).
         if let Some(k) = key
-            && self::key(pid).is_some_and(|(now, _)| now == k)
+            && self.now(pid).is_some_and(|(now, _, _)| now == k)
         {
             let mut known = lock(&self.known);
             if known.len() >= KEPT {
@@ -117,7 +147,7 @@ impl Identify {
         p
     }
 
-    fn describe(&self, pid: i32) -> Process {
+    fn describe(&self, pid: i32, seen: Option<&ExecSeen>) -> Process {
         let dir = PathBuf::from(format!("/proc/{pid}"));
         let exe = std::fs::read_link(dir.join("exe"))
             .map(|p| p.display().to_string())
@@ -135,7 +165,22 @@ impl Identify {
         if p.untrusted.is_some() {
             return p;
         }
-        let Some((named, script)) = self.started_as(pid, &p.exe) else {
+        match (&self.execs, seen) {
+            // The supervisor records every exec: one it did not see is not vouched for.
+            (Some(_), None) => {
+                p.untrusted = Some("cordon's exec supervisor did not see it start".into());
+                return p;
+            }
+            (_, Some(s)) if s.tainted.is_some() => {
+                let var = s.tainted.clone().unwrap_or_default();
+                p.untrusted = Some(format!(
+                    "it was started with {var} set, which loads other code"
+                ));
+                return p;
+            }
+            _ => {}
+        }
+        let Some((named, script)) = seen.and_then(|s| self.started_as(pid, &p.exe, s)) else {
             return p;
         };
         // The name it was started by counts only if every link from it is the host's.
@@ -216,11 +261,15 @@ impl Identify {
         let same_file = seen.dev() == host.dev() && seen.ino() == host.ino();
         // Through a copy-on-write layer: overlayfs shows the lower file's inode (its own
         // device); one the sandbox wrote is a new inode in the upper layer.
+        // ctime too: a rewrite after copy-up keeps the inode number overlayfs shows, and
+        // `touch` can put the mtime back, but nothing sets the ctime.
         let lower = m.overlay
             && seen.ino() == host.ino()
             && seen.len() == host.len()
             && seen.mtime() == host.mtime()
-            && seen.mtime_nsec() == host.mtime_nsec();
+            && seen.mtime_nsec() == host.mtime_nsec()
+            && seen.ctime() == host.ctime()
+            && seen.ctime_nsec() == host.ctime_nsec();
         match (same_file, lower) {
             (true, _) if !m.writable => None,
             (true, _) => Some(format!(
@@ -247,10 +296,10 @@ impl Identify {
                 }
             }
         };
-        // The last mount at the deepest point wins: it covers the ones before it.
+        // The last mount at the deepest point wins: it covers the ones before it (and
+        // `max_by_key` keeps the last of equal keys).
         table
             .iter()
-            .rev()
             .filter(|m| path.starts_with(&m.at))
             .max_by_key(|m| m.at.components().count())
             .cloned()
@@ -260,18 +309,25 @@ impl Identify {
     /// path it was started by, and for an interpreter the script it runs (symlinks
     /// followed). `None` when the supervisor saw no exec of this process's, or one of
     /// another file.
-    fn started_as(&self, pid: i32, exe: &str) -> Option<(String, Option<String>)> {
-        let seen = (self.execs.as_ref()?)(u32::try_from(pid).ok()?)?;
+    fn started_as(&self, pid: i32, exe: &str, seen: &ExecSeen) -> Option<(String, Option<String>)> {
+        let seen = seen.clone();
         let running = std::fs::metadata(format!("/proc/{pid}/exe")).ok()?;
         let same = |p: &Path| {
             std::fs::metadata(p).is_ok_and(|m| m.dev() == running.dev() && m.ino() == running.ino())
         };
         if same(&inside(pid, &seen.file)) {
+            // Only an interpreter runs a script: `curl /usr/bin/git URL` is curl.
+            if !interpreter(exe) {
+                return Some((seen.path, None));
+            }
             // `node SCRIPT ARGS`: an option before the script (`-r`, `--import`, `-e`…) may
             // run other code, so there is no script then, but for those that only size or
             // quiet the interpreter ([`harmless`]).
             let first = seen.argv.iter().skip(1).find(|a| !harmless(a));
             let script = first.filter(|a| !a.is_empty() && !a.starts_with('-'));
+            // A `..` is resolved by the kernel after the links before it, not lexically: a
+            // path with one names nothing here.
+            let script = script.filter(|a| !a.split('/').any(|c| c == ".."));
             return match script {
                 Some(first) => {
                     let path = match first.starts_with('/') {
@@ -279,7 +335,14 @@ impl Identify {
                         false => Path::new(&seen.cwd).join(first),
                     };
                     let named = normalize(&path).display().to_string();
-                    Some((named, Some(resolve(pid, &path))))
+                    let file = resolve(pid, &path);
+                    // A binary handed to an interpreter as its script is not run by it.
+                    let elf =
+                        read_head(&inside(pid, &file)).is_some_and(|h| h.starts_with("\u{7f}ELF"));
+                    match elf {
+                        true => Some((seen.path, None)),
+                        false => Some((named, Some(file))),
+                    }
                 }
                 None => Some((seen.path, None)),
             };
@@ -290,6 +353,17 @@ impl Identify {
         let interp = line.split_whitespace().next()?;
         (same(&inside(pid, interp)) && !exe.is_empty()).then_some((seen.path, Some(seen.file)))
     }
+}
+
+/// Whether `exe` is an interpreter, whose first argument is the program it runs.
+fn interpreter(exe: &str) -> bool {
+    let b = exe.rsplit('/').next().unwrap_or(exe);
+    matches!(
+        b,
+        "node" | "nodejs" | "bun" | "deno" | "bash" | "sh" | "dash" | "zsh" | "perl" | "ruby"
+    ) || b
+        .strip_prefix("python")
+        .is_some_and(|v| v.bytes().all(|c| c.is_ascii_digit() || c == b'.'))
 }
 
 /// Whether an interpreter option only sizes or quiets it, loading no other code: node's V8
@@ -395,7 +469,7 @@ fn unescape(s: &str) -> String {
             .get(i + 1..i + 4)
             .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
         match (b[i], octal) {
-            (b'\\', Some(d)) => {
+            (b'\\', Some(d)) if d[0] <= b'3' => {
                 out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
                 i += 4;
             }
@@ -408,8 +482,9 @@ fn unescape(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Process `pid` as it is now, and its parent; `None` when it is gone.
-fn key(pid: i32) -> Option<(Key, i32)> {
+/// Process `pid` as it is now (host pid, start time, executable's device and inode), and
+/// its parent; `None` when it is gone.
+fn key(pid: i32) -> Option<((i32, u64, u64, u64), i32)> {
     let exe = std::fs::metadata(format!("/proc/{pid}/exe")).ok()?;
     // One read: a stat line is far shorter than the buffer (`read_to_string` would ask for
     // the size, which procfs does not know, and read in growing steps, on every connection).
@@ -493,7 +568,10 @@ mod tests {
             Some(o.clone()),
             "the second look comes from what is kept"
         );
-        assert_eq!(id.process(me, key(me).map(|k| k.0)), o.process);
+        assert_eq!(
+            id.process(me, id.now(me).map(|(k, _, s)| (k, s))),
+            o.process
+        );
     }
 
     // A copy of a program is not the program: the host's file of that name differs.
@@ -506,7 +584,7 @@ mod tests {
         let mut child = std::process::Command::new(&copy).arg("30").spawn().unwrap();
         let id = Identify::new(1, None);
         let pid = child.id() as i32;
-        let p = id.process(pid, key(pid).map(|k| k.0));
+        let p = id.process(pid, id.now(pid).map(|(k, _, s)| (k, s)));
         // The same file at the same path on the host, but on a writable mount.
         assert!(p.untrusted.is_some(), "{p:?}");
         assert!(!p.is("sleep"));
@@ -518,25 +596,26 @@ mod tests {
     #[test]
     fn scripts_are_found_from_the_exec_seen() {
         let me = std::process::id() as i32;
-        let exe = std::env::current_exe().unwrap().display().to_string();
-        let seen = |argv: &[&str]| -> ExecsOf {
-            let e = ExecSeen {
-                start: 0,
-                path: "/bin/node".into(),
-                file: std::env::current_exe().unwrap().display().to_string(),
-                argv: argv.iter().map(|s| s.to_string()).collect(),
-                cwd: "/srv".into(),
-            };
-            Arc::new(move |_| Some(e.clone()))
+        let file = std::env::current_exe().unwrap().display().to_string();
+        let seen = |argv: &[&str]| ExecSeen {
+            start: 0,
+            path: "/bin/node".into(),
+            file: file.clone(),
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            cwd: "/srv".into(),
+            tainted: None,
+            serial: 1,
         };
-        let script = |argv: &[&str]| Identify::new(1, Some(seen(argv))).started_as(me, &exe);
+        let id = Identify::new(1, None);
+        // This test binary stands in for the interpreter the exec named.
+        let script = |argv: &[&str]| id.started_as(me, "/usr/bin/node", &seen(argv));
         assert_eq!(
             script(&["node", "/opt/x/cli.js", "-p"]),
             Some(("/opt/x/cli.js".into(), Some("/opt/x/cli.js".into())))
         );
         assert_eq!(
-            script(&["node", "app/../cli.js"]),
-            Some(("/srv/cli.js".into(), Some("/srv/cli.js".into())))
+            script(&["node", "app/cli.js"]),
+            Some(("/srv/app/cli.js".into(), Some("/srv/app/cli.js".into())))
         );
         // An option first could load anything: no script, only the name it was started by.
         let none = Some(("/bin/node".to_string(), None));
@@ -553,6 +632,9 @@ mod tests {
             script(&["node", "--max-old-space-size=x", "/opt/x/cli.js"]),
             none
         );
+        // `..` is the kernel's to resolve after links: no script.
+        assert_eq!(script(&["node", "/tmp/l/../../opt/x/cli.js"]), none);
+        assert_eq!(script(&["node"]), none);
         // Options that only size or quiet the interpreter: the script after them counts.
         let cli = Some(("/opt/x/cli.js".into(), Some("/opt/x/cli.js".into())));
         let sized = [
@@ -564,6 +646,10 @@ mod tests {
         assert_eq!(script(&sized), cli);
         let py = Some(("/opt/x/t.py".into(), Some("/opt/x/t.py".into())));
         assert_eq!(script(&["python3", "-uB", "/opt/x/t.py"]), py);
-        assert_eq!(script(&["node"]), none);
+        // Not an interpreter: its first argument is no script (`curl /usr/bin/git URL`).
+        let curl = id.started_as(me, "/usr/bin/curl", &seen(&["curl", "/usr/bin/git"]));
+        assert_eq!(curl, Some(("/bin/node".to_string(), None)));
+        // A binary handed to an interpreter is not its script.
+        assert_eq!(script(&["node", &file]), none);
     }
 }

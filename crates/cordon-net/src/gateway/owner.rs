@@ -43,6 +43,10 @@ pub(crate) struct Owner {
     pub cmdline: String,
     /// Its pid on the host (what `/proc` is read by).
     pub host_pid: i32,
+    /// The descriptor it holds the socket at, when found.
+    pub fd: Option<u32>,
+    /// The socket's inode, when found.
+    pub inode: Option<u64>,
 }
 
 /// What a flow's event will name as its process: set once, by its lookup.
@@ -153,6 +157,8 @@ impl Known {
             pid: ns_pid(&dir).unwrap_or(i64::from(pid)),
             cmdline: redact(&join_args(&raw)),
             host_pid: pid,
+            fd: None,
+            inode: None,
         };
         // Kept only when the command line still reads after `status` was read by pid: the
         // process was alive throughout, so the pid was not reused in between and the NSpid is
@@ -236,7 +242,10 @@ impl Lookups {
         let held = std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
             .is_ok_and(|t| t.as_os_str().as_encoded_bytes() == socket_link(inode).as_bytes());
         if held {
-            Quick::Found(known.describe(pid, &self.redact))
+            let mut o = known.describe(pid, &self.redact);
+            o.fd = Some(fd);
+            o.inode = Some(inode);
+            Quick::Found(o)
         } else {
             Quick::Inode(inode)
         }
@@ -390,10 +399,13 @@ fn find_all(
                 continue;
             }
             let mut k = lock(known);
-            if let Some(n) = fd.file_name().to_str().and_then(|n| n.parse().ok()) {
+            let n = fd.file_name().to_str().and_then(|n| n.parse().ok());
+            if let Some(n) = n {
                 k.last = Some((pid, n));
             }
-            let o = owner.get_or_insert_with(|| k.describe(pid, redact)).clone();
+            let mut o = owner.get_or_insert_with(|| k.describe(pid, redact)).clone();
+            o.fd = n;
+            o.inode = Some(inodes[i]);
             out[i] = Some(o);
             *left -= 1;
             if *left == 0 {
@@ -418,6 +430,22 @@ fn find_all(
         }
     }
     out
+}
+
+/// Every process under `init` (host pids) holding socket `inode`: a whole walk of the
+/// sandbox's process tree and their descriptors.
+pub(crate) fn holders(init: i32, inode: u64) -> Vec<i32> {
+    let want = socket_link(inode);
+    tree(init)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+                fds.flatten().any(|fd| {
+                    std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == want.as_str())
+                })
+            })
+        })
+        .collect()
 }
 
 /// The first `max` bytes (or so) of a file under `/proc`, in page-sized reads. `std::fs::read`

@@ -8,12 +8,28 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cordon_policy::Owner;
+use cordon_policy::{Owner, Process};
 
 use super::identity::Identify;
-use super::owner::OwnerSlot;
+use super::owner::{self, OwnerSlot};
 use super::policy::{self, Dest, FlowDecision};
 use super::{Flow, Shared};
+
+/// Whether descriptor `fd` of host process `pid` is close-on-exec (`/proc/PID/fdinfo`'s
+/// `flags`, octal); `false` when it cannot be read.
+fn close_on_exec(pid: i32, fd: Option<u32>) -> bool {
+    const O_CLOEXEC: u32 = 0o2_000_000;
+    let Some(fd) = fd else {
+        return false;
+    };
+    std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}"))
+        .ok()
+        .and_then(|t| {
+            let v = t.lines().find_map(|l| l.strip_prefix("flags:"))?;
+            u32::from_str_radix(v.trim(), 8).ok()
+        })
+        .is_some_and(|f| f & O_CLOEXEC != 0)
+}
 
 /// How long a decision waits for the process behind a connection. The common case is
 /// answered at once ([`super::owner::Lookups::quick`]); the rest takes a walk of the
@@ -35,7 +51,7 @@ impl Shared {
         }
         self.find_owner_of(slot, client);
         slot.settled(OWNER_DECIDE).await;
-        let host_pid = slot.get()?.host_pid;
+        let found = slot.get()?;
         let identify = self
             .identify
             .get_or_init(|| {
@@ -43,7 +59,29 @@ impl Shared {
                 Some(Identify::new(*init, self.execs.get().cloned()))
             })
             .as_ref()?;
-        identify.owner(host_pid).map(Arc::new)
+        let mut owner = identify.owner(found.host_pid)?;
+        // A socket that is not close-on-exec may be held by several processes (inherited
+        // across an exec, or passed on): the holder found first need not be the one that
+        // writes to it. Then every holder must be the same program.
+        if owner.process.untrusted.is_none() && !close_on_exec(found.host_pid, found.fd) {
+            let (init, _) = self.sandbox.get()?;
+            let inode = found.inode?;
+            let same = |p: &i32| {
+                identify.owner(*p).is_some_and(|o| {
+                    Process {
+                        pid: 0,
+                        ..o.process
+                    } == Process {
+                        pid: 0,
+                        ..owner.process.clone()
+                    }
+                })
+            };
+            if !owner::holders(*init, inode).iter().all(same) {
+                owner.process.untrusted = Some("its socket is held by another program too".into());
+            }
+        }
+        Some(Arc::new(owner))
     }
 
     /// `verdict` for `flow` decided again with its process, when only rules that name

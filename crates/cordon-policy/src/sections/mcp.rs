@@ -364,9 +364,14 @@ impl Section for Mcp {
                 );
             }
         }
+        // Looser than the trusted layers' default: deny, then ask or judge, then allow.
+        let rank = |a: McpAction| match a {
+            McpAction::Deny => 0,
+            McpAction::Ask | McpAction::Judge => 1,
+            McpAction::Allow => 2,
+        };
         if let Some((d, o)) = &f.default
-            && *d != McpAction::Deny
-            && *d != value(&b.default)
+            && rank(*d) > rank(value(&b.default))
         {
             out.add(o, format!("lets unmatched MCP tool calls through {d:?}"));
         }
