@@ -9,6 +9,7 @@ use cordon_policy::{ExecAction, HttpAction, Owner, Plan};
 use cordon_sandbox::explain::POLICY_JSON;
 
 use crate::cli::ExplainArgs;
+use crate::program::credential_notes;
 
 mod files;
 
@@ -445,21 +446,8 @@ fn http(
     if let Some(reason) = &d.reason {
         notes.push(format!("the rule says: {reason}"));
     }
-    for c in &plan.credentials {
-        if c.hosts.iter().any(|h| h.matches(host)) {
-            let only = match c.programs.any() {
-                true => String::new(),
-                false => format!(", from {} only", c.programs.describe()),
-            };
-            notes.push(format!(
-                "credential `{}`'s real value goes to this host in place of its placeholder{only}",
-                c.name
-            ));
-        }
-    }
-    if let Some(o) = who {
-        notes.push(format!("asked for {}", o.describe()));
-    }
+    notes.extend(credential_notes(plan, host));
+    notes.extend(who.map(|o| format!("asked for {}", o.describe())));
     let allow_with = (d.action != HttpAction::Allow).then(|| {
         let mut lines = format!(
             "[[http.rule]]\nname = \"allow-{}\"\nhost = {}\nmethods = [{}]\npath = {}\naction = \"allow\"",

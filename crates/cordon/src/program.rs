@@ -1,6 +1,7 @@
 //! `cordon explain --program NAME`: the process a question is asked for, as the gateway
 //! would find it if NAME made the connection (its file on this PATH, or the interpreter a
-//! script's `#!` line names, with the script and its npm package).
+//! script's `#!` line names, with the script and its npm package); and what explain says of
+//! the credentials that are for some programs only.
 
 use std::path::{Path, PathBuf};
 
@@ -54,6 +55,22 @@ fn running(file: &Path) -> Process {
 
 fn display(p: &Path) -> String {
     p.display().to_string()
+}
+
+/// What `cordon explain` notes of the credentials whose real value goes to `host`.
+pub(crate) fn credential_notes(plan: &cordon_policy::Plan, host: &str) -> Vec<String> {
+    let to_host = |c: &&cordon_policy::CredentialPlan| c.hosts.iter().any(|h| h.matches(host));
+    let note = |c: &cordon_policy::CredentialPlan| {
+        let only = match c.programs.any() {
+            true => String::new(),
+            false => format!(", from {} only", c.programs.describe()),
+        };
+        format!(
+            "credential `{}`'s real value goes to this host in place of its placeholder{only}",
+            c.name
+        )
+    };
+    plan.credentials.iter().filter(to_host).map(note).collect()
 }
 
 /// Where `program` is on `PATH` (or itself, when it names a path).

@@ -32,18 +32,7 @@ pub(crate) fn swap(
         let from_program = cordon_policy::program::applies(&c.programs, true, owner);
         let ours = to_host && from_program;
         let leak = |place: String| (c.name.clone(), place);
-        let elsewhere = || match (to_host, owner) {
-            (false, _) => format!("to {host}, which is not one of its hosts"),
-            (true, Some(o)) => format!(
-                "from {}, which is not {} (only they get it)",
-                o.describe(),
-                c.programs.describe()
-            ),
-            (true, None) => format!(
-                "from a process that could not be found, and it is only for {}",
-                c.programs.describe()
-            ),
-        };
+        let elsewhere = || elsewhere(c, host, to_host, owner);
         let before = sent.len();
         let pq = parts
             .uri
@@ -229,6 +218,27 @@ pub(crate) fn leak_event(label: &str, name: &str, place: &str) -> NewEvent {
         format!("{label}: the placeholder of credential `{name}` was sent {place}"),
     )
     .rule(format!("credential-leak:{name}"))
+}
+
+/// Where a placeholder of `c` went that is not its own: another host, or (`to_host`) another
+/// program's request.
+fn elsewhere(
+    c: &WireCredential,
+    host: &str,
+    to_host: bool,
+    owner: Option<&cordon_policy::Owner>,
+) -> String {
+    let only = c.programs.describe();
+    match (to_host, owner) {
+        (false, _) => format!("to {host}, which is not one of its hosts"),
+        (true, Some(o)) => format!(
+            "from {}, which is not {only} (only they get it)",
+            o.describe()
+        ),
+        (true, None) => {
+            format!("from a process that could not be found, and it is only for {only}")
+        }
+    }
 }
 
 /// What the sandbox is told when a credential's placeholder went where it may not.

@@ -754,50 +754,6 @@ impl Shared {
         self.emit_noisy(flow.event(action, &reason));
     }
 
-    /// Looks up the process behind `flow` (see [`owner`]), once per flow: on the spot when it
-    /// is where the last flow's was, else in the background. [`Shared::open`] asks while the
-    /// host-side connect is under way and the client's SYN is held (its socket surely exists
-    /// then); later calls are no-ops.
-    pub(crate) fn find_owner(&self, flow: &Flow) {
-        self.find_owner_of(&flow.owner, flow.client);
-    }
-
-    /// [`find_owner`](Self::find_owner) of a connection from `client` into `slot`.
-    pub(crate) fn find_owner_of(
-        &self,
-        slot: &Arc<owner::OwnerSlot>,
-        client: Option<(std::net::SocketAddrV4, std::net::SocketAddrV4)>,
-    ) {
-        if !slot.ask() {
-            return;
-        }
-        let owners = self.owners.get_or_init(|| {
-            let (init, sockets) = self.sandbox.get().cloned()?;
-            let http = self.http.get().map(|h| h.handler.clone());
-            let redact = self.redact.clone();
-            let redact: Redact = Arc::new(move |t: &str| match &http {
-                Some(h) => h.redact(t),
-                None => redact(t),
-            });
-            owner::Lookups::start(init, sockets, redact).ok()
-        });
-        let (Some((local, remote)), Some(owners)) = (client, owners) else {
-            slot.set(None);
-            return;
-        };
-        let inode = match owners.quick(local, remote) {
-            owner::Quick::Found(o) => return slot.set(Some(o)),
-            owner::Quick::Inode(i) => Some(i),
-            owner::Quick::Unknown => None,
-        };
-        owners.ask(owner::Request {
-            local,
-            remote,
-            inode,
-            slot: slot.clone(),
-        });
-    }
-
     /// What happens to a TCP flow to `dest:port` (see [`HttpFlow`]): the HTTP layer takes
     /// ports 443 and 80.
     pub(crate) fn http_flow(&self, dest: &Dest, port: u16) -> HttpFlow {

@@ -1,5 +1,6 @@
-//! Rules keyed on programs in the gateway: the process behind a connection is found before
-//! a rule that names programs decides it. Only then: a plan without such rules never waits.
+//! The process behind a connection: looked up for every flow's event (see [`super::owner`]),
+//! and, for rules keyed on programs, found and identified before such a rule decides it.
+//! Only then: a connection no such rule could decide never waits.
 //!
 //! The owner is the process holding the sandbox side's socket while its SYN is held (or while
 //! its proxy connection is open): the one that made it. One that cannot be found (it exited,
@@ -13,7 +14,7 @@ use cordon_policy::{Owner, Process};
 use super::identity::Identify;
 use super::owner::{self, OwnerSlot};
 use super::policy::{self, Dest, FlowDecision};
-use super::{Flow, Shared};
+use super::{Flow, Redact, Shared};
 
 /// Whether descriptor `fd` of host process `pid` is close-on-exec (`/proc/PID/fdinfo`'s
 /// `flags`, octal); `false` when it cannot be read.
@@ -37,6 +38,50 @@ fn close_on_exec(pid: i32, fd: Option<u32>) -> bool {
 const OWNER_DECIDE: Duration = Duration::from_secs(2);
 
 impl Shared {
+    /// Looks up the process behind `flow` (see [`owner`]), once per flow: on the spot when it
+    /// is where the last flow's was, else in the background. [`Shared::open`] asks while the
+    /// host-side connect is under way and the client's SYN is held (its socket surely exists
+    /// then); later calls are no-ops.
+    pub(crate) fn find_owner(&self, flow: &Flow) {
+        self.find_owner_of(&flow.owner, flow.client);
+    }
+
+    /// [`find_owner`](Self::find_owner) of a connection from `client` into `slot`.
+    pub(crate) fn find_owner_of(
+        &self,
+        slot: &Arc<owner::OwnerSlot>,
+        client: Option<(std::net::SocketAddrV4, std::net::SocketAddrV4)>,
+    ) {
+        if !slot.ask() {
+            return;
+        }
+        let owners = self.owners.get_or_init(|| {
+            let (init, sockets) = self.sandbox.get().cloned()?;
+            let http = self.http.get().map(|h| h.handler.clone());
+            let redact = self.redact.clone();
+            let redact: Redact = Arc::new(move |t: &str| match &http {
+                Some(h) => h.redact(t),
+                None => redact(t),
+            });
+            owner::Lookups::start(init, sockets, redact).ok()
+        });
+        let (Some((local, remote)), Some(owners)) = (client, owners) else {
+            slot.set(None);
+            return;
+        };
+        let inode = match owners.quick(local, remote) {
+            owner::Quick::Found(o) => return slot.set(Some(o)),
+            owner::Quick::Inode(i) => Some(i),
+            owner::Quick::Unknown => None,
+        };
+        owners.ask(owner::Request {
+            local,
+            remote,
+            inode,
+            slot: slot.clone(),
+        });
+    }
+
     /// Who made the connection from `client` (into `slot`) to `host`, when a rule could
     /// care: `None` when no rule or credential for `host` names programs, or the process
     /// could not be found.
