@@ -224,11 +224,17 @@ fn read_exec(n: &Notification) -> io::Result<ExecCall> {
     };
     let mut budget = MAX_TOTAL;
     let mut path = read_cstr(&mem, path_ptr, &mut budget)?;
+    let dirfd = n.args[0] as i32;
     if execveat && path.is_empty() {
         // fexecve: the program is the descriptor itself.
-        path = std::fs::read_link(format!("/proc/{}/fd/{}", n.pid, n.args[0] as i32))
+        path = std::fs::read_link(format!("/proc/{}/fd/{dirfd}", n.pid))
             .map(|p| p.display().to_string())
             .unwrap_or_default();
+    } else if execveat && !path.starts_with('/') && dirfd != libc::AT_FDCWD {
+        // Relative to the directory descriptor, not the working directory.
+        if let Ok(d) = std::fs::read_link(format!("/proc/{}/fd/{dirfd}", n.pid)) {
+            path = d.join(&path).display().to_string();
+        }
     }
     let mut argv = Vec::new();
     if argv_ptr != 0 {
