@@ -209,7 +209,11 @@ fn check_login(env: Env, l: Login) {
         .args(["run", "--no-tty", "--audit"])
         .arg(&env.audit)
         .args(["--profile", l.profile, "--policy", &pol, "--"])
-        .args(["sh", "-c", &script])
+        .args([
+            "sh",
+            "-c",
+            &format!("{}{script}", common::as_agent(&env, l.profile)),
+        ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

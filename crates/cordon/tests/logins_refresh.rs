@@ -206,7 +206,11 @@ both!(a_refresh_inside_rotates_the_host_login_file, |env: Env| {
         .args(["run", "--no-tty", "--audit"])
         .arg(&env.audit)
         .args(["--profile", "claude", "--policy", &pol, "--"])
-        .args(["sh", "-c", &script])
+        .args([
+            "sh",
+            "-c",
+            &format!("{}{script}", common::as_agent(&env, "claude")),
+        ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -381,7 +385,11 @@ fn run_claude(env: &Env, pol: &str, script: &str) -> std::process::Output {
         .args(["run", "--no-tty", "--audit"])
         .arg(&env.audit)
         .args(["--profile", "claude", "--policy", pol, "--"])
-        .args(["sh", "-c", script])
+        .args([
+            "sh",
+            "-c",
+            &format!("{}{script}", common::as_agent(env, "claude")),
+        ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -83,7 +83,12 @@ pub(crate) fn swap(
         if !c.placeholder.is_empty()
             && memchr::memmem::find(body, c.placeholder.as_bytes()).is_some()
         {
-            return Err(leak("in the body".into()));
+            // From another program to its host: say whose it is not.
+            let place = match to_host && !from_program {
+                true => elsewhere(),
+                false => "in the body".into(),
+            };
+            return Err(leak(place));
         }
         // Most requests carry no placeholder in any header: nothing to rewrite.
         let touched = parts.headers.values().any(|v| {

@@ -765,3 +765,20 @@ pub fn events(env: &Env) -> Vec<serde_json::Value> {
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
 }
+
+/// A shell prelude that makes `curl` run as `agent` (the program a profile keeps its
+/// credentials for, `programs = [...]`): a link named after the agent to the real curl,
+/// made here on the host where the sandbox cannot write, so the process is taken for the
+/// agent by the name it was started by, as a real agent's link (`~/.local/bin/claude`) is.
+pub fn as_agent(env: &Env, agent: &str) -> String {
+    let dir = env.base.join("agentbin");
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join(agent);
+    let curl = ["/usr/bin/curl", "/bin/curl", "/usr/local/bin/curl"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("curl");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(curl, &link).unwrap();
+    format!("curl() {{ {} \"$@\"; }}\n", link.display())
+}
