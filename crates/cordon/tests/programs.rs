@@ -66,6 +66,7 @@ both!(
              echo CURL-PROXIED $(curl -s -o /dev/null -w '%{{http_code}}' --max-time 10 https://github.com/repo.git/HEAD)\n\
              {UNPROXIED} curl -s --max-time 5 http://github.com:{p}/repo.git/HEAD || echo CURL-PLAIN refused\n\
              echo CURL-AS-GIT $({UNPROXIED} curl -s -o /dev/null -w '%{{http_code}} ' --max-time 10 /usr/bin/git https://github.com/repo.git/HEAD)\n\
+             cp \"$(command -v curl)\" /tmp/git && echo COPY-AS-GIT $({UNPROXIED} /tmp/git -s -o /dev/null -w '%{{http_code}}' --max-time 10 https://github.com/repo.git/HEAD)\n\
              LD_PRELOAD=/nonexistent/x.so git clone -q https://github.com/repo.git r3 2>/dev/null && echo PRELOAD-GIT cloned || echo PRELOAD-GIT refused\n\
              {UNPROXIED} {PY} client.py {p}\n"
         );
@@ -96,6 +97,12 @@ both!(
             "{as_git}"
         );
         assert_eq!(line("PRELOAD-GIT"), "PRELOAD-GIT refused", "{}", show(&o));
+        assert_eq!(
+            line("COPY-AS-GIT"),
+            "COPY-AS-GIT 403",
+            "a copy named git: {}",
+            show(&o)
+        );
         let py = line("PY-TLS");
         assert!(
             py.starts_with("PY-TLS 403") && py.contains("came from python3"),
