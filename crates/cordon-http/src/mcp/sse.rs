@@ -87,11 +87,19 @@ impl Parser {
                 continue;
             }
             self.after_cr = b == b'\r';
-            if self.line == i {
-                frames.push(parse_frame(&self.buf[start..=i]));
-                start = i + 1;
+            let mut end = i + 1;
+            // A CRLF ending the frame goes with it: a client holding a CR to see whether an
+            // LF follows would otherwise wait for the next frame to dispatch this one.
+            if self.after_cr && self.line == i && self.buf.get(end) == Some(&b'\n') {
+                self.after_cr = false;
+                end += 1;
+                self.scan += 1;
             }
-            self.line = i + 1;
+            if self.line == i {
+                frames.push(parse_frame(&self.buf[start..end]));
+                start = end;
+            }
+            self.line = end;
         }
         self.buf.drain(..start);
         self.scan -= start;
@@ -210,7 +218,12 @@ mod tests {
             let mut raw: Vec<u8> = got.iter().flat_map(|f| f.raw.clone()).collect();
             raw.extend(p.rest());
             assert_eq!(raw, stream, "{parts:?}");
+            // A frame's CRLF that came with it goes with it (no byte a client waits on).
+            if parts.len() == 1 {
+                assert!(got[4].raw.ends_with(b"\r\n\r\n"), "{:?}", got[4].raw);
+            }
         };
+        check(&[stream]);
         for a in 0..=stream.len() {
             check(&[&stream[..a], &stream[a..]]);
             for b in a..=stream.len() {
