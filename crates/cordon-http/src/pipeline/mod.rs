@@ -228,7 +228,10 @@ async fn run(
         }
         _ => body::read(i, &mut req, &ex, decision.action, Default::default()).await?,
     };
-    if spot.as_ref().is_some_and(|s| s.answer_is_mcp(&ex)) {
+    if spot
+        .as_ref()
+        .is_some_and(|s| s.answer_is_mcp(&ex) && s.wants_plain())
+    {
         mcp::plain_answers(req.headers_mut());
     }
     let mut verdict = check::check(i, &ex, decision, &body).await?;

@@ -55,7 +55,12 @@ pub(crate) fn filter(
     } else {
         return resp;
     };
-    if let Some(enc) = encoded(resp.headers()) {
+    let encoding = encoded(resp.headers());
+    if encoding.is_some() && !spot.wants_plain() {
+        // Not known to be MCP and not asked plain (a GET with no signal): left as it is.
+        return resp;
+    }
+    if let Some(enc) = encoding {
         let why = format!(
             "the MCP server {}:{} answered with Content-Encoding {enc} though cordon asked for none; cordon filters MCP answers and cannot read this one, so it is refused",
             ex.host(),

@@ -11,7 +11,8 @@
 //! first bytes (past whitespace and byte-order marks) decide whether it could be JSON; one
 //! that could not (a form, a file, a compressed body) goes on as any other, unbuffered, and
 //! one that could is read whole up to [`MAX_BODY`] first (an LLM API's request body, small,
-//! is delayed by no more than its own upload).
+//! is delayed by no more than its own upload). A GET with no signal is looked at only if its
+//! answer is an event stream (an SSE transport's stream names the endpoint refusals go to).
 //!
 //! Fail closed: a body spotted as MCP (by the signals above, by `jsonrpc` in its bytes, or by
 //! a lenient read of it, see [`jsonrpc::Kind::Evasive`]) that cordon cannot read as JSON-RPC
@@ -66,6 +67,12 @@ impl Spot {
     pub(crate) fn answer_is_mcp(&self, ex: &Exchange<'_>) -> bool {
         ex.method != "POST" || self.rpc || self.strong
     }
+
+    /// Whether its answer must come uncompressed: it is MCP's for sure (a GET only its body
+    /// could show to be MCP keeps its encoding: every download would lose it otherwise).
+    pub(crate) fn wants_plain(&self) -> bool {
+        !self.maybe || self.rpc
+    }
 }
 
 /// Whether `req` is an MCP request, or a POST that may be (see the module docs).
@@ -81,7 +88,9 @@ pub(crate) fn spot(i: &Interceptor, ex: &Exchange<'_>) -> Option<Spot> {
         k.eq_ignore_ascii_case("accept") && v.to_ascii_lowercase().contains("text/event-stream")
     });
     let maybe = !(known || streams);
-    (!maybe || ex.method == "POST").then_some(Spot {
+    // A GET with no signal may still open an SSE transport's stream (its `endpoint` event is
+    // how refusals find their way back): its answer is looked at if it is an event stream.
+    (!maybe || ex.method == "POST" || ex.method == "GET").then_some(Spot {
         mcp,
         strong,
         known,
@@ -156,6 +165,10 @@ fn verdict(flat: &[u8], truncated: bool, compressed: bool, strong: bool, known: 
         jsonrpc::Kind::NotJson => Verdict::Pass,
     }
 }
+
+/// The rule of cordon's refusals of MCP requests it cannot check: decided on the body and
+/// on what was buffered at the time, not on the policy (replay keeps them as they were).
+pub(crate) const UNREADABLE_RULE: &str = "mcp.unreadable";
 
 const UNREADABLE: &str = "looks like JSON-RPC but is not JSON-RPC 2.0 as cordon reads it (NaN or Infinity, a byte-order mark, UTF-16 or UTF-32, a lone surrogate escape, or malformed JSON); send plain UTF-8 JSON";
 
@@ -289,7 +302,7 @@ fn refuse(
         EvAction::Deny,
         status.as_u16(),
         &format!("an MCP request body that {why} cannot be checked"),
-        "mcp",
+        UNREADABLE_RULE,
     ));
     Refused::new(
         status,
