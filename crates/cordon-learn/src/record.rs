@@ -123,6 +123,10 @@ fn run_time_rule(rule: &str) -> bool {
         || rule.starts_with("built-in: fail closed")
         || rule.starts_with("dlp:")
         || rule == "http.compressed-credential"
+        // An MCP body cordon could not read (or hold) as JSON-RPC: the body decided, and the
+        // log does not hold it (`mcp`: before it had its own name).
+        || rule == "mcp.unreadable"
+        || rule == "mcp"
         // UDP other than DNS and ICMP never leave, whatever a policy says.
         || rule == "network.udp"
         || rule == "network.icmp"

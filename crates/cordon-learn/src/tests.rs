@@ -199,8 +199,16 @@ fn run_time_refusals_are_kept_not_re_decided() {
         json!({}),
     );
     assert_eq!(classify(&dlp), Classified::Kept(Layer::Credentials));
-    let r = replay(&plan(), &[e, dlp]);
-    assert_eq!((r.decisions, r.kept, r.changes.len()), (2, 2, 0));
+    let mcp = ev(
+        3,
+        Layer::Http,
+        Action::Deny,
+        Some("mcp.unreadable"),
+        json!({"method": "POST", "host": "kept.test", "port": 443, "path": "/mcp"}),
+    );
+    assert_eq!(classify(&mcp), Classified::Kept(Layer::Http));
+    let r = replay(&plan(), &[e, dlp, mcp]);
+    assert_eq!((r.decisions, r.kept, r.changes.len()), (3, 3, 0));
 }
 
 #[test]

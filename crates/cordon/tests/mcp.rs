@@ -342,6 +342,49 @@ both!(
 );
 
 both!(
+    a_call_with_no_mcp_signal_or_unreadable_json_never_reaches_the_server,
+    |env: Env| {
+        let addr = &variant_addr(&env, 65);
+        if !ready(addr) {
+            return;
+        }
+        let tls = tls(&env, addr);
+        let srv = McpServer::start(&tls, addr, "Echo the text back.");
+        clients(&env);
+        env.write(
+            "raw_client.py",
+            &std::fs::read_to_string(format!("{FIXTURES}/raw_client.py")).unwrap(),
+        );
+        // No rule names the server: only the body says MCP.
+        let pol = policy(addr, &tls.join("ca.pem"), "[mcp]\ndefault = \"deny\"\n");
+        let script = format!(
+            "timeout 60 {VENV}/bin/python raw_client.py https://{NAME} 2>&1 | grep -E '^(POST|SSE|no )'"
+        );
+        let o = run(&env, &pol, &script);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains("POST initialize 202"), "{}", show(&o));
+        // The plain call: refused down the stream (the GET named its endpoint, though it
+        // carried no MCP signal), as the server would answer.
+        assert!(out.contains("POST plain 202"), "{}", show(&o));
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("SSE") && l.contains("-32001") && l.contains("\"id\":2")),
+            "{}",
+            show(&o)
+        );
+        // The NaN call (the SDK's server reads it): refused by cordon, in its words.
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("POST nan 400") && l.contains("cordon")),
+            "{}",
+            show(&o)
+        );
+        let ran = srv.calls();
+        assert!(ran.is_empty(), "the server ran {ran:?}\n{}", show(&o));
+    }
+);
+
+both!(
     a_local_mcp_server_spawn_is_named_and_governed_by_its_config_name,
     |env: Env| {
         setup(&env);

@@ -7,12 +7,13 @@
 //! Trust boundary: requests come from the sandbox and answers from servers the agent chose;
 //! both are hostile input. Pins live on the host, in a file the sandbox cannot write.
 
+pub mod budget;
 pub mod jsonrpc;
 pub mod pins;
 pub mod sse;
 pub(crate) mod tools;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use cordon_policy::{McpAction, McpPlan, McpRule};
@@ -27,8 +28,14 @@ pub(crate) struct CallDecision {
     pub reason: Option<String>,
 }
 
-/// An SSE stream's endpoint (old transport): where its client posts, by (host, port, target).
-type Endpoints = HashMap<(String, u16, String), UnboundedSender<Vec<u8>>>;
+/// An SSE stream's endpoint (old transport): where its client posts, by (host, port, path,
+/// session). By path and the session parameter, not the whole target: a client may add query
+/// parameters or reorder them, and a POST there is still MCP (and its refusals still belong
+/// on that session's stream).
+type Endpoints = HashMap<(String, u16, String, Option<String>), UnboundedSender<Vec<u8>>>;
+
+/// How many servers are remembered as speaking MCP (a bound on what the sandbox can grow).
+const KNOWN_MAX: usize = 4096;
 
 /// The session's MCP governance (see the module docs).
 #[derive(Debug)]
@@ -40,6 +47,23 @@ pub(crate) struct Mcp {
     /// Endpoints the SSE streams named, each with the way into its stream: a refused call
     /// posted there is answered on the stream, as the server would.
     endpoints: Mutex<Endpoints>,
+    /// Servers (`host`, port) seen speaking MCP: a POST to one is MCP whatever its headers.
+    known: Mutex<HashSet<(String, u16)>>,
+    /// What MCP buffering may hold at once, across the session (see [`budget`]).
+    pub budget: budget::Budget,
+}
+
+/// `target` (`/path?query`) as the endpoint key's path and session: the value of the first
+/// query parameter whose name has `session` in it (`session_id`, `sessionId`).
+fn path_and_session(target: &str) -> (String, Option<String>) {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let session = query.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        k.to_ascii_lowercase()
+            .contains("session")
+            .then(|| v.to_string())
+    });
+    (path.to_string(), session)
 }
 
 /// The server key pins and events use: `host:port`.
@@ -54,6 +78,8 @@ impl Mcp {
             default: plan.default,
             pins: if plan.pin { pins } else { None },
             endpoints: Mutex::new(HashMap::new()),
+            known: Mutex::new(HashSet::new()),
+            budget: budget::Budget::new(budget::TOTAL),
         }
     }
 
@@ -129,25 +155,55 @@ impl Mcp {
         &self,
         host: &str,
         port: u16,
-        target: String,
+        target: &str,
         into: UnboundedSender<Vec<u8>>,
     ) {
+        self.learn_server(host, port);
+        let (path, session) = path_and_session(target);
         let mut m = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
         m.retain(|_, tx| !tx.is_closed());
-        m.insert((host.to_string(), port, target), into);
+        m.insert((host.to_string(), port, path, session), into);
     }
 
-    /// The stream whose endpoint `target` is, while it is open.
+    /// The stream whose endpoint `target` is, while it is open: by path and session (an
+    /// endpoint named without a session matches any).
     pub(crate) fn endpoint(
         &self,
         host: &str,
         port: u16,
         target: &str,
     ) -> Option<UnboundedSender<Vec<u8>>> {
+        let (path, session) = path_and_session(target);
         let m = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
-        m.get(&(host.to_string(), port, target.to_string()))
-            .filter(|tx| !tx.is_closed())
-            .cloned()
+        let mut key = (host.to_string(), port, path, session);
+        let found = m.get(&key).filter(|tx| !tx.is_closed()).cloned();
+        found.or_else(|| {
+            key.3 = None;
+            m.get(&key).filter(|tx| !tx.is_closed()).cloned()
+        })
+    }
+
+    /// Whether an open SSE stream named `target`'s path on `host:port` as its endpoint
+    /// (whatever the query says).
+    pub(crate) fn endpoint_known(&self, host: &str, port: u16, target: &str) -> bool {
+        let (path, _) = path_and_session(target);
+        let m = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
+        m.iter()
+            .any(|((h, p, e, _), tx)| h == host && *p == port && *e == path && !tx.is_closed())
+    }
+
+    /// Remembers that the server at `host:port` speaks MCP.
+    pub(crate) fn learn_server(&self, host: &str, port: u16) {
+        let mut k = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        if k.len() < KNOWN_MAX {
+            k.insert((host.to_string(), port));
+        }
+    }
+
+    /// Whether the server at `host:port` was seen speaking MCP.
+    pub(crate) fn knows(&self, host: &str, port: u16) -> bool {
+        let k = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        k.contains(&(host.to_string(), port))
     }
 }
 
@@ -229,6 +285,41 @@ mod tests {
             d.reason
                 .unwrap()
                 .contains("cordon mcp accept mcp.test:443 echo")
+        );
+    }
+
+    #[test]
+    fn learnt_endpoints_match_by_path_and_session_not_the_whole_target() {
+        let m = mcp(Vec::new(), McpAction::Allow);
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        m.learn_endpoint("mcp.test", 443, "/messages/?session_id=abc", tx);
+        assert!(m.knows("mcp.test", 443));
+        for t in [
+            "/messages/?session_id=abc",
+            "/messages/?x=1&session_id=abc",
+            "/messages/?session_id=abc&x=1",
+        ] {
+            assert!(m.endpoint("mcp.test", 443, t).is_some(), "{t}");
+        }
+        assert!(
+            m.endpoint("mcp.test", 443, "/messages/?session_id=other")
+                .is_none()
+        );
+        assert!(m.endpoint_known("mcp.test", 443, "/messages/?session_id=other&x"));
+        assert!(!m.endpoint_known("mcp.test", 443, "/other"));
+        assert!(
+            m.endpoint("mcp.test", 443, "/other?session_id=abc")
+                .is_none()
+        );
+        assert!(
+            m.endpoint("mcp.test", 8443, "/messages/?session_id=abc")
+                .is_none()
+        );
+        let (tx, _rx2) = tokio::sync::mpsc::unbounded_channel();
+        m.learn_endpoint("mcp.test", 443, "/rpc", tx);
+        assert!(
+            m.endpoint("mcp.test", 443, "/rpc?sessionId=zz&pad=1")
+                .is_some()
         );
     }
 }

@@ -43,11 +43,19 @@ impl Frame {
 #[error("an event-stream frame is longer than {0} bytes")]
 pub struct TooLong(pub usize);
 
-/// Splits a stream into frames.
+/// Splits a stream into frames, as the SSE spec reads lines: each ends with CRLF, LF or CR
+/// (a CR then LF is one end, even split across chunks), and a blank line ends the event. Any
+/// other reading would let a server hide a frame from cordon that its client still reads.
 #[derive(Debug)]
 pub struct Parser {
     buf: Vec<u8>,
     max: usize,
+    /// Where in `buf` the next byte to look at is.
+    scan: usize,
+    /// Where in `buf` the current line starts.
+    line: usize,
+    /// The last byte looked at was a CR ending a line: an LF right after belongs to it.
+    after_cr: bool,
 }
 
 impl Parser {
@@ -56,58 +64,63 @@ impl Parser {
         Self {
             buf: Vec::new(),
             max,
+            scan: 0,
+            line: 0,
+            after_cr: false,
         }
     }
 
     /// Takes `chunk`; returns the frames it completed.
     pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<Frame>, TooLong> {
-        // Search only where a new boundary can be: the end of what was held, less the 3
-        // bytes a `\r\n\r\n` may straddle.
-        let from = self.buf.len().saturating_sub(3);
         self.buf.extend_from_slice(chunk);
         let mut frames = Vec::new();
         let mut start = 0;
-        let mut at = from;
-        while let Some((end, len)) = boundary(&self.buf[at..]) {
-            let stop = at + end + len;
-            frames.push(parse_frame(&self.buf[start..stop]));
-            start = stop;
-            at = stop;
+        while self.scan < self.buf.len() {
+            let i = self.scan;
+            self.scan += 1;
+            let b = self.buf[i];
+            if std::mem::take(&mut self.after_cr) && b == b'\n' {
+                self.line = i + 1;
+                continue;
+            }
+            if b != b'\n' && b != b'\r' {
+                continue;
+            }
+            self.after_cr = b == b'\r';
+            let mut end = i + 1;
+            // A CRLF ending the frame goes with it: a client holding a CR to see whether an
+            // LF follows would otherwise wait for the next frame to dispatch this one.
+            if self.after_cr && self.line == i && self.buf.get(end) == Some(&b'\n') {
+                self.after_cr = false;
+                end += 1;
+                self.scan += 1;
+            }
+            if self.line == i {
+                frames.push(parse_frame(&self.buf[start..end]));
+                start = end;
+            }
+            self.line = end;
         }
         self.buf.drain(..start);
+        self.scan -= start;
+        self.line -= start;
         if self.buf.len() > self.max {
             return Err(TooLong(self.max));
         }
         Ok(frames)
     }
 
+    /// Bytes held for a frame not whole yet.
+    pub fn held(&self) -> usize {
+        self.buf.len()
+    }
+
     /// What is left at the end of the stream (a last frame without its blank line).
     pub fn rest(&mut self) -> Vec<u8> {
+        self.scan = 0;
+        self.line = 0;
         std::mem::take(&mut self.buf)
     }
-}
-
-/// The first blank line in `b`: (where it starts, how long the line ends are).
-fn boundary(b: &[u8]) -> Option<(usize, usize)> {
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'\n' if b.get(i + 1) == Some(&b'\n') => return Some((i, 2)),
-            b'\r' if b.get(i + 1) == Some(&b'\n') => {
-                if b.get(i + 2..i + 4) == Some(b"\r\n") {
-                    return Some((i, 4));
-                }
-                if b.get(i + 2) == Some(&b'\n') {
-                    return Some((i, 3));
-                }
-            }
-            b'\n' if b.get(i + 1..i + 3) == Some(b"\r\n") => return Some((i, 3)),
-            b'\r' if b.get(i + 1) == Some(&b'\r') => return Some((i, 2)),
-            _ => {}
-        }
-        i += 1;
-    }
-    None
 }
 
 fn parse_frame(raw: &[u8]) -> Frame {
@@ -184,5 +197,38 @@ mod tests {
             ("message", "{\"x\":1}")
         );
         assert_eq!(f.id.as_deref(), Some("9"));
+    }
+
+    /// Every way the spec lets a line end, mixed, with every split into two and three chunks:
+    /// the same frames, and the same bytes, come out.
+    #[test]
+    fn every_line_ending_ends_lines_at_every_split() {
+        let stream: &[u8] =
+            b"data: a\r\rdata: b\n\r\ndata: c\r\n\rdata: d\n\rdata: e\r\n\r\nevent: x\rdata: f\r\n\n";
+        let want = ["a", "b", "c", "d", "e", "f"];
+        let check = |parts: &[&[u8]]| {
+            let mut p = Parser::new(1024);
+            let mut got = Vec::new();
+            for part in parts {
+                got.extend(p.push(part).unwrap());
+            }
+            let data: Vec<&str> = got.iter().map(|f| f.data.as_str()).collect();
+            assert_eq!(data, want, "{parts:?}");
+            assert_eq!(got[5].event, "x");
+            let mut raw: Vec<u8> = got.iter().flat_map(|f| f.raw.clone()).collect();
+            raw.extend(p.rest());
+            assert_eq!(raw, stream, "{parts:?}");
+            // A frame's CRLF that came with it goes with it (no byte a client waits on).
+            if parts.len() == 1 {
+                assert!(got[4].raw.ends_with(b"\r\n\r\n"), "{:?}", got[4].raw);
+            }
+        };
+        check(&[stream]);
+        for a in 0..=stream.len() {
+            check(&[&stream[..a], &stream[a..]]);
+            for b in a..=stream.len() {
+                check(&[&stream[..a], &stream[a..b], &stream[b..]]);
+            }
+        }
     }
 }

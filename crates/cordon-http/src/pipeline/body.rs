@@ -23,7 +23,7 @@ use cordon_policy::HttpAction;
 pub(crate) const BODY_PREFIX_TIMEOUT: Duration = Duration::from_secs(30);
 /// A body of unknown length (chunked, HTTP/2 streaming) that pauses this long is decided on
 /// what arrived so far: a client that streams and waits for the server must not stall.
-const BODY_PREFIX_IDLE: Duration = Duration::from_secs(2);
+pub(crate) const BODY_PREFIX_IDLE: Duration = Duration::from_secs(2);
 /// How much of a body is searched for placeholders when no `[dlp]` scan reads more.
 pub(crate) const PLACEHOLDER_BODY_BYTES: usize = 64 << 10;
 
@@ -85,12 +85,15 @@ pub(crate) fn plan(
     (false, want)
 }
 
-/// Reads what the checks need of `req`'s body (see the module docs).
+/// Reads what the checks need of `req`'s body (see the module docs); `head`: its first
+/// chunks, taken already (by the MCP hook, looking whether it could be JSON-RPC), which go
+/// first and are checked as the rest is.
 pub(crate) async fn read(
     i: &Interceptor,
     req: &mut Request<Incoming>,
     ex: &Exchange<'_>,
     action: HttpAction,
+    head: VecDeque<Bytes>,
 ) -> Result<ReadBody, Refused> {
     let needs = Needs {
         judge: match (&i.judge, action) {
@@ -111,19 +114,29 @@ pub(crate) async fn read(
         .headers()
         .get(header::CONTENT_ENCODING)
         .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
-    let empty = hyper::body::Body::is_end_stream(req.body());
+    let head_len: usize = head.iter().map(Bytes::len).sum();
+    let empty = head_len == 0 && hyper::body::Body::is_end_stream(req.body());
     let (streamed, want) = plan(action, needs, compressed, empty);
     let mut out = ReadBody {
         streamed,
         ..ReadBody::default()
     };
     if want == 0 || empty {
+        out.prefix = (!head.is_empty()).then_some(head);
         return Ok(out);
     }
     let idle = ex.body_len.is_none().then_some(BODY_PREFIX_IDLE);
+    let rest = want.saturating_sub(head_len);
     let (buffered, truncated) =
-        tokio::time::timeout(BODY_PREFIX_TIMEOUT, read_prefix(req.body_mut(), want, idle))
+        tokio::time::timeout(BODY_PREFIX_TIMEOUT, read_prefix(req.body_mut(), rest, idle))
             .await
+            .map(|r| {
+                r.map(|(more, t)| {
+                    let mut all = head;
+                    all.extend(more);
+                    (all, t)
+                })
+            })
             .unwrap_or_else(|_| Err(None))
             .map_err(|e| {
                 let e = e.map_or("timed out".to_string(), |e| e.to_string());

@@ -232,15 +232,20 @@ fn upstream_body(
     done: tokio::sync::watch::Sender<bool>,
 ) -> Body {
     match body.prefix {
-        Some(prefix) => PrefixedBody {
+        Some(prefix) if !body.streamed => PrefixedBody {
             prefix,
             rest: incoming,
         }
         .map_err(BoxError::from)
         .boxed(),
-        None if body.streamed => {
+        // Streamed after its first chunks were taken (to see whether it could be MCP):
+        // those are scanned with the rest.
+        prefix if body.streamed => {
             ScannedBody::new(
-                incoming,
+                PrefixedBody {
+                    prefix: prefix.unwrap_or_default(),
+                    rest: incoming,
+                },
                 Watch {
                     scanner: i.dlp.as_ref().map(|d| d.scanner.clone()),
                     log_only: i
@@ -269,7 +274,7 @@ fn upstream_body(
             )
             .boxed()
         }
-        None => incoming.map_err(BoxError::from).boxed(),
+        _ => incoming.map_err(BoxError::from).boxed(),
     }
 }
 

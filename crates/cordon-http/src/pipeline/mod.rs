@@ -220,12 +220,20 @@ async fn run(
         .then(|| mcp::spot(i, &ex))
         .flatten();
     let body = match &mut spot {
-        Some(s) if ex.method == "POST" => match mcp::screen(i, s, &mut req, &ex).await? {
-            mcp::Screened::Forward(b) => b,
-            mcp::Screened::Answer(r) => return Ok(r),
-        },
-        _ => body::read(i, &mut req, &ex, decision.action).await?,
+        Some(s) if ex.method == "POST" => {
+            match mcp::screen(i, s, &mut req, &ex, decision.action).await? {
+                mcp::Screened::Forward(b) => b,
+                mcp::Screened::Answer(r) => return Ok(r),
+            }
+        }
+        _ => body::read(i, &mut req, &ex, decision.action, Default::default()).await?,
     };
+    if spot
+        .as_ref()
+        .is_some_and(|s| s.answer_is_mcp(&ex) && s.wants_plain())
+    {
+        mcp::plain_answers(req.headers_mut());
+    }
     let mut verdict = check::check(i, &ex, decision, &body).await?;
     verdict.learned = learned;
     let sent = forward::forward(i, req, &ex, &verdict, body).await?;

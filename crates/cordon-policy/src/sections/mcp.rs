@@ -218,7 +218,11 @@ raw_table! {
         name: String = "name = \"no-deletes\"",
         /// The servers it is for: a host or glob for servers reached over HTTP, or
         /// `stdio:NAME` (NAME a glob) for a local server by its name in the agent's MCP config,
-        /// which `deny` or `ask` govern when it is started (its exec held or refused).
+        /// which `deny` or `ask` govern when it is started (its exec held or refused). A
+        /// `stdio:` rule steers, like an `[[exec.rule]]`: it matches the exact command line the
+        /// config names, so another spelling of a flag, or a server renamed in the
+        /// sandbox-writable `.mcp.json`, is not refused by it; the wall is the network and
+        /// filesystem policy.
         server: String [required] = "server = \"mcp.example.com\"",
         /// A glob over the endpoint's path, for HTTP servers (default: any).
         path: String = "path = \"/mcp*\"",

@@ -3,6 +3,11 @@
 //! (each frame handed on as soon as it is whole, never the stream buffered). An SSE stream's
 //! `endpoint` event is learnt, and cordon's own answers to refused calls posted there are
 //! slipped into the stream between two frames.
+//!
+//! Fail closed: an answer cordon cannot read the way the client will is never passed on raw —
+//! a compressed one is refused (cordon asks for none), a JSON body that looks like JSON-RPC
+//! but does not parse is replaced by JSON-RPC errors, and such an SSE `message` frame is
+//! dropped. Every buffered byte is held of the session's MCP budget.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -20,6 +25,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use super::super::{Body, BoxError, Exchange};
 use super::Spot;
 use crate::intercept::Interceptor;
+use crate::mcp::budget::Held;
 use crate::mcp::sse::{Frame as SseFrame, Parser};
 use crate::mcp::tools::{ListCx, filter as filter_list};
 
@@ -40,10 +46,7 @@ pub(crate) fn filter(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_ascii_lowercase();
-    // A POST only the `Accept` made look like MCP, whose body was not JSON-RPC (an LLM API
-    // streaming its answer): its answer is not MCP's either.
-    let not_mcp = ex.method == "POST" && !spot.rpc && !spot.strong;
-    let mode = if !resp.status().is_success() || not_mcp {
+    let mode = if !resp.status().is_success() || !spot.answer_is_mcp(ex) {
         return resp;
     } else if kind.starts_with("text/event-stream") {
         Mode::Sse(Parser::new(MAX_ANSWER))
@@ -52,30 +55,66 @@ pub(crate) fn filter(
     } else {
         return resp;
     };
+    let encoding = encoded(resp.headers());
+    if encoding.is_some() && !spot.wants_plain() {
+        // Not known to be MCP and not asked plain (a GET with no signal): left as it is.
+        return resp;
+    }
+    if let Some(enc) = encoding {
+        let why = format!(
+            "the MCP server {}:{} answered with Content-Encoding {enc} though cordon asked for none; cordon filters MCP answers and cannot read this one, so it is refused",
+            ex.host(),
+            ex.conn.port
+        );
+        (i.emit)(
+            NewEvent::new(Layer::Mcp, EvAction::Deny, why.clone()).detail("url", ex.shown_url()),
+        );
+        return super::super::text(hyper::StatusCode::BAD_GATEWAY, format!("cordon: {why}\n"));
+    }
+    let strict = spot.rpc || spot.strong || spot.known;
     let cx = ListCx {
-        mcp: spot.mcp,
         host: ex.host().to_string(),
         port: ex.conn.port,
         emit: i.emit.clone(),
+        mcp: spot.mcp,
     };
     let (mut parts, body) = resp.into_parts();
     parts.headers.remove(header::CONTENT_LENGTH);
-    let filtered = Filtered {
-        inner: body,
-        mode,
-        cx: Arc::new(cx),
-        out: VecDeque::new(),
-        inject: None,
-        trailers: None,
-        done: false,
-    };
+    let filtered = Filtered::new(body, mode, cx, strict, (spot.ids, spot.batch));
     Response::from_parts(parts, filtered.boxed())
 }
 
-/// `text` as JSON with its tool lists filtered, when that changed anything.
-fn filtered(cx: &ListCx, text: &[u8]) -> Option<Value> {
-    let mut v = serde_json::from_slice::<Value>(text).ok()?;
-    filter_list(cx, &mut v).then_some(v)
+/// The answer's content coding, unless it has none.
+fn encoded(headers: &hyper::HeaderMap) -> Option<String> {
+    let enc = headers.get(header::CONTENT_ENCODING)?;
+    let enc = String::from_utf8_lossy(enc.as_bytes()).trim().to_string();
+    (!enc.is_empty() && !enc.eq_ignore_ascii_case("identity")).then_some(enc)
+}
+
+/// What a message of the answer comes to.
+enum Read {
+    /// Filtered: goes on rewritten.
+    Changed(Value),
+    /// Goes on as it came.
+    Same,
+    /// Looks like JSON-RPC but does not parse as cordon reads it: never goes on raw.
+    Unreadable,
+}
+
+/// `text` read: its tool lists filtered. Unreadable when it does not parse and `strict` (the
+/// exchange is MCP's for sure) or it looks like JSON-RPC anyway.
+fn read(cx: &ListCx, text: &[u8], strict: bool) -> Read {
+    let Ok(mut v) = serde_json::from_slice::<Value>(text) else {
+        let looks = strict
+            || memchr::memmem::find(text, b"jsonrpc").is_some()
+            || crate::mcp::jsonrpc::classify(text) == crate::mcp::jsonrpc::Kind::Evasive;
+        return if looks { Read::Unreadable } else { Read::Same };
+    };
+    if filter_list(cx, &mut v) {
+        Read::Changed(v)
+    } else {
+        Read::Same
+    }
 }
 
 enum Mode {
@@ -88,6 +127,14 @@ struct Filtered {
     inner: Body,
     mode: Mode,
     cx: Arc<ListCx>,
+    /// The exchange is MCP's for sure: an unreadable message is refused, not only one that
+    /// looks like JSON-RPC.
+    strict: bool,
+    /// The request's ids and whether it was a batch: an unreadable JSON answer is replaced by
+    /// errors to these.
+    asked: (Vec<Value>, bool),
+    /// What this answer holds of the session's MCP budget.
+    held: Held,
     /// Ready to hand on.
     out: VecDeque<Bytes>,
     /// cordon's answers to slip into an SSE stream (once its endpoint is known).
@@ -97,20 +144,45 @@ struct Filtered {
 }
 
 impl Filtered {
+    fn new(inner: Body, mode: Mode, cx: ListCx, strict: bool, asked: (Vec<Value>, bool)) -> Self {
+        Self {
+            inner,
+            mode,
+            held: cx.mcp.budget.claim(),
+            cx: Arc::new(cx),
+            strict,
+            asked,
+            out: VecDeque::new(),
+            inject: None,
+            trailers: None,
+            done: false,
+        }
+    }
+
     /// Takes a chunk of the server's answer.
     fn take(&mut self, chunk: &[u8]) -> Result<(), BoxError> {
         match &mut self.mode {
             Mode::Json(buf) => {
-                if buf.len() + chunk.len() > MAX_ANSWER {
+                let want = buf.len() + chunk.len();
+                if want > MAX_ANSWER {
                     return Err(self.too_long());
+                }
+                if self.held.resize(want).is_err() {
+                    return Err(self.spent());
                 }
                 buf.extend_from_slice(chunk);
             }
             Mode::Sse(p) => {
-                let frames = p.push(chunk).map_err(|_| self.too_long())?;
+                let (frames, held) = match p.push(chunk) {
+                    Ok(f) => (f, p.held()),
+                    Err(_) => return Err(self.too_long()),
+                };
                 for f in frames {
                     let b = self.frame(f);
                     self.out.push_back(Bytes::from(b));
+                }
+                if self.held.resize(held).is_err() {
+                    return Err(self.spent());
                 }
             }
         }
@@ -122,9 +194,11 @@ impl Filtered {
         match &mut self.mode {
             Mode::Json(buf) => {
                 let buf = std::mem::take(buf);
-                let out = match filtered(&self.cx, &buf) {
-                    Some(v) => serde_json::to_vec(&v).unwrap_or(buf),
-                    None => buf,
+                let cx = self.cx.clone();
+                let out = match read(&cx, &buf, self.strict) {
+                    Read::Changed(v) => serde_json::to_vec(&v).unwrap_or(buf),
+                    Read::Same => buf,
+                    Read::Unreadable => self.unreadable(),
                 };
                 self.out.push_back(Bytes::from(out));
             }
@@ -135,22 +209,58 @@ impl Filtered {
                 }
             }
         }
+        self.held = self.cx.mcp.budget.claim();
         self.done = true;
     }
 
-    /// One whole SSE frame, as it goes on.
+    /// One whole SSE frame, as it goes on (nothing: dropped).
     fn frame(&mut self, f: SseFrame) -> Vec<u8> {
         if f.event == "endpoint" {
             self.learn(&f.data);
             return f.raw;
         }
-        if f.event != "message" {
+        if f.event != "message" || f.data.is_empty() {
             return f.raw;
         }
-        match filtered(&self.cx, f.data.as_bytes()) {
-            Some(v) => SseFrame::write("message", f.id.as_deref(), &v.to_string()),
-            None => f.raw,
+        // A stream that named its endpoint is MCP's for sure.
+        let strict = self.strict || self.inject.is_some();
+        match read(&self.cx, f.data.as_bytes(), strict) {
+            Read::Changed(v) => SseFrame::write("message", f.id.as_deref(), &v.to_string()),
+            Read::Same => f.raw,
+            Read::Unreadable => {
+                self.report_unreadable("an event-stream message");
+                Vec::new()
+            }
         }
+    }
+
+    /// cordon's stand-in for a JSON answer it cannot read: an error to each request asked.
+    fn unreadable(&self) -> Vec<u8> {
+        self.report_unreadable("a JSON answer");
+        let why = format!(
+            "cordon: the MCP server {}:{} answered with JSON-RPC that cordon cannot read (NaN, a byte-order mark, UTF-16, a lone surrogate, or malformed JSON); cordon checks every answer, so this one was withheld",
+            self.cx.host, self.cx.port
+        );
+        let (ids, batch) = &self.asked;
+        let errors: Vec<Value> = if ids.is_empty() {
+            vec![crate::mcp::jsonrpc::error(&Value::Null, &why)]
+        } else {
+            ids.iter()
+                .map(|id| crate::mcp::jsonrpc::error(id, &why))
+                .collect()
+        };
+        crate::mcp::jsonrpc::answer(errors, *batch)
+    }
+
+    fn report_unreadable(&self, what: &str) {
+        (self.cx.emit)(NewEvent::new(
+            Layer::Mcp,
+            EvAction::Deny,
+            format!(
+                "{what} from the MCP server {}:{} looks like JSON-RPC but does not parse; withheld",
+                self.cx.host, self.cx.port
+            ),
+        ));
     }
 
     /// An SSE stream named where its client posts: refused calls posted there are answered
@@ -168,8 +278,19 @@ impl Filtered {
         let (tx, rx) = unbounded_channel();
         self.cx
             .mcp
-            .learn_endpoint(&self.cx.host, self.cx.port, target.to_string(), tx);
+            .learn_endpoint(&self.cx.host, self.cx.port, target, tx);
         self.inject = Some(rx);
+    }
+
+    fn spent(&self) -> BoxError {
+        let why = format!(
+            "an MCP answer from {}:{} could not be held: {}; stopped",
+            self.cx.host,
+            self.cx.port,
+            crate::mcp::budget::Spent
+        );
+        (self.cx.emit)(NewEvent::new(Layer::Mcp, EvAction::Error, why.clone()));
+        why.into()
     }
 
     fn too_long(&self) -> BoxError {

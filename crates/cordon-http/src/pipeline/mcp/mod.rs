@@ -5,58 +5,110 @@
 //!
 //! A request is MCP when the session governs MCP and one of these holds: a rule names its
 //! host and path; it carries an MCP header (`Mcp-Session-Id`, `Mcp-Protocol-Version`); it
-//! accepts `text/event-stream` (streamable HTTP's POSTs and every SSE stream); or it is
-//! posted to an endpoint an SSE stream named. A body that is not JSON-RPC goes on as any
-//! other; one too long to read whole is refused when it could be MCP (else a tool call could
-//! be padded past the check).
+//! accepts `text/event-stream` (streamable HTTP's POSTs and every SSE stream); it is posted
+//! to the path of an endpoint an SSE stream named; or — whatever its headers — it is a POST
+//! whose body is JSON-RPC 2.0 with an MCP method. For that last, every POST is looked at: its
+//! first bytes (past whitespace and byte-order marks) decide whether it could be JSON; one
+//! that could not (a form, a file, a compressed body) goes on as any other, unbuffered, and
+//! one that could is read whole up to [`MAX_BODY`] first (an LLM API's request body, small,
+//! is delayed by no more than its own upload). A GET with no signal is looked at only if its
+//! answer is an event stream (an SSE transport's stream names the endpoint refusals go to).
+//!
+//! Fail closed: a body spotted as MCP (by the signals above, by `jsonrpc` in its bytes, or by
+//! a lenient read of it, see [`jsonrpc::Kind::Evasive`]) that cordon cannot read as JSON-RPC
+//! is refused, never forwarded unchecked; so is one too long to read whole (else a tool call
+//! could be padded past the check), also when it could be JSON and goes to a server seen
+//! speaking MCP. Limits: a body that pauses for [`BODY_PREFIX_IDLE`] before its first byte,
+//! with no length given and no signal, is not waited for.
 
 mod answer;
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use cordon_events::{Action as EvAction, Layer, NewEvent};
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{self, HeaderValue};
+use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use serde_json::Value;
 
-use super::body::{BODY_PREFIX_TIMEOUT, ReadBody, read_prefix};
+use super::body::{BODY_PREFIX_IDLE, BODY_PREFIX_TIMEOUT, ReadBody, read_prefix};
 use super::{Body, Exchange, Refused};
 use crate::intercept::Interceptor;
 use crate::mcp::{CallDecision, Mcp, jsonrpc};
-use cordon_policy::McpAction;
+use cordon_policy::{HttpAction, McpAction};
 
 pub(crate) use answer::filter;
 
 /// An MCP request body is read whole up to this (or `[dlp] max_body_bytes`, if more).
 const MAX_BODY: usize = 1 << 20;
 
-/// A request spotted as MCP.
+/// A request spotted as MCP, or a POST whose body may say it is.
 pub(crate) struct Spot {
     pub mcp: Arc<Mcp>,
     /// A rule, a header or a learnt endpoint says so (not only its `Accept`).
     strong: bool,
+    /// The server was seen speaking MCP.
+    known: bool,
+    /// No signal but the body's: it is MCP only if it is JSON-RPC.
+    maybe: bool,
     /// Its body was JSON-RPC: the answer is MCP's too.
     pub rpc: bool,
+    /// The ids of the requests in it, and whether it was a batch (an answer cordon cannot
+    /// read is replaced by errors to these).
+    ids: Vec<Value>,
+    batch: bool,
 }
 
-/// Whether `req` is an MCP request (see the module docs).
+impl Spot {
+    /// Whether the answer is MCP's (a POST only its `Accept` made look like MCP, whose body
+    /// was not JSON-RPC — an LLM API streaming its answer — is not).
+    pub(crate) fn answer_is_mcp(&self, ex: &Exchange<'_>) -> bool {
+        ex.method != "POST" || self.rpc || self.strong
+    }
+
+    /// Whether its answer must come uncompressed: it is MCP's for sure (a GET only its body
+    /// could show to be MCP keeps its encoding: every download would lose it otherwise).
+    pub(crate) fn wants_plain(&self) -> bool {
+        !self.maybe || self.rpc
+    }
+}
+
+/// Whether `req` is an MCP request, or a POST that may be (see the module docs).
 pub(crate) fn spot(i: &Interceptor, ex: &Exchange<'_>) -> Option<Spot> {
     let mcp = i.mcp.get()?.clone();
     let has = |name: &str| ex.headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name));
     let strong = mcp.named(ex.host(), &ex.path)
         || has("mcp-session-id")
         || has("mcp-protocol-version")
-        || mcp.endpoint(ex.host(), ex.conn.port, &ex.target).is_some();
+        || mcp.endpoint_known(ex.host(), ex.conn.port, &ex.target);
+    let known = strong || mcp.knows(ex.host(), ex.conn.port);
     let streams = ex.headers.iter().any(|(k, v)| {
         k.eq_ignore_ascii_case("accept") && v.to_ascii_lowercase().contains("text/event-stream")
     });
-    (strong || streams).then_some(Spot {
+    let maybe = !(known || streams);
+    // A GET with no signal may still open an SSE transport's stream (its `endpoint` event is
+    // how refusals find their way back): its answer is looked at if it is an event stream.
+    (!maybe || ex.method == "POST" || ex.method == "GET").then_some(Spot {
         mcp,
         strong,
+        known,
+        maybe,
         rpc: false,
+        ids: Vec::new(),
+        batch: false,
     })
+}
+
+/// Asks the server for an answer cordon can read: an MCP answer is filtered and pinned, and
+/// a compressed one could not be (one that comes compressed anyway is refused, see
+/// [`answer`]).
+pub(crate) fn plain_answers(headers: &mut HeaderMap) {
+    headers.insert(
+        header::ACCEPT_ENCODING,
+        HeaderValue::from_static("identity"),
+    );
 }
 
 /// What reading an MCP request came to.
@@ -67,12 +119,104 @@ pub(crate) enum Screened {
     Answer(Response<Body>),
 }
 
+/// What a body read whole (or cut at the limit) comes to, before any rule is asked.
+#[derive(Debug, PartialEq)]
+enum Verdict {
+    /// Not MCP: forward it.
+    Pass,
+    /// MCP: decide its calls.
+    Rpc(jsonrpc::Body),
+    /// Refused, with why (in cordon's words, after "this MCP request's body").
+    Refuse(StatusCode, &'static str),
+}
+
+/// The verdict on a body (see the module docs): `flat` as read, `truncated` if more followed,
+/// `compressed` if it is encoded; `strong`/`known`/`maybe` as in [`Spot`].
+fn verdict(flat: &[u8], truncated: bool, compressed: bool, strong: bool, known: bool) -> Verdict {
+    let looks = memchr::memmem::find(flat, b"jsonrpc").is_some();
+    let json_start = jsonrpc::could_be_json(flat) == Some(true);
+    let suspect = strong || looks || (known && json_start);
+    if compressed && suspect {
+        return Verdict::Refuse(StatusCode::PAYLOAD_TOO_LARGE, "is compressed");
+    }
+    if truncated && suspect {
+        return Verdict::Refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "is longer than cordon reads whole",
+        );
+    }
+    if truncated || compressed {
+        return Verdict::Pass;
+    }
+    match jsonrpc::classify(flat) {
+        jsonrpc::Kind::Rpc(b)
+            if known || b.messages.iter().any(|m| jsonrpc::is_mcp_method(&m.method)) =>
+        {
+            Verdict::Rpc(b)
+        }
+        jsonrpc::Kind::Rpc(_) | jsonrpc::Kind::Json => Verdict::Pass,
+        jsonrpc::Kind::Evasive => Verdict::Refuse(StatusCode::BAD_REQUEST, UNREADABLE),
+        // A `\u` escape may spell `jsonrpc` where the bytes do not.
+        jsonrpc::Kind::NotJson
+            if suspect || (json_start && memchr::memmem::find(flat, b"\\u").is_some()) =>
+        {
+            Verdict::Refuse(StatusCode::BAD_REQUEST, UNREADABLE)
+        }
+        jsonrpc::Kind::NotJson => Verdict::Pass,
+    }
+}
+
+/// The rule of cordon's refusals of MCP requests it cannot check: decided on the body and
+/// on what was buffered at the time, not on the policy (replay keeps them as they were).
+pub(crate) const UNREADABLE_RULE: &str = "mcp.unreadable";
+
+const UNREADABLE: &str = "looks like JSON-RPC but is not JSON-RPC 2.0 as cordon reads it (NaN or Infinity, a byte-order mark, UTF-16 or UTF-32, a lone surrogate escape, or malformed JSON); send plain UTF-8 JSON";
+
+/// The first chunks of a body, until its first meaningful byte says whether it could be
+/// JSON: `Some(could)`, or `None` when it ended, paused or grew past `max` first.
+async fn peek(
+    req: &mut Request<Incoming>,
+    ex: &Exchange<'_>,
+    max: usize,
+) -> Result<(VecDeque<Bytes>, Option<bool>), Refused> {
+    let idle = if ex.body_len.is_none() {
+        BODY_PREFIX_IDLE
+    } else {
+        BODY_PREFIX_TIMEOUT
+    };
+    let mut head = VecDeque::new();
+    let mut flat = Vec::new();
+    while flat.len() < max && !hyper::body::Body::is_end_stream(req.body()) {
+        let next = match tokio::time::timeout(idle, req.body_mut().frame()).await {
+            Ok(Some(Ok(f))) => f,
+            Ok(None) | Err(_) => break,
+            Ok(Some(Err(e))) => return Err(unreadable_body(&e.to_string())),
+        };
+        if let Ok(d) = next.into_data() {
+            flat.extend_from_slice(&d);
+            head.push_back(d);
+            if let Some(could) = jsonrpc::could_be_json(&flat) {
+                return Ok((head, Some(could)));
+            }
+        }
+    }
+    Ok((head, None))
+}
+
+fn unreadable_body(e: &str) -> Refused {
+    Refused::new(
+        StatusCode::BAD_REQUEST,
+        format!("cordon: reading the request body: {e}\n"),
+    )
+}
+
 /// Reads the body and decides its tool calls (see the module docs).
 pub(crate) async fn screen(
     i: &Interceptor,
     spot: &mut Spot,
     req: &mut Request<Incoming>,
     ex: &Exchange<'_>,
+    action: HttpAction,
 ) -> Result<Screened, Refused> {
     if hyper::body::Body::is_end_stream(req.body()) {
         return Ok(Screened::Forward(ReadBody::default()));
@@ -82,51 +226,55 @@ pub(crate) async fn screen(
         .get(header::CONTENT_ENCODING)
         .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
     let max = i.dlp.as_ref().map_or(0, |d| d.max_body).max(MAX_BODY);
-    let read = tokio::time::timeout(BODY_PREFIX_TIMEOUT, read_prefix(req.body_mut(), max, None))
+    let mut head = VecDeque::new();
+    if spot.maybe {
+        // Only the body can say: unless it could be JSON, it goes on as any other.
+        let could;
+        (head, could) = if compressed {
+            (VecDeque::new(), None)
+        } else {
+            peek(req, ex, max).await?
+        };
+        if could != Some(true) {
+            let body = super::body::read(i, req, ex, action, head).await?;
+            return Ok(Screened::Forward(body));
+        }
+    }
+    // Held of the session's budget while read: the length said, or the most read.
+    let mut held = spot.mcp.budget.claim();
+    let want = ex
+        .body_len
+        .map_or(max, |n| usize::try_from(n).unwrap_or(max).min(max));
+    if held.resize(want).is_err() {
+        let why = "cannot be held now: cordon's buffer for MCP messages is full; retry shortly";
+        return Err(refuse(i, ex, StatusCode::SERVICE_UNAVAILABLE, why, max));
+    }
+    let got: usize = head.iter().map(Bytes::len).sum();
+    let rest = max.saturating_sub(got);
+    let read = tokio::time::timeout(BODY_PREFIX_TIMEOUT, read_prefix(req.body_mut(), rest, None))
         .await
         .unwrap_or(Err(None));
-    let (chunks, truncated) = read.map_err(|e| {
-        let e = e.map_or("timed out".to_string(), |e| e.to_string());
-        Refused::new(
-            StatusCode::BAD_REQUEST,
-            format!("cordon: reading the request body: {e}\n"),
-        )
-    })?;
+    let (more, truncated) =
+        read.map_err(|e| unreadable_body(&e.map_or("timed out".to_string(), |e| e.to_string())))?;
+    let mut chunks = head;
+    chunks.extend(more);
     let flat: Vec<u8> = chunks.iter().flat_map(|b| b.iter().copied()).collect();
-    let looks = memchr::memmem::find(&flat, b"\"jsonrpc\"").is_some();
-    if (truncated || compressed) && (spot.strong || looks) {
-        let why = if compressed {
-            "is compressed"
-        } else {
-            "is longer than cordon reads whole"
-        };
-        (i.emit)(ex.event(
-            EvAction::Deny,
-            413,
-            &format!("an MCP request body that {why} cannot be checked"),
-            "mcp",
-        ));
-        return Err(Refused::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "cordon: {}: this MCP request's body {why} ({max} bytes at most, uncompressed); cordon reads each tool call before it goes, so it is refused\n",
-                ex.url
-            ),
-        ));
-    }
+    let v = verdict(&flat, truncated, compressed, spot.strong, spot.known);
     let body = ReadBody {
         prefix: Some(chunks),
         scanned: flat,
         truncated,
         ..ReadBody::default()
     };
-    let Some(rpc) = (!truncated)
-        .then(|| jsonrpc::parse(&body.scanned))
-        .flatten()
-    else {
-        return Ok(Screened::Forward(body));
+    let rpc = match v {
+        Verdict::Pass => return Ok(Screened::Forward(body)),
+        Verdict::Refuse(status, why) => return Err(refuse(i, ex, status, why, max)),
+        Verdict::Rpc(rpc) => rpc,
     };
+    spot.mcp.learn_server(ex.host(), ex.conn.port);
     spot.rpc = true;
+    spot.ids = rpc.messages.iter().filter_map(|m| m.id.clone()).collect();
+    spot.batch = rpc.batch;
     let spot = &*spot;
     let mut refused = Vec::new();
     for m in &rpc.messages {
@@ -140,6 +288,29 @@ pub(crate) async fn screen(
         return Ok(Screened::Forward(body));
     }
     Ok(Screened::Answer(refusal(spot, ex, &rpc, &refused)))
+}
+
+/// cordon's refusal of an MCP request it cannot check, logged.
+fn refuse(
+    i: &Interceptor,
+    ex: &Exchange<'_>,
+    status: StatusCode,
+    why: &str,
+    max: usize,
+) -> Refused {
+    (i.emit)(ex.event(
+        EvAction::Deny,
+        status.as_u16(),
+        &format!("an MCP request body that {why} cannot be checked"),
+        UNREADABLE_RULE,
+    ));
+    Refused::new(
+        status,
+        format!(
+            "cordon: {}: this MCP request's body {why} (cordon reads {max} bytes at most, uncompressed); cordon reads each tool call before it goes, so it is refused\n",
+            ex.url
+        ),
+    )
 }
 
 /// Decides one `tools/call`, settling `ask` and `judge`, and logs it; `Some(why)` refuses it.
@@ -329,3 +500,6 @@ fn reply(status: StatusCode, kind: Option<&'static str>, body: Vec<u8>) -> Respo
     }
     r
 }
+
+#[cfg(test)]
+mod tests;
