@@ -84,6 +84,7 @@ fn env() -> &'static Env {
         let events = Arc::new(Mutex::new(Vec::new()));
         let sink = events.clone();
         let credential = WireCredential {
+            programs: Default::default(),
             name: "api".into(),
             placeholder: PLACEHOLDER.into(),
             real: REAL.into(),
@@ -134,7 +135,11 @@ fuzz_target!(|data: &[u8]| {
     e.events.lock().unwrap().clear();
     let response = e.rt.block_on(async {
         let (mut sandbox, ours) = tokio::io::duplex(1 << 16);
-        let served = tokio::spawn(e.interceptor.clone().serve_plain(ours, name.into(), port));
+        let served = tokio::spawn(
+            e.interceptor
+                .clone()
+                .serve_plain(ours, name.into(), port, None),
+        );
         // A server that answers before reading everything may close first: not a failure.
         let _ = sandbox.write_all(request).await;
         let _ = sandbox.shutdown().await;
