@@ -1,8 +1,8 @@
 //! The supervisor's half of a sandbox (host side): create it, relay the terminal, forward
 //! signals, wait, and report.
 //!
-//! Crossings between the two sides are named here: the control channel (setup only, see
-//! [`crate::protocol`]), the pty master (the terminal relay), and the signals we forward.
+//! Of the crossings ([`crate::Crossing`]), the host's ends of the control channel, the pty
+//! master, the forwarded signals, the exit pipe and the seccomp descriptor are handled here.
 
 use std::ffi::{CString, OsString};
 use std::io::{self, Write};
