@@ -23,7 +23,7 @@ pub enum Crossing {
     View,
     /// A unix socket pair the supervisor makes before the clone (`supervisor::launch`,
     /// `fork_launch`); init's end is fd 3 (`init::CONTROL_FD`). Down: the network setup, the
-    /// view's overlays, the spec; up: frames of [`crate::protocol`], a descriptor riding with
+    /// view's overlays, the spec; up: frames of the `protocol` module, a descriptor riding with
     /// those that name a crossing. Init closes it before it waits for the command, so the
     /// command never holds it. Frames are length-capped; init is trusted only until the
     /// command starts, and nothing is read from it afterwards but the publish helper's

@@ -96,3 +96,18 @@ fn every_crossing_names_tests_that_exist() {
         }
     }
 }
+
+// docs/architecture.md's table is written from this list: a row per crossing, by its name.
+#[test]
+fn the_architecture_docs_list_every_crossing() {
+    let doc = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/architecture.md");
+    let doc = std::fs::read_to_string(doc).unwrap();
+    let rows: Vec<&str> = doc.lines().filter(|l| l.starts_with("| ")).collect();
+    for c in Crossing::ALL {
+        let row = format!("| {} |", c.name());
+        assert!(
+            rows.iter().any(|r| r.starts_with(&row)),
+            "docs/architecture.md has no row {row}"
+        );
+    }
+}

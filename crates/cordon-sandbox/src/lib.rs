@@ -21,9 +21,10 @@
 //!   in a directory no sandbox sees, bound read-only: [`bundle_file`]);
 //! - sandbox side: `init`, `mounts` (builds the view), `fence` (Landlock), `seccomp` (the
 //!   filter, whose `listener` the supervisor uses);
-//! - both: [`layout`] (the view as ordered [`MountOp`]s), `protocol` (the control channel's
-//!   messages), `limits` (limits and how each is enforced), [`net`] (the handoff), `sys`
-//!   (checked syscall wrappers, one file per job).
+//! - both: `crossing` ([`Crossing`], the inventory of the boundary), [`layout`] (the view as
+//!   ordered [`MountOp`]s), `protocol` (the control channel's messages), `limits` (limits
+//!   and how each is enforced), [`net`] (the handoff), `sys` (checked syscall wrappers, one
+//!   file per job).
 //!
 //! Where `unsafe` is (nearly all of cordon's; `cordon-approval` has one `SO_PEERCRED` call):
 //! the wrappers in `sys` (among them `spawn_in_namespaces`, whose child shares the supervisor's
