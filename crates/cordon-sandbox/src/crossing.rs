@@ -1,8 +1,9 @@
 //! The inventory of the boundary: every way between the host side (the supervisor, the
 //! gateway, the services cordon runs for the sandbox) and the sandbox (init, the publish
 //! helper, the command and its children). This is the one list; the docs
-//! (`docs/architecture.md`, `docs/security.md`) are written from it, the control channel's
-//! frames that carry a descriptor name their [`Crossing`] ([`crate::protocol::Frame`]), and
+//! (`docs/architecture.md`, `docs/security.md`) are written from it; a descriptor crosses the
+//! control channel only on a frame that names its [`Crossing`] (`protocol::Frame`: sent by
+//! `protocol::hand_over`, kept by `protocol::recv_handed`, anything else closed); and
 //! `crates/cordon/tests/crossings.rs` checks that the processes on each side hold exactly the
 //! descriptors it lists.
 //!

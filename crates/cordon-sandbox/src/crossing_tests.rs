@@ -57,6 +57,20 @@ fn a_descriptor_on_a_frame_that_names_no_crossing_is_refused() {
     protocol::hand_over(a.as_raw_fd(), &FromInit::NetReady, None).unwrap();
 }
 
+// The receiving side keeps a descriptor only from a frame that names a crossing, one at most.
+#[test]
+fn the_host_side_keeps_only_descriptors_of_a_named_crossing() {
+    let (a, b) = crate::sys::socketpair().unwrap();
+    let (r, _w) = crate::sys::pipe().unwrap();
+    protocol::send(a.as_raw_fd(), &FromInit::NetReady, Some(r.as_raw_fd())).unwrap();
+    protocol::send(a.as_raw_fd(), &FromInit::NetDiag, Some(r.as_raw_fd())).unwrap();
+    let got = |sock| protocol::recv_handed::<FromInit>(sock).unwrap().unwrap();
+    let (stray, fd) = got(b.as_raw_fd());
+    assert!(matches!(stray, FromInit::NetReady) && fd.is_none());
+    let (diag, fd) = got(b.as_raw_fd());
+    assert!(matches!(diag, FromInit::NetDiag) && fd.is_some());
+}
+
 #[test]
 fn the_inventory_lists_each_crossing_once_with_a_name_of_its_own() {
     let set: BTreeSet<Crossing> = Crossing::ALL.into_iter().collect();

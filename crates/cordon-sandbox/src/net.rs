@@ -83,9 +83,8 @@ impl Inward {
     pub fn connect(&self, port: u16) -> io::Result<std::net::TcpStream> {
         let sock = self.sock.lock().unwrap_or_else(|p| p.into_inner());
         protocol::send(sock.as_raw_fd(), &InwardRequest { port }, None)?;
-        match protocol::recv::<InwardReply>(sock.as_raw_fd())? {
-            Some((InwardReply { error: None }, mut fds)) => fds
-                .pop()
+        match protocol::recv_handed::<InwardReply>(sock.as_raw_fd())? {
+            Some((InwardReply { error: None }, fd)) => fd
                 .map(std::net::TcpStream::from)
                 .ok_or_else(|| io::Error::other("the publish helper sent no socket")),
             Some((InwardReply { error: Some(e) }, _)) => Err(io::Error::new(

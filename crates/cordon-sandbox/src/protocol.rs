@@ -164,6 +164,18 @@ pub(crate) fn hand_over<F: Frame + Serialize>(
     send(sock, msg, fd)
 }
 
+/// Receive one frame from the sandbox side with the descriptor of the crossing it names;
+/// `Ok(None)` on a clean end of stream. A descriptor on a frame that names no crossing, or
+/// more than one on a frame, is closed here: only what the inventory lists is kept.
+pub(crate) fn recv_handed<F: Frame + DeserializeOwned>(
+    sock: RawFd,
+) -> io::Result<Option<(F, Option<OwnedFd>)>> {
+    Ok(recv::<F>(sock)?.map(|(msg, mut fds)| {
+        let fd = msg.crossing().and_then(|_| fds.pop());
+        (msg, fd)
+    }))
+}
+
 /// A request to the publish helper.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct InwardRequest {

@@ -790,18 +790,16 @@ impl Sandbox {
             diag: None,
         };
         loop {
-            match protocol::recv::<FromInit>(sock) {
-                Ok(Some((FromInit::Pty, mut fds))) => master = fds.pop(),
-                Ok(Some((FromInit::Listener, mut fds))) => listener = fds.pop(),
-                Ok(Some((FromInit::NetTun, mut fds))) => {
-                    parts.tun = fds
-                        .pop()
-                        .ok_or_else(|| "no TUN descriptor came back".to_string())
+            match protocol::recv_handed::<FromInit>(sock) {
+                Ok(Some((FromInit::Pty, fd))) => master = fd,
+                Ok(Some((FromInit::Listener, fd))) => listener = fd,
+                Ok(Some((FromInit::NetTun, fd))) => {
+                    parts.tun = fd.ok_or_else(|| "no TUN descriptor came back".to_string())
                 }
                 Ok(Some((FromInit::NetTunFailed { reason }, _))) => parts.tun = Err(reason),
-                Ok(Some((FromInit::NetDns, mut fds))) => parts.dns.extend(fds.pop()),
-                Ok(Some((FromInit::NetProxy, mut fds))) => parts.proxy = fds.pop(),
-                Ok(Some((FromInit::NetDiag, mut fds))) => parts.diag = fds.pop(),
+                Ok(Some((FromInit::NetDns, fd))) => parts.dns.extend(fd),
+                Ok(Some((FromInit::NetProxy, fd))) => parts.proxy = fd,
+                Ok(Some((FromInit::NetDiag, fd))) => parts.diag = fd,
                 Ok(Some((FromInit::NetReady, _))) => {
                     if let Err(e) = parts.attach(net.as_deref_mut(), self.child.pid) {
                         return Err(self.abort(SandboxError::Network(e)));
@@ -814,7 +812,7 @@ impl Sandbox {
                         limits,
                         overlays_ahead,
                     },
-                    mut fds,
+                    exit_pipe,
                 ))) => {
                     let started = StartReport {
                         pid,
@@ -826,7 +824,7 @@ impl Sandbox {
                     return Ok(Handover {
                         master,
                         listener,
-                        exit_pipe: fds.pop(),
+                        exit_pipe,
                         started,
                     });
                 }

@@ -286,6 +286,8 @@ both!(
 
 /// Run inside: connect to every unix socket `find` sees in the view, and to
 /// `$SSH_AUTH_SOCK` (placed in a sealed directory, which `find` cannot list); one line each.
+/// `find` goes by the directory entry's type, so a socket under a mask still shows as one:
+/// the connect is what says whether it is reachable.
 const CONNECT_ALL: &str = r#"
 import os, socket, subprocess
 found = subprocess.run(
@@ -303,7 +305,9 @@ for p in sorted(set(found + [os.environ.get("SSH_AUTH_SOCK", "/none")])):
 
 // The only unix sockets a sandboxed program can connect to by path are the ones cordon
 // placed: with an ssh agent on the host, the filtering agent's at /run/cordon/ssh-agent.sock,
-// and not the host agent's own socket, nor any other of the host's it may see.
+// and not the host agent's own socket (masked wherever it is), nor any other of the host's it
+// may see. A host socket this user may connect to outside the masked paths would fail it: the
+// known limit docs/guide/filesystem.md names, which this makes visible rather than hides.
 both!(
     the_only_sockets_in_the_view_are_the_placed_ones,
     |env: Env| {
