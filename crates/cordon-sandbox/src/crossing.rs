@@ -220,6 +220,7 @@ impl Crossing {
             Crossing::Pty => &[
                 "cordon/tests/lifecycle.rs::interactive_shell_under_a_pty",
                 "cordon/tests/lifecycle.rs::window_resizes_reach_the_sandbox",
+                "cordon/tests/crossings.rs::the_command_under_a_pty_holds_only_its_terminal",
             ],
             Crossing::Signals => &[
                 "cordon/tests/lifecycle.rs::signals_are_forwarded",

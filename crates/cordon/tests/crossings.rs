@@ -186,6 +186,30 @@ both!(
     }
 );
 
+// With a terminal, the command's stdio is the slave of a pty of the sandbox's own devpts,
+// and it holds nothing else; the master is the supervisor's (the pty crossing).
+both!(
+    the_command_under_a_pty_holds_only_its_terminal,
+    |env: Env| {
+        // The shell's own descriptors, listed by `ls` (whose own are its, not the shell's).
+        let line = format!("{} run -- sh -c 'ls -l /proc/$$/fd/'", env.cordon_line());
+        let out = common::under_pty(&env, &line, "");
+        let fds: Vec<String> = out
+            .lines()
+            .filter(|l| l.contains(" -> "))
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                format!("fd {} {}", f[f.len() - 3], f[f.len() - 1])
+            })
+            .collect();
+        assert_eq!(
+            fds,
+            ["fd 0 /dev/pts/0", "fd 1 /dev/pts/0", "fd 2 /dev/pts/0"],
+            "{out:?}"
+        );
+    }
+);
+
 // With `[[publish]]`, init's helper keeps the control channel and its stdio, nothing else;
 // init and the command hold what they hold without it.
 both!(
