@@ -48,8 +48,8 @@ pub enum Crossing {
     /// (`seccomp::install`), sent to init over the report socket and up with
     /// `FromInit::Listener` to the exec supervisor. Up: one notification per trapped `execve`
     /// (and, with `--trace-home`, open/stat); every argument is a pointer into the trapped
-    /// process's memory, read once by the supervisor and re-checked against the notification
-    /// id, never trusted twice.
+    /// process's memory, which the supervisor reads, reads again and checks against the
+    /// notification id (still valid) before it answers.
     SeccompNotify,
     /// The TUN device, made by init in the sandbox's network namespace (`sys::open_tun`,
     /// holding the default route) and sent up with `FromInit::NetTun` to the gateway. Every
