@@ -1,7 +1,8 @@
 //! cordon's network layer (layer 2): the egress gateway and its name side. Runs on the **host
 //! side**, in the supervisor: the gateway hands the resolver the DNS packets the sandbox sends
-//! through the TUN device (one of the three crossings of the boundary) and asks it, when the
-//! sandbox connects to a fake address, which real addresses to connect to.
+//! to its DNS sockets or through the TUN device (two of the boundary's crossings, listed in
+//! `cordon_sandbox::Crossing`) and asks it, when the sandbox connects to a fake address, which
+//! real addresses to connect to.
 //!
 //! - [`Resolver::handle_query`]: the sandbox's only resolver. A queries get a synthetic address
 //!   from a private range (fake-IP, 198.18.0.0/15 by default), remembered for the session; AAAA

@@ -138,7 +138,8 @@ pub fn main() -> ! {
         Some(ws) => match sys::open_pty() {
             Ok((master, slave)) => {
                 let _ = sys::set_winsize(slave.as_raw_fd(), ws);
-                if let Err(e) = protocol::send(CONTROL_FD, &FromInit::Pty, Some(master.as_raw_fd()))
+                if let Err(e) =
+                    protocol::hand_over(CONTROL_FD, &FromInit::Pty, Some(master.as_raw_fd()))
                 {
                     fail("terminal", e.to_string());
                 }
@@ -203,7 +204,7 @@ pub fn main() -> ! {
                     fail("syscalls", "listener descriptor missing".into())
                 };
                 if let Err(e) =
-                    protocol::send(CONTROL_FD, &FromInit::Listener, Some(fd.as_raw_fd()))
+                    protocol::hand_over(CONTROL_FD, &FromInit::Listener, Some(fd.as_raw_fd()))
                 {
                     fail("syscalls", e.to_string());
                 }
@@ -221,7 +222,7 @@ pub fn main() -> ! {
     // (each overlay costs a grace period there). Made after the command's fork, so only init
     // holds the write end.
     let exit_pipe = sys::pipe().ok();
-    let _ = protocol::send(
+    let _ = protocol::hand_over(
         CONTROL_FD,
         &FromInit::Started {
             pid,
@@ -273,7 +274,7 @@ pub fn main() -> ! {
 /// proxy's listener. Nothing here stays open in init: the command never inherits them.
 fn gateway_handoff(addr: std::net::Ipv4Addr, mtu: u32, proxy_port: u16) {
     let send = |msg: &FromInit, fd: Option<RawFd>| {
-        if let Err(e) = protocol::send(CONTROL_FD, msg, fd) {
+        if let Err(e) = protocol::hand_over(CONTROL_FD, msg, fd) {
             fail("network", format!("hand over to the gateway: {e}"));
         }
     };
@@ -320,7 +321,7 @@ fn inward_helper() -> ! {
             _ => sys::exit_now(0),
         };
         let sent = match connect_loopback(req.port) {
-            Ok(conn) => protocol::send(
+            Ok(conn) => protocol::hand_over(
                 CONTROL_FD,
                 &InwardReply { error: None },
                 Some(conn.as_raw_fd()),

@@ -8,9 +8,11 @@
 //! - sandbox side: [`init_main`], PID 1 inside the new namespaces, builds the view and starts
 //!   the command in a locked, capability-free, Landlock-fenced nested namespace.
 //!
-//! The crossings: the control channel (setup only), the pty master, forwarded signals, the
-//! seccomp notification descriptor, and the network handoff ([`net`]: TUN device, DNS and
-//! proxy sockets, the publish helper).
+//! The crossings, all thirteen listed once in [`Crossing`] (who makes each, what travels,
+//! how it is trusted, the tests that show it): the filesystem view, the control channel
+//! (setup only), stdio or the pty, forwarded signals, the seccomp notification descriptor,
+//! the network handoff ([`net`]: TUN device, DNS sockets, proxy listener, sock_diag socket,
+//! the publish helper), the exit pipe, and host sockets mounted inside (the ssh agent).
 //!
 //! The modules, by side:
 //! - host side: `supervisor` ([`run`], or [`clone_init`] early and [`Unborn::run`]: view,
@@ -19,9 +21,10 @@
 //!   in a directory no sandbox sees, bound read-only: [`bundle_file`]);
 //! - sandbox side: `init`, `mounts` (builds the view), `fence` (Landlock), `seccomp` (the
 //!   filter, whose `listener` the supervisor uses);
-//! - both: [`layout`] (the view as ordered [`MountOp`]s), `protocol` (the control channel's
-//!   messages), `limits` (limits and how each is enforced), [`net`] (the handoff), `sys`
-//!   (checked syscall wrappers, one file per job).
+//! - both: `crossing` ([`Crossing`], the inventory of the boundary), [`layout`] (the view as
+//!   ordered [`MountOp`]s), `protocol` (the control channel's messages), `limits` (limits
+//!   and how each is enforced), [`net`] (the handoff), `sys` (checked syscall wrappers, one
+//!   file per job).
 //!
 //! Where `unsafe` is (nearly all of cordon's; `cordon-approval` has one `SO_PEERCRED` call):
 //! the wrappers in `sys` (among them `spawn_in_namespaces`, whose child shares the supervisor's
@@ -47,6 +50,7 @@
 
 mod bundle;
 mod cgroup;
+mod crossing;
 mod exec_supervisor;
 mod execs_seen;
 pub mod explain;
@@ -68,6 +72,7 @@ pub mod test_off;
 
 pub use bundle::{bundle_file, bundle_pem};
 pub use cordon_policy::Plan;
+pub use crossing::{Carrier, Crossing, Direction, Holder};
 pub use execs_seen::{ExecsSeen, start_time};
 pub use fence::{FenceStatus, NESTED_COST};
 pub use layout::{Layout, MountOp, ShowCopyError, Staged, prepare, prepare_with_state};

@@ -1,10 +1,11 @@
 //! The network handoff (host side): what init makes inside the sandbox's network namespace for
 //! the egress gateway, and the one way back in for published ports.
 //!
-//! Crossings named here: the TUN device (every IP packet the sandbox sends or receives), the
-//! UDP sockets on the sandbox's loopback port 53, the explicit-proxy listener, and — only with
-//! `[[publish]]` — the control channel kept by init's publish helper ([`Inward`]). All of them
-//! carry bytes written by the sandboxed program: whoever reads them treats them as hostile.
+//! Crossings handled here ([`crate::Crossing`]): the TUN device (every IP packet the sandbox
+//! sends or receives), the UDP sockets on the sandbox's loopback port 53, the explicit-proxy
+//! listener, the sock_diag socket ([`SocketTable`]), and — only with `[[publish]]` — the
+//! control channel kept by init's publish helper ([`Inward`]). All but sock_diag carry bytes
+//! written by the sandboxed program: whoever reads them treats them as hostile.
 
 use std::io;
 use std::net::Ipv4Addr;
@@ -82,9 +83,8 @@ impl Inward {
     pub fn connect(&self, port: u16) -> io::Result<std::net::TcpStream> {
         let sock = self.sock.lock().unwrap_or_else(|p| p.into_inner());
         protocol::send(sock.as_raw_fd(), &InwardRequest { port }, None)?;
-        match protocol::recv::<InwardReply>(sock.as_raw_fd())? {
-            Some((InwardReply { error: None }, mut fds)) => fds
-                .pop()
+        match protocol::recv_handed::<InwardReply>(sock.as_raw_fd())? {
+            Some((InwardReply { error: None }, fd)) => fd
                 .map(std::net::TcpStream::from)
                 .ok_or_else(|| io::Error::other("the publish helper sent no socket")),
             Some((InwardReply { error: Some(e) }, _)) => Err(io::Error::new(

@@ -1,7 +1,9 @@
-//! The control channel: the one crossing between supervisor and sandbox init at setup.
+//! The control channel ([`Crossing::ControlChannel`]) between supervisor and sandbox init at
+//! setup, and the way the other crossings made inside come out.
 //!
 //! A unix stream socket pair made before the clone. Frames are a 4-byte little-endian length
-//! and a JSON body; a descriptor (the pty master) may ride along with a frame via SCM_RIGHTS.
+//! and a JSON body; a descriptor may ride along with a frame via SCM_RIGHTS, and only with a
+//! frame that names its crossing ([`Frame::crossing`], sent by [`hand_over`]).
 //! The supervisor sends the [`NetSetup`] at once after the clone, then one [`Prepare`] (the
 //! overlays it can name before the view is made), then exactly one [`InitSpec`]
 //! ([`send_spec`]: the files' contents it binds follow as raw frames); init answers with
@@ -18,6 +20,7 @@ use std::path::PathBuf;
 use cordon_policy::{LandlockMode, LimitsPlan, SyscallsPlan};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
+use crate::crossing::Crossing;
 use crate::fence::FenceStatus;
 use crate::layout::{Layout, MountOp};
 use crate::limits::AppliedLimit;
@@ -115,6 +118,62 @@ pub(crate) enum FromInit {
     NetReady,
     /// Setup failed; nothing of the command ran.
     Failed { stage: String, message: String },
+}
+
+/// A frame from the sandbox side, which may carry a descriptor out.
+pub(crate) trait Frame {
+    /// The crossing whose descriptor rides along with this frame, if one does.
+    fn crossing(&self) -> Option<Crossing>;
+}
+
+impl Frame for FromInit {
+    fn crossing(&self) -> Option<Crossing> {
+        // No wildcard: a new frame must say whether it carries a crossing.
+        match self {
+            FromInit::Pty => Some(Crossing::Pty),
+            FromInit::Listener => Some(Crossing::SeccompNotify),
+            FromInit::Started { .. } => Some(Crossing::ExitPipe),
+            FromInit::NetTun => Some(Crossing::Tun),
+            FromInit::NetDns => Some(Crossing::DnsSockets),
+            FromInit::NetProxy => Some(Crossing::ProxyListener),
+            FromInit::NetDiag => Some(Crossing::SockDiag),
+            FromInit::NetTunFailed { .. } | FromInit::NetReady | FromInit::Failed { .. } => None,
+        }
+    }
+}
+
+impl Frame for InwardReply {
+    fn crossing(&self) -> Option<Crossing> {
+        self.error.is_none().then_some(Crossing::PublishHelper)
+    }
+}
+
+/// Send `msg` with `fd` riding along; a descriptor on a frame that names no crossing is
+/// refused, so nothing leaves the sandbox that the inventory does not list.
+pub(crate) fn hand_over<F: Frame + Serialize>(
+    sock: RawFd,
+    msg: &F,
+    fd: Option<RawFd>,
+) -> io::Result<()> {
+    if fd.is_some() && msg.crossing().is_none() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a descriptor on a frame that names no crossing",
+        ));
+    }
+    send(sock, msg, fd)
+}
+
+/// Receive one frame from the sandbox side with the descriptor of the crossing it names;
+/// `Ok(None)` on a clean end of stream. A descriptor on a frame that names no crossing, or
+/// more than one on a frame, is closed here: only what the inventory lists is kept.
+pub(crate) fn recv_handed<F: Frame + DeserializeOwned>(
+    sock: RawFd,
+) -> io::Result<Option<(F, Option<OwnedFd>)>> {
+    Ok(recv::<F>(sock)?.map(|(msg, mut fds)| {
+        let fd = msg.crossing().and_then(|_| fds.pop());
+        (msg, fd)
+    }))
 }
 
 /// A request to the publish helper.

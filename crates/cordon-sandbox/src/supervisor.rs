@@ -1,8 +1,8 @@
 //! The supervisor's half of a sandbox (host side): create it, relay the terminal, forward
 //! signals, wait, and report.
 //!
-//! Crossings between the two sides are named here: the control channel (setup only, see
-//! [`crate::protocol`]), the pty master (the terminal relay), and the signals we forward.
+//! Of the crossings ([`crate::Crossing`]), the host's ends of the control channel, the pty
+//! master, the forwarded signals, the exit pipe and the seccomp descriptor are handled here.
 
 use std::ffi::{CString, OsString};
 use std::io::{self, Write};
@@ -790,18 +790,16 @@ impl Sandbox {
             diag: None,
         };
         loop {
-            match protocol::recv::<FromInit>(sock) {
-                Ok(Some((FromInit::Pty, mut fds))) => master = fds.pop(),
-                Ok(Some((FromInit::Listener, mut fds))) => listener = fds.pop(),
-                Ok(Some((FromInit::NetTun, mut fds))) => {
-                    parts.tun = fds
-                        .pop()
-                        .ok_or_else(|| "no TUN descriptor came back".to_string())
+            match protocol::recv_handed::<FromInit>(sock) {
+                Ok(Some((FromInit::Pty, fd))) => master = fd,
+                Ok(Some((FromInit::Listener, fd))) => listener = fd,
+                Ok(Some((FromInit::NetTun, fd))) => {
+                    parts.tun = fd.ok_or_else(|| "no TUN descriptor came back".to_string())
                 }
                 Ok(Some((FromInit::NetTunFailed { reason }, _))) => parts.tun = Err(reason),
-                Ok(Some((FromInit::NetDns, mut fds))) => parts.dns.extend(fds.pop()),
-                Ok(Some((FromInit::NetProxy, mut fds))) => parts.proxy = fds.pop(),
-                Ok(Some((FromInit::NetDiag, mut fds))) => parts.diag = fds.pop(),
+                Ok(Some((FromInit::NetDns, fd))) => parts.dns.extend(fd),
+                Ok(Some((FromInit::NetProxy, fd))) => parts.proxy = fd,
+                Ok(Some((FromInit::NetDiag, fd))) => parts.diag = fd,
                 Ok(Some((FromInit::NetReady, _))) => {
                     if let Err(e) = parts.attach(net.as_deref_mut(), self.child.pid) {
                         return Err(self.abort(SandboxError::Network(e)));
@@ -814,7 +812,7 @@ impl Sandbox {
                         limits,
                         overlays_ahead,
                     },
-                    mut fds,
+                    exit_pipe,
                 ))) => {
                     let started = StartReport {
                         pid,
@@ -826,7 +824,7 @@ impl Sandbox {
                     return Ok(Handover {
                         master,
                         listener,
-                        exit_pipe: fds.pop(),
+                        exit_pipe,
                         started,
                     });
                 }

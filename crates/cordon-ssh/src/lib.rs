@@ -1,8 +1,8 @@
 //! cordon's filtering ssh-agent proxy. Runs on the host side, in the supervisor: the sandbox
 //! sees its socket (and `SSH_AUTH_SOCK` pointing at it), never the user's agent. It is one
-//! of the things crossing the boundary, and what crosses is only the agent protocol: the
-//! sandboxed side is untrusted, the user's agent (host `SSH_AUTH_SOCK`), `known_hosts` and the
-//! policy's answer are trusted.
+//! of the things crossing the boundary (`cordon_sandbox::Crossing::HostSocket`), and what
+//! crosses is only the agent protocol: the sandboxed side is untrusted, the user's agent
+//! (host `SSH_AUTH_SOCK`), `known_hosts` and the policy's answer are trusted.
 //!
 //! What passes to the user's agent: listing identities (public keys), OpenSSH's
 //! `session-bind@openssh.com` when the host key's signature over the session verifies and

@@ -5,11 +5,12 @@
 //! HTTP layer to it): this crate knows nothing of TLS or HTTP, and its types here are std and
 //! tokio only, so neither layer crate depends on the other.
 //!
-//! Two crossings, both through [`FlowHandler`]: `serve` for a flow the HTTP layer decides
-//! request by request, and `refuse` for a flow the gateway already denied but that speaks
-//! TLS (its first bytes were a ClientHello): the handler finishes the handshake with cordon's
-//! CA and answers every request with a 403 naming the [`FlowDenial`], so the client shows
-//! cordon's words instead of "connection refused" or "CONNECT tunnel failed".
+//! Two ways a flow leaves the gateway, both through [`FlowHandler`]: `serve` for a flow the
+//! HTTP layer decides request by request, and `refuse` for a flow the gateway already denied
+//! but that speaks TLS (its first bytes were a ClientHello): the handler finishes the
+//! handshake with cordon's CA and answers every request with a 403 naming the [`FlowDenial`],
+//! so the client shows cordon's words instead of "connection refused" or "CONNECT tunnel
+//! failed".
 
 use std::future::Future;
 use std::io;
