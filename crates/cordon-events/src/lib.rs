@@ -145,6 +145,7 @@ mod paths;
 mod read;
 mod sink;
 mod status;
+pub mod terminal;
 
 pub use chain::{GENESIS_PREV, hash_event};
 pub use event::{Action, Event, EventError, JUDGE_CALL, JudgeCall, LEARN, Layer, NewEvent};

@@ -69,15 +69,8 @@ impl Subject {
             Subject::Path { path } => path.clone(),
             Subject::Lookup { name } => name.clone(),
         };
-        clean(&s)
+        cordon_events::terminal::safe(&s)
     }
-}
-
-/// `s` with control characters replaced by `?`: what a log holds came from inside.
-pub(crate) fn clean(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
 }
 
 /// One recorded decision.

@@ -10,8 +10,6 @@ use std::path::{Path, PathBuf};
 use cordon_events::{Action, Event, LEARN, Layer};
 use cordon_policy::explain::toml_string;
 
-use crate::record::clean;
-
 /// Hosts where anything can be posted for others to read (forges, paste sites, chat
 /// webhooks, file drops): allowing the host would allow sending the project anywhere on it.
 const UPLOAD_HOSTS: &[&str] = &[
@@ -301,7 +299,7 @@ impl Suggester {
                 block.push(format!(
                     "{} ({})",
                     seen.cite(&format!("lookup of {tilde}")),
-                    clean(program)
+                    cordon_events::terminal::safe(program)
                 ));
                 shown.push(toml_string(&tilde));
             }
