@@ -305,9 +305,10 @@ fn seccomp_name(nr: i64) -> Option<&'static str> {
     cordon_policy::syscall_table::name(nr)
 }
 
+/// The process's name: set by the process itself (`PR_SET_NAME`), so escaped as the program is.
 fn comm(pid: u32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .map(|s| s.trim().to_string())
+        .map(|s| terminal::safe(s.trim()))
         .unwrap_or_default()
 }
 
