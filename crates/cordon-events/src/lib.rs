@@ -141,6 +141,7 @@ mod chain;
 mod event;
 mod follow;
 mod human;
+pub mod lexical;
 mod paths;
 mod read;
 mod sink;
