@@ -54,7 +54,7 @@ pub enum Subject {
 }
 
 impl Subject {
-    /// One line naming it, for reports (control characters replaced: it came from inside).
+    /// One line naming it, for reports (escaped for the terminal: it came from inside).
     pub fn describe(&self) -> String {
         let s = match self {
             Subject::Flow { host, port, .. } => format!("{host}:{port}"),

@@ -84,6 +84,9 @@ impl Seen {
     fn cite(&self, what: &str) -> String {
         let (s, q) = self.first.clone().unwrap_or_default();
         let plural = if self.count == 1 { "" } else { "s" };
+        // `what` may name a path from inside: a newline would end the comment and start a
+        // line of policy, an escape sequence would reach the terminal.
+        let what = cordon_events::terminal::safe(what);
         format!(
             "# {} {what}{plural}; first: session {s}, event {q}",
             self.count
