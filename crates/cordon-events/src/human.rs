@@ -161,12 +161,14 @@ mod tests {
     #[test]
     fn hostile_text_stays_on_one_line() {
         let ev = event(
-            NewEvent::new(Layer::Exec, Action::Deny, "bad\n\u{1b}[2Jthing")
-                .detail("program", "x\u{1b}]0;t\u{7}")
+            NewEvent::new(Layer::Exec, Action::Deny, "bad\n\u{1b}[2Jthing\u{202e}")
+                .detail("program", "x\u{1b}]0;t\u{7}\u{2066}")
                 .detail("long", "y".repeat(500)),
         );
         let s = format_human(&ev);
-        assert!(!s.chars().any(|c| c.is_control()), "{s:?}");
+        assert!(!s.chars().any(crate::terminal::is_unsafe), "{s:?}");
+        assert!(s.contains("bad\\u{a}\\u{1b}[2Jthing\\u{202e}"), "{s:?}");
+        assert!(s.contains("\"x\\u{1b}]0;t\\u{7}\\u{2066}\""), "{s:?}");
         assert!(s.contains('…'));
         assert!(s.len() < 400);
         // A malformed time is shown as is, not panicked on.
