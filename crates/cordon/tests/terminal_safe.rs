@@ -11,6 +11,11 @@ use common::{Env, approve, show, wait_for_question};
 
 /// What the agent puts in an argument, a URL path and a file name.
 const EVIL: &str = "e\u{1b}[2J\u{202e}vil";
+/// A host name a request claims in its `Host` header (HTTP allows no ESC there; the HTTP layer
+/// shows a header that is not visible ASCII as `�` before the terminal is reached, and DNS names
+/// are ASCII by then, so only "never raw" is checked for a host here: the summary's and denial
+/// lines' own unit tests escape a hostile host).
+const HOST: &str = "x\u{202e}lmth.test";
 /// [`EVIL`] as `cordon_events::terminal` shows it.
 const SHOWN: &str = "e\\u{1b}[2J\\u{202e}vil";
 /// [`EVIL`] percent-encoded, as a client sends it in a URL.
@@ -62,6 +67,7 @@ both!(denials_summary_log_and_review_show_escapes, |env: Env| {
             "exec >/dev/null 2>&1\n\
                  /usr/bin/printf '{EVIL}'\n\
                  curl -s --max-time 10 'http://{name}:{port}/secret/{ENCODED}'\n\
+                 curl -s --max-time 10 -H 'Host: {HOST}' 'http://{name}:{port}/x'\n\
                  echo planted > ~/.claude/'{EVIL}'\n\
                  exit 0\n"
         ),
