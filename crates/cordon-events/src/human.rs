@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 use crate::event::Event;
+use crate::terminal;
 
 /// `detail` keys shown as an event's subject, right after the action, in this order of
 /// preference; the first present is used.
@@ -57,42 +58,30 @@ fn is_scalar(v: &Value) -> bool {
     !matches!(v, Value::Array(_) | Value::Object(_) | Value::Null)
 }
 
-/// Strings bare when safe to read back (no spaces, quotes, `=` or control characters), else
-/// JSON-quoted; everything else compact JSON. Cut at [`MAX_VALUE_CHARS`].
+/// Strings bare when safe to read back (no spaces, quotes, `=` or characters unsafe for a
+/// terminal), else quoted with unsafe characters escaped ([`terminal::quote`]); everything else
+/// compact JSON with what JSON leaves raw (C1 controls such as CSI, bidi overrides) escaped too.
+/// Cut at [`MAX_VALUE_CHARS`].
 fn render(v: &Value) -> String {
     let text = match v {
         Value::String(s)
             if !s.is_empty()
                 && !s
                     .chars()
-                    .any(|c| c.is_whitespace() || c.is_control() || "\"'=".contains(c)) =>
+                    .any(|c| c.is_whitespace() || terminal::is_unsafe(c) || "\"'=".contains(c)) =>
         {
             s.clone()
         }
-        // serde_json escapes C0 controls only; C1 (U+0080–U+009F, e.g. CSI) would still
-        // drive a terminal, so they are escaped too.
-        other => other
-            .to_string()
-            .chars()
-            .map(|c| {
-                if c.is_control() {
-                    format!("\\u{:04x}", c as u32)
-                } else {
-                    c.to_string()
-                }
-            })
-            .collect(),
+        Value::String(s) => terminal::quote(s),
+        other => terminal::safe(&other.to_string()),
     };
     cut(text)
 }
 
-/// Control characters (newlines, escapes) replaced, so one event stays one terminal line and
-/// cannot drive the terminal.
+/// Unsafe characters (newlines, escapes, bidi overrides) escaped, so one event stays one
+/// terminal line and cannot drive the terminal.
 fn one_line(s: &str) -> String {
-    cut(s
-        .chars()
-        .map(|c| if c.is_control() { '�' } else { c })
-        .collect())
+    cut(terminal::safe(s))
 }
 
 #[cfg(test)]
@@ -102,7 +91,13 @@ mod c1_tests {
         let v = serde_json::Value::String("evil\u{9b}31mred".into());
         let out = super::render(&v);
         assert!(!out.contains('\u{9b}'), "{out:?}");
-        assert!(out.contains("\\u009b"), "{out:?}");
+        assert!(out.contains("\\u{9b}"), "{out:?}");
+        let v = serde_json::json!(["a\u{202e}b", "c\u{1b}"]);
+        let out = super::render(&v);
+        assert!(
+            !out.contains('\u{202e}') && !out.contains('\u{1b}'),
+            "{out:?}"
+        );
     }
 }
 
@@ -166,12 +161,14 @@ mod tests {
     #[test]
     fn hostile_text_stays_on_one_line() {
         let ev = event(
-            NewEvent::new(Layer::Exec, Action::Deny, "bad\n\u{1b}[2Jthing")
-                .detail("program", "x\u{1b}]0;t\u{7}")
+            NewEvent::new(Layer::Exec, Action::Deny, "bad\n\u{1b}[2Jthing\u{202e}")
+                .detail("program", "x\u{1b}]0;t\u{7}\u{2066}")
                 .detail("long", "y".repeat(500)),
         );
         let s = format_human(&ev);
-        assert!(!s.chars().any(|c| c.is_control()), "{s:?}");
+        assert!(!s.chars().any(crate::terminal::is_unsafe), "{s:?}");
+        assert!(s.contains("bad\\u{a}\\u{1b}[2Jthing\\u{202e}"), "{s:?}");
+        assert!(s.contains("\"x\\u{1b}]0;t\\u{7}\\u{2066}\""), "{s:?}");
         assert!(s.contains('…'));
         assert!(s.len() < 400);
         // A malformed time is shown as is, not panicked on.

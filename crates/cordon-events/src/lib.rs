@@ -141,10 +141,12 @@ mod chain;
 mod event;
 mod follow;
 mod human;
+pub mod lexical;
 mod paths;
 mod read;
 mod sink;
 mod status;
+pub mod terminal;
 
 pub use chain::{GENESIS_PREV, hash_event};
 pub use event::{Action, Event, EventError, JUDGE_CALL, JudgeCall, LEARN, Layer, NewEvent};

@@ -198,7 +198,7 @@ impl Scanner {
             }
             allow(&kind, &hosts);
             let v = k.value.as_bytes();
-            let mut all = vec![v.to_vec(), percent(v)];
+            let mut all = vec![v.to_vec(), crate::encoding::percent_encode(v).into_bytes()];
             for b in base64_forms(v) {
                 // And its base64url twin (JWT payloads, URL-safe tokens).
                 all.push(base64url(&b));
@@ -357,7 +357,7 @@ impl Scanner {
         let mut out = self.scan(url.as_bytes(), Place::Url);
         // The server reads the URL decoded: so does the scan (a PEM header's spaces are %20).
         if url.contains(['%', '+']) {
-            for f in self.scan(&percent_decode(url.as_bytes()), Place::Url) {
+            for f in self.scan(&crate::encoding::form_decode(url.as_bytes()), Place::Url) {
                 if !out.contains(&f) {
                     out.push(f);
                 }
@@ -424,7 +424,7 @@ fn base64_forms(v: &[u8]) -> Vec<Vec<u8>> {
         .filter_map(|k| {
             let mut padded = vec![0u8; k];
             padded.extend_from_slice(v);
-            let text = crate::b64::encode(&padded, false).into_bytes();
+            let text = crate::encoding::b64_encode(&padded, false).into_bytes();
             let first = (8 * k).div_ceil(6);
             let last = (8 * (k + v.len())).checked_sub(6)? / 6;
             (first <= last && last < text.len()).then(|| text[first..=last].to_vec())
@@ -445,42 +445,7 @@ fn base64url(b: &[u8]) -> Vec<u8> {
 
 #[cfg(test)]
 fn base64(v: &[u8]) -> Vec<u8> {
-    crate::b64::encode(v, false).into_bytes()
-}
-
-/// `%XX` decoded and `+` read as a space (query strings); invalid escapes kept as they are.
-fn percent_decode(v: &[u8]) -> Vec<u8> {
-    let hex = |b: u8| char::from(b).to_digit(16);
-    let mut out = Vec::with_capacity(v.len());
-    let mut i = 0;
-    while i < v.len() {
-        match v[i] {
-            b'%' if i + 2 < v.len() => match (hex(v[i + 1]), hex(v[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
-                    i += 3;
-                    continue;
-                }
-                _ => out.push(b'%'),
-            },
-            b'+' => out.push(b' '),
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    out
-}
-
-fn percent(v: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for &b in v {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b);
-        } else {
-            out.extend(format!("%{b:02X}").bytes());
-        }
-    }
-    out
+    crate::encoding::b64_encode(v, false).into_bytes()
 }
 
 /// Replaces real values with their placeholders in a stream of chunks (a response body on its
@@ -694,7 +659,10 @@ mod tests {
             ["known:db"]
         );
         assert_eq!(
-            kinds(&s.scan(&percent(secret.as_bytes()), Place::Url)),
+            kinds(&s.scan(
+                &crate::encoding::percent_encode(secret.as_bytes()).into_bytes(),
+                Place::Url
+            )),
             ["known:db"]
         );
         assert!(

@@ -22,7 +22,7 @@ pub fn explain_request(
     query: &str,
     owner: Option<&cordon_policy::Owner>,
 ) -> Result<Decision, &'static str> {
-    let path = crate::pipeline::normalize_path(path)?;
+    let path = crate::pipeline::normalize_url_path(path)?;
     let body_len =
         (method.eq_ignore_ascii_case("GET") || method.eq_ignore_ascii_case("HEAD")).then_some(0);
     Ok(rules::decide(

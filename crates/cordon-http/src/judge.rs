@@ -414,9 +414,13 @@ pub fn parse_verdict(text: &str) -> Verdict {
     }
 }
 
+/// The judge's reason, kept short and on one line. The judge read the request, so its words
+/// may echo the sandbox's: what is unsafe on a terminal (controls, bidi overrides) is dropped.
 fn cut(s: &str) -> String {
-    let s: String = s.chars().filter(|c| !c.is_control()).take(300).collect();
-    s
+    s.chars()
+        .filter(|c| !cordon_events::terminal::is_unsafe(*c))
+        .take(300)
+        .collect()
 }
 
 fn strip_query(url: &str) -> &str {

@@ -53,11 +53,11 @@
 #![deny(missing_docs)]
 
 pub mod ask;
-mod b64;
 mod ca;
 pub mod credentials;
 mod denied;
 pub mod dlp;
+mod encoding;
 pub mod explain;
 pub mod intercept;
 pub mod judge;

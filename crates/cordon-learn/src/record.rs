@@ -54,7 +54,7 @@ pub enum Subject {
 }
 
 impl Subject {
-    /// One line naming it, for reports (control characters replaced: it came from inside).
+    /// One line naming it, for reports (escaped for the terminal: it came from inside).
     pub fn describe(&self) -> String {
         let s = match self {
             Subject::Flow { host, port, .. } => format!("{host}:{port}"),
@@ -69,15 +69,8 @@ impl Subject {
             Subject::Path { path } => path.clone(),
             Subject::Lookup { name } => name.clone(),
         };
-        clean(&s)
+        cordon_events::terminal::safe(&s)
     }
-}
-
-/// `s` with control characters replaced by `?`: what a log holds came from inside.
-pub(crate) fn clean(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
 }
 
 /// One recorded decision.

@@ -10,8 +10,6 @@ use std::path::{Path, PathBuf};
 use cordon_events::{Action, Event, LEARN, Layer};
 use cordon_policy::explain::toml_string;
 
-use crate::record::clean;
-
 /// Hosts where anything can be posted for others to read (forges, paste sites, chat
 /// webhooks, file drops): allowing the host would allow sending the project anywhere on it.
 const UPLOAD_HOSTS: &[&str] = &[
@@ -86,6 +84,9 @@ impl Seen {
     fn cite(&self, what: &str) -> String {
         let (s, q) = self.first.clone().unwrap_or_default();
         let plural = if self.count == 1 { "" } else { "s" };
+        // `what` may name a path from inside: a newline would end the comment and start a
+        // line of policy, an escape sequence would reach the terminal.
+        let what = cordon_events::terminal::safe(what);
         format!(
             "# {} {what}{plural}; first: session {s}, event {q}",
             self.count
@@ -301,7 +302,7 @@ impl Suggester {
                 block.push(format!(
                     "{} ({})",
                     seen.cite(&format!("lookup of {tilde}")),
-                    clean(program)
+                    cordon_events::terminal::safe(program)
                 ));
                 shown.push(toml_string(&tilde));
             }

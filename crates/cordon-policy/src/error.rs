@@ -183,11 +183,13 @@ impl fmt::Display for Diagnostic {
     }
 }
 
-/// Replaces control characters (other than tab) so a source line cannot mess up a terminal.
+/// Replaces what is unsafe on a terminal (other than tab) so a source line cannot mess up a
+/// terminal: by one U+FFFD each rather than a visible escape, so the `^` under the line still
+/// points at the right column.
 fn printable(s: &str) -> String {
     s.chars()
         .map(|c| {
-            if c.is_control() && c != '\t' {
+            if cordon_events::terminal::is_unsafe(c) && c != '\t' {
                 '\u{fffd}'
             } else {
                 c

@@ -3,7 +3,9 @@
 
 use std::ffi::OsString;
 use std::ops::Range;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
+
+pub(crate) use cordon_events::lexical::normalize;
 
 /// Why a policy path could not be expanded. Ranges are byte offsets into the raw string.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,25 +152,6 @@ fn expand_with(
     Ok(normalize(&path))
 }
 
-/// Removes `.`, resolves `..` lexically (never above `/`) and collapses repeated slashes.
-pub(crate) fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::RootDir => out.push("/"),
-            Component::CurDir | Component::Prefix(_) => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(n) => out.push(n),
-        }
-    }
-    if out.as_os_str().is_empty() {
-        out.push(".");
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,7 +259,6 @@ mod tests {
         assert_eq!(ex("/../../etc").unwrap(), PathBuf::from("/etc"));
         assert_eq!(ex("~/../v/.ssh").unwrap(), PathBuf::from("/home/v/.ssh"));
         assert_eq!(ex("/").unwrap(), PathBuf::from("/"));
-        assert_eq!(normalize(Path::new("a/..")), PathBuf::from("."));
     }
 
     #[test]

@@ -84,14 +84,19 @@ fn redact_url(url: &str) -> String {
 }
 
 /// A TOML basic string (always double-quoted, escaped by hand so the spelling is fixed): the
-/// one quoting of the TOML lines a denial or `cordon explain` offers to allow something.
+/// one quoting of the TOML lines a denial or `cordon explain` offers to allow something. What
+/// would be unsafe on a terminal ([`cordon_events::terminal::is_unsafe`]: controls, bidi
+/// overrides) is written as a TOML `\uXXXX` escape, the same value, so neither the line shown
+/// nor the rule written can reorder or drive what the person reads.
 pub fn toml_string(s: &str) -> String {
     let mut out = String::from("\"");
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
-            c if c.is_control() => out.push_str(&format!("\\u{:04X}", u32::from(c))),
+            c if cordon_events::terminal::is_unsafe(c) => {
+                out.push_str(&format!("\\u{:04X}", u32::from(c)))
+            }
             c => out.push(c),
         }
     }

@@ -124,15 +124,11 @@ pub fn block(grant: &Grant, until: Option<&str>, note: &Note<'_>) -> String {
     out
 }
 
-/// Text that stays inside one TOML comment: control characters (TOML allows none but tab in a
-/// comment, and a newline would start a line of policy) are written as `\u{…}`.
+/// Text that stays inside one TOML comment: what is unsafe on a terminal (controls: TOML allows
+/// none but tab in a comment, and a newline would start a line of policy; bidi overrides) is
+/// written as `\u{…}`.
 fn comment_text(s: &str) -> String {
-    s.chars()
-        .map(|c| match c {
-            c if c.is_control() => c.escape_unicode().to_string(),
-            c => c.to_string(),
-        })
-        .collect()
+    cordon_events::terminal::safe(s)
 }
 
 /// `before` (the file's text, `None` when there is none) with `block` appended after a blank

@@ -330,7 +330,7 @@ pub(crate) mod tests {
             text.contains("# /home/u/.config/cordon/cordon.toml:3\n"),
             "{text}"
         );
-        assert!(text.contains("# evil\\norigin\n"), "{text}");
+        assert!(text.contains("# evil\\u{a}origin\n"), "{text}");
         assert!(text.contains("landlock = \"best-effort\""));
         assert!(text.contains("memory = \"4G\""));
         assert!(text.contains("cpu = 1.5"));

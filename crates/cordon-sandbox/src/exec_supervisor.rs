@@ -19,7 +19,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use cordon_approval::{Answer, Approvals, Mailbox};
-use cordon_events::{Action, Layer, NewEvent};
+use cordon_events::{Action, Layer, NewEvent, terminal};
 use cordon_policy::{ExecAction, ExecPlan, SyscallsPlan};
 
 use crate::seccomp::{self, Listener, Notification};
@@ -122,8 +122,8 @@ impl ExecCall {
 
     /// The `cordon explain` line for this command (the program by the name it was called).
     fn explain_hint(&self) -> String {
-        let mut argv = vec![display_safe(self.program())];
-        argv.extend(self.argv.iter().skip(1).map(|a| display_safe(a)));
+        let mut argv = vec![terminal::safe(self.program())];
+        argv.extend(self.argv.iter().skip(1).map(|a| terminal::safe(a)));
         cordon_policy::explain::hint_for_command(&argv)
     }
 
@@ -131,8 +131,8 @@ impl ExecCall {
     /// `ev` with what `cordon replay` decides an exec by again: the program by the name it
     /// was called, the file it really is, and the arguments.
     fn describe(&self, ev: NewEvent) -> NewEvent {
-        ev.detail("program", display_safe(self.program()))
-            .detail("resolved", display_safe(self.resolved_program()))
+        ev.detail("program", terminal::safe(self.program()))
+            .detail("resolved", terminal::safe(self.resolved_program()))
             .detail(
                 "args",
                 self.argv.iter().skip(1).cloned().collect::<Vec<_>>(),
@@ -140,7 +140,7 @@ impl ExecCall {
     }
 
     fn shown(&self) -> String {
-        let mut l = display_safe(self.program());
+        let mut l = terminal::safe(self.program());
         for a in self.argv.iter().skip(1) {
             l.push(' ');
             l.push_str(&shell_quote(a));
@@ -286,20 +286,6 @@ fn resolve_program(pid: u32, path: &str) -> String {
     p.display().to_string()
 }
 
-/// Control characters become visible escapes, so a crafted argument cannot redraw the
-/// approving person's terminal.
-pub(crate) fn display_safe(s: &str) -> String {
-    s.chars()
-        .flat_map(|c| {
-            if c.is_control() {
-                c.escape_default().collect::<Vec<_>>()
-            } else {
-                vec![c]
-            }
-        })
-        .collect()
-}
-
 /// Quote an argument for display when it holds anything but plain characters.
 fn shell_quote(a: &str) -> String {
     let plain = !a.is_empty()
@@ -308,7 +294,7 @@ fn shell_quote(a: &str) -> String {
     if plain {
         a.to_string()
     } else {
-        format!("'{}'", display_safe(&a.replace('\'', "'\\''")))
+        format!("'{}'", terminal::safe(&a.replace('\'', "'\\''")))
     }
 }
 
@@ -356,9 +342,10 @@ fn seccomp_name(nr: i64) -> Option<&'static str> {
     cordon_policy::syscall_table::name(nr)
 }
 
+/// The process's name: set by the process itself (`PR_SET_NAME`), so escaped as the program is.
 fn comm(pid: u32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .map(|s| s.trim().to_string())
+        .map(|s| terminal::safe(s.trim()))
         .unwrap_or_default()
 }
 
@@ -461,7 +448,7 @@ impl<'a> ExecSupervisor<'a> {
             "looked for a home path the home's view hides",
         )
         .rule("filesystem.home")
-        .detail("path", display_safe(&path.to_string_lossy()))
+        .detail("path", terminal::safe(&path.to_string_lossy()))
         .detail("program", program);
         if self.learning {
             // Recorded for `cordon policy suggest`; the view was built before the command
@@ -862,8 +849,8 @@ impl<'a> ExecSupervisor<'a> {
             .detail("command", h.line)
             .detail("question", qid)
             .detail("approval", how)
-            .detail("program", display_safe(h.call.program()))
-            .detail("resolved", display_safe(h.call.resolved_program()))
+            .detail("program", terminal::safe(h.call.program()))
+            .detail("resolved", terminal::safe(h.call.resolved_program()))
             .detail(
                 "args",
                 h.call.argv.iter().skip(1).cloned().collect::<Vec<_>>(),

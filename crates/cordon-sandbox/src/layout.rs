@@ -10,6 +10,9 @@ use std::path::{Component, Path, PathBuf};
 use cordon_policy::{FilesystemPlan, PathRule};
 use serde::{Deserialize, Serialize};
 
+/// Lexical path normalisation: the one shared meaning (see `cordon_events::lexical`).
+pub use cordon_events::lexical::normalize;
+
 mod describe;
 
 /// One step of building the filesystem view, in the order they must run.
@@ -418,21 +421,6 @@ impl Layout {
             host: host.to_path_buf(),
         })
     }
-}
-
-/// Lexically normalise an absolute path (no filesystem access).
-pub fn normalize(p: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    for c in p.components() {
-        match c {
-            Component::Normal(s) => out.push(s),
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-        }
-    }
-    out
 }
 
 fn depth(p: &Path) -> usize {

@@ -444,7 +444,7 @@ pub fn home_writes_line(session: &str, writes: &[HomeWrite], home: &Path) -> Opt
     let shown: Vec<String> = top
         .iter()
         .take(3)
-        .map(|(p, n)| format!("~/{} {n}", crate::escape::name(p.as_os_str())))
+        .map(|(p, n)| format!("~/{} {n}", cordon_events::terminal::quoted(p.as_os_str())))
         .collect();
     let more = if top.len() > 3 { ", …" } else { "" };
     let flagged: Vec<String> = writes
@@ -453,7 +453,7 @@ pub fn home_writes_line(session: &str, writes: &[HomeWrite], home: &Path) -> Opt
         .take(3)
         .map(|w| {
             let rel = w.host_path.strip_prefix(home).unwrap_or(&w.host_path);
-            format!("~/{}", crate::escape::name(rel.as_os_str()))
+            format!("~/{}", cordon_events::terminal::quoted(rel.as_os_str()))
         })
         .collect();
     let flagged = if flagged.is_empty() {

@@ -14,12 +14,11 @@
 //! Layout, by job: `store/` holds the store and its sessions (`session`: begin, open, list,
 //! discard; `review`: changes, summary; `accept`; `restore`; `paths`: resolving callers' paths
 //! and the no-symlink checks before every host write), `manifest` the snapshots and their diff,
-//! `overlay` reading an overlayfs upper dir, `flags` what a reviewer must not miss, `escape`
-//! making untrusted names and text safe to print, `exec_surface` what the host loads or runs
-//! later (git dirs through their indirections, agents' and editors' settings: found, settled at
-//! exit, classified), `fsops` the atomic, no-follow file
-//! operations, `meta` the session record, `home` and `caches` the copy-on-write home and its
-//! cache layers.
+//! `overlay` reading an overlayfs upper dir, `flags` what a reviewer must not miss (names and
+//! text from inside are made safe to print by `cordon_events::terminal`), `exec_surface` what
+//! the host loads or runs later (git dirs through their indirections, agents' and editors'
+//! settings: found, settled at exit, classified), `fsops` the atomic, no-follow file operations,
+//! `meta` the session record, `home` and `caches` the copy-on-write home and its cache layers.
 //!
 //! Trust boundary: this crate runs on the host side only, and everything it reads from a
 //! session (upper dirs, working copies, the home layer) was written by the untrusted sandbox:
@@ -32,7 +31,6 @@
 
 mod caches;
 mod error;
-mod escape;
 mod exec_surface;
 mod flags;
 mod fsops;

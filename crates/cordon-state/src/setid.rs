@@ -51,7 +51,7 @@ pub struct SetIdSweep {
 /// A path the session named, for a terminal line (control characters and non-UTF-8 bytes
 /// escaped).
 pub fn shown_path(p: &Path) -> String {
-    crate::escape::name(p.as_os_str())
+    cordon_events::terminal::quoted(p.as_os_str())
 }
 
 /// Whether `md`'s inode changed at or after `since` (less [`CLOCK_SLACK`]).

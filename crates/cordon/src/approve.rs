@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Result, anyhow, bail};
+use cordon_events::terminal;
 
 use crate::cli::ApproveArgs;
 use crate::remember::{Change, Keep, Scope};
@@ -61,7 +62,7 @@ pub fn approve(a: ApproveArgs) -> Result<()> {
             "{}  [{}] {}  (rule {}; {} s left)",
             w.id(),
             w.q.layer,
-            safe(&w.q.what),
+            terminal::safe(&w.q.what),
             w.q.rule,
             w.q.seconds_left
         );
@@ -135,7 +136,7 @@ fn answer_one(a: &ApproveArgs, waiting: &[Waiting], n: u64) -> Result<()> {
         "{} {}: {}",
         if a.allow { "allowed" } else { "denied" },
         w.id(),
-        safe(&w.q.what)
+        terminal::safe(&w.q.what)
     );
     Ok(())
 }
@@ -151,7 +152,7 @@ fn interactive(waiting: &[Waiting]) -> Result<()> {
         print!(
             "{} `{}`: [a]llow, [A]llow for the session,{rules} [d]eny, [D]eny for the session, [s]kip? ",
             w.id(),
-            safe(&w.q.what)
+            terminal::safe(&w.q.what)
         );
         let _ = std::io::stdout().flush();
         let mut line = String::new();
@@ -218,7 +219,7 @@ fn allow_with_rule(w: &Waiting, keep: Keep, scope: Scope, yes: bool, remember: b
         SystemTime::now(),
     )?;
     let file = change.file.display().to_string();
-    print!("{}", change.diff);
+    print!("{}", terminal::lines(&change.diff));
     if !yes {
         if !std::io::stdin().is_terminal() {
             bail!(
@@ -240,21 +241,9 @@ fn allow_with_rule(w: &Waiting, keep: Keep, scope: Scope, yes: bool, remember: b
     println!(
         "allowed {id}: {}
 the rule is in {file}: sessions started from now on are not asked (this one keeps the policy it started with)",
-        safe(&w.q.what)
+        terminal::safe(&w.q.what)
     );
     Ok(())
-}
-
-/// A question's words for the terminal: they came from inside the sandbox (a decoded URL
-/// path may hold ESC), so control and bidi-override characters are shown as `?`.
-fn safe(what: &str) -> String {
-    what.chars()
-        .map(|c| match c {
-            c if c.is_control() => '?',
-            '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => '?',
-            c => c,
-        })
-        .collect()
 }
 
 #[cfg(test)]

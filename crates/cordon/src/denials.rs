@@ -9,7 +9,7 @@ use std::io::Write;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use cordon_events::{Action, Event, Layer};
+use cordon_events::{Action, Event, Layer, terminal};
 
 use crate::summary::url_host;
 
@@ -91,22 +91,25 @@ impl DenialLines {
             .or_else(|| e.detail_str("name"))
             .or_else(|| e.detail_str("url").map(url_host))
         {
-            Some(h) => format!("of {}", clean(h)),
-            None => format!("under rule {}", clean(e.rule.as_deref().unwrap_or("?"))),
+            Some(h) => format!("of {}", terminal::safe(h)),
+            None => format!(
+                "under rule {}",
+                terminal::safe(e.rule.as_deref().unwrap_or("?"))
+            ),
         };
         let rule = format!(
             "{}{}",
-            clean(e.rule.as_deref().unwrap_or("?")),
+            terminal::safe(e.rule.as_deref().unwrap_or("?")),
             explain_hint(e)
-                .map(|h| format!("; why: `{}`", clean(&h)))
+                .map(|h| format!("; why: `{}`", terminal::safe(&h)))
                 .unwrap_or_default()
         );
         let what = match by_dns {
             true => format!(
                 "the name {}: it does not resolve inside",
-                clean(e.detail_str("name").unwrap_or("?"))
+                terminal::safe(e.detail_str("name").unwrap_or("?"))
             ),
-            false => clean(&e.reason),
+            false => terminal::safe(&e.reason),
         };
         // A lookup comes as A and AAAA, and retried: one line a window says it.
         let burst = if by_dns { 1 } else { BURST };
@@ -175,13 +178,6 @@ fn explain_hint(e: &Event) -> Option<String> {
     }
 }
 
-/// Control characters out, so a hostile name cannot drive the terminal.
-fn clean(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,6 +243,19 @@ mod tests {
         );
         let allowed = event(NewEvent::new(Layer::Network, Action::Allow, "x"));
         assert!(d.line_for(&allowed, t0).is_none());
+    }
+
+    /// A host name from inside cannot drive the terminal or reorder the line.
+    #[test]
+    fn a_hostile_host_is_escaped() {
+        let d = DenialLines::new(false);
+        let line = d
+            .line_for(&ev("x\u{1b}[2J\u{202e}.test"), Instant::now())
+            .unwrap();
+        assert_eq!(
+            line,
+            "denied x\\u{1b}[2J\\u{202e}.test:443 — no rule (rule network.default-deny)"
+        );
     }
 
     /// A denial that names no host (the flow cap) is counted under its rule, not under "?".

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use cordon_events::{Action, Event, LEARN, Layer};
 
-use crate::summary::{clean, say};
+use crate::summary::say;
 
 /// How many entries of each group the exit summary names.
 const SHOWN: usize = 8;
@@ -53,7 +53,7 @@ impl Learned {
             return;
         }
         let mut g = self.groups.lock().unwrap_or_else(|p| p.into_inner());
-        let text = |k: &str| e.detail_str(k).map(clean);
+        let text = |k: &str| e.detail_str(k).map(cordon_events::terminal::safe);
         match e.layer {
             Layer::Network | Layer::Http => {
                 let host = text("host").unwrap_or_else(|| "?".into());

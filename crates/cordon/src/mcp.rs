@@ -74,8 +74,11 @@ fn run(c: McpCmd) -> Result<i32> {
                 println!("no MCP tools pinned yet ({})", path.display());
             }
             for (server, tools) in &file.servers {
+                // Names and descriptions come from the MCP servers: escaped for the terminal.
+                let server = one_line(server);
                 println!("{server}");
                 for (name, pin) in tools {
+                    let name = one_line(name);
                     match &pin.changed {
                         None => println!("  {name}  pinned  {}", one_line(&pin.description)),
                         Some(_) => {
@@ -104,6 +107,7 @@ fn run(c: McpCmd) -> Result<i32> {
     }
 }
 
+/// `s` on one line, whitespace runs as one space, unsafe characters escaped.
 fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
+    cordon_events::terminal::safe(&s.split_whitespace().collect::<Vec<_>>().join(" "))
 }

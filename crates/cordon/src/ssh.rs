@@ -53,7 +53,7 @@ fn with_terminal_lines(sink: &cordon_net::Emit, quiet: bool) -> cordon_ssh::Emit
                 .to_string();
             let first = told.lock().unwrap_or_else(|p| p.into_inner()).insert(host);
             if first {
-                let line: String = ev.reason.chars().filter(|c| !c.is_control()).collect();
+                let line = cordon_events::terminal::safe(&ev.reason);
                 // A pty in raw mode needs the carriage returns; a broken stderr is not fatal.
                 let _ = write!(std::io::stderr(), "\r\ncordon: {line}\r\n");
             }

@@ -696,7 +696,7 @@ fn review(plan: &Plan, s: &Session, emit: &dyn Fn(NewEvent)) -> Reviewed {
         OnExit::Keep => match s.accept(&[]) {
             Ok(r) => {
                 for c in &r.conflicts {
-                    eprintln!("cordon: not applied: {}: {}", c.path.display(), c.why);
+                    eprintln!("cordon: not applied: {c}");
                 }
                 emit(
                     NewEvent::new(
@@ -775,7 +775,7 @@ fn apply_unasked(
                 crate::output::count(r.applied.len(), "change", "changes"),
             );
             for c in &r.conflicts {
-                eprintln!("cordon: not applied: {}: {}", c.path.display(), c.why);
+                eprintln!("cordon: not applied: {c}");
             }
             emit(
                 NewEvent::new(
@@ -891,7 +891,7 @@ fn run(c: StateCmd) -> Result<i32> {
                 println!("applied {}", p.display());
             }
             for c in &r.conflicts {
-                println!("CONFLICT {}: {}", c.path.display(), c.why);
+                println!("CONFLICT {c}");
             }
             Ok(if r.conflicts.is_empty() { 0 } else { 1 })
         }
@@ -945,7 +945,7 @@ fn run(c: StateCmd) -> Result<i32> {
                 println!("removed {}", p.display());
             }
             for c in &r.refused {
-                println!("REFUSED {}: {}", c.path.display(), c.why);
+                println!("REFUSED {c}");
             }
             println!("{} already as in the snapshot", r.unchanged);
             Ok(if r.refused.is_empty() { 0 } else { 1 })

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use cordon_events::{Action, Event, Layer};
+use cordon_events::{Action, Event, Layer, terminal};
 
 /// How many denied hosts the exit line names.
 const TOP_DENIED: usize = 3;
@@ -112,20 +112,13 @@ pub(crate) fn say(line: &str) {
     let _ = writeln!(std::io::stderr(), "cordon: {line}");
 }
 
-/// Control characters out, so a hostile name cannot drive the terminal.
-pub(crate) fn clean(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
-}
-
 fn strings(e: &Event, key: &str) -> Vec<String> {
     e.detail
         .get(key)
         .and_then(|v| v.as_array())
         .map(|a| {
             a.iter()
-                .filter_map(|v| v.as_str().map(clean))
+                .filter_map(|v| v.as_str().map(terminal::safe))
                 .collect::<Vec<_>>()
         })
         .unwrap_or_default()
@@ -170,13 +163,14 @@ impl Facts {
     fn take(&mut self, e: &Event) {
         let (layer, action) = (e.layer, e.action);
         if self.session.is_empty() {
-            self.session = clean(&e.session);
+            self.session = terminal::safe(&e.session);
         }
         match (layer, action) {
             (Layer::Session, Action::Start) => {
-                self.profile = clean(e.detail_str("profile").unwrap_or_default());
-                self.profile_by = clean(e.detail_str("profile_detected").unwrap_or_default());
-                self.project = clean(e.detail_str("project").unwrap_or_default());
+                self.profile = terminal::safe(e.detail_str("profile").unwrap_or_default());
+                self.profile_by =
+                    terminal::safe(e.detail_str("profile_detected").unwrap_or_default());
+                self.project = terminal::safe(e.detail_str("project").unwrap_or_default());
                 self.policy_files = strings(e, "policy_files");
             }
             (Layer::Filesystem, Action::Apply) if e.detail.contains_key("writable") => {
@@ -252,11 +246,17 @@ impl Facts {
             (Layer::Exec, Action::Degraded) => self.layer("exec", "no broker", true),
             (Layer::Network | Layer::Http, Action::Allow) => self.allowed += 1,
             (Layer::Network | Layer::Http, Action::Deny) if is_quiet_denial(&self.quiet, e) => {
-                *self.quiet_hosts.entry(clean(denied_host(e))).or_default() += 1;
+                *self
+                    .quiet_hosts
+                    .entry(terminal::safe(denied_host(e)))
+                    .or_default() += 1;
             }
             (Layer::Network | Layer::Http, Action::Deny) => {
                 self.denied += 1;
-                *self.denied_hosts.entry(clean(denied_host(e))).or_default() += 1;
+                *self
+                    .denied_hosts
+                    .entry(terminal::safe(denied_host(e)))
+                    .or_default() += 1;
             }
             // An exec no rule matched is logged for replay; the line counts rules hit.
             (Layer::Exec, Action::Allow | Action::Deny) if e.rule.is_some() => {
@@ -344,7 +344,10 @@ impl Facts {
                 crate::output::count(n as usize, "home write", "home writes")
             ));
         }
-        parts.push(format!("log {}", clean(&log.display().to_string())));
+        parts.push(format!(
+            "log {}",
+            terminal::safe(&log.display().to_string())
+        ));
         parts.join(" · ")
     }
 }
@@ -401,7 +404,7 @@ pub(crate) mod tests {
                 .detail("host", "evil.test"),
             NewEvent::new(Layer::Network, Action::Deny, "d")
                 .rule("x")
-                .detail("host", "b\u{1b}.test"),
+                .detail("host", "b\u{1b}\u{202e}.test"),
             NewEvent::new(Layer::Http, Action::Allow, "a")
                 .rule("r → judge")
                 .judge_call(&cordon_events::JudgeCall {
@@ -434,6 +437,8 @@ pub(crate) mod tests {
             "{exit}"
         );
         assert!(exit.contains("`cordon state diff S1`"), "{exit}");
+        assert!(exit.contains("b\\u{1b}\\u{202e}.test ×1"), "{exit}");
+        assert!(!exit.contains(['\u{1b}', '\u{202e}']), "{exit}");
         assert!(exit.ends_with("log /l.jsonl"), "{exit}");
     }
 

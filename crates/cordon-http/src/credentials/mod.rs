@@ -99,7 +99,10 @@ impl WireCredential {
     pub(crate) fn formatted(format: &str, value: &str) -> String {
         let v = format.replace("{}", value);
         match v.strip_prefix("Basic ") {
-            Some(userpass) => format!("Basic {}", crate::b64::encode(userpass.as_bytes(), true)),
+            Some(userpass) => format!(
+                "Basic {}",
+                crate::encoding::b64_encode(userpass.as_bytes(), true)
+            ),
             None => v,
         }
     }

@@ -238,7 +238,9 @@ impl Logins {
                     grant.clone_from(&value);
                 }
                 match ours(&value).filter(|_| k == "refresh_token") {
-                    Some(c) => format!("{k}={}", form_encode(&c.real)),
+                    Some(c) => {
+                        format!("{k}={}", crate::encoding::percent_encode(c.real.as_bytes()))
+                    }
                     None => kv.to_string(),
                 }
             })
@@ -523,44 +525,9 @@ fn now_rfc3339() -> String {
     )
 }
 
-/// A form value decoded (`+` is a space, `%XX` a byte).
+/// A form value decoded (`+` is a space, `%XX` a byte), as text.
 fn form_decode(v: &str) -> String {
-    let b = v.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                let hex = std::str::from_utf8(&b[i + 1..i + 3])
-                    .ok()
-                    .and_then(|h| u8::from_str_radix(h, 16).ok());
-                match hex {
-                    Some(x) => {
-                        out.push(x);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// A form value encoded (RFC 3986 unreserved characters kept).
-fn form_encode(v: &str) -> String {
-    let mut out = String::new();
-    for b in v.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    String::from_utf8_lossy(&crate::encoding::form_decode(v.as_bytes())).into_owned()
 }
 
 #[cfg(test)]

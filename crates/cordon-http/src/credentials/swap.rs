@@ -52,7 +52,7 @@ pub(crate) fn swap(
                     elsewhere()
                 }));
             };
-            let real = percent_encode(&c.real);
+            let real = crate::encoding::percent_encode(c.real.as_bytes());
             let mut pairs = Vec::new();
             for kv in query.split('&').filter(|kv| !kv.is_empty()) {
                 let (name, value) = kv.split_once('=').unwrap_or((kv, ""));
@@ -107,7 +107,7 @@ pub(crate) fn swap(
                 let basic = trimmed
                     .get(..6)
                     .filter(|s| s.eq_ignore_ascii_case("basic "))
-                    .and_then(|_| crate::b64::decode(trimmed[6..].trim()))
+                    .and_then(|_| crate::encoding::b64_decode(trimmed[6..].trim()))
                     .map(|d| String::from_utf8_lossy(&d).into_owned());
                 let plain_hit = text.contains(&c.placeholder);
                 let basic_hit = basic.as_ref().is_some_and(|b| b.contains(&c.placeholder));
@@ -128,9 +128,14 @@ pub(crate) fn swap(
                     text.replace(&c.placeholder, &c.real)
                 } else {
                     let inner = basic.unwrap_or_default();
-                    let real =
-                        crate::b64::encode(inner.replace(&c.placeholder, &c.real).as_bytes(), true);
-                    sent.push((real.clone(), crate::b64::encode(inner.as_bytes(), true)));
+                    let real = crate::encoding::b64_encode(
+                        inner.replace(&c.placeholder, &c.real).as_bytes(),
+                        true,
+                    );
+                    sent.push((
+                        real.clone(),
+                        crate::encoding::b64_encode(inner.as_bytes(), true),
+                    ));
                     format!("Basic {real}")
                 };
                 match HeaderValue::from_str(&swapped) {
@@ -203,18 +208,6 @@ pub(crate) fn rewrite_headers<E>(
     Ok(())
 }
 
-/// A query value, percent-encoded (RFC 3986 unreserved characters kept).
-fn percent_encode(v: &str) -> String {
-    let mut out = String::new();
-    for b in v.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
 /// The event for a credential's placeholder sent where it may not go.
 pub(crate) fn leak_event(label: &str, name: &str, place: &str) -> NewEvent {
     NewEvent::new(

@@ -81,7 +81,7 @@ fn header_value() -> impl Strategy<Value = String> {
         text().prop_map(|t| format!("Bearer {t}")),
         text().prop_map(|t| format!(
             "Basic {}",
-            crate::b64::encode(format!("user:{t}").as_bytes(), true)
+            crate::encoding::b64_encode(format!("user:{t}").as_bytes(), true)
         )),
     ]
 }
@@ -134,7 +134,7 @@ fn exposes(parts: &hyper::http::request::Parts) -> bool {
             let text = String::from_utf8_lossy(v.as_bytes()).into_owned();
             let basic = text
                 .strip_prefix("Basic ")
-                .and_then(|b| crate::b64::decode(b.trim()))
+                .and_then(|b| crate::encoding::b64_decode(b.trim()))
                 .is_some_and(|d| String::from_utf8_lossy(&d).contains(REAL));
             text.contains(REAL) || basic
         })
@@ -143,7 +143,7 @@ fn exposes(parts: &hyper::http::request::Parts) -> bool {
 fn holds_placeholder(path: &str, query: &str, headers: &[(String, String)], body: &[u8]) -> bool {
     let basic_ph = |v: &str| {
         v.strip_prefix("Basic ")
-            .and_then(crate::b64::decode)
+            .and_then(crate::encoding::b64_decode)
             .is_some_and(|d| String::from_utf8_lossy(&d).contains(PH))
     };
     path.contains(PH)

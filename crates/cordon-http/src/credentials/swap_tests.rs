@@ -132,7 +132,7 @@ fn an_injected_credential_is_set_on_every_request_to_its_hosts() {
 
 #[test]
 fn query_values_are_percent_encoded() {
-    assert_eq!(percent_encode("a b/c~d"), "a%20b%2Fc~d");
+    assert_eq!(crate::encoding::percent_encode(b"a b/c~d"), "a%20b%2Fc~d");
 }
 
 fn two_headers() -> CredentialSlot {

@@ -24,7 +24,7 @@ pub(crate) fn admit<'a, B>(
     } = conn;
     let raw_path = req.uri().path();
     // Rules match the path as the server will read it, so an encoding cannot slip past.
-    let path = normalize_path(raw_path).map_err(|why| {
+    let path = normalize_url_path(raw_path).map_err(|why| {
         Refused::new(
             StatusCode::BAD_REQUEST,
             format!(
@@ -109,10 +109,11 @@ fn port_suffix(scheme: &str, port: u16) -> String {
     }
 }
 
-/// The path as a server reads it, for rule matching: percent-escapes decoded once, empty and
-/// `.` segments dropped, `..` resolved. Encoded `/`, `\\` or NUL, a raw `\\`, a `..` above
+/// A URL path as a server reads it, for rule matching: percent-escapes decoded once, empty and
+/// `.` segments dropped, `..` resolved. (Not a file path: those are normalised by
+/// `cordon_events::lexical`, which decodes nothing and refuses nothing.) Encoded `/`, `\\` or NUL, a raw `\\`, a `..` above
 /// the root, or invalid escapes are refused: no rule can be written for what they mean.
-pub(crate) fn normalize_path(raw: &str) -> Result<String, &'static str> {
+pub(crate) fn normalize_url_path(raw: &str) -> Result<String, &'static str> {
     let b = raw.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

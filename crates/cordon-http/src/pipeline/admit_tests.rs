@@ -12,7 +12,7 @@ fn paths_are_matched_as_servers_read_them() {
         ("/", "/"),
         ("/caf%C3%A9", "/café"),
     ] {
-        assert_eq!(normalize_path(raw).as_deref(), Ok(want), "{raw}");
+        assert_eq!(normalize_url_path(raw).as_deref(), Ok(want), "{raw}");
     }
     for bad in [
         "/%2fsecret",
@@ -25,7 +25,7 @@ fn paths_are_matched_as_servers_read_them() {
         "/%zz",
         "/%4",
     ] {
-        assert!(normalize_path(bad).is_err(), "{bad}");
+        assert!(normalize_url_path(bad).is_err(), "{bad}");
     }
 }
 

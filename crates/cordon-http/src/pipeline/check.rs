@@ -136,21 +136,7 @@ pub(crate) async fn check(
 
 /// The `[[http.rule]]` that would let this request (method, host, port, path) through.
 fn allow_lines(ex: &Exchange<'_>) -> String {
-    let q = |s: &str| {
-        let mut out = String::from("\"");
-        for c in s.chars() {
-            match c {
-                '"' | '\\' => {
-                    out.push('\\');
-                    out.push(c);
-                }
-                c if c.is_control() => out.push_str(&format!("\\u{:04X}", u32::from(c))),
-                c => out.push(c),
-            }
-        }
-        out.push('"');
-        out
-    };
+    let q = cordon_policy::explain::toml_string;
     let host = ex.host();
     format!(
         "[[http.rule]]\nname = {}\nhost = {}\nport = {}\nmethods = [{}]\npath = {}\naction = \"allow\"",

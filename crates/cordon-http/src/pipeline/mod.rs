@@ -17,7 +17,7 @@
 //! event, if any, is out already). Nothing here trusts the request: it comes from the sandbox.
 
 mod admit;
-pub(crate) use admit::normalize_path;
+pub(crate) use admit::normalize_url_path;
 mod body;
 mod check;
 mod count;
@@ -96,7 +96,7 @@ pub(crate) struct Exchange<'a> {
     pub conn: Conn<'a>,
     pub started: Instant,
     pub method: String,
-    /// The path as the server reads it (see [`admit::normalize_path`]).
+    /// The path as the server reads it (see [`admit::normalize_url_path`]).
     pub path: String,
     pub query: String,
     /// The request target as sent (path and query): what secret scanning reads.

@@ -18,6 +18,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use cordon_events::lexical::normalize;
 use cordon_policy::{ExecSeen, Owner, Process};
 
 /// The last exec host pid `pid`, started at the given time, is known to have made (see
@@ -416,21 +417,6 @@ fn resolve(pid: i32, path: &Path) -> String {
         }
     }
     p.display().to_string()
-}
-
-/// `.` and `..` taken out, lexically.
-fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    for c in path.components() {
-        match c {
-            std::path::Component::Normal(n) => out.push(n),
-            std::path::Component::ParentDir => {
-                out.pop();
-            }
-            _ => {}
-        }
-    }
-    out
 }
 
 fn read_head(path: &Path) -> Option<String> {

@@ -851,17 +851,10 @@ impl Render {
     }
 }
 
-/// A TOML comment holding `text` on one line, whatever it contains.
+/// A TOML comment holding `text` on one line, whatever it contains (unsafe characters as
+/// `\u{…}`, see [`cordon_events::terminal`]).
 pub(crate) fn comment(text: &str) -> String {
-    text.chars()
-        .flat_map(|c| {
-            if c.is_control() {
-                c.escape_default().collect()
-            } else {
-                vec![c]
-            }
-        })
-        .collect()
+    cordon_events::terminal::safe(text)
 }
 
 #[cfg(test)]

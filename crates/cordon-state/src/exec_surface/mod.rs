@@ -43,7 +43,7 @@ pub mod fuzzing {
 
 use std::fs;
 use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use crate::error::{StateError, io_err};
 use crate::flags::Subject;
@@ -51,6 +51,8 @@ use crate::fsops;
 use crate::manifest::{Manifest, NodeKind};
 use crate::meta::{EntryKind, MetaEntry};
 use crate::store::{Change, Session};
+
+pub(crate) use cordon_events::lexical::normalize;
 
 /// Names under a writable root that host tools load on their own: agents' project settings
 /// (their hooks and MCP servers run), editors' workspace settings and tasks, direnv, shell rc
@@ -153,21 +155,6 @@ pub(crate) fn read_regular(p: &Path) -> Option<String> {
 
 fn canon(p: &Path) -> Option<PathBuf> {
     fs::canonicalize(p).ok()
-}
-
-/// Lexically normalised absolute path.
-pub(crate) fn normalize(p: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    for c in p.components() {
-        match c {
-            Component::Normal(s) => out.push(s),
-            Component::ParentDir => {
-                out.pop();
-            }
-            _ => {}
-        }
-    }
-    out
 }
 
 /// The directory a gitfile (`gitdir: X`) names, resolved against the file's directory.

@@ -130,6 +130,16 @@ pub struct Conflict {
     pub why: String,
 }
 
+impl std::fmt::Display for Conflict {
+    /// `PATH: WHY` for a terminal: the path names a file the session made, so it is shown
+    /// escaped and quoted when odd ([`cordon_events::terminal::quoted`]).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use cordon_events::terminal;
+        let path = terminal::quoted(self.path.as_os_str());
+        write!(f, "{path}: {}", terminal::safe(&self.why))
+    }
+}
+
 /// One session, as [`StateStore::list`] shows it.
 #[derive(Clone, Debug)]
 pub struct SessionInfo {

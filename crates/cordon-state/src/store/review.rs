@@ -10,13 +10,13 @@ use std::path::{Path, PathBuf};
 
 use super::{Change, Planned, Session};
 use crate::error::StateError;
-use crate::escape;
 use crate::flags::{self, Subject};
 use crate::fsops;
 use crate::manifest::{self, ChangeKind, Manifest, Node, NodeKind, diff_manifests, join_rel};
 use crate::meta::{EntryKind, Status};
 use crate::overlay;
 use crate::textdiff;
+use cordon_events::terminal;
 
 /// Largest file (either side) shown as a diff.
 const DIFF_MAX_BYTES: u64 = 64 * 1024;
@@ -96,7 +96,7 @@ fn change_line(c: &Change) -> String {
     let name = if c.rel.as_os_str().is_empty() {
         ".".to_owned()
     } else {
-        escape::name(c.rel.as_os_str())
+        terminal::quoted(c.rel.as_os_str())
     };
     let slash = if is_dir(&c.after) || (c.after.is_none() && is_dir(&c.before)) {
         "/"
@@ -112,7 +112,7 @@ fn change_line(c: &Change) -> String {
     };
     let target = match (&c.after, &c.link_target) {
         (Some(a), Some(t)) if a.kind == NodeKind::Symlink => {
-            format!(" -> {}", escape::name(t.as_os_str()))
+            format!(" -> {}", terminal::quoted(t.as_os_str()))
         }
         (Some(a), None) if a.kind == NodeKind::Symlink => {
             " -> (target changed since the review started)".to_owned()
@@ -123,7 +123,7 @@ fn change_line(c: &Change) -> String {
     if c.flags.is_empty() {
         return line;
     }
-    let flags: Vec<String> = c.flags.iter().map(|f| escape::text(f)).collect();
+    let flags: Vec<String> = c.flags.iter().map(|f| terminal::safe(f)).collect();
     format!("{line}  FLAGGED: {}", flags.join("; "))
 }
 
@@ -240,7 +240,7 @@ impl Session {
             link_target: link_target.as_deref(),
         })
         .iter()
-        .map(|f| escape::text(f))
+        .map(|f| terminal::safe(f))
         .collect();
         let before_ok = match &p.before {
             None => true,
@@ -252,9 +252,9 @@ impl Session {
         let diff = match (&p.after, &after_text) {
             (Some(a), Some(t)) if a.size <= DIFF_MAX_BYTES && before_ok => {
                 let label = if p.rel.as_os_str().is_empty() {
-                    e.host.file_name().map(escape::name).unwrap_or_default()
+                    e.host.file_name().map(terminal::quoted).unwrap_or_default()
                 } else {
-                    escape::name(p.rel.as_os_str())
+                    terminal::quoted(p.rel.as_os_str())
                 };
                 let d = textdiff::unified(
                     before_text.as_deref().unwrap_or(""),
@@ -262,7 +262,7 @@ impl Session {
                     &label,
                     DIFF_MAX_LINES,
                 );
-                (!d.is_empty()).then(|| escape::lines(&d))
+                (!d.is_empty()).then(|| terminal::lines(&d))
             }
             _ => None,
         };
@@ -339,7 +339,7 @@ impl Session {
                 EntryKind::File => "file",
                 EntryKind::Absent => "new",
             };
-            let host_shown = escape::name(OsStr::new(&home_display(&e.host)));
+            let host_shown = terminal::quoted(OsStr::new(&home_display(&e.host)));
             if mine.is_empty() {
                 // Among changes, a path without any is noise; alone, it is the answer.
                 if changes.is_empty() {
@@ -372,8 +372,8 @@ impl Session {
                     {
                         folded += 1
                     }
-                    Some(d) if c.flags.is_empty() => diffs.push_str(&escape::lines(d)),
-                    Some(d) => flagged_diffs.push_str(&escape::lines(d)),
+                    Some(d) if c.flags.is_empty() => diffs.push_str(&terminal::lines(d)),
+                    Some(d) => flagged_diffs.push_str(&terminal::lines(d)),
                     None => {}
                 }
             }
@@ -382,7 +382,7 @@ impl Session {
             let _ = writeln!(
                 out,
                 "not protected (did not exist): {}",
-                escape::name(OsStr::new(&home_display(s)))
+                terminal::quoted(OsStr::new(&home_display(s)))
             );
         }
         // FLAGGED diffs first, in the order their lines are listed.

@@ -387,8 +387,8 @@ pub fn report_trace(t: &cordon_sandbox::HomeTrace) {
             Ok(r) => format!("~/{}", r.display()),
             Err(_) => path.display().to_string(),
         };
-        let clean: String = tilde.chars().filter(|c| !c.is_control()).collect();
-        let program: String = program.chars().filter(|c| !c.is_control()).collect();
+        let clean = cordon_events::terminal::safe(&tilde);
+        let program = cordon_events::terminal::safe(program);
         eprintln!("cordon:   {clean} ({program}): `cordon explain {clean}` says how to show it");
     }
     if found.len() > 8 {
