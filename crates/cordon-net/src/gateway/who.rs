@@ -23,12 +23,16 @@ fn close_on_exec(pid: i32, fd: Option<u32>) -> bool {
     let Some(fd) = fd else {
         return false;
     };
-    std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}"))
-        .ok()
-        .and_then(|t| {
-            let v = t.lines().find_map(|l| l.strip_prefix("flags:"))?;
-            u32::from_str_radix(v.trim(), 8).ok()
-        })
+    // One read: fdinfo is short, and `read_to_string` would ask procfs for a size it does not
+    // know and read in growing steps, on every keyed connection.
+    let mut buf = [0u8; 512];
+    let n = std::fs::File::open(format!("/proc/{pid}/fdinfo/{fd}"))
+        .and_then(|mut f| std::io::Read::read(&mut f, &mut buf))
+        .unwrap_or(0);
+    String::from_utf8_lossy(&buf[..n])
+        .lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
         .is_some_and(|f| f & O_CLOEXEC != 0)
 }
 
