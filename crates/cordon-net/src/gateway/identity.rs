@@ -21,6 +21,8 @@ use std::sync::{Arc, Mutex};
 use cordon_events::lexical::normalize;
 use cordon_policy::{ExecSeen, Owner, Process};
 
+use super::owner::ns_pid;
+
 /// The last exec host pid `pid`, started at the given time, is known to have made (see
 /// `cordon_sandbox::ExecsSeen`).
 pub type ExecsOf = Arc<dyn Fn(u32, u64) -> Option<ExecSeen> + Send + Sync>;
@@ -488,14 +490,6 @@ fn key(pid: i32) -> Option<((i32, u64, u64, u64), i32)> {
     let ppid = rest.get(1)?.parse().ok()?;
     let start = rest.get(19)?.parse().ok()?;
     Some(((pid, start, exe.dev(), exe.ino()), ppid))
-}
-
-fn ns_pid(dir: &Path) -> Option<i64> {
-    let status = std::fs::read_to_string(dir.join("status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("NSpid:"))
-        .and_then(|v| v.split_whitespace().last()?.parse().ok())
 }
 
 #[cfg(test)]

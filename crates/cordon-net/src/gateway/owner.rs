@@ -504,7 +504,7 @@ fn join_args(raw: &[u8]) -> String {
 
 /// The pid as the sandbox sees it, of the process whose `/proc` directory is `dir`: the last
 /// entry of its `NSpid`.
-fn ns_pid(dir: &Path) -> Option<i64> {
+pub(crate) fn ns_pid(dir: &Path) -> Option<i64> {
     let status = read_proc(&dir.join("status"), 16 << 10).ok()?;
     String::from_utf8_lossy(&status)
         .lines()
