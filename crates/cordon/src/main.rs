@@ -26,10 +26,12 @@ mod project;
 mod redact;
 mod remember;
 mod replay;
+mod run;
 mod ssh;
 mod state;
 mod summary;
 mod ui;
+mod wire;
 
 use std::process::ExitCode;
 

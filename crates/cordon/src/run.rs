@@ -1,0 +1,462 @@
+//! `cordon run`: one session from the command line to the exit review — init started early,
+//! the policy loaded, the gateway, the HTTP layer and the state layer prepared beside each
+//! other, the sandbox run, the summary and review at exit.
+
+use std::io::Write;
+use std::path::Path;
+
+use cordon_events::{Action, AuditLog, Layer, NewEvent};
+use cordon_policy::Loaded;
+
+use crate::cli::RunArgs;
+use crate::commands::{EXIT_SETUP, load_options, login_hint, resolve_project, session_approvals};
+use crate::wire::{held_logins_line, start_gateway};
+
+pub(crate) fn run(a: RunArgs) -> i32 {
+    // Init is started first, while this process has one thread and has read nothing secret
+    // (see `EarlyInit::start`), and its namespaces are made while the policy loads. Any
+    // return before the session takes it kills it.
+    let early = cordon_sandbox::EarlyInit::start();
+    let project = match resolve_project(a.policy_args.project.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("cordon: {}", crate::output::chain(&e));
+            return EXIT_SETUP;
+        }
+    };
+    let mut opts = load_options(a.policy.clone(), &a.policy_args, project.clone());
+    // Without --profile, the command picks its agent's profile.
+    opts.command = a
+        .command
+        .iter()
+        .map(|s| s.to_string_lossy().into_owned())
+        .collect();
+    // On a thread of its own, so that this one sleeps meanwhile: where the kernel starts a new
+    // task on its parent's CPU (docs/benchmarks.md, start-up's twelfth round), init's helper,
+    // just forked, would otherwise wait until the policy is loaded.
+    let loaded = std::thread::scope(|s| {
+        s.spawn(|| cordon_policy::load(&opts))
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    });
+    let mut loaded = match loaded {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("{e}");
+            return EXIT_SETUP;
+        }
+    };
+    loaded.plan.learning = a.learn;
+    // Rules that end are judged once, here: one that ends while the session runs holds.
+    let expired = crate::grants::expire(&mut loaded.plan, std::time::SystemTime::now());
+    for w in &loaded.warnings {
+        eprintln!("cordon: warning: {w}");
+    }
+    if let Some(h) = login_hint(&opts.command, &loaded) {
+        eprintln!("cordon: {}", h.line());
+    }
+
+    let session = cordon_events::new_session_id();
+    let audit_path = match a
+        .audit
+        .clone()
+        .or_else(|| cordon_events::default_log_path(&session))
+    {
+        Some(p) => p,
+        None => {
+            eprintln!(
+                "cordon: no place for the audit log: set HOME or XDG_STATE_HOME, or pass --audit FILE"
+            );
+            return EXIT_SETUP;
+        }
+    };
+    let log = match AuditLog::create(&audit_path, &session) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!(
+                "cordon: cannot create the audit log: {e}; pass --audit FILE to put it elsewhere"
+            );
+            return EXIT_SETUP;
+        }
+    };
+    // Kept until the session ends: the dashboard lives as long as the run.
+    let _ui = match a.ui.then(|| crate::ui::for_run(&audit_path)).transpose() {
+        Ok(ui) => ui,
+        Err(e) => {
+            eprintln!("cordon: {}", crate::output::chain(&e));
+            return EXIT_SETUP;
+        }
+    };
+    let verbose = a.verbose;
+    let log = std::sync::Arc::new(log);
+    let lines = std::sync::Arc::new(crate::summary::Lines::new(
+        a.quiet,
+        verbose,
+        audit_path.clone(),
+    ));
+    lines.quiet(&loaded.plan.agent);
+    let tap = lines.clone();
+    let quiet = loaded.plan.agent.clone();
+    let denials = std::sync::Arc::new(crate::denials::DenialLines::new(a.quiet));
+    let denials_tap = denials.clone();
+    let learned = std::sync::Arc::new(crate::learn::Learned::new(a.learn));
+    let learned_tap = learned.clone();
+    let audit = log.health();
+    let sink = audit_sink(log, verbose, tap, quiet, denials_tap, learned_tap);
+    let emit = |ev: NewEvent| sink(ev);
+    emit(start_event(&opts.command, &project, &loaded));
+    crate::grants::log(&expired, &emit);
+    let code = run_in_session(&a, &project, &loaded, &session, early, &sink, &audit);
+    emit(NewEvent::new(Layer::Session, Action::Stop, "session ended").detail("code", code));
+    if !audit.writable() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "cordon: ERROR: the audit log could still not be written when the session ended: the events held since are lost, and the log has no stop event"
+        );
+    }
+    denials.finish();
+    lines.finish(code);
+    learned.finish(&session);
+    code
+}
+
+/// The session's audit sink: each event into the log, then to the exit summary's count, the
+/// terminal's denial lines and, with `-v`, stderr. Shared with the egress gateway's threads. A
+/// closed or broken stderr must not take the session down (eprintln! would panic).
+fn audit_sink(
+    log: std::sync::Arc<AuditLog>,
+    verbose: bool,
+    tap: std::sync::Arc<crate::summary::Lines>,
+    quiet: cordon_policy::AgentPlan,
+    denials_tap: std::sync::Arc<crate::denials::DenialLines>,
+    learned_tap: std::sync::Arc<crate::learn::Learned>,
+) -> cordon_net::Emit {
+    // Said once per outage, not once per event: while the log cannot be written the layers
+    // refuse what they would let out, and the events wait in memory.
+    let failing = std::sync::atomic::AtomicBool::new(false);
+    std::sync::Arc::new(
+        move |ev: NewEvent| match log.emit(crate::redact::exec_event(ev)) {
+            Ok(e) => {
+                if failing.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "cordon: the audit log can be written again; the events held meanwhile are in it (see its audit.unwritable event)"
+                    );
+                }
+                if verbose {
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "cordon: {}",
+                        cordon_events::format_human(&e)
+                    );
+                }
+                tap.observe(&e);
+                learned_tap.observe(&e);
+                if !crate::summary::is_quiet_denial(&quiet, &e) {
+                    denials_tap.observe(&e);
+                }
+            }
+            Err(e) => {
+                if !failing.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "cordon: ERROR: the audit log cannot be written ({e}): every new connection and request is refused until it can; events wait in memory (up to {})",
+                        cordon_events::MAX_HELD
+                    );
+                }
+            }
+        },
+    )
+}
+
+/// The session's first event: what runs, where, under which policy files and profile.
+fn start_event(argv: &[String], project: &Path, loaded: &Loaded) -> NewEvent {
+    let (profile, detected) = match &loaded.profile {
+        Some(p) => (p.name.clone(), p.detected.clone().unwrap_or_default()),
+        None => Default::default(),
+    };
+    NewEvent::new(Layer::Session, Action::Start, "session started")
+        .detail("command", argv.to_vec())
+        .detail("project", project.display().to_string())
+        .detail(
+            "policy_files",
+            loaded
+                .sources
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>(),
+        )
+        .detail("profile", profile)
+        .detail("profile_detected", detected)
+        .detail("uid", cordon_sandbox::ids().0)
+        .detail("learn", loaded.plan.learning)
+        .detail("version", env!("CARGO_PKG_VERSION"))
+}
+
+fn run_in_session(
+    a: &RunArgs,
+    project: &Path,
+    loaded: &Loaded,
+    session: &str,
+    early: cordon_sandbox::EarlyInit,
+    sink: &cordon_net::Emit,
+    audit: &cordon_events::AuditHealth,
+) -> i32 {
+    let emit = |ev: NewEvent| sink(ev);
+    let emit: &dyn Fn(NewEvent) = &emit;
+    if !loaded.untrusted_loosening.is_empty() {
+        let mut msg = String::from(
+            "cordon: the project policy loosens your own policy and is not trusted:\n",
+        );
+        let mut files: Vec<&Path> = Vec::new();
+        for l in &loaded.untrusted_loosening {
+            msg.push_str(&format!("  - {}: {}\n", l.file.display(), l.what));
+            if !files.contains(&l.file.as_path()) {
+                files.push(&l.file);
+            }
+        }
+        for f in &files {
+            msg.push_str(&format!(
+                "Review it, then run `cordon trust {}` to allow it.\n",
+                f.display()
+            ));
+        }
+        eprint!("{msg}");
+        emit(
+            NewEvent::new(
+                Layer::Session,
+                Action::Deny,
+                "untrusted project policy loosens the user's policy",
+            )
+            .rule("trust")
+            .detail(
+                "loosening",
+                loaded
+                    .untrusted_loosening
+                    .iter()
+                    .map(|l| format!("{}: {}", l.file.display(), l.what))
+                    .collect::<Vec<_>>(),
+            ),
+        );
+        return EXIT_SETUP;
+    }
+    let cwd = std::env::current_dir()
+        .ok()
+        .and_then(|c| c.canonicalize().ok())
+        .unwrap_or_else(|| project.to_path_buf());
+    let cmd = cordon_sandbox::Command {
+        argv: a.command.clone(),
+        cwd,
+        tty: if a.no_tty {
+            cordon_sandbox::TtyMode::Never
+        } else {
+            cordon_sandbox::TtyMode::Auto
+        },
+        session: session.to_string(),
+        approvals: session_approvals(&loaded.plan, session),
+        staged: Vec::new(),
+        shown: Vec::new(),
+        placed: Vec::new(),
+        sockets: Vec::new(),
+        trace_home: ((a.trace_home || a.learn)
+            && loaded.plan.filesystem.home == cordon_policy::HomeView::Needed)
+            .then(crate::home::home_dir)
+            .flatten()
+            .map(|home| cordon_sandbox::HomeTrace {
+                home,
+                found: Default::default(),
+            }),
+        // Rules keyed on programs tell an interpreter's script by the exec the supervisor saw.
+        execs: loaded
+            .plan
+            .names_programs()
+            .then(cordon_sandbox::ExecsSeen::new),
+    };
+    let mut cmd = cmd;
+    let mut plan = loaded.plan.clone();
+    // Registry tokens of the home's shown configuration: placeholders inside.
+    crate::home::add_home_credentials(&mut plan);
+    // Local MCP servers of the agents' configs: their spawns tagged, held or refused.
+    crate::mcp::stdio(&mut plan, emit);
+    // Test-only layer switches (debug builds): before anything is enforced.
+    #[cfg(debug_assertions)]
+    if let Err(e) = crate::layer_off::apply(&mut plan, emit) {
+        eprintln!("cordon: {e}");
+        return EXIT_SETUP;
+    }
+    let gateway_on = plan.network.mode == cordon_policy::NetMode::Gateway;
+    if gateway_on {
+        cordon_sandbox::prefer_fresh_pages_for_large_allocations(cordon_net::FLOW_WINDOW_BYTES);
+        cordon_sandbox::raise_nofile_limit();
+    }
+    // Init, cloned at the start, is told its network now: its side of it is built beside
+    // everything below (the gateway's build, the state layer, the view), and any return
+    // before the run kills it: nothing ran.
+    let inward = !plan.publish.is_empty();
+    let adopted =
+        cordon_sandbox::adopt_init(Some(early), &plan, gateway_on.then_some(inward), emit);
+    let mut unborn = match adopted {
+        Ok(u) => u,
+        Err(e) => {
+            eprintln!("cordon: {e}");
+            emit(NewEvent::new(Layer::Process, Action::Error, e.to_string()));
+            return EXIT_SETUP;
+        }
+    };
+    // The gateway, the CA and the HTTP layer are built beside the state layer's preparation
+    // (neither reads what the other makes) and joined before the sandbox's spec is made, so
+    // the command never starts without them and a failure still ends the run before it.
+    // So are the ssh agent's filter and the session's own policy files, which read the plan
+    // as the gateway leaves it.
+    let (sink2, audit2, asks) = (sink.clone(), audit.clone(), cmd.approvals.clone());
+    let (quiet, session2, mut scratch) = (a.quiet, session.to_string(), cmd.clone());
+    let building = crate::beside::Beside::start(gateway_on, move || {
+        let g =
+            gateway_on.then(|| start_gateway(&mut plan, &sink2, &audit2, asks.as_ref(), &session2));
+        if let Some(Err(_)) = &g {
+            return (plan, g, None, scratch);
+        }
+        if let Some(Ok(g)) = &g {
+            scratch.shown.clone_from(&g.shown);
+            if let Some(execs) = scratch.execs.clone() {
+                g.gateway
+                    .set_execs(std::sync::Arc::new(move |pid, start| execs.get(pid, start)));
+            }
+        }
+        // Serves the sandbox's SSH_AUTH_SOCK until the sandbox is gone.
+        let ssh_agent = crate::ssh::setup(&mut plan, &sink2, quiet, &mut scratch);
+        // The session's own policy, for `cordon explain` inside (secrets redacted).
+        let http_layer = matches!(&g, Some(Ok(g)) if g.bundle.is_some());
+        scratch.placed = crate::explain::placed_files(&plan, &session2, http_layer);
+        (plan, g, ssh_agent, scratch)
+    });
+    let building = match building {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("cordon: cannot start the egress gateway: no thread for it: {e}");
+            return EXIT_SETUP;
+        }
+    };
+    match crate::home::create_missing_writable(&loaded.plan) {
+        Ok(notes) => {
+            for n in notes {
+                eprintln!("cordon: {n}");
+                emit(NewEvent::new(Layer::Filesystem, Action::Apply, n));
+            }
+        }
+        Err(e) => {
+            eprintln!("cordon: {}", crate::output::chain(&e));
+            return EXIT_SETUP;
+        }
+    }
+    let prepared = match crate::state::begin(&loaded.plan, session, emit) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("cordon: {}", crate::output::chain(&e));
+            return EXIT_SETUP;
+        }
+    };
+    let staged = &prepared.session;
+    cmd.staged.clone_from(&prepared.staged);
+    // Init mounts the session's overlays while the rest of the view is made.
+    if let Err(e) = unborn.prepare(&cmd.staged) {
+        eprintln!("cordon: {e}");
+        emit(NewEvent::new(Layer::Process, Action::Error, e.to_string()));
+        return EXIT_SETUP;
+    }
+    // Held while the sandbox can still write its layers: accept/discard/restore refuse meanwhile.
+    let mut running = None;
+    if let Some(s) = staged {
+        match s.hold_running() {
+            Ok(g) => running = Some(g),
+            Err(e) => {
+                eprintln!("cordon: {e}");
+                return EXIT_SETUP;
+            }
+        }
+    }
+    // cordon's own state (audit logs, copy-on-write layers and snapshots, broker sockets) is
+    // never visible inside: snapshots hold hard links to files a deny rule hides elsewhere.
+    // Its cache layers too: a session must not reach another's through them.
+    let own = cordon_events::state_dir().into_iter();
+    for dir in own.chain(cordon_state::cache_dir()) {
+        use std::os::unix::fs::DirBuilderExt;
+        let made = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir);
+        if let Err(e) = made {
+            eprintln!("cordon: cannot create {}: {e}", dir.display());
+            return EXIT_SETUP;
+        }
+    }
+    let (mut plan, gateway, ssh_agent, built) = building.join();
+    // The agent's own files that hold a secret: masked where its state is shown.
+    for p in &prepared.masked {
+        plan.filesystem.deny.push(cordon_policy::PathRule::new(
+            p,
+            "the home's view: holds a secret",
+        ));
+    }
+    let mut gateway = match gateway.transpose() {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!(
+                "cordon: cannot start the egress gateway: {}",
+                crate::output::chain(&e)
+            );
+            return EXIT_SETUP;
+        }
+    };
+    cmd.shown = built.shown;
+    cmd.sockets = built.sockets;
+    cmd.placed = built.placed;
+    let net = gateway
+        .as_mut()
+        .map(|g| g as &mut dyn cordon_sandbox::NetAttach);
+    // What the session changes in its writable roots is known by ctime from here on.
+    let started = std::time::SystemTime::now();
+    let result = unborn.run(&plan, &cmd, emit, net);
+    // The sandbox is gone: nothing is left for the gateway to serve.
+    drop(gateway);
+    drop(ssh_agent);
+    // The sandbox is gone: its layers can no longer change.
+    drop(running);
+    crate::state::strip_set_id(&loaded.plan, started, emit);
+    held_logins_line(session);
+    match result {
+        Ok(outcome) => {
+            let code = outcome.code();
+            emit(
+                NewEvent::new(
+                    Layer::Process,
+                    Action::Exit,
+                    format!("command exited with {code}"),
+                )
+                .detail("code", code),
+            );
+            crate::state::finish(&loaded.plan, &prepared, emit);
+            drop(prepared);
+            if let Some(t) = cmd.trace_home.as_ref().filter(|_| !a.learn) {
+                crate::home::report_trace(t);
+            }
+            code
+        }
+        Err(e) => {
+            eprintln!("cordon: {e}");
+            emit(NewEvent::new(Layer::Process, Action::Error, e.to_string()));
+            if let Some(s) = staged {
+                // Nothing ran; the empty session is not worth a review.
+                let _ = s.discard();
+                let _ = s.forget();
+                // Whatever failed, the next start tries the home's overlay afresh.
+                if s.home.is_some()
+                    && let Some(root) = cordon_state::StateStore::default_root()
+                {
+                    crate::home::forget_probe(&root);
+                }
+            }
+            EXIT_SETUP
+        }
+    }
+}
