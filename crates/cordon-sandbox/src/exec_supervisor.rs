@@ -158,23 +158,63 @@ fn tainting_variable(pid: u32, envp: u64) -> Option<String> {
         return None;
     }
     let mem = sys::RemoteMemory::new(pid);
-    let mut budget = MAX_TOTAL;
-    for i in 0..MAX_ARGS as u64 {
-        let Ok(p) = read_u64(&mem, envp + i * 8) else {
-            return Some("(an environment that cannot be read)".into());
+    let unreadable = || Some("(an environment that cannot be read)".to_string());
+    // Every exec pays for this: the pointers are read 64 at a time, and the names from one
+    // window of memory while they lie in it (an environment's strings sit side by side).
+    let mut window = Window::default();
+    let mut ptrs = [0u8; 512];
+    for block in 0..(MAX_ARGS / 64) as u64 {
+        let n = match mem.read_at(&mut ptrs, envp + block * 512) {
+            Ok(n) if n >= 8 => n - n % 8,
+            _ => return unreadable(),
         };
-        if p == 0 {
-            return None;
-        }
-        let Ok(var) = read_cstr(&mem, p, &mut budget) else {
-            return Some("(an environment that cannot be read)".into());
-        };
-        let name = var.split('=').next().unwrap_or_default();
-        if crate::execs_seen::taints(name) {
-            return Some(name.to_string());
+        for word in ptrs[..n].chunks_exact(8) {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(word);
+            let p = u64::from_ne_bytes(b);
+            if p == 0 {
+                return None;
+            }
+            let Some(name) = window.name_at(&mem, p) else {
+                return unreadable();
+            };
+            if crate::execs_seen::taints(&name) {
+                return Some(name);
+            }
         }
     }
     Some("(an environment too large to read)".into())
+}
+
+/// A stretch of another process's memory read once, for names of variables found in it.
+#[derive(Default)]
+struct Window {
+    at: u64,
+    bytes: Vec<u8>,
+}
+
+impl Window {
+    /// The name of the variable at `addr` (up to its `=` or end); read afresh when it does
+    /// not end within what was read. A name longer than a page is no name a rule knows.
+    fn name_at(&mut self, mem: &sys::RemoteMemory, addr: u64) -> Option<String> {
+        let ends = |w: &Window| {
+            let off = addr.checked_sub(w.at)? as usize;
+            let rest = w.bytes.get(off..)?;
+            let end = rest.iter().position(|&c| c == b'=' || c == 0)?;
+            Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+        };
+        if let Some(name) = ends(self) {
+            return Some(name);
+        }
+        let mut page = vec![0u8; 4096];
+        let n = mem.read_at(&mut page, addr).ok().filter(|&n| n > 0)?;
+        page.truncate(n);
+        *self = Window {
+            at: addr,
+            bytes: page,
+        };
+        Some(ends(self).unwrap_or_default())
+    }
 }
 
 fn read_u64(mem: &sys::RemoteMemory, addr: u64) -> io::Result<u64> {

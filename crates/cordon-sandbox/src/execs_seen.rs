@@ -127,10 +127,20 @@ pub(crate) fn taints(name: &str) -> bool {
     name.starts_with("LD_") || EXACT.contains(&name)
 }
 
+/// The head of a `/proc` file in one read (every exec reads three: `read_to_string` would
+/// ask procfs for a size it does not know and read in growing steps).
+fn read_proc(path: &str, max: usize) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut buf = vec![0u8; max];
+    let n = std::fs::File::open(path).ok()?.read(&mut buf).ok()?;
+    buf.truncate(n);
+    Some(buf)
+}
+
 /// A thread's process (its thread group leader's id).
 fn tgid(tid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    status
+    let status = read_proc(&format!("/proc/{tid}/status"), 1024)?;
+    String::from_utf8_lossy(&status)
         .lines()
         .find_map(|l| l.strip_prefix("Tgid:"))?
         .trim()
@@ -139,13 +149,13 @@ fn tgid(tid: u32) -> Option<u32> {
 }
 
 fn auxv(pid: u32) -> Option<Vec<u8>> {
-    std::fs::read(format!("/proc/{pid}/auxv")).ok()
+    read_proc(&format!("/proc/{pid}/auxv"), 4096)
 }
 
 /// A process's start time in clock ticks since boot (`/proc/PID/stat` field 22), which
 /// tells a pid used again from the process that had it.
 pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = String::from_utf8(read_proc(&format!("/proc/{pid}/stat"), 1024)?).ok()?;
     // The name (field 2) is in parentheses and may hold anything: count from its end.
     let rest = &stat[stat.rfind(')')? + 1..];
     rest.split_whitespace().nth(19)?.parse().ok()
