@@ -130,10 +130,10 @@ impl PinFile {
         }
     }
 
-    /// Writes it to `path` atomically (0600, its directory made 0700 if missing).
+    /// Writes it to `path` atomically (0600, its directory made 0700 if missing), as every
+    /// writer of a user's file does ([`cordon_policy::remember::write_atomically`]).
     pub fn write(&self, path: &Path) -> Result<(), PinError> {
-        use std::io::Write;
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        use std::os::unix::fs::DirBuilderExt;
         let io = |source| PinError::Io {
             path: path.to_path_buf(),
             source,
@@ -145,17 +145,8 @@ impl PinFile {
                 .create(dir)
                 .map_err(io)?;
         }
-        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(io)?;
         let text = serde_json::to_vec_pretty(self).unwrap_or_default();
-        f.write_all(&text).and_then(|()| f.sync_all()).map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)
+        cordon_policy::remember::write_atomically(path, &text, None).map_err(io)
     }
 
     /// Takes the change to `server`'s `tool` as its pin; whether there was one.
