@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Env, need, show};
+use common::{Env, children, need, show};
 use cordon_sandbox::{Crossing, Holder};
 
 /// A session whose command waits until the test lets it go.
@@ -82,28 +82,6 @@ impl Held {
         let err = std::fs::read_to_string(&self.stderr).unwrap_or_default();
         assert!(st.success(), "{st:?}\n{err}");
     }
-}
-
-/// The children of `parent` named `comm`.
-fn children(parent: u32, comm: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
-            continue;
-        };
-        let ppid: u32 = rest.split_whitespace().nth(1).unwrap().parse().unwrap();
-        let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-        if ppid == parent && name.trim_end() == comm {
-            found.push(pid);
-        }
-    }
-    found
 }
 
 /// The descriptors `pid` holds: number → what it is (`readlink /proc/PID/fd/N`).

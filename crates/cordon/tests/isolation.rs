@@ -325,21 +325,8 @@ fn occurrences_in_memory(pid: u32, needle: &[u8]) -> usize {
 fn child_named(parent: u32, comm: &str) -> Option<u32> {
     let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while std::time::Instant::now() < end {
-        for e in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
-                continue;
-            };
-            let ppid: u32 = rest.split_whitespace().nth(1).unwrap().parse().unwrap();
-            let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            if ppid == parent && name.trim_end() == comm {
-                return Some(pid);
-            }
+        if let Some(&pid) = common::children(parent, comm).first() {
+            return Some(pid);
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }

@@ -782,3 +782,25 @@ pub fn as_agent(env: &Env, agent: &str) -> String {
     std::os::unix::fs::symlink(curl, &link).unwrap();
     format!("curl() {{ {} \"$@\"; }}\n", link.display())
 }
+
+/// The children of `parent` named `comm`.
+pub fn children(parent: u32, comm: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+            continue;
+        };
+        let ppid: u32 = rest.split_whitespace().nth(1).unwrap().parse().unwrap();
+        let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if ppid == parent && name.trim_end() == comm {
+            found.push(pid);
+        }
+    }
+    found
+}
