@@ -4,10 +4,11 @@
 
 use std::time::SystemTime;
 
-use cordon_policy::{CredentialSource, Loaded};
+use cordon_policy::{CredentialSource, Loaded, Plan};
 
 use crate::cli::CheckArgs;
 use crate::commands::{EXIT_USAGE, policy_load_options, resolve_policy_project};
+use crate::session_plan::SessionPlan;
 
 pub(crate) fn check(a: CheckArgs) -> i32 {
     let project = match resolve_policy_project(a.policy_args.project.as_deref()) {
@@ -18,7 +19,7 @@ pub(crate) fn check(a: CheckArgs) -> i32 {
         }
     };
     let opts = policy_load_options(a.file.clone(), &a.policy_args, project);
-    let mut l = match cordon_policy::load(&opts) {
+    let l = match cordon_policy::load(&opts) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("{e}");
@@ -36,11 +37,23 @@ pub(crate) fn check(a: CheckArgs) -> i32 {
             .unwrap_or_default();
         eprintln!("cordon: warning{by}: {}", cordon_sandbox::NESTED_COST);
     }
-    // What a session starting now would run with: the rules that have ended are left out.
+    // What a session starting now would run with: its session plan, made by the same steps
+    // (the rules that have ended left out, the host's part resolved), with each credential's
+    // variable shown as the placeholder it holds inside. The home view's secret files and the
+    // placeholders' values are only known once a session prepares them.
     let now = SystemTime::now();
-    crate::grants::expire(&mut l.plan, now);
+    let resolved = crate::session_plan::resolve(&l, false, now, &|_| {});
+    // Resolved once: a credential from a command runs it.
+    let resolves: Vec<bool> = resolved
+        .plan
+        .credentials
+        .iter()
+        .map(cordon_http::credentials::resolves)
+        .collect();
+    let env = placeholder_variables(&resolved.plan, &resolves);
+    let session = SessionPlan::preview(resolved.plan, env, &[]);
     if a.json {
-        match serde_json::to_string_pretty(&l.plan) {
+        match serde_json::to_string_pretty(session.plan()) {
             Ok(s) => println!("{s}"),
             Err(e) => {
                 eprintln!("cordon: {e}");
@@ -48,7 +61,7 @@ pub(crate) fn check(a: CheckArgs) -> i32 {
             }
         }
     } else {
-        print_toml(&l, opts.no_project, now);
+        print_toml(&l, session.plan(), opts.no_project, now);
     }
     for lo in &l.untrusted_loosening {
         eprintln!(
@@ -58,7 +71,7 @@ pub(crate) fn check(a: CheckArgs) -> i32 {
             lo.file.display()
         );
     }
-    credentials(&l);
+    credentials(session.plan(), &resolves);
     // A policy `run` refuses (exit 125) is not a pass.
     if l.untrusted_loosening.is_empty() {
         0
@@ -70,14 +83,14 @@ pub(crate) fn check(a: CheckArgs) -> i32 {
 
 /// The plan in the file schema, with the files merged and the time left of each rule that
 /// ends.
-fn print_toml(l: &Loaded, no_project: bool, now: SystemTime) {
+fn print_toml(l: &Loaded, plan: &Plan, no_project: bool, now: SystemTime) {
     let files: Vec<String> = l.sources.iter().map(|p| p.display().to_string()).collect();
     println!(
         "# merged: built-in default{}",
         files.iter().map(|f| format!(" < {f}")).collect::<String>()
     );
     // Read-only entries a session stages instead say so (as `explain` does).
-    let mut shown = l.plan.clone();
+    let mut shown = plan.clone();
     if !no_project {
         crate::explain::annotate_read_only(&mut shown);
     }
@@ -88,9 +101,22 @@ fn print_toml(l: &Loaded, no_project: bool, now: SystemTime) {
     }
 }
 
+/// Each credential's variable as the sandbox has it: its placeholder, where it resolves.
+fn placeholder_variables(plan: &Plan, resolves: &[bool]) -> Vec<(String, String)> {
+    plan.credentials
+        .iter()
+        .zip(resolves)
+        .filter(|(_, r)| **r)
+        .filter_map(|(c, _)| {
+            let var = c.env.clone()?;
+            Some((var, format!("<placeholder of credential {}>", c.name)))
+        })
+        .collect()
+}
+
 /// Which credentials resolve here — never their values.
-fn credentials(l: &Loaded) {
-    for c in &l.plan.credentials {
+fn credentials(plan: &Plan, resolves: &[bool]) {
+    for (c, resolves) in plan.credentials.iter().zip(resolves) {
         if let CredentialSource::Json { file, field } | CredentialSource::Yaml { file, field } =
             &c.source
         {
@@ -99,7 +125,7 @@ fn credentials(l: &Loaded) {
             let renewed = c.refresh.as_ref().map_or(String::new(), |r| {
                 format!("; renewed at {} (brokered: new tokens to this file)", r.url)
             });
-            if cordon_http::credentials::resolves(c) {
+            if *resolves {
                 eprintln!(
                     "cordon: login `{}` found in {} ({field}): the sandbox sees a placeholder; the real token goes only to {}{renewed}",
                     c.name,
@@ -113,7 +139,7 @@ fn credentials(l: &Loaded) {
                     file.display()
                 );
             }
-        } else if cordon_http::credentials::resolves(c) {
+        } else if *resolves {
             eprintln!("cordon: credential `{}` resolves", c.name);
         } else {
             eprintln!(

@@ -163,11 +163,12 @@ fn policy(a: &ExplainArgs) -> Result<(Plan, bool, bool)> {
             l.file.display()
         );
     }
-    // As a session starting now would: without the rules that have ended.
-    let mut plan = loaded.plan;
-    crate::grants::expire(&mut plan, std::time::SystemTime::now());
+    // As a session starting now would: the session plan's policy (rules that ended left
+    // out, the host's part resolved), without its events.
+    let resolved =
+        crate::session_plan::resolve(&loaded, false, std::time::SystemTime::now(), &|_| {});
     // The HTTP layer is on whenever cordon's CA can be had, which is the normal case.
-    Ok((plan, true, false))
+    Ok((resolved.plan, true, false))
 }
 
 /// What is asked about.

@@ -27,6 +27,7 @@ mod redact;
 mod remember;
 mod replay;
 mod run;
+mod session_plan;
 mod ssh;
 mod state;
 mod summary;

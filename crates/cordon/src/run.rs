@@ -4,13 +4,17 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::time::SystemTime;
+
+use anyhow::Result;
 
 use cordon_events::{Action, AuditLog, Layer, NewEvent};
 use cordon_policy::Loaded;
 
 use crate::cli::RunArgs;
 use crate::commands::{EXIT_SETUP, load_options, login_hint, resolve_project, session_approvals};
-use crate::wire::{held_logins_line, start_gateway};
+use crate::session_plan::{Parts, SessionPlan};
+use crate::wire::{GatewayAttach, held_logins_line, start_gateway};
 
 pub(crate) fn run(a: RunArgs) -> i32 {
     // Init is started first, while this process has one thread and has read nothing secret
@@ -39,16 +43,13 @@ pub(crate) fn run(a: RunArgs) -> i32 {
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p))
     });
-    let mut loaded = match loaded {
+    let loaded = match loaded {
         Ok(l) => l,
         Err(e) => {
             eprintln!("{e}");
             return EXIT_SETUP;
         }
     };
-    loaded.plan.learning = a.learn;
-    // Rules that end are judged once, here: one that ends while the session runs holds.
-    let expired = crate::grants::expire(&mut loaded.plan, std::time::SystemTime::now());
     for w in &loaded.warnings {
         eprintln!("cordon: warning: {w}");
     }
@@ -104,8 +105,7 @@ pub(crate) fn run(a: RunArgs) -> i32 {
     let audit = log.health();
     let sink = audit_sink(log, verbose, tap, quiet, denials_tap, learned_tap);
     let emit = |ev: NewEvent| sink(ev);
-    emit(start_event(&opts.command, &project, &loaded));
-    crate::grants::log(&expired, &emit);
+    emit(start_event(&opts.command, &project, &loaded, a.learn));
     let code = run_in_session(&a, &project, &loaded, &session, early, &sink, &audit);
     emit(NewEvent::new(Layer::Session, Action::Stop, "session ended").detail("code", code));
     if !audit.writable() {
@@ -170,7 +170,7 @@ fn audit_sink(
 }
 
 /// The session's first event: what runs, where, under which policy files and profile.
-fn start_event(argv: &[String], project: &Path, loaded: &Loaded) -> NewEvent {
+fn start_event(argv: &[String], project: &Path, loaded: &Loaded, learn: bool) -> NewEvent {
     let (profile, detected) = match &loaded.profile {
         Some(p) => (p.name.clone(), p.detected.clone().unwrap_or_default()),
         None => Default::default(),
@@ -189,9 +189,17 @@ fn start_event(argv: &[String], project: &Path, loaded: &Loaded) -> NewEvent {
         .detail("profile", profile)
         .detail("profile_detected", detected)
         .detail("uid", cordon_sandbox::ids().0)
-        .detail("learn", loaded.plan.learning)
+        .detail("learn", learn)
         .detail("version", env!("CARGO_PKG_VERSION"))
 }
+
+/// What the start resolved beside the state layer: the gateway (when on), the ssh agent's
+/// filter, and what they add to the session plan.
+type BuiltBeside = (
+    Option<Result<GatewayAttach>>,
+    Option<cordon_ssh::AgentProxy>,
+    crate::ssh::SshView,
+);
 
 fn run_in_session(
     a: &RunArgs,
@@ -204,86 +212,19 @@ fn run_in_session(
 ) -> i32 {
     let emit = |ev: NewEvent| sink(ev);
     let emit: &dyn Fn(NewEvent) = &emit;
-    if !loaded.untrusted_loosening.is_empty() {
-        let mut msg = String::from(
-            "cordon: the project policy loosens your own policy and is not trusted:\n",
-        );
-        let mut files: Vec<&Path> = Vec::new();
-        for l in &loaded.untrusted_loosening {
-            msg.push_str(&format!("  - {}: {}\n", l.file.display(), l.what));
-            if !files.contains(&l.file.as_path()) {
-                files.push(&l.file);
-            }
-        }
-        for f in &files {
-            msg.push_str(&format!(
-                "Review it, then run `cordon trust {}` to allow it.\n",
-                f.display()
-            ));
-        }
-        eprint!("{msg}");
-        emit(
-            NewEvent::new(
-                Layer::Session,
-                Action::Deny,
-                "untrusted project policy loosens the user's policy",
-            )
-            .rule("trust")
-            .detail(
-                "loosening",
-                loaded
-                    .untrusted_loosening
-                    .iter()
-                    .map(|l| format!("{}: {}", l.file.display(), l.what))
-                    .collect::<Vec<_>>(),
-            ),
-        );
+    if refuse_untrusted(loaded, emit) {
         return EXIT_SETUP;
     }
-    let cwd = std::env::current_dir()
-        .ok()
-        .and_then(|c| c.canonicalize().ok())
-        .unwrap_or_else(|| project.to_path_buf());
-    let cmd = cordon_sandbox::Command {
-        argv: a.command.clone(),
-        cwd,
-        tty: if a.no_tty {
-            cordon_sandbox::TtyMode::Never
-        } else {
-            cordon_sandbox::TtyMode::Auto
-        },
-        session: session.to_string(),
-        approvals: session_approvals(&loaded.plan, session),
-        staged: Vec::new(),
-        shown: Vec::new(),
-        placed: Vec::new(),
-        sockets: Vec::new(),
-        trace_home: ((a.trace_home || a.learn)
-            && loaded.plan.filesystem.home == cordon_policy::HomeView::Needed)
-            .then(crate::home::home_dir)
-            .flatten()
-            .map(|home| cordon_sandbox::HomeTrace {
-                home,
-                found: Default::default(),
-            }),
-        // Rules keyed on programs tell an interpreter's script by the exec the supervisor saw.
-        execs: loaded
-            .plan
-            .names_programs()
-            .then(cordon_sandbox::ExecsSeen::new),
-    };
-    let mut cmd = cmd;
-    let mut plan = loaded.plan.clone();
-    // Registry tokens of the home's shown configuration: placeholders inside.
-    crate::home::add_home_credentials(&mut plan);
-    // Local MCP servers of the agents' configs: their spawns tagged, held or refused.
-    crate::mcp::stdio(&mut plan, emit);
+    let resolved = crate::session_plan::resolve(loaded, a.learn, SystemTime::now(), emit);
+    crate::grants::log(&resolved.expired, emit);
+    let mut plan = resolved.plan;
     // Test-only layer switches (debug builds): before anything is enforced.
     #[cfg(debug_assertions)]
     if let Err(e) = crate::layer_off::apply(&mut plan, emit) {
         eprintln!("cordon: {e}");
         return EXIT_SETUP;
     }
+    let base = base_command(a, project, &plan, session);
     let gateway_on = plan.network.mode == cordon_policy::NetMode::Gateway;
     if gateway_on {
         cordon_sandbox::prefer_fresh_pages_for_large_allocations(cordon_net::FLOW_WINDOW_BYTES);
@@ -303,33 +244,11 @@ fn run_in_session(
             return EXIT_SETUP;
         }
     };
-    // The gateway, the CA and the HTTP layer are built beside the state layer's preparation
-    // (neither reads what the other makes) and joined before the sandbox's spec is made, so
-    // the command never starts without them and a failure still ends the run before it.
-    // So are the ssh agent's filter and the session's own policy files, which read the plan
-    // as the gateway leaves it.
-    let (sink2, audit2, asks) = (sink.clone(), audit.clone(), cmd.approvals.clone());
-    let (quiet, session2, mut scratch) = (a.quiet, session.to_string(), cmd.clone());
-    let building = crate::beside::Beside::start(gateway_on, move || {
-        let g =
-            gateway_on.then(|| start_gateway(&mut plan, &sink2, &audit2, asks.as_ref(), &session2));
-        if let Some(Err(_)) = &g {
-            return (plan, g, None, scratch);
-        }
-        if let Some(Ok(g)) = &g {
-            scratch.shown.clone_from(&g.shown);
-            if let Some(execs) = scratch.execs.clone() {
-                g.gateway
-                    .set_execs(std::sync::Arc::new(move |pid, start| execs.get(pid, start)));
-            }
-        }
-        // Serves the sandbox's SSH_AUTH_SOCK until the sandbox is gone.
-        let ssh_agent = crate::ssh::setup(&mut plan, &sink2, quiet, &mut scratch);
-        // The session's own policy, for `cordon explain` inside (secrets redacted).
-        let http_layer = matches!(&g, Some(Ok(g)) if g.bundle.is_some());
-        scratch.placed = crate::explain::placed_files(&plan, &session2, http_layer);
-        (plan, g, ssh_agent, scratch)
-    });
+    // The gateway, the CA, the credentials and the HTTP layer are built beside the state
+    // layer's preparation (neither reads what the other makes) and joined before the session
+    // plan is assembled, so the command never starts without them and a failure still ends
+    // the run before it. So is the ssh agent's filter.
+    let building = build_beside(gateway_on, &plan, sink, audit, &base, a.quiet, session);
     let building = match building {
         Ok(b) => b,
         Err(e) => {
@@ -337,67 +256,37 @@ fn run_in_session(
             return EXIT_SETUP;
         }
     };
-    match crate::home::create_missing_writable(&loaded.plan) {
-        Ok(notes) => {
-            for n in notes {
-                eprintln!("cordon: {n}");
-                emit(NewEvent::new(Layer::Filesystem, Action::Apply, n));
-            }
-        }
-        Err(e) => {
-            eprintln!("cordon: {}", crate::output::chain(&e));
-            return EXIT_SETUP;
-        }
+    if let Err(e) = prepare_host(&plan, emit) {
+        eprintln!("cordon: {e}");
+        return EXIT_SETUP;
     }
-    let prepared = match crate::state::begin(&loaded.plan, session, emit) {
+    let prepared = match crate::state::begin(&plan, session, emit) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("cordon: {}", crate::output::chain(&e));
             return EXIT_SETUP;
         }
     };
-    let staged = &prepared.session;
-    cmd.staged.clone_from(&prepared.staged);
     // Init mounts the session's overlays while the rest of the view is made.
-    if let Err(e) = unborn.prepare(&cmd.staged) {
+    if let Err(e) = unborn.prepare(&prepared.staged) {
         eprintln!("cordon: {e}");
         emit(NewEvent::new(Layer::Process, Action::Error, e.to_string()));
         return EXIT_SETUP;
     }
     // Held while the sandbox can still write its layers: accept/discard/restore refuse meanwhile.
-    let mut running = None;
-    if let Some(s) = staged {
-        match s.hold_running() {
-            Ok(g) => running = Some(g),
-            Err(e) => {
-                eprintln!("cordon: {e}");
-                return EXIT_SETUP;
-            }
-        }
-    }
-    // cordon's own state (audit logs, copy-on-write layers and snapshots, broker sockets) is
-    // never visible inside: snapshots hold hard links to files a deny rule hides elsewhere.
-    // Its cache layers too: a session must not reach another's through them.
-    let own = cordon_events::state_dir().into_iter();
-    for dir in own.chain(cordon_state::cache_dir()) {
-        use std::os::unix::fs::DirBuilderExt;
-        let made = std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir);
-        if let Err(e) = made {
-            eprintln!("cordon: cannot create {}: {e}", dir.display());
+    let running = match prepared
+        .session
+        .as_ref()
+        .map(|s| s.hold_running())
+        .transpose()
+    {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("cordon: {e}");
             return EXIT_SETUP;
         }
-    }
-    let (mut plan, gateway, ssh_agent, built) = building.join();
-    // The agent's own files that hold a secret: masked where its state is shown.
-    for p in &prepared.masked {
-        plan.filesystem.deny.push(cordon_policy::PathRule::new(
-            p,
-            "the home's view: holds a secret",
-        ));
-    }
+    };
+    let (gateway, ssh_agent, ssh) = building.join();
     let mut gateway = match gateway.transpose() {
         Ok(g) => g,
         Err(e) => {
@@ -408,22 +297,34 @@ fn run_in_session(
             return EXIT_SETUP;
         }
     };
-    cmd.shown = built.shown;
-    cmd.sockets = built.sockets;
-    cmd.placed = built.placed;
+    let whole = SessionPlan::assemble(plan, parts(gateway.as_mut(), ssh, &prepared), session);
+    let cmd = whole.command(base);
     let net = gateway
         .as_mut()
         .map(|g| g as &mut dyn cordon_sandbox::NetAttach);
     // What the session changes in its writable roots is known by ctime from here on.
-    let started = std::time::SystemTime::now();
-    let result = unborn.run(&plan, &cmd, emit, net);
+    let started = SystemTime::now();
+    let result = unborn.run(whole.plan(), &cmd, emit, net);
     // The sandbox is gone: nothing is left for the gateway to serve.
     drop(gateway);
     drop(ssh_agent);
     // The sandbox is gone: its layers can no longer change.
     drop(running);
-    crate::state::strip_set_id(&loaded.plan, started, emit);
+    crate::state::strip_set_id(whole.plan(), started, emit);
     held_logins_line(session);
+    let trace = cmd.trace_home.as_ref().filter(|_| !a.learn);
+    ended(result, whole.plan(), prepared, trace, emit)
+}
+
+/// The session's end: the command's exit code and the state layer's review at exit, or, when
+/// the sandbox could not run it, cordon's own failure with the unrun session's layers forgotten.
+fn ended(
+    result: Result<cordon_sandbox::Outcome, cordon_sandbox::SandboxError>,
+    plan: &cordon_policy::Plan,
+    prepared: crate::state::Prepared,
+    trace: Option<&cordon_sandbox::HomeTrace>,
+    emit: &dyn Fn(NewEvent),
+) -> i32 {
     match result {
         Ok(outcome) => {
             let code = outcome.code();
@@ -435,9 +336,9 @@ fn run_in_session(
                 )
                 .detail("code", code),
             );
-            crate::state::finish(&loaded.plan, &prepared, emit);
+            crate::state::finish(plan, &prepared, emit);
             drop(prepared);
-            if let Some(t) = cmd.trace_home.as_ref().filter(|_| !a.learn) {
+            if let Some(t) = trace {
                 crate::home::report_trace(t);
             }
             code
@@ -445,18 +346,181 @@ fn run_in_session(
         Err(e) => {
             eprintln!("cordon: {e}");
             emit(NewEvent::new(Layer::Process, Action::Error, e.to_string()));
-            if let Some(s) = staged {
-                // Nothing ran; the empty session is not worth a review.
-                let _ = s.discard();
-                let _ = s.forget();
-                // Whatever failed, the next start tries the home's overlay afresh.
-                if s.home.is_some()
-                    && let Some(root) = cordon_state::StateStore::default_root()
-                {
-                    crate::home::forget_probe(&root);
-                }
+            if let Some(s) = &prepared.session {
+                forget_unrun(s);
             }
             EXIT_SETUP
         }
+    }
+}
+
+/// Starts the gateway (when on), with the CA, the credentials and the HTTP layer, and the
+/// ssh agent's filter, on a thread of their own (see `Beside`).
+fn build_beside(
+    gateway_on: bool,
+    plan: &cordon_policy::Plan,
+    sink: &cordon_net::Emit,
+    audit: &cordon_events::AuditHealth,
+    base: &cordon_sandbox::Command,
+    quiet: bool,
+    session: &str,
+) -> std::io::Result<crate::beside::Beside<BuiltBeside>> {
+    let (plan, sink, audit) = (plan.clone(), sink.clone(), audit.clone());
+    let (asks, execs) = (base.approvals.clone(), base.execs.clone());
+    let session = session.to_string();
+    crate::beside::Beside::start(gateway_on, move || -> BuiltBeside {
+        let g = gateway_on.then(|| start_gateway(&plan, &sink, &audit, asks.as_ref(), &session));
+        if let (Some(Ok(g)), Some(execs)) = (&g, execs) {
+            g.gateway
+                .set_execs(std::sync::Arc::new(move |pid, start| execs.get(pid, start)));
+        }
+        if let Some(Err(_)) = &g {
+            return (g, None, Default::default());
+        }
+        // Serves the sandbox's SSH_AUTH_SOCK until the sandbox is gone.
+        let (ssh_agent, ssh) = crate::ssh::setup(&plan, &sink, quiet);
+        (g, ssh_agent, ssh)
+    })
+}
+
+/// A project policy that loosens the user's own and is not trusted stops the run before
+/// anything starts: said with the command that trusts it, and logged.
+fn refuse_untrusted(loaded: &Loaded, emit: &dyn Fn(NewEvent)) -> bool {
+    if loaded.untrusted_loosening.is_empty() {
+        return false;
+    }
+    let mut msg =
+        String::from("cordon: the project policy loosens your own policy and is not trusted:\n");
+    let mut files: Vec<&Path> = Vec::new();
+    for l in &loaded.untrusted_loosening {
+        msg.push_str(&format!("  - {}: {}\n", l.file.display(), l.what));
+        if !files.contains(&l.file.as_path()) {
+            files.push(&l.file);
+        }
+    }
+    for f in &files {
+        msg.push_str(&format!(
+            "Review it, then run `cordon trust {}` to allow it.\n",
+            f.display()
+        ));
+    }
+    eprint!("{msg}");
+    emit(
+        NewEvent::new(
+            Layer::Session,
+            Action::Deny,
+            "untrusted project policy loosens the user's policy",
+        )
+        .rule("trust")
+        .detail(
+            "loosening",
+            loaded
+                .untrusted_loosening
+                .iter()
+                .map(|l| format!("{}: {}", l.file.display(), l.what))
+                .collect::<Vec<_>>(),
+        ),
+    );
+    true
+}
+
+/// What to run, where and how: the sandbox's command before the session plan's view is
+/// added (`SessionPlan::command`).
+fn base_command(
+    a: &RunArgs,
+    project: &Path,
+    plan: &cordon_policy::Plan,
+    session: &str,
+) -> cordon_sandbox::Command {
+    let cwd = std::env::current_dir()
+        .ok()
+        .and_then(|c| c.canonicalize().ok())
+        .unwrap_or_else(|| project.to_path_buf());
+    cordon_sandbox::Command {
+        argv: a.command.clone(),
+        cwd,
+        tty: if a.no_tty {
+            cordon_sandbox::TtyMode::Never
+        } else {
+            cordon_sandbox::TtyMode::Auto
+        },
+        session: session.to_string(),
+        approvals: session_approvals(plan, session),
+        staged: Vec::new(),
+        shown: Vec::new(),
+        placed: Vec::new(),
+        sockets: Vec::new(),
+        trace_home: ((a.trace_home || a.learn)
+            && plan.filesystem.home == cordon_policy::HomeView::Needed)
+            .then(crate::home::home_dir)
+            .flatten()
+            .map(|home| cordon_sandbox::HomeTrace {
+                home,
+                found: Default::default(),
+            }),
+        // Rules keyed on programs tell an interpreter's script by the exec the supervisor saw.
+        execs: plan.names_programs().then(cordon_sandbox::ExecsSeen::new),
+    }
+}
+
+/// What the host needs before the sandbox: the writable paths that do not exist yet, and
+/// cordon's own state directories. cordon's own state (audit logs, copy-on-write layers and
+/// snapshots, broker sockets) is never visible inside: snapshots hold hard links to files a
+/// deny rule hides elsewhere. Its cache layers too: a session must not reach another's.
+fn prepare_host(plan: &cordon_policy::Plan, emit: &dyn Fn(NewEvent)) -> Result<(), String> {
+    let notes = crate::home::create_missing_writable(plan)
+        .map_err(|e| crate::output::chain(&e).to_string())?;
+    for n in notes {
+        eprintln!("cordon: {n}");
+        emit(NewEvent::new(Layer::Filesystem, Action::Apply, n));
+    }
+    let own = cordon_events::state_dir().into_iter();
+    for dir in own.chain(cordon_state::cache_dir()) {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// The session plan's parts that the start resolved: the credentials' placeholders and masked
+/// files, the HTTP layer's presence, the ssh agent's socket and files, and the state layer's
+/// view.
+fn parts(
+    gateway: Option<&mut GatewayAttach>,
+    ssh: crate::ssh::SshView,
+    prepared: &crate::state::Prepared,
+) -> Parts {
+    let (env, mut shown, http_layer) = match gateway {
+        Some(g) => (
+            std::mem::take(&mut g.env),
+            std::mem::take(&mut g.shown),
+            g.bundle.is_some(),
+        ),
+        None => Default::default(),
+    };
+    shown.extend(ssh.shown);
+    Parts {
+        env,
+        masked: prepared.masked.clone(),
+        staged: prepared.staged.clone(),
+        shown,
+        sockets: ssh.sockets,
+        http_layer,
+    }
+}
+
+/// A session whose command never ran: its empty layers are not worth a review, and the next
+/// start tries the home's overlay afresh, whatever failed.
+fn forget_unrun(s: &cordon_state::Session) {
+    let _ = s.discard();
+    let _ = s.forget();
+    if s.home.is_some()
+        && let Some(root) = cordon_state::StateStore::default_root()
+    {
+        crate::home::forget_probe(&root);
     }
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use cordon_events::{Action, Layer, NewEvent};
-use cordon_policy::{HostPattern, PathRule, Plan};
+use cordon_policy::{HostPattern, Plan};
 use cordon_ssh::{AgentProxy, Host, HostPolicy, KnownHosts, Trust};
 
 /// Where the sandbox sees the agent: cordon's own place inside the masked `/run`.
@@ -62,30 +62,45 @@ fn with_terminal_lines(sink: &cordon_net::Emit, quiet: bool) -> cordon_ssh::Emit
     })
 }
 
-/// Adds `[ssh] show`'s files to what the sandbox is shown, and, with `[ssh] agent` and an
-/// agent on the host (`SSH_AUTH_SOCK`), starts the filtering agent and places its socket.
-/// The host's own agent socket is masked in every case: where it lives in a path the
-/// sandbox sees (`~/.1password/agent.sock`, a directory under `/var/tmp`), a client could
-/// otherwise talk to the real agent past the filter. The proxy returned serves until it is
-/// dropped, after the sandbox is gone.
+/// The host's ssh agent socket (`SSH_AUTH_SOCK`), when set: the session plan denies it
+/// wherever it lives (`crate::session_plan::resolve`), and the filtering agent talks to it.
+pub(crate) fn host_agent() -> Option<PathBuf> {
+    std::env::var_os("SSH_AUTH_SOCK")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+/// What `[ssh]` adds to the sandbox's view: the files of `[ssh] show` and the filtering
+/// agent's socket.
+#[derive(Default)]
+pub(crate) struct SshView {
+    pub shown: Vec<(PathBuf, String)>,
+    pub sockets: Vec<cordon_sandbox::PlacedSocket>,
+}
+
+/// Reads `[ssh] show`'s files for the sandbox's view, and, with `[ssh] agent` and an agent on
+/// the host, starts the filtering agent and places its socket. The proxy returned serves
+/// until it is dropped, after the sandbox is gone.
 pub(crate) fn setup(
-    plan: &mut Plan,
+    plan: &Plan,
     sink: &cordon_net::Emit,
     quiet: bool,
-    cmd: &mut cordon_sandbox::Command,
+) -> (Option<AgentProxy>, SshView) {
+    let mut view = SshView::default();
+    let proxy = start(plan, sink, quiet, &mut view);
+    (proxy, view)
+}
+
+fn start(
+    plan: &Plan,
+    sink: &cordon_net::Emit,
+    quiet: bool,
+    view: &mut SshView,
 ) -> Option<AgentProxy> {
     let degraded = |what: String| sink(NewEvent::new(Layer::Credentials, Action::Degraded, what));
-    let host_agent = std::env::var_os("SSH_AUTH_SOCK")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from);
-    if let Some(sock) = host_agent.as_ref().filter(|p| p.is_absolute()) {
-        plan.filesystem
-            .deny
-            .push(PathRule::new(sock, "the host's ssh agent (SSH_AUTH_SOCK)"));
-    }
     for r in &plan.ssh.show {
         match std::fs::read_to_string(&r.path) {
-            Ok(text) => cmd.shown.push((r.path.clone(), text)),
+            Ok(text) => view.shown.push((r.path.clone(), text)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => degraded(format!("{} is not shown: {e}", r.path.display())),
         }
@@ -93,7 +108,7 @@ pub(crate) fn setup(
     if !plan.ssh.agent {
         return None;
     }
-    let upstream = host_agent?;
+    let upstream = host_agent()?;
     let mut known_hosts = KnownHosts::default();
     for f in ["known_hosts", "known_hosts2"] {
         let path = plan.home.join(".ssh").join(f);
@@ -112,7 +127,7 @@ pub(crate) fn setup(
     let emit = with_terminal_lines(sink, quiet);
     match AgentProxy::start(&std::env::temp_dir(), &upstream, trust, emit) {
         Ok(proxy) => {
-            cmd.sockets.push(cordon_sandbox::PlacedSocket {
+            view.sockets.push(cordon_sandbox::PlacedSocket {
                 path: AGENT_SOCKET.into(),
                 host: proxy.socket().to_path_buf(),
                 env: "SSH_AUTH_SOCK".into(),

@@ -63,29 +63,34 @@ fn unset_built_in(c: &cordon_policy::CredentialPlan) -> bool {
         }
 }
 
-/// What [`resolve_credentials`] gives: the credentials at the wire, the masked copies of
-/// their files, the host's secret-looking variables, and the logins whose token exchanges
-/// are brokered.
-type Resolved = (
-    Vec<cordon_http::WireCredential>,
-    Vec<(PathBuf, String)>,
-    Vec<cordon_http::dlp::Known>,
-    Option<cordon_http::credentials::refresh::Logins>,
-);
+/// What [`resolve_credentials`] gives.
+struct Resolved {
+    /// The credentials at the wire: each one's real value and placeholder.
+    wire: Vec<cordon_http::WireCredential>,
+    /// The variables set inside to a placeholder.
+    env: Vec<(String, String)>,
+    /// The masked copies of the credentials' files (path, content).
+    shown: Vec<(PathBuf, String)>,
+    /// The host's secret-looking variables, for secret scanning.
+    host: Vec<cordon_http::dlp::Known>,
+    /// The logins whose token exchanges are brokered.
+    logins: Option<cordon_http::credentials::refresh::Logins>,
+}
 
 /// Reads each `[credentials.NAME]` source on the host, makes the session's placeholder for it,
-/// and puts the placeholder (never the value) in the sandbox's environment and in masked
-/// copies of the files credentials list (returned: path, content). A source that does not
+/// and gives the placeholder (never the value) for the sandbox's environment and masked
+/// copies of the files credentials list (path, content). A source that does not
 /// resolve is a warning: that credential is simply absent inside. A file is shown only when
 /// every credential listing it had its value replaced there and nothing secret is left in it
 /// (no token shape, no other known value); otherwise it stays hidden, with a warning. Also
 /// returns the host's secret-looking variables (read once, for secret scanning too).
 fn resolve_credentials(
-    plan: &mut cordon_policy::Plan,
+    plan: &cordon_policy::Plan,
     sink: &cordon_net::Emit,
     session: &str,
 ) -> Resolved {
     let mut out: Vec<cordon_http::WireCredential> = Vec::new();
+    let mut env = Vec::new();
     let key = match plan.credentials.is_empty() {
         true => None,
         false => placeholder_key(sink),
@@ -122,8 +127,8 @@ fn resolve_credentials(
                 continue;
             }
         };
-        if let Some(env) = &c.env {
-            plan.env.set.insert(env.clone(), wire.placeholder.clone());
+        if let Some(var) = &c.env {
+            env.push((var.clone(), wire.placeholder.clone()));
         }
         let hosts: Vec<String> = c.hosts.iter().map(ToString::to_string).collect();
         sink(
@@ -141,7 +146,26 @@ fn resolve_credentials(
         );
         out.push(wire);
     }
-    // Masked copies: one per file, every credential's value replaced.
+    let host = host_secrets(&out);
+    let shown = masked_copies(plan, &out, &host, sink);
+    Resolved {
+        wire: out,
+        env,
+        shown,
+        host,
+        logins,
+    }
+}
+
+/// Masked copies of the files credentials list: one per file, every credential's value
+/// replaced by its placeholder; a file that would still hold a secret is left out (hidden),
+/// said in a warning and an event.
+fn masked_copies(
+    plan: &cordon_policy::Plan,
+    out: &[cordon_http::WireCredential],
+    host: &[cordon_http::dlp::Known],
+    sink: &cordon_net::Emit,
+) -> Vec<(PathBuf, String)> {
     let mut files: Vec<(PathBuf, Vec<String>)> = Vec::new();
     for c in &plan.credentials {
         // A login file is shown when a token of it resolved (otherwise it holds none).
@@ -156,10 +180,9 @@ fn resolve_credentials(
             }
         }
     }
-    let host = host_secrets(&out);
     let mut shown = Vec::new();
     if files.is_empty() {
-        return (out, shown, host, logins);
+        return shown;
     }
     let mut known: Vec<cordon_http::dlp::Known> = out
         .iter()
@@ -176,56 +199,7 @@ fn resolve_credentials(
     for (path, names) in files {
         let masked = std::fs::read_to_string(&path)
             .map_err(|e| e.to_string())
-            .and_then(|mut text| {
-                for name in &names {
-                    let c = out
-                        .iter()
-                        .find(|c| &c.name == name)
-                        .ok_or_else(|| format!("credential `{name}` did not resolve"))?;
-                    if !text.contains(&c.real) {
-                        return Err(format!(
-                            "it does not hold credential `{name}`'s value as written"
-                        ));
-                    }
-                    text = text.replace(&c.real, &c.placeholder);
-                }
-                let fields: Vec<(&str, &str)> = plan
-                    .credentials
-                    .iter()
-                    .filter(|c| names.contains(&c.name))
-                    .filter_map(|c| match &c.source {
-                        cordon_policy::CredentialSource::Json { file, field } if *file == path => {
-                            let w = out.iter().find(|w| w.name == c.name)?;
-                            Some((field.as_str(), w.placeholder.as_str()))
-                        }
-                        _ => None,
-                    })
-                    .collect();
-                if !fields.is_empty() {
-                    cordon_http::credentials::login::check_masked(&text, &fields)?;
-                }
-                // A YAML login's field holds exactly its placeholder once replaced.
-                for c in plan.credentials.iter().filter(|c| names.contains(&c.name)) {
-                    if let cordon_policy::CredentialSource::Yaml { file, field } = &c.source
-                        && *file == path
-                        && let Some(w) = out.iter().find(|w| w.name == c.name)
-                        && cordon_http::credentials::login::yaml_value(&text, field).as_deref()
-                            != Some(w.placeholder.as_str())
-                    {
-                        return Err(format!(
-                            "field {field} does not hold its placeholder in the masked copy"
-                        ));
-                    }
-                }
-                let left = leftover.scan(text.as_bytes(), cordon_http::dlp::Place::Body);
-                if let Some(f) = left.first() {
-                    return Err(format!(
-                        "it holds another secret ({}), which no credential covers",
-                        f.kind
-                    ));
-                }
-                Ok(text)
-            });
+            .and_then(|text| mask_file(plan, out, &leftover, &path, &names, text));
         match masked {
             Ok(content) => shown.push((path, content)),
             Err(why) => {
@@ -248,7 +222,68 @@ fn resolve_credentials(
             }
         }
     }
-    (out, shown, host, logins)
+    shown
+}
+
+/// `text` (the file at `path`) with the values of the credentials `names` replaced by their
+/// placeholders, or why it stays hidden: a value not there as written, a login field not
+/// holding its placeholder after, or any other secret left.
+fn mask_file(
+    plan: &cordon_policy::Plan,
+    out: &[cordon_http::WireCredential],
+    leftover: &cordon_http::dlp::Scanner,
+    path: &Path,
+    names: &[String],
+    mut text: String,
+) -> Result<String, String> {
+    for name in names {
+        let c = out
+            .iter()
+            .find(|c| &c.name == name)
+            .ok_or_else(|| format!("credential `{name}` did not resolve"))?;
+        if !text.contains(&c.real) {
+            return Err(format!(
+                "it does not hold credential `{name}`'s value as written"
+            ));
+        }
+        text = text.replace(&c.real, &c.placeholder);
+    }
+    let fields: Vec<(&str, &str)> = plan
+        .credentials
+        .iter()
+        .filter(|c| names.contains(&c.name))
+        .filter_map(|c| match &c.source {
+            cordon_policy::CredentialSource::Json { file, field } if *file == path => {
+                let w = out.iter().find(|w| w.name == c.name)?;
+                Some((field.as_str(), w.placeholder.as_str()))
+            }
+            _ => None,
+        })
+        .collect();
+    if !fields.is_empty() {
+        cordon_http::credentials::login::check_masked(&text, &fields)?;
+    }
+    // A YAML login's field holds exactly its placeholder once replaced.
+    for c in plan.credentials.iter().filter(|c| names.contains(&c.name)) {
+        if let cordon_policy::CredentialSource::Yaml { file, field } = &c.source
+            && *file == path
+            && let Some(w) = out.iter().find(|w| w.name == c.name)
+            && cordon_http::credentials::login::yaml_value(&text, field).as_deref()
+                != Some(w.placeholder.as_str())
+        {
+            return Err(format!(
+                "field {field} does not hold its placeholder in the masked copy"
+            ));
+        }
+    }
+    let left = leftover.scan(text.as_bytes(), cordon_http::dlp::Place::Body);
+    if let Some(f) = left.first() {
+        return Err(format!(
+            "it holds another secret ({}), which no credential covers",
+            f.kind
+        ));
+    }
+    Ok(text)
 }
 
 /// Where the user's placeholder secret lives: beside the CA, in the data directory that every
@@ -360,13 +395,15 @@ pub(crate) struct GatewayAttach {
     pub bundle: Option<cordon_sandbox::TrustBundle>,
     /// Masked copies of credential files.
     pub shown: Vec<(PathBuf, String)>,
+    /// Variables set inside to a credential's placeholder.
+    pub env: Vec<(String, String)>,
 }
 
 /// The gateway, with the HTTP layer when cordon's CA can be had (made on first use under the
 /// data directory, which no sandbox sees). Without it, HTTPS is decided per connection only,
 /// said loudly.
 pub(crate) fn start_gateway(
-    plan: &mut cordon_policy::Plan,
+    plan: &cordon_policy::Plan,
     sink: &cordon_net::Emit,
     audit: &cordon_events::AuditHealth,
     approvals: Option<&cordon_approval::Approvals>,
@@ -397,22 +434,21 @@ pub(crate) fn start_gateway(
                 approvals: a.clone(),
                 timeout: Duration::from_secs(plan.exec.ask_timeout_secs),
             });
-            let (credentials, shown, host_secrets, logins) =
-                resolve_credentials(plan, sink, session);
+            let resolved = resolve_credentials(plan, sink, session);
             // Secret scanning also looks for the host's secret-looking variables by value.
             let layer = cordon_http::HttpLayer::from_plan(
                 plan,
                 ca,
                 ask,
-                credentials,
-                host_secrets,
+                resolved.wire,
+                resolved.host,
                 sink.clone(),
                 gateway.connector(),
             )
             .context("start the HTTP layer")?;
             layer.watch_audit(audit.clone());
             crate::mcp::govern(&layer, plan)?;
-            if let Some(l) = logins {
+            if let Some(l) = resolved.logins {
                 layer.broker_logins(l);
             }
             let layer = std::sync::Arc::new(layer);
@@ -427,7 +463,8 @@ pub(crate) fn start_gateway(
                 gateway,
                 emit: sink.clone(),
                 bundle: Some(bundle),
-                shown,
+                shown: resolved.shown,
+                env: resolved.env,
             })
         }
         Err(e) => {
@@ -446,6 +483,7 @@ pub(crate) fn start_gateway(
                 emit: sink.clone(),
                 bundle: None,
                 shown: Vec::new(),
+                env: Vec::new(),
             })
         }
     }
