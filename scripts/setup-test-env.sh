@@ -18,6 +18,9 @@
 #    ssh and git over SSH through cordon's filtering agent
 #  - g++ and cargo-fuzz (pinned): the fuzz targets under fuzz/ (libFuzzer is C++), run by
 #    scripts/fuzz.sh
+#  - systemd (journald, journalctl; not started: the export test runs its own journald in a
+#    private mount namespace) and PyPI opentelemetry-proto, pinned, in a venv: the export
+#    test's OTLP receiver decodes with the official definitions (crates/cordon/tests/export.rs)
 #  - an unprivileged account, cordon-test, for the second run of every sandbox test
 set -euo pipefail
 if [ "$(id -u)" -ne 0 ]; then
@@ -28,7 +31,7 @@ need=()
 for pkg in git python3 util-linux procps cargo strace bubblewrap hyperfine libcap2-bin \
     curl openssl gcc g++ libc6-dev python3-pip python3-venv python3-requests iperf3 passt slirp4netns \
     openssh-server openssh-client bind9-dnsutils iputils-ping \
-    chromium chromium-driver fonts-dejavu-core man-db golang-go; do
+    chromium chromium-driver fonts-dejavu-core man-db golang-go systemd; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then
@@ -39,6 +42,16 @@ fi
 # cargo-fuzz, pinned, for scripts/fuzz.sh (built from crates.io with the toolchain's cargo).
 if [ "$(cargo fuzz --version 2>/dev/null)" != "cargo-fuzz 0.13.2" ]; then
     cargo install cargo-fuzz --version 0.13.2 --locked -j2 --quiet
+fi
+# The OTLP receiver's decoder: the system's python, so cordon-test could run it too.
+otlp_proto=1.45.2
+otlp_venv=/opt/cordon-agents/otlp-venv
+if [ "$("$otlp_venv/bin/python" -c 'import importlib.metadata as m; print(m.version("opentelemetry-proto"))' 2>/dev/null)" != "$otlp_proto" ]; then
+    rm -rf "$otlp_venv"
+    mkdir -p /opt/cordon-agents
+    /usr/bin/python3 -m venv "$otlp_venv"
+    "$otlp_venv/bin/pip" install --quiet --disable-pip-version-check "opentelemetry-proto==$otlp_proto" >&2
+    chmod -R a+rX "$otlp_venv"
 fi
 if ! id cordon-test >/dev/null 2>&1; then
     useradd --create-home --shell /bin/sh cordon-test

@@ -139,6 +139,7 @@
 
 mod chain;
 mod event;
+pub mod export;
 mod follow;
 mod human;
 pub mod lexical;

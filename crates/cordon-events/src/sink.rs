@@ -91,6 +91,8 @@ struct State {
     held: VecDeque<Event>,
     /// The current outage, if any.
     outage: Option<Outage>,
+    /// Where each written line is copied (`[audit] export`), if anywhere.
+    export: Option<crate::export::Tap>,
 }
 
 #[derive(Debug)]
@@ -141,6 +143,7 @@ impl AuditLog {
                     tail: Vec::new(),
                     held: VecDeque::new(),
                     outage: None,
+                    export: None,
                 }),
             }),
         }
@@ -244,6 +247,23 @@ impl AuditLog {
         }
     }
 
+    /// Copies every line written from now on to `tap`'s targets (see [`crate::export`]).
+    pub fn export_to(&self, tap: crate::export::Tap) {
+        self.lock().export = Some(tap);
+    }
+
+    /// Stops copying lines; the exporter's queues then close when it finishes.
+    pub fn stop_export(&self) {
+        self.lock().export = None;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Forces the written events to disk (`fsync`). Emits do not do this themselves.
     pub fn sync(&self) -> Result<(), EventError> {
         let state = self
@@ -313,6 +333,10 @@ impl State {
         if n > 0 {
             self.next_seq += 1;
             self.prev.clone_from(&event.hash);
+            // Under the log's lock, so the copies go out in the chain's order.
+            if let Some(tap) = &self.export {
+                tap.send(&line);
+            }
         }
         match err {
             None => Ok(event),

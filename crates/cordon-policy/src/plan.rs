@@ -5,6 +5,7 @@ pub use crate::expiry::{ExpiredGrant, Expiry, GrantKind, TimeError};
 pub use crate::pattern::{Bare, HostPattern, HostPatternError, glob_match};
 pub use crate::schema::Choice;
 pub use crate::sections::agent::AgentPlan;
+pub use crate::sections::audit::{AuditPlan, EXPORT_TARGETS, otlp_endpoint_problem};
 pub use crate::sections::credentials::{
     CredentialPlan, CredentialSlot, CredentialSource, HeaderSlot, RefreshPlan,
 };

@@ -218,6 +218,13 @@ pub(crate) mod tests {
                 agent: true,
                 show: vec![PathRule::new("/home/u/.ssh/known_hosts", "built-in")],
             },
+            audit: AuditPlan {
+                export: vec!["journald".into(), "otlp".into()],
+                otlp_endpoint: Some("http://127.0.0.1:4318/v1/logs".into()),
+                journald_socket: Some("/run/systemd/journal/socket".into()),
+                syslog_socket: Some("/dev/log".into()),
+                origin: "/p/cordon.toml:40".into(),
+            },
         }
     }
 

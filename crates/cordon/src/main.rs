@@ -11,6 +11,7 @@ mod commands;
 mod denials;
 mod doctor;
 mod explain;
+mod export;
 mod grants;
 mod home;
 mod init;

@@ -90,6 +90,15 @@ pub(crate) fn run(a: RunArgs) -> i32 {
     };
     let verbose = a.verbose;
     let log = std::sync::Arc::new(log);
+    // Started before the first event, so a collector sees the chain from its start.
+    let export = match crate::export::Export::start(&loaded.plan.audit, &log) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("cordon: audit export: {e}");
+            return EXIT_SETUP;
+        }
+    };
+    let export_log = log.clone();
     let lines = std::sync::Arc::new(crate::summary::Lines::new(
         a.quiet,
         verbose,
@@ -107,7 +116,9 @@ pub(crate) fn run(a: RunArgs) -> i32 {
     let emit = |ev: NewEvent| sink(ev);
     emit(start_event(&opts.command, &project, &loaded, a.learn));
     let code = run_in_session(&a, &project, &loaded, &session, early, &sink, &audit);
+    export.note(&emit);
     emit(NewEvent::new(Layer::Session, Action::Stop, "session ended").detail("code", code));
+    export.finish(&export_log);
     if !audit.writable() {
         let _ = writeln!(
             std::io::stderr(),

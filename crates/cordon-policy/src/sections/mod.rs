@@ -23,6 +23,7 @@ use crate::pattern::{Bare, HostPattern};
 use crate::schema::{Root, Shape, toml_string};
 
 pub mod agent;
+pub mod audit;
 pub mod credentials;
 pub mod dlp;
 pub mod dns;
@@ -217,6 +218,9 @@ sections! {
     agent: agent::Agent => agent::AgentPlan,
     /// SSH from inside: the filtering agent, and the files of `~/.ssh` shown.
     ssh: ssh::Ssh => ssh::SshPlan,
+    /// Where the session's audit log is copied as it is written: the journal, syslog, an
+    /// OpenTelemetry logs endpoint. Its own file stays the record.
+    audit: audit::Audit => audit::AuditPlan,
 }
 
 /// Where a rule or value came from.
