@@ -42,6 +42,26 @@ pub enum HttpLayerError {
     Intercept(#[from] InterceptError),
 }
 
+/// What the session resolved for the HTTP layer beside its plan.
+pub struct Inputs {
+    /// Signs the sandbox's leaves.
+    pub ca: Arc<CertAuthority>,
+    /// Where `ask` decisions go (none, or a broker that cannot start: they are refused, said
+    /// in an event).
+    pub ask: Option<AskConfig>,
+    /// Swapped in at the wire; their real values are what secret scanning knows.
+    pub credentials: Vec<WireCredential>,
+    /// The host's secret-looking variables, by value: secret scanning knows them too.
+    pub host_secrets: Vec<dlp::Known>,
+    /// Where events go.
+    pub emit: Emit,
+    /// The gateway's policy-checked connect, for upstream requests.
+    pub connect: ConnectFn,
+    /// The session's audit log: while it cannot be written every request is refused (rule
+    /// `audit.unwritable`). `None`: nothing to watch.
+    pub audit: Option<cordon_events::AuditHealth>,
+}
+
 /// Layer 3, ready: the interceptor made from the plan.
 pub struct HttpLayer {
     interceptor: Arc<Interceptor>,
@@ -54,22 +74,20 @@ impl std::fmt::Debug for HttpLayer {
 }
 
 impl HttpLayer {
-    /// Builds the layer from `plan`. `ca` signs the sandbox's leaves; `ask` is where `ask`
-    /// decisions go (none, or a broker that cannot start: they are refused, said in an
-    /// event); `credentials` are swapped in at the wire, and their real values — with
-    /// `host_secrets`, the host's secret-looking variables — are what secret scanning knows;
-    /// `connect` is the gateway's policy-checked connect. Reads `[tls] upstream_ca` now, so a
-    /// missing file is an error before the sandbox starts. What runs degraded (no judge key,
-    /// no broker, scanning off) is reported through `emit`.
-    pub fn from_plan(
-        plan: &Plan,
-        ca: Arc<CertAuthority>,
-        ask: Option<AskConfig>,
-        credentials: Vec<WireCredential>,
-        host_secrets: Vec<dlp::Known>,
-        emit: Emit,
-        connect: ConnectFn,
-    ) -> Result<Self, HttpLayerError> {
+    /// Builds the layer from `plan` and what the session resolved beside it (see
+    /// [`Inputs`]). Reads `[tls] upstream_ca` now, so a missing file is an error before the
+    /// sandbox starts. What runs degraded (no judge key, no broker, scanning off) is reported
+    /// through `emit`.
+    pub fn from_plan(plan: &Plan, inputs: Inputs) -> Result<Self, HttpLayerError> {
+        let Inputs {
+            ca,
+            ask,
+            credentials,
+            host_secrets,
+            emit,
+            connect,
+            audit,
+        } = inputs;
         let mut upstream_ca_pem = Vec::new();
         for f in &plan.tls.upstream_ca {
             let pem = std::fs::read_to_string(f).map_err(|source| HttpLayerError::UpstreamCa {
@@ -107,6 +125,9 @@ impl HttpLayer {
             dlp,
         })?;
         interceptor.learning = plan.learning;
+        if let Some(audit) = audit {
+            let _ = interceptor.audit.set(audit);
+        }
         Ok(Self {
             interceptor: Arc::new(interceptor),
         })
@@ -165,12 +186,6 @@ impl HttpLayer {
         let mcp = crate::mcp::Mcp::new(plan, Some(pins));
         let _ = self.interceptor.mcp.set(Arc::new(mcp));
         Ok(())
-    }
-
-    /// Refuses every request (503, rule `audit.unwritable`) while `audit` says the session's
-    /// log cannot be written: a decision nobody could audit is not made.
-    pub fn watch_audit(&self, audit: cordon_events::AuditHealth) {
-        let _ = self.interceptor.audit.set(audit);
     }
 
     /// `text` with every secret the layer knows redacted (see [`Interceptor::redact`]).

@@ -97,16 +97,7 @@ fn an_unreadable_upstream_ca_stops_the_layer_before_the_sandbox_starts() {
     let connect: ConnectFn = Arc::new(|h, port| {
         Box::pin(async move { tokio::net::TcpStream::connect((h, port)).await })
     });
-    let err = HttpLayer::from_plan(
-        &p,
-        ca,
-        None,
-        Vec::new(),
-        Vec::new(),
-        Arc::new(|_| {}),
-        connect,
-    )
-    .unwrap_err();
+    let err = HttpLayer::from_plan(&p, inputs(ca, Arc::new(|_| {}), connect, None)).unwrap_err();
     assert!(matches!(err, HttpLayerError::UpstreamCa { .. }), "{err}");
     assert!(err.to_string().contains("missing.pem"));
 }
@@ -134,8 +125,8 @@ async fn while_the_audit_log_cannot_be_written_no_request_is_decided() {
     let events: Arc<Mutex<Vec<NewEvent>>> = Arc::new(Mutex::new(Vec::new()));
     let ev = events.clone();
     let emit: Emit = Arc::new(move |e| ev.lock().unwrap().push(e));
-    let layer = HttpLayer::from_plan(&p, ca, None, Vec::new(), Vec::new(), emit, connect).unwrap();
-    layer.watch_audit(cordon_events::AuditHealth::fixed(false));
+    let unwritable = Some(cordon_events::AuditHealth::fixed(false));
+    let layer = HttpLayer::from_plan(&p, inputs(ca, emit, connect, unwritable)).unwrap();
     let (mut client, server) = tokio::io::duplex(64 << 10);
     tokio::spawn(async move {
         layer
@@ -200,7 +191,7 @@ async fn a_request_let_out_is_logged_when_the_sandbox_leaves_before_the_answer()
     let events: Arc<Mutex<Vec<NewEvent>>> = Arc::new(Mutex::new(Vec::new()));
     let ev = events.clone();
     let emit: Emit = Arc::new(move |e| ev.lock().unwrap().push(e));
-    let layer = HttpLayer::from_plan(&p, ca, None, Vec::new(), Vec::new(), emit, connect).unwrap();
+    let layer = HttpLayer::from_plan(&p, inputs(ca, emit, connect, None)).unwrap();
     let (mut client, server) = tokio::io::duplex(64 << 10);
     tokio::spawn(async move {
         layer
@@ -237,4 +228,22 @@ async fn a_request_let_out_is_logged_when_the_sandbox_leaves_before_the_answer()
         "{:?}",
         events.lock().unwrap()
     );
+}
+
+/// The layer's inputs with no credentials, secrets or broker.
+fn inputs(
+    ca: Arc<CertAuthority>,
+    emit: Emit,
+    connect: ConnectFn,
+    audit: Option<cordon_events::AuditHealth>,
+) -> Inputs {
+    Inputs {
+        ca,
+        ask: None,
+        credentials: Vec::new(),
+        host_secrets: Vec::new(),
+        emit,
+        connect,
+        audit,
+    }
 }

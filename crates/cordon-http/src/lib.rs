@@ -73,4 +73,4 @@ pub use ca::{CaError, CertAuthority};
 pub use denied::Denied;
 pub use intercept::{Config, ConnectFn, InterceptError, Interceptor, Owned, WireCredential};
 pub use judge::{Judge, JudgeConfig};
-pub use layer::{AskConfig, HttpLayer, HttpLayerError};
+pub use layer::{AskConfig, HttpLayer, HttpLayerError, Inputs};

@@ -52,7 +52,7 @@ pub use connect::{HostResolver, Refusal, is_host_alias};
 pub use dns::{DnsAnswer, DnsDecision, FAKE_TTL, Reject};
 pub use gateway::{
     ConnectFn, Emit, FLOW_WINDOW_BYTES, FlowDenial, FlowFuture, FlowHandler, FlowIo, FlowKind,
-    FlowTarget, Gateway, GatewayError, InwardFn, Redact, SocketLookup, TUN_VNET_HDR_LEN,
+    FlowTarget, Gateway, GatewayError, InwardFn, Redact, SocketLookup, TUN_VNET_HDR_LEN, Wiring,
 };
 pub use gateway::{ExecsOf, FlowPolicy, FlowVerdict, Route, explain_flow, learnable};
 use ipnet::Ipv4Net;

@@ -380,11 +380,12 @@ fn build_beside(
     let (asks, execs) = (base.approvals.clone(), base.execs.clone());
     let session = session.to_string();
     crate::beside::Beside::start(gateway_on, move || -> BuiltBeside {
-        let g = gateway_on.then(|| start_gateway(&plan, &sink, &audit, asks.as_ref(), &session));
-        if let (Some(Ok(g)), Some(execs)) = (&g, execs) {
-            g.gateway
-                .set_execs(std::sync::Arc::new(move |pid, start| execs.get(pid, start)));
-        }
+        // Rules keyed on programs read what the exec supervisor saw.
+        let execs = execs.map(|e| -> cordon_net::ExecsOf {
+            std::sync::Arc::new(move |pid, start| e.get(pid, start))
+        });
+        let g =
+            gateway_on.then(|| start_gateway(&plan, &sink, &audit, asks.as_ref(), execs, &session));
         if let Some(Err(_)) = &g {
             return (g, None, Default::default());
         }

@@ -407,16 +407,22 @@ pub(crate) fn start_gateway(
     sink: &cordon_net::Emit,
     audit: &cordon_events::AuditHealth,
     approvals: Option<&cordon_approval::Approvals>,
+    execs: Option<cordon_net::ExecsOf>,
     session: &str,
 ) -> Result<GatewayAttach> {
     // Command lines in events are redacted by token shape until the HTTP layer, which knows
     // the credentials' values too, takes over.
     let redact: cordon_net::Redact =
         std::sync::Arc::new(|s: &str| cordon_http::dlp::redact(s).into_owned());
-    let gateway = cordon_net::Gateway::new(plan, sink.clone(), redact)?;
     // A decision nobody could audit is not made: new flows and requests are refused while
     // the log cannot be written.
-    gateway.watch_audit(audit.clone());
+    let wiring = cordon_net::Wiring {
+        emit: sink.clone(),
+        redact,
+        audit: Some(audit.clone()),
+        execs,
+    };
+    let gateway = cordon_net::Gateway::new(plan, wiring)?;
     // The data directory is masked in every sandbox (the plan says so): the CA key is safe there.
     let ca = cordon_events::data_dir()
         .ok_or_else(|| anyhow!("no data directory (set HOME or XDG_DATA_HOME)"))
@@ -436,17 +442,17 @@ pub(crate) fn start_gateway(
             });
             let resolved = resolve_credentials(plan, sink, session);
             // Secret scanning also looks for the host's secret-looking variables by value.
-            let layer = cordon_http::HttpLayer::from_plan(
-                plan,
+            let inputs = cordon_http::Inputs {
                 ca,
                 ask,
-                resolved.wire,
-                resolved.host,
-                sink.clone(),
-                gateway.connector(),
-            )
-            .context("start the HTTP layer")?;
-            layer.watch_audit(audit.clone());
+                credentials: resolved.wire,
+                host_secrets: resolved.host,
+                emit: sink.clone(),
+                connect: gateway.connector(),
+                audit: Some(audit.clone()),
+            };
+            let layer =
+                cordon_http::HttpLayer::from_plan(plan, inputs).context("start the HTTP layer")?;
             crate::mcp::govern(&layer, plan)?;
             if let Some(l) = resolved.logins {
                 layer.broker_logins(l);

@@ -173,7 +173,7 @@ pub(crate) struct Shared {
     /// it could not start; events then name no process).
     pub owners: OnceLock<Option<owner::Lookups>>,
     /// The session's audit log: while it cannot be written no new flow is let out.
-    pub audit: OnceLock<cordon_events::AuditHealth>,
+    pub audit: Option<cordon_events::AuditHealth>,
     /// A learning run: a flow only the lack of a rule refuses is let out, and logged as
     /// what it would have been ([`policy::learnable`]).
     pub learning: bool,
@@ -181,7 +181,7 @@ pub(crate) struct Shared {
     /// connection to one of them is found before it is decided ([`who`]).
     pub program_hosts: Vec<HostPattern>,
     /// What the exec supervisor saw each process started to run.
-    pub execs: OnceLock<identity::ExecsOf>,
+    pub execs: Option<identity::ExecsOf>,
     /// Who the sandbox's processes are, once the sandbox is known.
     pub identify: OnceLock<Option<identity::Identify>>,
 }
@@ -204,6 +204,25 @@ pub(crate) enum HttpFlow {
     Intercept,
     /// Nothing could let a request through: refuse the connection.
     Deny(FlowDecision),
+}
+
+/// What a gateway reports to and reads from the rest of the session, given when it is made.
+/// The other things it learns later are set once each, when they come to be: the HTTP layer
+/// ([`Gateway::with_http`]: it needs this gateway's [`Gateway::connector`] first), the
+/// sandbox's init and its way in ([`Gateway::set_sandbox`], [`Gateway::set_inward`]: they
+/// exist only once the sandbox does).
+pub struct Wiring {
+    /// Where its events go.
+    pub emit: Emit,
+    /// Hides secrets in the command lines events name, until an HTTP layer (which knows more
+    /// of them) takes over.
+    pub redact: Redact,
+    /// The session's audit log: while it cannot be written no new flow is let out (rule
+    /// `audit.unwritable`). `None`: nothing to watch.
+    pub audit: Option<cordon_events::AuditHealth>,
+    /// What the exec supervisor saw each sandbox process started to run: rules keyed on
+    /// programs then know which script an interpreter runs. `None`: execs are not seen.
+    pub execs: Option<ExecsOf>,
 }
 
 /// The egress gateway of one session.
@@ -229,11 +248,13 @@ impl Gateway {
     /// use is an error before the sandbox starts). Nothing runs until [`Gateway::start`].
     /// `redact` hides secrets in the command lines events name, until an HTTP layer (which
     /// knows more of them) takes over.
-    pub fn new(
-        whole: &cordon_policy::Plan,
-        emit: Emit,
-        redact: Redact,
-    ) -> Result<Self, GatewayError> {
+    pub fn new(whole: &cordon_policy::Plan, wiring: Wiring) -> Result<Self, GatewayError> {
+        let Wiring {
+            emit,
+            redact,
+            audit,
+            execs,
+        } = wiring;
         let plan = &whole.network;
         let allow_ips = plan
             .allow_ips
@@ -274,10 +295,10 @@ impl Gateway {
                 noisy: Mutex::new((Instant::now(), 0, 0)),
                 at_cap: Mutex::new((None, 0)),
                 owners: OnceLock::new(),
-                audit: OnceLock::new(),
+                audit,
                 learning: whole.learning,
                 program_hosts: whole.program_hosts(),
-                execs: OnceLock::new(),
+                execs,
                 identify: OnceLock::new(),
             }),
             http_plan: (whole.http.clone(), whole.tls.passthrough.clone()),
@@ -297,12 +318,6 @@ impl Gateway {
             handler,
         });
         self
-    }
-
-    /// Refuses every new flow while `audit` says the session's log cannot be written (the
-    /// disk full): a connection nobody could audit is not let out (rule `audit.unwritable`).
-    pub fn watch_audit(&self, audit: cordon_events::AuditHealth) {
-        let _ = self.shared.audit.set(audit);
     }
 
     /// The policy-checked connect (the host-side lookup with the rebinding/SSRF rule, then
@@ -383,12 +398,6 @@ impl Gateway {
     /// the process that opened them.
     pub fn set_sandbox(&self, init_pid: i32, sockets: SocketLookup) {
         let _ = self.shared.sandbox.set((init_pid, sockets));
-    }
-
-    /// What the exec supervisor saw each sandbox process started to run: rules keyed on
-    /// programs then know which script an interpreter runs.
-    pub fn set_execs(&self, execs: ExecsOf) {
-        let _ = self.shared.execs.set(execs);
     }
 
     /// The way into the sandbox, for published ports.
@@ -558,7 +567,7 @@ impl Shared {
         };
         let learned = self.learning && !verdict.allow && policy::learnable(&verdict.rule);
         verdict.allow |= learned;
-        if verdict.allow && self.audit.get().is_some_and(|a| !a.writable()) {
+        if verdict.allow && self.audit.as_ref().is_some_and(|a| !a.writable()) {
             verdict = FlowDecision {
                 allow: false,
                 rule: cordon_events::AUDIT_UNWRITABLE.into(),

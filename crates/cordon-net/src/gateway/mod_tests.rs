@@ -11,7 +11,13 @@ fn flows_turned_away_at_the_cap_are_counted_not_logged_one_by_one() {
     let seen = Arc::new(Mutex::new(Vec::<NewEvent>::new()));
     let s = seen.clone();
     let emit: Emit = Arc::new(move |ev: NewEvent| s.lock().unwrap().push(ev));
-    let gw = Gateway::new(&plan, emit, Arc::new(|t: &str| t.to_string())).unwrap();
+    let wiring = Wiring {
+        emit,
+        redact: Arc::new(|t: &str| t.to_string()),
+        audit: None,
+        execs: None,
+    };
+    let gw = Gateway::new(&plan, wiring).unwrap();
     let turned_away = |seen: &[NewEvent]| -> Vec<u64> {
         seen.iter()
             .filter(|e| e.rule.as_deref() == Some("network.max-flows"))

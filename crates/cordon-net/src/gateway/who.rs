@@ -105,7 +105,7 @@ impl Shared {
             .identify
             .get_or_init(|| {
                 let (init, _) = self.sandbox.get()?;
-                Some(Identify::new(*init, self.execs.get().cloned()))
+                Some(Identify::new(*init, self.execs.clone()))
             })
             .as_ref()?;
         let mut owner = identify.owner(found.host_pid)?;
