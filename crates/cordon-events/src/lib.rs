@@ -138,6 +138,7 @@
 #![forbid(unsafe_code)]
 
 mod chain;
+mod details;
 mod event;
 mod follow;
 mod human;
@@ -147,8 +148,10 @@ mod read;
 mod sink;
 mod status;
 pub mod terminal;
+mod verdict;
 
 pub use chain::{GENESIS_PREV, hash_event};
+pub use details::{Learned, SHORTFALL, Shortfall};
 pub use event::{Action, Event, EventError, JUDGE_CALL, JudgeCall, LEARN, Layer, NewEvent};
 pub use follow::Follower;
 pub use human::{SUBJECT_KEYS, format_human};
@@ -159,6 +162,7 @@ pub use paths::{
 pub use read::{SessionSummary, VerifyProblem, VerifyReport, list_sessions, read_log, verify};
 pub use sink::{AUDIT_UNWRITABLE, AuditHealth, AuditLog, MAX_HELD};
 pub use status::{Enforcement, LimitVia};
+pub use verdict::{Builtin, Denial, Origin, RuleId, Step, Verdict};
 
 /// Where a layer that runs on threads of its own (the gateway, the HTTP layer) sends its
 /// events: one type for all of them, so the binary hands every layer the same sink.
