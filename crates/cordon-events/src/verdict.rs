@@ -152,11 +152,13 @@ pub enum Builtin {
     FailClosed,
     /// Secret scanning found a secret; qualified by the kinds found: `dlp:aws,github`.
     Dlp,
+    /// A layer's default (`[http] default`, `[mcp] default`): no rule of the layer matched.
+    Default,
 }
 
 impl Builtin {
     /// Every built-in rule.
-    pub const ALL: [Builtin; 23] = [
+    pub const ALL: [Builtin; 24] = [
         Builtin::NetworkDefaultDeny,
         Builtin::NetworkRawIp,
         Builtin::NetworkProgram,
@@ -180,6 +182,7 @@ impl Builtin {
         Builtin::FilesystemHome,
         Builtin::FailClosed,
         Builtin::Dlp,
+        Builtin::Default,
     ];
 
     /// The rule's name in events (`network.default-deny`).
@@ -208,6 +211,7 @@ impl Builtin {
             Builtin::FilesystemHome => "filesystem.home",
             Builtin::FailClosed => "built-in: fail closed",
             Builtin::Dlp => "dlp",
+            Builtin::Default => "default",
         }
     }
 

@@ -80,7 +80,7 @@ fn todays_rule_texts_parse_typed_and_print_back() {
             "built-in (deny \"sudo *\")",
             RuleId::Other("built-in (deny \"sudo *\")".into()),
         ),
-        ("default", RuleId::Other("default".into())),
+        ("default", RuleId::builtin(Builtin::Default)),
         ("credentials.gh", RuleId::Other("credentials.gh".into())),
     ];
     for (text, typed) in cases {
@@ -138,8 +138,12 @@ fn steps_are_added_and_taken_off() {
     assert_eq!(r.to_string(), "allow-api → judge → ask");
     assert_eq!(r.steps(), [Step::Judge, Step::Ask]);
     assert_eq!(r.base(), RuleId::Other("allow-api".into()));
-    let d = RuleId::builtin(Builtin::HttpDefaultDeny).then(Step::Ask);
-    assert_eq!(d.base(), RuleId::builtin(Builtin::HttpDefaultDeny));
+    let d = RuleId::builtin(Builtin::Default).then(Step::Ask);
+    assert_eq!(d.to_string(), "default → ask");
+    assert_eq!(
+        RuleId::parse("default → ask").base(),
+        RuleId::builtin(Builtin::Default)
+    );
 }
 
 #[test]

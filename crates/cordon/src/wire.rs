@@ -319,11 +319,7 @@ impl cordon_net::FlowHandler for HttpFlows {
         denial: cordon_net::FlowDenial,
     ) -> cordon_net::FlowFuture {
         let layer = self.0.clone();
-        let denied = cordon_http::Denied {
-            rule: denial.rule,
-            reason: denial.reason,
-            allow_with: denial.allow_with,
-        };
+        let denied = cordon_http::Denied(denial);
         Box::pin(async move { layer.refuse_tls(stream, to.name, to.port, denied).await })
     }
 }
