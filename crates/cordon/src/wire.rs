@@ -432,11 +432,14 @@ pub(crate) fn start_gateway(
                 "cordon: warning: no HTTPS inspection ({}); HTTP(S) is decided by host and port only",
                 crate::output::chain(&e)
             );
-            sink(NewEvent::new(
-                Layer::Http,
-                Action::Degraded,
-                format!("no HTTPS inspection: {}", crate::output::chain(&e)),
-            ));
+            sink(
+                NewEvent::new(
+                    Layer::Http,
+                    Action::Degraded,
+                    format!("no HTTPS inspection: {}", crate::output::chain(&e)),
+                )
+                .shortfall(cordon_events::Shortfall::NoInspection),
+            );
             Ok(GatewayAttach {
                 gateway,
                 emit: sink.clone(),
@@ -471,7 +474,8 @@ impl cordon_sandbox::NetAttach for GatewayAttach {
                         Action::Degraded,
                         "explicit-proxy mode only: no TUN device",
                     )
-                    .detail("reason", reason),
+                    .detail("reason", reason)
+                    .shortfall(cordon_events::Shortfall::ProxyOnly),
                 );
                 None
             }
