@@ -24,7 +24,8 @@
 //! - `layer`, `action`: see the table below.
 //! - `reason`: one human sentence fragment saying why.
 //! - `rule`: the policy rule that decided (`built-in`, or `FILE:LINE`), when one did; every
-//!   denial names its rule. Absent when none.
+//!   denial names its rule. Absent when none. Readers take it as a [`RuleId`]
+//!   ([`Event::rule_id`]), never apart by its words.
 //! - `detail`: layer-specific facts (path, host, pid, code, ...). Absent when empty. Secrets
 //!   never go here: name a credential, never its value.
 //! - `prev`, `hash`: the chain, below.
@@ -90,6 +91,7 @@
 //! | `terminal` | `apply` | The agent's pseudo-terminal was set up. |
 //! | `terminal` | `deny` | Terminal input injection or another terminal escape was blocked. detail: `what`. |
 //! | `network` | `apply` | The network namespace and gateway are up. detail: mode. |
+//! | `network`, `http` | `degraded` | detail: `shortfall` ([`Shortfall`]: `host_network`, `proxy_only`, `no_inspection`, `no_judge_key`) says what the layer lacks. |
 //! | `network` | `allow` | An outbound connection was allowed. detail: `host`, `ip`, `port`, `proto`, `via` (`tun`; `proxy`, a `CONNECT`; `proxy-http`, a plain request through the proxy); when it closes, `bytes_up`, `bytes_down` (bytes relayed each way) and `duration_ms`. |
 //! | `network` | `deny` | An outbound connection was refused. detail: `host`, `ip`, `port`, `proto`, `via`. |
 //! | `network` | `ask` | A connection waits for the user's approval (a later `allow`/`deny` settles it). |
