@@ -24,7 +24,8 @@
 //! - `layer`, `action`: see the table below.
 //! - `reason`: one human sentence fragment saying why.
 //! - `rule`: the policy rule that decided (`built-in`, or `FILE:LINE`), when one did; every
-//!   denial names its rule. Absent when none.
+//!   denial names its rule. Absent when none. Readers take it as a [`RuleId`]
+//!   ([`Event::rule_id`]), never apart by its words.
 //! - `detail`: layer-specific facts (path, host, pid, code, ...). Absent when empty. Secrets
 //!   never go here: name a credential, never its value.
 //! - `prev`, `hash`: the chain, below.
@@ -90,6 +91,7 @@
 //! | `terminal` | `apply` | The agent's pseudo-terminal was set up. |
 //! | `terminal` | `deny` | Terminal input injection or another terminal escape was blocked. detail: `what`. |
 //! | `network` | `apply` | The network namespace and gateway are up. detail: mode. |
+//! | `network`, `http` | `degraded` | detail: `shortfall` ([`Shortfall`]: `host_network`, `proxy_only`, `no_inspection`, `no_judge_key`) says what the layer lacks. |
 //! | `network` | `allow` | An outbound connection was allowed. detail: `host`, `ip`, `port`, `proto`, `via` (`tun`; `proxy`, a `CONNECT`; `proxy-http`, a plain request through the proxy); when it closes, `bytes_up`, `bytes_down` (bytes relayed each way) and `duration_ms`. |
 //! | `network` | `deny` | An outbound connection was refused. detail: `host`, `ip`, `port`, `proto`, `via`. |
 //! | `network` | `ask` | A connection waits for the user's approval (a later `allow`/`deny` settles it). |
@@ -138,6 +140,7 @@
 #![forbid(unsafe_code)]
 
 mod chain;
+mod details;
 mod event;
 pub mod export;
 mod follow;
@@ -148,8 +151,10 @@ mod read;
 mod sink;
 mod status;
 pub mod terminal;
+mod verdict;
 
 pub use chain::{GENESIS_PREV, hash_event};
+pub use details::{Learned, SHORTFALL, Shortfall};
 pub use event::{Action, Event, EventError, JUDGE_CALL, JudgeCall, LEARN, Layer, NewEvent};
 pub use follow::Follower;
 pub use human::{SUBJECT_KEYS, format_human};
@@ -160,6 +165,7 @@ pub use paths::{
 pub use read::{SessionSummary, VerifyProblem, VerifyReport, list_sessions, read_log, verify};
 pub use sink::{AUDIT_UNWRITABLE, AuditHealth, AuditLog, MAX_HELD};
 pub use status::{Enforcement, LimitVia};
+pub use verdict::{Builtin, Denial, Origin, RuleId, Step, Verdict};
 
 /// Where a layer that runs on threads of its own (the gateway, the HTTP layer) sends its
 /// events: one type for all of them, so the binary hands every layer the same sink.

@@ -18,15 +18,17 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use crate::intercept::Interceptor;
 use crate::pipeline::{Body, text};
 
-/// Why the gateway refused a flow (the gateway's `FlowDenial`, as this crate takes it).
+/// Why the gateway refused a flow: the gateway's `FlowDenial`, the one
+/// [`cordon_events::Denial`] both layers take.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Denied {
-    /// The rule that decided.
-    pub rule: String,
-    /// Why, in words.
-    pub reason: String,
-    /// Policy lines (TOML) that would allow it, when a line can.
-    pub allow_with: Option<String>,
+pub struct Denied(pub cordon_events::Denial);
+
+impl std::ops::Deref for Denied {
+    type Target = cordon_events::Denial;
+
+    fn deref(&self) -> &cordon_events::Denial {
+        &self.0
+    }
 }
 
 /// How long a denied connection may stay open for its request and the answer.
@@ -131,11 +133,11 @@ mod tests {
 
     #[test]
     fn the_answer_names_rule_reason_lines_and_explain() {
-        let d = Denied {
+        let d = Denied(cordon_events::Denial {
             rule: "network.default-deny".into(),
             reason: "no [[network.allow]] rule names x.example with port 443".into(),
             allow_with: Some("[[network.allow]]\nhost = \"x.example\"\nports = [443]".into()),
-        };
+        });
         let b = d.body("GET", "https://x.example/simple/", "x.example");
         assert!(
             b.contains("denied by rule network.default-deny: no [[network.allow]]"),
@@ -155,11 +157,11 @@ mod tests {
             "{p}"
         );
         assert!(hyper::ext::ReasonPhrase::try_from(p.into_bytes()).is_ok());
-        let odd = Denied {
+        let odd = Denied(cordon_events::Denial {
             rule: "r".into(),
             reason: format!("é\r\n{}", "x".repeat(500)),
             allow_with: None,
-        };
+        });
         let p = odd.phrase();
         assert!(p.len() <= MAX_PHRASE && p.ends_with("..."), "{p}");
         assert!(hyper::ext::ReasonPhrase::try_from(p.into_bytes()).is_ok());

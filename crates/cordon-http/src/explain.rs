@@ -86,7 +86,7 @@ impl RequestPolicy {
             if rules::rule_matches(r, &req) {
                 return Some(Decision {
                     action: r.action,
-                    rule: r.name.clone(),
+                    rule: cordon_events::RuleId::parse(&r.name),
                     reason: r.reason.clone(),
                 });
             }
@@ -103,7 +103,7 @@ impl RequestPolicy {
         }
         Some(Decision {
             action: self.default,
-            rule: "default".into(),
+            rule: cordon_events::Builtin::Default.into(),
             reason: None,
         })
     }
@@ -136,15 +136,18 @@ mod tests {
         let d =
             explain_request(&plan, "post", "pypi.org", 443, "/x/../upload/a", "", None).unwrap();
         assert_eq!(
-            (d.action, d.rule.as_str()),
+            (d.action, d.rule.to_string().as_str()),
             (HttpAction::Deny, "no-uploads")
         );
         // The built-in [[network.allow]] for pypi.org allows the rest.
         let d = explain_request(&plan, "GET", "pypi.org", 443, "/simple/", "", None).unwrap();
         assert_eq!(d.action, HttpAction::Allow);
-        assert!(d.rule.contains("pypi.org"), "{d:?}");
+        assert!(d.rule.to_string().contains("pypi.org"), "{d:?}");
         let d = explain_request(&plan, "GET", "evil.example", 443, "/", "", None).unwrap();
-        assert_eq!((d.action, d.rule.as_str()), (plan.http.default, "default"));
+        assert_eq!(
+            (d.action, d.rule.to_string().as_str()),
+            (plan.http.default, "default")
+        );
         assert!(explain_request(&plan, "GET", "pypi.org", 443, "/a%2fb", "", None).is_err());
     }
 }

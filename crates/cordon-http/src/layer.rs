@@ -221,13 +221,16 @@ fn judge_config(j: &cordon_policy::JudgePlan, emit: &Emit) -> judge::JudgeConfig
         .and_then(|var| match std::env::var(var) {
             Ok(v) if !v.is_empty() => Some(v),
             _ => {
-                emit(NewEvent::new(
-                    Layer::Http,
-                    EvAction::Degraded,
-                    format!(
-                        "the judge's credential ${var} is not set on the host; asking without a key"
-                    ),
-                ));
+                emit(
+                    NewEvent::new(
+                        Layer::Http,
+                        EvAction::Degraded,
+                        format!(
+                            "the judge's credential ${var} is not set on the host; asking without a key"
+                        ),
+                    )
+                    .shortfall(cordon_events::Shortfall::NoJudgeKey),
+                );
                 None
             }
         });

@@ -4,6 +4,7 @@
 
 use cordon_policy::glob_match as matches;
 
+use cordon_events::{Builtin, RuleId};
 use cordon_policy::{HttpAction, HttpRule};
 
 /// The parts of a request rules look at.
@@ -33,7 +34,7 @@ pub struct Decision {
     /// What to do.
     pub action: HttpAction,
     /// The deciding rule's name, or `default`.
-    pub rule: String,
+    pub rule: RuleId,
     /// The rule's reason, if it has one.
     pub reason: Option<String>,
 }
@@ -71,12 +72,12 @@ pub fn decide(rules: &[HttpRule], default: HttpAction, req: &Request<'_>) -> Dec
     match rules.iter().find(|r| rule_matches(r, req)) {
         Some(r) => Decision {
             action: r.action,
-            rule: r.name.clone(),
+            rule: RuleId::parse(&r.name),
             reason: r.reason.clone(),
         },
         None => Decision {
             action: default,
-            rule: "default".into(),
+            rule: Builtin::Default.into(),
             reason: only_for_others(rules, req),
         },
     }
@@ -146,7 +147,7 @@ mod tests {
             &req("post", "api.anthropic.com", "/v1/messages"),
         );
         assert_eq!(
-            (d.action, d.rule.as_str()),
+            (d.action, d.rule.to_string().as_str()),
             (HttpAction::Allow, "anthropic")
         );
         let d = decide(
@@ -155,7 +156,7 @@ mod tests {
             &req("GET", "api.anthropic.com", "/v1/messages"),
         );
         assert_eq!(
-            (d.action, d.rule.as_str()),
+            (d.action, d.rule.to_string().as_str()),
             (HttpAction::Deny, "no-anthropic")
         );
         let d = decide(
@@ -169,7 +170,10 @@ mod tests {
             HttpAction::Judge,
             &req("PUT", "registry.npmjs.org", "/left-pad"),
         );
-        assert_eq!((d.action, d.rule.as_str()), (HttpAction::Judge, "default"));
+        assert_eq!(
+            (d.action, d.rule.to_string().as_str()),
+            (HttpAction::Judge, "default")
+        );
     }
 
     #[test]

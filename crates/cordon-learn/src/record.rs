@@ -1,7 +1,7 @@
 //! What a logged event recorded of a decision: the thing decided, what the policy said of
 //! it (before a person or the judge answered), the rule that said it, and the answer.
 
-use cordon_events::{Action, Event, LEARN, Layer};
+use cordon_events::{Action, Builtin, Event, LEARN, Layer, Learned, Origin, RuleId, Step};
 use cordon_net::Route;
 use serde::Serialize;
 
@@ -104,51 +104,36 @@ pub enum Classified {
     Other,
 }
 
-/// Rules decided on what happened at run time rather than on policy.
-fn run_time_rule(rule: &str) -> bool {
-    rule == cordon_events::AUDIT_UNWRITABLE
-        || rule.starts_with("network.max-flows")
-        || rule.starts_with("network.unknown-address")
-        || rule.starts_with("network.event-budget")
-        || rule.starts_with("dns.rebinding")
-        || rule.starts_with("dns.host-alias")
-        || rule.starts_with("http.host-mismatch")
-        || rule.starts_with("built-in: fail closed")
-        || rule.starts_with("dlp:")
-        || rule == "http.compressed-credential"
-        // An MCP body cordon could not read (or hold) as JSON-RPC: the body decided, and the
-        // log does not hold it (`mcp`: before it had its own name).
-        || rule == "mcp.unreadable"
-        || rule == "mcp"
-        // UDP other than DNS and ICMP never leave, whatever a policy says.
-        || rule == "network.udp"
-        || rule == "network.icmp"
+/// Rules decided on what happened at run time rather than on policy
+/// ([`Builtin::is_run_time`]: a count, a body, a lookup's answer, UDP and ICMP).
+fn run_time_rule(rule: &RuleId) -> bool {
+    rule.as_builtin().is_some_and(Builtin::is_run_time)
 }
 
 /// Whether a filesystem event's rule is one the policy holds: `built-in`, a `FILE:LINE`, or
 /// the home's view itself (`filesystem.home`).
-fn policy_path_rule(rule: &str) -> bool {
-    let file_line = rule
-        .rsplit_once(':')
-        .is_some_and(|(file, line)| file.starts_with('/') && line.parse::<u32>().is_ok());
-    rule == "built-in" || rule == "filesystem.home" || file_line
+fn policy_path_rule(rule: &RuleId) -> bool {
+    match rule {
+        RuleId::Policy(o) => *o == Origin::BuiltIn || o.is_policy_file_line(),
+        r => r.is(Builtin::FilesystemHome),
+    }
 }
 
 /// How `e` counts for replay.
 pub fn classify(e: &Event) -> Classified {
+    let rule = e.rule_id();
     let decided = matches!(e.action, Action::Allow | Action::Deny)
         || (e.layer == Layer::Http && e.action == Action::Error && e.rule.is_some())
         || (e.layer == Layer::Filesystem && e.detail.contains_key(LEARN))
-        || (e.layer == Layer::Filesystem && e.rule.as_deref() == Some("filesystem.home"));
+        || (e.layer == Layer::Filesystem
+            && rule.as_ref().is_some_and(|r| r.is(Builtin::FilesystemHome)));
     if !decided {
         return Classified::Other;
     }
-    if let Some(r) = e.rule.as_deref()
-        && run_time_rule(r)
-    {
+    if rule.as_ref().is_some_and(run_time_rule) {
         return Classified::Kept(e.layer);
     }
-    if e.layer == Layer::Filesystem && e.rule.as_deref().is_some_and(|r| !policy_path_rule(r)) {
+    if e.layer == Layer::Filesystem && rule.as_ref().is_some_and(|r| !policy_path_rule(r)) {
         // A mask made from the host's state at the start (a file that held a secret, the
         // ssh agent's socket, cordon's own directories): not for a policy to decide again.
         return Classified::Kept(e.layer);
@@ -228,9 +213,7 @@ fn subject(e: &Event) -> Option<Subject> {
         // A lookup is a policy decision only when the blocklist made it (or could have).
         Layer::Dns
             if (e.rule.is_none() && e.action == Action::Allow)
-                || e.rule
-                    .as_deref()
-                    .is_some_and(|r| r.starts_with("builtin:") || r.starts_with("block:")) =>
+                || e.rule_id().is_some_and(|r| r.is_blocklist()) =>
         {
             Some(Subject::Lookup { name: s("name")? })
         }
@@ -242,11 +225,10 @@ fn subject(e: &Event) -> Option<Subject> {
 fn said(e: &Event) -> (Said, Option<String>, Option<bool>) {
     let allowed = e.action != Action::Deny;
     let rule = e.rule.clone();
-    if let Some(w) = e.detail_str(LEARN) {
-        let said = if w.ends_with("ask") {
-            Said::Ask
-        } else {
-            Said::Deny
+    if let Some(w) = e.learned() {
+        let said = match w {
+            Learned::WouldAsk => Said::Ask,
+            Learned::WouldDeny | Learned::WouldJudge => Said::Deny,
         };
         return (said, rule, None);
     }
@@ -260,10 +242,11 @@ fn said(e: &Event) -> (Said, Option<String>, Option<bool>) {
         return (said, rule, None);
     }
     // `RULE → judge → ask`: the base rule said judge or ask, and the rest answered.
-    let base = rule
-        .as_deref()
-        .map(|r| r.split(" → ").next().unwrap_or(r).to_string());
-    let via_ask = rule.as_deref().is_some_and(|r| r.ends_with("→ ask"))
+    let typed = e.rule_id();
+    let base = typed.as_ref().map(|r| r.base().to_string());
+    let via_ask = typed
+        .as_ref()
+        .is_some_and(|r| r.steps().last() == Some(&Step::Ask))
         || e.detail.contains_key("approved")
         || e.detail.contains_key("approval");
     if e.detail.contains_key(cordon_events::JUDGE_CALL) {

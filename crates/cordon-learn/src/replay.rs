@@ -239,7 +239,7 @@ impl<'a> Replayer<'a> {
                 let v = self
                     .flows
                     .decide(host, *port, *route, self.http_layer, owner.as_deref());
-                Some((yes_no(v.allow), Some(v.rule)))
+                Some((yes_no(v.allow), Some(v.rule.to_string())))
             }
             Subject::Request {
                 method,
@@ -261,7 +261,7 @@ impl<'a> Replayer<'a> {
                 // A learning run hands the HTTP layer what only the lack of a rule refused.
                 let learning_let_in = learned && !v.allow && cordon_net::learnable(&v.rule);
                 if !v.http && !learning_let_in {
-                    return Some((yes_no(v.allow), Some(v.rule)));
+                    return Some((yes_no(v.allow), Some(v.rule.to_string())));
                 }
                 if r.rule
                     .as_deref()
@@ -278,7 +278,7 @@ impl<'a> Replayer<'a> {
                     HttpAction::Ask => Said::Ask,
                     HttpAction::Judge => Said::Judge,
                 };
-                Some((said, Some(d.rule)))
+                Some((said, Some(d.rule.to_string())))
             }
             Subject::Exec {
                 program,
@@ -318,7 +318,7 @@ impl<'a> Replayer<'a> {
                 Some((yes_no(allow), Some(rule)))
             }
             Subject::Lookup { name } => Some(match self.flows.blocked(name) {
-                Some(rule) => (Said::Deny, Some(rule)),
+                Some(rule) => (Said::Deny, Some(rule.to_string())),
                 None => (Said::Allow, None),
             }),
         }

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use cordon_events::{Action, Event, LEARN, Layer};
+use cordon_events::{Action, Builtin, Event, LEARN, Layer, RuleId};
 use cordon_policy::explain::toml_string;
 
 /// Hosts where anything can be posted for others to read (forges, paste sites, chat
@@ -147,7 +147,8 @@ impl Suggester {
         let learned = e.detail.contains_key(LEARN)
             && (e.action == Action::Allow
                 || (e.layer == Layer::Filesystem && e.action == Action::Log));
-        let rule = e.rule.as_deref().unwrap_or("");
+        let rule = e.rule_id();
+        let is = |b: Builtin| rule.as_ref().is_some_and(|r| r.is(b));
         let port = e
             .detail
             .get("port")
@@ -158,7 +159,7 @@ impl Suggester {
             Layer::Network
                 if learned
                     || (e.action == Action::Deny
-                        && matches!(rule, "network.default-deny" | "http.default-deny")) =>
+                        && rule.as_ref().is_some_and(RuleId::is_no_rule)) =>
             {
                 if let (Some(h), Some(p)) = (host, port)
                     && h.parse::<std::net::IpAddr>().is_err()
@@ -166,7 +167,7 @@ impl Suggester {
                     self.host(h, p, e);
                 }
             }
-            Layer::Http if learned || (e.action == Action::Deny && rule == "default") => {
+            Layer::Http if learned || (e.action == Action::Deny && is(Builtin::Default)) => {
                 let (Some(h), Some(p)) = (host, port) else {
                     return;
                 };
@@ -174,7 +175,7 @@ impl Suggester {
                 let path = e.detail_str("path").unwrap_or("/").to_string();
                 // A rule of the user's refused it: an allowance would come after that rule and
                 // change nothing, so it takes an HTTP rule of its own.
-                let by_rule = !matches!(rule, "default" | "http.default-deny");
+                let by_rule = !(is(Builtin::Default) || is(Builtin::HttpDefaultDeny));
                 if upload_host(&h) || by_rule {
                     self.requests
                         .entry((h, p, prefix(&path)))
@@ -191,7 +192,7 @@ impl Suggester {
                     self.execs.entry(line).or_default().add(e);
                 }
             }
-            Layer::Filesystem if rule == "filesystem.home" => {
+            Layer::Filesystem if is(Builtin::FilesystemHome) => {
                 if let Some(p) = e.detail_str("path") {
                     let program = e.detail_str("program").unwrap_or("?").to_string();
                     let entry = self

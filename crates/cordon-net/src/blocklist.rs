@@ -10,6 +10,7 @@
 //! The rule reported for a match is `builtin:<entry>` for a built-in entry and
 //! `block:<entry>` for the user's.
 
+use cordon_events::{Origin, RuleId};
 use cordon_policy::DnsBlock;
 
 use crate::name;
@@ -29,27 +30,26 @@ impl Blocklist {
     }
 
     /// The rule blocking the normalised `name`, if any (in the plan's order: built-in first).
-    pub(crate) fn check(&self, name: &str) -> Option<String> {
+    pub(crate) fn check(&self, name: &str) -> Option<RuleId> {
         rule_for(&self.entries, name)
     }
 }
 
 /// The rule of the first entry matching the normalised `name`.
-fn rule_for(entries: &[DnsBlock], name: &str) -> Option<String> {
-    entries.iter().find(|b| b.pattern.matches(name)).map(|b| {
-        let kind = if b.origin == "built-in" {
-            "builtin"
-        } else {
-            "block"
-        };
-        format!("{kind}:{}", b.pattern)
-    })
+fn rule_for(entries: &[DnsBlock], name: &str) -> Option<RuleId> {
+    entries
+        .iter()
+        .find(|b| b.pattern.matches(name))
+        .map(|b| RuleId::Blocklist {
+            entry: b.pattern.to_string(),
+            built_in: Origin::parse(&b.origin) == Origin::BuiltIn,
+        })
 }
 
 /// Checks `name` against `block` (see the module docs for the matching rule). Returns the
 /// matching rule (`builtin:<entry>` or `block:<entry>`). A name that is not a valid domain
 /// name matches nothing.
-pub fn blocked(name: &str, block: &[DnsBlock]) -> Option<String> {
+pub fn blocked(name: &str, block: &[DnsBlock]) -> Option<RuleId> {
     rule_for(block, &name::normalize(name).ok()?)
 }
 
@@ -81,17 +81,24 @@ mod tests {
     #[test]
     fn builtin_matches_self_and_subdomains() {
         let b = with_user(&[]);
-        assert_eq!(blocked("ngrok.io", &b).as_deref(), Some("builtin:ngrok.io"));
         assert_eq!(
-            blocked("abc.NGROK-free.app.", &b).as_deref(),
+            blocked("ngrok.io", &b).map(String::from).as_deref(),
+            Some("builtin:ngrok.io")
+        );
+        assert_eq!(
+            blocked("abc.NGROK-free.app.", &b)
+                .map(String::from)
+                .as_deref(),
             Some("builtin:ngrok-free.app")
         );
         assert_eq!(
-            blocked("litterbox.catbox.moe", &b).as_deref(),
+            blocked("litterbox.catbox.moe", &b)
+                .map(String::from)
+                .as_deref(),
             Some("builtin:catbox.moe")
         );
         assert_eq!(
-            blocked("x.y.oast.fun", &b).as_deref(),
+            blocked("x.y.oast.fun", &b).map(String::from).as_deref(),
             Some("builtin:oast.fun")
         );
         assert_eq!(blocked("notngrok.io", &b), None);
@@ -103,12 +110,17 @@ mod tests {
         let b = with_user(&["*.Evil.example", "bad.test."]);
         assert_eq!(blocked("evil.example", &b), None);
         assert_eq!(
-            blocked("a.evil.example", &b).as_deref(),
+            blocked("a.evil.example", &b).map(String::from).as_deref(),
             Some("block:*.evil.example")
         );
-        assert_eq!(blocked("bad.test", &b).as_deref(), Some("block:bad.test"));
         assert_eq!(
-            blocked("deep.sub.BAD.test", &b).as_deref(),
+            blocked("bad.test", &b).map(String::from).as_deref(),
+            Some("block:bad.test")
+        );
+        assert_eq!(
+            blocked("deep.sub.BAD.test", &b)
+                .map(String::from)
+                .as_deref(),
             Some("block:bad.test")
         );
         assert_eq!(blocked("notbad.test", &b), None);

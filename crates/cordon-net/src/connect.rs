@@ -9,6 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs, UdpSocket}
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cordon_events::{Builtin, RuleId};
 use hickory_proto::op::{Message, MessageType, Query, ResponseCode};
 use hickory_proto::rr::{DNSClass, Name, RData, RecordType};
 use thiserror::Error;
@@ -45,7 +46,7 @@ pub enum Refusal {
         /// The normalised name.
         name: String,
         /// The matching rule (`builtin:…` or `block:…`).
-        rule: String,
+        rule: RuleId,
     },
     /// `host.cordon.internal` was asked for but policy does not name it in `allow_hosts`.
     #[error("{HOST_ALIAS} is not allowed by policy")]
@@ -79,11 +80,13 @@ impl Refusal {
     /// [`Refusal::Blocked`], `dns.rebinding:<class>` for [`Refusal::NonPublic`],
     /// `dns.host-alias` for [`Refusal::HostAliasNotAllowed`], `None` for failures that are not
     /// policy decisions.
-    pub fn rule(&self) -> Option<String> {
+    pub fn rule(&self) -> Option<RuleId> {
         match self {
             Refusal::Blocked { rule, .. } => Some(rule.clone()),
-            Refusal::NonPublic { class, .. } => Some(format!("dns.rebinding:{class}")),
-            Refusal::HostAliasNotAllowed => Some("dns.host-alias".into()),
+            Refusal::NonPublic { class, .. } => {
+                Some(RuleId::qualified(Builtin::DnsRebinding, class.to_string()))
+            }
+            Refusal::HostAliasNotAllowed => Some(Builtin::DnsHostAlias.into()),
             _ => None,
         }
     }
@@ -111,7 +114,7 @@ impl HostResolver {
 
     /// The blocklist rule that blocks `name` (built-in or `[dns] block`): [`crate::blocked`]
     /// against the session's list.
-    pub fn blocked(&self, name: &str) -> Option<String> {
+    pub fn blocked(&self, name: &str) -> Option<RuleId> {
         let norm = name::normalize(name).ok()?;
         self.cfg.blocklist.check(&norm)
     }

@@ -212,7 +212,7 @@ pub(crate) fn handle(
             Err(e) => (DnsAnswer::Rejected(Reject::BadName(e.clone())), None),
             Ok(n) => {
                 if let Some(rule) = cfg.blocklist.check(n) {
-                    (DnsAnswer::NxDomain, Some(rule))
+                    (DnsAnswer::NxDomain, Some(rule.to_string()))
                 } else if n != HOST_ALIAS && RESERVED.matches(n) {
                     (
                         DnsAnswer::NxDomain,

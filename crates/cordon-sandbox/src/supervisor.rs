@@ -607,11 +607,14 @@ fn namespaces(net_setup: NetSetup, emit: &dyn Fn(NewEvent)) -> u64 {
         "cordon: warning: [network] mode = \"host\": the sandbox shares the host's network, \
          with no egress policy, no DNS filtering and the host's loopback services in reach"
     );
-    emit(NewEvent::new(
-        Layer::Network,
-        Action::Degraded,
-        "network isolation off (mode = \"host\"): no egress policy",
-    ));
+    emit(
+        NewEvent::new(
+            Layer::Network,
+            Action::Degraded,
+            "network isolation off (mode = \"host\"): no egress policy",
+        )
+        .shortfall(cordon_events::Shortfall::HostNetwork),
+    );
     sys::SANDBOX_NAMESPACES & !(libc::CLONE_NEWNET as u64)
 }
 

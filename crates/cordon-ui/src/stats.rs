@@ -96,12 +96,10 @@ impl Fold {
                 self.bytes_up += bytes.0;
                 self.bytes_down += bytes.1;
                 // A judged request's final event carries `judge_call` (verdict, the judge's own
-                // latency); older logs only name the judge in the deciding rule.
-                let call = e.detail.get("judge_call");
+                // latency); older logs only name the judge as a step of the deciding rule.
+                let call = e.detail.get(cordon_events::JUDGE_CALL);
                 let judged = call.is_some()
-                    || (matches!(e.action, Action::Allow | Action::Deny)
-                        && (e.rule.as_deref().is_some_and(|r| r.contains("→ judge"))
-                            || e.reason.contains("the judge")));
+                    || (matches!(e.action, Action::Allow | Action::Deny) && e.judged());
                 if judged {
                     self.judge_calls += 1;
                     let ms = match call {

@@ -76,10 +76,7 @@ impl DenialLines {
         // A name the DNS layer refused by rule (the blocklist) is a refusal too: the client
         // shows only "could not resolve".
         // (A single-label name's NXDOMAIN is what any resolver without a search domain says.)
-        let by_dns = e.layer == Layer::Dns
-            && e.rule
-                .as_deref()
-                .is_some_and(|r| r.starts_with("builtin:") || r.starts_with("block:"));
+        let by_dns = e.layer == Layer::Dns && e.rule_id().is_some_and(|r| r.is_blocklist());
         if !self.enabled
             || e.action != Action::Deny
             || !(matches!(e.layer, Layer::Network | Layer::Http) || by_dns)

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
+use cordon_events::{Builtin, RuleId};
 use cordon_policy::{ExecAction, HttpAction, Owner, Plan};
 use cordon_sandbox::explain::POLICY_JSON;
 
@@ -371,12 +372,7 @@ fn flow(
     who: Option<&Owner>,
 ) -> Result<Explanation> {
     let v = cordon_net::explain_flow(plan, host, port, http_layer, who)?;
-    let allow_with = (!v.allow
-        && matches!(
-            v.rule.as_str(),
-            "network.default-deny" | "http.default-deny"
-        ))
-    .then(|| {
+    let allow_with = (!v.allow && v.rule.is_no_rule()).then(|| {
         format!(
             "[[network.allow]]\nhost = {}\nports = [{port}]",
             cordon_policy::explain::toml_string(host)
@@ -402,12 +398,10 @@ fn flow(
     })
 }
 
-/// `network.allow HOST (ORIGIN)` as rule and origin.
-fn split_origin(label: &str) -> (String, Option<String>) {
-    match label.strip_suffix(')').and_then(|l| l.rsplit_once(" (")) {
-        Some((rule, origin)) => (rule.to_string(), Some(origin.to_string())),
-        None => (label.to_string(), None),
-    }
+/// A rule and its origin as `explain` shows them, apart (`network.allow HOST`, `ORIGIN`).
+fn split_origin(rule: &RuleId) -> (String, Option<String>) {
+    let (rule, origin) = rule.split_origin();
+    (rule, origin.map(ToString::to_string))
 }
 
 fn http(
@@ -420,10 +414,14 @@ fn http(
 ) -> Result<Explanation> {
     let d = cordon_http::explain::explain_request(plan, method, host, port, path, query, who)
         .map_err(|why| anyhow!("the HTTP layer refuses this path outright (400): {why}"))?;
-    let from_rule = plan.http.rules.iter().find(|r| r.name == d.rule);
+    let from_rule = plan
+        .http
+        .rules
+        .iter()
+        .find(|r| RuleId::parse(&r.name) == d.rule);
     let (rule, origin) = match from_rule {
         Some(r) => (format!("http.rule {}", r.name), Some(r.origin.clone())),
-        None if d.rule == "default" => (
+        None if d.rule.is(Builtin::Default) => (
             "http.default".to_string(),
             Some("[http] default".to_string()),
         ),
@@ -576,17 +574,5 @@ mod tests {
             })
         );
         assert_eq!(connection("github.com"), None);
-    }
-
-    #[test]
-    fn labels_split_into_rule_and_origin() {
-        assert_eq!(
-            split_origin("network.allow github.com (built-in)"),
-            ("network.allow github.com".into(), Some("built-in".into()))
-        );
-        assert_eq!(
-            split_origin("network.default-deny"),
-            ("network.default-deny".into(), None)
-        );
     }
 }

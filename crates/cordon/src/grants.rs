@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::time::SystemTime;
 
-use cordon_events::{Action, Layer, NewEvent};
+use cordon_events::{Action, Layer, NewEvent, RuleId};
 use cordon_policy::{ExpiredGrant, Expiry, Plan};
 
 /// Takes the rules that have ended by `now` out of `plan`, each said on stderr.
@@ -36,11 +36,14 @@ pub(crate) fn log(gone: &[ExpiredGrant], emit: &dyn Fn(NewEvent)) {
 
 /// When the rule a layer names by `label` ends: a `[[network.allow]]` by its label (the
 /// gateway's and the HTTP layer's), an `[[http.rule]]` by its name.
-pub(crate) fn of_label(plan: &Plan, label: &str) -> Option<Expiry> {
-    let net = plan.network.allow.iter().find(|r| r.label() == label);
+pub(crate) fn of_label(plan: &Plan, label: &RuleId) -> Option<Expiry> {
+    let net = plan.network.allow.iter().find(|r| r.label() == *label);
     match net {
         Some(r) => r.expires,
-        None => plan.http.rules.iter().find(|r| r.name == label)?.expires,
+        None => {
+            let mut http = plan.http.rules.iter();
+            http.find(|r| RuleId::parse(&r.name) == *label)?.expires
+        }
     }
 }
 

@@ -292,7 +292,7 @@ impl Change {
             }
             Subject::Network { host, port } => {
                 let v = cordon_net::explain_flow(plan, host, *port, false, None)?;
-                (v.allow, v.rule)
+                (v.allow, v.rule.to_string())
             }
         };
         if !decided {

@@ -20,7 +20,7 @@ struct NetworkHosts(Plan);
 impl HostPolicy for NetworkHosts {
     fn allows(&self, host: &Host) -> Result<String, String> {
         match cordon_net::explain_flow(&self.0, &host.name, host.port, false, None) {
-            Ok(v) if v.allow => Ok(v.rule),
+            Ok(v) if v.allow => Ok(v.rule.to_string()),
             Ok(v) => Err(format!("{} ({})", v.reason, v.rule)),
             Err(e) => Err(e.to_string()),
         }

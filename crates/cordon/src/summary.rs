@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use cordon_events::{Action, Event, Layer, terminal};
+use cordon_events::{Action, Event, Layer, Shortfall, terminal};
 
 /// How many denied hosts the exit line names.
 const TOP_DENIED: usize = 3;
@@ -193,7 +193,7 @@ impl Facts {
                 true,
             ),
             (Layer::Network, Action::Apply) => self.layer("net", "gateway", false),
-            (Layer::Network, Action::Degraded) if e.reason.contains("host") => {
+            (Layer::Network, Action::Degraded) if e.shortfall() == Some(Shortfall::HostNetwork) => {
                 self.layer("net", "host", true)
             }
             (Layer::Network, Action::Degraded) => self.layer("net", "proxy only", true),
@@ -201,7 +201,7 @@ impl Facts {
                 self.layer("http", "", false);
                 self.layer("tls", "", false);
             }
-            (Layer::Http, Action::Degraded) if e.reason.contains("judge") => {
+            (Layer::Http, Action::Degraded) if e.shortfall() == Some(Shortfall::NoJudgeKey) => {
                 self.layer("judge", "no key", true)
             }
             (Layer::Http, Action::Degraded) => {

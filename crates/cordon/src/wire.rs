@@ -354,11 +354,7 @@ impl cordon_net::FlowHandler for HttpFlows {
         denial: cordon_net::FlowDenial,
     ) -> cordon_net::FlowFuture {
         let layer = self.0.clone();
-        let denied = cordon_http::Denied {
-            rule: denial.rule,
-            reason: denial.reason,
-            allow_with: denial.allow_with,
-        };
+        let denied = cordon_http::Denied(denial);
         Box::pin(async move { layer.refuse_tls(stream, to.name, to.port, denied).await })
     }
 }
@@ -479,11 +475,14 @@ pub(crate) fn start_gateway(
                 "cordon: warning: no HTTPS inspection ({}); HTTP(S) is decided by host and port only",
                 crate::output::chain(&e)
             );
-            sink(NewEvent::new(
-                Layer::Http,
-                Action::Degraded,
-                format!("no HTTPS inspection: {}", crate::output::chain(&e)),
-            ));
+            sink(
+                NewEvent::new(
+                    Layer::Http,
+                    Action::Degraded,
+                    format!("no HTTPS inspection: {}", crate::output::chain(&e)),
+                )
+                .shortfall(cordon_events::Shortfall::NoInspection),
+            );
             Ok(GatewayAttach {
                 gateway,
                 emit: sink.clone(),
@@ -519,7 +518,8 @@ impl cordon_sandbox::NetAttach for GatewayAttach {
                         Action::Degraded,
                         "explicit-proxy mode only: no TUN device",
                     )
-                    .detail("reason", reason),
+                    .detail("reason", reason)
+                    .shortfall(cordon_events::Shortfall::ProxyOnly),
                 );
                 None
             }

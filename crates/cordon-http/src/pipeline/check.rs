@@ -4,6 +4,7 @@
 //! that names the rule and why, in words a model can act on; never waved through.
 
 use cordon_events::Action as EvAction;
+use cordon_events::{Builtin, RuleId, Step};
 use hyper::StatusCode;
 
 use super::body::ReadBody;
@@ -16,7 +17,7 @@ use cordon_policy::HttpAction;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Cleared {
     /// What decided, in order (`rule → judge → ask`).
-    pub decided_by: String,
+    pub decided_by: RuleId,
     /// The judge's or the person's words, if either was asked.
     pub why: Option<String>,
     /// Who approved it, when a person was asked.
@@ -81,7 +82,7 @@ pub(crate) async fn check(
         let a = asker
             .ask(
                 what,
-                verdict.decided_by.clone(),
+                verdict.decided_by.to_string(),
                 scope,
                 Some(remembered_subject(i, ex)),
             )
@@ -96,7 +97,7 @@ pub(crate) async fn check(
             "{}{who}",
             verdict.why.map(|j| format!("{j}; ")).unwrap_or_default()
         ));
-        verdict.decided_by = format!("{} → ask", verdict.decided_by);
+        verdict.decided_by = verdict.decided_by.clone().then(Step::Ask);
         verdict.approved_by = Some(who);
     }
     if action == HttpAction::Allow {
@@ -121,7 +122,7 @@ pub(crate) async fn check(
         "cordon: {} {} was denied by rule \"{}\": {why}.\nThe same request by any other route (another tool, proxy or address) is denied too.\n",
         ex.method, ex.url, d.rule
     );
-    if action == HttpAction::Deny && d.rule == "default" {
+    if action == HttpAction::Deny && d.rule.is(Builtin::Default) {
         text.push_str(&format!(
             "To allow it, add to the policy:\n{}\n",
             allow_lines(ex)
@@ -201,7 +202,7 @@ async fn judge(
             note: body.decode_note.as_deref(),
         })
         .await;
-    verdict.decided_by = format!("{} → judge", d.rule);
+    verdict.decided_by = d.rule.clone().then(Step::Judge);
     verdict.judge_call = Some(cordon_events::JudgeCall {
         verdict: match &answer {
             crate::judge::Verdict::Allow(_) => "allow",
@@ -247,7 +248,7 @@ fn refusal_reason(action: HttpAction, why: Option<&str>, d: &Decision) -> String
     match (action, why) {
         (_, Some(j)) if action != HttpAction::Ask => j.to_string(),
         (HttpAction::Deny, _) => d.reason.clone().unwrap_or_else(|| {
-            if d.rule == "default" {
+            if d.rule.is(Builtin::Default) {
                 "no rule allows it".to_string()
             } else {
                 "the rule denies it".to_string()

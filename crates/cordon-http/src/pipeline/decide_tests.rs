@@ -21,7 +21,7 @@ fn the_first_matching_rule_decides_on_the_normalized_path() {
         &exchange("api.example.test", "GET", "/secret", ""),
     );
     assert_eq!(
-        (d.action, d.rule.as_str()),
+        (d.action, d.rule.to_string().as_str()),
         (HttpAction::Deny, "no-secrets")
     );
     let d = decide(
@@ -29,7 +29,10 @@ fn the_first_matching_rule_decides_on_the_normalized_path() {
         HttpAction::Deny,
         &exchange("api.example.test", "GET", "/ok", ""),
     );
-    assert_eq!((d.action, d.rule.as_str()), (HttpAction::Allow, "reads"));
+    assert_eq!(
+        (d.action, d.rule.to_string().as_str()),
+        (HttpAction::Allow, "reads")
+    );
 }
 
 #[test]
@@ -39,7 +42,10 @@ fn an_unmatched_request_gets_the_default() {
         HttpAction::Ask,
         &exchange("other.test", "POST", "/", ""),
     );
-    assert_eq!((d.action, d.rule.as_str()), (HttpAction::Ask, "default"));
+    assert_eq!(
+        (d.action, d.rule.to_string().as_str()),
+        (HttpAction::Ask, "default")
+    );
 }
 
 #[test]

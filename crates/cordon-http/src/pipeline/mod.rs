@@ -148,7 +148,7 @@ impl Exchange<'_> {
         action: EvAction,
         status: u16,
         reason: &str,
-        rule: &str,
+        rule: impl std::fmt::Display,
     ) -> NewEvent {
         let ev = NewEvent::new(
             Layer::Http,

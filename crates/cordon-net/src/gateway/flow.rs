@@ -4,6 +4,7 @@
 
 use std::net::IpAddr;
 
+use cordon_events::{Builtin, RuleId};
 use cordon_policy::{HostPattern, HttpAction, HttpPlan, NetMode, NetworkPlan, Plan};
 use ipnet::IpNet;
 
@@ -41,7 +42,7 @@ pub(crate) fn http_flow(
     http: &HttpPlan,
     passthrough: &[HostPattern],
     net: &NetworkPlan,
-    blocked: &dyn Fn(&str) -> Option<String>,
+    blocked: &dyn Fn(&str) -> Option<RuleId>,
     dest: &Dest,
     port: u16,
     any_port: bool,
@@ -64,7 +65,7 @@ pub(crate) fn http_flow(
     } else {
         HttpFlow::Deny(FlowDecision {
             allow: false,
-            rule: "http.default-deny".into(),
+            rule: Builtin::HttpDefaultDeny.into(),
             reason: format!(
                 "no [[http.rule]] or [[network.allow]] lets requests to {name}:{port} through"
             ),
@@ -92,7 +93,7 @@ pub struct FlowVerdict {
     /// Whether the connection is let out.
     pub allow: bool,
     /// The rule that decided (`network.allow HOST (ORIGIN)`, `network.default-deny`, …).
-    pub rule: String,
+    pub rule: RuleId,
     /// Why, in words.
     pub reason: String,
     /// The HTTP layer takes the connection: each request on it is decided by the HTTP
@@ -172,7 +173,7 @@ impl<'a> FlowPolicy<'a> {
     }
 
     /// The name's blocklist rule, if the sandbox's resolver refuses it.
-    pub fn blocked(&self, name: &str) -> Option<String> {
+    pub fn blocked(&self, name: &str) -> Option<RuleId> {
         self.names.blocked(name)
     }
 
@@ -193,7 +194,7 @@ impl<'a> FlowPolicy<'a> {
             NetMode::Host => {
                 return FlowVerdict {
                     allow: true,
-                    rule: "network.mode".into(),
+                    rule: Builtin::NetworkMode.into(),
                     reason: "[network] mode = \"host\": the host's network, unfiltered".into(),
                     http: false,
                 };
@@ -201,7 +202,7 @@ impl<'a> FlowPolicy<'a> {
             NetMode::None => {
                 return FlowVerdict {
                     allow: false,
-                    rule: "network.mode".into(),
+                    rule: Builtin::NetworkMode.into(),
                     reason: "[network] mode = \"none\": loopback only, no way out".into(),
                     http: false,
                 };
@@ -274,7 +275,10 @@ mod tests {
     fn names_follow_rules_and_the_http_layer_takes_its_ports() {
         let p = plan();
         let v = explain_flow(&p, "github.com", 22, true, None).unwrap();
-        assert!(v.allow && !v.http && v.rule.contains("t.toml:3"), "{v:?}");
+        assert!(
+            v.allow && !v.http && v.rule.to_string().contains("t.toml:3"),
+            "{v:?}"
+        );
         let v = explain_flow(&p, "files.example.org", 443, true, None).unwrap();
         assert!(v.allow && v.http, "{v:?}");
         let v = explain_flow(&p, "files.example.org", 443, false, None).unwrap();
@@ -312,12 +316,21 @@ mod tests {
         // The same port through the TUN or a CONNECT is decided by connection.
         for route in [Route::Tun, Route::ProxyConnect] {
             let v = f.decide("files.example.org", 8080, route, true, None);
-            assert!(v.allow && !v.http && v.rule.contains("t.toml:9"), "{v:?}");
+            assert!(
+                v.allow && !v.http && v.rule.to_string().contains("t.toml:9"),
+                "{v:?}"
+            );
         }
         let v = f.decide("evil.example", 8080, Route::ProxyRequest, true, None);
-        assert_eq!((v.allow, v.rule.as_str()), (false, "http.default-deny"));
+        assert_eq!(
+            (v.allow, v.rule.to_string().as_str()),
+            (false, "http.default-deny")
+        );
         let v = f.decide("evil.example", 8080, Route::Tun, true, None);
-        assert_eq!((v.allow, v.rule.as_str()), (false, "network.default-deny"));
+        assert_eq!(
+            (v.allow, v.rule.to_string().as_str()),
+            (false, "network.default-deny")
+        );
         assert_eq!(Route::from_via("proxy-http"), Some(Route::ProxyRequest));
         assert_eq!(Route::from_via("publish"), None);
     }

@@ -53,17 +53,10 @@ pub struct FlowTarget {
 /// `None` when it could not be found or was not looked for.
 pub type Owned = Option<std::sync::Arc<cordon_policy::Owner>>;
 
-/// Why the gateway denied a flow it hands to [`FlowHandler::refuse`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FlowDenial {
-    /// The rule that decided (`network.default-deny`, `http.default-deny`, a blocklist
-    /// entry…), as the flow's event names it.
-    pub rule: String,
-    /// Why, in words.
-    pub reason: String,
-    /// Policy lines (TOML) that would allow the flow, when a policy line can.
-    pub allow_with: Option<String>,
-}
+/// Why the gateway denied a flow it hands to [`FlowHandler::refuse`]: the rule
+/// (`network.default-deny`, `http.default-deny`, a blocklist entry…) as the flow's event
+/// names it, the reason, and the policy lines that would allow the flow.
+pub type FlowDenial = cordon_events::Denial;
 
 /// A handler's future: runs until the flow (and anything it was upgraded to) is done.
 pub type FlowFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;

@@ -557,7 +557,7 @@ impl Shared {
         let mut flow = Flow::new(dest, port, via, first.clone(), client);
         // Only rules that name programs could let it out: its process decides, found while
         // the connect is under way (as for every flow's event) and before any byte moves.
-        let keyed = (first.rule == policy::OWNER_UNKNOWN).then_some(first);
+        let keyed = first.rule.is(policy::OWNER_UNKNOWN).then_some(first);
         let mut verdict = match &keyed {
             Some(v) => FlowDecision {
                 allow: true,

@@ -2,6 +2,7 @@
 
 use std::net::IpAddr;
 
+use cordon_events::{Builtin, RuleId, Verdict};
 use cordon_policy::NetworkPlan;
 use ipnet::IpNet;
 
@@ -26,12 +27,7 @@ impl Dest {
 }
 
 /// The decision, with the rule that made it (every event names one).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct FlowDecision {
-    pub allow: bool,
-    pub rule: String,
-    pub reason: String,
-}
+pub(crate) type FlowDecision = Verdict;
 
 /// Ports refused unless a rule names them, with what usually runs there, for a denial that
 /// says why rather than only "no rule".
@@ -102,12 +98,12 @@ pub(crate) const HELLO_PEEK: usize = 6;
 /// `[[network.allow]]` for a name, an `allow_ips` entry for a raw address. `None` where no
 /// line re-opens it (the blocklist, the rebinding rule, an unknown cordon address).
 pub(crate) fn allow_with(decision: &FlowDecision, dest: &Dest, port: u16) -> Option<String> {
-    match (decision.rule.as_str(), dest) {
-        ("network.default-deny" | "http.default-deny", Dest::Name(name)) => Some(format!(
+    match (decision.rule.as_builtin(), dest) {
+        (Some(b), Dest::Name(name)) if b.is_no_rule() => Some(format!(
             "[[network.allow]]\nhost = {}\nports = [{port}]",
             cordon_policy::explain::toml_string(name)
         )),
-        ("network.raw-ip", Dest::Ip(ip))
+        (Some(Builtin::NetworkRawIp), Dest::Ip(ip))
             if crate::classify(*ip, crate::default_fake_range()).is_none() =>
         {
             let net = match ip {
@@ -126,13 +122,13 @@ pub(crate) fn allow_with(decision: &FlowDecision, dest: &Dest, port: u16) -> Opt
 /// Whether a refusal by `rule` is one a learning run lets through: only the lack of a rule
 /// (a name and port no rule names). The blocklist, raw addresses, the rebinding rule and an
 /// unwritable audit log still refuse.
-pub fn learnable(rule: &str) -> bool {
-    matches!(rule, "network.default-deny" | "http.default-deny")
+pub fn learnable(rule: &RuleId) -> bool {
+    rule.is_no_rule()
 }
 
 /// The rule of a flow refused because the rules for its name and port name programs and
 /// its process could not be found: the gateway looks it up and decides again.
-pub(crate) const OWNER_UNKNOWN: &str = "network.owner-unknown";
+pub(crate) const OWNER_UNKNOWN: Builtin = Builtin::NetworkOwnerUnknown;
 
 /// Decides one TCP flow. Names: blocklist first, then the first `[[network.allow]]` rule that
 /// matches name and port (and `owner`, when it names programs). Raw addresses: `allow_ips`
@@ -141,20 +137,17 @@ pub(crate) const OWNER_UNKNOWN: &str = "network.owner-unknown";
 pub(crate) fn decide(
     plan: &NetworkPlan,
     allow_ips: &[IpNet],
-    blocked: &dyn Fn(&str) -> Option<String>,
+    blocked: &dyn Fn(&str) -> Option<RuleId>,
     dest: &Dest,
     port: u16,
     owner: Option<&cordon_policy::Owner>,
 ) -> FlowDecision {
-    let deny = |rule: String, reason: String| FlowDecision {
-        allow: false,
-        rule,
-        reason,
-    };
+    let deny = |rule: RuleId, reason: String| Verdict::deny(rule, reason);
     match dest {
         Dest::Name(name) => {
             if let Some(rule) = blocked(name) {
-                return deny(rule.clone(), format!("{name} is on the blocklist ({rule})"));
+                let reason = format!("{name} is on the blocklist ({rule})");
+                return deny(rule, reason);
             }
             if let Some(r) = plan.allowing_for(name, port, owner) {
                 let reason = match (&r.programs.any(), owner) {
@@ -173,7 +166,7 @@ pub(crate) fn decide(
                 let whom = whom.join("; ");
                 return match owner {
                     Some(o) => deny(
-                        "network.program".into(),
+                        Builtin::NetworkProgram.into(),
                         format!(
                             "{name}:{port} is allowed only for {whom}; this connection came from {}",
                             o.describe()
@@ -196,7 +189,7 @@ pub(crate) fn decide(
                 ),
                 None => format!("no [[network.allow]] rule names {name} with port {port}"),
             };
-            deny("network.default-deny".into(), why)
+            deny(Builtin::NetworkDefaultDeny.into(), why)
         }
         Dest::Ip(ip) => {
             // ::ffff:a.b.c.d is a.b.c.d.
@@ -210,7 +203,7 @@ pub(crate) fn decide(
                 class
             {
                 return deny(
-                    "network.raw-ip".into(),
+                    Builtin::NetworkRawIp.into(),
                     format!(
                         "{ip} is {c}: the host's own services are reachable only as {HOST_ALIAS}, on ports a rule names"
                     ),
@@ -231,17 +224,17 @@ pub(crate) fn decide(
             match allow_ips.iter().find(|n| opens(n)) {
                 Some(net) => FlowDecision {
                     allow: true,
-                    rule: format!("network.allow_ips {net}"),
+                    rule: RuleId::AllowIps(net.to_string()),
                     reason: format!("{ip}:{port} is in allow_ips"),
                 },
                 None if class.is_some() && allow_ips.iter().any(|n| n.contains(&ip)) => deny(
-                    "network.raw-ip".into(),
+                    Builtin::NetworkRawIp.into(),
                     format!(
                         "{ip} is a non-public address; only an allow_ips range that is itself non-public (e.g. \"10.1.2.0/24\") opens it"
                     ),
                 ),
                 None => deny(
-                    "network.raw-ip".into(),
+                    Builtin::NetworkRawIp.into(),
                     format!(
                         "{ip} did not come from cordon's DNS; connections to raw addresses are refused unless [network] allow_ips names them"
                     ),
@@ -290,7 +283,7 @@ mod tests {
     }
 
     /// The built-in blocklist only.
-    fn builtin(n: &str) -> Option<String> {
+    fn builtin(n: &str) -> Option<RuleId> {
         crate::blocked(n, &cordon_policy::built_in_dns_block())
     }
 
@@ -367,7 +360,10 @@ mod tests {
             5432,
             None,
         );
-        assert_eq!((v.allow, v.rule.as_str()), (false, "network.raw-ip"));
+        assert_eq!(
+            (v.allow, v.rule.to_string().as_str()),
+            (false, "network.raw-ip")
+        );
         assert!(
             !decide(
                 &p,

@@ -142,7 +142,7 @@ impl Shared {
         port: u16,
         verdict: FlowDecision,
     ) -> FlowDecision {
-        if verdict.rule != policy::OWNER_UNKNOWN {
+        if !verdict.rule.is(policy::OWNER_UNKNOWN) {
             return verdict;
         }
         flow.who = self.owner_for(&flow.owner, flow.client, &dest.host()).await;

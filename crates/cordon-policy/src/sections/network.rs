@@ -48,9 +48,12 @@ impl HostRule {
         self.host.matches(name)
     }
 
-    /// A name for this rule in events: `network.allow HOST (ORIGIN)`.
-    pub fn label(&self) -> String {
-        format!("network.allow {} ({})", self.host, self.origin)
+    /// The rule's id in events: `network.allow HOST (ORIGIN)`.
+    pub fn label(&self) -> cordon_events::RuleId {
+        cordon_events::RuleId::NetworkAllow {
+            host: self.host.to_string(),
+            origin: cordon_events::Origin::parse(&self.origin),
+        }
     }
 }
 
