@@ -422,9 +422,9 @@ impl ExpiredGrant {
         };
         let port = r.port.map(|p| format!(":{p}")).unwrap_or_default();
         let path = r.path.as_deref().unwrap_or("");
-        let named = match r.name.starts_with("http.rule ") {
-            true => String::new(),
-            false => format!("`{}`: ", r.name),
+        let named = match r.named() {
+            true => format!("`{}`: ", r.name),
+            false => String::new(),
         };
         ExpiredGrant {
             kind: GrantKind::HttpRule,

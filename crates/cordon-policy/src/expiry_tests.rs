@@ -326,7 +326,8 @@ fn http_rules_in_words() {
         port: Some(8443),
         methods: vec!["GET".into(), "HEAD".into()],
         path: Some("/v1/*".into()),
-        ..HttpRule::new("http.rule /f.toml:3", host, HttpAction::Ask)
+        origin: "/f.toml:3".into(),
+        ..HttpRule::new(HttpRule::unnamed("/f.toml:3"), host, HttpAction::Ask)
     };
     let g = ExpiredGrant::http(&r, e);
     assert_eq!(

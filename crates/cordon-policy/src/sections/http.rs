@@ -62,6 +62,17 @@ pub struct HttpRule {
 impl HttpRule {
     /// A rule doing `action` with every request to `host`; narrow it with struct update
     /// syntax (`HttpRule { methods: …, ..HttpRule::new(…) }`).
+    /// The name a rule written without `name` gets: `http.rule ORIGIN`.
+    pub fn unnamed(origin: &str) -> String {
+        format!("http.rule {origin}")
+    }
+
+    /// Whether the rule's name was written by the user (not [`HttpRule::unnamed`]).
+    pub fn named(&self) -> bool {
+        self.name != Self::unnamed(&self.origin)
+    }
+
+    /// A rule named `name` for requests to `host`, deciding `action`, with nothing else set.
     pub fn new(name: impl Into<String>, host: HostPattern, action: HttpAction) -> Self {
         HttpRule {
             name: name.into(),
@@ -187,7 +198,7 @@ fn rule(
     };
     let name = match &r.name {
         Some(n) if !n.get_ref().trim().is_empty() => n.get_ref().trim().to_string(),
-        _ => format!("http.rule {}", origin.label),
+        _ => HttpRule::unnamed(&origin.label),
     };
     Ok(HttpRule {
         name,
