@@ -227,6 +227,38 @@ pub struct ExecSeen {
     pub serial: u64,
 }
 
+/// What the host side reads of a process's `/proc/PID/stat`: the exec supervisor notes the
+/// start time with each exec ([`ExecSeen::start`]) and the gateway looks it up by the same
+/// pid and start time, so both read it here, one way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    /// The parent's pid (field 4).
+    pub ppid: i32,
+    /// The start time in clock ticks since boot (field 22), which tells a pid used again
+    /// from the process that had it.
+    pub start_time: u64,
+}
+
+/// Process `pid`'s [`ProcStat`], from one read of its `/proc/PID/stat`; `None` when it is
+/// gone.
+pub fn proc_stat(pid: u32) -> Option<ProcStat> {
+    use std::io::Read;
+    // One read: a stat line is far shorter than the buffer (`read_to_string` would ask for
+    // the size, which procfs does not know, and read in growing steps, on every exec and
+    // connection).
+    let mut buf = [0u8; 1024];
+    let n = std::fs::File::open(format!("/proc/{pid}/stat"))
+        .ok()?
+        .read(&mut buf)
+        .ok()?;
+    let stat = std::str::from_utf8(&buf[..n]).ok()?;
+    // The name (field 2) is in parentheses and may hold anything: count from its end.
+    let mut rest = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let ppid = rest.nth(1)?.parse().ok()?;
+    let start_time = rest.nth(17)?.parse().ok()?;
+    Some(ProcStat { ppid, start_time })
+}
+
 /// Checks one `programs`/`run_by` entry: a bare name (`git`, `@scope/pkg`) or an absolute
 /// path. The error says what is wrong.
 pub(crate) fn check_name(name: &str) -> Result<(), &'static str> {
@@ -253,6 +285,14 @@ fn base(path: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proc_stat_reads_this_process_parent_and_start() {
+        let me = proc_stat(std::process::id()).unwrap();
+        assert_eq!(me.ppid as u32, std::os::unix::process::parent_id());
+        assert!(me.start_time > 0);
+        assert_eq!(proc_stat(std::process::id()), Some(me));
+    }
 
     fn proc(exe: &str) -> Process {
         Process {

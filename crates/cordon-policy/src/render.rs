@@ -45,22 +45,7 @@ pub(crate) mod tests {
             project: "/work/p".into(),
             home: "/home/u".into(),
             learning: false,
-            filesystem: FilesystemPlan {
-                readable: vec![PathRule::new("/", "built-in")],
-                writable: vec![
-                    PathRule::new("/work/p", "project"),
-                    PathRule::new(
-                        "/home/u/.cache/a \"q\"",
-                        "/home/u/.config/cordon/cordon.toml:3",
-                    ),
-                ],
-                deny: vec![PathRule::new("/home/u/.ssh", "evil\norigin")],
-                read_only: vec![PathRule::new("/work/p/.git/hooks", "built-in")],
-                landlock: LandlockMode::BestEffort,
-                home: HomeView::Whole,
-                home_show: vec![PathRule::new("/home/u/.gitconfig", "built-in")],
-                home_tools: vec![PathRule::new("/home/u/.rustup", "built-in")],
-            },
+            filesystem: full_filesystem(),
             env: EnvPlan {
                 pass: vec!["TERM".into(), "LC_*".into()],
                 set: [("CORDON_SANDBOX".to_string(), "1".to_string())].into(),
@@ -82,23 +67,7 @@ pub(crate) mod tests {
                 }],
                 nested_userns: true,
             },
-            exec: ExecPlan {
-                rules: vec![
-                    ExecRule {
-                        pattern: "sudo *".into(),
-                        action: ExecAction::Deny,
-                        origin: "built-in".into(),
-                        expires: None,
-                    },
-                    ExecRule {
-                        pattern: "git push \"x\" *".into(),
-                        action: ExecAction::Ask,
-                        origin: "/p/cordon.toml:4".into(),
-                        expires: Some(Expiry::from_unix(1_800_000_000)),
-                    },
-                ],
-                ask_timeout_secs: 30,
-            },
+            exec: full_exec(),
             state: StatePlan {
                 protect: vec![
                     PathRule::new("/home/u/.bashrc", "built-in"),
@@ -109,81 +78,15 @@ pub(crate) mod tests {
                 home: HomeMode::Readonly,
                 caches: vec![PathRule::new("/home/u/.npm", "built-in")],
             },
-            network: NetworkPlan {
-                mode: NetMode::None,
-                allow_ips: vec!["10.1.2.0/24".into()],
-                allow: vec![HostRule {
-                    host: HostPattern::name("*.example.com", Bare::Exact).unwrap(),
-                    ports: vec![443, 22],
-                    origin: "/p/cordon.toml:9".into(),
-                    expires: Some(Expiry::from_unix(1_900_000_000)),
-                    programs: crate::Programs {
-                        programs: vec!["git".into(), "/usr/bin/gh".into()],
-                        run_by: vec!["make".into()],
-                    },
-                }],
-            },
-            dns: DnsPlan {
-                block: vec![
-                    DnsBlock {
-                        pattern: HostPattern::name("paste.test", Bare::AtOrBelow).unwrap(),
-                        origin: "built-in".into(),
-                    },
-                    DnsBlock {
-                        pattern: HostPattern::name("*.drop.test", Bare::AtOrBelow).unwrap(),
-                        origin: "/p/cordon.toml:10".into(),
-                    },
-                ],
-                hosts: [("db.test".to_string(), "127.0.0.1".parse().unwrap())].into(),
-                upstream: Some("127.0.0.1:5353".parse().unwrap()),
-            },
+            network: full_network(),
+            dns: full_dns(),
             publish: vec![Publish {
                 port: 3000,
                 host_port: 8080,
                 origin: "/p/cordon.toml:12".into(),
             }],
-            http: HttpPlan {
-                rules: vec![HttpRule {
-                    name: "api".into(),
-                    host: glob("api.example.com"),
-                    port: Some(8443),
-                    methods: vec!["POST".into()],
-                    path: Some("/v1/*".into()),
-                    query: Some("beta=*".into()),
-                    headers: vec![("content-type".into(), "application/json*".into())],
-                    max_body: Some(1024),
-                    action: HttpAction::Allow,
-                    reason: Some("the API".into()),
-                    origin: "/p/cordon.toml:20".into(),
-                    expires: Some(Expiry::from_unix(2_000_000_000)),
-                    programs: crate::Programs {
-                        programs: vec!["@anthropic-ai/claude-code".into()],
-                        run_by: vec!["npm".into()],
-                    },
-                }],
-                default: HttpAction::Judge,
-            },
-            mcp: McpPlan {
-                rules: vec![
-                    McpRule {
-                        path: Some("/mcp*".into()),
-                        tool: Some("delete_*".into()),
-                        arguments: vec![("path".into(), "src/*".into())],
-                        reason: Some("deletes go through review".into()),
-                        origin: "/home/u/.config/cordon/cordon.toml:20".into(),
-                        expires: Some(crate::expiry::Expiry::parse("2026-12-31T18:00Z").unwrap()),
-                        ..McpRule::new(
-                            "no-deletes",
-                            McpServer::Http(glob("mcp.example.com")),
-                            McpAction::Deny,
-                        )
-                    },
-                    McpRule::new("gh", McpServer::Stdio("github".into()), McpAction::Ask),
-                ],
-                default: McpAction::Ask,
-                pin: false,
-                stdio: Vec::new(),
-            },
+            http: full_http(glob),
+            mcp: full_mcp(glob),
             tls: TlsPlan {
                 passthrough: vec![glob("*.pinned.example")],
                 upstream_ca: vec!["/etc/ssl/test-ca.pem".into()],
@@ -225,6 +128,133 @@ pub(crate) mod tests {
                 syslog_socket: Some("/dev/log".into()),
                 origin: "/p/cordon.toml:40".into(),
             },
+        }
+    }
+
+    /// The filesystem of [`full_plan`].
+    fn full_filesystem() -> FilesystemPlan {
+        FilesystemPlan {
+            readable: vec![PathRule::new("/", "built-in")],
+            writable: vec![
+                PathRule::new("/work/p", "project"),
+                PathRule::new(
+                    "/home/u/.cache/a \"q\"",
+                    "/home/u/.config/cordon/cordon.toml:3",
+                ),
+            ],
+            deny: vec![PathRule::new("/home/u/.ssh", "evil\norigin")],
+            read_only: vec![PathRule::new("/work/p/.git/hooks", "built-in")],
+            landlock: LandlockMode::BestEffort,
+            home: HomeView::Whole,
+            home_show: vec![PathRule::new("/home/u/.gitconfig", "built-in")],
+            home_tools: vec![PathRule::new("/home/u/.rustup", "built-in")],
+        }
+    }
+
+    /// The `[exec]` of [`full_plan`].
+    fn full_exec() -> ExecPlan {
+        ExecPlan {
+            rules: vec![
+                ExecRule {
+                    pattern: "sudo *".into(),
+                    action: ExecAction::Deny,
+                    origin: "built-in".into(),
+                    expires: None,
+                },
+                ExecRule {
+                    pattern: "git push \"x\" *".into(),
+                    action: ExecAction::Ask,
+                    origin: "/p/cordon.toml:4".into(),
+                    expires: Some(Expiry::from_unix(1_800_000_000)),
+                },
+            ],
+            ask_timeout_secs: 30,
+        }
+    }
+
+    /// The `[network]` of [`full_plan`].
+    fn full_network() -> NetworkPlan {
+        NetworkPlan {
+            mode: NetMode::None,
+            allow_ips: vec!["10.1.2.0/24".into()],
+            allow: vec![HostRule {
+                host: HostPattern::name("*.example.com", Bare::Exact).unwrap(),
+                ports: vec![443, 22],
+                origin: "/p/cordon.toml:9".into(),
+                expires: Some(Expiry::from_unix(1_900_000_000)),
+                programs: crate::Programs {
+                    programs: vec!["git".into(), "/usr/bin/gh".into()],
+                    run_by: vec!["make".into()],
+                },
+            }],
+        }
+    }
+
+    /// The `[dns]` of [`full_plan`].
+    fn full_dns() -> DnsPlan {
+        DnsPlan {
+            block: vec![
+                DnsBlock {
+                    pattern: HostPattern::name("paste.test", Bare::AtOrBelow).unwrap(),
+                    origin: "built-in".into(),
+                },
+                DnsBlock {
+                    pattern: HostPattern::name("*.drop.test", Bare::AtOrBelow).unwrap(),
+                    origin: "/p/cordon.toml:10".into(),
+                },
+            ],
+            hosts: [("db.test".to_string(), "127.0.0.1".parse().unwrap())].into(),
+            upstream: Some("127.0.0.1:5353".parse().unwrap()),
+        }
+    }
+
+    /// The `[http]` of [`full_plan`].
+    fn full_http(glob: impl Fn(&str) -> HostPattern) -> HttpPlan {
+        HttpPlan {
+            rules: vec![HttpRule {
+                name: "api".into(),
+                host: glob("api.example.com"),
+                port: Some(8443),
+                methods: vec!["POST".into()],
+                path: Some("/v1/*".into()),
+                query: Some("beta=*".into()),
+                headers: vec![("content-type".into(), "application/json*".into())],
+                max_body: Some(1024),
+                action: HttpAction::Allow,
+                reason: Some("the API".into()),
+                origin: "/p/cordon.toml:20".into(),
+                expires: Some(Expiry::from_unix(2_000_000_000)),
+                programs: crate::Programs {
+                    programs: vec!["@anthropic-ai/claude-code".into()],
+                    run_by: vec!["npm".into()],
+                },
+            }],
+            default: HttpAction::Judge,
+        }
+    }
+
+    /// The `[mcp]` of [`full_plan`].
+    fn full_mcp(glob: impl Fn(&str) -> HostPattern) -> McpPlan {
+        McpPlan {
+            rules: vec![
+                McpRule {
+                    path: Some("/mcp*".into()),
+                    tool: Some("delete_*".into()),
+                    arguments: vec![("path".into(), "src/*".into())],
+                    reason: Some("deletes go through review".into()),
+                    origin: "/home/u/.config/cordon/cordon.toml:20".into(),
+                    expires: Some(crate::expiry::Expiry::parse("2026-12-31T18:00Z").unwrap()),
+                    ..McpRule::new(
+                        "no-deletes",
+                        McpServer::Http(glob("mcp.example.com")),
+                        McpAction::Deny,
+                    )
+                },
+                McpRule::new("gh", McpServer::Stdio("github".into()), McpAction::Ask),
+            ],
+            default: McpAction::Ask,
+            pin: false,
+            stdio: Vec::new(),
         }
     }
 

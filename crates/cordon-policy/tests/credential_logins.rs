@@ -110,15 +110,16 @@ fn bad_json_sources_say_where_and_how() {
     }
 }
 
+/// A login renewed at a token endpoint on its own port.
+const TOOL_LOGIN: &str = "[credentials.tool-refresh]\n\
+     source = { file = \"~/.tool/auth.json\", json = \"tokens.refresh_token\" }\n\
+     hosts = [\"auth.tool.example\"]\n\
+     refresh = { url = \"https://auth.tool.example:8443/oauth/token\", token = \"refresh_token\", expires_ms = \"tokens.expires_at\", refreshed_at = \"last_refresh\" }\n";
+
 #[test]
 fn a_login_names_its_token_endpoint_and_prints_it_back() {
     let env = Env::new();
-    env.user(
-        "[credentials.tool-refresh]\n\
-         source = { file = \"~/.tool/auth.json\", json = \"tokens.refresh_token\" }\n\
-         hosts = [\"auth.tool.example\"]\n\
-         refresh = { url = \"https://auth.tool.example:8443/oauth/token\", token = \"refresh_token\", expires_ms = \"tokens.expires_at\", refreshed_at = \"last_refresh\" }\n",
-    );
+    env.user(TOOL_LOGIN);
     let l = env.load();
     let r = l.plan.credentials[0].refresh.clone().unwrap();
     assert_eq!(

@@ -22,7 +22,7 @@ pub enum Crossing {
     /// command's nested user namespace. Everything the command writes to a staged path stays
     /// in the session's upper directory until the user accepts it at review.
     View,
-    /// A unix socket pair the supervisor makes before the clone (`supervisor::launch`,
+    /// A unix socket pair the supervisor makes before the clone (`supervisor::spawn::launch`,
     /// `fork_launch`); init's end is fd 3 (`init::CONTROL_FD`). Down: the network setup, the
     /// view's overlays, the spec; up: frames of the `protocol` module, a descriptor riding with
     /// those that name a crossing. Init closes it before it waits for the command, so the

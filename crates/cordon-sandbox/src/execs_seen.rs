@@ -155,10 +155,7 @@ fn auxv(pid: u32) -> Option<Vec<u8>> {
 /// A process's start time in clock ticks since boot (`/proc/PID/stat` field 22), which
 /// tells a pid used again from the process that had it.
 pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = String::from_utf8(read_proc(&format!("/proc/{pid}/stat"), 1024)?).ok()?;
-    // The name (field 2) is in parentheses and may hold anything: count from its end.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    cordon_policy::program::proc_stat(pid).map(|s| s.start_time)
 }
 
 #[cfg(test)]

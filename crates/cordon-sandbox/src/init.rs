@@ -70,8 +70,52 @@ fn fail(stage: &str, message: String) -> ! {
 /// Entry point of init. Never returns.
 pub fn main() -> ! {
     let _ = sys::set_dumpable(false);
-    // The network setup comes first, alone: the network namespace's side is built while the
-    // supervisor still works out the view, and the gateway gets it as soon as it reads.
+    let net = network_first();
+    let (spec, mut ahead) = receive_spec(net);
+    build_view(&spec, &mut ahead);
+    let slave = open_terminal(&spec);
+    for sig in FORWARDED {
+        let _ = sys::install_handler(sig, forward);
+    }
+    let (pid, report_r) = fork_command(&spec, slave);
+    let (landlock, limits) = read_start_report(pid, &report_r);
+    // The command's end goes to the supervisor over this pipe once every process of the
+    // sandbox is gone: it need not wait for the kernel to tear the namespaces down after init
+    // (each overlay costs a grace period there). Made after the command's fork, so only init
+    // holds the write end.
+    let exit_pipe = sys::pipe().ok();
+    let _ = protocol::hand_over(
+        CONTROL_FD,
+        &FromInit::Started {
+            pid,
+            landlock: landlock.unwrap_or_else(|| FenceStatus::failed("not applied")),
+            limits,
+            overlays_ahead: ahead.used(),
+        },
+        exit_pipe.as_ref().map(|(r, _)| r.as_raw_fd()),
+    );
+    let exit_w = exit_pipe.map(|(_, w)| w);
+    if let NetSetup::Gateway { inward: true, .. } = spec.net {
+        match sys::fork() {
+            Ok(0) => inward_helper(),
+            Ok(_) => {}
+            Err(e) => {
+                let _ = writeln!(
+                    io::stderr(),
+                    "cordon: published ports unavailable: fork: {e}"
+                );
+            }
+        }
+    }
+    // The channel's work is done; nothing else of init's may stay open while it waits.
+    let keep: Vec<RawFd> = exit_w.iter().map(|w| w.as_raw_fd()).collect();
+    sys::close_fds_from(CONTROL_FD, &keep);
+    wait_and_exit(pid, exit_w)
+}
+
+/// The network setup comes first, alone: the network namespace's side is built while the
+/// supervisor still works out the view, and the gateway gets it as soon as it reads.
+fn network_first() -> NetSetup {
     let net: NetSetup = match protocol::recv(CONTROL_FD) {
         Ok(Some((net, _))) => net,
         Ok(None) => sys::exit_now(125),
@@ -98,6 +142,12 @@ pub fn main() -> ! {
     {
         gateway_handoff(addr, mtu, proxy_port);
     }
+    net
+}
+
+/// The view's start that needs no spec, the session's overlays as soon as they come, then the
+/// spec itself, which must carry the network setup `net` that came first.
+fn receive_spec(net: NetSetup) -> (InitSpec, mounts::Ahead) {
     // The layout-independent start of the view, also before the spec arrives.
     if let Err(e) = mounts::stage() {
         fail("filesystem", e.to_string());
@@ -108,7 +158,7 @@ pub fn main() -> ! {
         Ok(None) => sys::exit_now(125),
         Err(e) => fail("control channel", e.to_string()),
     };
-    let mut ahead = mounts::prepare(&prepare.overlays);
+    let ahead = mounts::prepare(&prepare.overlays);
     let spec: InitSpec = match protocol::recv_spec(CONTROL_FD) {
         Ok(Some(spec)) => spec,
         Ok(None) => sys::exit_now(125),
@@ -120,21 +170,29 @@ pub fn main() -> ! {
             "the spec's network setup is not the one sent first".into(),
         );
     }
+    (spec, ahead)
+}
+
+fn build_view(spec: &InitSpec, ahead: &mut mounts::Ahead) {
     // A nested sandbox needs a /proc it may mount again; never root's (see `ProcView`).
     let proc = if spec.syscalls.nested_userns && spec.uid != 0 {
         mounts::ProcView::Plain
     } else {
         mounts::ProcView::Sealed
     };
-    if let Err(e) = mounts::build(&spec.layout, spec.tmpfs_size, proc, &mut ahead) {
+    if let Err(e) = mounts::build(&spec.layout, spec.tmpfs_size, proc, ahead) {
         fail("filesystem", e.to_string());
     }
     if let Err(e) = sys::sethostname(&spec.hostname) {
         fail("hostname", e.to_string());
     }
-    // The command's terminal is a pty of the sandbox's own devpts, so `tty` and ttyname work
-    // inside; the master goes to the supervisor, which relays it to the user's terminal.
-    let slave = match spec.tty {
+}
+
+/// The command's terminal is a pty of the sandbox's own devpts, so `tty` and ttyname work
+/// inside; the master goes to the supervisor, which relays it to the user's terminal. Returns
+/// the slave, for the command.
+fn open_terminal(spec: &InitSpec) -> Option<OwnedFd> {
+    match spec.tty {
         Some(ws) => match sys::open_pty() {
             Ok((master, slave)) => {
                 let _ = sys::set_winsize(slave.as_raw_fd(), ws);
@@ -148,11 +206,12 @@ pub fn main() -> ! {
             Err(e) => fail("terminal", format!("open pty: {e}")),
         },
         None => None,
-    };
-    for sig in FORWARDED {
-        let _ = sys::install_handler(sig, forward);
     }
-    // The command reports its setup over this socket: text lines, and its seccomp listener.
+}
+
+/// Fork the command's process; returns its pid and the socket it reports its setup over:
+/// text lines, and its seccomp listener.
+fn fork_command(spec: &InitSpec, slave: Option<OwnedFd>) -> (libc::pid_t, OwnedFd) {
     let (report_r, report_w) = match sys::socketpair() {
         Ok(p) => p,
         Err(e) => fail("start", e.to_string()),
@@ -160,7 +219,7 @@ pub fn main() -> ! {
     let pid = match sys::fork() {
         Ok(0) => {
             drop(report_r);
-            command_child(&spec, slave, report_w)
+            command_child(spec, slave, report_w)
         }
         Ok(pid) => pid,
         Err(e) => fail("start", format!("fork: {e}")),
@@ -168,6 +227,15 @@ pub fn main() -> ! {
     COMMAND_PID.store(pid, Ordering::Relaxed);
     drop(report_w);
     drop(slave);
+    (pid, report_r)
+}
+
+/// Read the command's setup report until its seccomp listener, which is handed on at once;
+/// returns how Landlock is enforced and the rlimits set.
+fn read_start_report(
+    pid: libc::pid_t,
+    report_r: &OwnedFd,
+) -> (Option<FenceStatus>, Vec<AppliedLimit>) {
     let mut text = Vec::new();
     let mut fds = Vec::new();
     let mut landlock = None;
@@ -217,37 +285,12 @@ pub fn main() -> ! {
         }
     }
     drop(fds);
-    // The command's end goes to the supervisor over this pipe once every process of the
-    // sandbox is gone: it need not wait for the kernel to tear the namespaces down after init
-    // (each overlay costs a grace period there). Made after the command's fork, so only init
-    // holds the write end.
-    let exit_pipe = sys::pipe().ok();
-    let _ = protocol::hand_over(
-        CONTROL_FD,
-        &FromInit::Started {
-            pid,
-            landlock: landlock.unwrap_or_else(|| FenceStatus::failed("not applied")),
-            limits,
-            overlays_ahead: ahead.used(),
-        },
-        exit_pipe.as_ref().map(|(r, _)| r.as_raw_fd()),
-    );
-    let exit_w = exit_pipe.map(|(_, w)| w);
-    if let NetSetup::Gateway { inward: true, .. } = spec.net {
-        match sys::fork() {
-            Ok(0) => inward_helper(),
-            Ok(_) => {}
-            Err(e) => {
-                let _ = writeln!(
-                    io::stderr(),
-                    "cordon: published ports unavailable: fork: {e}"
-                );
-            }
-        }
-    }
-    // The channel's work is done; nothing else of init's may stay open while it waits.
-    let keep: Vec<RawFd> = exit_w.iter().map(|w| w.as_raw_fd()).collect();
-    sys::close_fds_from(CONTROL_FD, &keep);
+    (landlock, limits)
+}
+
+/// Wait for the command, then end every process left and tell the supervisor on `exit_w`;
+/// exits with the command's status.
+fn wait_and_exit(pid: libc::pid_t, exit_w: Option<OwnedFd>) -> ! {
     let status = loop {
         match sys::wait_any_interruptible() {
             Ok(Some((p, st))) if p == pid => break st,

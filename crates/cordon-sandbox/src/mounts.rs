@@ -246,30 +246,7 @@ fn apply(
             tmpfs(&dst, &opts, libc::MS_NOSUID | libc::MS_NODEV).ctx(at)?;
         }
         MountOp::Dev { .. } => build_dev(&dst)?,
-        MountOp::Proc { .. } => {
-            ensure_mountpoint(&dst, true).ctx(at.clone())?;
-            let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-            sys::mount(Some(&cs("proc")), &dst, Some(&cs("proc")), flags, None).ctx(at)?;
-            if proc == ProcView::Plain {
-                return Ok(());
-            }
-            // Kernel knobs stay read-only even for root of the sandbox's user namespace.
-            for sub in [
-                "sys",
-                "sysrq-trigger",
-                "irq",
-                "bus",
-                "fs",
-                "latency_stats",
-                "timer_list",
-            ] {
-                let p = dst.join(sub);
-                if std::fs::symlink_metadata(&p).is_ok() {
-                    sys::bind(&p, &p, true).ctx(|| p.display().to_string())?;
-                    sys::mount_setattr(&p, true, RO).ctx(|| p.display().to_string())?;
-                }
-            }
-        }
+        MountOp::Proc { .. } => mount_proc(&dst, proc)?,
         MountOp::Overlay { .. } => {
             ensure_mountpoint(&dst, true).ctx(at.clone())?;
             match ahead.take(op) {
@@ -307,48 +284,12 @@ fn apply(
             .ctx(at.clone())?;
             sys::mount_setattr(&dst, false, RO).ctx(at)?;
         }
-        MountOp::MaskDir { shown, sealed, .. } => {
-            // Only the masked copies, read-only; nothing else of the directory. In a home with
-            // a view the directory may not be there to mask: the copies need a place still.
-            ensure_mountpoint(&dst, true).ctx(at.clone())?;
-            tmpfs(
-                &dst,
-                "mode=0555,size=1m,nr_inodes=256",
-                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            )
-            .ctx(at.clone())?;
-            for (rel, content) in shown {
-                let file = dst.join(rel);
-                if let Some(parent) = file.parent() {
-                    std::fs::create_dir_all(parent).ctx(at.clone())?;
-                }
-                std::fs::write(&file, content).ctx(at.clone())?;
-                std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o444))
-                    .ctx(at.clone())?;
-            }
-            if *sealed {
-                std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o111))
-                    .ctx(at.clone())?;
-            }
-            sys::mount_setattr(&dst, false, RO).ctx(at)?;
-        }
+        MountOp::MaskDir { shown, sealed, .. } => mask_showing(&dst, shown, *sealed)?,
         MountOp::MaskFile { .. } => {
             sys::bind(Path::new(MASK_FILE), &dst, false).ctx(at.clone())?;
             sys::mount_setattr(&dst, false, RO).ctx(at)?;
         }
-        MountOp::Content { content, .. } => {
-            // The file lives in the staging tmpfs (our root right now); the bind keeps it
-            // alive after staging is detached.
-            static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let src = PathBuf::from(format!("/.cordon-content-{n}"));
-            std::fs::write(&src, content).ctx(at.clone())?;
-            std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o444))
-                .ctx(at.clone())?;
-            ensure_mountpoint(&dst, false).ctx(at.clone())?;
-            sys::bind(&src, &dst, false).ctx(at.clone())?;
-            sys::mount_setattr(&dst, false, RO).ctx(at)?;
-        }
+        MountOp::Content { content, .. } => bind_content(&dst, content)?,
         MountOp::File { host, .. } => {
             sys::bind(&under(OLD, host), &dst, false).ctx(at.clone())?;
             sys::mount_setattr(&dst, false, RO).ctx(at)?;
@@ -365,6 +306,78 @@ fn apply(
             sys::mount_setattr(&dst, false, RO).ctx(at)?;
         }
     }
+    Ok(())
+}
+
+/// A fresh `/proc`, its kernel knobs read-only unless `proc` is [`ProcView::Plain`].
+fn mount_proc(dst: &Path, proc: ProcView) -> Result<(), MountError> {
+    let at = || dst.display().to_string();
+    ensure_mountpoint(dst, true).ctx(at)?;
+    let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    sys::mount(Some(&cs("proc")), dst, Some(&cs("proc")), flags, None).ctx(at)?;
+    if proc == ProcView::Plain {
+        return Ok(());
+    }
+    // Kernel knobs stay read-only even for root of the sandbox's user namespace.
+    for sub in [
+        "sys",
+        "sysrq-trigger",
+        "irq",
+        "bus",
+        "fs",
+        "latency_stats",
+        "timer_list",
+    ] {
+        let p = dst.join(sub);
+        if std::fs::symlink_metadata(&p).is_ok() {
+            sys::bind(&p, &p, true).ctx(|| p.display().to_string())?;
+            sys::mount_setattr(&p, true, RO).ctx(|| p.display().to_string())?;
+        }
+    }
+    Ok(())
+}
+
+/// A masked directory holding only the masked copies `shown` (read-only), unlistable when
+/// `sealed`.
+fn mask_showing(dst: &Path, shown: &[(PathBuf, String)], sealed: bool) -> Result<(), MountError> {
+    let at = || dst.display().to_string();
+    // Only the masked copies, read-only; nothing else of the directory. In a home with
+    // a view the directory may not be there to mask: the copies need a place still.
+    ensure_mountpoint(dst, true).ctx(at)?;
+    tmpfs(
+        dst,
+        "mode=0555,size=1m,nr_inodes=256",
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+    )
+    .ctx(at)?;
+    for (rel, content) in shown {
+        let file = dst.join(rel);
+        if let Some(parent) = file.parent() {
+            std::fs::create_dir_all(parent).ctx(at)?;
+        }
+        std::fs::write(&file, content).ctx(at)?;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o444)).ctx(at)?;
+    }
+    if sealed {
+        std::fs::set_permissions(dst, std::fs::Permissions::from_mode(0o111)).ctx(at)?;
+    }
+    sys::mount_setattr(dst, false, RO).ctx(at)?;
+    Ok(())
+}
+
+/// A read-only file holding `content`, bound at `dst`.
+fn bind_content(dst: &Path, content: &str) -> Result<(), MountError> {
+    let at = || dst.display().to_string();
+    // The file lives in the staging tmpfs (our root right now); the bind keeps it
+    // alive after staging is detached.
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let src = PathBuf::from(format!("/.cordon-content-{n}"));
+    std::fs::write(&src, content).ctx(at)?;
+    std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o444)).ctx(at)?;
+    ensure_mountpoint(dst, false).ctx(at)?;
+    sys::bind(&src, dst, false).ctx(at)?;
+    sys::mount_setattr(dst, false, RO).ctx(at)?;
     Ok(())
 }
 

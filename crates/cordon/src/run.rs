@@ -228,13 +228,13 @@ fn run_in_session(
     }
     let resolved = crate::session_plan::resolve(loaded, a.learn, SystemTime::now(), emit);
     crate::grants::log(&resolved.expired, emit);
-    let mut plan = resolved.plan;
-    // Test-only layer switches (debug builds): before anything is enforced.
-    #[cfg(debug_assertions)]
-    if let Err(e) = crate::layer_off::apply(&mut plan, emit) {
-        eprintln!("cordon: {e}");
-        return EXIT_SETUP;
-    }
+    let plan = match test_layers_off(resolved.plan, emit) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("cordon: {e}");
+            return EXIT_SETUP;
+        }
+    };
     let base = base_command(a, project, &plan, session);
     let gateway_on = plan.network.mode == cordon_policy::NetMode::Gateway;
     if gateway_on {
@@ -393,6 +393,24 @@ fn build_beside(
         let (ssh_agent, ssh) = crate::ssh::setup(&plan, &sink, quiet);
         (g, ssh_agent, ssh)
     })
+}
+
+/// Test-only layer switches (debug builds, `crate::layer_off`): before anything is enforced.
+#[cfg(debug_assertions)]
+fn test_layers_off(
+    mut plan: cordon_policy::Plan,
+    emit: &dyn Fn(NewEvent),
+) -> Result<cordon_policy::Plan, String> {
+    crate::layer_off::apply(&mut plan, emit).map(|()| plan)
+}
+
+/// A release binary has no layer switches.
+#[cfg(not(debug_assertions))]
+fn test_layers_off(
+    plan: cordon_policy::Plan,
+    _emit: &dyn Fn(NewEvent),
+) -> Result<cordon_policy::Plan, String> {
+    Ok(plan)
 }
 
 /// A project policy that loosens the user's own and is not trusted stops the run before

@@ -50,7 +50,10 @@ fn every_function_the_journeys_name_exists() {
         .map(|f| std::fs::read_to_string(f).unwrap())
         .collect();
     let names = named_in_journeys(&doc);
-    assert!(names.len() > 30, "the journeys name too few functions: {names:?}");
+    assert!(
+        names.len() > 30,
+        "the journeys name too few functions: {names:?}"
+    );
     let mut missing = Vec::new();
     for name in &names {
         let last = name.rsplit("::").next().unwrap();

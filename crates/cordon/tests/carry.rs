@@ -112,6 +112,9 @@ fn go_proxy(env: &Env) -> PathBuf {
     proxy
 }
 
+/// The Go program [`go_app`] writes.
+const MAIN_GO: &str = "package main\n\nimport (\n\t\"fmt\"\n\t\"example.com/dep\"\n)\n\nfunc main() { fmt.Println(\"GO\", dep.Probe) }\n";
+
 /// A Go program in `dir` that prints the dependency's probe.
 fn go_app(env: &Env, dir: &Path) {
     std::fs::write(
@@ -119,12 +122,7 @@ fn go_app(env: &Env, dir: &Path) {
         "module example.com/app\n\ngo 1.19\n\nrequire example.com/dep v1.0.0\n",
     )
     .unwrap();
-    std::fs::write(
-        dir.join("main.go"),
-        "package main\n\nimport (\n\t\"fmt\"\n\t\"example.com/dep\"\n)\n\n\
-         func main() { fmt.Println(\"GO\", dep.Probe) }\n",
-    )
-    .unwrap();
+    std::fs::write(dir.join("main.go"), MAIN_GO).unwrap();
     env.own(dir);
 }
 

@@ -12,11 +12,26 @@ use common::{Env, all_output, show};
 /// Every secret value holds this, so one search over what the sandbox could read finds any.
 const MARK: &str = "ZZLEAK";
 
+/// A secret value shaped by its prefix `p`, holding [`MARK`].
+fn tok(p: &str) -> String {
+    let m = MARK;
+    format!("{p}{m}{}", "a1B2c3D4e5F6g7H8i9J0".repeat(2))
+}
+
 /// `(path under the home, content)`: at least 50 files from at least 30 tools. Values are
 /// shaped as the tools write them (a file the view shows is checked by content).
 fn credentials() -> Vec<(&'static str, String)> {
-    let m = MARK;
-    let tok = |p: &str| format!("{p}{m}{}", "a1B2c3D4e5F6g7H8i9J0".repeat(2));
+    [
+        agent_logins(),
+        registry_and_forge_tokens(),
+        cloud_database_and_hub_credentials(),
+        app_history_and_key_files(),
+    ]
+    .concat()
+}
+
+/// Agent CLIs' logins and keys: each hidden under every other profile.
+fn agent_logins() -> Vec<(&'static str, String)> {
     vec![
         // Agent CLIs' logins and keys: each hidden under every other profile.
         (
@@ -87,6 +102,12 @@ fn credentials() -> Vec<(&'static str, String)> {
             ".aider.conf.yml",
             format!("anthropic-api-key: {}\n", tok("sk-ant-api03-")),
         ),
+    ]
+}
+
+/// Package registries, git credential stores and forges' CLIs.
+fn registry_and_forge_tokens() -> Vec<(&'static str, String)> {
+    vec![
         // Package registries.
         (
             ".npmrc",
@@ -160,6 +181,12 @@ fn credentials() -> Vec<(&'static str, String)> {
             ".config/hub",
             format!("github.com:\n- oauth_token: {}\n", tok("ghp_")),
         ),
+    ]
+}
+
+/// Cloud and PaaS CLIs, databases, ML hubs.
+fn cloud_database_and_hub_credentials() -> Vec<(&'static str, String)> {
+    vec![
         // Cloud and PaaS CLIs.
         (
             ".aws/credentials",
@@ -236,6 +263,12 @@ fn credentials() -> Vec<(&'static str, String)> {
             ".kaggle/kaggle.json",
             format!(r#"{{"username":"u","key":"{}"}}"#, tok("k")),
         ),
+    ]
+}
+
+/// Chat and mail apps, browsers, password managers, histories, `.env` files, keys.
+fn app_history_and_key_files() -> Vec<(&'static str, String)> {
+    vec![
         // Chat and mail apps, browsers and password managers.
         (".config/Slack/Cookies", format!("d={}", tok("xoxd-"))),
         (

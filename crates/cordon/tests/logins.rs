@@ -7,6 +7,8 @@
 
 mod common;
 
+use std::path::Path;
+
 use common::net::{https_443, policy, setup, variant_addr, wait_limited, www};
 use common::{Env, show};
 use serde_json::Value;
@@ -138,6 +140,74 @@ fn key_paths(v: &Value, at: &str, out: &mut Vec<String>) {
     out.sort();
 }
 
+/// The script the agent runs: it looks for the real tokens everywhere it can read, uses the
+/// login's placeholder, and tries to change the login file every way it can.
+fn login_script(l: &Login, dir: &str) -> String {
+    // The script never names a real token (it is logged): reversed, it is turned back only
+    // into a pattern file for the searches.
+    let rev = |v: &str| v.chars().rev().collect::<String>();
+    let revs: Vec<String> = l.tokens.iter().map(|(_, v)| rev(v)).collect();
+    let py = common::net::PY;
+    format!(
+        "F=~/{file}\n\
+         printf '%s\\n' {revs} | rev > /tmp/pats\n\
+         echo FILEHITS $(grep -rlF -f /tmp/pats ~/{dir} \"$HOME\" \"$PWD\" 2>/dev/null | wc -l)\n\
+         echo PROCHITS $(for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do tr '\\0' '\\n' < $f 2>/dev/null; done | grep -cF -f /tmp/pats)\n\
+         rm /tmp/pats\n\
+         echo KEYS $({py} -c 'import json,sys; k=lambda v,a: [x for n,c in (v.items() if isinstance(v,dict) else []) for x in [a+n]+k(c,a+n+\".\")]; print(\",\".join(sorted(k(json.load(open(sys.argv[1])),\"\"))))' \"$F\")\n\
+         TOK=$({py} -c 'import json,sys,functools; print(functools.reduce(lambda v,p: v[p], sys.argv[2].split(\".\"), json.load(open(sys.argv[1]))))' \"$F\" {access})\n\
+         echo TOKLEN ${{#TOK}}\n\
+         echo REPLY $(curl -sS --max-time 10 -H \"authorization: Bearer $TOK\" https://{host}/hello.txt)\n\
+         RT=$({py} -c 'import json,sys,functools; print(functools.reduce(lambda v,p: v[p], sys.argv[2].split(\".\"), json.load(open(sys.argv[1]))))' \"$F\" {refresh})\n\
+         echo REFRESH $(curl -s --max-time 10 -o /dev/null -w '%{{http_code}}' -H 'content-type: application/json' -d \"{{\\\"grant_type\\\":\\\"refresh_token\\\",\\\"refresh_token\\\":\\\"$RT\\\"}}\" https://{host}/token)\n\
+         echo '{{}}' > \"$F\" 2>/dev/null && echo WRITE-IN-PLACE ok || echo WRITE-IN-PLACE refused\n\
+         echo '{{}}' > ~/{dir}/new.json && mv -f ~/{dir}/new.json \"$F\" 2>/dev/null && echo RENAME-OVER ok || echo RENAME-OVER refused\n\
+         rm -f \"$F\" 2>/dev/null && echo REMOVE ok || echo REMOVE refused\n\
+         echo kept > ~/{dir}/notes.md\n\
+         mv ~/{dir} ~/{dir}-moved 2>/dev/null && echo MOVE-DIR ok || echo MOVE-DIR refused\n\
+         mkdir -p ~/{dir} && cp ~/{dir}-moved/* ~/{dir}/ 2>/dev/null; cat \"$F\" > ~/{dir}/x && mv -f ~/{dir}/x \"$F\" 2>/dev/null && echo REPLACED ok || echo REPLACED refused\n",
+        file = l.file,
+        revs = revs.join(" "),
+        access = l.access,
+        refresh = l
+            .tokens
+            .iter()
+            .find(|(f, _)| f.contains("refresh"))
+            .unwrap()
+            .0,
+        host = l.host,
+    )
+}
+
+/// Accepting the session brings home what was written beside the login file, and leaves the
+/// host's file as it was.
+fn accepting_keeps_the_login_file(env: &Env, dir: &str, file: &Path, host_before: &[u8]) {
+    let list = env.cordon().args(["state", "list"]).output().unwrap();
+    let id = String::from_utf8_lossy(&list.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let a = env
+        .cordon()
+        .args(["state", "accept", &id])
+        .output()
+        .unwrap();
+    assert_eq!(a.status.code(), Some(0), "{}", show(&a));
+    let dir_host = env.home.join(dir);
+    assert_eq!(
+        std::fs::read_to_string(dir_host.join("notes.md")).unwrap_or_default(),
+        "kept\n",
+        "the session was accepted: {}",
+        show(&a)
+    );
+    assert_eq!(
+        std::fs::read(file).unwrap(),
+        host_before,
+        "the host's login file changed"
+    );
+}
+
 fn check_login(env: Env, l: Login) {
     if !common::need(&["curl", "openssl"], "a TLS stand-in of the provider") {
         return;
@@ -167,41 +237,8 @@ fn check_login(env: Env, l: Login) {
             h = l.host
         ),
     );
-    // The script never names a real token (it is logged): reversed, it is turned back only
-    // into a pattern file for the searches.
-    let rev = |v: &str| v.chars().rev().collect::<String>();
-    let revs: Vec<String> = l.tokens.iter().map(|(_, v)| rev(v)).collect();
     let dir = l.file.rsplit_once('/').unwrap().0;
-    let py = common::net::PY;
-    let script = format!(
-        "F=~/{file}\n\
-         printf '%s\\n' {revs} | rev > /tmp/pats\n\
-         echo FILEHITS $(grep -rlF -f /tmp/pats ~/{dir} \"$HOME\" \"$PWD\" 2>/dev/null | wc -l)\n\
-         echo PROCHITS $(for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do tr '\\0' '\\n' < $f 2>/dev/null; done | grep -cF -f /tmp/pats)\n\
-         rm /tmp/pats\n\
-         echo KEYS $({py} -c 'import json,sys; k=lambda v,a: [x for n,c in (v.items() if isinstance(v,dict) else []) for x in [a+n]+k(c,a+n+\".\")]; print(\",\".join(sorted(k(json.load(open(sys.argv[1])),\"\"))))' \"$F\")\n\
-         TOK=$({py} -c 'import json,sys,functools; print(functools.reduce(lambda v,p: v[p], sys.argv[2].split(\".\"), json.load(open(sys.argv[1]))))' \"$F\" {access})\n\
-         echo TOKLEN ${{#TOK}}\n\
-         echo REPLY $(curl -sS --max-time 10 -H \"authorization: Bearer $TOK\" https://{host}/hello.txt)\n\
-         RT=$({py} -c 'import json,sys,functools; print(functools.reduce(lambda v,p: v[p], sys.argv[2].split(\".\"), json.load(open(sys.argv[1]))))' \"$F\" {refresh})\n\
-         echo REFRESH $(curl -s --max-time 10 -o /dev/null -w '%{{http_code}}' -H 'content-type: application/json' -d \"{{\\\"grant_type\\\":\\\"refresh_token\\\",\\\"refresh_token\\\":\\\"$RT\\\"}}\" https://{host}/token)\n\
-         echo '{{}}' > \"$F\" 2>/dev/null && echo WRITE-IN-PLACE ok || echo WRITE-IN-PLACE refused\n\
-         echo '{{}}' > ~/{dir}/new.json && mv -f ~/{dir}/new.json \"$F\" 2>/dev/null && echo RENAME-OVER ok || echo RENAME-OVER refused\n\
-         rm -f \"$F\" 2>/dev/null && echo REMOVE ok || echo REMOVE refused\n\
-         echo kept > ~/{dir}/notes.md\n\
-         mv ~/{dir} ~/{dir}-moved 2>/dev/null && echo MOVE-DIR ok || echo MOVE-DIR refused\n\
-         mkdir -p ~/{dir} && cp ~/{dir}-moved/* ~/{dir}/ 2>/dev/null; cat \"$F\" > ~/{dir}/x && mv -f ~/{dir}/x \"$F\" 2>/dev/null && echo REPLACED ok || echo REPLACED refused\n",
-        file = l.file,
-        revs = revs.join(" "),
-        access = l.access,
-        refresh = l
-            .tokens
-            .iter()
-            .find(|(f, _)| f.contains("refresh"))
-            .unwrap()
-            .0,
-        host = l.host,
-    );
+    let script = login_script(&l, dir);
     let _ = std::fs::remove_file(&env.audit);
     let child = env
         .cordon()
@@ -274,31 +311,7 @@ fn check_login(env: Env, l: Login) {
         assert!(!audit.contains(v.as_str()), "the audit log holds a token");
         assert!(!String::from_utf8_lossy(&o.stderr).contains(v.as_str()));
     }
-    // Accepting the session brings the note home and leaves the host's login file whole.
-    let list = env.cordon().args(["state", "list"]).output().unwrap();
-    let id = String::from_utf8_lossy(&list.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap_or_default()
-        .to_string();
-    let a = env
-        .cordon()
-        .args(["state", "accept", &id])
-        .output()
-        .unwrap();
-    assert_eq!(a.status.code(), Some(0), "{}", show(&a));
-    let dir_host = env.home.join(dir);
-    assert_eq!(
-        std::fs::read_to_string(dir_host.join("notes.md")).unwrap_or_default(),
-        "kept\n",
-        "the session was accepted: {}",
-        show(&a)
-    );
-    assert_eq!(
-        std::fs::read(&file).unwrap(),
-        host_before,
-        "the host's login file changed"
-    );
+    accepting_keeps_the_login_file(&env, dir, &file, &host_before);
 }
 
 both!(claude_login_is_shown_with_placeholders, |env: Env| {

@@ -344,10 +344,12 @@ fn held_copies(env: &Env) -> Vec<std::path::PathBuf> {
 /// so the script never holds it), prints the answer, and saves it as its login file.
 fn code_login_script() -> String {
     let py = common::net::PY;
+    // The shell's double-quoted JSON: its quotes escaped for the shell.
+    let body = r#"{\"grant_type\":\"authorization_code\",\"code\":\"$C\",\"redirect_uri\":\"https://platform.claude.com/oauth/code/callback\",\"client_id\":\"c\",\"code_verifier\":\"v\"}"#;
     format!(
         "F=~/.claude/.credentials.json; U={TOKEN_URL}\n\
          C=$(printf %s {rcode} | rev)\n\
-         R=$(curl -sS --max-time 20 -H 'content-type: application/json' -d \"{{\\\"grant_type\\\":\\\"authorization_code\\\",\\\"code\\\":\\\"$C\\\",\\\"redirect_uri\\\":\\\"https://platform.claude.com/oauth/code/callback\\\",\\\"client_id\\\":\\\"c\\\",\\\"code_verifier\\\":\\\"v\\\"}}\" $U)\n\
+         R=$(curl -sS --max-time 20 -H 'content-type: application/json' -d \"{body}\" $U)\n\
          echo \"R $R\"\n\
          printf '%s' \"$R\" | {py} -c 'import json,sys; r=json.load(sys.stdin); print(json.dumps({{\"claudeAiOauth\":{{\"accessToken\":r[\"access_token\"],\"refreshToken\":r[\"refresh_token\"],\"expiresAt\":1}}}}))' > \"$F\" 2>/dev/null && echo SAVE ok || echo SAVE refused\n\
          {scan}",

@@ -43,43 +43,7 @@ pub(crate) fn swap(
         if path.contains(&c.placeholder) {
             return Err(leak("in the URL path".into()));
         }
-        let mut new_query = None;
-        if query.contains(&c.placeholder) || (ours && c.inject && c.query().is_some()) {
-            let Some(param) = c.query().filter(|_| ours) else {
-                return Err(leak(if ours {
-                    "in the URL query (only its header may carry it)".into()
-                } else {
-                    elsewhere()
-                }));
-            };
-            let real = crate::encoding::percent_encode(c.real.as_bytes());
-            let mut pairs = Vec::new();
-            for kv in query.split('&').filter(|kv| !kv.is_empty()) {
-                let (name, value) = kv.split_once('=').unwrap_or((kv, ""));
-                if !kv.contains(&c.placeholder) {
-                    if !(c.inject && name == param) {
-                        pairs.push(kv.to_string());
-                    }
-                } else if name == param && value == c.placeholder && !c.inject {
-                    // Only the parameter's whole value: `key=PH;q=PH` would copy it.
-                    pairs.push(format!("{param}={real}"));
-                } else if name == param && c.inject {
-                    // Overwritten below.
-                } else {
-                    let place = if kv.contains('=') && name != param {
-                        format!("in query parameter {name} (only {param} may carry it)")
-                    } else {
-                        format!("in the URL query, not as the whole value of {param}")
-                    };
-                    return Err(leak(place));
-                }
-            }
-            if c.inject {
-                pairs.push(format!("{param}={real}"));
-            }
-            sent.push((real, c.placeholder.clone()));
-            new_query = Some(format!("{path}?{}", pairs.join("&")));
-        }
+        let new_query = swap_query(c, ours, path, query, &mut sent, &leak, &elsewhere)?;
         if !c.placeholder.is_empty()
             && memchr::memmem::find(body, c.placeholder.as_bytes()).is_some()
         {
@@ -90,64 +54,7 @@ pub(crate) fn swap(
             };
             return Err(leak(place));
         }
-        // Most requests carry no placeholder in any header: nothing to rewrite.
-        let touched = parts.headers.values().any(|v| {
-            let b = v.as_bytes();
-            memchr::memmem::find(b, c.placeholder.as_bytes()).is_some()
-                || String::from_utf8_lossy(b)
-                    .trim()
-                    .get(..6)
-                    .is_some_and(|s| s.eq_ignore_ascii_case("basic "))
-        });
-        if touched {
-            rewrite_headers(&mut parts.headers, |name, v| {
-                let text = String::from_utf8_lossy(v.as_bytes());
-                let trimmed = text.trim();
-                // The scheme is case-insensitive (RFC 9110 11.1).
-                let basic = trimmed
-                    .get(..6)
-                    .filter(|s| s.eq_ignore_ascii_case("basic "))
-                    .and_then(|_| crate::encoding::b64_decode(trimmed[6..].trim()))
-                    .map(|d| String::from_utf8_lossy(&d).into_owned());
-                let plain_hit = text.contains(&c.placeholder);
-                let basic_hit = basic.as_ref().is_some_and(|b| b.contains(&c.placeholder));
-                if !plain_hit && !basic_hit {
-                    return Ok(None);
-                }
-                if !ours {
-                    return Err(leak(elsewhere()));
-                }
-                if !c.carries(name.as_str()) {
-                    return Err(leak(format!(
-                        "in header {} (only {} may carry it)",
-                        name.as_str(),
-                        c.place()
-                    )));
-                }
-                let swapped = if plain_hit {
-                    text.replace(&c.placeholder, &c.real)
-                } else {
-                    let inner = basic.unwrap_or_default();
-                    let real = crate::encoding::b64_encode(
-                        inner.replace(&c.placeholder, &c.real).as_bytes(),
-                        true,
-                    );
-                    sent.push((
-                        real.clone(),
-                        crate::encoding::b64_encode(inner.as_bytes(), true),
-                    ));
-                    format!("Basic {real}")
-                };
-                match HeaderValue::from_str(&swapped) {
-                    Ok(mut hv) => {
-                        hv.set_sensitive(true);
-                        sent.push((c.real.clone(), c.placeholder.clone()));
-                        Ok(Some(hv))
-                    }
-                    Err(_) => Err(leak("in a header it cannot be written to".into())),
-                }
-            })?;
-        }
+        swap_headers(c, ours, &mut parts.headers, &mut sent, &leak, &elsewhere)?;
         if let Some(pq) = new_query {
             let mut up = parts.uri.clone().into_parts();
             up.path_and_query = pq.parse().ok();
@@ -157,18 +64,7 @@ pub(crate) fn swap(
             }
         }
         if ours && c.inject {
-            // Every header it names: a client may read either.
-            for h in c.headers() {
-                let real = WireCredential::formatted(&h.format, &c.real);
-                if let Ok(name) = hyper::header::HeaderName::from_bytes(h.name.as_bytes())
-                    && let Ok(mut hv) = HeaderValue::from_str(&real)
-                {
-                    hv.set_sensitive(true);
-                    parts.headers.insert(name, hv);
-                    sent.push((real, WireCredential::formatted(&h.format, &c.placeholder)));
-                    sent.push((c.real.clone(), c.placeholder.clone()));
-                }
-            }
+            inject_headers(c, &mut parts.headers, &mut sent);
         }
         if cleartext && sent.len() > before {
             return Err(leak(
@@ -177,6 +73,144 @@ pub(crate) fn swap(
         }
     }
     Ok(sent)
+}
+
+/// The query with the credential's own parameter swapped (or injected); `None` when the
+/// query carries no placeholder and nothing is injected there. A placeholder in any other
+/// parameter, or not the whole value, or another program's, is a leak.
+fn swap_query(
+    c: &WireCredential,
+    ours: bool,
+    path: &str,
+    query: &str,
+    sent: &mut SentForms,
+    leak: &dyn Fn(String) -> Leak,
+    elsewhere: &dyn Fn() -> String,
+) -> Result<Option<String>, Leak> {
+    if !(query.contains(&c.placeholder) || (ours && c.inject && c.query().is_some())) {
+        return Ok(None);
+    }
+    let Some(param) = c.query().filter(|_| ours) else {
+        return Err(leak(if ours {
+            "in the URL query (only its header may carry it)".into()
+        } else {
+            elsewhere()
+        }));
+    };
+    let real = crate::encoding::percent_encode(c.real.as_bytes());
+    let mut pairs = Vec::new();
+    for kv in query.split('&').filter(|kv| !kv.is_empty()) {
+        let (name, value) = kv.split_once('=').unwrap_or((kv, ""));
+        if !kv.contains(&c.placeholder) {
+            if !(c.inject && name == param) {
+                pairs.push(kv.to_string());
+            }
+        } else if name == param && value == c.placeholder && !c.inject {
+            // Only the parameter's whole value: `key=PH;q=PH` would copy it.
+            pairs.push(format!("{param}={real}"));
+        } else if name == param && c.inject {
+            // Overwritten below.
+        } else {
+            let place = if kv.contains('=') && name != param {
+                format!("in query parameter {name} (only {param} may carry it)")
+            } else {
+                format!("in the URL query, not as the whole value of {param}")
+            };
+            return Err(leak(place));
+        }
+    }
+    if c.inject {
+        pairs.push(format!("{param}={real}"));
+    }
+    sent.push((real, c.placeholder.clone()));
+    Ok(Some(format!("{path}?{}", pairs.join("&"))))
+}
+
+/// Swaps the placeholder in the credential's own header (also inside a Basic value); in
+/// any other header, or another program's, it is a leak.
+fn swap_headers(
+    c: &WireCredential,
+    ours: bool,
+    headers: &mut hyper::HeaderMap,
+    sent: &mut SentForms,
+    leak: &dyn Fn(String) -> Leak,
+    elsewhere: &dyn Fn() -> String,
+) -> Result<(), Leak> {
+    // Most requests carry no placeholder in any header: nothing to rewrite.
+    let touched = headers.values().any(|v| {
+        let b = v.as_bytes();
+        memchr::memmem::find(b, c.placeholder.as_bytes()).is_some()
+            || String::from_utf8_lossy(b)
+                .trim()
+                .get(..6)
+                .is_some_and(|s| s.eq_ignore_ascii_case("basic "))
+    });
+    if !touched {
+        return Ok(());
+    }
+    rewrite_headers(headers, |name, v| {
+        let text = String::from_utf8_lossy(v.as_bytes());
+        let trimmed = text.trim();
+        // The scheme is case-insensitive (RFC 9110 11.1).
+        let basic = trimmed
+            .get(..6)
+            .filter(|s| s.eq_ignore_ascii_case("basic "))
+            .and_then(|_| crate::encoding::b64_decode(trimmed[6..].trim()))
+            .map(|d| String::from_utf8_lossy(&d).into_owned());
+        let plain_hit = text.contains(&c.placeholder);
+        let basic_hit = basic.as_ref().is_some_and(|b| b.contains(&c.placeholder));
+        if !plain_hit && !basic_hit {
+            return Ok(None);
+        }
+        if !ours {
+            return Err(leak(elsewhere()));
+        }
+        if !c.carries(name.as_str()) {
+            return Err(leak(format!(
+                "in header {} (only {} may carry it)",
+                name.as_str(),
+                c.place()
+            )));
+        }
+        let swapped = if plain_hit {
+            text.replace(&c.placeholder, &c.real)
+        } else {
+            let inner = basic.unwrap_or_default();
+            let real = crate::encoding::b64_encode(
+                inner.replace(&c.placeholder, &c.real).as_bytes(),
+                true,
+            );
+            sent.push((
+                real.clone(),
+                crate::encoding::b64_encode(inner.as_bytes(), true),
+            ));
+            format!("Basic {real}")
+        };
+        match HeaderValue::from_str(&swapped) {
+            Ok(mut hv) => {
+                hv.set_sensitive(true);
+                sent.push((c.real.clone(), c.placeholder.clone()));
+                Ok(Some(hv))
+            }
+            Err(_) => Err(leak("in a header it cannot be written to".into())),
+        }
+    })
+}
+
+/// Sets every header the credential names to its real value.
+fn inject_headers(c: &WireCredential, headers: &mut hyper::HeaderMap, sent: &mut SentForms) {
+    // Every header it names: a client may read either.
+    for h in c.headers() {
+        let real = WireCredential::formatted(&h.format, &c.real);
+        if let Ok(name) = hyper::header::HeaderName::from_bytes(h.name.as_bytes())
+            && let Ok(mut hv) = HeaderValue::from_str(&real)
+        {
+            hv.set_sensitive(true);
+            headers.insert(name, hv);
+            sent.push((real, WireCredential::formatted(&h.format, &c.placeholder)));
+            sent.push((c.real.clone(), c.placeholder.clone()));
+        }
+    }
 }
 
 /// Rewrites every header value `f` replaces (`Ok(Some(new))`), keeping the order of a name's

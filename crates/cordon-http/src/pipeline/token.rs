@@ -115,6 +115,72 @@ pub(crate) async fn exchange(
     // Read from the agent's request, before its placeholder becomes the real token.
     let hold = logins.hold_reason(&mine, to, json, &body.scanned);
     let (sent, grant) = logins.request_body(&mine, to, json, &body.scanned);
+    upstream_head(i, ex, &mut parts, creds, &sent)?;
+    let bytes_up = ex.head_len() + sent.len() as u64;
+    let out = Request::from_parts(
+        parts,
+        Full::new(Bytes::from(sent))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    let (mut head, answer) = send(i, ex, verdict, out).await?;
+    let status = head.status;
+    let answered = status
+        .is_success()
+        .then(|| logins.answer(creds, to, &answer, hold))
+        .flatten();
+    let body = match &answered {
+        Some(a) => a.body.clone(),
+        // Scrubbed of every real value the session knows, as any answer.
+        None => {
+            let mut b = answer.to_vec();
+            for c in creds {
+                b = replace_all(&b, c.real.as_bytes(), c.placeholder.as_bytes());
+            }
+            b
+        }
+    };
+    if let Some(a) = &answered {
+        took_new_tokens(i, ex, logins, &grant, a);
+    }
+    for h in HOP_BY_HOP {
+        head.headers.remove(*h);
+    }
+    head.headers
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    let what = match (&answered, grant.as_str()) {
+        (Some(a), _) if a.held_why.is_some() => {
+            "token exchange brokered: new tokens held, not written to the host's login file"
+        }
+        (Some(_), "authorization_code") => "login brokered: new tokens to the host's login file",
+        (Some(_), _) => "token refresh brokered: new tokens to the host's login file",
+        (None, _) => "token exchange forwarded (no new token in the answer)",
+    };
+    let e = verdict.mark(ex.event(EvAction::Allow, status.as_u16(), what, &verdict.decided_by));
+    let bytes_down = super::count::response_head_len(status, &head.headers) + answer.len() as u64;
+    (i.emit)(
+        e.detail("grant_type", grant)
+            .detail("bytes_up", bytes_up)
+            .detail("bytes_down", bytes_down),
+    );
+    Ok(Response::from_parts(
+        head,
+        Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed(),
+    ))
+}
+
+/// The request as it goes upstream: to the endpoint by its full URI, without hop-by-hop
+/// headers, asking for an uncompressed answer, its other placeholders swapped as any
+/// request's (one left is a leak, refused).
+fn upstream_head(
+    i: &Interceptor,
+    ex: &Exchange<'_>,
+    parts: &mut hyper::http::request::Parts,
+    creds: &[crate::credentials::WireCredential],
+    sent: &[u8],
+) -> Result<(), Refused> {
     let pq = parts
         .uri
         .path_and_query()
@@ -142,7 +208,7 @@ pub(crate) async fn exchange(
     );
     parts.version = hyper::Version::HTTP_11;
     // The rest of the request as any other: a placeholder anywhere else is a leak.
-    swap(creds, &mut parts, ex.host(), ex.conn.owner, &sent).map_err(|(name, place)| {
+    swap(creds, parts, ex.host(), ex.conn.owner, sent).map_err(|(name, place)| {
         (i.emit)(
             leak_event(&format!("{} {}", ex.method, ex.url), &name, &place)
                 .detail("method", ex.method.clone())
@@ -150,13 +216,17 @@ pub(crate) async fn exchange(
         );
         Refused::new(StatusCode::FORBIDDEN, leak_refusal(&name, &place))
     })?;
-    let bytes_up = ex.head_len() + sent.len() as u64;
-    let out = Request::from_parts(
-        parts,
-        Full::new(Bytes::from(sent))
-            .map_err(|never| match never {})
-            .boxed(),
-    );
+    Ok(())
+}
+
+/// Sends `out` to the token endpoint and reads its whole answer, uncompressed; a failure is
+/// an error event and the refusal the agent gets.
+async fn send(
+    i: &Interceptor,
+    ex: &Exchange<'_>,
+    verdict: &Cleared,
+    out: Request<Body>,
+) -> Result<(hyper::http::response::Parts, Bytes), Refused> {
     let refuse = |status: StatusCode, why: String| {
         (i.emit)(verdict.mark(ex.event(
             EvAction::Error,
@@ -172,7 +242,7 @@ pub(crate) async fn exchange(
         .request(out)
         .await
         .map_err(|e| refuse(StatusCode::BAD_GATEWAY, format!("the token endpoint: {e}")))?;
-    let (mut head, incoming) = resp.into_parts();
+    let (head, incoming) = resp.into_parts();
     let answer = tokio::time::timeout(
         BODY_PREFIX_TIMEOUT,
         Limited::new(incoming, MAX_ANSWER).collect(),
@@ -201,66 +271,34 @@ pub(crate) async fn exchange(
             "the token endpoint answered compressed although asked not to; cordon cannot take the new tokens out of it, so it does not pass it on (log in again if the login stops working)".into(),
         ));
     }
-    let status = head.status;
-    let answered = status
-        .is_success()
-        .then(|| logins.answer(creds, to, &answer, hold))
-        .flatten();
-    let body = match &answered {
-        Some(a) => a.body.clone(),
-        // Scrubbed of every real value the session knows, as any answer.
-        None => {
-            let mut b = answer.to_vec();
-            for c in creds {
-                b = replace_all(&b, c.real.as_bytes(), c.placeholder.as_bytes());
-            }
-            b
-        }
-    };
-    if let Some(a) = &answered {
-        // The new placeholders keep their token's shape: secret scanning lets them pass as
-        // it does the session's first ones.
-        if let (Some(d), Some(live)) = (&i.dlp, logins.live()) {
-            for c in &live.credentials {
-                d.scanner.ignore_placeholder(&c.placeholder);
-            }
-        }
-        report(i, ex, &grant, a);
-        if grant == "authorization_code" && a.failed.is_empty() && a.held_why.is_none() {
-            let files: Vec<String> = a.written.iter().map(|f| f.display().to_string()).collect();
-            let _ = write!(
-                std::io::stderr(),
-                "\r\ncordon: logged in: the real tokens are in {} on the host; the agent holds placeholders, and its own copy of the login file lasts this session only\r\n",
-                files.join(", ")
-            );
+    Ok((head, answer))
+}
+
+/// An answer with new tokens: its placeholders are let past secret scanning, its events
+/// written, and a finished login said on the terminal.
+fn took_new_tokens(
+    i: &Interceptor,
+    ex: &Exchange<'_>,
+    logins: &crate::credentials::refresh::Logins,
+    grant: &str,
+    a: &crate::credentials::refresh::Answered,
+) {
+    // The new placeholders keep their token's shape: secret scanning lets them pass as
+    // it does the session's first ones.
+    if let (Some(d), Some(live)) = (&i.dlp, logins.live()) {
+        for c in &live.credentials {
+            d.scanner.ignore_placeholder(&c.placeholder);
         }
     }
-    for h in HOP_BY_HOP {
-        head.headers.remove(*h);
+    report(i, ex, grant, a);
+    if grant == "authorization_code" && a.failed.is_empty() && a.held_why.is_none() {
+        let files: Vec<String> = a.written.iter().map(|f| f.display().to_string()).collect();
+        let _ = write!(
+            std::io::stderr(),
+            "\r\ncordon: logged in: the real tokens are in {} on the host; the agent holds placeholders, and its own copy of the login file lasts this session only\r\n",
+            files.join(", ")
+        );
     }
-    head.headers
-        .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-    let what = match (&answered, grant.as_str()) {
-        (Some(a), _) if a.held_why.is_some() => {
-            "token exchange brokered: new tokens held, not written to the host's login file"
-        }
-        (Some(_), "authorization_code") => "login brokered: new tokens to the host's login file",
-        (Some(_), _) => "token refresh brokered: new tokens to the host's login file",
-        (None, _) => "token exchange forwarded (no new token in the answer)",
-    };
-    let e = verdict.mark(ex.event(EvAction::Allow, status.as_u16(), what, &verdict.decided_by));
-    let bytes_down = super::count::response_head_len(status, &head.headers) + answer.len() as u64;
-    (i.emit)(
-        e.detail("grant_type", grant)
-            .detail("bytes_up", bytes_up)
-            .detail("bytes_down", bytes_down),
-    );
-    Ok(Response::from_parts(
-        head,
-        Full::new(Bytes::from(body))
-            .map_err(|never| match never {})
-            .boxed(),
-    ))
 }
 
 /// The credentials layer's events for an exchange that renewed tokens, and a line on the

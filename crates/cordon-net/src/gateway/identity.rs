@@ -474,21 +474,8 @@ fn unescape(s: &str) -> String {
 /// its parent; `None` when it is gone.
 fn key(pid: i32) -> Option<((i32, u64, u64, u64), i32)> {
     let exe = std::fs::metadata(format!("/proc/{pid}/exe")).ok()?;
-    // One read: a stat line is far shorter than the buffer (`read_to_string` would ask for
-    // the size, which procfs does not know, and read in growing steps, on every connection).
-    let mut buf = [0u8; 1024];
-    let n = {
-        use std::io::Read;
-        std::fs::File::open(format!("/proc/{pid}/stat"))
-            .ok()?
-            .read(&mut buf)
-            .ok()?
-    };
-    let stat = std::str::from_utf8(&buf[..n]).ok()?;
-    // The name (field 2) is in parentheses and may hold anything: count from its end.
-    let rest: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
-    let ppid = rest.get(1)?.parse().ok()?;
-    let start = rest.get(19)?.parse().ok()?;
+    let stat = cordon_policy::program::proc_stat(u32::try_from(pid).ok()?)?;
+    let (start, ppid) = (stat.start_time, stat.ppid);
     Some(((pid, start, exe.dev(), exe.ino()), ppid))
 }
 

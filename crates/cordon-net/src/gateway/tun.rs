@@ -801,6 +801,31 @@ mod tests {
         }
     }
 
+    /// The stack's next segment that carries data or a FIN: (seq, payload, FIN set).
+    async fn next_data(out: &mut Sent) -> (u32, Vec<u8>, bool) {
+        loop {
+            let p = next_packet(out).await;
+            let ip = Ipv4Packet::new_checked(&p[..]).expect("IPv4 out");
+            let t = TcpPacket::new_checked(ip.payload()).expect("TCP out");
+            assert!(!t.rst(), "the stack reset a connection");
+            if !t.payload().is_empty() || t.fin() {
+                break (t.seq_number().0 as u32, t.payload().to_vec(), t.fin());
+            }
+        }
+    }
+
+    /// Until the listener keeps one socket and two rings spare, the ones flow `i` left.
+    async fn wait_kept(listener: &netstack_smoltcp::TcpListener, i: usize) {
+        let kept = async {
+            while listener.spare() != (1, 2) {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(5), kept)
+            .await
+            .unwrap_or_else(|_| panic!("flow {i}: kept {:?}", listener.spare()));
+    }
+
     /// Flows one after another, each over before the next: the stack hands a closed flow's
     /// socket and rings to the next one (vendor/netstack-smoltcp's `Spare`), and each flow
     /// still sees only its own bytes, both ways, from a fresh handshake. Every other flow is
@@ -813,16 +838,6 @@ mod tests {
         use tokio::io::AsyncWriteExt;
         let (mut to_stack, mut listener, mut out, _from_stack) = captured_stack();
         let wait = std::time::Duration::from_secs(5);
-        // The stack's next segment that carries data or a FIN: (seq, payload, FIN set).
-        let next_data = async |out: &mut Sent| loop {
-            let p = next_packet(out).await;
-            let ip = Ipv4Packet::new_checked(&p[..]).expect("IPv4 out");
-            let t = TcpPacket::new_checked(ip.payload()).expect("TCP out");
-            assert!(!t.rst(), "the stack reset a connection");
-            if !t.payload().is_empty() || t.fin() {
-                break (t.seq_number().0 as u32, t.payload().to_vec(), t.fin());
-            }
-        };
         let sizes = [0, 200_000usize, 60_000, 7, 70_000, 3];
         for (i, &size) in sizes.iter().enumerate() {
             let abandoned = i % 2 == 0;
@@ -914,14 +929,7 @@ mod tests {
                 );
             }
             // The next flow starts once this one's socket and rings are kept.
-            let kept = async {
-                while listener.spare() != (1, 2) {
-                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-                }
-            };
-            tokio::time::timeout(wait, kept)
-                .await
-                .unwrap_or_else(|_| panic!("flow {i}: kept {:?}", listener.spare()));
+            wait_kept(&listener, i).await;
             // What the stack sent of the abandoned reply before the reset took effect.
             while out.try_recv().is_ok() {}
         }

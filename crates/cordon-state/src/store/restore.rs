@@ -189,29 +189,7 @@ fn plan_restore(e: &Entry, prefix: &Path) -> Result<RestorePlan, StateError> {
     {
         let src = join_rel(&e.snapshot, rel);
         let host = join_rel(&e.host, rel);
-        let ok = if !all_normal(rel) {
-            Err("unsafe path in the snapshot's manifest".to_owned())
-        } else {
-            match node.kind {
-                NodeKind::Dir => Ok(()),
-                NodeKind::File | NodeKind::Symlink => {
-                    let got = if node.kind == NodeKind::File {
-                        manifest::hash_file(&src)
-                    } else {
-                        manifest::hash_link(&src)
-                    };
-                    match got {
-                        Ok((h, _)) if Some(&h) == node.hash.as_ref() => Ok(()),
-                        Ok(_) => Err(format!(
-                            "the snapshot copy {} no longer matches the snapshot's manifest (it is hard-linked to the host file, which was modified in place since); not restoring it",
-                            src.display()
-                        )),
-                        Err(err) => Err(format!("snapshot copy unusable: {err}")),
-                    }
-                }
-                NodeKind::Other => Err("FIFOs, sockets and devices are not restored".into()),
-            }
-        };
+        let ok = trust_copy(rel, node, &src);
         match ok {
             Ok(()) => {
                 trusted.insert(rel.clone(), node.clone());
@@ -283,6 +261,34 @@ fn plan_restore(e: &Entry, prefix: &Path) -> Result<RestorePlan, StateError> {
         plan.writes.push((rel, node));
     }
     Ok(plan)
+}
+
+/// Whether the snapshot's copy `src` of `rel` can be trusted: a safe path, and a file or
+/// link whose content still has the manifest's hash; the error says why not.
+fn trust_copy(rel: &Path, node: &Node, src: &Path) -> Result<(), String> {
+    if !all_normal(rel) {
+        Err("unsafe path in the snapshot's manifest".to_owned())
+    } else {
+        match node.kind {
+            NodeKind::Dir => Ok(()),
+            NodeKind::File | NodeKind::Symlink => {
+                let got = if node.kind == NodeKind::File {
+                    manifest::hash_file(src)
+                } else {
+                    manifest::hash_link(src)
+                };
+                match got {
+                    Ok((h, _)) if Some(&h) == node.hash.as_ref() => Ok(()),
+                    Ok(_) => Err(format!(
+                        "the snapshot copy {} no longer matches the snapshot's manifest (it is hard-linked to the host file, which was modified in place since); not restoring it",
+                        src.display()
+                    )),
+                    Err(err) => Err(format!("snapshot copy unusable: {err}")),
+                }
+            }
+            NodeKind::Other => Err("FIFOs, sockets and devices are not restored".into()),
+        }
+    }
 }
 
 fn restore_entry(

@@ -34,33 +34,11 @@ fn plant_hostile_log(env: &Env) {
     env.own(&env.base.join("state"));
 }
 
-#[test]
-fn dashboard_in_chromium() {
-    // Checked before anything else, so the strict-mode test below sees this skip.
-    if !common::need(
-        &["chromium", "chromedriver", "curl"],
-        "the dashboard's end-to-end browser test",
-    ) {
-        return;
-    }
-    let Some(env) = Env::new(Who::Root) else {
-        return;
-    };
-    setup(&env);
-    let root = www(&env, "asked", "unused");
-    std::fs::create_dir_all(root.join("ask")).unwrap();
-    std::fs::write(root.join("ask/a.txt"), "the-upstream-body").unwrap();
-    std::fs::write(root.join("ask/c.txt"), "c-body").unwrap();
-    env.own(&root);
-    std::fs::create_dir_all(root.join("judged")).unwrap();
-    std::fs::write(root.join("judged/ok.txt"), "judged-ok").unwrap();
-    env.own(&root);
-    let srv = Server::http(&root);
-    // A stand-in for the LLM judge's API (a remote paid service), over real HTTP.
-    let judge = Server::start(&["judge"]);
-    let (name, p) = ("api.example.test", srv.port);
-    let pol = policy(
-        &env,
+/// The policy of [`dashboard_in_chromium`]: a rule that asks a person, one that asks the judge
+/// (at `judge_port`), and a held command.
+fn chromium_policy(env: &Env, name: &str, p: u16, judge_port: u16) -> String {
+    policy(
+        env,
         &format!(
             "[dns]\nhosts = {{ \"{name}\" = \"127.0.0.1\" }}\n\
              [[network.allow]]\nhost = \"{name}\"\nports = [{p}]\n\
@@ -69,13 +47,14 @@ fn dashboard_in_chromium() {
              [judge]\napi = \"openai\"\nurl = \"http://127.0.0.1:{}\"\nmodel = \"fake\"\n\
              policy = \"Reading public files is fine.\"\n\
              [exec]\nask_timeout = 120\nask = [\"touch asked-exec\"]\n",
-            judge.port
+            judge_port
         ),
-    );
-    plant_hostile_log(&env);
-    let ui = Dashboard::start(&env);
-    let b = Browser::start();
+    )
+}
 
+/// Without the token the page is refused; with it, a session's event text is shown as text,
+/// never run or parsed as markup.
+fn token_and_markup_are_guarded(b: &Browser, ui: &Dashboard) {
     // Without the token the page is refused.
     b.goto(&format!("http://127.0.0.1:{}/", ui.port));
     let text = b.js("return document.body.innerText");
@@ -111,9 +90,12 @@ fn dashboard_in_chromium() {
         ),
         json!(["cordon dashboard", 0])
     );
+}
 
-    // A session whose request waits for a person.
-    let script = format!(
+/// What the session of [`dashboard_in_chromium`] runs: the held command, a judged request,
+/// one past the proxy, and three held requests.
+fn held_script(name: &str, p: u16) -> String {
+    format!(
         "touch asked-exec && echo EXEC ran\n\
          echo JUDGED $(curl -s --max-time 30 http://{name}:{p}/judged/ok.txt)\n\
          echo DIRECT $(curl -s --max-time 30 --noproxy '*' http://{name}:{p}/hello.txt)\n\
@@ -121,7 +103,43 @@ fn dashboard_in_chromium() {
          echo GOT2 $(curl -s --max-time 100 -o /dev/null -w '%{{http_code}}' http://{name}:{p}/ask/b.txt)\n\
          echo GOT3 $(curl -s --max-time 100 -w ' %{{http_code}}' http://{name}:{p}/ask/c.txt)\n\
          echo GOT3 $(curl -s --max-time 100 -w ' %{{http_code}}' http://{name}:{p}/ask/c.txt)"
-    );
+    )
+}
+
+#[test]
+fn dashboard_in_chromium() {
+    // Checked before anything else, so the strict-mode test below sees this skip.
+    if !common::need(
+        &["chromium", "chromedriver", "curl"],
+        "the dashboard's end-to-end browser test",
+    ) {
+        return;
+    }
+    let Some(env) = Env::new(Who::Root) else {
+        return;
+    };
+    setup(&env);
+    let root = www(&env, "asked", "unused");
+    std::fs::create_dir_all(root.join("ask")).unwrap();
+    std::fs::write(root.join("ask/a.txt"), "the-upstream-body").unwrap();
+    std::fs::write(root.join("ask/c.txt"), "c-body").unwrap();
+    env.own(&root);
+    std::fs::create_dir_all(root.join("judged")).unwrap();
+    std::fs::write(root.join("judged/ok.txt"), "judged-ok").unwrap();
+    env.own(&root);
+    let srv = Server::http(&root);
+    // A stand-in for the LLM judge's API (a remote paid service), over real HTTP.
+    let judge = Server::start(&["judge"]);
+    let (name, p) = ("api.example.test", srv.port);
+    let pol = chromium_policy(&env, name, p, judge.port);
+    plant_hostile_log(&env);
+    let ui = Dashboard::start(&env);
+    let b = Browser::start();
+
+    token_and_markup_are_guarded(&b, &ui);
+
+    // A session whose request waits for a person.
+    let script = held_script(name, p);
     let run = env
         .cordon()
         .env("XDG_RUNTIME_DIR", common::runtime_dir(&env))

@@ -116,10 +116,11 @@ fn dashboard_counts_proxied_bytes_and_reviews_only_ended_sessions() {
             .unwrap()
     };
     // Through HTTPS_PROXY (CONNECT, then cordon's TLS) and past it (the transparent path).
+    let settings = r#"{"ended": 1}"#;
     let ended = run(&format!(
         "echo PROXY $(curl -sS --max-time 30 -o /dev/null -w '%{{size_download}}' https://{name}/big.bin)\n\
          echo DIRECT $({UNPROXIED} curl -sS --max-time 30 https://{name}/hello.txt)\n\
-         echo '{{\"ended\": 1}}' > ~/.claude/settings.json"
+         echo '{settings}' > ~/.claude/settings.json"
     ));
     let o = wait_limited(ended, Duration::from_secs(90));
     let out = String::from_utf8_lossy(&o.stdout);

@@ -20,6 +20,11 @@ use cordon_policy::McpPlan;
 /// What the upstream server received: (target, accept-encoding, body).
 type Seen = Arc<Mutex<Vec<(String, String, Vec<u8>)>>>;
 
+/// An event stream whose first message holds a `NaN` (its events end in `\r\n` and `\n`).
+const SSE_NAN: &[u8] =
+    b"event: message\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"x\":NaN}}\n\r\n\
+              event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{}}\n\n";
+
 /// The server's answer to a request at `path`.
 fn upstream_answer(path: &str) -> Response<Full<Bytes>> {
     let (kind, enc, body): (&str, Option<&str>, Vec<u8>) = match path {
@@ -29,13 +34,7 @@ fn upstream_answer(path: &str) -> Response<Full<Bytes>> {
             br#"{"jsonrpc":"2.0","id":1,"result":{"x":NaN}}"#.to_vec(),
         ),
         "/gz" => ("application/json", Some("gzip"), b"\x1f\x8b...".to_vec()),
-        "/sse-nan" => (
-            "text/event-stream",
-            None,
-            b"event: message\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"x\":NaN}}\n\r\n\
-              event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{}}\n\n"
-                .to_vec(),
-        ),
+        "/sse-nan" => ("text/event-stream", None, SSE_NAN.to_vec()),
         "/big" => ("application/json", None, vec![b' '; 4096]),
         _ => (
             "application/json",

@@ -102,53 +102,11 @@ impl Guard {
         let mut compressed = false;
         let mut message_len = 0usize;
         loop {
-            let mut frame = vec![0u8; 2];
-            if r.read_exact(&mut frame).await.is_err() {
-                return Stop::Closed;
-            }
-            let (first, second) = (frame[0], frame[1]);
-            let op = first & 0x0f;
-            let len = match second & 0x7f {
-                126 => {
-                    let mut b = [0u8; 2];
-                    if r.read_exact(&mut b).await.is_err() {
-                        return Stop::Closed;
-                    }
-                    frame.extend_from_slice(&b);
-                    u64::from(u16::from_be_bytes(b))
-                }
-                127 => {
-                    let mut b = [0u8; 8];
-                    if r.read_exact(&mut b).await.is_err() {
-                        return Stop::Closed;
-                    }
-                    frame.extend_from_slice(&b);
-                    u64::from_be_bytes(b)
-                }
-                n => u64::from(n),
+            let (frame, first, mut payload) = match self.read_frame(r).await {
+                Ok(f) => f,
+                Err(stop) => return stop,
             };
-            if len > MAX_FRAME {
-                return self.refuse(
-                    &format!("of {len} bytes is larger than cordon checks ({MAX_FRAME})"),
-                    "dlp:unchecked",
-                );
-            }
-            let mut mask = [0u8; 4];
-            if second & 0x80 != 0 {
-                if r.read_exact(&mut mask).await.is_err() {
-                    return Stop::Closed;
-                }
-                frame.extend_from_slice(&mask);
-            }
-            let start = frame.len();
-            frame.resize(start + len as usize, 0);
-            if r.read_exact(&mut frame[start..]).await.is_err() {
-                return Stop::Closed;
-            }
-            let mut payload = frame[start..].to_vec();
-            for (i, b) in payload.iter_mut().enumerate() {
-                *b ^= mask[i % 4];
-            }
+            let op = first & 0x0f;
             let fin = first & 0x80 != 0;
             let data = if op >= 8 {
                 // A control frame (close, ping, pong): never compressed, its own text.
@@ -191,27 +149,8 @@ impl Guard {
             } else {
                 data
             };
-            let mut found = self.scanner.scan(&seen, Place::Body);
-            found.retain(|f| !self.scanner.exempt(&f.kind, &self.host));
-            if !found.is_empty() {
-                let (kinds, what) = crate::pipeline::check::describe_findings(&found);
-                let rule = format!("dlp:{}", kinds.join(","));
-                if self.log_only {
-                    (self.emit)(
-                        NewEvent::new(
-                            Layer::Credentials,
-                            EvAction::Log,
-                            format!(
-                                "{}: a WebSocket frame carries a secret ({what}); forwarded",
-                                self.label
-                            ),
-                        )
-                        .rule(rule)
-                        .detail("url", self.label.clone()),
-                    );
-                } else {
-                    return self.refuse(&format!("carries a secret ({what})"), &rule);
-                }
+            if let Err(stop) = self.check_secrets(&seen) {
+                return stop;
             }
             if op < 8 {
                 tail = seen[seen.len().saturating_sub(window)..].to_vec();
@@ -220,6 +159,89 @@ impl Guard {
                 return Stop::Closed;
             }
         }
+    }
+
+    /// One frame from the sandbox: its bytes as they came (to be written upstream
+    /// unchanged), its first byte (FIN, RSV1, opcode) and its payload unmasked. A frame
+    /// larger than cordon checks is refused.
+    async fn read_frame<R>(&self, r: &mut R) -> Result<(Vec<u8>, u8, Vec<u8>), Stop>
+    where
+        R: AsyncRead + Unpin,
+    {
+        let mut frame = vec![0u8; 2];
+        if r.read_exact(&mut frame).await.is_err() {
+            return Err(Stop::Closed);
+        }
+        let (first, second) = (frame[0], frame[1]);
+        let len = match second & 0x7f {
+            126 => {
+                let mut b = [0u8; 2];
+                if r.read_exact(&mut b).await.is_err() {
+                    return Err(Stop::Closed);
+                }
+                frame.extend_from_slice(&b);
+                u64::from(u16::from_be_bytes(b))
+            }
+            127 => {
+                let mut b = [0u8; 8];
+                if r.read_exact(&mut b).await.is_err() {
+                    return Err(Stop::Closed);
+                }
+                frame.extend_from_slice(&b);
+                u64::from_be_bytes(b)
+            }
+            n => u64::from(n),
+        };
+        if len > MAX_FRAME {
+            return Err(self.refuse(
+                &format!("of {len} bytes is larger than cordon checks ({MAX_FRAME})"),
+                "dlp:unchecked",
+            ));
+        }
+        let mut mask = [0u8; 4];
+        if second & 0x80 != 0 {
+            if r.read_exact(&mut mask).await.is_err() {
+                return Err(Stop::Closed);
+            }
+            frame.extend_from_slice(&mask);
+        }
+        let start = frame.len();
+        frame.resize(start + len as usize, 0);
+        if r.read_exact(&mut frame[start..]).await.is_err() {
+            return Err(Stop::Closed);
+        }
+        let mut payload = frame[start..].to_vec();
+        for (i, b) in payload.iter_mut().enumerate() {
+            *b ^= mask[i % 4];
+        }
+        Ok((frame, first, payload))
+    }
+
+    /// A secret in what a message showed so far is refused, or only logged when DLP logs.
+    fn check_secrets(&self, seen: &[u8]) -> Result<(), Stop> {
+        let mut found = self.scanner.scan(seen, Place::Body);
+        found.retain(|f| !self.scanner.exempt(&f.kind, &self.host));
+        if !found.is_empty() {
+            let (kinds, what) = crate::pipeline::check::describe_findings(&found);
+            let rule = format!("dlp:{}", kinds.join(","));
+            if self.log_only {
+                (self.emit)(
+                    NewEvent::new(
+                        Layer::Credentials,
+                        EvAction::Log,
+                        format!(
+                            "{}: a WebSocket frame carries a secret ({what}); forwarded",
+                            self.label
+                        ),
+                    )
+                    .rule(rule)
+                    .detail("url", self.label.clone()),
+                );
+            } else {
+                return Err(self.refuse(&format!("carries a secret ({what})"), &rule));
+            }
+        }
+        Ok(())
     }
 }
 
