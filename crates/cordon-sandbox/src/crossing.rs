@@ -244,7 +244,7 @@ impl Crossing {
             ],
             Crossing::SockDiag => &[
                 "cordon-sandbox/src/net.rs::the_socket_table_names_each_connection_by_its_addresses",
-                "cordon/tests/network.rs::each_short_flow_names_its_process",
+                "cordon/tests/network/load_modes_events.rs::each_short_flow_names_its_process",
                 "cordon/tests/crossings.rs::the_gateways_descriptors_are_held_by_the_host_side_only",
             ],
             Crossing::ExitPipe => &[
