@@ -6,8 +6,8 @@
 # `cordon doctor`, `cordon run -- true` and a write outside the project that the sandbox must
 # refuse, as root and as a user of the root. Also: the man pages render, the bash completion
 # loads, the AppArmor profile's install script behaves with AppArmor 3 (Debian 12's parser
-# rejects `userns`: nothing installed, the install still succeeds) and with a parser that
-# accepts it, purge removes it all; and `cargo install --path crates/cordon` builds and runs.
+# rejects `userns`: nothing installed, the install still succeeds) and with AppArmor 4.1
+# (Debian 13's: the profile goes into /etc/apparmor.d), purge removes it all; and `cargo install --path crates/cordon` builds and runs.
 #
 # Needs root (dpkg into the root, namespaces, a second user). scripts/test.sh runs it as root.
 set -euo pipefail
@@ -27,21 +27,25 @@ dpkg-deb -c "$deb" >&2
 
 # Beside minbase: man-db renders the pages, bash-completion loads the completion, apparmor
 # brings Debian 12's parser (3.0.8) for the postinst, ca-certificates is the trust bundle
-# cordon's doctor and sandbox start from (as on nearly every installed system). The tar is kept
-# in target/ and remade when scripts/debian-root.sh changes (delete it after changing this list).
-tar_path=target/debian12-package-root.tar
-bash scripts/debian-root.sh "$tar_path" man-db apparmor bash-completion ca-certificates
+# cordon's doctor and sandbox start from (as on nearly every installed system). The tars are
+# kept in target/ and remade when scripts/debian-root.sh changes (delete them after changing
+# these lists). Debian 13's root has AppArmor 4.1, whose parser takes the profile.
+bash scripts/debian-root.sh target/debian12-package-root.tar man-db apparmor bash-completion ca-certificates
+DEBIAN_SUITE=trixie bash scripts/debian-root.sh target/debian13-package-root.tar apparmor ca-certificates
 work=$(mktemp -d /tmp/cordon-package.XXXXXX)
 trap 'rm -rf --one-file-system "$work"' EXIT
-root=$work/root
-mkdir "$root"
-tar -xf "$tar_path" -C "$root"
-mkdir "$root/cordon-test"
-cp "$deb" "$root/cordon-test/cordon.deb"
-cp scripts/package-checks.sh "$root/cordon-test/checks.sh"
 
-# Runs a shell command line in the root: own mount and pid namespaces, /dev and /sys of the
-# host, a fresh /proc and /tmp, the host's / unmounted after pivot_root. Output to stdout.
+# A fresh root from TAR at $work/NAME, with the .deb and the checks in /cordon-test.
+new_root() {
+    mkdir "$work/$1"
+    tar -xf "$2" -C "$work/$1"
+    mkdir "$work/$1/cordon-test"
+    cp "$deb" "$work/$1/cordon-test/cordon.deb"
+    cp scripts/package-checks.sh "$work/$1/cordon-test/checks.sh"
+}
+
+# Runs a shell command line in ROOT: own mount and pid namespaces, /dev and /sys of the host,
+# a fresh /proc and /tmp, the host's / unmounted after pivot_root. Output to stdout.
 in_root() {
     unshare --mount --pid --fork --propagation private -- bash -euc '
         root=$1
@@ -54,11 +58,23 @@ in_root() {
         mkdir -p .host
         pivot_root . .host
         exec /usr/sbin/chroot . /bin/sh -c "umount -l /.host && rmdir /.host && cd / && $2"
-    ' in_root "$root" "$1" </dev/null 2>&1
+    ' in_root "$1" "$2" </dev/null 2>&1
 }
 
-# Install with Debian's dpkg inside the root (Depends: libc6, libgcc-s1, both in minbase).
-out=$(in_root 'dpkg -i /cordon-test/cordon.deb') || fail "dpkg -i in the Debian 12 root:
+# dpkg --purge in ROOT takes everything away, the AppArmor profile in /etc included.
+purge() {
+    local out gone
+    out=$(in_root "$1" 'dpkg --purge cordon') || fail "dpkg --purge cordon in $1:
+$out"
+    for gone in usr/bin/cordon etc/apparmor.d/cordon usr/share/man/man1/cordon.1.gz; do
+        [ ! -e "$1/$gone" ] || fail "/$gone is still there after dpkg --purge cordon in $1"
+    done
+}
+
+# Debian 12: install with Debian's dpkg inside the root (Depends: libc6, in minbase).
+new_root bookworm target/debian12-package-root.tar
+root=$work/bookworm
+out=$(in_root "$root" 'dpkg -i /cordon-test/cordon.deb') || fail "dpkg -i in the Debian 12 root:
 $out"
 echo "$out" >&2
 # Debian 12's AppArmor 3.0.8 rejects `userns`: the profile stays out of /etc/apparmor.d, and
@@ -69,33 +85,28 @@ grep -q "AppArmor profile not installed: this apparmor_parser" <<<"$out" \
 [ -s "$root/usr/share/cordon/apparmor/cordon" ] || fail "the package has no AppArmor profile"
 
 # As root, then as a user of the root.
-in_root 'useradd --create-home --shell /bin/sh tester' >/dev/null || fail "useradd in the root"
-out=$(in_root 'sh /cordon-test/checks.sh') || fail "as root in the root:
+in_root "$root" 'useradd --create-home --shell /bin/sh tester' >/dev/null || fail "useradd in the root"
+out=$(in_root "$root" 'sh /cordon-test/checks.sh') || fail "as root in the Debian 12 root:
 $out"
 echo "$out" >&2
-out=$(in_root 'setpriv --reuid tester --regid tester --init-groups --reset-env sh /cordon-test/checks.sh') \
-    || fail "as the user tester in the root:
+out=$(in_root "$root" 'setpriv --reuid tester --regid tester --init-groups --reset-env sh /cordon-test/checks.sh') \
+    || fail "as the user tester in the Debian 12 root:
 $out"
 echo "$out" >&2
+purge "$root"
+echo "test-package.sh: the .deb installs, works as root and as a user, and purges in Debian 12" >&2
 
-# A parser that accepts the profile (AppArmor 4, Ubuntu 24.04): a stand-in that records its
-# calls; the postinst puts the profile in /etc/apparmor.d, purge takes it out with the package.
-cat >"$root/usr/local/sbin/apparmor_parser" <<'EOF'
-#!/bin/sh
-echo "$*" >>/cordon-test/apparmor_parser.calls
-EOF
-chmod 755 "$root/usr/local/sbin/apparmor_parser"
-out=$(in_root 'dpkg -i /cordon-test/cordon.deb') || fail "dpkg -i (again, AppArmor 4 parser):
+# Debian 13: AppArmor 4.1's parser takes the profile, so the postinst puts it in
+# /etc/apparmor.d (where AppArmor loads it at boot); it is the shipped one, unchanged.
+new_root trixie target/debian13-package-root.tar
+root=$work/trixie
+out=$(in_root "$root" 'dpkg -i /cordon-test/cordon.deb') || fail "dpkg -i in the Debian 13 root:
 $out"
 cmp -s "$root/usr/share/cordon/apparmor/cordon" "$root/etc/apparmor.d/cordon" \
-    || fail "with a parser that accepts it, the postinst did not install /etc/apparmor.d/cordon:
+    || fail "with AppArmor 4.1, the postinst did not install /etc/apparmor.d/cordon:
 $out"
-out=$(in_root 'dpkg --purge cordon') || fail "dpkg --purge cordon:
-$out"
-for gone in usr/bin/cordon etc/apparmor.d/cordon usr/share/man/man1/cordon.1.gz; do
-    [ ! -e "$root/$gone" ] || fail "/$gone is still there after dpkg --purge cordon"
-done
-echo "test-package.sh: the .deb installs, works as root and as a user, and purges in Debian 12" >&2
+purge "$root"
+echo "test-package.sh: with AppArmor 4.1 (Debian 13) the profile goes into /etc/apparmor.d, and out with the package" >&2
 
 # `cargo install --path crates/cordon`: with this checkout's target directory the release
 # build is reused (a fresh one is the release build again); other profiles skip it.
