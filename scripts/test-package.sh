@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The package test (issue #49): builds cordon's .deb (scripts/build-deb.sh), installs it with
-# dpkg into a clean Debian 12 root made by mmdebstrap from Debian's packages
+# apt into a clean Debian 12 root made by mmdebstrap from Debian's packages
 # (scripts/debian-root.sh), then, in that root with its own mount and pid namespaces (pivoted
 # into, not chrooted: the kernel refuses user namespaces to a chrooted process), runs
 # `cordon doctor`, `cordon run -- true` and a write outside the project that the sandbox must
@@ -9,7 +9,7 @@
 # rejects `userns`: nothing installed, the install still succeeds) and with AppArmor 4.1
 # (Debian 13's: the profile goes into /etc/apparmor.d), purge removes it all; and `cargo install --path crates/cordon` builds and runs.
 #
-# Needs root (dpkg into the root, namespaces, a second user). scripts/test.sh runs it as root.
+# Needs root (apt and dpkg in the root, namespaces, a second user). scripts/test.sh runs it as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" -ne 0 ]; then
@@ -71,16 +71,16 @@ $out"
     done
 }
 
-# Debian 12: install with Debian's dpkg inside the root (Depends: libc6, in minbase).
+# Debian 12: install as the README says, with apt (Depends: libc6, in minbase: no download).
 new_root bookworm target/debian12-package-root.tar
 root=$work/bookworm
-out=$(in_root "$root" 'dpkg -i /cordon-test/cordon.deb') || fail "dpkg -i in the Debian 12 root:
+out=$(in_root "$root" 'apt-get install -y -q /cordon-test/cordon.deb') || fail "apt-get install ./cordon.deb in the Debian 12 root:
 $out"
 echo "$out" >&2
 # Debian 12's AppArmor 3.0.8 rejects `userns`: the profile stays out of /etc/apparmor.d, and
 # the install script says why.
 grep -q "AppArmor profile not installed: this apparmor_parser" <<<"$out" \
-    || fail "dpkg -i did not report the AppArmor parser as too old"
+    || fail "the install did not report the AppArmor parser as too old"
 [ ! -e "$root/etc/apparmor.d/cordon" ] || fail "the profile went into /etc/apparmor.d with a parser that rejects it"
 [ -s "$root/usr/share/cordon/apparmor/cordon" ] || fail "the package has no AppArmor profile"
 
@@ -100,7 +100,7 @@ echo "test-package.sh: the .deb installs, works as root and as a user, and purge
 # /etc/apparmor.d (where AppArmor loads it at boot); it is the shipped one, unchanged.
 new_root trixie target/debian13-package-root.tar
 root=$work/trixie
-out=$(in_root "$root" 'dpkg -i /cordon-test/cordon.deb') || fail "dpkg -i in the Debian 13 root:
+out=$(in_root "$root" 'apt-get install -y -q /cordon-test/cordon.deb') || fail "apt-get install ./cordon.deb in the Debian 13 root:
 $out"
 cmp -s "$root/usr/share/cordon/apparmor/cordon" "$root/etc/apparmor.d/cordon" \
     || fail "with AppArmor 4.1, the postinst did not install /etc/apparmor.d/cordon:
