@@ -7,6 +7,7 @@
 #
 # OUT.tar is reused when it exists and is newer than this script (delete it to make it again);
 # the extra packages are added to the minimal base (e.g. ca-certificates, curl).
+# DEBIAN_SUITE=trixie makes a Debian 13 root instead (the package test's AppArmor 4 parser).
 set -euo pipefail
 if [ "$#" -lt 1 ]; then
     echo "usage: $0 OUT.tar [PACKAGE ...]" >&2
@@ -28,6 +29,6 @@ include=$(IFS=,; echo "$*")
 mkdir -p "$(dirname "$out")"
 tmp="$out.$$.part"
 trap 'rm -f "$tmp"' EXIT
-mmdebstrap --quiet --format=tar --variant=minbase ${include:+--include="$include"} bookworm "$tmp" \
+mmdebstrap --quiet --format=tar --variant=minbase ${include:+--include="$include"} "${DEBIAN_SUITE:-bookworm}" "$tmp" \
     http://deb.debian.org/debian
 mv "$tmp" "$out"

@@ -21,6 +21,8 @@
 #  - systemd (journald, journalctl; not started: the export test runs its own journald in a
 #    private mount namespace) and PyPI opentelemetry-proto, pinned, in a venv: the export
 #    test's OTLP receiver decodes with the official definitions (crates/cordon/tests/export.rs)
+#  - cargo-deb (pinned), dpkg-dev (dpkg-shlibdeps: the package's Depends) and mmdebstrap: the
+#    package test builds the .deb and installs it into a Debian 12 root (scripts/test-package.sh)
 #  - an unprivileged account, cordon-test, for the second run of every sandbox test
 set -euo pipefail
 if [ "$(id -u)" -ne 0 ]; then
@@ -31,7 +33,7 @@ need=()
 for pkg in git python3 util-linux procps cargo strace bubblewrap hyperfine libcap2-bin \
     curl openssl gcc g++ libc6-dev python3-pip python3-venv python3-requests iperf3 passt slirp4netns \
     openssh-server openssh-client bind9-dnsutils iputils-ping \
-    chromium chromium-driver fonts-dejavu-core man-db golang-go systemd; do
+    chromium chromium-driver fonts-dejavu-core man-db golang-go systemd dpkg-dev mmdebstrap; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then
@@ -42,6 +44,10 @@ fi
 # cargo-fuzz, pinned, for scripts/fuzz.sh (built from crates.io with the toolchain's cargo).
 if [ "$(cargo fuzz --version 2>/dev/null)" != "cargo-fuzz 0.13.2" ]; then
     cargo install cargo-fuzz --version 0.13.2 --locked -j2 --quiet
+fi
+# cargo-deb, pinned, for scripts/build-deb.sh (the package test).
+if [ "$(cargo deb --version 2>/dev/null)" != "cargo-deb 3.8.0" ]; then
+    cargo install cargo-deb --version 3.8.0 --locked -j2 --quiet
 fi
 # The OTLP receiver's decoder: the system's python, so cordon-test could run it too.
 otlp_proto=1.45.2

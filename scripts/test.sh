@@ -46,4 +46,11 @@ if [ "$(id -u)" -eq 0 ] || cargo fuzz --version >/dev/null 2>&1; then
 else
     echo "fuzz (scripts/fuzz.sh): cargo-fuzz is not installed" >> "$skips"
 fi
+# The .deb in a clean Debian 12 root: installed, then doctor and a sandbox as root and as a user
+# there (docs/development.md); it needs root for dpkg into the root and its namespaces.
+if [ "$(id -u)" -eq 0 ]; then
+    bash scripts/test-package.sh
+else
+    echo "package (scripts/test-package.sh): needs root" >> "$skips"
+fi
 bash scripts/test-agents.sh

@@ -170,6 +170,25 @@ fn capitalized(s: &str) -> String {
         .unwrap_or_default()
 }
 
+/// How to let cordon (at `exe`) have user namespaces under AppArmor's restriction: the
+/// profile the .deb ships (installed by its postinst where the parser takes it) when `exe` is
+/// the package's, else the profile to write by hand; or lifting the restriction for all.
+fn apparmor_fix(host: &Host, exe: &str) -> String {
+    let lift = "or lift it for every program: `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`";
+    let load = "sudo apparmor_parser -r /etc/apparmor.d/cordon";
+    if exe == "/usr/bin/cordon" && host.path("/etc/apparmor.d/cordon").exists() {
+        return format!("load the package's profile: `{load}`; {lift}");
+    }
+    if exe == "/usr/bin/cordon" && host.path("/usr/share/cordon/apparmor/cordon").exists() {
+        return format!(
+            "install the package's profile (it needs AppArmor 4.0 or later): `sudo cp /usr/share/cordon/apparmor/cordon /etc/apparmor.d/ && {load}`; {lift}"
+        );
+    }
+    format!(
+        "allow cordon alone with a profile, /etc/apparmor.d/cordon:\n  abi <abi/4.0>,\n  include <tunables/global>\n  profile cordon {exe} flags=(unconfined) {{\n    userns,\n  }}\nthen `{load}`; {lift}"
+    )
+}
+
 /// The known reasons unprivileged user namespaces fail, each with its fix. `works` says
 /// whether the real probe succeeded anyway (root, or a profile that exempts cordon): the
 /// restriction is then reported, not held against the machine.
@@ -200,9 +219,7 @@ pub fn userns_restrictions(host: &Host, works: bool) -> Vec<Check> {
                 cordon.into(),
                 !works,
             )
-            .fix(format!(
-                "allow cordon alone with a profile, /etc/apparmor.d/cordon:\n  abi <abi/4.0>,\n  include <tunables/global>\n  profile cordon {exe} flags=(unconfined) {{\n    userns,\n  }}\nthen `sudo apparmor_parser -r /etc/apparmor.d/cordon`; or lift it for every program: `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`"
-            )),
+            .fix(apparmor_fix(host, &exe)),
         );
     }
     if host.knob("/proc/sys/user/max_user_namespaces") == Some(0) {
@@ -677,6 +694,29 @@ mod tests {
         let v = userns_restrictions(&Host::at(t.path()), true);
         assert_eq!(v[0].support, Support::Ok);
         assert!(!v[0].required);
+    }
+
+    #[test]
+    fn the_apparmor_fix_names_the_packaged_profile_for_the_packaged_binary() {
+        let t = fake(&[("usr/share/cordon/apparmor/cordon", "")]);
+        let fix = apparmor_fix(&Host::at(t.path()), "/usr/bin/cordon");
+        assert!(
+            fix.contains("sudo cp /usr/share/cordon/apparmor/cordon /etc/apparmor.d/"),
+            "{fix}"
+        );
+        let fix = apparmor_fix(&Host::at(t.path()), "/home/u/.cargo/bin/cordon");
+        assert!(
+            fix.contains("profile cordon /home/u/.cargo/bin/cordon flags=(unconfined)"),
+            "{fix}"
+        );
+        let t = fake(&[("etc/apparmor.d/cordon", "")]);
+        let fix = apparmor_fix(&Host::at(t.path()), "/usr/bin/cordon");
+        assert!(
+            fix.starts_with(
+                "load the package's profile: `sudo apparmor_parser -r /etc/apparmor.d/cordon`"
+            ),
+            "{fix}"
+        );
     }
 
     #[test]
