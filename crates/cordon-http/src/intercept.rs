@@ -98,36 +98,18 @@ pub struct Dlp {
     pub max_body: usize,
 }
 
-/// Decides and forwards the sandbox's HTTP(S) requests (see the module docs).
+/// Decides and forwards the sandbox's HTTP(S) requests (see the module docs). The pipeline's
+/// stages take the part they use ([`Screens`], [`Wire`], [`Upstreams`]), not the whole.
 pub struct Interceptor {
     pub(crate) ca: Arc<CertAuthority>,
     pub(crate) rules: Vec<HttpRule>,
     pub(crate) default: HttpAction,
     pub(crate) server_alpn: Vec<Vec<u8>>,
-    pub(crate) client: Client<Upstream, Body>,
-    /// For upgrades (WebSocket): HTTP/1.1 only.
-    pub(crate) client_h1: Client<Upstream, Body>,
-    /// One permit per upstream request in flight (held until its response has been relayed).
-    pub(crate) upstream: Arc<tokio::sync::Semaphore>,
-    pub(crate) emit: Emit,
-    pub(crate) judge: Option<Arc<crate::judge::Judge>>,
-    pub(crate) asker: Option<Arc<crate::ask::Asker>>,
-    pub(crate) credentials: Vec<WireCredential>,
-    pub(crate) dlp: Option<Dlp>,
-    /// Real values back to placeholders in responses (none without credentials).
-    pub(crate) scrub: Option<crate::dlp::Scrubber>,
-    /// Scrubbers for the encoded forms requests sent (Basic values), by those forms.
-    pub(crate) scrubbers: std::sync::Mutex<Vec<(SentForms, crate::dlp::Scrubber)>>,
-    /// (credential, placeholder), for bodies checked as they stream.
-    pub(crate) placeholders: Arc<Vec<(String, String)>>,
-    /// How far back a streamed body's scan must look: the longest secret or placeholder.
-    pub(crate) scan_window: usize,
-    /// The upstream roots, loaded while the first flow's client handshake runs.
-    pub(crate) roots: Arc<crate::upstream::Roots>,
+    pub(crate) screens: Screens,
+    pub(crate) wire: Wire,
+    pub(crate) upstreams: Upstreams,
     /// The session's audit log: while it cannot be written no request is decided.
     pub(crate) audit: std::sync::OnceLock<cordon_events::AuditHealth>,
-    /// The logins whose token exchanges are brokered (and the credentials since they rotated).
-    pub(crate) logins: std::sync::OnceLock<crate::credentials::refresh::Logins>,
     /// A learning run: a request a rule denies or asks about is let through and logged as
     /// what it would have been; the judge and secret scanning still refuse.
     pub(crate) learning: bool,
@@ -138,6 +120,107 @@ pub struct Interceptor {
     /// Sessions the sandbox may resume, shared by every host's config (a session resumes
     /// only under the SNI it was made for).
     sessions: Arc<dyn rustls::server::StoresServerSessions>,
+}
+
+/// What a request passes once a rule let it: secret scanning, the judge, a person asked; and
+/// where every stage's events go. The admission, check, relay and MCP stages take this.
+pub(crate) struct Screens {
+    pub(crate) emit: Emit,
+    pub(crate) judge: Option<Arc<crate::judge::Judge>>,
+    pub(crate) asker: Option<Arc<crate::ask::Asker>>,
+    pub(crate) dlp: Option<Dlp>,
+}
+
+impl Screens {
+    /// `text` with every secret scanning knows redacted (token shapes when scanning is off).
+    pub(crate) fn redact<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
+        match &self.dlp {
+            Some(d) => d.scanner.redact(text),
+            None => crate::dlp::redact(text),
+        }
+    }
+}
+
+/// The credentials at the wire: placeholders swapped for real values on the way out, real
+/// values scrubbed back on the way in, and the logins whose token exchanges are brokered.
+/// The forwarding, body and token stages take this.
+pub(crate) struct Wire {
+    pub(crate) credentials: Vec<WireCredential>,
+    /// Real values back to placeholders in responses (none without credentials).
+    pub(crate) scrub: Option<crate::dlp::Scrubber>,
+    /// Scrubbers for the encoded forms requests sent (Basic values), by those forms.
+    pub(crate) scrubbers: std::sync::Mutex<Vec<(SentForms, crate::dlp::Scrubber)>>,
+    /// (credential, placeholder), for bodies checked as they stream.
+    pub(crate) placeholders: Arc<Vec<(String, String)>>,
+    /// How far back a streamed body's scan must look: the longest secret or placeholder.
+    pub(crate) scan_window: usize,
+    /// The logins whose token exchanges are brokered (and the credentials since they rotated).
+    pub(crate) logins: std::sync::OnceLock<crate::credentials::refresh::Logins>,
+}
+
+impl Wire {
+    /// The credentials at the wire since a login's tokens rotated (`None`: the session's
+    /// starting ones, [`Interceptor::credentials`]).
+    pub(crate) fn live(&self) -> Option<Arc<crate::credentials::refresh::Live>> {
+        self.logins.get().and_then(|l| l.live())
+    }
+
+    /// The scrubber for a response to a request that sent these (real form, sandbox form)
+    /// pairs: the session's own when they are plain values, else one made for them (kept: a
+    /// client sends the same Basic value request after request).
+    pub(crate) fn scrubber_for(&self, sent: &[(String, String)]) -> Option<crate::dlp::Scrubber> {
+        let live = self.live();
+        let credentials = live
+            .as_ref()
+            .map_or(&self.credentials[..], |l| &l.credentials[..]);
+        let extra: Vec<(String, String)> = sent
+            .iter()
+            .filter(|p| {
+                !credentials
+                    .iter()
+                    .any(|c| c.real == p.0 && c.placeholder == p.1)
+            })
+            .cloned()
+            .collect();
+        if extra.is_empty() {
+            return live.map_or_else(|| self.scrub.clone(), |l| l.scrub.clone());
+        }
+        let mut cache = self.scrubbers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, s)) = cache.iter().find(|(k, _)| *k == extra) {
+            return Some(s.clone());
+        }
+        let mut pairs: Vec<(String, String)> = credentials
+            .iter()
+            .map(|c| (c.real.clone(), c.placeholder.clone()))
+            .collect();
+        pairs.extend(extra.iter().cloned());
+        let s = crate::dlp::Scrubber::new(&pairs)?;
+        if cache.len() >= 16 {
+            cache.remove(0);
+        }
+        cache.push((extra, s.clone()));
+        Some(s)
+    }
+}
+
+/// What forwarding a request upstream takes of the interceptor (the forwarding and token
+/// stages): the screens, the credentials at the wire and the way upstream, nothing else.
+#[derive(Clone, Copy)]
+pub(crate) struct Forwarding<'a> {
+    pub(crate) screens: &'a Screens,
+    pub(crate) wire: &'a Wire,
+    pub(crate) upstreams: &'a Upstreams,
+}
+
+/// The way upstream: the connection pools and how many requests may be in flight.
+pub(crate) struct Upstreams {
+    pub(crate) client: Client<Upstream, Body>,
+    /// For upgrades (WebSocket): HTTP/1.1 only.
+    pub(crate) client_h1: Client<Upstream, Body>,
+    /// One permit per upstream request in flight (held until its response has been relayed).
+    pub(crate) permits: Arc<tokio::sync::Semaphore>,
+    /// The upstream roots, loaded while the first flow's client handshake runs.
+    pub(crate) roots: Arc<crate::upstream::Roots>,
 }
 
 /// TLS server configs by (host, ALPN protocols).
@@ -189,30 +272,36 @@ impl Interceptor {
             rules: cfg.rules,
             default: cfg.default,
             server_alpn: vec![b"h2".to_vec(), b"http/1.1".to_vec()],
-            client,
-            client_h1,
-            upstream: Arc::new(tokio::sync::Semaphore::new(MAX_UPSTREAM)),
-            emit: cfg.emit,
-            judge: cfg.judge,
-            asker: cfg.asker,
-            scrub: crate::dlp::Scrubber::new(
-                &cfg.credentials
-                    .iter()
-                    .map(|c| (c.real.clone(), c.placeholder.clone()))
-                    .collect::<Vec<_>>(),
-            ),
-            credentials: cfg.credentials,
-            dlp: cfg.dlp,
-            scrubbers: std::sync::Mutex::new(Vec::new()),
-            placeholders: Arc::new(placeholders),
+            screens: Screens {
+                emit: cfg.emit,
+                judge: cfg.judge,
+                asker: cfg.asker,
+                dlp: cfg.dlp,
+            },
+            wire: Wire {
+                scrub: crate::dlp::Scrubber::new(
+                    &cfg.credentials
+                        .iter()
+                        .map(|c| (c.real.clone(), c.placeholder.clone()))
+                        .collect::<Vec<_>>(),
+                ),
+                credentials: cfg.credentials,
+                scrubbers: std::sync::Mutex::new(Vec::new()),
+                placeholders: Arc::new(placeholders),
+                scan_window,
+                logins: std::sync::OnceLock::new(),
+            },
+            upstreams: Upstreams {
+                client,
+                client_h1,
+                permits: Arc::new(tokio::sync::Semaphore::new(MAX_UPSTREAM)),
+                roots,
+            },
             audit: std::sync::OnceLock::new(),
-            logins: std::sync::OnceLock::new(),
             mcp: std::sync::OnceLock::new(),
             learning: false,
             server_configs: std::sync::Mutex::new(ServerConfigs::new()),
             sessions: rustls::server::ServerSessionMemoryCache::new(MAX_SESSIONS),
-            scan_window,
-            roots,
         })
     }
 
@@ -223,7 +312,7 @@ impl Interceptor {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        self.roots.warm();
+        self.upstreams.roots.warm();
         let alpn: Vec<&[u8]> = self.server_alpn.iter().map(Vec::as_slice).collect();
         let Some(tls) = self.accept_tls(stream, &host, port, &alpn).await else {
             return;
@@ -248,7 +337,7 @@ impl Interceptor {
         match tokio_rustls::TlsAcceptor::from(cfg).accept(stream).await {
             Ok(t) => Some(t),
             Err(e) => {
-                (self.emit)(
+                (self.screens.emit)(
                     NewEvent::new(
                         Layer::Http,
                         EvAction::Error,
@@ -348,55 +437,18 @@ impl Interceptor {
         }
     }
 
-    /// The scrubber for a response to a request that sent these (real form, sandbox form)
-    /// pairs: the session's own when they are plain values, else one made for them (kept: a
-    /// client sends the same Basic value request after request).
-    pub(crate) fn scrubber_for(&self, sent: &[(String, String)]) -> Option<crate::dlp::Scrubber> {
-        let live = self.live();
-        let credentials = live
-            .as_ref()
-            .map_or(&self.credentials[..], |l| &l.credentials[..]);
-        let extra: Vec<(String, String)> = sent
-            .iter()
-            .filter(|p| {
-                !credentials
-                    .iter()
-                    .any(|c| c.real == p.0 && c.placeholder == p.1)
-            })
-            .cloned()
-            .collect();
-        if extra.is_empty() {
-            return live.map_or_else(|| self.scrub.clone(), |l| l.scrub.clone());
-        }
-        let mut cache = self.scrubbers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, s)) = cache.iter().find(|(k, _)| *k == extra) {
-            return Some(s.clone());
-        }
-        let mut pairs: Vec<(String, String)> = credentials
-            .iter()
-            .map(|c| (c.real.clone(), c.placeholder.clone()))
-            .collect();
-        pairs.extend(extra.iter().cloned());
-        let s = crate::dlp::Scrubber::new(&pairs)?;
-        if cache.len() >= 16 {
-            cache.remove(0);
-        }
-        cache.push((extra, s.clone()));
-        Some(s)
-    }
-
-    /// The credentials at the wire since a login's tokens rotated (`None`: the session's
-    /// starting ones, [`Interceptor::credentials`]).
-    pub(crate) fn live(&self) -> Option<Arc<crate::credentials::refresh::Live>> {
-        self.logins.get().and_then(|l| l.live())
-    }
-
     /// `text` with every secret the scanner knows (token shapes, known values) redacted, for
     /// events.
     pub fn redact<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
-        match &self.dlp {
-            Some(d) => d.scanner.redact(text),
-            None => crate::dlp::redact(text),
+        self.screens.redact(text)
+    }
+
+    /// The part the forwarding and token stages take.
+    pub(crate) fn forwarding(&self) -> Forwarding<'_> {
+        Forwarding {
+            screens: &self.screens,
+            wire: &self.wire,
+            upstreams: &self.upstreams,
         }
     }
 }

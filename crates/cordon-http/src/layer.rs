@@ -171,7 +171,7 @@ impl HttpLayer {
     /// then on a refresh or first login at their endpoints keeps the host's login files
     /// current and the sandbox on placeholders.
     pub fn broker_logins(&self, logins: crate::credentials::refresh::Logins) {
-        let _ = self.interceptor.logins.set(logins);
+        let _ = self.interceptor.wire.logins.set(logins);
     }
 
     /// Governs MCP over HTTP by `[mcp]` (see [`crate::mcp`]), tools pinned in `pins` (a

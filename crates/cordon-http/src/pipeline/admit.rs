@@ -10,11 +10,11 @@ use hyper::header;
 use hyper::{Request, StatusCode};
 
 use super::{Conn, Exchange, Refused};
-use crate::intercept::Interceptor;
+use crate::intercept::Screens;
 
 /// The request's facts, or its refusal.
 pub(crate) fn admit<'a, B>(
-    i: &Interceptor,
+    screens: &Screens,
     req: &Request<B>,
     conn: Conn<'a>,
 ) -> Result<Exchange<'a>, Refused> {
@@ -37,7 +37,7 @@ pub(crate) fn admit<'a, B>(
     let url = format!(
         "{scheme}://{host}{}{}",
         port_suffix(scheme, port),
-        i.redact(&path)
+        screens.redact(&path)
     );
     let ex = Exchange {
         conn,
@@ -72,7 +72,7 @@ pub(crate) fn admit<'a, B>(
     };
     // The connection's host decides; what goes upstream carries the connection's host.
     if let Some(claimed) = misdirected(req, conn) {
-        (i.emit)(ex.event(
+        (screens.emit)(ex.event(
             EvAction::Deny,
             421,
             &format!("Host {claimed:?} on a connection to {host}"),

@@ -15,7 +15,7 @@ use hyper::header;
 use hyper::{Request, StatusCode};
 
 use super::{Exchange, Refused};
-use crate::intercept::Interceptor;
+use crate::intercept::{Screens, Wire};
 use cordon_policy::HttpAction;
 
 /// How long a request body's first bytes may take to arrive (they are read before anything
@@ -89,19 +89,20 @@ pub(crate) fn plan(
 /// chunks, taken already (by the MCP hook, looking whether it could be JSON-RPC), which go
 /// first and are checked as the rest is.
 pub(crate) async fn read(
-    i: &Interceptor,
+    screens: &Screens,
+    wire: &Wire,
     req: &mut Request<Incoming>,
     ex: &Exchange<'_>,
     action: HttpAction,
     head: VecDeque<Bytes>,
 ) -> Result<ReadBody, Refused> {
     let needs = Needs {
-        judge: match (&i.judge, action) {
+        judge: match (&screens.judge, action) {
             (Some(j), HttpAction::Judge) => j.config().max_body_bytes,
             _ => 0,
         },
-        dlp: i.dlp.as_ref().map(|d| (d.action, d.max_body)),
-        credentials: !i.credentials.is_empty() || i.logins.get().is_some(),
+        dlp: screens.dlp.as_ref().map(|d| (d.action, d.max_body)),
+        credentials: !wire.credentials.is_empty() || wire.logins.get().is_some(),
     };
     let encoding = req
         .headers()

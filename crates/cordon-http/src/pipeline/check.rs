@@ -9,7 +9,7 @@ use hyper::StatusCode;
 
 use super::body::ReadBody;
 use super::{Exchange, Refused, redact_query};
-use crate::intercept::Interceptor;
+use crate::intercept::Screens;
 use crate::rules::Decision;
 use cordon_policy::HttpAction;
 
@@ -44,18 +44,20 @@ impl Cleared {
 
 /// Settles `d` for the request (see the module docs).
 pub(crate) async fn check(
-    i: &Interceptor,
+    screens: &Screens,
     ex: &Exchange<'_>,
     d: Decision,
     body: &ReadBody,
 ) -> Result<Cleared, Refused> {
     if d.action != HttpAction::Deny {
-        scan_secrets(i, ex, &body.scanned).await.map_err(|why| {
-            Refused::new(
-                StatusCode::FORBIDDEN,
-                format!("cordon: {} {} was refused: {why}", ex.method, ex.url),
-            )
-        })?;
+        scan_secrets(screens, ex, &body.scanned)
+            .await
+            .map_err(|why| {
+                Refused::new(
+                    StatusCode::FORBIDDEN,
+                    format!("cordon: {} {} was refused: {why}", ex.method, ex.url),
+                )
+            })?;
     }
     let mut action = d.action;
     let mut verdict = Cleared {
@@ -66,10 +68,10 @@ pub(crate) async fn check(
         learned: None,
     };
     if action == HttpAction::Judge {
-        action = judge(i, ex, body, &d, &mut verdict).await;
+        action = judge(screens, ex, body, &d, &mut verdict).await;
     }
     if action == HttpAction::Ask
-        && let Some(asker) = &i.asker
+        && let Some(asker) = &screens.asker
     {
         let what = ex.label();
         let scope = format!(
@@ -84,7 +86,7 @@ pub(crate) async fn check(
                 what,
                 verdict.decided_by.to_string(),
                 scope,
-                Some(remembered_subject(i, ex)),
+                Some(remembered_subject(screens, ex)),
             )
             .await;
         let who = asked(a.allow, a.timed_out, a.remember);
@@ -117,7 +119,7 @@ pub(crate) async fn check(
     if let Some(call) = &verdict.judge_call {
         denied = denied.judge_call(call);
     }
-    (i.emit)(denied);
+    (screens.emit)(denied);
     let mut text = format!(
         "cordon: {} {} was denied by rule \"{}\": {why}.\nThe same request by any other route (another tool, proxy or address) is denied too.\n",
         ex.method, ex.url, d.rule
@@ -152,12 +154,12 @@ fn allow_lines(ex: &Exchange<'_>) -> String {
 /// The request as an `[[http.rule]]` would match it, for a person who answers "allow
 /// always": its method, host, port and path — a path segment that looks like a token (the
 /// segments events show redacted) becomes `*`, so no secret goes on into a policy file.
-fn remembered_subject(i: &Interceptor, ex: &Exchange<'_>) -> cordon_approval::Subject {
+fn remembered_subject(screens: &Screens, ex: &Exchange<'_>) -> cordon_approval::Subject {
     cordon_approval::Subject::Http {
         method: ex.method.clone(),
         host: ex.host().to_string(),
         port: ex.conn.port,
-        path: remembered_path(&ex.path, |seg| i.redact(seg) != seg),
+        path: remembered_path(&ex.path, |seg| screens.redact(seg) != seg),
     }
 }
 
@@ -172,13 +174,13 @@ fn remembered_path(path: &str, secret: impl Fn(&str) -> bool) -> String {
 /// Asks the judge about the request; returns what its answer makes of it (allow, deny, or
 /// `on_error`'s choice) and records its words in `verdict`.
 async fn judge(
-    i: &Interceptor,
+    screens: &Screens,
     ex: &Exchange<'_>,
     body: &ReadBody,
     d: &Decision,
     verdict: &mut Cleared,
 ) -> HttpAction {
-    let Some(judge) = &i.judge else {
+    let Some(judge) = &screens.judge else {
         verdict.why = Some("no judge is configured ([judge] in the policy)".into());
         return HttpAction::Judge;
     };
@@ -260,8 +262,8 @@ fn refusal_reason(action: HttpAction, why: Option<&str>, d: &Decision) -> String
 }
 
 /// The secret-scanning verdict for a request: `Err(why)` when it must not leave.
-async fn scan_secrets(i: &Interceptor, ex: &Exchange<'_>, body: &[u8]) -> Result<(), String> {
-    let Some(dlp) = &i.dlp else {
+async fn scan_secrets(screens: &Screens, ex: &Exchange<'_>, body: &[u8]) -> Result<(), String> {
+    let Some(dlp) = &screens.dlp else {
         return Ok(());
     };
     let host = ex.host();
@@ -277,13 +279,13 @@ async fn scan_secrets(i: &Interceptor, ex: &Exchange<'_>, body: &[u8]) -> Result
         cordon_policy::DlpAction::Deny | cordon_policy::DlpAction::Off => {
             (false, "refused".to_string())
         }
-        cordon_policy::DlpAction::Ask => match &i.asker {
+        cordon_policy::DlpAction::Ask => match &screens.asker {
             Some(asker) => {
                 let a = asker
                     .ask(
                         format!(
                             "{} carries a secret: {what}",
-                            describe_target(host, &i.redact(target))
+                            describe_target(host, &screens.redact(target))
                         ),
                         rule.clone(),
                         format!("{rule} {host}"),
@@ -306,7 +308,7 @@ async fn scan_secrets(i: &Interceptor, ex: &Exchange<'_>, body: &[u8]) -> Result
         (true, _) => EvAction::Allow,
         (false, _) => EvAction::Deny,
     };
-    (i.emit)(
+    (screens.emit)(
         ex.credentials_event(
             action,
             &format!("carries a secret ({what}); {outcome}"),

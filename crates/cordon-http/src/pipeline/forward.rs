@@ -18,7 +18,7 @@ use super::count::Counted;
 use super::streamed::{ScannedBody, Trip, TripCell, Watch};
 use super::{Body, BoxError, Exchange, HOP_BY_HOP, Refused, SentForms};
 use crate::credentials::swap::{leak_event, leak_refusal, swap};
-use crate::intercept::Interceptor;
+use crate::intercept::Forwarding;
 
 /// How long an answer that came before its request's streamed body was through waits for the
 /// body's check to finish (past it, the answer goes, and stops if the body trips later).
@@ -43,7 +43,7 @@ pub(crate) struct Forwarded {
 
 /// Sends the request upstream (see the module docs).
 pub(crate) async fn forward(
-    i: &Interceptor,
+    i: Forwarding<'_>,
     mut req: Request<Incoming>,
     ex: &Exchange<'_>,
     verdict: &Cleared,
@@ -56,14 +56,15 @@ pub(crate) async fn forward(
     // A response to a request that carried a real value is scrubbed of every form it was
     // sent in — which needs it uncompressed.
     let scrub = if sent.is_empty() {
-        i.live()
-            .map_or_else(|| i.scrub.clone(), |l| l.scrub.clone())
+        i.wire
+            .live()
+            .map_or_else(|| i.wire.scrub.clone(), |l| l.scrub.clone())
     } else {
         parts.headers.insert(
             header::ACCEPT_ENCODING,
             HeaderValue::from_static("identity"),
         );
-        i.scrubber_for(&sent)
+        i.wire.scrubber_for(&sent)
     };
     parts.version = hyper::Version::HTTP_11;
     let streamed = body.streamed;
@@ -79,19 +80,23 @@ pub(crate) async fn forward(
         .boxed(),
     );
     let client = if upgrade.is_some() {
-        &i.client_h1
+        &i.upstreams.client_h1
     } else {
-        &i.client
+        &i.upstreams.client
     };
     // A free permit is taken at once; only a wait for one sets a timer.
-    let permit = match i.upstream.clone().try_acquire_owned() {
+    let permit = match i.upstreams.permits.clone().try_acquire_owned() {
         Ok(p) => Ok(Ok(p)),
         Err(_) => {
-            tokio::time::timeout(BODY_PREFIX_TIMEOUT, i.upstream.clone().acquire_owned()).await
+            tokio::time::timeout(
+                BODY_PREFIX_TIMEOUT,
+                i.upstreams.permits.clone().acquire_owned(),
+            )
+            .await
         }
     };
     let Ok(Ok(permit)) = permit else {
-        (i.emit)(verdict.mark(ex.event(
+        (i.screens.emit)(verdict.mark(ex.event(
             EvAction::Error,
             503,
             "too many requests in flight",
@@ -123,6 +128,7 @@ pub(crate) async fn forward(
     // Should the server have answered before the body tripped, the answer was relayed,
     // but the secret still never left.
     let log = i
+        .screens
         .dlp
         .as_ref()
         .is_some_and(|d| d.action == cordon_policy::DlpAction::Log);
@@ -167,7 +173,7 @@ pub(crate) async fn forward(
 /// out only with the answer. Found by the soak (scripts/soak.py): an agent killed mid-request
 /// left a request the upstream saw and the audit log did not.
 struct Unanswered<'a, 'b> {
-    i: &'a Interceptor,
+    i: Forwarding<'a>,
     ex: &'a Exchange<'b>,
     verdict: &'a Cleared,
     armed: bool,
@@ -182,7 +188,7 @@ impl Drop for Unanswered<'_, '_> {
                 "forwarded; the sandbox closed the connection before the answer came",
                 &self.verdict.decided_by,
             );
-            (self.i.emit)(self.verdict.mark(e).detail("incomplete", true));
+            (self.i.screens.emit)(self.verdict.mark(e).detail("incomplete", true));
         }
     }
 }
@@ -190,7 +196,7 @@ impl Drop for Unanswered<'_, '_> {
 /// The upstream request's URI and headers; the credentials swapped in. A placeholder where
 /// it may not go is reported and refused.
 fn upstream_head(
-    i: &Interceptor,
+    i: Forwarding<'_>,
     parts: &mut hyper::http::request::Parts,
     ex: &Exchange<'_>,
     upgrade: Option<&HeaderValue>,
@@ -207,12 +213,12 @@ fn upstream_head(
     clean_headers(&mut parts.headers, upgrade);
     // Credentials at the wire: placeholders become real values only in the named header (or
     // query parameter) of requests to the credential's hosts; anywhere else one is a leak.
-    let live = i.live();
+    let live = i.wire.live();
     let credentials = live
         .as_ref()
-        .map_or(&i.credentials[..], |l| &l.credentials[..]);
+        .map_or(&i.wire.credentials[..], |l| &l.credentials[..]);
     swap(credentials, parts, c.host, c.owner, scanned).map_err(|(name, place)| {
-        (i.emit)(
+        (i.screens.emit)(
             leak_event(&format!("{} {}", ex.method, ex.url), &name, &place)
                 .detail("method", ex.method.clone())
                 .detail("url", ex.shown_url()),
@@ -224,7 +230,7 @@ fn upstream_head(
 /// The request's body upstream: the prefix read for the checks then the rest, or the body
 /// checked as it streams, or the body as it is when nothing looks at it.
 fn upstream_body(
-    i: &Interceptor,
+    i: Forwarding<'_>,
     ex: &Exchange<'_>,
     body: ReadBody,
     incoming: Incoming,
@@ -247,27 +253,29 @@ fn upstream_body(
                     rest: incoming,
                 },
                 Watch {
-                    scanner: i.dlp.as_ref().map(|d| d.scanner.clone()),
+                    scanner: i.screens.dlp.as_ref().map(|d| d.scanner.clone()),
                     log_only: i
+                        .screens
                         .dlp
                         .as_ref()
                         .is_some_and(|d| d.action == cordon_policy::DlpAction::Log),
                     placeholders: i
+                        .wire
                         .live()
-                        .map_or_else(|| i.placeholders.clone(), |l| l.placeholders.clone()),
+                        .map_or_else(|| i.wire.placeholders.clone(), |l| l.placeholders.clone()),
                     host: ex.host().to_string(),
-                    window: i.scan_window,
+                    window: i.wire.scan_window,
                     // Placeholders are looked for at least as far as PLACEHOLDER_BODY_BYTES,
                     // whatever [dlp] max_body_bytes says.
-                    budget: i.dlp.as_ref().map_or(0, |d| d.max_body).max(
-                        if i.credentials.is_empty() && i.logins.get().is_none() {
+                    budget: i.screens.dlp.as_ref().map_or(0, |d| d.max_body).max(
+                        if i.wire.credentials.is_empty() && i.wire.logins.get().is_none() {
                             0
                         } else {
                             PLACEHOLDER_BODY_BYTES
                         },
                     ),
                     trip: trip.clone(),
-                    emit: i.emit.clone(),
+                    emit: i.screens.emit.clone(),
                     label: ex.label(),
                     done,
                 },

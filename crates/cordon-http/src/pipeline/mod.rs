@@ -205,15 +205,15 @@ async fn run(
     conn: Conn<'_>,
     tunnels: &Tunnels,
 ) -> Result<Response<Body>, Refused> {
-    let ex = admit::admit(i, &req, conn)?;
+    let ex = admit::admit(&i.screens, &req, conn)?;
     audit_writable(i, &ex)?;
     let (decision, learned) = learn(i, decide::decide(&i.rules, i.default, &ex));
     // A login's token exchange: its body and its answer carry the tokens (see `token`).
-    if decision.action != cordon_policy::HttpAction::Deny && token::brokered(i, &ex) {
+    if decision.action != cordon_policy::HttpAction::Deny && token::brokered(i.forwarding(), &ex) {
         let (parts, body) = token::read(req).await?;
-        let mut verdict = check::check(i, &ex, decision, &body).await?;
+        let mut verdict = check::check(&i.screens, &ex, decision, &body).await?;
         verdict.learned = learned;
-        return token::exchange(i, parts, &ex, &verdict, body).await;
+        return token::exchange(i.forwarding(), parts, &ex, &verdict, body).await;
     }
     // MCP: the tool calls in the body decided, the answer's tool lists filtered (see `mcp`).
     let mut spot = (decision.action != cordon_policy::HttpAction::Deny)
@@ -226,7 +226,17 @@ async fn run(
                 mcp::Screened::Answer(r) => return Ok(r),
             }
         }
-        _ => body::read(i, &mut req, &ex, decision.action, Default::default()).await?,
+        _ => {
+            body::read(
+                &i.screens,
+                &i.wire,
+                &mut req,
+                &ex,
+                decision.action,
+                Default::default(),
+            )
+            .await?
+        }
     };
     if spot
         .as_ref()
@@ -234,12 +244,12 @@ async fn run(
     {
         mcp::plain_answers(req.headers_mut());
     }
-    let mut verdict = check::check(i, &ex, decision, &body).await?;
+    let mut verdict = check::check(&i.screens, &ex, decision, &body).await?;
     verdict.learned = learned;
-    let sent = forward::forward(i, req, &ex, &verdict, body).await?;
-    let answer = relay::relay(i, &ex, &verdict, sent, tunnels)?;
+    let sent = forward::forward(i.forwarding(), req, &ex, &verdict, body).await?;
+    let answer = relay::relay(&i.screens, &ex, &verdict, sent, tunnels)?;
     Ok(match spot {
-        Some(s) => mcp::filter(i, s, &ex, answer),
+        Some(s) => mcp::filter(&i.screens, s, &ex, answer),
         None => answer,
     })
 }
@@ -268,7 +278,7 @@ fn audit_writable(i: &Interceptor, ex: &Exchange<'_>) -> Result<(), Refused> {
         return Ok(());
     }
     let why = "the audit log cannot be written (its disk full?); no request goes out until it can";
-    (i.emit)(ex.event(EvAction::Deny, 503, why, cordon_events::AUDIT_UNWRITABLE));
+    (i.screens.emit)(ex.event(EvAction::Deny, 503, why, cordon_events::AUDIT_UNWRITABLE));
     Err(Refused::new(
         StatusCode::SERVICE_UNAVAILABLE,
         format!("cordon: {}: {why}\n", ex.url),

@@ -24,13 +24,13 @@ use super::forward::Forwarded;
 use super::streamed::TripCell;
 use super::{Body, BoxError, Exchange, HOP_BY_HOP, Refused, Tunnels, plus_held};
 use crate::credentials::swap::rewrite_headers;
-use crate::intercept::{Emit, Interceptor};
+use crate::intercept::{Emit, Screens};
 
 mod ws_guard;
 
 /// The answer the sandbox gets (see the module docs).
 pub(crate) fn relay(
-    i: &Interceptor,
+    screens: &Screens,
     ex: &Exchange<'_>,
     verdict: &Cleared,
     f: Forwarded,
@@ -47,7 +47,7 @@ pub(crate) fn relay(
     } = f;
     let mut resp = result.map_err(|e| {
         let why = upstream_error(&e);
-        (i.emit)(verdict.mark(ex.event(EvAction::Error, 502, &why, &verdict.decided_by)));
+        (screens.emit)(verdict.mark(ex.event(EvAction::Error, 502, &why, &verdict.decided_by)));
         Refused::new(
             StatusCode::BAD_GATEWAY,
             format!("cordon: {}: {why}\n", ex.url),
@@ -64,7 +64,7 @@ pub(crate) fn relay(
     if status == 101
         && let Some(client_up) = client_upgrade
     {
-        let task = splice_upgrade(i, ex, &mut resp, client_up, permit.take());
+        let task = splice_upgrade(screens, ex, &mut resp, client_up, permit.take());
         tunnels.lock().unwrap_or_else(|p| p.into_inner()).push(task);
     }
     let (mut parts, body) = resp.into_parts();
@@ -80,7 +80,7 @@ pub(crate) fn relay(
             .get(header::CONTENT_ENCODING)
             .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
         if encoded && !sent.is_empty() {
-            (i.emit)(verdict.mark(ex.event(
+            (screens.emit)(verdict.mark(ex.event(
                 EvAction::Deny,
                 502,
                 "the response is compressed although asked not to be; it cannot be scrubbed of the credential",
@@ -106,7 +106,7 @@ pub(crate) fn relay(
     if status == 101 {
         // The connection now belongs to the upgrade: no body of its own. Its frames are not
         // counted: the event goes out now, while the splice may last the session.
-        (i.emit)(e.detail("bytes_up", heads.0).detail("bytes_down", heads.1));
+        (screens.emit)(e.detail("bytes_up", heads.0).detail("bytes_down", heads.1));
         return Ok(Response::from_parts(
             parts,
             Full::new(Bytes::new()).map_err(|n| match n {}).boxed(),
@@ -122,7 +122,7 @@ pub(crate) fn relay(
         body_up,
         started: ex.started,
         event: Some(e),
-        emit: i.emit.clone(),
+        emit: screens.emit.clone(),
         stopped,
     };
     Ok(Response::from_parts(parts, counted.boxed()))
@@ -131,14 +131,14 @@ pub(crate) fn relay(
 /// The spliced WebSocket once the server said `101`: the sandbox's side to the server's, the
 /// upstream permit held for as long.
 fn splice_upgrade(
-    i: &Interceptor,
+    screens: &Screens,
     ex: &Exchange<'_>,
     resp: &mut Response<Incoming>,
     client_up: hyper::upgrade::OnUpgrade,
     held: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> tokio::task::JoinHandle<()> {
     // The sandbox's frames are secret-scanned like a body (see ws_guard).
-    let guard = i.dlp.as_ref().map(|d| ws_guard::Guard {
+    let guard = screens.dlp.as_ref().map(|d| ws_guard::Guard {
         scanner: d.scanner.clone(),
         host: ex.host().to_string(),
         deflate: resp
@@ -150,8 +150,8 @@ fn splice_upgrade(
                     .is_ok_and(|s| s.to_ascii_lowercase().contains("permessage-deflate"))
             }),
         log_only: d.action == cordon_policy::DlpAction::Log,
-        label: i.redact(&ex.label()).into_owned(),
-        emit: i.emit.clone(),
+        label: screens.redact(&ex.label()).into_owned(),
+        emit: screens.emit.clone(),
     });
     let server_up = hyper::upgrade::on(resp);
     tokio::spawn(async move {

@@ -19,7 +19,7 @@ use super::check::Cleared;
 use super::{Body, Exchange, HOP_BY_HOP, Refused};
 use crate::credentials::refresh::replace_all;
 use crate::credentials::swap::{leak_event, leak_refusal, swap};
-use crate::intercept::Interceptor;
+use crate::intercept::Forwarding;
 
 /// A token request's body, at most this long.
 const MAX_REQUEST: usize = 64 << 10;
@@ -28,10 +28,11 @@ const MAX_ANSWER: usize = 1 << 20;
 
 /// Whether `ex` is a token exchange this session brokers (POST over TLS to an endpoint a
 /// login names).
-pub(crate) fn brokered(i: &Interceptor, ex: &Exchange<'_>) -> bool {
+pub(crate) fn brokered(i: Forwarding<'_>, ex: &Exchange<'_>) -> bool {
     ex.method == "POST"
         && ex.conn.scheme == "https"
-        && i.logins
+        && i.wire
+            .logins
             .get()
             .is_some_and(|l| l.is_endpoint(ex.host(), ex.conn.port, &ex.path))
 }
@@ -82,13 +83,13 @@ pub(crate) async fn read(
 
 /// Sends the exchange upstream and hands the agent its answer (see the module docs).
 pub(crate) async fn exchange(
-    i: &Interceptor,
+    i: Forwarding<'_>,
     mut parts: hyper::http::request::Parts,
     ex: &Exchange<'_>,
     verdict: &Cleared,
     body: ReadBody,
 ) -> Result<Response<Body>, Refused> {
-    let Some(logins) = i.logins.get() else {
+    let Some(logins) = i.wire.logins.get() else {
         return Err(Refused::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "cordon: no logins\n",
@@ -98,7 +99,7 @@ pub(crate) async fn exchange(
     let live = logins.live();
     let creds = live
         .as_ref()
-        .map_or(&i.credentials[..], |l| &l.credentials[..]);
+        .map_or(&i.wire.credentials[..], |l| &l.credentials[..]);
     let to = (ex.host(), ex.conn.port, ex.path.as_str());
     let json = parts
         .headers
@@ -158,7 +159,7 @@ pub(crate) async fn exchange(
     };
     let e = verdict.mark(ex.event(EvAction::Allow, status.as_u16(), what, &verdict.decided_by));
     let bytes_down = super::count::response_head_len(status, &head.headers) + answer.len() as u64;
-    (i.emit)(
+    (i.screens.emit)(
         e.detail("grant_type", grant)
             .detail("bytes_up", bytes_up)
             .detail("bytes_down", bytes_down),
@@ -175,7 +176,7 @@ pub(crate) async fn exchange(
 /// headers, asking for an uncompressed answer, its other placeholders swapped as any
 /// request's (one left is a leak, refused).
 fn upstream_head(
-    i: &Interceptor,
+    i: Forwarding<'_>,
     ex: &Exchange<'_>,
     parts: &mut hyper::http::request::Parts,
     creds: &[crate::credentials::WireCredential],
@@ -209,7 +210,7 @@ fn upstream_head(
     parts.version = hyper::Version::HTTP_11;
     // The rest of the request as any other: a placeholder anywhere else is a leak.
     swap(creds, parts, ex.host(), ex.conn.owner, sent).map_err(|(name, place)| {
-        (i.emit)(
+        (i.screens.emit)(
             leak_event(&format!("{} {}", ex.method, ex.url), &name, &place)
                 .detail("method", ex.method.clone())
                 .detail("url", ex.shown_url()),
@@ -222,13 +223,13 @@ fn upstream_head(
 /// Sends `out` to the token endpoint and reads its whole answer, uncompressed; a failure is
 /// an error event and the refusal the agent gets.
 async fn send(
-    i: &Interceptor,
+    i: Forwarding<'_>,
     ex: &Exchange<'_>,
     verdict: &Cleared,
     out: Request<Body>,
 ) -> Result<(hyper::http::response::Parts, Bytes), Refused> {
     let refuse = |status: StatusCode, why: String| {
-        (i.emit)(verdict.mark(ex.event(
+        (i.screens.emit)(verdict.mark(ex.event(
             EvAction::Error,
             status.as_u16(),
             &why,
@@ -236,8 +237,9 @@ async fn send(
         )));
         Refused::new(status, format!("cordon: {}: {why}\n", ex.url))
     };
-    let _permit = i.upstream.clone().acquire_owned().await.ok();
+    let _permit = i.upstreams.permits.clone().acquire_owned().await.ok();
     let resp = i
+        .upstreams
         .client
         .request(out)
         .await
@@ -277,7 +279,7 @@ async fn send(
 /// An answer with new tokens: its placeholders are let past secret scanning, its events
 /// written, and a finished login said on the terminal.
 fn took_new_tokens(
-    i: &Interceptor,
+    i: Forwarding<'_>,
     ex: &Exchange<'_>,
     logins: &crate::credentials::refresh::Logins,
     grant: &str,
@@ -285,7 +287,7 @@ fn took_new_tokens(
 ) {
     // The new placeholders keep their token's shape: secret scanning lets them pass as
     // it does the session's first ones.
-    if let (Some(d), Some(live)) = (&i.dlp, logins.live()) {
+    if let (Some(d), Some(live)) = (&i.screens.dlp, logins.live()) {
         for c in &live.credentials {
             d.scanner.ignore_placeholder(&c.placeholder);
         }
@@ -304,13 +306,13 @@ fn took_new_tokens(
 /// The credentials layer's events for an exchange that renewed tokens, and a line on the
 /// terminal when the host's file could not take them.
 fn report(
-    i: &Interceptor,
+    i: Forwarding<'_>,
     ex: &Exchange<'_>,
     grant: &str,
     a: &crate::credentials::refresh::Answered,
 ) {
     for f in &a.written {
-        (i.emit)(
+        (i.screens.emit)(
             ex.credentials_event(
                 EvAction::Apply,
                 &format!(
@@ -353,7 +355,7 @@ fn report(
             if let Ok(c) = copy {
                 e = e.detail("held", c.display().to_string());
             }
-            (i.emit)(e);
+            (i.screens.emit)(e);
         }
     }
     for (f, why) in &a.failed {
@@ -363,7 +365,7 @@ fn report(
         );
         // A pty in raw mode needs the carriage returns.
         let _ = write!(std::io::stderr(), "\r\n{line}\r\n");
-        (i.emit)(
+        (i.screens.emit)(
             NewEvent::new(Layer::Credentials, EvAction::Error, line)
                 .rule(format!("credentials.{}", a.renewed.join(","))),
         );

@@ -24,7 +24,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use super::super::{Body, BoxError, Exchange};
 use super::Spot;
-use crate::intercept::Interceptor;
+use crate::intercept::Screens;
 use crate::mcp::budget::Held;
 use crate::mcp::sse::{Frame as SseFrame, Parser};
 use crate::mcp::tools::{ListCx, filter as filter_list};
@@ -35,7 +35,7 @@ const MAX_ANSWER: usize = 8 << 20;
 /// `resp` with its MCP content filtered (anything but a successful JSON or event-stream
 /// answer is left as it is).
 pub(crate) fn filter(
-    i: &Interceptor,
+    screens: &Screens,
     spot: Spot,
     ex: &Exchange<'_>,
     resp: Response<Body>,
@@ -66,7 +66,7 @@ pub(crate) fn filter(
             ex.host(),
             ex.conn.port
         );
-        (i.emit)(
+        (screens.emit)(
             NewEvent::new(Layer::Mcp, EvAction::Deny, why.clone()).detail("url", ex.shown_url()),
         );
         return super::super::text(hyper::StatusCode::BAD_GATEWAY, format!("cordon: {why}\n"));
@@ -75,7 +75,7 @@ pub(crate) fn filter(
     let cx = ListCx {
         host: ex.host().to_string(),
         port: ex.conn.port,
-        emit: i.emit.clone(),
+        emit: screens.emit.clone(),
         mcp: spot.mcp,
     };
     let (mut parts, body) = resp.into_parts();

@@ -225,7 +225,12 @@ pub(crate) async fn screen(
         .headers()
         .get(header::CONTENT_ENCODING)
         .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
-    let max = i.dlp.as_ref().map_or(0, |d| d.max_body).max(MAX_BODY);
+    let max = i
+        .screens
+        .dlp
+        .as_ref()
+        .map_or(0, |d| d.max_body)
+        .max(MAX_BODY);
     let mut head = VecDeque::new();
     if spot.maybe {
         // Only the body can say: unless it could be JSON, it goes on as any other.
@@ -236,7 +241,7 @@ pub(crate) async fn screen(
             peek(req, ex, max).await?
         };
         if could != Some(true) {
-            let body = super::body::read(i, req, ex, action, head).await?;
+            let body = super::body::read(&i.screens, &i.wire, req, ex, action, head).await?;
             return Ok(Screened::Forward(body));
         }
     }
@@ -298,7 +303,7 @@ fn refuse(
     why: &str,
     max: usize,
 ) -> Refused {
-    (i.emit)(ex.event(
+    (i.screens.emit)(ex.event(
         EvAction::Deny,
         status.as_u16(),
         &format!("an MCP request body that {why} cannot be checked"),
@@ -369,7 +374,7 @@ async fn call(
     if learned {
         e = e.detail(cordon_events::LEARN, format!("would {}", d.action));
     }
-    (i.emit)(e);
+    (i.screens.emit)(e);
     if action == McpAction::Allow || learned {
         return None;
     }
@@ -387,7 +392,7 @@ async fn judge(
     tool: &str,
     args: &Value,
 ) -> (McpAction, Option<String>) {
-    let Some(judge) = &i.judge else {
+    let Some(judge) = &i.screens.judge else {
         return (
             McpAction::Judge,
             Some("no judge is configured ([judge] in the policy)".into()),
@@ -425,7 +430,7 @@ async fn ask(
     tool: &str,
     args: &Value,
 ) -> (McpAction, Option<String>) {
-    let Some(asker) = &i.asker else {
+    let Some(asker) = &i.screens.asker else {
         return (McpAction::Ask, Some("nobody can be asked; refused".into()));
     };
     let shown = i
