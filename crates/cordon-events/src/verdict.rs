@@ -60,6 +60,11 @@ impl Origin {
         }
     }
 
+    /// Whether this is cordon's built-in policy.
+    pub fn is_built_in(&self) -> bool {
+        matches!(self, Origin::BuiltIn)
+    }
+
     /// Whether this is a line of a policy file at an absolute path (what a user wrote, as
     /// opposed to a test's or a relative name).
     pub fn is_policy_file_line(&self) -> bool {

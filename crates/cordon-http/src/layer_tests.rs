@@ -27,7 +27,7 @@ fn network_allows_follow_the_http_rules_one_per_port() {
     assert_eq!(r.len(), 3);
     assert_eq!(r[0].name, "no-uploads");
     assert_eq!(
-        (r[1].port, r[1].action, r[1].origin.as_str()),
+        (r[1].port, r[1].action, r[1].origin.to_string().as_str()),
         (Some(443), HttpAction::Allow, "user.toml:3")
     );
     assert_eq!(r[1].name, "network.allow api.example.test (user.toml:3)");

@@ -107,8 +107,14 @@ fn removing_a_host_and_changing_an_exec_rule_flips_exactly_those() {
         exec(3, Action::Allow, "cat", &["f"], None),
     ];
     let mut after = before.clone();
-    after.network.allow.retain(|r| r.origin != "p.toml:1");
-    after.exec.rules.retain(|r| r.origin != "p.toml:4");
+    after
+        .network
+        .allow
+        .retain(|r| r.origin.to_string() != "p.toml:1");
+    after
+        .exec
+        .rules
+        .retain(|r| r.origin.to_string() != "p.toml:4");
     after.exec.rules.push(ExecRule {
         pattern: "cat *".into(),
         action: ExecAction::Ask,

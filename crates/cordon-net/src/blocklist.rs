@@ -10,7 +10,7 @@
 //! The rule reported for a match is `builtin:<entry>` for a built-in entry and
 //! `block:<entry>` for the user's.
 
-use cordon_events::{Origin, RuleId};
+use cordon_events::RuleId;
 use cordon_policy::DnsBlock;
 
 use crate::name;
@@ -42,7 +42,7 @@ fn rule_for(entries: &[DnsBlock], name: &str) -> Option<RuleId> {
         .find(|b| b.pattern.matches(name))
         .map(|b| RuleId::Blocklist {
             entry: b.pattern.to_string(),
-            built_in: Origin::parse(&b.origin) == Origin::BuiltIn,
+            built_in: b.origin.is_built_in(),
         })
 }
 

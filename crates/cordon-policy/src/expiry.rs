@@ -373,7 +373,7 @@ pub struct ExpiredGrant {
     /// What it did, in words: `connections to example.com on port 443`.
     pub what: String,
     /// Where it was written (`FILE:LINE`).
-    pub origin: String,
+    pub origin: cordon_events::Origin,
     /// When it ended.
     pub ended: Expiry,
 }

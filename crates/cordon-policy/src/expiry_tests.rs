@@ -254,9 +254,11 @@ fn expire_takes_out_exactly_what_has_ended() {
     // Nothing has ended a minute before the first end.
     assert_eq!(plan.clone().expire(at(NOW - 3541)), []);
     let gone = plan.expire(now());
+    let origins: Vec<String> = gone.iter().map(|g| g.origin.to_string()).collect();
     let said: Vec<(GrantKind, bool, &str, &str)> = gone
         .iter()
-        .map(|g| (g.kind, g.allowed, g.what.as_str(), g.origin.as_str()))
+        .zip(&origins)
+        .map(|(g, o)| (g.kind, g.allowed, g.what.as_str(), o.as_str()))
         .collect();
     assert_eq!(
         said,

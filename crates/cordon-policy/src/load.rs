@@ -542,7 +542,8 @@ fn protect_own_files(plan: &mut Plan, opts: &LoadOptions, warnings: &mut Vec<Str
                 f.display()
             ));
         }
-        fs.read_only.push(PathRule::new(f, "built-in"));
+        fs.read_only
+            .push(PathRule::new(f, cordon_events::Origin::BuiltIn));
     }
 }
 
@@ -656,7 +657,7 @@ mod tests {
                     protect
                         .iter()
                         .filter(|r| r.path == Path::new(path))
-                        .map(|r| r.origin.as_str())
+                        .map(|r| r.origin.to_string())
                         .collect::<Vec<_>>(),
                     ["built-in"],
                     "{name}: {path}"

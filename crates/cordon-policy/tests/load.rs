@@ -39,7 +39,7 @@ fn merge_order_lists_append_and_scalars_override() {
         Some(format!("{pf}:3"))
     );
     // Built-in entries are still there, first.
-    assert_eq!(fs.deny[0].origin, "built-in");
+    assert!(fs.deny[0].origin.is_built_in());
     assert!(l.plan.env.pass.contains(&"TERM".to_string()));
     assert!(l.plan.env.pass.contains(&"MY_VAR".to_string()));
     assert_eq!(l.plan.env.set["A"], "user");
@@ -391,7 +391,7 @@ fn secret_scanning_is_on_by_default_and_loosening_it_needs_trust() {
     assert_eq!(l.plan.dlp.action, cordon_policy::DlpAction::Deny);
     assert_eq!(l.plan.dlp.max_body_bytes, 65536);
     // Only the built-in issuers: each token shape may go to its own issuer.
-    assert!(l.plan.dlp.allow.iter().all(|a| a.origin == "built-in"));
+    assert!(l.plan.dlp.allow.iter().all(|a| a.origin.is_built_in()));
     assert!(l.plan.dlp.allow.iter().any(
         |a| a.kinds == ["github-token"] && a.hosts.iter().any(|h| h.matches("api.github.com"))
     ));

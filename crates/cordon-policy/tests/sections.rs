@@ -75,7 +75,7 @@ fn exec_rules_merge_earlier_layers_first() {
         l.plan
             .exec
             .decide(p, &a)
-            .map(|r| (r.action, r.origin.clone()))
+            .map(|r| (r.action, r.origin.to_string()))
     };
     assert_eq!(
         decide("git", &["push", "--dry-run", "x"]),
@@ -99,19 +99,19 @@ fn syscalls_merge_and_warn() {
     let pf = env.project_file().display().to_string();
     let s = &l.plan.syscalls;
     assert_eq!(s.allow.len(), 1);
-    assert_eq!(s.allow[0].origin, format!("{uc}:2"));
-    let deny: Vec<(&str, &str)> = s
+    assert_eq!(s.allow[0].origin.to_string(), format!("{uc}:2"));
+    let deny: Vec<(&str, String)> = s
         .deny
         .iter()
-        .map(|r| (r.name.as_str(), r.origin.as_str()))
+        .map(|r| (r.name.as_str(), r.origin.to_string()))
         .collect();
     let (c, o) = (format!("{uc}:3"), format!("{pf}:2"));
     assert_eq!(
         deny,
         [
-            ("chroot", c.as_str()),
-            ("open_tree_attr", c.as_str()),
-            ("ptrace", o.as_str())
+            ("chroot", c.clone()),
+            ("open_tree_attr", c.clone()),
+            ("ptrace", o.clone())
         ]
     );
     // Deny wins over the user's lift: ptrace stays denied, by the project's rule.
@@ -120,8 +120,8 @@ fn syscalls_merge_and_warn() {
         denied
             .iter()
             .find(|r| r.name == "ptrace")
-            .map(|r| r.origin.as_str()),
-        Some(o.as_str())
+            .map(|r| r.origin.to_string()),
+        Some(o)
     );
     assert!(!denied.iter().any(|r| r.name == "process_vm_readv"));
     // open_tree_attr is newer than the syscall tables: a warning naming the line.
@@ -221,7 +221,7 @@ fn state_merges_across_layers_and_profiles() {
     let s = &l.plan.state;
     // Layers in order; duplicates keep the first origin.
     assert_eq!(s.protect[0].path, env.home.join(".bashrc"));
-    assert_eq!(s.protect[0].origin, format!("{uc}:2"));
+    assert_eq!(s.protect[0].origin.to_string(), format!("{uc}:2"));
     assert_eq!(
         s.protect
             .iter()

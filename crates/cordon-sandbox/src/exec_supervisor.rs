@@ -646,7 +646,7 @@ impl<'a> ExecSupervisor<'a> {
             (a, _) => a,
         };
         // A learning run lets through what a rule of the user's refuses or asks about.
-        let learned = self.learning && action != ExecAction::Allow && rule.origin != "built-in";
+        let learned = self.learning && action != ExecAction::Allow && !rule.origin.is_built_in();
         let action = if learned { ExecAction::Allow } else { action };
         match action {
             ExecAction::Allow => {

@@ -127,7 +127,7 @@ mod tests {
         ExecRule {
             pattern: p.into(),
             action: a,
-            origin: format!("test:{p}"),
+            origin: format!("test:{p}").into(),
             expires: None,
         }
     }

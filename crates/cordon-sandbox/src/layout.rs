@@ -636,7 +636,7 @@ fn denied(fs: &FilesystemPlan) -> Vec<(PathBuf, String)> {
     for r in &fs.deny {
         for f in forms(&r.path, &mut canon) {
             if seen.insert(f.clone()) {
-                deny.push((f, r.origin.clone()));
+                deny.push((f, r.origin.to_string()));
             }
         }
     }

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
-use cordon_events::{Builtin, RuleId};
+use cordon_events::{Builtin, Origin, RuleId};
 use cordon_policy::{ExecAction, HttpAction, Owner, Plan};
 use cordon_sandbox::explain::POLICY_JSON;
 
@@ -58,7 +58,7 @@ struct Explanation {
     /// The deciding rule's name.
     rule: String,
     /// Where the rule comes from (`built-in`, `FILE:LINE`), when known.
-    origin: Option<String>,
+    origin: Option<Origin>,
     why: String,
     notes: Vec<String>,
     /// Policy lines that would allow it, when some can.
@@ -91,7 +91,7 @@ impl Explanation {
 /// rule's origin or name), for `cordon replay`.
 pub(crate) fn path_decision(plan: &Plan, path: &Path) -> (bool, String) {
     let x = files::filesystem(plan, path, false);
-    (x.allowed, x.origin.unwrap_or(x.rule))
+    (x.allowed, x.origin.map_or(x.rule, |o| o.to_string()))
 }
 
 pub fn explain(a: ExplainArgs) -> i32 {
@@ -399,9 +399,9 @@ fn flow(
 }
 
 /// A rule and its origin as `explain` shows them, apart (`network.allow HOST`, `ORIGIN`).
-fn split_origin(rule: &RuleId) -> (String, Option<String>) {
+fn split_origin(rule: &RuleId) -> (String, Option<Origin>) {
     let (rule, origin) = rule.split_origin();
-    (rule, origin.map(ToString::to_string))
+    (rule, origin.cloned())
 }
 
 fn http(
@@ -421,10 +421,9 @@ fn http(
         .find(|r| RuleId::parse(&r.name) == d.rule);
     let (rule, origin) = match from_rule {
         Some(r) => (format!("http.rule {}", r.name), Some(r.origin.clone())),
-        None if d.rule.is(Builtin::Default) => (
-            "http.default".to_string(),
-            Some("[http] default".to_string()),
-        ),
+        None if d.rule.is(Builtin::Default) => {
+            ("http.default".to_string(), Some("[http] default".into()))
+        }
         None => split_origin(&d.rule),
     };
     let (decision, why) = match d.action {

@@ -26,7 +26,7 @@ pub(crate) fn log(gone: &[ExpiredGrant], emit: &dyn Fn(NewEvent)) {
                 Action::Log,
                 format!("expired {} ignored: {}", g.noun(), g.what),
             )
-            .rule(g.origin.clone())
+            .rule(g.origin.to_string())
             .detail("kind", g.kind.to_string())
             .detail("what", g.what.clone())
             .detail("ended", g.ended.to_string()),

@@ -53,7 +53,7 @@ fn host_secrets(credentials: &[cordon_http::WireCredential]) -> Vec<cordon_http:
 fn unset_built_in(c: &cordon_policy::CredentialPlan) -> bool {
     let unset = |v: &str| std::env::var_os(v).is_none();
     // A login file without this token (no file, an API-key login): nothing to hide.
-    c.origin == "built-in"
+    c.origin.is_built_in()
         && match &c.source {
             cordon_policy::CredentialSource::Env(v) => unset(v),
             cordon_policy::CredentialSource::Json { file, .. } => {

@@ -12,7 +12,7 @@ use crate::sections::{Convert, Loosen, Origin, Render, Scalar, Section, Sections
 pub const EXPORT_TARGETS: [&str; 3] = ["journald", "syslog", "otlp"];
 
 /// Where the audit log is copied to as it is written.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AuditPlan {
     /// Targets, each once, from [`EXPORT_TARGETS`].
     pub export: Vec<String>,
@@ -24,7 +24,21 @@ pub struct AuditPlan {
     /// The syslog socket; `None`: `/dev/log`.
     pub syslog_socket: Option<String>,
     /// Where each value came from, for `cordon check` (`built-in` when none is written).
-    pub origin: String,
+    pub origin: cordon_events::Origin,
+}
+
+impl Default for AuditPlan {
+    /// Exported nowhere; no origin told (what an empty `String` was before origins were
+    /// typed, so a default plan is written as it was).
+    fn default() -> Self {
+        AuditPlan {
+            export: Vec::new(),
+            otlp_endpoint: None,
+            journald_socket: None,
+            syslog_socket: None,
+            origin: cordon_events::Origin::Derived(String::new()),
+        }
+    }
 }
 
 raw_table! {
@@ -152,7 +166,9 @@ impl Section for Audit {
         let origin = self
             .written()
             .first()
-            .map_or_else(|| "built-in".to_string(), |(_, o)| o.label.clone());
+            .map_or(cordon_events::Origin::BuiltIn, |(_, o)| {
+                o.label.as_str().into()
+            });
         AuditPlan {
             export: self.export.into_iter().map(|(t, _)| t).collect(),
             otlp_endpoint: self.otlp_endpoint.map(|(v, _)| v),
@@ -174,7 +190,7 @@ impl Section for Audit {
         }
         out.line(format!(
             "\n[audit] # {}",
-            crate::sections::comment(&a.origin)
+            crate::sections::comment(&a.origin.to_string())
         ));
         out.strings("export", &a.export);
         let scalars = [

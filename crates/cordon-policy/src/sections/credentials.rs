@@ -153,7 +153,7 @@ pub struct CredentialPlan {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refresh: Option<RefreshPlan>,
     /// Where it came from.
-    pub origin: String,
+    pub origin: cordon_events::Origin,
 }
 
 /// `refresh = { url, token, … }` of a login credential: the provider's OAuth token endpoint,
@@ -523,7 +523,7 @@ fn credential(
             .collect(),
         inject: e.inject.as_ref().is_some_and(|i| *i.get_ref()),
         refresh,
-        origin: cx.origin(name.span()).label,
+        origin: cx.origin(name.span()).label.into(),
     })
 }
 
@@ -660,7 +660,7 @@ impl Section for Credentials {
             out.line(format!(
                 "\n[credentials.{}] # {}",
                 quote_key(&c.name),
-                comment(&c.origin)
+                comment(&c.origin.to_string())
             ));
             if let Some(e) = &c.env {
                 out.string("env", e);

@@ -70,7 +70,7 @@ pub struct DlpAllow {
     /// The hosts they may go to.
     pub hosts: Vec<HostPattern>,
     /// Where it came from.
-    pub origin: String,
+    pub origin: cordon_events::Origin,
 }
 
 raw_table! {
@@ -178,7 +178,7 @@ impl Section for Dlp {
                 DlpAllow {
                     kinds,
                     hosts,
-                    origin: origin.label.clone(),
+                    origin: origin.label.as_str().into(),
                 },
                 origin,
             ));

@@ -18,7 +18,7 @@ pub struct DnsBlock {
     /// the names below.
     pub pattern: HostPattern,
     /// `built-in`, or `FILE:LINE`.
-    pub origin: String,
+    pub origin: cordon_events::Origin,
 }
 
 /// The resolver's configuration.
@@ -154,7 +154,7 @@ impl Section for Dns {
                 .into_iter()
                 .map(|(pattern, o)| DnsBlock {
                     pattern,
-                    origin: o.label,
+                    origin: o.label.into(),
                 })
                 .collect(),
             hosts: self.hosts.into_iter().map(|(k, (ip, _))| (k, ip)).collect(),
@@ -166,9 +166,7 @@ impl Section for Dns {
         out.header("dns");
         out.with_origins(
             "block",
-            dns.block
-                .iter()
-                .map(|b| (b.pattern.to_string(), b.origin.as_str())),
+            dns.block.iter().map(|b| (b.pattern.to_string(), &b.origin)),
         );
         let hosts: Vec<String> = dns
             .hosts

@@ -32,7 +32,7 @@ pub struct ExecRule {
     /// The action when it matches.
     pub action: ExecAction,
     /// `built-in`, or `FILE:LINE`.
-    pub origin: String,
+    pub origin: cordon_events::Origin,
     /// When it ends (`until`, `for`); `None`: never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires: Option<Expiry>,
@@ -280,7 +280,7 @@ impl Section for Exec {
                 .map(|(pattern, action, expires, o)| ExecRule {
                     pattern,
                     action,
-                    origin: o.label,
+                    origin: o.label.into(),
                     expires,
                 })
                 .collect(),

@@ -50,7 +50,7 @@ pub struct HttpRule {
     /// Shown to the client (the model) when it denies.
     pub reason: Option<String>,
     /// Where it came from.
-    pub origin: String,
+    pub origin: cordon_events::Origin,
     /// When it ends (`until`, `for`); `None`: never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires: Option<Expiry>,
@@ -63,7 +63,7 @@ impl HttpRule {
     /// A rule doing `action` with every request to `host`; narrow it with struct update
     /// syntax (`HttpRule { methods: …, ..HttpRule::new(…) }`).
     /// The name a rule written without `name` gets: `http.rule ORIGIN`.
-    pub fn unnamed(origin: &str) -> String {
+    pub fn unnamed(origin: impl std::fmt::Display) -> String {
         format!("http.rule {origin}")
     }
 
@@ -85,7 +85,7 @@ impl HttpRule {
             max_body: None,
             action,
             reason: None,
-            origin: String::new(),
+            origin: cordon_events::Origin::Derived(String::new()),
             expires: None,
             programs: Programs::default(),
         }
@@ -217,7 +217,7 @@ fn rule(
         reason: r.reason.as_ref().map(|x| x.get_ref().clone()),
         expires: cx.ends(&r.until, &r.r#for, "[[http.rule]]")?,
         programs: cx.programs(&r.programs, &r.run_by)?,
-        origin: origin.label,
+        origin: origin.label.into(),
     })
 }
 

@@ -50,7 +50,7 @@ pub struct JudgePlan {
     /// Largest body prefix shown to the model.
     pub max_body_bytes: u64,
     /// Where it came from.
-    pub origin: String,
+    pub origin: cordon_events::Origin,
 }
 
 raw_table! {
@@ -159,7 +159,7 @@ impl Section for Judge {
                 timeout_ms,
                 on_error: j.on_error.map(|a| *a.get_ref()).unwrap_or_default(),
                 max_body_bytes,
-                origin: origin.label.clone(),
+                origin: origin.label.as_str().into(),
             },
             origin,
         ))))
@@ -191,7 +191,7 @@ impl Section for Judge {
         };
         out.line(format!(
             "\n[judge] # {}",
-            crate::sections::comment(&j.origin)
+            crate::sections::comment(&j.origin.to_string())
         ));
         out.string("policy", &j.policy);
         out.string("api", &j.api.to_string());

@@ -64,7 +64,7 @@ pub struct McpRule {
     /// Shown to the agent when it refuses.
     pub reason: Option<String>,
     /// Where it came from.
-    pub origin: String,
+    pub origin: cordon_events::Origin,
     /// When it ends (`until`, `for`); `None`: never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires: Option<Expiry>,
@@ -81,7 +81,7 @@ impl McpRule {
             arguments: Vec::new(),
             action,
             reason: None,
-            origin: String::new(),
+            origin: cordon_events::Origin::Derived(String::new()),
             expires: None,
         }
     }
@@ -185,7 +185,8 @@ impl McpPlan {
             origin: format!(
                 "{} (mcp.rule `{}`, stdio:{})",
                 r.origin, r.name, server.name
-            ),
+            )
+            .into(),
             expires: r.expires,
         })
     }
@@ -327,7 +328,7 @@ fn rule(cx: &Convert<'_>, entry: &serde_spanned::Spanned<RawRule>) -> Result<Mcp
         action: *cx.required(&r.action, "action", "[[mcp.rule]]")?.get_ref(),
         reason: r.reason.as_ref().map(|x| x.get_ref().clone()),
         expires: cx.ends(&r.until, &r.r#for, "[[mcp.rule]]")?,
-        origin: origin.label,
+        origin: origin.label.into(),
     })
 }
 

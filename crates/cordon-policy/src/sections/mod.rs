@@ -308,13 +308,14 @@ pub(crate) fn covered(path: &Path, rules: &[&PathEntry]) -> bool {
 pub struct PathRule {
     /// Absolute, lexically normalised path.
     pub path: PathBuf,
-    /// Human-readable origin: `built-in`, or `FILE:LINE`.
-    pub origin: String,
+    /// Where it came from: `built-in`, `FILE:LINE`, or what cordon derived it from.
+    pub origin: cordon_events::Origin,
 }
 
 impl PathRule {
-    /// A rule for `path` from `origin`.
-    pub fn new(path: impl Into<PathBuf>, origin: impl Into<String>) -> Self {
+    /// A rule for `path` from `origin` (text is read with [`cordon_events::Origin::parse`]:
+    /// a description such as `the host's ssh agent` stays whole).
+    pub fn new(path: impl Into<PathBuf>, origin: impl Into<cordon_events::Origin>) -> Self {
         Self {
             path: path.into(),
             origin: origin.into(),
@@ -793,8 +794,8 @@ impl Render {
     }
 
     /// An `[[name]]` header after a blank line, with the entry's origin.
-    pub(crate) fn entry(&mut self, name: &str, origin: &str) {
-        self.line(format!("\n[[{name}]] # {}", comment(origin)));
+    pub(crate) fn entry(&mut self, name: &str, origin: &cordon_events::Origin) {
+        self.line(format!("\n[[{name}]] # {}", comment(&origin.to_string())));
     }
 
     /// `key = "value"`.
@@ -812,7 +813,7 @@ impl Render {
     pub(crate) fn with_origins<'x>(
         &mut self,
         key: &str,
-        items: impl ExactSizeIterator<Item = (String, &'x str)>,
+        items: impl ExactSizeIterator<Item = (String, &'x cordon_events::Origin)>,
     ) {
         if items.len() == 0 {
             self.line(format!("{key} = []"));
@@ -820,7 +821,11 @@ impl Render {
         }
         self.line(format!("{key} = ["));
         for (v, origin) in items {
-            self.line(format!("    {}, # {}", toml_string(&v), comment(origin)));
+            self.line(format!(
+                "    {}, # {}",
+                toml_string(&v),
+                comment(&origin.to_string())
+            ));
         }
         self.line("]");
     }
@@ -850,7 +855,7 @@ impl Render {
             key,
             rules
                 .iter()
-                .map(|r| (r.path.to_string_lossy().into_owned(), r.origin.as_str())),
+                .map(|r| (r.path.to_string_lossy().into_owned(), &r.origin)),
         );
     }
 }

@@ -33,7 +33,7 @@ pub struct HostRule {
     /// Ports this rule opens (non-empty).
     pub ports: Vec<u16>,
     /// Where the rule came from (`built-in`, `FILE:LINE`).
-    pub origin: String,
+    pub origin: cordon_events::Origin,
     /// When it ends (`until`, `for`); `None`: never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires: Option<Expiry>,
@@ -52,7 +52,7 @@ impl HostRule {
     pub fn label(&self) -> cordon_events::RuleId {
         cordon_events::RuleId::NetworkAllow {
             host: self.host.to_string(),
-            origin: cordon_events::Origin::parse(&self.origin),
+            origin: self.origin.clone(),
         }
     }
 }
@@ -286,7 +286,7 @@ impl Section for Network {
                 .map(|((host, ports, expires, programs), o)| HostRule {
                     host,
                     ports,
-                    origin: o.label,
+                    origin: o.label.into(),
                     expires,
                     programs,
                 })
@@ -300,7 +300,10 @@ impl Section for Network {
         out.strings("allow_ips", &net.allow_ips);
         out.line("# TCP by name and port; everything else (raw IPs, UDP but DNS) is refused.");
         for r in &net.allow {
-            out.line(format!("\n[[network.allow]] # {}", comment(&r.origin)));
+            out.line(format!(
+                "\n[[network.allow]] # {}",
+                comment(&r.origin.to_string())
+            ));
             out.string("host", &r.host.to_string());
             let ports: Vec<String> = r.ports.iter().map(u16::to_string).collect();
             out.line(format!("ports = [{}]", ports.join(", ")));

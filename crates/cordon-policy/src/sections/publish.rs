@@ -12,7 +12,7 @@ pub struct Publish {
     /// Port bound on the host's loopback.
     pub host_port: u16,
     /// Where the entry came from.
-    pub origin: String,
+    pub origin: cordon_events::Origin,
 }
 
 raw_table! {
@@ -92,7 +92,7 @@ impl Section for PublishList {
             .map(|(port, host_port, o)| Publish {
                 port,
                 host_port,
-                origin: o.label,
+                origin: o.label.into(),
             })
             .collect()
     }

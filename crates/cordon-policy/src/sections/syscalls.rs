@@ -203,7 +203,7 @@ impl SyscallsPlan {
             .filter(|n| !lifted(n))
             .map(|n| NamedRule {
                 name: (*n).to_string(),
-                origin: "built-in".to_string(),
+                origin: cordon_events::Origin::BuiltIn,
             })
             .collect();
         for d in &self.deny {
@@ -221,7 +221,7 @@ pub struct NamedRule {
     /// The syscall name, validated against the syscall tables.
     pub name: String,
     /// `built-in`, or `FILE:LINE`.
-    pub origin: String,
+    pub origin: cordon_events::Origin,
 }
 
 raw_table! {
@@ -324,7 +324,7 @@ impl Section for Syscalls {
             v.into_iter()
                 .map(|(name, o)| NamedRule {
                     name,
-                    origin: o.label,
+                    origin: o.label.into(),
                 })
                 .collect()
         };
@@ -336,8 +336,10 @@ impl Section for Syscalls {
     }
 
     fn render(s: &SyscallsPlan, out: &mut Render) {
-        fn names(v: &[NamedRule]) -> impl ExactSizeIterator<Item = (String, &str)> {
-            v.iter().map(|r| (r.name.clone(), r.origin.as_str()))
+        fn names(
+            v: &[NamedRule],
+        ) -> impl ExactSizeIterator<Item = (String, &cordon_events::Origin)> {
+            v.iter().map(|r| (r.name.clone(), &r.origin))
         }
         out.header("syscalls");
         out.line("# built-in denials lifted");
@@ -453,13 +455,21 @@ mod tests {
             nested_userns: false,
         };
         let d = plan.denied();
-        let find = |n: &str| d.iter().find(|r| r.name == n).map(|r| r.origin.as_str());
-        assert_eq!(find("ptrace"), None);
-        assert_eq!(find("process_vm_writev"), None);
-        assert_eq!(find("mount"), Some("built-in"), "first origin kept");
-        assert_eq!(find("chroot"), Some("d:1"));
-        assert_eq!(find("bpf"), Some("d:2"), "denied again after the lift");
-        assert_eq!(find("kexec_load"), Some("built-in"));
+        let find = |n: &str| d.iter().find(|r| r.name == n).map(|r| r.origin.to_string());
+        assert_eq!(find("ptrace").as_deref(), None);
+        assert_eq!(find("process_vm_writev").as_deref(), None);
+        assert_eq!(
+            find("mount").as_deref(),
+            Some("built-in"),
+            "first origin kept"
+        );
+        assert_eq!(find("chroot").as_deref(), Some("d:1"));
+        assert_eq!(
+            find("bpf").as_deref(),
+            Some("d:2"),
+            "denied again after the lift"
+        );
+        assert_eq!(find("kexec_load").as_deref(), Some("built-in"));
         assert_eq!(d.iter().filter(|r| r.name == "mount").count(), 1);
         let default = SyscallsPlan::default().denied();
         assert_eq!(default.len(), BUILTIN_DENIED_SYSCALLS.len());
@@ -473,14 +483,18 @@ mod tests {
             nested_userns: true,
         };
         let d = plan.denied();
-        let find = |n: &str| d.iter().find(|r| r.name == n).map(|r| r.origin.as_str());
+        let find = |n: &str| d.iter().find(|r| r.name == n).map(|r| r.origin.to_string());
         for n in SyscallsPlan::NESTED_USERNS_LIFTS
             .iter()
             .filter(|n| **n != "pivot_root")
         {
-            assert_eq!(find(n), None, "{n}");
+            assert_eq!(find(n).as_deref(), None, "{n}");
         }
-        assert_eq!(find("pivot_root"), Some("d:1"), "denied again by deny");
+        assert_eq!(
+            find("pivot_root").as_deref(),
+            Some("d:1"),
+            "denied again by deny"
+        );
         for n in [
             "setns",
             "ptrace",
@@ -489,7 +503,7 @@ mod tests {
             "perf_event_open",
             "open_by_handle_at",
         ] {
-            assert_eq!(find(n), Some("built-in"), "{n}");
+            assert_eq!(find(n).as_deref(), Some("built-in"), "{n}");
         }
         for n in SyscallsPlan::NESTED_USERNS_LIFTS {
             assert!(BUILTIN_DENIED_SYSCALLS.contains(n), "{n}");

@@ -87,7 +87,7 @@ pub fn has(rules: &[PathRule], path: &Path) -> Option<String> {
     rules
         .iter()
         .find(|r| r.path == path)
-        .map(|r| r.origin.clone())
+        .map(|r| r.origin.to_string())
 }
 
 pub fn exec_rules(l: &Loaded) -> Vec<(String, ExecAction, String)> {
@@ -95,7 +95,7 @@ pub fn exec_rules(l: &Loaded) -> Vec<(String, ExecAction, String)> {
         .exec
         .rules
         .iter()
-        .map(|r| (r.pattern.clone(), r.action, r.origin.clone()))
+        .map(|r| (r.pattern.clone(), r.action, r.origin.to_string()))
         .collect()
 }
 

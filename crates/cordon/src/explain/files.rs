@@ -167,7 +167,7 @@ pub(super) fn filesystem(plan: &Plan, path: &Path, write: bool) -> Explanation {
             x.notes.push(
                 "no readable or writable line added elsewhere re-opens a masked path".to_string(),
             );
-            x.origin = Some(rule);
+            x.origin = Some(rule.into());
         }
         PathAccess::Absent => {
             x.decision = "deny";
@@ -262,7 +262,7 @@ fn copy_on_write(
     match staged {
         None => {
             x.rule = format!("sandbox's own {}", at.display());
-            x.origin = Some("built-in".into());
+            x.origin = Some(cordon_events::Origin::BuiltIn);
             x.why = format!(
                 "{} is the session's own: writes never reach the host",
                 at.display()
@@ -360,6 +360,6 @@ pub(crate) fn annotate_read_only(plan: &mut Plan) {
         } else {
             continue;
         };
-        r.origin = format!("{}; {note}", r.origin);
+        r.origin = format!("{}; {note}", r.origin).into();
     }
 }

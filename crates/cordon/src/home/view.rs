@@ -354,7 +354,7 @@ pub fn add_home_credentials(plan: &mut Plan) {
                 files: Vec::new(),
                 inject: false,
                 refresh: None,
-                origin: format!("the home's view: {}", f.display()),
+                origin: format!("the home's view: {}", f.display()).into(),
             });
         }
         if !tokens.is_empty() {
