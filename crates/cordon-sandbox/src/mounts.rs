@@ -249,7 +249,9 @@ fn apply(
         MountOp::Proc { .. } => {
             ensure_mountpoint(&dst, true).ctx(at.clone())?;
             let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-            sys::mount(Some(&cs("proc")), &dst, Some(&cs("proc")), flags, None).ctx(at)?;
+            sys::mount(Some(&cs("proc")), &dst, Some(&cs("proc")), flags, None)
+                .map_err(crate::probe::proc_refused)
+                .ctx(at)?;
             if proc == ProcView::Plain {
                 return Ok(());
             }

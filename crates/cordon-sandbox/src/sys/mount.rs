@@ -30,6 +30,28 @@ pub(crate) fn make_root_private_raw() -> Result<(), i32> {
     }
 }
 
+/// Mounts a fresh procfs at `/proc` (the probe's child, in namespaces of its own, does what the
+/// sandbox's init does at `/newroot/proc`); without allocating. Returns the errno on failure.
+pub(crate) fn mount_fresh_proc_raw() -> Result<(), i32> {
+    // SAFETY: static NUL-terminated strings and a null data pointer; mount(2) only reads them.
+    let rc = unsafe {
+        libc::mount(
+            c"proc".as_ptr(),
+            c"/proc".as_ptr(),
+            c"proc".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            std::ptr::null(),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EPERM))
+    }
+}
+
 pub(crate) fn mount(
     src: Option<&CStr>,
     target: &Path,
