@@ -7,6 +7,7 @@
 #   scripts/container-engine.sh image CORDON_BINARY TAG
 #                                        TAG := the Debian root of scripts/debian-root.sh, imported,
 #                                        plus CORDON_BINARY at /usr/local/bin/cordon and a user `tester`
+#   scripts/container-engine.sh podman-image CORDON_BINARY TAG   the same image, in Podman's store
 #
 # Debian's client (/usr/bin/docker, 20.10) is used by path: another client earlier on PATH may
 # speak a newer API than this engine.
@@ -42,24 +43,33 @@ stop)
         for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
     fi
     ;;
-image)
+image | podman-image)
     bin=$2
     tag=$3
+    if [ "$1" = podman-image ]; then
+        # This machine's workarounds to start any container (see podman_args in the test).
+        docker="podman --cgroup-manager=cgroupfs --runtime=runc"
+        build_opts="--ulimit nofile=1024:1024 --ulimit nproc=1024:1024"
+    fi
     root_tar="$here/../target/container/root.tar"
     bash "$here/debian-root.sh" "$root_tar" ca-certificates curl git procps
     base="cordon-test-base:$(stat -c %Y "$root_tar")"
-    if ! "$docker" image inspect "$base" >/dev/null 2>&1; then
-        "$docker" import "$root_tar" "$base" >/dev/null
+    if ! $docker image inspect "$base" >/dev/null 2>&1; then
+        $docker import "$root_tar" "$base" >/dev/null
     fi
     ctx=$(mktemp -d)
     trap 'rm -rf "$ctx"' EXIT
     cp "$bin" "$ctx/cordon"
+    # Podman names an imported image localhost/…; a short name could be looked up in registries.
+    from=$base
+    [ "$1" = podman-image ] && from="localhost/$base"
     printf 'FROM %s\nCOPY cordon /usr/local/bin/cordon\nRUN useradd --create-home --shell /bin/sh tester\n' \
-        "$base" >"$ctx/Dockerfile"
-    "$docker" build -q -t "$tag" "$ctx" >/dev/null
+        "$from" >"$ctx/Dockerfile"
+    # shellcheck disable=SC2086
+    $docker build ${build_opts:-} -q -t "$tag" "$ctx" >/dev/null
     ;;
 *)
-    echo "usage: $0 start|stop|image CORDON_BINARY TAG" >&2
+    echo "usage: $0 start|stop|image|podman-image CORDON_BINARY TAG" >&2
     exit 2
     ;;
 esac

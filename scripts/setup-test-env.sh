@@ -21,8 +21,9 @@
 #  - systemd (journald, journalctl; not started: the export test runs its own journald in a
 #    private mount namespace) and PyPI opentelemetry-proto, pinned, in a venv: the export
 #    test's OTLP receiver decodes with the official definitions (crates/cordon/tests/export.rs)
-#  - docker.io (Debian's engine; the test starts dockerd when none runs), iproute2 (ip): cordon
-#    inside a container (crates/cordon/tests/container.rs, its image from scripts/debian-root.sh)
+#  - docker.io (Debian's engine; the test starts dockerd when none runs), podman and runc,
+#    iproute2 (ip), mmdebstrap: cordon inside a container (crates/cordon/tests/container.rs,
+#    its image made by scripts/debian-root.sh)
 #  - an unprivileged account, cordon-test, for the second run of every sandbox test
 set -euo pipefail
 if [ "$(id -u)" -ne 0 ]; then
@@ -33,7 +34,7 @@ need=()
 for pkg in git python3 util-linux procps cargo strace bubblewrap hyperfine libcap2-bin \
     curl openssl gcc g++ libc6-dev python3-pip python3-venv python3-requests iperf3 passt slirp4netns \
     openssh-server openssh-client bind9-dnsutils iputils-ping \
-    chromium chromium-driver fonts-dejavu-core man-db golang-go systemd docker.io iproute2 mmdebstrap; do
+    chromium chromium-driver fonts-dejavu-core man-db golang-go systemd docker.io podman runc iproute2 mmdebstrap; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

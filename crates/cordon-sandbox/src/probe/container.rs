@@ -90,6 +90,20 @@ fn proc_overmounts(host: &Host) -> Vec<PathBuf> {
         .collect()
 }
 
+/// `step` in the sandbox's namespaces; Err: why the try or the step failed.
+fn tried(step: fn() -> Result<(), i32>) -> Result<(), String> {
+    in_sandbox_namespaces(step)?
+        .map_err(|errno| std::io::Error::from_raw_os_error(errno).to_string())
+}
+
+/// The sandbox's hostname, set in its namespaces as its init does. Err: the errno's text.
+fn sandbox_hostname() -> Result<(), String> {
+    fn step() -> Result<(), i32> {
+        sys::sethostname("cordon").map_err(|e| e.raw_os_error().unwrap_or(libc::EPERM))
+    }
+    tried(step)
+}
+
 /// The sandbox's own procfs, tried for real: the namespaces the sandbox makes, then a fresh
 /// `proc` mounted over `/proc` in them. Err: the errno.
 fn fresh_proc() -> Result<(), String> {
@@ -97,10 +111,7 @@ fn fresh_proc() -> Result<(), String> {
         sys::make_root_private_raw()?;
         sys::mount_fresh_proc_raw()
     }
-    match in_sandbox_namespaces(step)? {
-        Ok(()) => Ok(()),
-        Err(errno) => Err(std::io::Error::from_raw_os_error(errno).to_string()),
-    }
+    tried(step)
 }
 
 /// The container's lines for the doctor and the options it needs. `userns_work`: the
@@ -164,19 +175,28 @@ fn runtime_filters(host: &Host, userns_work: bool, found: &mut Found) {
         Support::Missing
     };
     if seccomp_mode(host) == Some(2) {
+        // Podman's profile lets user namespaces through and denies sethostname(2) without
+        // CAP_SYS_ADMIN, even in a UTS namespace of the process's own: tried as the sandbox
+        // does it.
+        let hostname = if userns_work {
+            sandbox_hostname()
+        } else {
+            Ok(())
+        };
+        let works = userns_work && hostname.is_ok();
         let c = check(
             Layer::Isolation,
             "the container's seccomp filter",
-            support,
+            if works { Support::Ok } else { Support::Missing },
             "this process runs under a seccomp filter (Seccomp: 2 in /proc/self/status)".into(),
-            if userns_work {
-                "it lets user namespaces through; cordon's own filter stacks on it".into()
-            } else {
-                "it denies new user namespaces (unshare(CLONE_NEWUSER) without CAP_SYS_ADMIN): cordon run refuses to start".into()
+            match (&hostname, userns_work) {
+                (_, false) => "it denies new user namespaces (unshare(CLONE_NEWUSER) without CAP_SYS_ADMIN): cordon run refuses to start".into(),
+                (Err(e), true) => format!("it lets user namespaces through but denies sethostname(2) in the sandbox's own UTS namespace ({e}): sandbox setup fails at hostname"),
+                (Ok(()), true) => "it lets user namespaces and the sandbox's setup through; cordon's own filter stacks on it".into(),
             },
-            !userns_work,
+            !works,
         );
-        found.note_or_need(c, Need::Seccomp, userns_work);
+        found.note_or_need(c, Need::Seccomp, works);
     }
     if let Some(label) = apparmor_label(host) {
         let c = check(
