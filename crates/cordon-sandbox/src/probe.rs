@@ -564,7 +564,12 @@ fn overlay_in_userns(
 }
 
 fn overlay() -> Check {
-    let dir = std::env::temp_dir().join(format!("cordon-probe-{}", std::process::id()));
+    // Where the layers' upper directories go: cordon's state (overlayfs takes an upper
+    // directory on some filesystems only, a container's own overlayfs not among them).
+    let base = cordon_events::state_dir()
+        .filter(|d| std::fs::create_dir_all(d).is_ok())
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = base.join(format!(".probe-overlay-{}", std::process::id()));
     let result = with_probe_dirs(&dir, &["lower", "upper", "work", "merged"], || {
         overlay_in_userns(
             &[dir.join("lower")],
