@@ -676,7 +676,8 @@ mod tests {
 
     use super::*;
 
-    fn fake(files: &[(&str, &str)]) -> tempfile::TempDir {
+    /// A fake host root holding `files` (path, text).
+    pub(super) fn fake(files: &[(&str, &str)]) -> tempfile::TempDir {
         let t = tempfile::tempdir().unwrap();
         for (p, text) in files {
             let p = t.path().join(p);

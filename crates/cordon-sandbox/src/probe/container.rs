@@ -375,17 +375,8 @@ pub(crate) fn proc_refused(e: std::io::Error) -> std::io::Error {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::fake;
     use super::*;
-
-    fn fake(files: &[(&str, &str)]) -> tempfile::TempDir {
-        let t = tempfile::tempdir().unwrap();
-        for (p, text) in files {
-            let p = t.path().join(p);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, text).unwrap();
-        }
-        t
-    }
 
     const MASKED: &str = "1 0 0:1 / / rw - overlay overlay rw\n\
         2 1 0:2 / /proc rw - proc proc rw\n\
