@@ -242,8 +242,11 @@ fn bridge_addr(bridge: &str) -> String {
     addr
 }
 
-/// A container with no options: doctor's line (and the TUN's cost); cordon run fails.
+/// A container with no options: doctor's line (and the TUN's cost), the same for root and a
+/// user; cordon run fails.
 fn no_options(rt: &Runtime, smoke: &Path) -> Vec<String> {
+    let o = run_in(rt, &[], Who::User, smoke, DOCTOR);
+    let as_user = named_options(rt, &String::from_utf8_lossy(&o.stdout));
     let o = run_in(rt, &[], Who::Root, smoke, DOCTOR);
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
@@ -263,6 +266,7 @@ fn no_options(rt: &Runtime, smoke: &Path) -> Vec<String> {
         out.contains("Without `--device /dev/net/tun` it runs in explicit-proxy mode"),
         "{out}"
     );
+    assert_eq!(as_user, opts, "the user is told the same:\n{out}");
     let o = run_in(rt, &[], Who::Root, smoke, SMOKE_SH);
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(tagged(&out, "RUN"), "rc=125", "{}", show(&o));
