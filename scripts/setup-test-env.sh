@@ -23,6 +23,9 @@
 #    test's OTLP receiver decodes with the official definitions (crates/cordon/tests/export.rs)
 #  - cargo-deb (pinned), dpkg-dev (dpkg-shlibdeps: the package's Depends) and mmdebstrap: the
 #    package test builds the .deb and installs it into a Debian 12 root (scripts/test-package.sh)
+#  - docker.io (Debian's engine; the test starts dockerd when none runs), podman and runc,
+#    iproute2 (ip), mmdebstrap: cordon inside a container (crates/cordon/tests/container.rs,
+#    its image made by scripts/debian-root.sh)
 #  - an unprivileged account, cordon-test, for the second run of every sandbox test
 set -euo pipefail
 if [ "$(id -u)" -ne 0 ]; then
@@ -33,7 +36,8 @@ need=()
 for pkg in git python3 util-linux procps cargo strace bubblewrap hyperfine libcap2-bin \
     curl openssl gcc g++ libc6-dev python3-pip python3-venv python3-requests iperf3 passt slirp4netns \
     openssh-server openssh-client bind9-dnsutils iputils-ping \
-    chromium chromium-driver fonts-dejavu-core man-db golang-go systemd dpkg-dev mmdebstrap; do
+    chromium chromium-driver fonts-dejavu-core man-db golang-go systemd dpkg-dev mmdebstrap \
+    docker.io podman runc iproute2; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

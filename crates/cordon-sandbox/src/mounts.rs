@@ -314,7 +314,10 @@ fn mount_proc(dst: &Path, proc: ProcView) -> Result<(), MountError> {
     let at = || dst.display().to_string();
     ensure_mountpoint(dst, true).ctx(at)?;
     let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-    sys::mount(Some(&cs("proc")), dst, Some(&cs("proc")), flags, None).ctx(at)?;
+    // Refused where the runtime masks /proc paths (a container): the error names the option.
+    sys::mount(Some(&cs("proc")), dst, Some(&cs("proc")), flags, None)
+        .map_err(crate::probe::proc_refused)
+        .ctx(at)?;
     if proc == ProcView::Plain {
         return Ok(());
     }

@@ -8,6 +8,10 @@ use std::path::{Path, PathBuf};
 
 use crate::sys;
 
+mod container;
+pub(crate) use container::proc_refused;
+pub use container::{ContainerAdvice, container_checks};
+
 /// How a feature stands on this machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Support {
@@ -124,18 +128,26 @@ impl Check {
 
 /// Run every probe, in layer order, reading the host's knobs through `host`.
 pub fn probe(host: &Host) -> Vec<Check> {
+    probe_with_advice(host).0
+}
+
+/// [`probe`], and what a container this runs in needs for `cordon run` to work.
+pub fn probe_with_advice(host: &Host) -> (Vec<Check>, ContainerAdvice) {
     let ns = namespaces();
     let works = ns.support == Support::Ok;
     let mut v = vec![ns];
     v.extend(userns_restrictions(host, works));
+    let tun = tun(host);
+    let (checks, advice) = container_checks(host, works, tun.support == Support::Ok);
+    v.extend(checks);
     v.push(landlock(sys::landlock_abi()));
     v.push(cgroups());
-    v.push(tun(host));
+    v.push(tun);
     v.push(seccomp());
     v.push(seccomp_notify());
     v.push(nested_sandboxes(works));
     v.push(overlay());
-    v
+    (v, advice)
 }
 
 /// What `[syscalls] nested_userns` lifts, for agents that sandbox their own tools (bwrap,
@@ -202,7 +214,7 @@ pub fn userns_restrictions(host: &Host, works: bool) -> Vec<Check> {
     let container = host.container();
     let container_fix = |runtime: &str| {
         format!(
-            "this runs in a {runtime} container, whose runtime blocks user namespaces: run cordon on the host, or start the container with them allowed (Docker/Podman: `--security-opt seccomp=unconfined --security-opt apparmor=unconfined`)"
+            "this runs in a {runtime} container, whose runtime blocks user namespaces: run cordon on the host, or start the container with the options the report's last line names (exactly those make cordon run work)"
         )
     };
     let mut v = Vec::new();
@@ -292,48 +304,55 @@ fn check(
     }
 }
 
+/// Clone into the sandbox's namespaces, map the ids as the sandbox does, and run `step` in the
+/// child (async-signal-safe: no allocation). Err: the clone or the maps failed; Ok(Err(errno)):
+/// `step` failed.
+pub(crate) fn in_sandbox_namespaces(
+    step: fn() -> Result<(), i32>,
+) -> Result<Result<(), i32>, String> {
+    let (r, w) = sys::pipe().map_err(|e| e.to_string())?;
+    // SAFETY: the child only reads a pipe, runs `step` (mount calls on static data) and exits
+    // (async-signal-safe, no allocation).
+    let child = unsafe { sys::clone_into_namespaces(sys::SANDBOX_NAMESPACES) }
+        .map_err(|e| format!("clone: {e}"))?;
+    let Some(child) = child else {
+        // Our copy of the write end must go, or the read below never sees the parent's EOF.
+        sys::close_raw(w.as_raw_fd());
+        let mut b = [0u8; 1];
+        sys::read_raw(r.as_raw_fd(), &mut b);
+        sys::exit_now(match step() {
+            Ok(()) => 0,
+            Err(errno) => errno.clamp(1, 255),
+        })
+    };
+    drop(r);
+    let base = format!("/proc/{}", child.pid);
+    let res = std::fs::write(format!("{base}/setgroups"), "deny")
+        .and_then(|_| std::fs::write(format!("{base}/uid_map"), format!("0 {} 1", sys::getuid())))
+        .and_then(|_| std::fs::write(format!("{base}/gid_map"), format!("0 {} 1", sys::getgid())))
+        .map_err(|e| format!("uid/gid map: {e}"));
+    drop(w);
+    let ended = sys::waitpid(child.pid, false);
+    res?;
+    match ended {
+        Ok(Some((_, sys::WaitStatus::Exited(0)))) => Ok(Ok(())),
+        Ok(Some((_, sys::WaitStatus::Exited(errno)))) => Ok(Err(errno)),
+        other => Err(format!("the namespace probe ended with {other:?}")),
+    }
+}
+
 fn namespaces() -> Check {
     let feature = "user, mount, pid, ipc, uts, net, cgroup namespaces";
-    let result = (|| -> Result<(), String> {
-        let (r, w) = sys::pipe().map_err(|e| e.to_string())?;
-        // SAFETY: the child only reads a pipe, makes one mount call on static data and exits
-        // (async-signal-safe, no allocation).
-        let child = unsafe { sys::clone_into_namespaces(sys::SANDBOX_NAMESPACES) }
-            .map_err(|e| format!("clone: {e}"))?;
-        let Some(child) = child else {
-            // Our copy of the write end must go, or the read below never sees the parent's EOF.
-            sys::close_raw(w.as_raw_fd());
-            let mut b = [0u8; 1];
-            sys::read_raw(r.as_raw_fd(), &mut b);
-            // The first mount the sandbox makes. A namespace without capabilities (Ubuntu's
-            // AppArmor restriction) clones and maps fine and fails here.
-            sys::exit_now(match sys::make_root_private_raw() {
-                Ok(()) => 0,
-                Err(errno) => errno.clamp(1, 255),
-            })
-        };
-        drop(r);
-        let base = format!("/proc/{}", child.pid);
-        let res = std::fs::write(format!("{base}/setgroups"), "deny")
-            .and_then(|_| {
-                std::fs::write(format!("{base}/uid_map"), format!("0 {} 1", sys::getuid()))
-            })
-            .and_then(|_| {
-                std::fs::write(format!("{base}/gid_map"), format!("0 {} 1", sys::getgid()))
-            })
-            .map_err(|e| format!("uid/gid map: {e}"));
-        drop(w);
-        let ended = sys::waitpid(child.pid, false);
-        res?;
-        match ended {
-            Ok(Some((_, sys::WaitStatus::Exited(0)))) => Ok(()),
-            Ok(Some((_, sys::WaitStatus::Exited(errno)))) => Err(format!(
+    // The first mount the sandbox makes. A namespace without capabilities (Ubuntu's AppArmor
+    // restriction, a container's AppArmor profile) clones and maps fine and fails here.
+    let result = in_sandbox_namespaces(sys::make_root_private_raw).and_then(|step| {
+        step.map_err(|errno| {
+            format!(
                 "the namespace has no capabilities: its first mount failed ({})",
                 std::io::Error::from_raw_os_error(errno)
-            )),
-            other => Err(format!("the namespace probe ended with {other:?}")),
-        }
-    })();
+            )
+        })
+    });
     match result {
         Ok(()) => check(
             Layer::Isolation,
@@ -562,7 +581,12 @@ fn overlay_in_userns(
 }
 
 fn overlay() -> Check {
-    let dir = std::env::temp_dir().join(format!("cordon-probe-{}", std::process::id()));
+    // Where the layers' upper directories go: cordon's state (overlayfs takes an upper
+    // directory on some filesystems only, a container's own overlayfs not among them).
+    let base = cordon_events::state_dir()
+        .filter(|d| std::fs::create_dir_all(d).is_ok())
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = base.join(format!(".probe-overlay-{}", std::process::id()));
     let result = with_probe_dirs(&dir, &["lower", "upper", "work", "merged"], || {
         overlay_in_userns(
             &[dir.join("lower")],
@@ -669,7 +693,8 @@ mod tests {
 
     use super::*;
 
-    fn fake(files: &[(&str, &str)]) -> tempfile::TempDir {
+    /// A fake host root holding `files` (path, text).
+    pub(super) fn fake(files: &[(&str, &str)]) -> tempfile::TempDir {
         let t = tempfile::tempdir().unwrap();
         for (p, text) in files {
             let p = t.path().join(p);

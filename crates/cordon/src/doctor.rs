@@ -29,7 +29,7 @@ pub fn doctor() -> i32 {
         .map(Host::at)
         .unwrap_or_else(Host::real);
     // The probes fork: they run before anything starts a thread.
-    let mut checks = cordon_sandbox::probe::probe(&host);
+    let (mut checks, advice) = cordon_sandbox::probe::probe_with_advice(&host);
     checks.push(home());
     let ca = ca();
     checks.push(credentials(ca.support == Support::Ok));
@@ -70,6 +70,10 @@ pub fn doctor() -> i32 {
         "\nThe built-in default policy {} be enforced on this machine.",
         if failed { "cannot" } else { "can" }
     );
+    // In a container: the runtime's options, exactly those `cordon run` needs here.
+    if let Some(line) = advice.line() {
+        let _ = writeln!(out, "{line}");
+    }
     i32::from(failed)
 }
 

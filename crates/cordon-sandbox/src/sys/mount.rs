@@ -11,16 +11,26 @@ use super::{cstr, cvt, cvt_long};
 /// does in its mount namespace; without allocating, so a freshly cloned child may call it.
 /// Returns the errno on failure.
 pub(crate) fn make_root_private_raw() -> Result<(), i32> {
-    // SAFETY: a static NUL-terminated path and null pointers; mount(2) only reads them.
-    let rc = unsafe {
-        libc::mount(
-            std::ptr::null(),
-            c"/".as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
-            std::ptr::null(),
-        )
-    };
+    mount_static(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE)
+}
+
+/// Mounts a fresh procfs at `/proc` (the probe's child, in namespaces of its own, does what the
+/// sandbox's init does at `/newroot/proc`); without allocating. Returns the errno on failure.
+pub(crate) fn mount_fresh_proc_raw() -> Result<(), i32> {
+    let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    mount_static(Some(c"proc"), c"/proc", Some(c"proc"), flags)
+}
+
+/// mount(2) of static strings and no data, without allocating; Err: the errno.
+fn mount_static(
+    src: Option<&'static CStr>,
+    target: &'static CStr,
+    fstype: Option<&'static CStr>,
+    flags: libc::c_ulong,
+) -> Result<(), i32> {
+    let p = |c: Option<&CStr>| c.map_or(std::ptr::null(), |c| c.as_ptr());
+    // SAFETY: static NUL-terminated strings or null pointers; mount(2) only reads them.
+    let rc = unsafe { libc::mount(p(src), target.as_ptr(), p(fstype), flags, std::ptr::null()) };
     if rc == 0 {
         Ok(())
     } else {
