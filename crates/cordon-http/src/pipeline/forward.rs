@@ -84,29 +84,7 @@ pub(crate) async fn forward(
     } else {
         &i.upstreams.client
     };
-    // A free permit is taken at once; only a wait for one sets a timer.
-    let permit = match i.upstreams.permits.clone().try_acquire_owned() {
-        Ok(p) => Ok(Ok(p)),
-        Err(_) => {
-            tokio::time::timeout(
-                BODY_PREFIX_TIMEOUT,
-                i.upstreams.permits.clone().acquire_owned(),
-            )
-            .await
-        }
-    };
-    let Ok(Ok(permit)) = permit else {
-        (i.screens.emit)(verdict.mark(ex.event(
-            EvAction::Error,
-            503,
-            "too many requests in flight",
-            &verdict.decided_by,
-        )));
-        return Err(Refused::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "cordon: too many requests are in flight; retry shortly\n",
-        ));
-    };
+    let permit = in_flight_permit(i, ex, verdict).await?;
     // From here the request is on its way upstream: should the sandbox go away before the
     // answer is relayed (the future dropped), the request is still logged as let out.
     let mut pending = Unanswered {
@@ -166,6 +144,38 @@ pub(crate) async fn forward(
         stopped: (streamed && !log).then_some(trip),
         body_up,
     })
+}
+
+/// A permit for one more request in flight: a free one at once, else a wait bounded by
+/// [`BODY_PREFIX_TIMEOUT`], after which the request is refused with 503 (and logged).
+async fn in_flight_permit(
+    i: Forwarding<'_>,
+    ex: &Exchange<'_>,
+    verdict: &Cleared,
+) -> Result<tokio::sync::OwnedSemaphorePermit, Refused> {
+    let permit = match i.upstreams.permits.clone().try_acquire_owned() {
+        Ok(p) => Ok(Ok(p)),
+        Err(_) => {
+            tokio::time::timeout(
+                BODY_PREFIX_TIMEOUT,
+                i.upstreams.permits.clone().acquire_owned(),
+            )
+            .await
+        }
+    };
+    let Ok(Ok(permit)) = permit else {
+        (i.screens.emit)(verdict.mark(ex.event(
+            EvAction::Error,
+            503,
+            "too many requests in flight",
+            &verdict.decided_by,
+        )));
+        return Err(Refused::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "cordon: too many requests are in flight; retry shortly\n",
+        ));
+    };
+    Ok(permit)
 }
 
 /// A request sent upstream whose answer has not reached the relay: dropped armed (the sandbox
