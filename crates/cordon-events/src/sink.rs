@@ -179,7 +179,9 @@ impl AuditLog {
             if let Err(e) = state.flush() {
                 // What the layers refuse because of the outage is counted, not held: the
                 // memory is kept for the decisions made before it (answers still relayed).
-                if event.action == Action::Deny && event.rule.as_deref() == Some(AUDIT_UNWRITABLE) {
+                let outage_refusal = event.rule_id()
+                    == Some(crate::RuleId::builtin(crate::Builtin::AuditUnwritable));
+                if event.action == Action::Deny && outage_refusal {
                     if let Some(o) = state.outage.as_mut() {
                         o.refused += 1;
                     }

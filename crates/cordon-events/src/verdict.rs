@@ -212,7 +212,7 @@ impl Builtin {
             Builtin::McpUnreadable => "mcp.unreadable",
             Builtin::McpLegacy => "mcp",
             Builtin::SshAgent => "ssh.agent",
-            Builtin::AuditUnwritable => "audit.unwritable",
+            Builtin::AuditUnwritable => crate::AUDIT_UNWRITABLE,
             Builtin::FilesystemHome => "filesystem.home",
             Builtin::FailClosed => "built-in: fail closed",
             Builtin::Dlp => "dlp",
