@@ -15,6 +15,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 docker=/usr/bin/docker
 pidfile=/run/cordon-test-dockerd.pid
+# Made by `start` when it started the engine, so `stop` stops no other.
+started=/run/cordon-test-dockerd.started
 case "${1:-}" in
 start)
     if "$docker" info >/dev/null 2>&1; then
@@ -22,11 +24,16 @@ start)
         exit 0
     fi
     command -v dockerd >/dev/null || { echo "$0: no dockerd (apt-get install docker.io)" >&2; exit 1; }
+    # A pidfile left by an engine that was killed would stop this one from starting.
+    if [ -s "$pidfile" ] && [ "$(cat "/proc/$(cat "$pidfile")/comm" 2>/dev/null)" != dockerd ]; then
+        rm -f "$pidfile"
+    fi
     # overlay2 on ext4/xfs; the data stays under /var/lib/docker (prune what the test made).
     nohup dockerd --data-root /var/lib/docker --exec-root /run/cordon-test-docker \
         --pidfile "$pidfile" -H unix:///run/docker.sock >/tmp/cordon-test-dockerd.log 2>&1 &
     for _ in $(seq 60); do
         if "$docker" info >/dev/null 2>&1; then
+            : >"$started"
             echo started
             exit 0
         fi
@@ -37,11 +44,16 @@ start)
     exit 1
     ;;
 stop)
-    if [ -s "$pidfile" ]; then
+    # Only the dockerd `start` started (its marker), and only while that pid is a dockerd: a
+    # pidfile left by a killed engine may name another process by now.
+    if [ -e "$started" ] && [ -s "$pidfile" ]; then
         pid=$(cat "$pidfile")
-        kill "$pid" 2>/dev/null || true
-        for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+        if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = dockerd ]; then
+            kill "$pid" 2>/dev/null || true
+            for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+        fi
     fi
+    rm -f "$started"
     ;;
 image | podman-image)
     bin=$2

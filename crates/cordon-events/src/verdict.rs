@@ -358,6 +358,23 @@ impl RuleId {
     }
 
     fn typed(text: &str) -> Option<RuleId> {
+        // A rule's steps first: a rule named like a built-in one (`dlp:uploads → judge`) is
+        // still that rule, judged.
+        let mut parts = text.split(THEN);
+        let name = parts.next().unwrap_or(text);
+        let then: Option<Vec<Step>> = parts
+            .map(|s| match s {
+                "judge" => Some(Step::Judge),
+                "ask" => Some(Step::Ask),
+                _ => None,
+            })
+            .collect();
+        if let Some(then) = then.filter(|t| !t.is_empty()) {
+            return Some(RuleId::Http {
+                name: name.to_string(),
+                then,
+            });
+        }
         if let Some(rule) = Builtin::from_name(text) {
             return Some(RuleId::builtin(rule));
         }
@@ -384,21 +401,6 @@ impl RuleId {
                     built_in,
                 });
             }
-        }
-        let mut parts = text.split(THEN);
-        let name = parts.next().unwrap_or(text);
-        let then: Option<Vec<Step>> = parts
-            .map(|s| match s {
-                "judge" => Some(Step::Judge),
-                "ask" => Some(Step::Ask),
-                _ => None,
-            })
-            .collect();
-        if let Some(then) = then.filter(|t| !t.is_empty()) {
-            return Some(RuleId::Http {
-                name: name.to_string(),
-                then,
-            });
         }
         match Origin::parse(text) {
             Origin::Derived(_) => None,

@@ -189,3 +189,13 @@ fn builtin_names_are_unique() {
         assert_eq!(Builtin::from_name(b.as_str()), Some(b));
     }
 }
+
+#[test]
+fn a_rule_with_steps_is_that_rule_whatever_its_name() {
+    let r = RuleId::parse("dlp:uploads → judge");
+    assert_eq!(r.steps(), [Step::Judge]);
+    assert_eq!(r.to_string(), "dlp:uploads → judge");
+    assert!(matches!(r, RuleId::Http { ref name, .. } if name == "dlp:uploads"));
+    let r = RuleId::parse("block:x → ask");
+    assert_eq!(r.steps(), [Step::Ask]);
+}

@@ -494,3 +494,15 @@ fn no_panic_on_odd_inputs() {
         }
     }
 }
+
+#[test]
+fn broken_http_rule_named_like_cordons_own() {
+    for name in ["dlp", "dlp:uploads", "default", "builtin:x", "a → judge"] {
+        let (s, line, _) = broken(&format!(
+            "[[http.rule]]\nhost = \"api.example.com\"\nname = \"{name}\"\naction = \"allow\"\n"
+        ));
+        assert_eq!(line, 3, "{s}");
+        assert!(s.contains("reads as one of cordon's own rules"), "{s}");
+        assert!(s.contains("choose another name"), "{s}");
+    }
+}

@@ -10,7 +10,7 @@ use crate::sys;
 
 mod container;
 pub(crate) use container::proc_refused;
-pub use container::{ContainerAdvice, container_checks};
+pub use container::{ContainerAdvice, container_checks, on_overlayfs};
 
 /// How a feature stands on this machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -43,6 +43,7 @@ pub(crate) fn check(a: CheckArgs) -> i32 {
     // placeholders' values are only known once a session prepares them.
     let now = SystemTime::now();
     let resolved = crate::session_plan::resolve(&l, false, now, &|_| {});
+    crate::grants::say(&resolved.expired, now);
     // Resolved once: a credential from a command runs it.
     let resolves: Vec<bool> = resolved
         .plan

@@ -166,8 +166,9 @@ fn policy(a: &ExplainArgs) -> Result<(Plan, bool, bool)> {
     }
     // As a session starting now would: the session plan's policy (rules that ended left
     // out, the host's part resolved), without its events.
-    let resolved =
-        crate::session_plan::resolve(&loaded, false, std::time::SystemTime::now(), &|_| {});
+    let now = std::time::SystemTime::now();
+    let resolved = crate::session_plan::resolve(&loaded, false, now, &|_| {});
+    crate::grants::say(&resolved.expired, now);
     // The HTTP layer is on whenever cordon's CA can be had, which is the normal case.
     Ok((resolved.plan, true, false))
 }

@@ -95,9 +95,26 @@ pub(crate) fn config(
 pub(crate) struct Export(Option<Exporter>);
 
 impl Export {
+    /// No export: a session an untrusted project policy stops exports nothing, since its
+    /// `[audit]` (addresses, sockets) may be the project's.
+    pub(crate) fn off() -> Export {
+        Export(None)
+    }
+
     /// Starts exporting `log` as `plan` says; `Err` is a line for stderr (a setup error).
     pub(crate) fn start(plan: &AuditPlan, log: &AuditLog) -> Result<Export, String> {
-        let c = config(plan, |k| std::env::var(k).ok())?;
+        let env = |k: &str| std::env::var(k).ok();
+        let c = match config(plan, env) {
+            Ok(c) => c,
+            // Asked for by the policy: a setup error. Asked for only by the environment
+            // (OTEL_LOGS_EXPORTER, set for other programs too): a warning, and no OTLP export,
+            // never the reason a session does not start.
+            Err(e) if !plan.export.iter().any(|t| t == "otlp") => {
+                eprintln!("cordon: warning: no OTLP export of the audit log: {e}");
+                config(plan, |k| env(k).filter(|_| k != "OTEL_LOGS_EXPORTER"))?
+            }
+            Err(e) => return Err(e),
+        };
         if c.is_empty() {
             return Ok(Export(None));
         }

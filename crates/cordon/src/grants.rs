@@ -7,14 +7,13 @@ use std::time::SystemTime;
 use cordon_events::{Action, Layer, NewEvent, RuleId};
 use cordon_policy::{ExpiredGrant, Expiry, Plan};
 
-/// Takes the rules that have ended by `now` out of `plan`, each said on stderr.
-pub(crate) fn expire(plan: &mut Plan, now: SystemTime) -> Vec<ExpiredGrant> {
-    let gone = plan.expire(now);
-    for g in &gone {
+/// Says on stderr each rule that had ended by `now` (taken out of the session's plan by
+/// `session_plan::resolve`).
+pub(crate) fn say(gone: &[ExpiredGrant], now: SystemTime) {
+    for g in gone {
         // A closed stderr must not stop the run (eprintln! would panic).
         let _ = writeln!(std::io::stderr(), "cordon: {}", g.line(now));
     }
-    gone
 }
 
 /// One audit event per rule [`expire`] took out, with its origin as the rule.

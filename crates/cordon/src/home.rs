@@ -174,7 +174,19 @@ pub fn open_caches(
     let store = cache_store()?;
     let mut layers = Vec::new();
     let mut unmounted = Vec::new();
-    for (c, wanted) in caches.iter().zip(store.wanted_all(project, caches)) {
+    // A cache layer's upper directory cannot be on an overlayfs (a container's root): the
+    // caches are then written in the session's home layer only, and not kept.
+    let wanted = store.wanted_all(project, caches);
+    if wanted.iter().any(|w| *w) && cordon_sandbox::probe::on_overlayfs(store.root()) {
+        eprintln!(
+            "cordon: warning: cache layers are off: {} is on an overlayfs (a container's root \
+             filesystem); set XDG_CACHE_HOME to a volume or tmpfs to keep them \
+             (docs/guide/containers.md)",
+            store.root().display()
+        );
+        return Ok((Vec::new(), Vec::new()));
+    }
+    for (c, wanted) in caches.iter().zip(wanted) {
         if !wanted {
             unmounted.push(c.clone());
             continue;

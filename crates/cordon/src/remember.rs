@@ -259,11 +259,12 @@ impl Change {
 
     /// The policy, loaded again, allows what was asked.
     fn takes_effect(&self) -> Result<()> {
-        let mut loaded = cordon_policy::load(&self.opts)
+        let loaded = cordon_policy::load(&self.opts)
             .map_err(|e| anyhow!("the policy would no longer load:\n{e}"))?;
-        // As a session starting now would see it: rules that ended do not decide.
-        loaded.plan.expire(SystemTime::now());
-        let plan = &loaded.plan;
+        // As a session starting now would see it: its session plan (rules that ended do not
+        // decide; the local MCP servers' exec rules come first).
+        let resolved = crate::session_plan::resolve(&loaded, false, SystemTime::now(), &|_| {});
+        let plan = &resolved.plan;
         let (decided, by) = match &self.subject {
             Subject::Exec { program, args, .. } => {
                 match cordon_sandbox::explain::decide_exec(&plan.exec, program, program, args) {

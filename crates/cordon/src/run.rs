@@ -90,8 +90,14 @@ pub(crate) fn run(a: RunArgs) -> i32 {
     };
     let verbose = a.verbose;
     let log = std::sync::Arc::new(log);
-    // Started before the first event, so a collector sees the chain from its start.
-    let export = match crate::export::Export::start(&loaded.plan.audit, &log) {
+    // Started before the first event, so a collector sees the chain from its start; not at
+    // all when an untrusted project policy loosens the user's (it is refused below, and its
+    // `[audit]` could send the log, and the user's collector headers, where it likes).
+    let export = match loaded.untrusted_loosening.is_empty() {
+        true => crate::export::Export::start(&loaded.plan.audit, &log),
+        false => Ok(crate::export::Export::off()),
+    };
+    let export = match export {
         Ok(x) => x,
         Err(e) => {
             eprintln!("cordon: audit export: {e}");
@@ -226,7 +232,9 @@ fn run_in_session(
     if refuse_untrusted(loaded, emit) {
         return EXIT_SETUP;
     }
-    let resolved = crate::session_plan::resolve(loaded, a.learn, SystemTime::now(), emit);
+    let now = SystemTime::now();
+    let resolved = crate::session_plan::resolve(loaded, a.learn, now, emit);
+    crate::grants::say(&resolved.expired, now);
     crate::grants::log(&resolved.expired, emit);
     let plan = match test_layers_off(resolved.plan, emit) {
         Ok(p) => p,

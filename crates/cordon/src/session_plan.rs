@@ -22,7 +22,8 @@ const VIEW_SECRET: &str = "the home's view: holds a secret";
 /// out and the host's part resolved into it.
 pub(crate) struct Resolved {
     pub plan: Plan,
-    /// The rules taken out because they ended (said on stderr; `run` logs them).
+    /// The rules taken out because they ended (`run`, `check` and `explain` say them with
+    /// `grants::say`; `run` logs them).
     pub expired: Vec<ExpiredGrant>,
 }
 
@@ -44,7 +45,7 @@ pub(crate) fn resolve(
 ) -> Resolved {
     let mut plan = loaded.plan.clone();
     plan.learning = learning;
-    let expired = crate::grants::expire(&mut plan, now);
+    let expired = plan.expire(now);
     crate::home::add_home_credentials(&mut plan);
     crate::mcp::stdio(&mut plan, emit);
     if let Some(sock) = crate::ssh::host_agent().filter(|p| p.is_absolute()) {

@@ -24,6 +24,9 @@ use super::{ExportError, Failure, Target};
 
 /// Connecting, and one request, may take this long.
 const TIMEOUT: Duration = Duration::from_secs(5);
+/// A collector's answer is read up to this (an OTLP answer is a few bytes of partial-success
+/// counts).
+const MAX_ANSWER: usize = 64 << 10;
 
 /// Where and how to send.
 #[derive(Clone, Debug)]
@@ -157,8 +160,12 @@ impl Client {
             }
         };
         let status = resp.status();
-        // Read whole, so the connection can carry the next request.
-        let _ = resp.into_body().collect().await;
+        // Read whole, so the connection can carry the next request; bounded, so a collector
+        // that answers without end cannot fill memory (the connection is then dropped).
+        let body = http_body_util::Limited::new(resp.into_body(), MAX_ANSWER);
+        if body.collect().await.is_err() {
+            self.conn = None;
+        }
         if status.is_success() {
             return Ok(());
         }

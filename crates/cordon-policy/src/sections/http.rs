@@ -197,7 +197,20 @@ fn rule(
         None => None,
     };
     let name = match &r.name {
-        Some(n) if !n.get_ref().trim().is_empty() => n.get_ref().trim().to_string(),
+        Some(n) if !n.get_ref().trim().is_empty() => {
+            let name = n.get_ref().trim();
+            if reserved_name(name) {
+                return Err(cx.diag(
+                    format!(
+                        "[[http.rule]] name {} reads as one of cordon's own rules in the log",
+                        toml_string(name)
+                    ),
+                    n.span(),
+                    "choose another name (cordon's own are e.g. `dlp`, `default`, `builtin:…`, `block:…`, and ` → ` marks a step)",
+                ));
+            }
+            name.to_string()
+        }
         _ => HttpRule::unnamed(&origin.label),
     };
     Ok(HttpRule {
@@ -308,4 +321,17 @@ impl Section for Http {
             out.until(r.expires);
         }
     }
+}
+
+/// Whether a rule named `name` would read back, in the audit log, as one of cordon's own
+/// rules (`RuleId::parse`): a built-in name, a qualified one (`dlp:…`, `dns.rebinding:…`),
+/// a blocklist entry (`builtin:…`, `block:…`), a network rule's label, or a step (` → `).
+fn reserved_name(name: &str) -> bool {
+    let head = name.split(':').next().unwrap_or(name);
+    cordon_events::Builtin::from_name(name).is_some()
+        || cordon_events::Builtin::from_name(head).is_some()
+        || ["builtin:", "block:", "network.allow"]
+            .iter()
+            .any(|p| name.starts_with(p))
+        || name.contains(" → ")
 }

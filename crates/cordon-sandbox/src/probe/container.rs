@@ -280,11 +280,22 @@ fn proc_check(host: &Host, userns_work: bool, found: &mut Found) {
     }
 }
 
+/// overlayfs's magic number (`statfs`).
+const OVERLAYFS_SUPER_MAGIC: i64 = 0x794c_7630;
+
+/// Whether `path` (or, where it does not exist yet, its nearest existing parent) is on an
+/// overlayfs, which overlayfs refuses as a layer's upper directory: cordon's own layers
+/// cannot go there (a container's root filesystem).
+pub fn on_overlayfs(path: &std::path::Path) -> bool {
+    path.ancestors()
+        .find_map(|p| sys::fs_magic(p).ok())
+        .is_some_and(|m| m == OVERLAYFS_SUPER_MAGIC)
+}
+
 /// cordon's state (the copy-on-write layers' upper directories) on the container's own
 /// overlayfs: overlayfs refuses an upper directory there, so the copy-on-write home is off and
 /// a project with protected state (`.git`) cannot start.
 fn state_check(found: &mut Found) {
-    const OVERLAYFS_SUPER_MAGIC: i64 = 0x794c_7630;
     let Some(state) = cordon_events::state_dir() else {
         return;
     };
