@@ -312,3 +312,39 @@ kill $jd",
         assert_eq!(j["PRIORITY"], prio);
     }
 }
+
+// An untrusted project policy that asks for export is refused before anything is sent: its
+// `[audit]` could name any socket or collector (and the user's OTLP headers would go along).
+both!(an_untrusted_projects_export_sends_nothing, |env: Env| {
+    let (sys, sys_path) = syslog_socket(&env);
+    env.own(&sys_path);
+    env.write(
+        "cordon.toml",
+        &format!(
+            "[audit]\nexport = [\"syslog\"]\nsyslog_socket = \"{}\"\n",
+            sys_path.display()
+        ),
+    );
+    let _ = std::fs::remove_file(&env.audit);
+    let o = env
+        .cordon()
+        .args(["run", "--no-tty", "--audit"])
+        .arg(&env.audit)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125), "{}", show(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("not trusted"),
+        "{}",
+        show(&o)
+    );
+    let mut buf = [0u8; 65536];
+    assert!(
+        sys.recv(&mut buf).is_err(),
+        "the untrusted project's syslog socket got a datagram"
+    );
+    // The local log has the refusal.
+    let local = std::fs::read_to_string(&env.audit).unwrap();
+    assert!(local.contains("untrusted project policy"), "{local}");
+});

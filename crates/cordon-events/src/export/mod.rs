@@ -16,8 +16,10 @@ mod otlp;
 mod proto;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{
+    Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError, sync_channel,
+};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -119,6 +121,8 @@ pub struct Exporter {
     workers: Vec<(&'static str, Arc<Counts>, JoinHandle<()>)>,
     /// Set by [`Exporter::finish`]: retries stop waiting past it.
     deadline: Arc<Mutex<Option<Instant>>>,
+    /// Set by [`Exporter::flush`]: a batch being gathered goes now.
+    urgent: Arc<AtomicBool>,
 }
 
 /// One target's way of sending a batch of lines.
@@ -126,6 +130,9 @@ pub(crate) trait Target: Send + 'static {
     const NAME: &'static str;
     /// Lines sent in one go, at most.
     const BATCH: usize;
+    /// How long a batch is gathered after its first line, at most (OpenTelemetry's batch
+    /// processor waits too): one request for many lines, not one for each.
+    const LINGER: Duration = Duration::ZERO;
     /// Sends `lines`, in order; `Err` with whether trying again may help.
     fn send(&mut self, lines: &[Arc<str>], until: Option<Instant>) -> Result<(), Failure>;
 }
@@ -144,6 +151,7 @@ impl Exporter {
             tap: Some(Tap { queues: Vec::new() }),
             workers: Vec::new(),
             deadline: Arc::new(Mutex::new(None)),
+            urgent: Arc::new(AtomicBool::new(false)),
         };
         if let Some(path) = &config.journald {
             ex.spawn(datagram::Journald::new(path.clone()))?;
@@ -161,10 +169,11 @@ impl Exporter {
         let (tx, rx) = sync_channel(QUEUE);
         let counts = Arc::new(Counts::default());
         let deadline = self.deadline.clone();
+        let urgent = self.urgent.clone();
         let c = counts.clone();
         let handle = std::thread::Builder::new()
             .name(format!("export-{}", T::NAME))
-            .spawn(move || work(target, &rx, &c, &deadline))
+            .spawn(move || work(target, &rx, &c, &deadline, &urgent))
             .map_err(|source| ExportError::Start {
                 target: T::NAME,
                 source,
@@ -183,6 +192,7 @@ impl Exporter {
 
     /// Waits (at most `wait`) until every line handed over so far is sent or given up on.
     pub fn flush(&self, wait: Duration) {
+        self.urgent.store(true, Ordering::SeqCst);
         let end = Instant::now() + wait;
         while Instant::now() < end
             && self
@@ -208,6 +218,7 @@ impl Exporter {
     pub fn finish(mut self, grace: Duration) -> Vec<ExportReport> {
         *self.deadline.lock().unwrap_or_else(PoisonError::into_inner) =
             Some(Instant::now() + grace);
+        self.urgent.store(true, Ordering::SeqCst);
         self.tap = None;
         let mut out = Vec::new();
         for (target, counts, handle) in std::mem::take(&mut self.workers) {
@@ -241,6 +252,7 @@ fn work<T: Target>(
     rx: &Receiver<Arc<str>>,
     counts: &Counts,
     deadline: &Mutex<Option<Instant>>,
+    urgent: &AtomicBool,
 ) {
     let deadline = || *deadline.lock().unwrap_or_else(PoisonError::into_inner);
     let mut batch: Vec<Arc<str>> = Vec::with_capacity(T::BATCH);
@@ -252,12 +264,7 @@ fn work<T: Target>(
             Err(RecvTimeoutError::Timeout) if deadline().is_none() => continue,
             Err(_) => break,
         }
-        while batch.len() < T::BATCH {
-            match rx.try_recv() {
-                Ok(line) => batch.push(line),
-                Err(_) => break,
-            }
-        }
+        gather(&mut batch, rx, T::BATCH, T::LINGER, urgent);
         let n = batch.len() as u64;
         let mut delay = Duration::from_millis(250);
         let mut tries = 0;
@@ -286,6 +293,38 @@ fn work<T: Target>(
         }
         counts.pending.fetch_sub(n, Ordering::SeqCst);
         batch.clear();
+    }
+}
+
+/// Fills `batch` up to `max` lines from `rx`: what is queued now, then what comes within
+/// `linger` of now, unless a flush or the finish makes it `urgent`.
+fn gather(
+    batch: &mut Vec<Arc<str>>,
+    rx: &Receiver<Arc<str>>,
+    max: usize,
+    linger: Duration,
+    urgent: &AtomicBool,
+) {
+    let until = Instant::now() + linger;
+    while batch.len() < max {
+        match rx.try_recv() {
+            Ok(line) => {
+                batch.push(line);
+                continue;
+            }
+            Err(TryRecvError::Disconnected) => return,
+            Err(TryRecvError::Empty) => {}
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() || urgent.load(Ordering::SeqCst) {
+            return;
+        }
+        // In short steps, so a flush is not kept waiting for the whole linger.
+        match rx.recv_timeout(left.min(Duration::from_millis(10))) {
+            Ok(line) => batch.push(line),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
     }
 }
 

@@ -181,6 +181,7 @@ impl Client {
 impl Target for Otlp {
     const NAME: &'static str = "otlp";
     const BATCH: usize = 512;
+    const LINGER: Duration = Duration::from_millis(200);
 
     fn send(&mut self, lines: &[Arc<str>], until: Option<Instant>) -> Result<(), Failure> {
         let c = &mut self.client;
