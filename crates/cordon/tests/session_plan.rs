@@ -50,6 +50,16 @@ fn cordon(env: &Env, h: &Host, args: &[&str]) -> Output {
     c.output().unwrap()
 }
 
+/// A session under the host's policy running `argv`.
+fn session(env: &Env, h: &Host, argv: &[&str]) -> Output {
+    let audit = env.audit.display().to_string();
+    let mut args = vec![
+        "run", "--no-tty", "--audit", &audit, "--policy", &h.policy, "--",
+    ];
+    args.extend_from_slice(argv);
+    cordon(env, h, &args)
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -91,22 +101,7 @@ both!(
             "/bin/sh -c 'echo shell-server-started' || echo SHELL-REFUSED; \
          test -S {agent} && echo AGENT-SEEN || echo AGENT-HIDDEN"
         );
-        let o = cordon(
-            &env,
-            &h,
-            &[
-                "run",
-                "--no-tty",
-                "--audit",
-                &env.audit.display().to_string(),
-                "--policy",
-                &h.policy,
-                "--",
-                "sh",
-                "-c",
-                &script,
-            ],
-        );
+        let o = session(&env, &h, &["sh", "-c", &script]);
         let out = stdout(&o);
         assert!(out.contains("SHELL-REFUSED"), "{}", show(&o));
         assert!(!out.contains("shell-server-started"), "{}", show(&o));
@@ -119,21 +114,7 @@ both!(the_session_runs_the_plan_check_prints, |env: Env| {
     let check = cordon(&env, &h, &["check", "--json", &h.policy]);
     assert!(check.status.success(), "{}", show(&check));
     let printed: serde_json::Value = serde_json::from_slice(&check.stdout).unwrap();
-    let o = cordon(
-        &env,
-        &h,
-        &[
-            "run",
-            "--no-tty",
-            "--audit",
-            &env.audit.display().to_string(),
-            "--policy",
-            &h.policy,
-            "--",
-            "cat",
-            "/run/cordon/policy.json",
-        ],
-    );
+    let o = session(&env, &h, &["cat", "/run/cordon/policy.json"]);
     assert!(o.status.success(), "{}", show(&o));
     let placed: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let ran = &placed["plan"];
