@@ -83,7 +83,11 @@ impl Target for Journald {
     // One line a batch: a retry then sends nothing twice.
     const BATCH: usize = 1;
 
-    fn send(&mut self, lines: &[Arc<str>], _until: Option<Instant>) -> Result<(), Failure> {
+    fn send(
+        &mut self,
+        lines: &[Arc<str>],
+        _until: &dyn Fn() -> Option<Instant>,
+    ) -> Result<(), Failure> {
         each(&mut self.0, lines, journal_entry)
     }
 }
@@ -147,7 +151,11 @@ impl Target for Syslog {
     const NAME: &'static str = "syslog";
     const BATCH: usize = 1;
 
-    fn send(&mut self, lines: &[Arc<str>], _until: Option<Instant>) -> Result<(), Failure> {
+    fn send(
+        &mut self,
+        lines: &[Arc<str>],
+        _until: &dyn Fn() -> Option<Instant>,
+    ) -> Result<(), Failure> {
         let host = self.hostname.clone();
         each(&mut self.sock, lines, |l, e| {
             syslog_message(&host, std::process::id(), l, e)

@@ -134,7 +134,12 @@ pub(crate) trait Target: Send + 'static {
     /// processor waits too): one request for many lines, not one for each.
     const LINGER: Duration = Duration::ZERO;
     /// Sends `lines`, in order; `Err` with whether trying again may help.
-    fn send(&mut self, lines: &[Arc<str>], until: Option<Instant>) -> Result<(), Failure>;
+    /// `until`: the session end's deadline once it is set (it can come while a send waits).
+    fn send(
+        &mut self,
+        lines: &[Arc<str>],
+        until: &dyn Fn() -> Option<Instant>,
+    ) -> Result<(), Failure>;
 }
 
 /// A send that did not go through.
@@ -274,7 +279,7 @@ fn work<T: Target>(
                 counts.failed.fetch_add(n, Ordering::Relaxed);
                 break;
             }
-            match target.send(&batch, until) {
+            match target.send(&batch, &deadline) {
                 Ok(()) => {
                     counts.sent.fetch_add(n, Ordering::Relaxed);
                     break;

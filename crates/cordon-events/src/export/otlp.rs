@@ -183,20 +183,39 @@ impl Target for Otlp {
     const BATCH: usize = 512;
     const LINGER: Duration = Duration::from_millis(200);
 
-    fn send(&mut self, lines: &[Arc<str>], until: Option<Instant>) -> Result<(), Failure> {
+    fn send(
+        &mut self,
+        lines: &[Arc<str>],
+        until: &dyn Fn() -> Option<Instant>,
+    ) -> Result<(), Failure> {
         let c = &mut self.client;
         let body = c.encode(lines);
-        let limit = until
-            .map(|u| u.saturating_duration_since(Instant::now()))
-            .map_or(TIMEOUT, |left| left.min(TIMEOUT));
-        let r = self
-            .rt
-            .block_on(async { tokio::time::timeout(limit, c.post(body)).await });
-        r.unwrap_or_else(|_| {
+        let started = Instant::now();
+        // Given up at TIMEOUT, or as soon as the session's end sets a deadline that passes: a
+        // collector that hangs must not hold the exit longer than the end's grace.
+        let r = self.rt.block_on(async {
+            let mut post = std::pin::pin!(c.post(body));
+            loop {
+                match tokio::time::timeout(Duration::from_millis(50), post.as_mut()).await {
+                    Ok(r) => return Some(r),
+                    Err(_) => {
+                        let now = Instant::now();
+                        if now - started >= TIMEOUT || until().is_some_and(|d| now >= d) {
+                            return None;
+                        }
+                    }
+                }
+            }
+        });
+        r.unwrap_or_else(|| {
             c.conn = None;
             Err(Failure {
                 retry: true,
-                error: format!("{}: no answer in {} ms", c.authority, limit.as_millis()),
+                error: format!(
+                    "{}: no answer in {} ms",
+                    c.authority,
+                    started.elapsed().as_millis()
+                ),
             })
         })
     }
