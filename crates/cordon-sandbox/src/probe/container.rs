@@ -287,9 +287,14 @@ const OVERLAYFS_SUPER_MAGIC: i64 = 0x794c_7630;
 /// overlayfs, which overlayfs refuses as a layer's upper directory: cordon's own layers
 /// cannot go there (a container's root filesystem).
 pub fn on_overlayfs(path: &std::path::Path) -> bool {
+    overlayfs(path).unwrap_or(false)
+}
+
+/// [`on_overlayfs`], or `None` when no part of `path` can be looked at.
+fn overlayfs(path: &std::path::Path) -> Option<bool> {
     path.ancestors()
         .find_map(|p| sys::fs_magic(p).ok())
-        .is_some_and(|m| m == OVERLAYFS_SUPER_MAGIC)
+        .map(|m| m == OVERLAYFS_SUPER_MAGIC)
 }
 
 /// cordon's state (the copy-on-write layers' upper directories) on the container's own
@@ -299,13 +304,13 @@ fn state_check(found: &mut Found) {
     let Some(state) = cordon_events::state_dir() else {
         return;
     };
-    let Some(magic) = state.ancestors().find_map(|p| sys::fs_magic(p).ok()) else {
+    let Some(overlay) = overlayfs(&state) else {
         return;
     };
     let c = check(
         Layer::State,
         "cordon's state off the container's overlayfs",
-        if magic == OVERLAYFS_SUPER_MAGIC {
+        if overlay {
             Support::Missing
         } else {
             Support::Ok
@@ -313,20 +318,20 @@ fn state_check(found: &mut Found) {
         format!(
             "{} is on {}",
             state.display(),
-            if magic == OVERLAYFS_SUPER_MAGIC {
+            if overlay {
                 "the container's overlayfs, which overlayfs refuses as an upper directory"
             } else {
                 "a filesystem that takes overlayfs upper directories"
             }
         ),
-        if magic == OVERLAYFS_SUPER_MAGIC {
+        if overlay {
             "the copy-on-write home is off, and a project with protected state (.git) cannot start: sandbox setup fails at showing it copy-on-write (exit 125)".into()
         } else {
             "the copy-on-write home and protected state work".into()
         },
         true,
     );
-    found.note_or_need(c, Need::State, magic != OVERLAYFS_SUPER_MAGIC);
+    found.note_or_need(c, Need::State, !overlay);
 }
 
 impl ContainerAdvice {
