@@ -317,22 +317,22 @@ fn run_in_session(
         }
     };
     let whole = SessionPlan::assemble(plan, parts(gateway.as_mut(), ssh, &prepared), session);
-    let cmd = whole.command(base);
+    let (plan, cmd) = whole.into_run(base);
     let net = gateway
         .as_mut()
         .map(|g| g as &mut dyn cordon_sandbox::NetAttach);
     // What the session changes in its writable roots is known by ctime from here on.
     let started = SystemTime::now();
-    let result = unborn.run(whole.plan(), &cmd, emit, net);
+    let result = unborn.run(&plan, &cmd, emit, net);
     // The sandbox is gone: nothing is left for the gateway to serve.
     drop(gateway);
     drop(ssh_agent);
     // The sandbox is gone: its layers can no longer change.
     drop(running);
-    crate::state::strip_set_id(whole.plan(), started, emit);
+    crate::state::strip_set_id(&plan, started, emit);
     held_logins_line(session);
     let trace = cmd.trace_home.as_ref().filter(|_| !a.learn);
-    ended(result, whole.plan(), prepared, trace, emit)
+    ended(result, &plan, prepared, trace, emit)
 }
 
 /// The session's end: the command's exit code and the state layer's review at exit, or, when

@@ -71,7 +71,8 @@ pub(crate) struct Parts {
     pub http_layer: bool,
 }
 
-/// One session's plan, whole. Built by [`SessionPlan::assemble`], then only read.
+/// One session's plan, whole. Built by [`SessionPlan::assemble`], then only read, or handed to
+/// the run whole ([`SessionPlan::into_run`]).
 pub(crate) struct SessionPlan {
     plan: Plan,
     staged: Vec<Staged>,
@@ -114,15 +115,17 @@ impl SessionPlan {
         &self.plan
     }
 
-    /// The sandbox's command: `base` (what to run, where, how) with this plan's view.
-    pub(crate) fn command(&self, base: cordon_sandbox::Command) -> cordon_sandbox::Command {
-        cordon_sandbox::Command {
-            staged: self.staged.clone(),
-            shown: self.shown.clone(),
-            placed: self.placed.clone(),
-            sockets: self.sockets.clone(),
+    /// The plan every layer enforces and the sandbox's command: `base` (what to run, where,
+    /// how) with this plan's view, moved into it rather than copied.
+    pub(crate) fn into_run(self, base: cordon_sandbox::Command) -> (Plan, cordon_sandbox::Command) {
+        let cmd = cordon_sandbox::Command {
+            staged: self.staged,
+            shown: self.shown,
+            placed: self.placed,
+            sockets: self.sockets,
             ..base
-        }
+        };
+        (self.plan, cmd)
     }
 }
 
