@@ -16,6 +16,8 @@
 //! - [`blocked`], [`is_host_alias`]: the blocklist and the `host.cordon.internal` alias.
 //! - [`Gateway`]: the egress gateway that serves the TUN device, the DNS sockets and the
 //!   explicit proxy (see [`gateway`]).
+//! - [`ether::link`]: a microVM's QEMU stream netdev (Ethernet frames) as the packet
+//!   descriptor the gateway serves in place of a TUN device.
 //!
 //! Every crossing named: the TUN device is the boundary this crate serves; everything it
 //! reads from it is attacker-controlled. TCP flows the plan gives to the HTTP layer leave
@@ -38,6 +40,7 @@ mod blocklist;
 mod config;
 mod connect;
 mod dns;
+pub mod ether;
 mod fakeip;
 pub mod gateway;
 pub mod name;

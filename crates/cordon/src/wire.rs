@@ -417,6 +417,8 @@ pub(crate) fn start_gateway(
         redact,
         audit: Some(audit.clone()),
         execs,
+        // A namespace sandbox: the proxy is its loopback listener.
+        link: false,
     };
     let gateway = cordon_net::Gateway::new(plan, wiring)?;
     // The data directory is masked in every sandbox (the plan says so): the CA key is safe there.

@@ -25,12 +25,12 @@ pub mod fuzzing;
 mod handler;
 mod identity;
 mod owner;
-mod packet;
+pub(crate) mod packet;
 mod policy;
 mod proxy;
 mod publish;
 mod tun;
-mod vnet;
+pub(crate) mod vnet;
 mod who;
 
 use std::io;
@@ -182,6 +182,8 @@ pub(crate) struct Shared {
     pub program_hosts: Vec<HostPattern>,
     /// What the exec supervisor saw each process started to run.
     pub execs: Option<identity::ExecsOf>,
+    /// Serving a VM's link: the explicit proxy answers on it too (see [`Wiring::link`]).
+    pub link: bool,
     /// Who the sandbox's processes are, once the sandbox is known.
     pub identify: OnceLock<Option<identity::Identify>>,
 }
@@ -223,6 +225,10 @@ pub struct Wiring {
     /// What the exec supervisor saw each sandbox process started to run: rules keyed on
     /// programs then know which script an interpreter runs. `None`: execs are not seen.
     pub execs: Option<ExecsOf>,
+    /// The packet descriptor is a VM's link ([`crate::ether::link`]), not a TUN device: the
+    /// guest has no loopback listener of ours, so the explicit proxy is served on the link at
+    /// [`crate::ether::LINK_GATEWAY`] port 3128 too.
+    pub link: bool,
 }
 
 /// The egress gateway of one session.
@@ -254,6 +260,7 @@ impl Gateway {
             redact,
             audit,
             execs,
+            link,
         } = wiring;
         let plan = &whole.network;
         let allow_ips = plan
@@ -299,6 +306,7 @@ impl Gateway {
                 learning: whole.learning,
                 program_hosts: whole.program_hosts(),
                 execs,
+                link,
                 identify: OnceLock::new(),
             }),
             http_plan: (whole.http.clone(), whole.tls.passthrough.clone()),

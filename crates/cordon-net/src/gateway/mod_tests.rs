@@ -16,6 +16,7 @@ fn flows_turned_away_at_the_cap_are_counted_not_logged_one_by_one() {
         redact: Arc::new(|t: &str| t.to_string()),
         audit: None,
         execs: None,
+        link: false,
     };
     let gw = Gateway::new(&plan, wiring).unwrap();
     let turned_away = |seen: &[NewEvent]| -> Vec<u64> {

@@ -1,5 +1,6 @@
 //! The explicit proxy on the sandbox's `127.0.0.1:3128` (`HTTP_PROXY` and friends point here),
-//! for tools that prefer a proxy. With the HTTP layer on, `CONNECT host:443` (and `:80`) and
+//! for tools that prefer a proxy (a VM's guest reaches it at `ether::LINK_GATEWAY:3128`, as a flow
+//! through the userspace stack). With the HTTP layer on, `CONNECT host:443` (and `:80`) and
 //! every plain `http://` request go to it (decided request by request, like the transparent
 //! path's 443 and 80). Otherwise `CONNECT host:port` is spliced once policy allows it, and a plain request
 //! is forwarded with `Connection: close` and the `Host` of its target (one request per upstream
@@ -13,10 +14,13 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 use super::policy::Dest;
 use super::{FlowIo, FlowKind, FlowTarget, HttpFlow, Shared};
+
+/// A proxy connection's (client, proxy) addresses, when known.
+type Client = Option<(std::net::SocketAddrV4, std::net::SocketAddrV4)>;
 
 /// Largest request head read from the sandbox.
 const MAX_HEAD: usize = 64 << 10;
@@ -46,7 +50,12 @@ pub(crate) async fn serve(shared: Arc<Shared>, listener: TcpListener) {
                 .await;
                 return;
             };
-            handle(shared, conn).await;
+            // The client's socket runs from its address to ours.
+            let client = match (conn.peer_addr(), conn.local_addr()) {
+                (Ok(std::net::SocketAddr::V4(p)), Ok(std::net::SocketAddr::V4(l))) => Some((p, l)),
+                _ => None,
+            };
+            handle(shared, conn, client).await;
         });
     }
 }
@@ -91,7 +100,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
     }
 }
 
-async fn reply(conn: &mut TcpStream, status: &str, body: &str) {
+async fn reply<S: AsyncWrite + Unpin>(conn: &mut S, status: &str, body: &str) {
     let msg = format!(
         "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
@@ -128,7 +137,7 @@ struct Head {
 
 /// Reads the request head; a client that is too slow, sends too much or something that is
 /// not HTTP is answered here (`None`).
-async fn read_head(conn: &mut TcpStream) -> Option<Head> {
+async fn read_head<S: AsyncRead + AsyncWrite + Unpin>(conn: &mut S) -> Option<Head> {
     let mut buf = Vec::with_capacity(4096);
     loop {
         let mut chunk = [0u8; 4096];
@@ -214,7 +223,10 @@ fn target(method: &str, target: &str) -> Result<Target, String> {
     })
 }
 
-async fn handle(shared: Arc<Shared>, mut conn: TcpStream) {
+/// Serves one connection to the explicit proxy: the listener's, or a flow to the proxy's
+/// address on a VM's link. `client`: the connection's (client, proxy) addresses, for events
+/// and for finding the process behind it.
+pub(crate) async fn handle<S: FlowIo>(shared: Arc<Shared>, mut conn: S, client: Client) {
     let Some(head) = read_head(&mut conn).await else {
         return;
     };
@@ -245,11 +257,6 @@ async fn handle(shared: Arc<Shared>, mut conn: TcpStream) {
                 .await;
             }
         },
-    };
-    // The client's socket runs from its address to ours.
-    let client = match (conn.peer_addr(), conn.local_addr()) {
-        (Ok(std::net::SocketAddr::V4(p)), Ok(std::net::SocketAddr::V4(l))) => Some((p, l)),
-        _ => None,
     };
     // The HTTP layer takes CONNECT to 443 (TLS) and to 80 (plain HTTP inside the tunnel), and
     // every plain request (HTTP on any port): the same ports the transparent path gives it.
@@ -289,9 +296,9 @@ async fn handle(shared: Arc<Shared>, mut conn: TcpStream) {
 
 /// Hands the connection to the HTTP layer: after `200 Connection Established` for CONNECT
 /// (what followed the head is read again first), or with the head itself for a plain request.
-async fn to_http(
+async fn to_http<S: FlowIo>(
     shared: &Shared,
-    mut conn: TcpStream,
+    mut conn: S,
     head: Head,
     t: &Target,
     name: String,
@@ -330,9 +337,9 @@ async fn to_http(
 /// A denied `CONNECT` to a port that may carry TLS: `200`, then what the client sends goes to
 /// [`Shared::answer_denied`] — so a TLS client reads cordon's 403 instead of "CONNECT tunnel
 /// failed, response 403", which most print without its body.
-async fn refuse_tls(
+async fn refuse_tls<S: FlowIo>(
     shared: &Shared,
-    mut conn: TcpStream,
+    mut conn: S,
     head: Head,
     port: u16,
     name: String,
@@ -427,13 +434,13 @@ fn origin_head(t: &Target, headers: &[httparse::Header<'_>]) -> Option<String> {
 
 /// Decides the flow by connection and, when allowed, splices it: CONNECT after its `200`,
 /// a plain request with `origin` (its rewritten head) first.
-async fn splice(
+async fn splice<S: FlowIo>(
     shared: &Shared,
-    mut conn: TcpStream,
+    mut conn: S,
     head: &Head,
     t: &Target,
     dest: &Dest,
-    client: Option<(std::net::SocketAddrV4, std::net::SocketAddrV4)>,
+    client: Client,
     origin: Option<String>,
 ) {
     let (mut up, flow) = match shared.open(dest, t.port, "proxy", client).await {

@@ -95,6 +95,8 @@ enum FlowState {
     Intercept(String, u16, Slot, crate::gateway::handler::Owned),
     /// Denied, but it may be TLS: accepted so a ClientHello gets cordon's 403 (name, port).
     Refuse(Box<(String, u16, FlowDenial)>, Slot),
+    /// For the explicit proxy (a VM's link); waiting for the stack to hand over the sandbox side.
+    Proxy(Slot),
     /// Relaying.
     Live,
 }
@@ -104,7 +106,7 @@ impl FlowState {
     fn decided(&self) -> bool {
         matches!(
             self,
-            Self::Ready(_) | Self::Intercept(..) | Self::Refuse(..)
+            Self::Ready(_) | Self::Intercept(..) | Self::Refuse(..) | Self::Proxy(_)
         )
     }
 }
@@ -271,7 +273,10 @@ async fn accept(shared: Arc<Shared>, flows: Flows, mut listener: netstack_smoltc
             let mut f = flows.lock().unwrap_or_else(|p| p.into_inner());
             match f.insert((src, dst), FlowState::Live) {
                 Some(
-                    s @ (FlowState::Ready(_) | FlowState::Intercept(..) | FlowState::Refuse(..)),
+                    s @ (FlowState::Ready(_)
+                    | FlowState::Intercept(..)
+                    | FlowState::Refuse(..)
+                    | FlowState::Proxy(_)),
                 ) => s,
                 _ => {
                     f.remove(&(src, dst));
@@ -307,6 +312,9 @@ async fn accept(shared: Arc<Shared>, flows: Flows, mut listener: netstack_smoltc
                 FlowState::Refuse(denied, _slot) => {
                     let (name, port, denial) = *denied;
                     shared.answer_denied(stream, name, port, denial).await;
+                }
+                FlowState::Proxy(_slot) => {
+                    super::proxy::handle(shared.clone(), stream, Some((src, dst))).await;
                 }
                 FlowState::Pending | FlowState::Live => {}
             }
@@ -390,6 +398,7 @@ async fn hold_syn(
                 shared.find_owner(&flow);
                 Some(FlowState::Ready(Box::new((up, flow, slot))))
             }
+            Decided::Proxy => Some(FlowState::Proxy(slot)),
             Decided::Refused => None,
         };
         match next {
@@ -425,11 +434,20 @@ enum Decided {
     /// Refused, but it may be TLS (the name, why): the handshake completes so a ClientHello
     /// gets cordon's 403 (the event is out already).
     Refuse(String, FlowDenial),
+    /// To the explicit proxy on a VM's link: each request through it is decided there.
+    Proxy,
     /// Refused or unreachable alike: the event is out, a RST follows.
     Refused,
 }
 
 async fn decide(shared: &Shared, src: SocketAddrV4, dst: SocketAddrV4) -> Decided {
+    // A VM has no loopback listener of ours: its proxy is the gateway's address on the link.
+    // Only there, so a namespace sandbox reaching 10.0.2.2 gets no proxy it was not given.
+    if shared.link
+        && dst == SocketAddrV4::new(crate::ether::LINK_GATEWAY, crate::ether::LINK_PROXY_PORT)
+    {
+        return Decided::Proxy;
+    }
     let dest = match shared.dest_for((*dst.ip()).into()) {
         Ok(dest) => dest,
         Err(why) => {
@@ -958,5 +976,41 @@ mod tests {
             feed(&mut to_stack, good).await,
             "a well-formed packet after it is taken"
         );
+    }
+
+    /// A gateway over the default policy (no rule allows anything), serving a VM's link or not.
+    fn gateway(link: bool) -> super::super::Gateway {
+        let opts = cordon_policy::LoadOptions::new("/nonexistent", "/nonexistent", "/nonexistent");
+        let plan = cordon_policy::load(&opts).unwrap().plan;
+        let wiring = super::super::Wiring {
+            emit: Arc::new(|_| {}),
+            redact: Arc::new(|t: &str| t.to_string()),
+            audit: None,
+            execs: None,
+            link,
+        };
+        super::super::Gateway::new(&plan, wiring).unwrap()
+    }
+
+    /// The explicit proxy answers at the link's gateway address only on a link: a namespace
+    /// sandbox connecting there is decided as any other address (refused by this policy).
+    #[tokio::test]
+    async fn the_links_proxy_address_is_the_proxy_only_on_a_link() {
+        let guest = "10.0.2.15:40000".parse::<SocketAddrV4>().unwrap();
+        let proxy = SocketAddrV4::new(crate::ether::LINK_GATEWAY, 3128);
+        let other = SocketAddrV4::new(crate::ether::LINK_GATEWAY, 3129);
+        let (on, off) = (gateway(true), gateway(false));
+        assert!(matches!(
+            decide(&on.shared, guest, proxy).await,
+            Decided::Proxy
+        ));
+        assert!(matches!(
+            decide(&off.shared, guest, proxy).await,
+            Decided::Refused
+        ));
+        assert!(matches!(
+            decide(&on.shared, guest, other).await,
+            Decided::Refused
+        ));
     }
 }

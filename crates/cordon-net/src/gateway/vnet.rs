@@ -14,9 +14,9 @@ use netstack_smoltcp::smoltcp::wire::{IpProtocol, Ipv4Packet, TcpPacket};
 /// `sizeof(struct virtio_net_hdr)`, as the device is set up (`TUNSETVNETHDRSZ`).
 pub(crate) const HDR_LEN: usize = 10;
 /// `VIRTIO_NET_HDR_F_NEEDS_CSUM`.
-const NEEDS_CSUM: u8 = 1;
+pub(crate) const NEEDS_CSUM: u8 = 1;
 /// `VIRTIO_NET_HDR_GSO_NONE`.
-const GSO_NONE: u8 = 0;
+pub(crate) const GSO_NONE: u8 = 0;
 /// The most an IPv4 header and a TCP header can take (60 bytes each).
 pub(crate) const MAX_HEADERS: usize = 120;
 
