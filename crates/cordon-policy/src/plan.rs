@@ -20,6 +20,9 @@ pub use crate::sections::limits::LimitsPlan;
 pub use crate::sections::mcp::{McpAction, McpPlan, McpRule, McpServer, McpStdio};
 pub use crate::sections::network::{HostRule, NetMode, NetworkPlan};
 pub use crate::sections::publish::Publish;
+pub use crate::sections::sandbox::{
+    Backend, DEFAULT_VM_CPUS, DEFAULT_VM_MEMORY_MIB, SandboxPlan, VmAccel, VmPlan,
+};
 pub use crate::sections::ssh::SshPlan;
 pub use crate::sections::state::{HomeMode, OnExit, ProjectFiles, StatePlan};
 pub use crate::sections::syscalls::{

@@ -56,6 +56,15 @@ pub(crate) mod tests {
                 cpu: Some(1.5),
                 nofile: Some(4096),
             },
+            sandbox: SandboxPlan {
+                backend: Backend::Vm,
+                vm: VmPlan {
+                    accel: VmAccel::Tcg,
+                    memory_mib: 4096,
+                    cpus: 4,
+                    kernel: Some("/boot/vmlinuz-6.1.0-57-amd64".into()),
+                },
+            },
             syscalls: SyscallsPlan {
                 allow: vec![NamedRule {
                     name: "ptrace".into(),

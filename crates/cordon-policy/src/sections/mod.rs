@@ -36,6 +36,7 @@ pub mod limits;
 pub mod mcp;
 pub mod network;
 pub mod publish;
+pub mod sandbox;
 pub mod ssh;
 pub mod state;
 pub mod syscalls;
@@ -188,6 +189,8 @@ sections! {
     env: env::Env => env::EnvPlan,
     /// Resource limits for the whole sandbox; none is set unless written.
     limits: limits::Limits => limits::LimitsPlan,
+    /// What the agent runs in: the namespace sandbox alone, or inside a microVM.
+    sandbox: sandbox::Sandbox => sandbox::SandboxPlan,
     /// The syscall filter: built-in denials lifted or extended by name.
     syscalls: syscalls::Syscalls => syscalls::SyscallsPlan,
     /// Rules for the commands the sandbox runs: allowed, denied or asked about, by pattern.
