@@ -11,4 +11,8 @@
 //! port (`channel`: the command, its stdio or terminal, signals, events and the exit code).
 
 pub mod boot;
+mod error;
+mod sys;
 pub mod vmm;
+
+pub use error::VmError;
