@@ -43,6 +43,19 @@ const PAIR_BUFFER: usize = 1 << 20;
 /// both ways; it ends when either side closes (or the guest sends a bad length), closing the
 /// other.
 pub fn link(stream: UnixStream) -> io::Result<(OwnedFd, JoinHandle<()>)> {
+    link_when(move || Some(stream))
+}
+
+/// [`link`], for a QEMU that is not started yet: the gateway's descriptor now, and the link's
+/// thread accepts one connection on `listener` (the socket QEMU is told of) and serves it.
+/// No connection ever (QEMU never started) leaves the gateway's descriptor silent.
+pub fn serve(listener: std::os::unix::net::UnixListener) -> io::Result<(OwnedFd, JoinHandle<()>)> {
+    link_when(move || listener.accept().ok().map(|(s, _)| s))
+}
+
+fn link_when(
+    stream: impl FnOnce() -> Option<UnixStream> + Send + 'static,
+) -> io::Result<(OwnedFd, JoinHandle<()>)> {
     // SEQPACKET keeps packet boundaries (one read, one packet, as on a TUN device) and, unlike
     // a datagram pair, tells each end when the other has gone.
     let (gateway, ours) = rustix::net::socketpair(
@@ -60,10 +73,14 @@ pub fn link(stream: UnixStream) -> io::Result<(OwnedFd, JoinHandle<()>)> {
     // slow side holds the other back instead of frames piling up here.
     rustix::io::ioctl_fionbio(&gateway, true)?;
     let ours = std::fs::File::from(ours);
-    let (ours_in, stream_out) = (ours.try_clone()?, stream.try_clone()?);
+    let ours_in = ours.try_clone()?;
     let handle = std::thread::Builder::new()
         .name("cordon-link".into())
         .spawn(move || {
+            let Some(stream) = stream() else { return };
+            let Ok(stream_out) = stream.try_clone() else {
+                return;
+            };
             let out = std::thread::Builder::new()
                 .name("cordon-link-out".into())
                 .spawn(move || to_qemu(ours, stream_out));

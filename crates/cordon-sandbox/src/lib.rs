@@ -39,7 +39,7 @@
 //! ```no_run
 //! # fn demo(plan: &cordon_policy::Plan) -> Result<(), cordon_sandbox::SandboxError> {
 //! use cordon_sandbox::{Command, TtyMode};
-//! let cmd = Command { argv: vec!["true".into()], cwd: plan.project.clone(), tty: TtyMode::Never, session: "demo".into(), approvals: None, staged: vec![], shown: vec![], placed: vec![], sockets: vec![], trace_home: None, execs: None };
+//! let cmd = Command { argv: vec!["true".into()], cwd: plan.project.clone(), tty: TtyMode::Never, session: "demo".into(), approvals: None, staged: vec![], shown: vec![], placed: vec![], sockets: vec![], bound: vec![], signals_to: None, trace_home: None, execs: None };
 //! let outcome = cordon_sandbox::run(plan, &cmd, &|event| eprintln!("{event:?}"))?;
 //! assert_eq!(outcome.code(), 0);
 //! # Ok(()) }
@@ -78,8 +78,8 @@ pub use fence::{FenceStatus, NESTED_COST};
 pub use layout::{Layout, MountOp, ShowCopyError, Staged, prepare, prepare_with_state};
 pub use net::{Inward, NetAttach, NetHandoff, SocketTable, TrustBundle, host_bundle};
 pub use supervisor::{
-    Command, EarlyInit, HomeTrace, Outcome, PlacedSocket, TtyMode, Unborn, adopt_init, clone_init,
-    run, run_with_network,
+    Command, EarlyInit, HomeTrace, Outcome, PlacedSocket, SignalSink, TtyMode, Unborn, adopt_init,
+    clone_init, run, run_with_network,
 };
 pub use sys::{
     TUN_VNET_HDR_LEN, WaitStatus, exit_quietly_on_closed_stdout, ids, landlock_abi, passwd_home,

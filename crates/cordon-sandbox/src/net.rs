@@ -117,6 +117,13 @@ pub trait NetAttach {
     }
     /// The way in, once the command runs (only when [`wants_inward`](Self::wants_inward)).
     fn inward(&mut self, _inward: Inward) {}
+    /// Where the gateway is reached through the TUN device instead of the sandbox's loopback
+    /// (a VM guest's relay, which carries the TUN over a link): the resolver and the proxy
+    /// variables name this address, and the loopback DNS sockets and proxy listener handed
+    /// over go unserved.
+    fn link_gateway(&self) -> Option<Ipv4Addr> {
+        None
+    }
 }
 
 /// The sandbox's trust bundle, as the gateway has it.

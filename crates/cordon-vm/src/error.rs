@@ -58,6 +58,36 @@ pub enum VmError {
         /// What is wrong with it.
         reason: String,
     },
+    /// No QEMU to run the VM.
+    #[error(
+        "no qemu-system-x86_64 for the VM backend: apt-get install qemu-system-x86, or run with --backend namespace"
+    )]
+    NoQemu,
+    /// KVM was asked for and cannot be had.
+    #[error(
+        "KVM is not usable: {0}; pass --accel tcg to emulate the guest (slow), or run with --backend namespace"
+    )]
+    NoKvm(String),
+    /// A system call of the host side failed (the VM's sockets, the spec).
+    #[error("cannot {what}: {source}")]
+    Host {
+        /// What it was doing.
+        what: String,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// The namespace sandbox QEMU runs in could not run it.
+    #[error(transparent)]
+    Sandbox(#[from] cordon_sandbox::SandboxError),
+    /// The guest's init said it could not run the command.
+    #[error("the guest could not run the command: {0}")]
+    Guest(String),
+    /// The VM ended without the guest's init reporting the command's end.
+    #[error(
+        "the VM ended (QEMU's status {0}) before the guest reported the command's end; run with CORDON_VM_CONSOLE=1 to see the guest's console"
+    )]
+    GuestSilent(i32),
     /// Reading or writing a file failed.
     #[error("cannot {what} {path}: {source}{}", io_fix(source))]
     Io {

@@ -11,7 +11,10 @@
 //! port (`channel`: the command, its stdio or terminal, signals, events and the exit code).
 
 pub mod boot;
+pub mod channel;
 mod error;
+pub mod guest;
+pub mod host;
 mod sys;
 pub mod vmm;
 

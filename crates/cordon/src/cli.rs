@@ -89,6 +89,20 @@ pub struct PolicyArgs {
     pub profile: Option<String>,
 }
 
+/// `cordon run --backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendArg {
+    Namespace,
+    Vm,
+}
+
+/// `cordon run --accel`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AccelArg {
+    Kvm,
+    Tcg,
+}
+
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Policy file to use instead of PROJECT/cordon.toml (merged over your ~/.config/cordon/cordon.toml).
@@ -126,6 +140,15 @@ pub struct RunArgs {
     /// and secret scanning still refuse.
     #[arg(long)]
     pub learn: bool,
+    /// Where the command runs: `namespace` (the host's kernel, fenced by namespaces, Landlock
+    /// and seccomp) or `vm` (a microVM with a kernel of its own, the same fences inside it).
+    /// Overrides `[sandbox] backend`.
+    #[arg(long, value_name = "BACKEND")]
+    pub backend: Option<BackendArg>,
+    /// How the VM backend runs the guest: `kvm` (hardware virtualisation) or `tcg`
+    /// (software emulation: slow, for machines without KVM). Overrides `[sandbox.vm] accel`.
+    #[arg(long, value_name = "ACCEL")]
+    pub accel: Option<AccelArg>,
     /// The command and its arguments.
     // No `allow_hyphen_values`: an unknown option before the command is a usage error naming
     // it, not a program called `--bogus`. Once COMMAND starts, its own flags are its own.

@@ -37,6 +37,7 @@ pub fn doctor() -> i32 {
     checks.push(bundle());
     checks.push(audit_log());
     checks.push(end_to_end());
+    checks.push(crate::vm::doctor_check());
     checks.sort_by_key(|c| c.layer);
     let mut out = std::io::stdout().lock();
     let mut failed = false;
@@ -306,6 +307,8 @@ fn run_true() -> Result<()> {
             shown: Vec::new(),
             placed: Vec::new(),
             sockets: Vec::new(),
+            bound: Vec::new(),
+            signals_to: None,
             trace_home: None,
             execs: None,
         };

@@ -33,6 +33,7 @@ mod ssh;
 mod state;
 mod summary;
 mod ui;
+mod vm;
 mod wire;
 
 use std::process::ExitCode;
@@ -47,6 +48,12 @@ fn main() -> ExitCode {
         .is_some_and(|a| a == cordon_sandbox::INIT_ARG)
     {
         cordon_sandbox::init_main();
+    }
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == cordon_vm::guest::GUEST_ARG)
+    {
+        cordon_vm::guest::main();
     }
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,

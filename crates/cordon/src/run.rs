@@ -243,6 +243,13 @@ fn run_in_session(
             return EXIT_SETUP;
         }
     };
+    let vm = crate::vm::options(a, &plan);
+    if vm.is_some()
+        && let Some(why) = crate::vm::refuse(&plan)
+    {
+        eprintln!("cordon: {why}");
+        return EXIT_SETUP;
+    }
     let base = base_command(a, project, &plan, session);
     let gateway_on = plan.network.mode == cordon_policy::NetMode::Gateway;
     if gateway_on {
@@ -267,7 +274,9 @@ fn run_in_session(
     // layer's preparation (neither reads what the other makes) and joined before the session
     // plan is assembled, so the command never starts without them and a failure still ends
     // the run before it. So is the ssh agent's filter.
-    let building = build_beside(gateway_on, &plan, sink, audit, &base, a.quiet, session);
+    // With the VM backend the gateway serves the guest's link, not the TUN of QEMU's sandbox.
+    let gateway = gateway_on.then_some(vm.is_some());
+    let building = build_beside(gateway, &plan, sink, audit, &base, a.quiet, session);
     let building = match building {
         Ok(b) => b,
         Err(e) => {
@@ -323,7 +332,15 @@ fn run_in_session(
         .map(|g| g as &mut dyn cordon_sandbox::NetAttach);
     // What the session changes in its writable roots is known by ctime from here on.
     let started = SystemTime::now();
-    let result = unborn.run(&plan, &cmd, emit, net);
+    let result =
+        match &vm {
+            None => unborn.run(&plan, &cmd, emit, net),
+            Some(opts) => cordon_vm::host::run(unborn, &plan, &cmd, sink.clone(), net, opts)
+                .map_err(|e| cordon_sandbox::SandboxError::Setup {
+                    stage: "vm".into(),
+                    message: e.to_string(),
+                }),
+        };
     // The sandbox is gone: nothing is left for the gateway to serve.
     drop(gateway);
     drop(ssh_agent);
@@ -373,10 +390,11 @@ fn ended(
     }
 }
 
-/// Starts the gateway (when on), with the CA, the credentials and the HTTP layer, and the
+/// Starts the gateway (when `gateway` is `Some(link)`: `link` when it serves a VM guest's link),
+/// with the CA, the credentials and the HTTP layer, and the
 /// ssh agent's filter, on a thread of their own (see `Beside`).
 fn build_beside(
-    gateway_on: bool,
+    gateway: Option<bool>,
     plan: &cordon_policy::Plan,
     sink: &cordon_net::Emit,
     audit: &cordon_events::AuditHealth,
@@ -387,13 +405,13 @@ fn build_beside(
     let (plan, sink, audit) = (plan.clone(), sink.clone(), audit.clone());
     let (asks, execs) = (base.approvals.clone(), base.execs.clone());
     let session = session.to_string();
-    crate::beside::Beside::start(gateway_on, move || -> BuiltBeside {
+    crate::beside::Beside::start(gateway.is_some(), move || -> BuiltBeside {
         // Rules keyed on programs read what the exec supervisor saw.
         let execs = execs.map(|e| -> cordon_net::ExecsOf {
             std::sync::Arc::new(move |pid, start| e.get(pid, start))
         });
-        let g =
-            gateway_on.then(|| start_gateway(&plan, &sink, &audit, asks.as_ref(), execs, &session));
+        let g = gateway
+            .map(|link| start_gateway(&plan, &sink, &audit, asks.as_ref(), execs, &session, link));
         if let Some(Err(_)) = &g {
             return (g, None, Default::default());
         }
@@ -488,6 +506,8 @@ fn base_command(
         shown: Vec::new(),
         placed: Vec::new(),
         sockets: Vec::new(),
+        bound: Vec::new(),
+        signals_to: None,
         trace_home: ((a.trace_home || a.learn)
             && plan.filesystem.home == cordon_policy::HomeView::Needed)
             .then(crate::home::home_dir)

@@ -405,6 +405,7 @@ pub(crate) fn start_gateway(
     approvals: Option<&cordon_approval::Approvals>,
     execs: Option<cordon_net::ExecsOf>,
     session: &str,
+    link: bool,
 ) -> Result<GatewayAttach> {
     // Command lines in events are redacted by token shape until the HTTP layer, which knows
     // the credentials' values too, takes over.
@@ -418,7 +419,7 @@ pub(crate) fn start_gateway(
         audit: Some(audit.clone()),
         execs,
         // A namespace sandbox: the proxy is its loopback listener.
-        link: false,
+        link,
     };
     let gateway = cordon_net::Gateway::new(plan, wiring)?;
     // The data directory is masked in every sandbox (the plan says so): the CA key is safe there.

@@ -71,6 +71,14 @@ pub struct Command {
     /// with the variable that points programs at it; one that cannot be placed is
     /// reported and left out (its variable too).
     pub sockets: Vec<PlacedSocket>,
+    /// Host files bound read-only inside masked directories, as (path inside, host file): a
+    /// VM's kernel and initramfs, which QEMU reads inside the sandbox. One that cannot be
+    /// placed stops the start.
+    pub bound: Vec<(PathBuf, PathBuf)>,
+    /// Where caught signals go instead of the sandbox's init (a VM guest's control port, so
+    /// that Ctrl-C reaches the command in the guest, not QEMU). TERM and HUP still start the
+    /// grace after which init is killed.
+    pub signals_to: Option<SignalSink>,
     /// Report the home paths the command looks for that the home's view hides (`cordon run
     /// --trace-home`): every open, stat and access is then a round trip to the supervisor.
     pub trace_home: Option<HomeTrace>,
@@ -100,6 +108,17 @@ pub struct PlacedSocket {
     pub host: PathBuf,
     /// The variable set to `path` inside (`SSH_AUTH_SOCK`).
     pub env: String,
+}
+
+/// Receives the signals the supervisor catches, in place of the sandbox's init
+/// ([`Command::signals_to`]).
+#[derive(Clone)]
+pub struct SignalSink(pub std::sync::Arc<dyn Fn(i32) + Send + Sync>);
+
+impl std::fmt::Debug for SignalSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SignalSink")
+    }
 }
 
 /// How the sandboxed command ended.
@@ -201,14 +220,26 @@ impl Unborn {
         self.prepare(&cmd.staged)?;
         let (fs, broker) = approvals(plan, cmd, emit)?;
         let (layout, bundle_at) = view(&fs, cmd, net_setup, net.as_deref(), emit)?;
-        let env = environment(plan, cmd, net_setup, bundle_at.as_deref(), &layout, emit);
+        let at = view::gateway_at(net.as_deref());
+        let env = environment(
+            plan,
+            cmd,
+            net_setup,
+            &at,
+            bundle_at.as_deref(),
+            &layout,
+            emit,
+        );
         let mut spec = init_spec(plan, cmd, layout, env, net_setup);
         let (sock, child) = self.parts.take().expect("init is there until run takes it");
         let sandbox = Sandbox::into_cgroup(child, plan, &mut spec, emit)?;
         // Caught from before the command runs on: a signal sent once it has started (it may
         // print before the start's events are written) is forwarded, never cordon's death.
         let signals = match Signals::catch() {
-            Ok(s) => s,
+            Ok(mut s) => {
+                s.to = cmd.signals_to.clone();
+                s
+            }
             Err(e) => return Err(sandbox.abort(io_err("catch the signals to forward", e))),
         };
         if let Err(e) = protocol::send_spec(sock.as_raw_fd(), spec) {

@@ -243,7 +243,10 @@ impl<'r, 'e> Relay<'r, 'e> {
                 }
                 continue;
             }
-            let _ = sys::pidfd_send_signal(&self.child.pidfd, s);
+            match &self.signals.to {
+                Some(to) => (to.0)(s),
+                None => drop(sys::pidfd_send_signal(&self.child.pidfd, s)),
+            }
             if (s == libc::SIGTERM || s == libc::SIGHUP) && self.kill_at.is_none() {
                 self.kill_at = Some(Instant::now() + GRACE);
             }
@@ -321,6 +324,8 @@ impl<'r, 'e> Relay<'r, 'e> {
 pub(crate) struct Signals {
     read: OwnedFd,
     _write: OwnedFd,
+    /// Where they go instead of init ([`super::Command::signals_to`]).
+    pub(super) to: Option<super::SignalSink>,
 }
 
 impl Signals {
@@ -332,6 +337,7 @@ impl Signals {
         let caught = Signals {
             read,
             _write: write,
+            to: None,
         };
         for sig in FORWARDED {
             sys::install_handler(sig, on_signal)?;

@@ -56,9 +56,17 @@ pub(super) fn view(
             ));
         }
     }
+    for (path, host) in &cmd.bound {
+        layout
+            .place_program(path, host)
+            .map_err(|e| SandboxError::Setup {
+                stage: "view".into(),
+                message: format!("{e}: {} not bound", host.display()),
+            })?;
+    }
     place_program(&mut layout, emit);
     if net_setup != NetSetup::Host {
-        resolv_conf(&mut layout);
+        resolv_conf(&mut layout, &gateway_at(net));
     }
     hosts_file(&mut layout);
     let bundle_at = match (&net_setup, net.and_then(|n| n.ca_bundle())) {
@@ -78,6 +86,7 @@ pub(super) fn environment(
     plan: &Plan,
     cmd: &Command,
     net_setup: NetSetup,
+    gateway_at: &str,
     bundle_at: Option<&str>,
     layout: &layout::Layout,
     emit: &dyn Fn(NewEvent),
@@ -89,7 +98,7 @@ pub(super) fn environment(
         env.push((k.into(), v.into()));
     };
     if let NetSetup::Gateway { proxy_port, .. } = net_setup {
-        let proxy = format!("http://127.0.0.1:{proxy_port}");
+        let proxy = format!("http://{gateway_at}:{proxy_port}");
         for k in [
             "HTTP_PROXY",
             "HTTPS_PROXY",
@@ -118,7 +127,7 @@ pub(super) fn environment(
             .mounts
             .iter()
             .any(|m| matches!(m, MountOp::Socket { path, .. } if *path == sock.path));
-        if placed {
+        if placed && !sock.env.is_empty() {
             set(&sock.env, &sock.path.to_string_lossy());
         }
     }
@@ -167,12 +176,21 @@ fn hosts_file(layout: &mut layout::Layout) {
 /// Point the sandbox's resolver at its loopback, where the gateway's DNS sockets are. Where
 /// `/etc/resolv.conf` is a link into a masked directory (systemd-resolved's stub under /run),
 /// it is left dangling: glibc then asks 127.0.0.1, which is the same place.
-fn resolv_conf(layout: &mut layout::Layout) {
+fn resolv_conf(layout: &mut layout::Layout, at: &str) {
     bind_content(
         layout,
         "/etc/resolv.conf",
-        "# written by cordon: the egress gateway answers here\nnameserver 127.0.0.1\noptions edns0\n",
+        &format!(
+            "# written by cordon: the egress gateway answers here\nnameserver {at}\noptions edns0\n"
+        ),
     );
+}
+
+/// Where the sandbox reaches the gateway's resolver and proxy: its loopback, or the address
+/// a VM guest's link gives it ([`NetAttach::link_gateway`]).
+pub(super) fn gateway_at(net: Option<&dyn NetAttach>) -> String {
+    net.and_then(|n| n.link_gateway())
+        .map_or_else(|| "127.0.0.1".to_string(), |a| a.to_string())
 }
 
 /// Binds a read-only file holding `content` over the regular file `path` leads to (through

@@ -1,0 +1,349 @@
+//! The host side of a VM session: QEMU as the namespace sandbox's command, so that the guest's
+//! root is that sandbox's view and a VMM escape lands inside it; the link's frames to the
+//! gateway; the control port's frames to this terminal, the audit log and the exit code.
+
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cordon_events::{Emit, NewEvent};
+use cordon_sandbox::{Command, NetAttach, NetHandoff, Outcome, PlacedSocket, Unborn, WaitStatus};
+
+use crate::VmError;
+use crate::boot;
+use crate::channel::{Frame, GuestSpec, Reader, WireEvent};
+use crate::sys;
+use crate::vmm::{self, Accel, Machine};
+
+/// Where the VM's files are inside the sandbox QEMU runs in (a masked directory).
+const INSIDE: &str = "/run/cordon/vm";
+
+/// How the VM is made (`[sandbox.vm]` and `cordon run --accel`).
+#[derive(Debug, Clone)]
+pub struct VmOptions {
+    pub accel: Accel,
+    pub memory_mib: u32,
+    pub cpus: u32,
+    /// The guest kernel; the newest installed one with its modules when `None`.
+    pub kernel: Option<PathBuf>,
+    /// Where the initramfs is kept between runs (cordon's cache, which no sandbox sees).
+    pub cache_dir: PathBuf,
+    /// Copy the guest's console (kernel messages, init's errors) to stderr.
+    pub console: bool,
+}
+
+/// How the guest ended, as its control port said.
+enum GuestEnd {
+    Exit(i32),
+    Failed(String),
+    Silent,
+}
+
+/// Runs `cmd` in a VM whose root is the view `unborn` builds from `plan`: QEMU is the
+/// sandbox's command, `net` (the gateway) serves the guest's link, and the guest's exit code
+/// is the outcome.
+pub fn run(
+    unborn: Unborn,
+    plan: &cordon_policy::Plan,
+    cmd: &Command,
+    emit: Emit,
+    net: Option<&mut dyn NetAttach>,
+    opts: &VmOptions,
+) -> Result<Outcome, VmError> {
+    let qemu = vmm::find_qemu().ok_or(VmError::NoQemu)?;
+    if opts.accel == Accel::Kvm {
+        vmm::kvm_usable().map_err(VmError::NoKvm)?;
+    }
+    let kernel = boot::find_kernel(opts.kernel.as_deref())?;
+    let exe = std::env::current_exe().map_err(|e| VmError::Host {
+        what: "find cordon's own executable".into(),
+        source: e,
+    })?;
+    let initrd = boot::initramfs(&kernel, &exe, &opts.cache_dir)?;
+    let dir = tempfile::Builder::new()
+        .prefix("cordon-vm-")
+        .tempdir_in(runtime_dir())
+        .map_err(|e| VmError::Host {
+            what: "make the VM's socket directory".into(),
+            source: e,
+        })?;
+    let listen = |name: &str| {
+        UnixListener::bind(dir.path().join(name)).map_err(|e| VmError::Host {
+            what: format!("listen on {}", dir.path().join(name).display()),
+            source: e,
+        })
+    };
+    let (net_listener, control) = (listen("net.sock")?, listen("control.sock")?);
+    let inside = Path::new(INSIDE);
+    let machine = Machine {
+        accel: opts.accel,
+        memory_mib: opts.memory_mib,
+        cpus: opts.cpus,
+        kernel: inside.join("vmlinuz"),
+        initrd: inside.join("initrd"),
+        net: inside.join("net.sock"),
+        control: inside.join("control.sock"),
+        console: opts.console.then(|| PathBuf::from("/proc/self/fd/2")),
+        append: format!("rdinit=/cordon -- {}", crate::guest::GUEST_ARG),
+    };
+    let tty = (cmd.tty != cordon_sandbox::TtyMode::Never && sys::isatty(0))
+        .then(|| sys::winsize(0).unwrap_or((24, 80)));
+    let spec = guest_spec(
+        plan,
+        cmd,
+        tty,
+        net.as_ref().is_some_and(|n| n.ca_bundle().is_some()),
+    );
+    let spec = serde_json::to_vec(&spec).map_err(|e| VmError::Host {
+        what: "write the guest's spec".into(),
+        source: e.into(),
+    })?;
+    let writer: Arc<Mutex<Port>> = Arc::default();
+    let mut qemu_cmd = cmd.clone();
+    qemu_cmd.argv = machine.argv(&qemu);
+    qemu_cmd.tty = cordon_sandbox::TtyMode::Never;
+    qemu_cmd.trace_home = None;
+    qemu_cmd.execs = None;
+    qemu_cmd.bound = vec![
+        (machine.kernel.clone(), kernel.image.clone()),
+        (machine.initrd.clone(), initrd),
+    ];
+    for (inside, name) in [
+        (&machine.net, "net.sock"),
+        (&machine.control, "control.sock"),
+    ] {
+        qemu_cmd.sockets.push(PlacedSocket {
+            path: inside.clone(),
+            host: dir.path().join(name),
+            env: String::new(),
+        });
+    }
+    qemu_cmd.signals_to = Some(signal_sink(writer.clone()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let _raw = match tty {
+        Some(_) => sys::RawMode::enter(0).ok(),
+        None => None,
+    };
+    let pump = {
+        let (writer, stop, emit) = (writer.clone(), stop.clone(), emit.clone());
+        std::thread::spawn(move || control_port(control, spec, writer, stop, emit))
+    };
+    let mut vm_net = net.map(|inner| VmNet {
+        inner,
+        listener: Some(net_listener),
+    });
+    let attach = vm_net.as_mut().map(|n| n as &mut dyn NetAttach);
+    let ran = unborn.run(plan, &qemu_cmd, &|ev| emit(ev), attach);
+    stop.store(true, Ordering::Relaxed);
+    let end = pump.join().unwrap_or(GuestEnd::Silent);
+    drop(_raw);
+    let qemu_outcome = ran?;
+    match end {
+        GuestEnd::Exit(code) => Ok(Outcome {
+            status: WaitStatus::Exited(code),
+        }),
+        GuestEnd::Failed(why) => Err(VmError::Guest(why)),
+        GuestEnd::Silent => Err(VmError::GuestSilent(qemu_outcome.code())),
+    }
+}
+
+/// The directory for the VM's sockets: the user's runtime directory, else the system's
+/// temporary one (the directory itself is private, 0700).
+fn runtime_dir() -> PathBuf {
+    std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute() && p.is_dir())
+        .unwrap_or_else(std::env::temp_dir)
+}
+
+fn guest_spec(
+    plan: &cordon_policy::Plan,
+    cmd: &Command,
+    tty: Option<(u16, u16)>,
+    trust_bundle: bool,
+) -> GuestSpec {
+    let (uid, gid) = sys::getuid_gid();
+    GuestSpec {
+        plan: plan.clone(),
+        argv: cmd.argv.iter().map(|a| GuestSpec::bytes(a)).collect(),
+        cwd: cmd.cwd.clone(),
+        env: plan
+            .env
+            .apply(std::env::vars_os())
+            .iter()
+            .map(|(k, v)| (GuestSpec::bytes(k), GuestSpec::bytes(v)))
+            .collect(),
+        tty,
+        uid,
+        gid,
+        session: cmd.session.clone(),
+        trust_bundle,
+    }
+}
+
+/// The control port's host end, once QEMU has connected and the guest said hello; signals
+/// caught before then wait here.
+#[derive(Default)]
+struct Port {
+    conn: Option<UnixStream>,
+    pending: Vec<i32>,
+}
+
+impl Port {
+    fn send(&mut self, f: &Frame) {
+        if let Some(c) = &mut self.conn
+            && f.write_to(c).is_err()
+        {
+            self.conn = None;
+        }
+    }
+}
+
+/// Signals the supervisor caught, for the guest: a window's resize as its new size.
+fn signal_sink(port: Arc<Mutex<Port>>) -> cordon_sandbox::SignalSink {
+    cordon_sandbox::SignalSink(Arc::new(move |sig| {
+        let mut p = port.lock().unwrap_or_else(|p| p.into_inner());
+        if sig == libc::SIGWINCH {
+            if let Some((r, c)) = sys::winsize(0) {
+                p.send(&Frame::Winsize(r, c));
+            }
+        } else if p.conn.is_some() {
+            p.send(&Frame::Signal(sig));
+        } else {
+            p.pending.push(sig);
+        }
+    }))
+}
+
+/// Serves the control port until the guest's side closes: the spec out, stdin in, the
+/// command's output to this process's, events to the log.
+fn control_port(
+    listener: UnixListener,
+    spec: Vec<u8>,
+    port: Arc<Mutex<Port>>,
+    stop: Arc<AtomicBool>,
+    emit: Emit,
+) -> GuestEnd {
+    let Some(mut conn) = accept(&listener, &stop) else {
+        return GuestEnd::Silent;
+    };
+    let mut reader = Reader::default();
+    let mut end = GuestEnd::Silent;
+    let mut out = std::io::stdout();
+    let mut err = std::io::stderr();
+    loop {
+        let frame = match reader.read_from(&mut conn) {
+            Ok(Some(f)) => f,
+            Ok(None) => return end,
+            Err(e) => {
+                emit(NewEvent::new(
+                    cordon_events::Layer::Process,
+                    cordon_events::Action::Error,
+                    format!("the guest's control port: {e}; the VM is stopped"),
+                ));
+                return end;
+            }
+        };
+        match frame {
+            Frame::Hello => {
+                let Ok(w) = conn.try_clone() else { return end };
+                let mut p = port.lock().unwrap_or_else(|p| p.into_inner());
+                p.conn = Some(w);
+                p.send(&Frame::Start(spec.clone()));
+                for s in std::mem::take(&mut p.pending) {
+                    p.send(&Frame::Signal(s));
+                }
+                drop(p);
+                let port = port.clone();
+                std::thread::spawn(move || stdin_to_guest(port));
+            }
+            Frame::Stdout(b) => {
+                let _ = out.write_all(&b).and_then(|()| out.flush());
+            }
+            Frame::Stderr(b) => {
+                let _ = err.write_all(&b);
+            }
+            Frame::Event(json) => {
+                if let Ok(ev) = serde_json::from_slice::<WireEvent>(&json) {
+                    emit(NewEvent::from(ev).detail("vm", "guest"));
+                }
+            }
+            Frame::Exit(code) => end = GuestEnd::Exit(code),
+            Frame::Failed(why) => end = GuestEnd::Failed(why),
+            // Frames only the host sends: a guest that sends them is not followed.
+            Frame::Start(_) | Frame::Stdin(_) | Frame::StdinEnd => {}
+            Frame::Signal(_) | Frame::Winsize(..) => {}
+        }
+    }
+}
+
+/// QEMU's connection, or `None` once `stop` is set (QEMU never started).
+fn accept(listener: &UnixListener, stop: &AtomicBool) -> Option<UnixStream> {
+    listener.set_nonblocking(true).ok()?;
+    loop {
+        match listener.accept() {
+            Ok((c, _)) => {
+                c.set_nonblocking(false).ok()?;
+                return Some(c);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if stop.load(Ordering::Relaxed) {
+                    return None;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(_) => return None,
+        }
+    }
+}
+
+/// This process's stdin, to the guest's command (left blocked in its read when the session
+/// ends first: the process exits soon after).
+fn stdin_to_guest(port: Arc<Mutex<Port>>) {
+    let mut buf = vec![0u8; 16 << 10];
+    let mut stdin = std::io::stdin().lock();
+    loop {
+        match stdin.read(&mut buf) {
+            Ok(0) | Err(_) => {
+                port.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .send(&Frame::StdinEnd);
+                return;
+            }
+            Ok(n) => port
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .send(&Frame::Stdin(buf[..n].to_vec())),
+        }
+    }
+}
+
+/// The gateway, as the sandbox QEMU runs in sees it: QEMU's own network namespace gets
+/// nothing (its TUN and DNS sockets are dropped), and the gateway serves the guest's link
+/// instead, framed as the TUN device it expects.
+struct VmNet<'a> {
+    inner: &'a mut dyn NetAttach,
+    listener: Option<UnixListener>,
+}
+
+impl NetAttach for VmNet<'_> {
+    fn attach(&mut self, handoff: NetHandoff) -> Result<(), String> {
+        let listener = self.listener.take().ok_or("the link is attached once")?;
+        let (tun, _link) =
+            cordon_net::ether::serve(listener).map_err(|e| format!("the VM's link: {e}"))?;
+        self.inner.attach(NetHandoff {
+            tun: Ok(tun),
+            dns: Vec::new(),
+            proxy: handoff.proxy,
+            init_pid: handoff.init_pid,
+            sockets: None,
+        })
+    }
+
+    fn ca_bundle(&self) -> Option<cordon_sandbox::TrustBundle> {
+        self.inner.ca_bundle()
+    }
+}

@@ -1,0 +1,242 @@
+//! The microVM backend, black-box: a real QEMU (`microvm`, TCG here: this machine's nested
+//! KVM does not boot Linux) boots a Debian kernel with cordon as its init, and the command runs
+//! in the guest behind the same walls as with the namespace backend: its own kernel, the
+//! secrets masked, the host read-only but the project, the gateway the only way out (a denied
+//! host gets cordon's 403, an allowed host's credential is swapped at the wire), what it leaves
+//! for the host held for review, its exit code and Ctrl-C passed through. As root and as a
+//! user.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::net::{UNPROXIED, https_443, policy, spawn_run_full, wait_limited, www};
+use common::{Env, SECRETS, show};
+
+/// What every VM test passes to `cordon run`.
+const VM: &[&str] = &["--backend", "vm", "--accel", "tcg"];
+/// A boot under TCG takes seconds; a loaded CI machine, more.
+const LIMIT: Duration = Duration::from_secs(240);
+
+/// QEMU and a guest kernel, or the test says why it cannot run (a failure in strict mode).
+fn vm_ready() -> bool {
+    if !common::need(&["qemu-system-x86_64"], "the VM backend's VMM") {
+        return false;
+    }
+    if cordon_vm_kernel().is_none() {
+        common::skip(
+            "a guest kernel",
+            "the VM backend needs a distribution kernel with its modules (scripts/setup-test-env.sh installs linux-image-amd64)",
+        );
+        return false;
+    }
+    true
+}
+
+fn cordon_vm_kernel() -> Option<String> {
+    let boot = std::fs::read_dir("/boot").ok()?;
+    boot.flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let release = name.strip_prefix("vmlinuz-")?.to_string();
+            std::path::Path::new("/lib/modules")
+                .join(&release)
+                .join("modules.dep")
+                .exists()
+                .then_some(release)
+        })
+        .next()
+}
+
+fn host_release() -> String {
+    let o = Command::new("uname").arg("-r").output().unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+fn run_vm(env: &Env, pol: &str, script: &str, vars: &[(&str, &str)]) -> std::process::Output {
+    common::net::setup(env);
+    let p = policy(env, pol);
+    wait_limited(spawn_run_full(env, &p, script, vars, VM), LIMIT)
+}
+
+both!(
+    the_command_runs_on_a_kernel_of_its_own_behind_the_same_walls,
+    |env: Env| {
+        if !vm_ready() {
+            return;
+        }
+        common::git(&env.project, &["init", "-q"]);
+        let outside = env.home.join("outside.txt");
+        let script = format!(
+            "echo KERNEL $(uname -r)\n\
+             echo UID $(id -u)\n\
+             cat ~/.ssh/id_ed25519 ~/.aws/credentials 2>/dev/null; echo READ-DONE\n\
+             echo x > '{out}' 2>/dev/null && echo OUTSIDE-WROTE || echo OUTSIDE-REFUSED\n\
+             echo y > /usr/cordon-vm-test 2>/dev/null && echo ROOT-WROTE || echo ROOT-REFUSED\n\
+             echo from-the-guest > made-in-vm.txt && echo PROJECT-WROTE\n\
+             printf '#!/bin/sh\\necho planted\\n' > .git/hooks/post-checkout && chmod +x .git/hooks/post-checkout\n\
+             echo to-stderr >&2\n\
+             exit 7",
+            out = outside.display()
+        );
+        let o = run_vm(&env, "", &script, &[]);
+        let out = String::from_utf8_lossy(&o.stdout);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(
+            o.status.code(),
+            Some(7),
+            "the command's own code:\n{}",
+            show(&o)
+        );
+        let kernel = out
+            .lines()
+            .find_map(|l| l.strip_prefix("KERNEL "))
+            .unwrap_or_else(|| panic!("the command did not run:\n{}", show(&o)));
+        assert_ne!(kernel, host_release(), "the guest runs the host's kernel");
+        assert_eq!(cordon_vm_kernel().as_deref(), Some(kernel), "{}", show(&o));
+        assert!(out.contains(&format!("UID {}", env.uid())), "{}", show(&o));
+        assert!(out.contains("READ-DONE"), "{}", show(&o));
+        for (_, secret) in SECRETS {
+            assert!(!out.contains(secret), "{secret} was read:\n{}", show(&o));
+        }
+        assert!(out.contains("OUTSIDE-REFUSED"), "{}", show(&o));
+        assert!(!outside.exists(), "a home file was written from the VM");
+        assert!(out.contains("ROOT-REFUSED"), "{}", show(&o));
+        assert!(out.contains("PROJECT-WROTE"), "{}", show(&o));
+        assert_eq!(
+            std::fs::read_to_string(env.project.join("made-in-vm.txt")).unwrap_or_default(),
+            "from-the-guest\n",
+            "the project is the host's"
+        );
+        assert!(
+            err.contains("to-stderr"),
+            "stderr is its own stream:\n{}",
+            show(&o)
+        );
+        assert!(!out.contains("to-stderr"), "{}", show(&o));
+        assert!(
+            !env.project.join(".git/hooks/post-checkout").exists(),
+            "a hook the guest planted reached the host unreviewed:\n{}",
+            show(&o)
+        );
+        // The guest's sandbox reports into the same audit log, marked as the guest's.
+        let events = common::events(&env);
+        assert!(
+            events.iter().any(|e| e["detail"]["vm"] == "guest"),
+            "no event from the guest's sandbox"
+        );
+    }
+);
+
+both!(the_gateway_is_the_guests_only_way_out, |env: Env| {
+    if !vm_ready() || !common::need(&["curl", "openssl"], "an HTTPS client and server") {
+        return;
+    }
+    let addr = &common::net::variant_addr(&env, 71);
+    let root = www(&env, "vmapi", "hello-vm");
+    let Some((srv, ca)) = https_443(&env, "api.example.test", addr, &root) else {
+        return;
+    };
+    let real = format!("sk-ant-api03-{}AA", "v".repeat(93));
+    let pol = format!(
+        "[dns]\nhosts = {{ \"api.example.test\" = \"{addr}\", \"denied.example.test\" = \"{addr}\" }}\n\
+             [[network.allow]]\nhost = \"api.example.test\"\nports = [443]\n\
+             [tls]\nupstream_ca = \"{}\"\n\
+             [credentials.anthropic]\nenv = \"ANTHROPIC_API_KEY\"\nsource = {{ env = \"CORDON_TEST_REAL_KEY\" }}\n\
+             hosts = [\"api.example.test\"]\nheaders = [\"x-api-key\"]\n",
+        ca.display()
+    );
+    let script = "echo KEY $ANTHROPIC_API_KEY\n\
+             echo PROXIED $(curl -sS --max-time 20 -H \"x-api-key: $ANTHROPIC_API_KEY\" https://api.example.test/hello.txt)\n\
+             echo DIRECT $(UNPROXIED curl -sS --max-time 20 -H \"x-api-key: $ANTHROPIC_API_KEY\" https://api.example.test/hello.txt)\n\
+             echo DENIED $(UNPROXIED curl -s --max-time 20 -o /dev/null -w '%{http_code}' https://denied.example.test/)\n\
+             echo DENIED-BODY $(UNPROXIED curl -s --max-time 20 https://denied.example.test/ | head -c 300)\n\
+             echo RAW $(UNPROXIED curl -s --max-time 10 -o /dev/null -w '%{http_code}' http://198.51.100.7/ || true)"
+            .replace("UNPROXIED", UNPROXIED);
+    let o = run_vm(&env, &pol, &script, &[("CORDON_TEST_REAL_KEY", &real)]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("PROXIED hello-vm"),
+        "through the proxy variables:\n{}",
+        show(&o)
+    );
+    assert!(
+        out.contains("DIRECT hello-vm"),
+        "through the link's TUN path:\n{}",
+        show(&o)
+    );
+    assert!(out.contains("DENIED 403"), "cordon's 403:\n{}", show(&o));
+    assert!(
+        out.contains("cordon"),
+        "the 403 is cordon's, in its words:\n{}",
+        show(&o)
+    );
+    assert!(
+        out.contains("RAW 000"),
+        "a raw IP goes nowhere:\n{}",
+        show(&o)
+    );
+    assert!(
+        !out.contains(&real),
+        "the real key reached the guest:\n{}",
+        show(&o)
+    );
+    let log = srv.log();
+    assert_eq!(
+        log.matches(&format!("HDR x-api-key: {real}")).count(),
+        2,
+        "the real key, swapped in at the wire, twice:\n{log}\n{}",
+        show(&o)
+    );
+    assert!(
+        !log.contains("denied.example.test") || !log.contains("GET / "),
+        "the denied host was reached:\n{log}"
+    );
+});
+
+both!(ctrl_c_reaches_the_command_in_the_guest, |env: Env| {
+    if !vm_ready() {
+        return;
+    }
+    common::net::setup(&env);
+    let p = policy(&env, "");
+    // Without a terminal: cordon's SIGINT goes to the guest, where the command ends of it.
+    let script = "trap 'echo GOT-INT; exit 42' INT; echo READY; while :; do sleep 1; done";
+    let mut child = spawn_run_full(&env, &p, script, &[], VM);
+    let mut stdout = child.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 256];
+    let started = std::time::Instant::now();
+    while !String::from_utf8_lossy(&seen).contains("READY") {
+        use std::io::Read;
+        let n = stdout.read(&mut buf).unwrap_or(0);
+        assert!(n > 0 && started.elapsed() < LIMIT, "never ready");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let reader = std::thread::spawn(move || {
+        use std::io::Read;
+        let mut rest = String::new();
+        let _ = stdout.read_to_string(&mut rest);
+        rest
+    });
+    let o = wait_limited(child, Duration::from_secs(60));
+    let rest = reader.join().unwrap();
+    assert!(rest.contains("GOT-INT"), "{rest}\n{}", show(&o));
+    assert_eq!(o.status.code(), Some(42), "{}", show(&o));
+    // With a terminal: ^C typed on it is the guest terminal's, and its line discipline
+    // interrupts the command (130, the shell's code for SIGINT).
+    if !common::need(&["script"], "a terminal") {
+        return;
+    }
+    let line = format!(
+        "{} run --backend vm --accel tcg -- sh -c 'echo READY; sleep 100; echo NOT-INTERRUPTED'; echo CODE $?",
+        env.cordon_line()
+    );
+    let shown = common::under_pty_answering(&env, &line, "READY", "\x03");
+    assert!(shown.contains("CODE 130"), "{shown}");
+    assert!(!shown.contains("NOT-INTERRUPTED"), "{shown}");
+});
