@@ -343,7 +343,7 @@ pub(crate) fn packet_recv(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, u16)>
             }
             return Err(e);
         }
-        if addr.sll_pkttype == libc::PACKET_OUTGOING as u8 {
+        if addr.sll_pkttype == libc::PACKET_OUTGOING {
             continue;
         }
         return Ok((n as usize, u16::from_be(addr.sll_protocol)));

@@ -50,7 +50,7 @@ pub fn kvm_usable() -> Result<(), String> {
         .write(true)
         .open(path)
     {
-        Ok(_) => Ok(()),
+        Ok(_) => hardware_virtualisation(),
         Err(e) => Err(match e.kind() {
             io::ErrorKind::NotFound => format!(
                 "{path} does not exist: the CPU has no hardware virtualisation enabled (check the firmware settings, or enable nested virtualisation for a VM) or the kvm module is not loaded (modprobe kvm_intel or kvm_amd)"
@@ -67,6 +67,26 @@ pub fn kvm_usable() -> Result<(), String> {
             }
             _ => format!("cannot open {path}: {e}"),
         }),
+    }
+}
+
+/// Whether the CPU says it has hardware virtualisation (`vmx` or `svm` among its flags). A
+/// nested guest can have `/dev/kvm` without it, and a KVM guest there never boots: refused
+/// up front instead of hanging.
+fn hardware_virtualisation() -> Result<(), String> {
+    let Ok(cpuinfo) = std::fs::read_to_string("/proc/cpuinfo") else {
+        return Ok(());
+    };
+    let flagged = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("flags"))
+        .any(|l| l.split_whitespace().any(|f| f == "vmx" || f == "svm"));
+    match flagged {
+        true => Ok(()),
+        false => Err(
+            "/dev/kvm opens, but the CPU offers no hardware virtualisation (no vmx or svm flag in /proc/cpuinfo: a VM without nested virtualisation)"
+                .into(),
+        ),
     }
 }
 

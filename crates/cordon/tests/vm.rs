@@ -55,9 +55,19 @@ fn host_release() -> String {
 }
 
 fn run_vm(env: &Env, pol: &str, script: &str, vars: &[(&str, &str)]) -> std::process::Output {
+    run_with_options(env, pol, script, vars, VM)
+}
+
+fn run_with_options(
+    env: &Env,
+    pol: &str,
+    script: &str,
+    vars: &[(&str, &str)],
+    options: &[&str],
+) -> std::process::Output {
     common::net::setup(env);
     let p = policy(env, pol);
-    wait_limited(spawn_run_full(env, &p, script, vars, VM), LIMIT)
+    wait_limited(spawn_run_full(env, &p, script, vars, options), LIMIT)
 }
 
 both!(
@@ -140,7 +150,8 @@ both!(the_gateway_is_the_guests_only_way_out, |env: Env| {
     };
     let real = format!("sk-ant-api03-{}AA", "v".repeat(93));
     let pol = format!(
-        "[dns]\nhosts = {{ \"api.example.test\" = \"{addr}\", \"denied.example.test\" = \"{addr}\" }}\n\
+        "[sandbox]\nbackend = \"vm\"\n[sandbox.vm]\naccel = \"tcg\"\nmemory = 1024\n\
+         [dns]\nhosts = {{ \"api.example.test\" = \"{addr}\", \"denied.example.test\" = \"{addr}\" }}\n\
              [[network.allow]]\nhost = \"api.example.test\"\nports = [443]\n\
              [tls]\nupstream_ca = \"{}\"\n\
              [credentials.anthropic]\nenv = \"ANTHROPIC_API_KEY\"\nsource = {{ env = \"CORDON_TEST_REAL_KEY\" }}\n\
@@ -154,7 +165,8 @@ both!(the_gateway_is_the_guests_only_way_out, |env: Env| {
              echo DENIED-BODY $(UNPROXIED curl -s --max-time 20 https://denied.example.test/ | head -c 300)\n\
              echo RAW $(UNPROXIED curl -s --max-time 10 -o /dev/null -w '%{http_code}' http://198.51.100.7/ || true)"
             .replace("UNPROXIED", UNPROXIED);
-    let o = run_vm(&env, &pol, &script, &[("CORDON_TEST_REAL_KEY", &real)]);
+    // The backend from the policy this time, not the command line.
+    let o = run_with_options(&env, &pol, &script, &[("CORDON_TEST_REAL_KEY", &real)], &[]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
         out.contains("PROXIED hello-vm"),
@@ -240,3 +252,49 @@ both!(ctrl_c_reaches_the_command_in_the_guest, |env: Env| {
     assert!(shown.contains("CODE 130"), "{shown}");
     assert!(!shown.contains("NOT-INTERRUPTED"), "{shown}");
 });
+
+both!(
+    without_kvm_the_vm_is_refused_unless_tcg_is_asked_for,
+    |env: Env| {
+        if !vm_ready() {
+            return;
+        }
+        let o = run_with_options(&env, "", "echo RAN", &[], &["--backend", "vm"]);
+        let cpu = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let hw = cpu.split_whitespace().any(|f| f == "vmx" || f == "svm");
+        let kvm = hw
+            && env.who == common::Who::Root
+            && std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/kvm")
+                .is_ok();
+        if kvm {
+            // Where KVM works, the default accel boots (not on this project's CI machines).
+            assert!(
+                String::from_utf8_lossy(&o.stdout).contains("RAN"),
+                "{}",
+                show(&o)
+            );
+            return;
+        }
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(
+            o.status.code(),
+            Some(125),
+            "cordon's own failure:\n{}",
+            show(&o)
+        );
+        assert!(err.contains("KVM is not usable"), "{}", show(&o));
+        assert!(
+            err.contains("--accel tcg"),
+            "the fix is named:\n{}",
+            show(&o)
+        );
+        assert!(
+            !String::from_utf8_lossy(&o.stdout).contains("RAN"),
+            "{}",
+            show(&o)
+        );
+    }
+);
