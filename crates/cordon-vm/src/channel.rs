@@ -40,6 +40,9 @@ pub struct GuestSpec {
     pub session: String,
     /// Whether the view holds the HTTP layer's trust bundle over the system's.
     pub trust_bundle: bool,
+    /// cordon's own files placed inside masked directories (the session's policy for `cordon
+    /// explain`): the guest's sandbox masks those directories again, so it places them again.
+    pub placed: Vec<(PathBuf, String)>,
 }
 
 impl GuestSpec {

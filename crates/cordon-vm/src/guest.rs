@@ -78,7 +78,9 @@ fn boot() -> Result<File, String> {
     load_modules()?;
     let deadline = Instant::now() + DEVICE_WAIT;
     // The 9p device is probed in the background once its module is in: retried until then.
-    let opts = "trans=virtio,version=9p2000.L,msize=512000,cache=mmap";
+    // `loose`: the guest keeps its dentries and inodes. Without it each lookup makes a new
+    // inode, and the guest sandbox's Landlock rules (kept on inodes) would match nothing.
+    let opts = "trans=virtio,version=9p2000.L,msize=512000,cache=loose";
     let root = Path::new(NEWROOT);
     loop {
         match sys::mount("cordonroot", root, Some("9p"), 0, Some(opts)) {
@@ -139,11 +141,6 @@ fn mount_guest_filesystems(root: &Path) -> Result<(), String> {
             0,
             Some("mode=620,ptmxmode=666"),
         ),
-    )?;
-    // The supervisor's own /tmp (its approval directory): the sandbox mounts a /tmp of its own.
-    ctx(
-        "mount /tmp",
-        sys::mount("tmpfs", &at("tmp"), Some("tmpfs"), 0, Some("mode=1777")),
     )?;
     let _ = std::fs::create_dir_all(at("dev/shm"));
     let _ = sys::mount("tmpfs", &at("dev/shm"), Some("tmpfs"), 0, none);
@@ -230,19 +227,26 @@ fn serve(mut port: File) -> Result<(), String> {
         Err(e) => return Err(fail(&mut port, e)),
     };
     let io = stdio(&spec).map_err(|e| fail(&mut port, format!("stdio: {e}")))?;
-    let runtime = std::fs::create_dir_all(GUEST_RUNTIME)
-        .and_then(|()| std::os::unix::fs::chown(GUEST_RUNTIME, Some(spec.uid), Some(spec.gid)))
-        .and_then(|()| {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(GUEST_RUNTIME, std::fs::Permissions::from_mode(0o700))
-        });
-    runtime.map_err(|e| fail(&mut port, format!("{GUEST_RUNTIME}: {e}")))?;
+    // The command's supervisor runs with the host's environment as its policy let it through
+    // (the forked child inherits it), so it finds its directories where the host has them.
+    sys::set_environment(spec.env_pairs());
+    approval_dir(&spec).map_err(|e| fail(&mut port, e))?;
     let (events_r, events_w) = sys::pipe().map_err(|e| fail(&mut port, format!("pipe: {e}")))?;
     let child = match sys::fork() {
         Ok(Some(pid)) => pid,
         Ok(None) => {
-            drop(events_r);
-            let code = supervise(&spec, &io, net, File::from(events_w));
+            // PID 1's ends stay PID 1's: a copy held here would keep the command's stdin
+            // from ever ending, and the port is not the command's.
+            drop((events_r, port));
+            let Stdio {
+                input,
+                out,
+                err,
+                child,
+                tty,
+            } = io;
+            drop((input, out, err));
+            let code = supervise(&spec, child, tty, net, File::from(events_w));
             std::process::exit(code);
         }
         Err(e) => return Err(fail(&mut port, format!("fork: {e}"))),
@@ -254,18 +258,16 @@ fn serve(mut port: File) -> Result<(), String> {
         out,
         err,
         child: ends,
-        ..
+        tty,
     } = io;
     drop(ends);
-    let code = pump(
-        &mut port,
-        reader,
-        child,
+    let streams = Streams {
         input,
         out,
         err,
-        File::from(events_r),
-    )?;
+        tty,
+    };
+    let code = pump(&mut port, reader, child, streams, File::from(events_r))?;
     ctx("report the exit", Frame::Exit(code).write_to(&mut port))?;
     Ok(())
 }
@@ -284,20 +286,23 @@ fn network(spec: &GuestSpec) -> Result<Option<(OwnedFd, i32)>, String> {
 
 /// The forked child: the user's ids, the host's environment as its policy let it through,
 /// and the namespace sandbox around the command (never returns to PID 1's loop).
-fn supervise(spec: &GuestSpec, io: &Stdio, net: Option<(OwnedFd, i32)>, events: File) -> i32 {
+fn supervise(
+    spec: &GuestSpec,
+    stdio: [OwnedFd; 3],
+    tty: bool,
+    net: Option<(OwnedFd, i32)>,
+    events: File,
+) -> i32 {
     let raw = [
-        io.child[0].as_raw_fd(),
-        io.child[1].as_raw_fd(),
-        io.child[2].as_raw_fd(),
+        stdio[0].as_raw_fd(),
+        stdio[1].as_raw_fd(),
+        stdio[2].as_raw_fd(),
     ];
-    if let Err(e) = sys::become_command(raw, io.tty, spec.uid, spec.gid) {
+    if let Err(e) = sys::become_command(raw, tty, spec.uid, spec.gid) {
         eprintln!("cordon guest: cannot become the command's session: {e}");
         return 125;
     }
-    let plan = supervisor_side(spec);
-    let runtime = [("XDG_RUNTIME_DIR".into(), GUEST_RUNTIME.into())];
-    let env = spec.env_pairs().filter(|(k, _)| k != "XDG_RUNTIME_DIR");
-    sys::set_environment(env.chain(runtime));
+    drop(stdio);
     let events = std::sync::Mutex::new(events);
     let emit = move |ev: NewEvent| {
         let Ok(mut line) = serde_json::to_vec(&WireEvent::from(ev)) else {
@@ -310,7 +315,7 @@ fn supervise(spec: &GuestSpec, io: &Stdio, net: Option<(OwnedFd, i32)>, events: 
     let cmd = cordon_sandbox::Command {
         argv: spec.argv(),
         cwd: spec.cwd.clone(),
-        tty: if io.tty {
+        tty: if tty {
             cordon_sandbox::TtyMode::Auto
         } else {
             cordon_sandbox::TtyMode::Never
@@ -319,7 +324,7 @@ fn supervise(spec: &GuestSpec, io: &Stdio, net: Option<(OwnedFd, i32)>, events: 
         approvals: None,
         staged: Vec::new(),
         shown: Vec::new(),
-        placed: Vec::new(),
+        placed: spec.placed.clone(),
         sockets: Vec::new(),
         bound: Vec::new(),
         signals_to: None,
@@ -334,7 +339,7 @@ fn supervise(spec: &GuestSpec, io: &Stdio, net: Option<(OwnedFd, i32)>, events: 
     let attach = guest_net
         .as_mut()
         .map(|n| n as &mut dyn cordon_sandbox::NetAttach);
-    match cordon_sandbox::run_with_network(&plan, &cmd, &emit, attach) {
+    match cordon_sandbox::run_with_network(&spec.plan, &cmd, &emit, attach) {
         Ok(outcome) => outcome.code(),
         Err(e) => {
             eprintln!("cordon: {e}");
@@ -344,24 +349,37 @@ fn supervise(spec: &GuestSpec, io: &Stdio, net: Option<(OwnedFd, i32)>, events: 
     }
 }
 
-/// Where the guest's supervisor keeps its approval directory: its own /tmp, which the
-/// sandbox never sees (it gets a /tmp of its own). The host's directory is masked in the view.
-const GUEST_RUNTIME: &str = "/tmp/cordon-guest";
+/// The approval directory the supervisor will use is the host's path, which the view masks
+/// (read-only, empty): a fresh tmpfs of the user's goes over the mask that covers it, so the
+/// supervisor can make it there. Its sandbox masks the same path again, as on the host.
+fn approval_dir(spec: &GuestSpec) -> Result<(), String> {
+    let Some(dir) = cordon_approval::default_dir() else {
+        return Ok(());
+    };
+    let mask = spec
+        .plan
+        .filesystem
+        .deny
+        .iter()
+        .map(|d| d.path.as_path())
+        .filter(|p| dir.starts_with(p) && p.is_dir())
+        .max_by_key(|p| p.components().count());
+    let Some(mask) = mask else {
+        return Ok(());
+    };
+    let opts = format!("mode=0700,uid={},gid={}", spec.uid, spec.gid);
+    ctx(
+        &format!("mount the approval directory's tmpfs at {}", mask.display()),
+        sys::mount("tmpfs", mask, Some("tmpfs"), 0, Some(&opts)),
+    )
+}
 
-/// The plan as the guest's supervisor runs it: its approval directory is the guest's own
-/// (masked like the host's), and the command still sees the host's `XDG_RUNTIME_DIR`.
-fn supervisor_side(spec: &GuestSpec) -> cordon_policy::Plan {
-    let mut plan = spec.plan.clone();
-    plan.filesystem.deny.push(cordon_policy::PathRule::new(
-        GUEST_RUNTIME,
-        "the guest's approval directory",
-    ));
-    if let Some((_, v)) = spec.env_pairs().find(|(k, _)| k == "XDG_RUNTIME_DIR") {
-        plan.env
-            .set
-            .insert("XDG_RUNTIME_DIR".into(), v.to_string_lossy().into_owned());
-    }
-    plan
+/// The command's stdio as PID 1 pumps it, once the child has its ends.
+struct Streams {
+    input: Option<File>,
+    out: Option<File>,
+    err: Option<File>,
+    tty: bool,
 }
 
 /// PID 1's loop: the control port's frames to the command, the command's output and events
@@ -370,17 +388,22 @@ fn pump(
     port: &mut File,
     mut reader: Reader,
     child: libc::pid_t,
-    mut input: Option<File>,
-    mut out: Option<File>,
-    mut err: Option<File>,
+    streams: Streams,
     events: File,
 ) -> Result<i32, String> {
+    let Streams {
+        mut input,
+        mut out,
+        mut err,
+        tty,
+    } = streams;
     let mut events = Some(events);
     let mut code = None;
     let mut drain_until: Option<Instant> = None;
     let mut buf = vec![0u8; 64 << 10];
     let mut port_open = true;
-    let tty_master = out.as_ref().map(|o| o.as_raw_fd());
+    // Only a pty's master takes window sizes, and keeps the input open past the host's end.
+    let tty_master = out.as_ref().filter(|_| tty).map(|o| o.as_raw_fd());
     loop {
         while let Some((pid, c)) = sys::reap_any() {
             if pid == child {
@@ -410,13 +433,12 @@ fn pump(
                     port_open = false;
                     sys::kill(child, libc::SIGKILL);
                 }
-                Ok(n) => {
-                    reader.push(&buf[..n]);
-                    while let Some(f) = ctx("control port", reader.next_frame())? {
-                        take(f, child, &mut input, tty_master);
-                    }
-                }
+                Ok(n) => reader.push(&buf[..n]),
             }
+        }
+        // Frames read with the spec, before this loop, are in the reader already.
+        while let Some(f) = ctx("control port", reader.next_frame())? {
+            take(f, child, &mut input, tty_master);
         }
         forward(&mut out, rev[1], &mut buf, port, Frame::Stdout)?;
         forward(&mut err, rev[2], &mut buf, port, Frame::Stderr)?;

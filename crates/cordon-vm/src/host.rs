@@ -181,6 +181,7 @@ fn guest_spec(
         gid,
         session: cmd.session.clone(),
         trust_bundle,
+        placed: cmd.placed.clone(),
     }
 }
 
