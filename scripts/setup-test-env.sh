@@ -26,6 +26,8 @@
 #  - docker.io (Debian's engine; the test starts dockerd when none runs), podman and runc,
 #    iproute2 (ip), mmdebstrap: cordon inside a container (crates/cordon/tests/container.rs,
 #    its image made by scripts/debian-root.sh)
+#  - qemu-system-x86 (QEMU's microvm machine) and linux-image-amd64 (a distribution kernel with
+#    its modules): the VM backend's guest, booted under TCG (crates/cordon/tests/vm.rs)
 #  - an unprivileged account, cordon-test, for the second run of every sandbox test
 set -euo pipefail
 if [ "$(id -u)" -ne 0 ]; then
@@ -37,7 +39,7 @@ for pkg in git python3 util-linux procps cargo strace bubblewrap hyperfine libca
     curl openssl gcc g++ libc6-dev python3-pip python3-venv python3-requests iperf3 passt slirp4netns \
     openssh-server openssh-client bind9-dnsutils iputils-ping \
     chromium chromium-driver fonts-dejavu-core man-db golang-go systemd dpkg-dev mmdebstrap \
-    docker.io podman runc iproute2; do
+    docker.io podman runc iproute2 qemu-system-x86 linux-image-amd64; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then
