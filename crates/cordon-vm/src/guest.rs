@@ -392,11 +392,12 @@ fn pump(
     events: File,
 ) -> Result<i32, String> {
     let Streams {
-        mut input,
+        input,
         mut out,
         mut err,
         tty,
     } = streams;
+    let mut input = Input::new(input);
     let mut events = Some(events);
     let mut code = None;
     let mut drain_until: Option<Instant> = None;
@@ -418,12 +419,18 @@ fn pump(
             return Ok(c);
         }
         let fd = |f: &Option<File>| f.as_ref().map_or(-1, |f| f.as_raw_fd());
-        let port_fd = if port_open { port.as_raw_fd() } else { -1 };
+        // Input the command has not taken holds the port back (the host's writes then wait),
+        // so a command that does not read its stdin never stops its output being pumped.
+        let port_fd = match port_open && input.pending.len() < INPUT_HELD {
+            true => port.as_raw_fd(),
+            false => -1,
+        };
         let watched = [
             (port_fd, libc::POLLIN),
             (fd(&out), libc::POLLIN),
             (fd(&err), libc::POLLIN),
             (fd(&events), libc::POLLIN),
+            (input.waiting(), libc::POLLOUT),
         ];
         let rev = ctx("poll", sys::poll(&watched, 100))?;
         if rev[0] != 0 {
@@ -440,25 +447,76 @@ fn pump(
         while let Some(f) = ctx("control port", reader.next_frame())? {
             take(f, child, &mut input, tty_master);
         }
+        input.write_some();
         forward(&mut out, rev[1], &mut buf, port, Frame::Stdout)?;
         forward(&mut err, rev[2], &mut buf, port, Frame::Stderr)?;
         forward(&mut events, rev[3], &mut buf, port, Frame::Event)?;
     }
 }
 
-/// One frame from the host, carried out.
-fn take(f: Frame, child: libc::pid_t, input: &mut Option<File>, master: Option<RawFd>) {
-    match f {
-        Frame::Stdin(bytes) => {
-            if let Some(i) = input
-                && i.write_all(&bytes).is_err()
-            {
-                *input = None;
+/// How much of the host's input PID 1 holds for a command that is not reading it.
+const INPUT_HELD: usize = 1 << 20;
+
+/// The command's input side: what the host sent that the command has not taken yet, written
+/// without blocking as the command reads.
+struct Input {
+    to: Option<File>,
+    pending: Vec<u8>,
+    /// The host's input ended: closed once `pending` is written.
+    ended: bool,
+}
+
+impl Input {
+    fn new(to: Option<File>) -> Input {
+        if let Some(f) = &to {
+            let _ = sys::set_blocking(f.as_raw_fd(), false);
+        }
+        Input {
+            to,
+            pending: Vec::new(),
+            ended: false,
+        }
+    }
+
+    /// The descriptor to wait on for room, while there is something to write.
+    fn waiting(&self) -> RawFd {
+        match (&self.to, self.pending.is_empty()) {
+            (Some(f), false) => f.as_raw_fd(),
+            _ => -1,
+        }
+    }
+
+    fn write_some(&mut self) {
+        let Some(f) = &mut self.to else {
+            self.pending.clear();
+            return;
+        };
+        while !self.pending.is_empty() {
+            match f.write(&self.pending) {
+                Ok(0) => break,
+                Ok(n) => drop(self.pending.drain(..n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // The command closed its stdin: what is left has nowhere to go.
+                Err(_) => {
+                    self.to = None;
+                    self.pending.clear();
+                    return;
+                }
             }
         }
+        if self.ended && self.pending.is_empty() {
+            self.to = None;
+        }
+    }
+}
+
+/// One frame from the host, carried out.
+fn take(f: Frame, child: libc::pid_t, input: &mut Input, master: Option<RawFd>) {
+    match f {
+        Frame::Stdin(bytes) if input.to.is_some() => input.pending.extend_from_slice(&bytes),
         // A terminal's end of input is the user's ^D, which comes as a byte: the pty stays.
-        Frame::StdinEnd if master.is_some() && input.is_some() => {}
-        Frame::StdinEnd => *input = None,
+        Frame::StdinEnd if master.is_none() => input.ended = true,
         Frame::Signal(n) if (1..65).contains(&n) => sys::kill(child, n),
         Frame::Winsize(rows, cols) => {
             if let Some(m) = master {
@@ -482,6 +540,7 @@ fn forward(
         return Ok(());
     }
     match f.read(buf) {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
         // EIO: a pty whose last slave closed.
         Ok(0) | Err(_) => *from = None,
         Ok(n) => ctx(

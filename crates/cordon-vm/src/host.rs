@@ -5,8 +5,8 @@
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use cordon_events::{Emit, NewEvent};
@@ -101,7 +101,7 @@ pub fn run(
         what: "write the guest's spec".into(),
         source: e.into(),
     })?;
-    let writer: Arc<Mutex<Port>> = Arc::default();
+    let (to_guest, frames) = ToGuest::new();
     let mut qemu_cmd = cmd.clone();
     qemu_cmd.argv = machine.argv(&qemu);
     qemu_cmd.tty = cordon_sandbox::TtyMode::Never;
@@ -121,15 +121,16 @@ pub fn run(
             env: String::new(),
         });
     }
-    qemu_cmd.signals_to = Some(signal_sink(writer.clone()));
+    qemu_cmd.signals_to = Some(signal_sink(to_guest.clone()));
     let stop = Arc::new(AtomicBool::new(false));
     let _raw = match tty {
         Some(_) => sys::RawMode::enter(0).ok(),
         None => None,
     };
     let pump = {
-        let (writer, stop, emit) = (writer.clone(), stop.clone(), emit.clone());
-        std::thread::spawn(move || control_port(control, spec, writer, stop, emit))
+        let (stop, emit) = (stop.clone(), emit.clone());
+        let to_guest = to_guest.clone();
+        std::thread::spawn(move || control_port(control, spec, (to_guest, frames), stop, emit))
     };
     let mut vm_net = net.map(|inner| VmNet {
         inner,
@@ -185,38 +186,70 @@ fn guest_spec(
     }
 }
 
-/// The control port's host end, once QEMU has connected and the guest said hello; signals
-/// caught before then wait here.
-#[derive(Default)]
-struct Port {
-    conn: Option<UnixStream>,
-    pending: Vec<i32>,
+/// Frames for the guest. One thread writes them, so no caller ever blocks on a full port:
+/// not the supervisor's relay, which hands over signals, above all.
+#[derive(Clone)]
+struct ToGuest {
+    tx: mpsc::Sender<Frame>,
+    /// Stdin's bytes queued and not yet written: the stdin thread waits above [`STDIN_HELD`].
+    queued: Arc<AtomicUsize>,
 }
 
-impl Port {
-    fn send(&mut self, f: &Frame) {
-        if let Some(c) = &mut self.conn
-            && f.write_to(c).is_err()
-        {
-            self.conn = None;
+/// How much of this process's stdin waits for the guest before the stdin thread stops reading.
+const STDIN_HELD: usize = 1 << 20;
+
+impl ToGuest {
+    fn new() -> (ToGuest, mpsc::Receiver<Frame>) {
+        let (tx, rx) = mpsc::channel();
+        let queued = Arc::new(AtomicUsize::new(0));
+        (ToGuest { tx, queued }, rx)
+    }
+
+    fn send(&self, f: Frame) {
+        if let Frame::Stdin(b) = &f {
+            self.queued.fetch_add(b.len(), Ordering::Relaxed);
         }
+        let _ = self.tx.send(f);
     }
 }
 
-/// Signals the supervisor caught, for the guest: a window's resize as its new size.
-fn signal_sink(port: Arc<Mutex<Port>>) -> cordon_sandbox::SignalSink {
+/// Signals the supervisor caught, for the guest: a window's resize as its new size. Those
+/// caught before the guest is up wait in the queue behind its spec.
+fn signal_sink(to_guest: ToGuest) -> cordon_sandbox::SignalSink {
+    let to_guest = Mutex::new(to_guest);
     cordon_sandbox::SignalSink(Arc::new(move |sig| {
-        let mut p = port.lock().unwrap_or_else(|p| p.into_inner());
+        let g = to_guest.lock().unwrap_or_else(|p| p.into_inner());
         if sig == libc::SIGWINCH {
             if let Some((r, c)) = sys::winsize(0) {
-                p.send(&Frame::Winsize(r, c));
+                g.send(Frame::Winsize(r, c));
             }
-        } else if p.conn.is_some() {
-            p.send(&Frame::Signal(sig));
         } else {
-            p.pending.push(sig);
+            g.send(Frame::Signal(sig));
         }
     }))
+}
+
+/// Writes the spec, then every queued frame, until the port or the queue closes.
+fn write_to_guest(
+    mut conn: UnixStream,
+    spec: Vec<u8>,
+    frames: mpsc::Receiver<Frame>,
+    queued: Arc<AtomicUsize>,
+) {
+    if Frame::Start(spec).write_to(&mut conn).is_err() {
+        return;
+    }
+    for f in frames {
+        let n = match &f {
+            Frame::Stdin(b) => b.len(),
+            _ => 0,
+        };
+        let sent = f.write_to(&mut conn);
+        queued.fetch_sub(n, Ordering::Relaxed);
+        if sent.is_err() {
+            return;
+        }
+    }
 }
 
 /// Serves the control port until the guest's side closes: the spec out, stdin in, the
@@ -224,10 +257,11 @@ fn signal_sink(port: Arc<Mutex<Port>>) -> cordon_sandbox::SignalSink {
 fn control_port(
     listener: UnixListener,
     spec: Vec<u8>,
-    port: Arc<Mutex<Port>>,
+    (to_guest, frames): (ToGuest, mpsc::Receiver<Frame>),
     stop: Arc<AtomicBool>,
     emit: Emit,
 ) -> GuestEnd {
+    let mut frames = Some(frames);
     let Some(mut conn) = accept(&listener, &stop) else {
         return GuestEnd::Silent;
     };
@@ -250,16 +284,14 @@ fn control_port(
         };
         match frame {
             Frame::Hello => {
-                let Ok(w) = conn.try_clone() else { return end };
-                let mut p = port.lock().unwrap_or_else(|p| p.into_inner());
-                p.conn = Some(w);
-                p.send(&Frame::Start(spec.clone()));
-                for s in std::mem::take(&mut p.pending) {
-                    p.send(&Frame::Signal(s));
-                }
-                drop(p);
-                let port = port.clone();
-                std::thread::spawn(move || stdin_to_guest(port));
+                // Said once; a second hello starts nothing more.
+                let (Some(frames), Ok(w)) = (frames.take(), conn.try_clone()) else {
+                    continue;
+                };
+                let (spec, queued) = (spec.clone(), to_guest.queued.clone());
+                std::thread::spawn(move || write_to_guest(w, spec, frames, queued));
+                let to_guest = to_guest.clone();
+                std::thread::spawn(move || stdin_to_guest(to_guest));
             }
             Frame::Stdout(b) => {
                 let _ = out.write_all(&b).and_then(|()| out.flush());
@@ -303,21 +335,16 @@ fn accept(listener: &UnixListener, stop: &AtomicBool) -> Option<UnixStream> {
 
 /// This process's stdin, to the guest's command (left blocked in its read when the session
 /// ends first: the process exits soon after).
-fn stdin_to_guest(port: Arc<Mutex<Port>>) {
+fn stdin_to_guest(to_guest: ToGuest) {
     let mut buf = vec![0u8; 16 << 10];
     let mut stdin = std::io::stdin().lock();
     loop {
+        while to_guest.queued.load(Ordering::Relaxed) > STDIN_HELD {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         match stdin.read(&mut buf) {
-            Ok(0) | Err(_) => {
-                port.lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .send(&Frame::StdinEnd);
-                return;
-            }
-            Ok(n) => port
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .send(&Frame::Stdin(buf[..n].to_vec())),
+            Ok(0) | Err(_) => return to_guest.send(Frame::StdinEnd),
+            Ok(n) => to_guest.send(Frame::Stdin(buf[..n].to_vec())),
         }
     }
 }
