@@ -269,6 +269,21 @@ fn serve(mut port: File) -> Result<(), String> {
     };
     let code = pump(&mut port, reader, child, streams, File::from(events_r))?;
     ctx("report the exit", Frame::Exit(code).write_to(&mut port))?;
+    // Power off only once the host has the exit (it closes its end), or after a while: what
+    // is still in the port's queues would be lost with the guest.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        match sys::poll(&[(port.as_raw_fd(), libc::POLLIN)], 100) {
+            Ok(r) if r[0] & (libc::POLLHUP | libc::POLLERR) != 0 => break,
+            Ok(r) if r[0] != 0 => {
+                if matches!(port.read(&mut [0u8; 4096]), Ok(0) | Err(_)) {
+                    break;
+                }
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
     Ok(())
 }
 
@@ -399,6 +414,7 @@ fn pump(
     } = streams;
     let mut input = Input::new(input);
     let mut events = Some(events);
+    let mut partial_event = Vec::new();
     let mut code = None;
     let mut drain_until: Option<Instant> = None;
     let mut buf = vec![0u8; 64 << 10];
@@ -409,7 +425,7 @@ fn pump(
         while let Some((pid, c)) = sys::reap_any() {
             if pid == child {
                 code = Some(c);
-                drain_until = Some(Instant::now() + Duration::from_secs(2));
+                drain_until = Some(Instant::now() + DRAIN);
             }
         }
         let outputs_done = out.is_none() && err.is_none() && events.is_none();
@@ -448,11 +464,26 @@ fn pump(
             take(f, child, &mut input, tty_master);
         }
         input.write_some();
-        forward(&mut out, rev[1], &mut buf, port, Frame::Stdout)?;
-        forward(&mut err, rev[2], &mut buf, port, Frame::Stderr)?;
-        forward(&mut events, rev[3], &mut buf, port, Frame::Event)?;
+        let mut moved = forward(&mut out, rev[1], &mut buf, port, (Frame::Stdout, None))?;
+        moved |= forward(&mut err, rev[2], &mut buf, port, (Frame::Stderr, None))?;
+        let event_lines = Some(&mut partial_event);
+        moved |= forward(
+            &mut events,
+            rev[3],
+            &mut buf,
+            port,
+            (Frame::Event, event_lines),
+        )?;
+        // The drain after the command's end lasts while output still flows.
+        if moved && let Some(d) = &mut drain_until {
+            *d = Instant::now() + DRAIN;
+        }
     }
 }
+
+/// How long output left behind by the command's processes is still pumped once it has ended,
+/// counted from the last that came.
+const DRAIN: Duration = Duration::from_secs(2);
 
 /// How much of the host's input PID 1 holds for a command that is not reading it.
 const INPUT_HELD: usize = 1 << 20;
@@ -527,29 +558,52 @@ fn take(f: Frame, child: libc::pid_t, input: &mut Input, master: Option<RawFd>) 
     }
 }
 
-/// Output that is ready, onto the port as `wrap` frames; the end of it closes `from`.
+/// Output that is ready, onto the port: each read as one frame made by `wrap`, or, with
+/// `lines`, each whole line in it (the supervisor's events, one JSON object a line, whose
+/// frames must each hold one; a line longer than [`MAX_EVENT_LINE`] is dropped). The end of
+/// it closes `from`. Returns whether anything moved.
 fn forward(
     from: &mut Option<File>,
     revents: i16,
     buf: &mut [u8],
     port: &mut File,
-    wrap: fn(Vec<u8>) -> Frame,
-) -> Result<(), String> {
-    let Some(f) = from else { return Ok(()) };
+    (wrap, mut lines): (fn(Vec<u8>) -> Frame, Option<&mut Vec<u8>>),
+) -> Result<bool, String> {
+    let Some(f) = from else { return Ok(false) };
     if revents == 0 {
-        return Ok(());
+        return Ok(false);
     }
-    match f.read(buf) {
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+    let n = match f.read(buf) {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
         // EIO: a pty whose last slave closed.
-        Ok(0) | Err(_) => *from = None,
-        Ok(n) => ctx(
-            "write to the control port",
-            wrap(buf[..n].to_vec()).write_to(port),
-        )?,
+        Ok(0) | Err(_) => {
+            *from = None;
+            return Ok(false);
+        }
+        Ok(n) => n,
+    };
+    let send = |port: &mut File, bytes: Vec<u8>| {
+        ctx("write to the control port", wrap(bytes).write_to(port))
+    };
+    let Some(partial) = lines.as_deref_mut() else {
+        send(port, buf[..n].to_vec())?;
+        return Ok(true);
+    };
+    partial.extend_from_slice(&buf[..n]);
+    while let Some(end) = partial.iter().position(|&b| b == b'\n') {
+        let line: Vec<u8> = partial.drain(..=end).take(end).collect();
+        if line.len() <= MAX_EVENT_LINE {
+            send(port, line)?;
+        }
     }
-    Ok(())
+    if partial.len() > MAX_EVENT_LINE {
+        partial.clear();
+    }
+    Ok(true)
 }
+
+/// The longest event line the guest's supervisor writes that is passed on.
+const MAX_EVENT_LINE: usize = 16 << 10;
 
 /// The guest sandbox's network: its TUN device relayed to the link as IP packets, the
 /// gateway reached at [`LINK_GATEWAY`] for DNS and the explicit proxy.

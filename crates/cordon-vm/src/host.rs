@@ -38,8 +38,13 @@ pub struct VmOptions {
 /// How the guest ended, as its control port said.
 enum GuestEnd {
     Exit(i32),
+    /// The guest's init could not start the command (said before it forked it).
     Failed(String),
-    Silent,
+    /// No word of the command's end; `started` once the spec went out (the command may have
+    /// run and written).
+    Silent {
+        started: bool,
+    },
 }
 
 /// Runs `cmd` in a VM whose root is the view `unborn` builds from `plan`: QEMU is the
@@ -89,7 +94,8 @@ pub fn run(
         console: opts.console.then(|| PathBuf::from("/proc/self/fd/2")),
         append: format!("rdinit=/cordon -- {}", crate::guest::GUEST_ARG),
     };
-    let tty = (cmd.tty != cordon_sandbox::TtyMode::Never && sys::isatty(0))
+    // As the namespace backend decides: a pty only when both ends are a terminal.
+    let tty = (cmd.tty != cordon_sandbox::TtyMode::Never && sys::isatty(0) && sys::isatty(1))
         .then(|| sys::winsize(0).unwrap_or((24, 80)));
     let spec = guest_spec(
         plan,
@@ -103,7 +109,7 @@ pub fn run(
     })?;
     let (to_guest, frames) = ToGuest::new();
     let mut qemu_cmd = cmd.clone();
-    qemu_cmd.argv = machine.argv(&qemu);
+    qemu_cmd.argv = without_terminal(machine.argv(&qemu), opts.console);
     qemu_cmd.tty = cordon_sandbox::TtyMode::Never;
     qemu_cmd.trace_home = None;
     qemu_cmd.execs = None;
@@ -130,7 +136,7 @@ pub fn run(
     let pump = {
         let (stop, emit) = (stop.clone(), emit.clone());
         let to_guest = to_guest.clone();
-        std::thread::spawn(move || control_port(control, spec, (to_guest, frames), stop, emit))
+        std::thread::spawn(move || control_port(control, spec, (to_guest, frames), &stop, emit))
     };
     let mut vm_net = net.map(|inner| VmNet {
         inner,
@@ -139,16 +145,50 @@ pub fn run(
     let attach = vm_net.as_mut().map(|n| n as &mut dyn NetAttach);
     let ran = unborn.run(plan, &qemu_cmd, &|ev| emit(ev), attach);
     stop.store(true, Ordering::Relaxed);
-    let end = pump.join().unwrap_or(GuestEnd::Silent);
+    let end = pump.join().unwrap_or(GuestEnd::Silent { started: true });
     drop(_raw);
-    let qemu_outcome = ran?;
+    outcome(ran?, end, &emit)
+}
+
+/// The session's outcome from QEMU's and the guest's. Once the command may have run, a guest
+/// that said nothing of its end (killed at the end of the grace, out of memory, or hostile)
+/// still ends in an outcome, so the exit review runs on what the session wrote.
+fn outcome(qemu: Outcome, end: GuestEnd, emit: &Emit) -> Result<Outcome, VmError> {
     match end {
         GuestEnd::Exit(code) => Ok(Outcome {
             status: WaitStatus::Exited(code),
         }),
-        GuestEnd::Failed(why) => Err(VmError::Guest(why)),
-        GuestEnd::Silent => Err(VmError::GuestSilent(qemu_outcome.code())),
+        GuestEnd::Failed(why) => Err(VmError::Guest(cordon_events::terminal::safe(&why))),
+        GuestEnd::Silent { started: false } => Err(VmError::GuestSilent(qemu.code())),
+        GuestEnd::Silent { started: true } => {
+            let why = VmError::GuestSilent(qemu.code()).to_string();
+            eprintln!("cordon: {why}");
+            emit(NewEvent::new(
+                cordon_events::Layer::Process,
+                cordon_events::Action::Error,
+                why,
+            ));
+            let status = match qemu.status {
+                WaitStatus::Signaled(n) => WaitStatus::Signaled(n),
+                WaitStatus::Exited(_) => WaitStatus::Exited(125),
+            };
+            Ok(Outcome { status })
+        }
     }
+}
+
+/// QEMU's command line behind a shell that gives it no terminal: it reads nothing and prints
+/// nothing of use (its console is a file or nothing), and a descriptor of the user's terminal
+/// would be one more thing a VMM escape holds. With the console asked for, its errors and the
+/// console go to stderr as asked.
+fn without_terminal(argv: Vec<std::ffi::OsString>, console: bool) -> Vec<std::ffi::OsString> {
+    let redirect = match console {
+        true => "exec \"$0\" \"$@\" </dev/null >/dev/null",
+        false => "exec \"$0\" \"$@\" </dev/null >/dev/null 2>&1",
+    };
+    let mut out: Vec<std::ffi::OsString> = vec!["/bin/sh".into(), "-c".into(), redirect.into()];
+    out.extend(argv);
+    out
 }
 
 /// The directory for the VM's sockets: the user's runtime directory, else the system's
@@ -258,28 +298,32 @@ fn control_port(
     listener: UnixListener,
     spec: Vec<u8>,
     (to_guest, frames): (ToGuest, mpsc::Receiver<Frame>),
-    stop: Arc<AtomicBool>,
+    stop: &AtomicBool,
     emit: Emit,
 ) -> GuestEnd {
     let mut frames = Some(frames);
-    let Some(mut conn) = accept(&listener, &stop) else {
-        return GuestEnd::Silent;
+    let Some(mut conn) = accept(&listener, stop) else {
+        return GuestEnd::Silent { started: false };
     };
     let mut reader = Reader::default();
-    let mut end = GuestEnd::Silent;
+    let mut end = GuestEnd::Silent { started: false };
     let mut out = std::io::stdout();
     let mut err = std::io::stderr();
+    let mut stdin = None;
+    STDIN_STOP.store(false, Ordering::Relaxed);
     loop {
         let frame = match reader.read_from(&mut conn) {
             Ok(Some(f)) => f,
-            Ok(None) => return end,
+            Ok(None) => break,
             Err(e) => {
                 emit(NewEvent::new(
                     cordon_events::Layer::Process,
                     cordon_events::Action::Error,
                     format!("the guest's control port: {e}; the VM is stopped"),
                 ));
-                return end;
+                // Closed: the guest's init kills the command and powers off.
+                let _ = conn.shutdown(std::net::Shutdown::Both);
+                break;
             }
         };
         match frame {
@@ -291,7 +335,10 @@ fn control_port(
                 let (spec, queued) = (spec.clone(), to_guest.queued.clone());
                 std::thread::spawn(move || write_to_guest(w, spec, frames, queued));
                 let to_guest = to_guest.clone();
-                std::thread::spawn(move || stdin_to_guest(to_guest));
+                stdin = Some(std::thread::spawn(move || {
+                    stdin_to_guest(to_guest, &STDIN_STOP)
+                }));
+                end = GuestEnd::Silent { started: true };
             }
             Frame::Stdout(b) => {
                 let _ = out.write_all(&b).and_then(|()| out.flush());
@@ -300,18 +347,47 @@ fn control_port(
                 let _ = err.write_all(&b);
             }
             Frame::Event(json) => {
-                if let Ok(ev) = serde_json::from_slice::<WireEvent>(&json) {
-                    emit(NewEvent::from(ev).detail("vm", "guest"));
+                if let Some(ev) = guest_event(&json) {
+                    emit(ev);
                 }
             }
-            Frame::Exit(code) => end = GuestEnd::Exit(code),
+            Frame::Exit(code) => {
+                end = GuestEnd::Exit(code);
+                // Said: the guest may power off (it waits for this end to close).
+                let _ = conn.shutdown(std::net::Shutdown::Both);
+            }
             Frame::Failed(why) => end = GuestEnd::Failed(why),
             // Frames only the host sends: a guest that sends them is not followed.
             Frame::Start(_) | Frame::Stdin(_) | Frame::StdinEnd => {}
             Frame::Signal(_) | Frame::Winsize(..) => {}
         }
     }
+    STDIN_STOP.store(true, Ordering::Relaxed);
+    if let Some(t) = stdin {
+        let _ = t.join();
+    }
+    end
 }
+
+/// One event of the guest's sandbox, as the log takes it: only from the layers that sandbox
+/// decides (its processes, view, Landlock, syscalls and execs; the network, HTTP, credentials
+/// and state are the host's to report), at most [`MAX_GUEST_EVENT`] long, marked as the
+/// guest's. Anything else is dropped: the guest's word is not the host's decision.
+fn guest_event(json: &[u8]) -> Option<NewEvent> {
+    use cordon_events::Layer::*;
+    if json.len() > MAX_GUEST_EVENT {
+        return None;
+    }
+    let ev = NewEvent::from(serde_json::from_slice::<WireEvent>(json).ok()?);
+    let guests = matches!(
+        ev.layer,
+        Filesystem | Process | Landlock | Env | Limits | Terminal | Syscall | Exec | Mcp
+    );
+    guests.then(|| ev.detail("vm", "guest"))
+}
+
+/// The longest event the guest may log.
+const MAX_GUEST_EVENT: usize = 16 << 10;
 
 /// QEMU's connection, or `None` once `stop` is set (QEMU never started).
 fn accept(listener: &UnixListener, stop: &AtomicBool) -> Option<UnixStream> {
@@ -333,16 +409,29 @@ fn accept(listener: &UnixListener, stop: &AtomicBool) -> Option<UnixStream> {
     }
 }
 
-/// This process's stdin, to the guest's command (left blocked in its read when the session
-/// ends first: the process exits soon after).
-fn stdin_to_guest(to_guest: ToGuest) {
+/// Tells the stdin thread the session is over (one session per process).
+static STDIN_STOP: AtomicBool = AtomicBool::new(false);
+
+/// This process's stdin, to the guest's command, until it ends or `stop` is set: it waits in
+/// `poll`, never in a read, so after the session the exit review's prompt has the terminal.
+fn stdin_to_guest(to_guest: ToGuest, stop: &AtomicBool) {
     let mut buf = vec![0u8; 16 << 10];
-    let mut stdin = std::io::stdin().lock();
     loop {
         while to_guest.queued.load(Ordering::Relaxed) > STDIN_HELD {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
             std::thread::sleep(Duration::from_millis(5));
         }
-        match stdin.read(&mut buf) {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        match sys::poll(&[(0, libc::POLLIN)], 100) {
+            Ok(r) if r[0] == 0 => continue,
+            Ok(_) => {}
+            Err(_) => return to_guest.send(Frame::StdinEnd),
+        }
+        match std::io::stdin().read(&mut buf) {
             Ok(0) | Err(_) => return to_guest.send(Frame::StdinEnd),
             Ok(n) => to_guest.send(Frame::Stdin(buf[..n].to_vec())),
         }

@@ -96,6 +96,8 @@ pub fn find_qemu() -> Option<PathBuf> {
     let on_path = std::env::var_os("PATH")
         .map(|p| {
             std::env::split_paths(&p)
+                // A relative entry names whatever directory cordon runs from.
+                .filter(|d| d.is_absolute())
                 .map(|d| d.join("qemu-system-x86_64"))
                 .collect::<Vec<_>>()
         })

@@ -63,8 +63,10 @@ pub(crate) fn doctor_check() -> Check {
         required: false,
         fix: None,
     };
+    // Named, not run: a `qemu-system-x86_64` first on PATH could be one a session planted in a
+    // writable directory, and the doctor runs unsandboxed.
     let qemu = cordon_vm::vmm::find_qemu();
-    let version = qemu.as_deref().and_then(cordon_vm::vmm::qemu_version);
+    let version = qemu.as_ref().map(|q| q.display().to_string());
     let kernel = cordon_vm::boot::find_kernel(None);
     let kvm = cordon_vm::vmm::kvm_usable();
     c.detail = format!(

@@ -298,3 +298,53 @@ both!(
         );
     }
 );
+
+both!(
+    stdio_and_events_cross_whole_however_much_there_is,
+    |env: Env| {
+        if !vm_ready() {
+            return;
+        }
+        common::net::setup(&env);
+        let p = policy(&env, "");
+        // 4 MiB of input the command leaves unread while it prints, then copies out whole;
+        // and a burst of execs, each an event of the guest's sandbox.
+        let input: Vec<u8> = (0..4u32 << 20)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
+        let data = env.base.join("input.bin");
+        std::fs::write(&data, &input).unwrap();
+        let script = "seq 200000 | tail -n 1; i=0; while [ $i -lt 100 ]; do /bin/true; i=$((i+1)); done; cat";
+        let _ = std::fs::remove_file(&env.audit);
+        let child = env
+            .cordon()
+            .env("XDG_RUNTIME_DIR", common::runtime_dir(&env))
+            .args(["run", "--no-tty", "--audit"])
+            .arg(&env.audit)
+            .args(["--policy", &p])
+            .args(VM)
+            .args(["--", "sh", "-c", script])
+            .stdin(std::fs::File::open(&data).unwrap())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let o = wait_limited(child, LIMIT);
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        let (head, rest) = o
+            .stdout
+            .split_at(o.stdout.iter().position(|&b| b == b'\n').unwrap() + 1);
+        assert_eq!(head, b"200000\n", "{}", show(&o));
+        assert_eq!(rest.len(), input.len(), "every byte of stdin came back");
+        assert!(
+            rest == input.as_slice(),
+            "the bytes came back as they went in"
+        );
+        let execs = common::events(&env)
+            .iter()
+            .filter(|e| e["detail"]["vm"] == "guest" && e["layer"] == "exec")
+            .filter(|e| e["detail"]["program"] == "true")
+            .count();
+        assert!(execs >= 100, "{execs} of the 100 execs were logged");
+    }
+);
