@@ -348,3 +348,45 @@ both!(
         assert!(execs >= 100, "{execs} of the 100 execs were logged");
     }
 );
+
+both!(
+    a_guest_that_never_reports_its_end_still_ends_in_the_exit_review,
+    |env: Env| {
+        if !vm_ready() {
+            return;
+        }
+        common::net::setup(&env);
+        let p = policy(&env, "");
+        // The command ignores the hang-up cordon forwards, so the grace ends with QEMU killed:
+        // the guest never says how the command ended. What it wrote is still reviewed, not
+        // thrown away.
+        let script = "mkdir -p .vscode && echo '{}' > .vscode/tasks.json && trap '' HUP && echo READY && sleep 60";
+        let mut child = spawn_run_full(&env, &p, script, &[], VM);
+        let mut stdout = child.stdout.take().unwrap();
+        let mut seen = String::new();
+        while !seen.contains("READY") {
+            use std::io::Read;
+            let mut buf = [0u8; 64];
+            let n = stdout.read(&mut buf).unwrap_or(0);
+            assert!(n > 0, "never ready: {seen}");
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+        let _ = Command::new("kill")
+            .args(["-HUP", &child.id().to_string()])
+            .status();
+        let o = wait_limited(child, Duration::from_secs(60));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(137), "{}", show(&o));
+        assert!(err.contains("before the guest reported"), "{}", show(&o));
+        assert!(
+            err.contains("moved to review"),
+            "the review ran:\n{}",
+            show(&o)
+        );
+        assert!(
+            !env.project.join(".vscode/tasks.json").exists(),
+            "{}",
+            show(&o)
+        );
+    }
+);
