@@ -464,16 +464,9 @@ fn pump(
             take(f, child, &mut input, tty_master);
         }
         input.write_some();
-        let mut moved = forward(&mut out, rev[1], &mut buf, port, (Frame::Stdout, None))?;
-        moved |= forward(&mut err, rev[2], &mut buf, port, (Frame::Stderr, None))?;
-        let event_lines = Some(&mut partial_event);
-        moved |= forward(
-            &mut events,
-            rev[3],
-            &mut buf,
-            port,
-            (Frame::Event, event_lines),
-        )?;
+        let mut moved = forward(&mut out, rev[1], &mut buf, port, Frame::Stdout)?;
+        moved |= forward(&mut err, rev[2], &mut buf, port, Frame::Stderr)?;
+        moved |= forward_lines(&mut events, rev[3], &mut buf, port, &mut partial_event)?;
         // The drain after the command's end lasts while output still flows.
         if moved && let Some(d) = &mut drain_until {
             *d = Instant::now() + DRAIN;
@@ -558,42 +551,63 @@ fn take(f: Frame, child: libc::pid_t, input: &mut Input, master: Option<RawFd>) 
     }
 }
 
-/// Output that is ready, onto the port: each read as one frame made by `wrap`, or, with
-/// `lines`, each whole line in it (the supervisor's events, one JSON object a line, whose
-/// frames must each hold one; a line longer than [`MAX_EVENT_LINE`] is dropped). The end of
-/// it closes `from`. Returns whether anything moved.
+/// Reads what is ready on `from` into `buf`: the count, or `None` for nothing (the end of it
+/// closes `from`).
+fn read_ready(from: &mut Option<File>, revents: i16, buf: &mut [u8]) -> Option<usize> {
+    let f = from.as_mut()?;
+    if revents == 0 {
+        return None;
+    }
+    match f.read(buf) {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+        // EIO: a pty whose last slave closed.
+        Ok(0) | Err(_) => {
+            *from = None;
+            None
+        }
+        Ok(n) => Some(n),
+    }
+}
+
+/// Output that is ready, onto the port as one `wrap` frame. Returns whether anything moved.
 fn forward(
     from: &mut Option<File>,
     revents: i16,
     buf: &mut [u8],
     port: &mut File,
-    (wrap, mut lines): (fn(Vec<u8>) -> Frame, Option<&mut Vec<u8>>),
+    wrap: fn(Vec<u8>) -> Frame,
 ) -> Result<bool, String> {
-    let Some(f) = from else { return Ok(false) };
-    if revents == 0 {
+    let Some(n) = read_ready(from, revents, buf) else {
         return Ok(false);
-    }
-    let n = match f.read(buf) {
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-        // EIO: a pty whose last slave closed.
-        Ok(0) | Err(_) => {
-            *from = None;
-            return Ok(false);
-        }
-        Ok(n) => n,
     };
-    let send = |port: &mut File, bytes: Vec<u8>| {
-        ctx("write to the control port", wrap(bytes).write_to(port))
-    };
-    let Some(partial) = lines.as_deref_mut() else {
-        send(port, buf[..n].to_vec())?;
-        return Ok(true);
+    ctx(
+        "write to the control port",
+        wrap(buf[..n].to_vec()).write_to(port),
+    )?;
+    Ok(true)
+}
+
+/// The supervisor's events that are ready, one [`Frame::Event`] per whole line (one JSON
+/// object each; a line longer than [`MAX_EVENT_LINE`] is dropped), the rest kept in
+/// `partial`. Returns whether anything moved.
+fn forward_lines(
+    from: &mut Option<File>,
+    revents: i16,
+    buf: &mut [u8],
+    port: &mut File,
+    partial: &mut Vec<u8>,
+) -> Result<bool, String> {
+    let Some(n) = read_ready(from, revents, buf) else {
+        return Ok(false);
     };
     partial.extend_from_slice(&buf[..n]);
     while let Some(end) = partial.iter().position(|&b| b == b'\n') {
         let line: Vec<u8> = partial.drain(..=end).take(end).collect();
         if line.len() <= MAX_EVENT_LINE {
-            send(port, line)?;
+            ctx(
+                "write to the control port",
+                Frame::Event(line).write_to(port),
+            )?;
         }
     }
     if partial.len() > MAX_EVENT_LINE {

@@ -232,24 +232,13 @@ fn run_in_session(
     if refuse_untrusted(loaded, emit) {
         return EXIT_SETUP;
     }
-    let now = SystemTime::now();
-    let resolved = crate::session_plan::resolve(loaded, a.learn, now, emit);
-    crate::grants::say(&resolved.expired, now);
-    crate::grants::log(&resolved.expired, emit);
-    let plan = match test_layers_off(resolved.plan, emit) {
+    let (plan, vm) = match resolve_plan(a, loaded, emit) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("cordon: {e}");
             return EXIT_SETUP;
         }
     };
-    let vm = crate::vm::options(a, &plan);
-    if vm.is_some()
-        && let Some(why) = crate::vm::refuse(&plan)
-    {
-        eprintln!("cordon: {why}");
-        return EXIT_SETUP;
-    }
     let base = base_command(a, project, &plan, session);
     let gateway_on = plan.network.mode == cordon_policy::NetMode::Gateway;
     if gateway_on {
@@ -332,15 +321,7 @@ fn run_in_session(
         .map(|g| g as &mut dyn cordon_sandbox::NetAttach);
     // What the session changes in its writable roots is known by ctime from here on.
     let started = SystemTime::now();
-    let result =
-        match &vm {
-            None => unborn.run(&plan, &cmd, emit, net),
-            Some(opts) => cordon_vm::host::run(unborn, &plan, &cmd, sink.clone(), net, opts)
-                .map_err(|e| cordon_sandbox::SandboxError::Setup {
-                    stage: "vm".into(),
-                    message: e.to_string(),
-                }),
-        };
+    let result = crate::vm::run(unborn, (&plan, &cmd), sink, net, vm.as_ref());
     // The sandbox is gone: nothing is left for the gateway to serve.
     drop(gateway);
     drop(ssh_agent);
@@ -350,6 +331,22 @@ fn run_in_session(
     held_logins_line(session);
     let trace = cmd.trace_home.as_ref().filter(|_| !a.learn);
     ended(result, &plan, prepared, trace, emit)
+}
+
+/// The session plan for this start (the host's part resolved, grants that ended said), with
+/// the VM's options when the session runs in one.
+fn resolve_plan(
+    a: &RunArgs,
+    loaded: &Loaded,
+    emit: &dyn Fn(NewEvent),
+) -> Result<(cordon_policy::Plan, Option<cordon_vm::host::VmOptions>), String> {
+    let now = SystemTime::now();
+    let resolved = crate::session_plan::resolve(loaded, a.learn, now, emit);
+    crate::grants::say(&resolved.expired, now);
+    crate::grants::log(&resolved.expired, emit);
+    let plan = test_layers_off(resolved.plan, emit)?;
+    let vm = crate::vm::options(a, &plan)?;
+    Ok((plan, vm))
 }
 
 /// The session's end: the command's exit code and the state layer's review at exit, or, when

@@ -7,15 +7,22 @@ use cordon_vm::vmm::Accel;
 
 use crate::cli::{AccelArg, BackendArg, RunArgs};
 
-/// The VM's options when the session runs in one (`--backend` over `[sandbox] backend`).
-pub(crate) fn options(a: &RunArgs, plan: &Plan) -> Option<cordon_vm::host::VmOptions> {
+/// The VM's options when the session runs in one (`--backend` over `[sandbox] backend`), or
+/// why this plan cannot.
+pub(crate) fn options(
+    a: &RunArgs,
+    plan: &Plan,
+) -> Result<Option<cordon_vm::host::VmOptions>, String> {
     let vm = match a.backend {
         Some(BackendArg::Vm) => true,
         Some(BackendArg::Namespace) => false,
         None => plan.sandbox.backend == Backend::Vm,
     };
     if !vm {
-        return None;
+        return Ok(None);
+    }
+    if let Some(why) = refuse(plan) {
+        return Err(why);
     }
     let p = &plan.sandbox.vm;
     let accel = match (a.accel, p.accel) {
@@ -25,18 +32,38 @@ pub(crate) fn options(a: &RunArgs, plan: &Plan) -> Option<cordon_vm::host::VmOpt
     let cache_dir = cordon_state::cache_dir()
         .unwrap_or_else(|| std::env::temp_dir().join("cordon-cache"))
         .join("vm");
-    Some(cordon_vm::host::VmOptions {
+    Ok(Some(cordon_vm::host::VmOptions {
         accel,
         memory_mib: p.memory_mib,
         cpus: p.cpus,
         kernel: p.kernel.clone(),
         cache_dir,
         console: std::env::var_os("CORDON_VM_CONSOLE").is_some_and(|v| v == "1"),
+    }))
+}
+
+/// The sandbox run: in the namespace sandbox as it is, or, with `vm`, in a VM whose QEMU is
+/// that sandbox's command.
+pub(crate) fn run(
+    unborn: cordon_sandbox::Unborn,
+    (plan, cmd): (&Plan, &cordon_sandbox::Command),
+    sink: &cordon_net::Emit,
+    net: Option<&mut dyn cordon_sandbox::NetAttach>,
+    vm: Option<&cordon_vm::host::VmOptions>,
+) -> Result<cordon_sandbox::Outcome, cordon_sandbox::SandboxError> {
+    let Some(opts) = vm else {
+        return unborn.run(plan, cmd, &|ev| sink(ev), net);
+    };
+    cordon_vm::host::run(unborn, plan, cmd, sink.clone(), net, opts).map_err(|e| {
+        cordon_sandbox::SandboxError::Setup {
+            stage: "vm".into(),
+            message: e.to_string(),
+        }
     })
 }
 
 /// Why this plan cannot run in a VM, in words that say what to change; `None` when it can.
-pub(crate) fn refuse(plan: &Plan) -> Option<String> {
+fn refuse(plan: &Plan) -> Option<String> {
     if plan.network.mode == cordon_policy::NetMode::Host {
         return Some(
             "the VM backend has no host network to share: set [network] mode = \"gateway\" or \"none\", or run with --backend namespace".into(),
