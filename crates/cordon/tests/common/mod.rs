@@ -504,13 +504,24 @@ pub fn under_pty(env: &Env, line: &str, input: &str) -> String {
         stdin.write_all(chunk.as_bytes()).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(300));
     }
-    finish_pty_session(child)
+    finish_pty_session(child, Duration::from_secs(60))
 }
 
 /// [`under_pty`], typing `answer` once `prompt` is on the terminal rather than after a fixed
 /// pause: typed early, on a loaded machine, the answer would reach the command instead of
 /// the question.
 pub fn under_pty_answering(env: &Env, line: &str, prompt: &str, answer: &str) -> String {
+    under_pty_answering_within(env, line, (prompt, answer), Duration::from_secs(60))
+}
+
+/// [`under_pty_answering`], the session killed after `limit` (a VM's boot under emulation
+/// takes longer than a namespace's start).
+pub fn under_pty_answering_within(
+    env: &Env,
+    line: &str,
+    (prompt, answer): (&str, &str),
+    limit: Duration,
+) -> String {
     use std::io::{Read, Write};
     let mut child = pty_session(env, line);
     let mut stdin = child.stdin.take().unwrap();
@@ -531,7 +542,7 @@ pub fn under_pty_answering(env: &Env, line: &str, prompt: &str, answer: &str) ->
             }
         }
     });
-    let rest = finish_pty_session(child);
+    let rest = finish_pty_session(child, limit);
     let seen = reader.join().unwrap();
     format!("{}{rest}", String::from_utf8_lossy(&seen))
 }
@@ -567,14 +578,11 @@ fn pty_session(env: &Env, line: &str) -> std::process::Child {
 
 /// Waits for a [`pty_session`] (killed after 60 s: a hung session must fail the test, not hang
 /// the suite) and returns what it printed that was not taken already.
-fn finish_pty_session(child: std::process::Child) -> String {
+fn finish_pty_session(child: std::process::Child, limit: Duration) -> String {
     let (done, deadline) = std::sync::mpsc::channel::<()>();
     let pid = child.id();
     std::thread::spawn(move || {
-        if deadline
-            .recv_timeout(std::time::Duration::from_secs(60))
-            .is_err()
-        {
+        if deadline.recv_timeout(limit).is_err() {
             let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
         }
     });
