@@ -206,7 +206,7 @@ fn guest_spec(
     tty: Option<(u16, u16)>,
     trust_bundle: bool,
 ) -> GuestSpec {
-    let (uid, gid) = sys::getuid_gid();
+    let (uid, gid) = cordon_sandbox::ids();
     GuestSpec {
         plan: plan.clone(),
         argv: cmd.argv.iter().map(|a| GuestSpec::bytes(a)).collect(),

@@ -384,11 +384,6 @@ pub(crate) fn isatty(fd: RawFd) -> bool {
     unsafe { libc::isatty(fd) == 1 }
 }
 
-pub(crate) fn getuid_gid() -> (u32, u32) {
-    // SAFETY: no pointers, cannot fail.
-    unsafe { (libc::getuid(), libc::getgid()) }
-}
-
 /// The time-stamp counter of the CPU this thread runs on, or `None` on an architecture
 /// without one the guest shares.
 pub(crate) fn rdtsc() -> Option<u64> {

@@ -10,7 +10,6 @@ use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -111,25 +110,6 @@ pub fn find_qemu() -> Option<PathBuf> {
         .find(|p| {
             std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
-}
-
-/// The first line of `qemu --version` (e.g. `QEMU emulator version 7.2.22 (Debian ...)`), for
-/// `cordon doctor` and error reports; `None` if it does not run.
-pub fn qemu_version(qemu: &Path) -> Option<String> {
-    let out = Command::new(qemu)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()
-        .map(|l| l.trim().to_owned())
-        .filter(|l| !l.is_empty())
 }
 
 /// The guest machine: what QEMU is told to run.
@@ -296,6 +276,7 @@ mod tests {
     use super::*;
     use crate::boot;
     use std::os::unix::net::UnixListener;
+    use std::process::{Command, Stdio};
 
     fn machine(accel: Accel, cpus: u32) -> Machine {
         Machine {
